@@ -1,0 +1,1 @@
+//! The iopace target: config, io_uring reactors, connections, admin RPC.
