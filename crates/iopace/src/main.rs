@@ -1,1 +1,161 @@
-fn main() {}
+//! The iopace command line: serve, stats, sim.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod stats_report;
+
+#[derive(Parser)]
+#[command(name = "iopace", version, about = "A paced NBD block-storage target on io_uring")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the configured exports over NBD until SIGINT/SIGTERM.
+    Serve(ServeArgs),
+    /// Print the statistics of a running target, per reactor.
+    Stats(StatsArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML configuration file. Without it the embedded default is served:
+    /// exports `default` (1 GiB RAM), `null` (1 GiB, reads return 0xA5) and
+    /// `slow` (1 GiB RAM behind a 1 ms delay).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// TCP address to listen on (repeatable), replacing the config's list;
+    /// `none` disables TCP.
+    #[arg(long, value_name = "ADDR:PORT")]
+    tcp: Vec<String>,
+    /// Unix socket path to listen on (repeatable), replacing the config's
+    /// list; `none` disables Unix sockets.
+    #[arg(long, value_name = "PATH")]
+    unix: Vec<PathBuf>,
+    /// Admin JSON-RPC socket path; `none` disables it.
+    #[arg(long, value_name = "PATH")]
+    rpc: Option<PathBuf>,
+    /// Number of reactor threads (one per core); 0 means one per CPU.
+    #[arg(long, value_name = "N")]
+    reactors: Option<usize>,
+    /// Print the effective configuration and exit without serving.
+    #[arg(long)]
+    check: bool,
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    /// Admin socket of the target.
+    #[arg(long, value_name = "PATH", default_value = "/tmp/iopace-admin.sock")]
+    rpc: PathBuf,
+    /// Print the raw JSON instead of the report.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IOPACE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match cli.command {
+        Cmd::Serve(args) => serve(args),
+        Cmd::Stats(args) => stats(args),
+    }
+}
+
+fn is_none(s: &str) -> bool {
+    s == "none"
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let mut loaded = match target::Config::load(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("iopace: config error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let server = &mut loaded.config.server;
+    if !args.tcp.is_empty() {
+        server.tcp = args.tcp.into_iter().filter(|s| !is_none(s)).collect();
+    }
+    if !args.unix.is_empty() {
+        server.unix = args
+            .unix
+            .into_iter()
+            .filter(|p| !is_none(&p.to_string_lossy()))
+            .collect();
+    }
+    if let Some(rpc) = args.rpc {
+        server.rpc = if is_none(&rpc.to_string_lossy()) { PathBuf::new() } else { rpc };
+    }
+    if let Some(n) = args.reactors {
+        server.reactors = n;
+    }
+    for addr in &server.tcp {
+        if addr.parse::<std::net::SocketAddr>().is_err() {
+            eprintln!("iopace: --tcp `{addr}` is not an IP address and port, like 127.0.0.1:10809");
+            return ExitCode::from(2);
+        }
+    }
+    if server.tcp.is_empty() && server.unix.is_empty() {
+        eprintln!("iopace: no listener left: give --tcp or --unix");
+        return ExitCode::from(2);
+    }
+    if args.check {
+        match target::exports::Catalog::build(&loaded) {
+            Ok(_) => {
+                println!("{:#}", loaded.to_json());
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                eprintln!("iopace: config error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match target::serve(loaded) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(target::ServeError::Config(e)) => {
+            eprintln!("iopace: config error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("iopace: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn stats(args: StatsArgs) -> ExitCode {
+    match target::rpc::call(&args.rpc, "get_stats", serde_json::Value::Null) {
+        Ok(v) => {
+            if args.json {
+                println!("{v:#}");
+            } else {
+                match serde_json::from_value::<stats_report::StatsReply>(v) {
+                    Ok(reply) => print!("{}", stats_report::render(&reply)),
+                    Err(e) => {
+                        eprintln!("iopace: unexpected stats reply: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("iopace: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

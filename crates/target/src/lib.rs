@@ -1,1 +1,13 @@
 //! The iopace target: config, io_uring reactors, connections, admin RPC.
+
+pub mod config;
+mod conn;
+pub mod exports;
+pub mod reactor;
+mod req;
+pub mod rpc;
+pub mod server;
+pub mod stats;
+
+pub use config::{Config, ConfigError, LoadedConfig};
+pub use server::{serve, ServeError};

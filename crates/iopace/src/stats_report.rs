@@ -1,0 +1,61 @@
+//! Text report for `iopace stats`, in the spirit of the seed's
+//! "Detailed NVMf target statistics".
+
+use std::fmt::Write;
+
+use serde::Deserialize;
+use target::stats::ReactorStats;
+
+#[derive(Deserialize)]
+pub struct StatsReply {
+    pub reactors: Vec<ReactorStats>,
+}
+
+pub fn render(reply: &StatsReply) -> String {
+    let mut s = String::new();
+    let total_conns: u64 = reply.reactors.iter().map(|r| r.connections).sum();
+    let _ = writeln!(s, "iopace target: {} reactors, {} connections", reply.reactors.len(), total_conns);
+    for r in &reply.reactors {
+        let _ = writeln!(s, "Reactor {} (up {:.1} s)", r.reactor, r.uptime_s);
+        let _ = writeln!(
+            s,
+            "  Connections: {} now, {} total; loop iterations {}",
+            r.connections, r.connections_total, r.loop_iterations
+        );
+        let _ = writeln!(
+            s,
+            "  Socket bytes in/out: {} / {}; protocol errors {}, rejected requests {}",
+            r.bytes_in, r.bytes_out, r.protocol_errors, r.rejected_requests
+        );
+        let ops: Vec<String> = r
+            .io
+            .iter()
+            .filter(|(_, c)| c.ios > 0)
+            .map(|(name, c)| format!("{name} {} ({:.1} MiB)", c.ios, c.bytes as f64 / 1048576.0))
+            .collect();
+        let _ = writeln!(s, "  IOs: {}", if ops.is_empty() { "none".into() } else { ops.join(", ") });
+        let states: Vec<String> = r.req_states.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(s, "  Requests in flight: {} [{}]", r.requests_in_flight, states.join(", "));
+        let b = &r.buffers;
+        let _ = writeln!(
+            s,
+            "  Bufs in-flight: {} now, {:.1} avg, {} max ({:.2} MiB avg, {:.2} MiB max); waits {}; cached {}; pool free {}",
+            b.in_use, b.in_use_avg, b.in_use_max, b.in_use_avg_mib, b.in_use_max_mib, b.waits, b.cached, b.pool_free
+        );
+        if r.delayed_completions > 0 {
+            let _ = writeln!(s, "  Completions held by delay bdevs: {}", r.delayed_completions);
+        }
+        for e in &r.exports {
+            let l = &e.latency;
+            if l.count == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "  Export \"{}\": {} IOs, lat us avg {:.1} p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}",
+                e.name, l.count, l.mean_us, l.p50_us, l.p99_us, l.p999_us, l.max_us
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,222 @@
+//! Per-reactor statistics: counted on the reactor thread without locks, and
+//! copied out as a [`ReactorStats`] snapshot when the admin RPC asks.
+
+use std::collections::BTreeMap;
+
+use pace::pool::PoolStats;
+use pace::stats::{LatencyHist, ReqState, StateCounts, TimeAvg};
+use pace::Nanos;
+use proto::Command;
+use serde::{Deserialize, Serialize};
+
+use crate::exports::Catalog;
+use crate::req::Req;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OpCount {
+    pub ios: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BufferStats {
+    /// Buffers held by this reactor's requests now.
+    pub in_use: u64,
+    /// Time-averaged and maximum buffers in use since start.
+    pub in_use_avg: f64,
+    pub in_use_max: u64,
+    /// The same in MiB, the seed's "Bufs in-flight (MiB)".
+    pub in_use_avg_mib: f64,
+    pub in_use_max_mib: f64,
+    /// Requests that had to wait for buffers.
+    pub waits: u64,
+    /// Buffers parked in this reactor's cache.
+    pub cached: u64,
+    /// Buffers free in the shared pool (all reactors).
+    pub pool_free: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LatencyStats {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExportStats {
+    pub name: String,
+    pub latency: LatencyStats,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReactorStats {
+    pub reactor: usize,
+    pub uptime_s: f64,
+    pub connections: u64,
+    pub connections_total: u64,
+    pub loop_iterations: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub protocol_errors: u64,
+    pub rejected_requests: u64,
+    pub io: BTreeMap<String, OpCount>,
+    pub requests_in_flight: u64,
+    pub req_states: BTreeMap<String, u64>,
+    pub buffers: BufferStats,
+    pub delayed_completions: u64,
+    pub exports: Vec<ExportStats>,
+}
+
+pub struct StatsCollector {
+    pub reactor: usize,
+    pub conns_now: u64,
+    pub conns_total: u64,
+    pub loops: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub protocol_errors: u64,
+    pub rejected: u64,
+    pub buffer_waits: u64,
+    states: StateCounts,
+    ops: [OpCount; 8],
+    export_names: Vec<String>,
+    latency: Vec<LatencyHist>,
+    buffers_in_use: TimeAvg,
+    buffer_size: u64,
+}
+
+fn op_index(c: Command) -> usize {
+    match c {
+        Command::Read => 0,
+        Command::Write => 1,
+        Command::Flush => 2,
+        Command::Trim => 3,
+        Command::WriteZeroes => 4,
+        Command::Cache => 5,
+        Command::BlockStatus => 6,
+        Command::Disc | Command::Unknown(_) => 7,
+    }
+}
+
+const OP_NAMES: [&str; 8] = [
+    "read",
+    "write",
+    "flush",
+    "trim",
+    "write_zeroes",
+    "cache",
+    "block_status",
+    "other",
+];
+
+impl StatsCollector {
+    pub fn new(reactor: usize, catalog: &Catalog, buffer_size: u32) -> StatsCollector {
+        StatsCollector {
+            reactor,
+            conns_now: 0,
+            conns_total: 0,
+            loops: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            protocol_errors: 0,
+            rejected: 0,
+            buffer_waits: 0,
+            states: StateCounts::default(),
+            ops: Default::default(),
+            export_names: catalog.exports.iter().map(|e| e.info.name.clone()).collect(),
+            latency: catalog.exports.iter().map(|_| LatencyHist::new()).collect(),
+            buffers_in_use: TimeAvg::new(0),
+            buffer_size: u64::from(buffer_size),
+        }
+    }
+
+    pub fn enter(&mut self, state: ReqState) {
+        self.states.enter(state);
+    }
+
+    pub fn leave(&mut self, state: ReqState) {
+        self.states.leave(state);
+    }
+
+    pub fn transition(&mut self, from: ReqState, to: ReqState) {
+        self.states.leave(from);
+        self.states.enter(to);
+    }
+
+    pub fn sample_buffers(&mut self, now: Nanos, in_use: u64) {
+        self.buffers_in_use.update(now, in_use);
+    }
+
+    /// A reply was fully sent: count the IO and its latency.
+    pub fn record_done(&mut self, req: &Req, now: Nanos) {
+        let op = &mut self.ops[op_index(req.command)];
+        op.ios += 1;
+        if req.error == 0 {
+            op.bytes += u64::from(req.len);
+        }
+        if let Some(h) = self.latency.get_mut(req.export as usize) {
+            h.record(now.saturating_sub(req.t_start));
+        }
+    }
+
+    pub fn snapshot(&mut self, now: Nanos, pool: PoolStats, pool_free: u64, timers: usize) -> ReactorStats {
+        let mib = self.buffer_size as f64 / (1u64 << 20) as f64;
+        let avg = self.buffers_in_use.avg(now);
+        let max = self.buffers_in_use.max();
+        let req_states: BTreeMap<String, u64> = ReqState::ALL
+            .iter()
+            .filter(|s| **s != ReqState::Done)
+            .map(|s| (s.name().to_string(), self.states.get(*s)))
+            .collect();
+        let requests_in_flight = req_states.values().sum();
+        ReactorStats {
+            reactor: self.reactor,
+            uptime_s: now as f64 / 1e9,
+            connections: self.conns_now,
+            connections_total: self.conns_total,
+            loop_iterations: self.loops,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            protocol_errors: self.protocol_errors,
+            rejected_requests: self.rejected,
+            io: OP_NAMES
+                .iter()
+                .zip(self.ops.iter())
+                .map(|(n, c)| (n.to_string(), c.clone()))
+                .collect(),
+            requests_in_flight,
+            req_states,
+            buffers: BufferStats {
+                in_use: pool.in_use,
+                in_use_avg: avg,
+                in_use_max: max,
+                in_use_avg_mib: avg * mib,
+                in_use_max_mib: max as f64 * mib,
+                waits: self.buffer_waits,
+                cached: pool.cached,
+                pool_free,
+            },
+            delayed_completions: timers as u64,
+            exports: self
+                .export_names
+                .iter()
+                .zip(self.latency.iter())
+                .map(|(name, h)| ExportStats {
+                    name: name.clone(),
+                    latency: LatencyStats {
+                        count: h.count(),
+                        mean_us: h.mean() / 1e3,
+                        p50_us: h.percentile(50.0) as f64 / 1e3,
+                        p99_us: h.percentile(99.0) as f64 / 1e3,
+                        p999_us: h.percentile(99.9) as f64 / 1e3,
+                        max_us: h.percentile(100.0) as f64 / 1e3,
+                    },
+                })
+                .collect(),
+        }
+    }
+}
