@@ -107,6 +107,8 @@ pub struct Reactor {
     /// Completions held back by delay bdevs: (release time, request).
     timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     grants: Vec<(u64, Vec<BufId>)>,
+    /// Scratch list of requests whose replies were fully sent.
+    finished: Vec<u32>,
     rng: SmallRng,
     origin: Instant,
     now: Nanos,
@@ -153,6 +155,7 @@ impl Reactor {
             send_ready: Vec::new(),
             timers: BinaryHeap::new(),
             grants: Vec::new(),
+            finished: Vec::new(),
             rng: SmallRng::seed_from_u64(0x10_9ace ^ settings.id as u64),
             origin,
             now: 0,
@@ -310,86 +313,65 @@ impl Reactor {
     }
 
     fn post_recv(&mut self, index: u32) {
-        let Some(c) = self.conn(index) else { return };
+        let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
         if c.recv_inflight || c.closing || c.input_done || c.block != Block::None {
             return;
         }
-        let fd = c.raw_fd();
-        let gen = c.gen;
         // A large write payload goes straight into its data buffers.
         let direct = match c.filling {
-            Some(r) if c.buffered() == 0 => Some(r),
+            Some(r) if c.buffered() == 0 => self.reqs[r as usize]
+                .payload_target(DIRECT_RECV_MIN)
+                .map(|t| (r, t)),
             _ => None,
         };
         let (ptr, len) = match direct {
-            Some(r) => {
-                let req = &self.reqs[r as usize];
-                match req.payload_target(DIRECT_RECV_MIN) {
-                    Some(t) => t,
-                    None => {
-                        let Some(c) = self.conn(index) else { return };
-                        recv_window(c)
-                    }
-                }
-            }
+            Some((_, t)) => t,
             None => recv_window(c),
         };
-        let Some(c) = self.conn(index) else { return };
         if len == 0 {
             return;
         }
-        c.recv_direct = direct.filter(|r| {
-            let start = c.rbuf.as_ptr() as usize;
-            let p = ptr as usize;
-            let _ = r;
-            !(p >= start && p < start + c.rbuf.len())
-        });
+        c.recv_direct = direct.map(|(r, _)| r);
         c.recv_inflight = true;
-        let sqe = opcode::Recv::new(types::Fd(fd), ptr, len as u32)
+        let sqe = opcode::Recv::new(types::Fd(c.raw_fd()), ptr, len as u32)
             .build()
-            .user_data(ud(UD_RECV, gen, index));
+            .user_data(ud(UD_RECV, c.gen, index));
         self.push_sqe(sqe);
     }
 
     fn on_recv(&mut self, index: u32, gen: u32, res: i32) {
-        if !self.conn_live(index, gen) {
+        let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
+        if c.gen != gen {
             return;
         }
-        let Some(c) = self.conn(index) else { return };
         c.recv_inflight = false;
         let direct = c.recv_direct.take();
         if c.closing {
             self.try_close(index);
             return;
         }
-        if res <= 0 {
-            if res < 0 && res != -libc::ECONNRESET {
-                tracing::debug!(reactor = self.id, conn = index, "recv: {}", io::Error::from_raw_os_error(-res));
-            }
-            // EOF: the client is gone or done sending; finish what it asked.
-            if res < 0 {
-                self.begin_close(index);
-            } else {
-                self.input_ended(index);
-            }
+        if res < 0 {
+            tracing::debug!(reactor = self.id, conn = index, "recv: {}", io::Error::from_raw_os_error(-res));
+            self.begin_close(index);
+            return;
+        }
+        if res == 0 {
+            // EOF: the client is done sending; finish what it asked, then close.
+            self.input_ended(index);
             return;
         }
         let n = res as usize;
+        self.stats.bytes_in += n as u64;
         match direct {
             Some(r) => {
-                self.reqs[r as usize].filled += n as u32;
-                self.stats.bytes_in += n as u64;
-                if self.reqs[r as usize].filled == self.reqs[r as usize].len {
-                    if let Some(c) = self.conn(index) {
-                        c.filling = None;
-                    }
+                let req = &mut self.reqs[r as usize];
+                req.filled += n as u32;
+                if req.filled == req.len {
+                    c.filling = None;
                     self.execute(r);
                 }
             }
-            None => {
-                c.rend += n;
-                self.stats.bytes_in += n as u64;
-            }
+            None => c.rend += n,
         }
         self.process_input(index);
         self.post_recv(index);
@@ -469,7 +451,7 @@ impl Reactor {
 
     fn process_input(&mut self, index: u32) {
         loop {
-            let Some(c) = self.conn(index) else { return };
+            let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
             if c.closing || c.block != Block::None {
                 break;
             }
@@ -478,8 +460,7 @@ impl Reactor {
                 c.rstart += consumed;
                 let out = h.take_output();
                 c.raw_out.extend_from_slice(&out);
-                let status = h.status();
-                match status {
+                match h.status().clone() {
                     HandshakeStatus::Negotiating => {
                         c.compact();
                         self.mark_send(index);
@@ -544,23 +525,24 @@ impl Reactor {
             c.rstart += proto::REQUEST_HEADER_LEN;
             self.accept_request(index, slot, request);
         }
-        if let Some(c) = self.conn(index) {
+        if let Some(Some(c)) = self.conns.get_mut(index as usize) {
             c.compact();
         }
     }
 
     fn accept_request(&mut self, index: u32, slot: u32, request: proto::Request) {
         let now = self.now;
-        let Some(c) = self.conn(index) else { return };
+        let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
         let Phase::Transmission { export, neg } = &c.phase else { return };
         let export = *export;
         let structured = neg.structured_replies;
+        let meta_context = neg.base_allocation.unwrap_or(0);
         let gen = c.gen;
         c.inflight += 1;
         let info = &self.catalog.exports[export as usize].info;
         let verdict = proto::validate(&request, info, neg);
         let req = &mut self.reqs[slot as usize];
-        req.reset(index, gen, export, &request, now, structured);
+        req.reset(index, gen, export, &request, now, structured, meta_context);
         self.stats.enter(ReqState::New);
         if request.command == Command::Disc {
             // No reply; serve what is in flight, then close.
@@ -572,7 +554,7 @@ impl Reactor {
             let payload = u64::from(request.payload_len());
             self.reqs[slot as usize].error = errno;
             self.stats.rejected += 1;
-            if payload > u64::from(proto::MAX_DISCARD_PAYLOAD) {
+            if payload > u64::from(MAX_DISCARD_PAYLOAD) {
                 // Discarding gigabytes of junk is not worth it: drop the client.
                 self.release_req(slot);
                 self.begin_close(index);
@@ -751,10 +733,11 @@ impl Reactor {
     /// The request is answered: queue its reply (or drop it if the client is gone).
     fn complete(&mut self, slot: u32) {
         let req = &self.reqs[slot as usize];
-        let index = req.conn;
-        if !self.conn_live(index, req.conn_gen) || self.conns[index as usize].as_ref().is_some_and(|c| c.closing) {
+        let (index, gen) = (req.conn, req.conn_gen);
+        let open = matches!(self.conns.get(index as usize), Some(Some(c)) if c.gen == gen && !c.closing);
+        if !open {
             self.release_req(slot);
-            if self.conn_live(index, self.reqs[slot as usize].conn_gen) {
+            if self.conn_live(index, gen) {
                 self.try_close(index);
             }
             return;
@@ -870,15 +853,22 @@ impl Reactor {
     }
 
     fn on_send(&mut self, index: u32, gen: u32, res: i32) {
-        if !self.conn_live(index, gen) {
+        let now = self.now;
+        let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
+        if c.gen != gen {
             return;
         }
-        let now = self.now;
-        let Some(c) = self.conn(index) else { return };
         c.send_inflight = false;
+        if c.closing {
+            let queued: Vec<u32> = c.out.drain(..).collect();
+            for r in queued {
+                self.release_req(r);
+            }
+            self.try_close(index);
+            return;
+        }
         if res < 0 {
             tracing::debug!(reactor = self.id, conn = index, "send: {}", io::Error::from_raw_os_error(-res));
-            c.closing = false; // let begin_close do the full teardown
             self.begin_close(index);
             return;
         }
@@ -887,32 +877,24 @@ impl Reactor {
         if !c.raw_sending.is_empty() {
             c.raw_sending.drain(..sent.min(c.raw_sending.len()));
         } else {
-            let mut finished = Vec::new();
             while let Some(&slot) = c.out.front() {
                 let size = self.reqs[slot as usize].reply_len() - c.out_skip;
-                if sent >= size {
-                    sent -= size;
-                    c.out_skip = 0;
-                    c.out.pop_front();
-                    finished.push(slot);
-                } else {
+                if sent < size {
                     c.out_skip += sent;
                     break;
                 }
+                sent -= size;
+                c.out_skip = 0;
+                c.out.pop_front();
+                self.finished.push(slot);
             }
-            for slot in finished {
+            let finished = std::mem::take(&mut self.finished);
+            for &slot in &finished {
                 self.stats.record_done(&self.reqs[slot as usize], now);
                 self.release_req(slot);
             }
-        }
-        let Some(c) = self.conn(index) else { return };
-        if c.closing {
-            let queued: Vec<u32> = c.out.drain(..).collect();
-            for r in queued {
-                self.release_req(r);
-            }
-            self.try_close(index);
-            return;
+            self.finished = finished;
+            self.finished.clear();
         }
         self.mark_send(index);
         self.maybe_finish_conn(index);
@@ -967,6 +949,10 @@ impl Reactor {
         self.stats.snapshot(now, pool, self.pool.free_total(), self.timers.len())
     }
 }
+
+/// Rejected WRITE payloads up to this size are read and discarded, as the
+/// spec prefers; larger ones close the connection instead.
+const MAX_DISCARD_PAYLOAD: u32 = 64 << 20;
 
 /// Marks a `send_ready` entry as "resume parsing" rather than "send".
 const RESUME_FLAG: u32 = 1 << 31;
