@@ -226,3 +226,73 @@ impl Req {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request whose data lives in plain vectors standing in for pool buffers.
+    fn req_with_segments(segs: &mut [Vec<u8>]) -> Req {
+        let mut r = Req::default();
+        r.len = segs.iter().map(|s| s.len() as u32).sum();
+        r.command = Command::Write;
+        for s in segs.iter_mut() {
+            r.iov.push(libc::iovec {
+                iov_base: s.as_mut_ptr().cast(),
+                iov_len: s.len(),
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn fill_spans_segments() {
+        let mut segs = vec![vec![0u8; 4], vec![0u8; 4], vec![0u8; 2]];
+        let mut r = req_with_segments(&mut segs);
+        r.fill_from(&[1, 2, 3]);
+        r.fill_from(&[4, 5, 6, 7, 8]);
+        r.fill_from(&[9, 10, 11]); // one byte too many is ignored
+        assert_eq!(r.filled, 10);
+        drop(r);
+        assert_eq!(segs, vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8], vec![9, 10]]);
+    }
+
+    #[test]
+    fn payload_target_points_at_fill_position() {
+        let mut segs = vec![vec![0u8; 8], vec![0u8; 8]];
+        let base1 = segs[1].as_ptr() as usize;
+        let mut r = req_with_segments(&mut segs);
+        r.fill_from(&[0; 10]);
+        let (p, len) = r.payload_target(4).expect("6 bytes left");
+        assert_eq!(p as usize, base1 + 2);
+        assert_eq!(len, 6);
+        assert!(r.payload_target(7).is_none(), "below the direct-recv minimum");
+    }
+
+    #[test]
+    fn partial_send_skips_sent_bytes() {
+        let mut segs = vec![vec![7u8; 8], vec![9u8; 8]];
+        let mut r = req_with_segments(&mut segs);
+        r.command = Command::Read;
+        r.cookie = 42;
+        r.encode_reply();
+        assert!(r.data_reply);
+        assert_eq!(r.reply_len(), 16 + 16);
+        let mut iov = Vec::new();
+        r.push_reply_iov(&mut iov, 20);
+        let lens: Vec<usize> = iov.iter().map(|v| v.iov_len).collect();
+        assert_eq!(lens, vec![4, 8]);
+    }
+
+    #[test]
+    fn structured_read_error_has_no_data() {
+        let mut r = Req::default();
+        r.command = Command::Read;
+        r.structured = true;
+        r.len = 4096;
+        r.error = proto::EIO;
+        r.encode_reply();
+        assert!(!r.data_reply);
+        assert_eq!(r.reply_len(), r.hdr.len());
+    }
+}
