@@ -1,0 +1,63 @@
+//! The fuzz harness, in the library so the cargo-fuzz target and the
+//! corpus-replay test run the same code.
+
+use std::sync::Arc;
+
+use crate::{
+    decode_request, encode_block_status, encode_error_chunk, encode_offset_data_header, encode_simple_reply,
+    validate, ExportInfo, Handshake, HandshakeStatus, Negotiated, REQUEST_HEADER_LEN,
+};
+
+/// Feeds `data` to a handshake in uneven pieces, then decodes and validates
+/// requests from what is left, as the target would. Panics only on a broken
+/// invariant (which the fuzzer reports as a crash).
+pub fn run(data: &[u8]) {
+    let mut ro = ExportInfo::simple("ro", 1 << 20);
+    ro.read_only = true;
+    let exports: Arc<[ExportInfo]> = vec![ExportInfo::simple("default", 1 << 30), ro].into();
+    let mut h = Handshake::new(exports.clone(), Some(0));
+    let mut pos = 0;
+    // Cut sizes come from the data itself so the fuzzer explores splits.
+    let mut step = 1 + data.first().map_or(0, |b| *b as usize % 61);
+    while pos < data.len() && *h.status() == HandshakeStatus::Negotiating {
+        let end = (pos + step).min(data.len());
+        let used = h.feed(&data[pos..end]);
+        assert!(used <= end - pos, "handshake consumed more than it was given");
+        if used == 0 {
+            if end == data.len() {
+                break;
+            }
+            step *= 2; // needs a bigger window
+            continue;
+        }
+        pos += used;
+    }
+    let _ = h.take_output();
+    let neg = match h.status().clone() {
+        HandshakeStatus::Done(n) => n,
+        _ => Negotiated {
+            export_index: 0,
+            structured_replies: data.len() % 2 == 0,
+            base_allocation: Some(1),
+            no_zeroes: true,
+        },
+    };
+    let export = &exports[neg.export_index];
+    let mut out = Vec::new();
+    let mut rest = &data[pos..];
+    while let Ok(Some(req)) = decode_request(rest) {
+        rest = &rest[REQUEST_HEADER_LEN..];
+        let verdict = validate(&req, export, &neg);
+        if verdict.is_ok() && req.length > 0 {
+            let end = req.offset + u64::from(req.length);
+            assert!(end <= export.size || matches!(req.command, crate::Command::Flush));
+        }
+        out.clear();
+        encode_simple_reply(&mut out, req.cookie, verdict.err().unwrap_or(0));
+        encode_offset_data_header(&mut out, req.cookie, req.offset, req.length, true);
+        encode_error_chunk(&mut out, req.cookie, 22, "fuzz", Some(req.offset), true);
+        encode_block_status(&mut out, req.cookie, 1, &[(req.length, 0)], true);
+        let skip = (req.payload_len() as usize).min(rest.len());
+        rest = &rest[skip..];
+    }
+}

@@ -1,0 +1,582 @@
+//! Server side of the fixed-newstyle handshake, as a state machine over bytes.
+
+use std::sync::Arc;
+
+use crate::consts::*;
+use crate::ExportInfo;
+
+/// Largest option payload buffered; larger ones get ERR_TOO_BIG and are skipped.
+pub const MAX_OPTION_LEN: u32 = 64 << 10;
+
+/// What the handshake settled, for the transmission phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    pub export_index: usize,
+    pub structured_replies: bool,
+    /// Metadata context id of `base:allocation`, if the client selected it.
+    pub base_allocation: Option<u32>,
+    pub no_zeroes: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandshakeStatus {
+    Negotiating,
+    Done(Negotiated),
+    /// The client aborted or broke the protocol: send the output, then close.
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    ClientFlags,
+    Options,
+    /// Discarding the payload of an option too large to buffer.
+    Skip(u64),
+}
+
+const BASE_ALLOCATION_ID: u32 = 1;
+
+pub struct Handshake {
+    exports: Arc<[ExportInfo]>,
+    default_export: Option<usize>,
+    out: Vec<u8>,
+    stage: Stage,
+    status: HandshakeStatus,
+    no_zeroes: bool,
+    structured: bool,
+    /// Export for which base:allocation was selected by the last SET_META_CONTEXT.
+    meta_export: Option<usize>,
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn be64(b: &[u8], at: usize) -> u64 {
+    (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
+}
+
+/// Reads a length-prefixed string (u32 length) at `*pos`, advancing it.
+fn take_string<'a>(data: &'a [u8], pos: &mut usize) -> Option<&'a str> {
+    let len = data.get(*pos..*pos + 4).map(|b| be32(b, 0) as usize)?;
+    *pos += 4;
+    let s = data.get(*pos..pos.checked_add(len)?)?;
+    *pos += len;
+    std::str::from_utf8(s).ok()
+}
+
+impl Handshake {
+    /// Starts a handshake; the server greeting is queued in the output.
+    pub fn new(exports: Arc<[ExportInfo]>, default_export: Option<usize>) -> Handshake {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(&NBDMAGIC.to_be_bytes());
+        out.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        out.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+        Handshake {
+            exports,
+            default_export,
+            out,
+            stage: Stage::ClientFlags,
+            status: HandshakeStatus::Negotiating,
+            no_zeroes: false,
+            structured: false,
+            meta_export: None,
+        }
+    }
+
+    pub fn status(&self) -> &HandshakeStatus {
+        &self.status
+    }
+
+    /// Bytes the driver must send, in order.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Consumes whole client messages from `input`; never bytes past the end
+    /// of the handshake. Returns how many bytes were consumed.
+    pub fn feed(&mut self, input: &[u8]) -> usize {
+        let mut pos = 0;
+        while self.status == HandshakeStatus::Negotiating {
+            let avail = &input[pos..];
+            match self.stage {
+                Stage::ClientFlags => {
+                    if avail.len() < 4 {
+                        break;
+                    }
+                    let flags = be32(avail, 0);
+                    pos += 4;
+                    // "If the client sets flags the server does not understand, the server MUST close."
+                    if flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+                        self.status = HandshakeStatus::Closed;
+                        break;
+                    }
+                    self.no_zeroes = flags & FLAG_C_NO_ZEROES != 0;
+                    self.stage = Stage::Options;
+                }
+                Stage::Skip(left) => {
+                    if avail.is_empty() {
+                        break;
+                    }
+                    let n = (avail.len() as u64).min(left);
+                    pos += n as usize;
+                    self.stage = if n == left { Stage::Options } else { Stage::Skip(left - n) };
+                }
+                Stage::Options => {
+                    if avail.len() < 16 {
+                        break;
+                    }
+                    if be64(avail, 0) != IHAVEOPT {
+                        self.status = HandshakeStatus::Closed;
+                        break;
+                    }
+                    let opt = be32(avail, 8);
+                    let len = be32(avail, 12);
+                    if len > MAX_OPTION_LEN {
+                        pos += 16;
+                        if opt == OPT_EXPORT_NAME {
+                            // EXPORT_NAME has no error reply: all we can do is close.
+                            self.status = HandshakeStatus::Closed;
+                            break;
+                        }
+                        self.reply(opt, REP_ERR_TOO_BIG, b"option too large");
+                        self.stage = Stage::Skip(u64::from(len));
+                        continue;
+                    }
+                    let total = 16 + len as usize;
+                    if avail.len() < total {
+                        break;
+                    }
+                    pos += total;
+                    self.option(opt, &avail[16..total]);
+                }
+            }
+        }
+        pos
+    }
+
+    fn reply(&mut self, opt: u32, typ: u32, data: &[u8]) {
+        self.out.extend_from_slice(&REPLY_MAGIC_OPT.to_be_bytes());
+        self.out.extend_from_slice(&opt.to_be_bytes());
+        self.out.extend_from_slice(&typ.to_be_bytes());
+        self.out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        self.out.extend_from_slice(data);
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        if name.is_empty() {
+            return self.default_export;
+        }
+        self.exports.iter().position(|e| e.name == name)
+    }
+
+    fn negotiated(&self, export_index: usize) -> Negotiated {
+        Negotiated {
+            export_index,
+            structured_replies: self.structured,
+            base_allocation: (self.meta_export == Some(export_index)).then_some(BASE_ALLOCATION_ID),
+            no_zeroes: self.no_zeroes,
+        }
+    }
+
+    fn option(&mut self, opt: u32, data: &[u8]) {
+        match opt {
+            OPT_EXPORT_NAME => {
+                let idx = std::str::from_utf8(data).ok().and_then(|n| self.find(n));
+                let Some(idx) = idx else {
+                    // "If the server does not know the export, it MUST terminate the session."
+                    self.status = HandshakeStatus::Closed;
+                    return;
+                };
+                let e = &self.exports[idx];
+                let flags = e.transmission_flags(self.structured);
+                self.out.extend_from_slice(&e.size.to_be_bytes());
+                self.out.extend_from_slice(&flags.to_be_bytes());
+                if !self.no_zeroes {
+                    self.out.extend_from_slice(&[0u8; 124]);
+                }
+                self.status = HandshakeStatus::Done(self.negotiated(idx));
+            }
+            OPT_ABORT => {
+                self.reply(opt, REP_ACK, &[]);
+                self.status = HandshakeStatus::Closed;
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    self.reply(opt, REP_ERR_INVALID, b"LIST takes no data");
+                    return;
+                }
+                let exports = self.exports.clone();
+                for e in exports.iter() {
+                    let mut d = Vec::with_capacity(4 + e.name.len());
+                    d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
+                    d.extend_from_slice(e.name.as_bytes());
+                    self.reply(opt, REP_SERVER, &d);
+                }
+                self.reply(opt, REP_ACK, &[]);
+            }
+            OPT_INFO | OPT_GO => self.info_or_go(opt, data),
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    self.reply(opt, REP_ERR_INVALID, b"STRUCTURED_REPLY takes no data");
+                    return;
+                }
+                self.structured = true;
+                self.reply(opt, REP_ACK, &[]);
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, data),
+            _ => self.reply(opt, REP_ERR_UNSUP, b"option not supported"),
+        }
+    }
+
+    fn info_or_go(&mut self, opt: u32, data: &[u8]) {
+        let mut pos = 0;
+        let Some(name) = take_string(data, &mut pos) else {
+            self.reply(opt, REP_ERR_INVALID, b"malformed request");
+            return;
+        };
+        let Some(n) = data.get(pos..pos + 2).map(|b| be16(b, 0) as usize) else {
+            self.reply(opt, REP_ERR_INVALID, b"malformed request");
+            return;
+        };
+        pos += 2;
+        if data.len() != pos + 2 * n {
+            self.reply(opt, REP_ERR_INVALID, b"information request count does not match length");
+            return;
+        }
+        let requested: Vec<u16> = (0..n).map(|i| be16(data, pos + 2 * i)).collect();
+        let Some(idx) = self.find(name) else {
+            self.reply(opt, REP_ERR_UNKNOWN, b"unknown export");
+            return;
+        };
+        let e = self.exports[idx].clone();
+        let mut d = Vec::with_capacity(12);
+        d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+        d.extend_from_slice(&e.size.to_be_bytes());
+        d.extend_from_slice(&e.transmission_flags(self.structured).to_be_bytes());
+        self.reply(opt, REP_INFO, &d);
+        if requested.contains(&INFO_NAME) {
+            let mut d = INFO_NAME.to_be_bytes().to_vec();
+            d.extend_from_slice(e.name.as_bytes());
+            self.reply(opt, REP_INFO, &d);
+        }
+        if requested.contains(&INFO_DESCRIPTION) && !e.description.is_empty() {
+            let mut d = INFO_DESCRIPTION.to_be_bytes().to_vec();
+            d.extend_from_slice(e.description.as_bytes());
+            self.reply(opt, REP_INFO, &d);
+        }
+        let mut d = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+        d.extend_from_slice(&e.min_block.to_be_bytes());
+        d.extend_from_slice(&e.pref_block.to_be_bytes());
+        d.extend_from_slice(&e.max_block.to_be_bytes());
+        self.reply(opt, REP_INFO, &d);
+        self.reply(opt, REP_ACK, &[]);
+        if opt == OPT_GO {
+            self.status = HandshakeStatus::Done(self.negotiated(idx));
+        }
+    }
+
+    fn meta_context(&mut self, opt: u32, data: &[u8]) {
+        let set = opt == OPT_SET_META_CONTEXT;
+        if set {
+            // "Issuing this command replaces all previously-set metadata contexts
+            // (including when this command fails)."
+            self.meta_export = None;
+        }
+        if !self.structured {
+            self.reply(opt, REP_ERR_INVALID, b"negotiate structured replies first");
+            return;
+        }
+        let mut pos = 0;
+        let name = take_string(data, &mut pos);
+        let count = data.get(pos..pos + 4).map(|b| be32(b, 0));
+        let (Some(name), Some(count)) = (name, count) else {
+            self.reply(opt, REP_ERR_INVALID, b"malformed request");
+            return;
+        };
+        pos += 4;
+        let mut queries = Vec::new();
+        for _ in 0..count {
+            match take_string(data, &mut pos) {
+                Some(q) => queries.push(q),
+                None => {
+                    self.reply(opt, REP_ERR_INVALID, b"malformed query");
+                    return;
+                }
+            }
+        }
+        if pos != data.len() {
+            self.reply(opt, REP_ERR_INVALID, b"trailing data");
+            return;
+        }
+        let Some(idx) = self.find(name) else {
+            self.reply(opt, REP_ERR_UNKNOWN, b"unknown export");
+            return;
+        };
+        // Unknown namespaces are ignored, as the spec requires; "base:" lists
+        // every base context.
+        let matched = if set {
+            queries.iter().any(|q| *q == BASE_ALLOCATION)
+        } else {
+            queries.is_empty() || queries.iter().any(|q| *q == BASE_ALLOCATION || *q == "base:")
+        };
+        if matched {
+            let id = if set { BASE_ALLOCATION_ID } else { 0 };
+            let mut d = id.to_be_bytes().to_vec();
+            d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+            self.reply(opt, REP_META_CONTEXT, &d);
+            if set {
+                self.meta_export = Some(idx);
+            }
+        }
+        self.reply(opt, REP_ACK, &[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn exports() -> Arc<[ExportInfo]> {
+        let mut a = ExportInfo::simple("default", 1 << 30);
+        a.description = "RAM".into();
+        let b = ExportInfo::simple("other", 4096);
+        vec![a, b].into()
+    }
+
+    fn option(opt: u32, data: &[u8]) -> Vec<u8> {
+        let mut v = IHAVEOPT.to_be_bytes().to_vec();
+        v.extend_from_slice(&opt.to_be_bytes());
+        v.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        v.extend_from_slice(data);
+        v
+    }
+
+    fn go_data(name: &str, infos: &[u16]) -> Vec<u8> {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+        for i in infos {
+            d.extend_from_slice(&i.to_be_bytes());
+        }
+        d
+    }
+
+    fn meta_data(name: &str, queries: &[&str]) -> Vec<u8> {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+        for q in queries {
+            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            d.extend_from_slice(q.as_bytes());
+        }
+        d
+    }
+
+    /// Parses option replies: (option, type, data).
+    fn replies(mut out: &[u8]) -> Vec<(u32, u32, Vec<u8>)> {
+        let mut v = Vec::new();
+        while out.len() >= 20 {
+            assert_eq!(be64(out, 0), REPLY_MAGIC_OPT);
+            let len = be32(out, 16) as usize;
+            v.push((be32(out, 8), be32(out, 12), out[20..20 + len].to_vec()));
+            out = &out[20 + len..];
+        }
+        v
+    }
+
+    fn client(flags: u32) -> Vec<u8> {
+        flags.to_be_bytes().to_vec()
+    }
+
+    #[test]
+    fn greeting_then_go_with_structured_and_meta() {
+        let mut h = Handshake::new(exports(), Some(0));
+        let greet = h.take_output();
+        assert_eq!(greet.len(), 18);
+        assert_eq!(be16(&greet, 16), FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+        input.extend(option(OPT_STRUCTURED_REPLY, &[]));
+        input.extend(option(OPT_SET_META_CONTEXT, &meta_data("default", &["base:allocation", "qemu:x"])));
+        input.extend(option(OPT_GO, &go_data("", &[INFO_NAME, INFO_DESCRIPTION])));
+        input.extend_from_slice(&[1, 2, 3]); // transmission bytes: not ours
+        let used = h.feed(&input);
+        assert_eq!(used, input.len() - 3);
+        let r = replies(&h.take_output());
+        let types: Vec<u32> = r.iter().map(|x| x.1).collect();
+        assert_eq!(types, vec![REP_ACK, REP_META_CONTEXT, REP_ACK, REP_INFO, REP_INFO, REP_INFO, REP_INFO, REP_ACK]);
+        let export_info = &r[3].2;
+        assert_eq!(be16(export_info, 0), INFO_EXPORT);
+        let flags = be16(export_info, 10);
+        assert!(flags & FLAG_SEND_DF != 0 && flags & FLAG_CAN_MULTI_CONN != 0);
+        match h.status() {
+            HandshakeStatus::Done(n) => {
+                assert_eq!(n.export_index, 0);
+                assert!(n.structured_replies);
+                assert_eq!(n.base_allocation, Some(1));
+            }
+            s => panic!("{s:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_option_is_unsup_and_next_still_parsed() {
+        let mut h = Handshake::new(exports(), Some(0));
+        h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(999, b"junk"));
+        input.extend(option(OPT_LIST, &[]));
+        assert_eq!(h.feed(&input), input.len());
+        let r = replies(&h.take_output());
+        assert_eq!(r[0].1, REP_ERR_UNSUP);
+        assert_eq!(r[1].1, REP_SERVER);
+        assert_eq!(r[2].1, REP_SERVER);
+        assert_eq!(r[3].1, REP_ACK);
+        assert_eq!(h.status(), &HandshakeStatus::Negotiating);
+    }
+
+    #[test]
+    fn export_name_sends_size_flags_and_zeroes() {
+        for (cflags, len) in [(FLAG_C_FIXED_NEWSTYLE, 10 + 124), (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES, 10)] {
+            let mut h = Handshake::new(exports(), Some(0));
+            h.take_output();
+            let mut input = client(cflags);
+            input.extend(option(OPT_EXPORT_NAME, b"other"));
+            h.feed(&input);
+            let out = h.take_output();
+            assert_eq!(out.len(), len);
+            assert_eq!(be64(&out, 0), 4096);
+            assert!(matches!(h.status(), HandshakeStatus::Done(n) if n.export_index == 1));
+        }
+    }
+
+    #[test]
+    fn unknown_export_errors() {
+        let mut h = Handshake::new(exports(), None);
+        h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(OPT_GO, &go_data("nope", &[])));
+        input.extend(option(OPT_GO, &go_data("", &[]))); // no default export either
+        h.feed(&input);
+        let r = replies(&h.take_output());
+        assert_eq!(r[0].1, REP_ERR_UNKNOWN);
+        assert_eq!(r[1].1, REP_ERR_UNKNOWN);
+        input = option(OPT_EXPORT_NAME, b"nope");
+        h.feed(&input);
+        assert_eq!(h.status(), &HandshakeStatus::Closed);
+    }
+
+    #[test]
+    fn malformed_options_get_err_invalid() {
+        let mut h = Handshake::new(exports(), Some(0));
+        h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(OPT_GO, &[0, 0, 0, 200, b'x'])); // name longer than data
+        input.extend(option(OPT_LIST, b"x"));
+        input.extend(option(OPT_SET_META_CONTEXT, &meta_data("default", &["base:allocation"]))); // before structured
+        h.feed(&input);
+        let r = replies(&h.take_output());
+        assert!(r.iter().all(|x| x.1 == REP_ERR_INVALID), "{r:?}");
+        assert_eq!(r.len(), 3);
+    }
+
+    #[test]
+    fn oversized_option_is_skipped_across_feeds() {
+        let mut h = Handshake::new(exports(), Some(0));
+        h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        let big = MAX_OPTION_LEN + 10;
+        input.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        input.extend_from_slice(&OPT_INFO.to_be_bytes());
+        input.extend_from_slice(&big.to_be_bytes());
+        assert_eq!(h.feed(&input), input.len());
+        let junk = vec![0u8; big as usize];
+        let (a, b) = junk.split_at(1000);
+        assert_eq!(h.feed(a), a.len());
+        assert_eq!(h.feed(b), b.len());
+        let list = option(OPT_LIST, &[]);
+        assert_eq!(h.feed(&list), list.len());
+        let r = replies(&h.take_output());
+        assert_eq!(r[0].1, REP_ERR_TOO_BIG);
+        assert_eq!(r.last().map(|x| x.1), Some(REP_ACK));
+    }
+
+    #[test]
+    fn bad_magic_or_client_flags_close() {
+        let mut h = Handshake::new(exports(), Some(0));
+        h.feed(&client(1 << 7));
+        assert_eq!(h.status(), &HandshakeStatus::Closed);
+        let mut h = Handshake::new(exports(), Some(0));
+        let mut input = client(1);
+        input.extend_from_slice(&[0u8; 16]);
+        h.feed(&input);
+        assert_eq!(h.status(), &HandshakeStatus::Closed);
+    }
+
+    #[test]
+    fn abort_acks_and_closes() {
+        let mut h = Handshake::new(exports(), Some(0));
+        h.take_output();
+        let mut input = client(1);
+        input.extend(option(OPT_ABORT, &[]));
+        h.feed(&input);
+        assert_eq!(replies(&h.take_output())[0].1, REP_ACK);
+        assert_eq!(h.status(), &HandshakeStatus::Closed);
+    }
+
+    #[test]
+    fn list_meta_context_lists_base_allocation() {
+        let mut h = Handshake::new(exports(), Some(0));
+        h.take_output();
+        let mut input = client(1);
+        input.extend(option(OPT_STRUCTURED_REPLY, &[]));
+        input.extend(option(OPT_LIST_META_CONTEXT, &meta_data("default", &[])));
+        input.extend(option(OPT_LIST_META_CONTEXT, &meta_data("default", &["base:"])));
+        input.extend(option(OPT_LIST_META_CONTEXT, &meta_data("default", &["other:thing"])));
+        h.feed(&input);
+        let types: Vec<u32> = replies(&h.take_output()).iter().map(|x| x.1).collect();
+        assert_eq!(types, vec![REP_ACK, REP_META_CONTEXT, REP_ACK, REP_META_CONTEXT, REP_ACK, REP_ACK]);
+    }
+
+    proptest! {
+        /// How the input is cut into reads must not change the outcome.
+        #[test]
+        fn chunking_does_not_matter(cuts in proptest::collection::vec(1usize..40, 1..30)) {
+            let mut input = client(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+            input.extend(option(OPT_STRUCTURED_REPLY, &[]));
+            input.extend(option(77, b"zz"));
+            input.extend(option(OPT_LIST, &[]));
+            input.extend(option(OPT_SET_META_CONTEXT, &meta_data("default", &["base:allocation"])));
+            input.extend(option(OPT_GO, &go_data("default", &[INFO_NAME])));
+            let mut whole = Handshake::new(exports(), Some(0));
+            whole.feed(&input);
+            let expected = whole.take_output();
+
+            let mut h = Handshake::new(exports(), Some(0));
+            let mut buf = Vec::new();
+            let mut fed = 0;
+            let mut cuts = cuts.into_iter().cycle();
+            while fed < input.len() {
+                let n = cuts.next().unwrap_or(1).min(input.len() - fed);
+                buf.extend_from_slice(&input[fed..fed + n]);
+                fed += n;
+                let used = h.feed(&buf);
+                buf.drain(..used);
+            }
+            prop_assert_eq!(h.take_output(), expected);
+            prop_assert_eq!(h.status(), whole.status());
+        }
+
+        #[test]
+        fn arbitrary_input_never_overconsumes(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut h = Handshake::new(exports(), Some(0));
+            let used = h.feed(&data);
+            prop_assert!(used <= data.len());
+        }
+    }
+}
