@@ -1,0 +1,484 @@
+//! Regular files and block devices through io_uring.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::sync::OnceLock;
+
+use io_uring::{opcode, squeue, types};
+
+use crate::{Caps, DirectMode, IoOp, IoResult, Prep, EIO, ENOSPC};
+
+/// O_DIRECT is used only when offset, length and every buffer are aligned to this.
+const DIRECT_ALIGN: u64 = 4096;
+
+/// Zeros for WRITE_ZEROES where fallocate cannot zero: one static page
+/// referenced by every iovec, so no buffer is needed.
+const ZERO_CHUNK: usize = 64 << 10;
+const ZERO_IOVS: usize = 256;
+
+#[repr(align(4096))]
+struct ZeroPage([u8; ZERO_CHUNK]);
+static ZEROS: ZeroPage = ZeroPage([0; ZERO_CHUNK]);
+
+struct ZeroIov([libc::iovec; ZERO_IOVS]);
+// SAFETY: the iovecs point at the immutable static ZEROS.
+unsafe impl Sync for ZeroIov {}
+// SAFETY: as above.
+unsafe impl Send for ZeroIov {}
+
+fn zero_iov() -> &'static [libc::iovec; ZERO_IOVS] {
+    static IOV: OnceLock<ZeroIov> = OnceLock::new();
+    &IOV.get_or_init(|| {
+        ZeroIov(
+            [libc::iovec {
+                iov_base: ZEROS.0.as_ptr() as *mut libc::c_void,
+                iov_len: ZERO_CHUNK,
+            }; ZERO_IOVS],
+        )
+    })
+    .0
+}
+
+pub(crate) struct FileLeaf {
+    buffered: File,
+    direct: Option<File>,
+    size: u64,
+    block_device: bool,
+    punch_hole: bool,
+    zero_range: bool,
+    rotational: bool,
+}
+
+fn ioctl_u64(fd: i32, req: libc::c_ulong) -> io::Result<u64> {
+    let mut v: u64 = 0;
+    // SAFETY: the ioctl writes one u64 into v.
+    let r = unsafe { libc::ioctl(fd, req, &mut v as *mut u64) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v)
+    }
+}
+
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+
+fn fallocate(fd: i32, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on our own fd.
+    let r = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, len as libc::off_t) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether an O_DIRECT read of one aligned block works on this file.
+fn direct_works(f: &File, size: u64) -> bool {
+    if size < DIRECT_ALIGN {
+        return false;
+    }
+    let layout = std::alloc::Layout::from_size_align(DIRECT_ALIGN as usize, DIRECT_ALIGN as usize);
+    let Ok(layout) = layout else { return false };
+    // SAFETY: allocation of a non-zero size, freed below.
+    let buf = unsafe { std::alloc::alloc(layout) };
+    if buf.is_null() {
+        return false;
+    }
+    // SAFETY: buf is DIRECT_ALIGN bytes, aligned.
+    let r = unsafe { libc::pread(f.as_raw_fd(), buf.cast(), DIRECT_ALIGN as usize, 0) };
+    // SAFETY: freeing what we allocated with the same layout.
+    unsafe { std::alloc::dealloc(buf, layout) };
+    r == DIRECT_ALIGN as isize
+}
+
+fn rotational(f: &File) -> bool {
+    let Ok(meta) = f.metadata() else { return false };
+    use std::os::unix::fs::MetadataExt;
+    let rdev = meta.rdev();
+    let (maj, min) = (libc::major(rdev), libc::minor(rdev));
+    std::fs::read_to_string(format!("/sys/dev/block/{maj}:{min}/queue/rotational"))
+        .map(|s| s.trim() == "1")
+        .unwrap_or(false)
+}
+
+impl FileLeaf {
+    pub fn open(path: &str, size: Option<u64>, mode: DirectMode) -> io::Result<FileLeaf> {
+        let exists = std::path::Path::new(path).exists();
+        let buffered = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(size.is_some() && !exists)
+            .truncate(false)
+            .open(path)?;
+        let ft = buffered.metadata()?.file_type();
+        let block_device = ft.is_block_device();
+        if !block_device && !ft.is_file() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file or block device"));
+        }
+        let size = if block_device {
+            ioctl_u64(buffered.as_raw_fd(), BLKGETSIZE64)?
+        } else {
+            let cur = buffered.metadata()?.len();
+            match size {
+                Some(want) if want > cur => {
+                    buffered.set_len(want)?;
+                    want
+                }
+                _ => cur,
+            }
+        };
+        let direct = match mode {
+            DirectMode::Off => None,
+            DirectMode::Auto | DirectMode::On => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(path)
+                    .ok()
+                    .filter(|f| direct_works(f, size));
+                if f.is_none() && mode == DirectMode::On {
+                    return Err(io::Error::new(io::ErrorKind::Unsupported, "O_DIRECT is not supported here (direct = \"on\")"));
+                }
+                f
+            }
+        };
+        let fd = buffered.as_raw_fd();
+        // Probe fallocate past the end of a regular file, where it changes no data.
+        let (punch_hole, zero_range) = if block_device {
+            (true, true)
+        } else {
+            let keep = libc::FALLOC_FL_KEEP_SIZE;
+            let punch = fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN).is_ok();
+            let zero = fallocate(fd, libc::FALLOC_FL_ZERO_RANGE | keep, size, DIRECT_ALIGN).is_ok();
+            if zero && punch {
+                let _ = fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN);
+            }
+            (punch, zero)
+        };
+        let rotational = block_device && rotational(&buffered);
+        Ok(FileLeaf {
+            buffered,
+            direct,
+            size,
+            block_device,
+            punch_hole,
+            zero_range,
+            rotational,
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn caps(&self) -> Caps {
+        Caps {
+            flush: true,
+            fua: true,
+            trim: self.punch_hole,
+            write_zeroes: true,
+            fast_zero: self.zero_range || self.punch_hole,
+            rotational: self.rotational,
+        }
+    }
+
+    pub fn sync(&self) -> io::Result<()> {
+        self.buffered.sync_data()
+    }
+
+    fn fd_for(&self, offset: u64, len: u32, iov: &[libc::iovec]) -> i32 {
+        let aligned = offset % DIRECT_ALIGN == 0
+            && u64::from(len) % DIRECT_ALIGN == 0
+            && iov
+                .iter()
+                .all(|v| v.iov_base as u64 % DIRECT_ALIGN == 0 && v.iov_len as u64 % DIRECT_ALIGN == 0);
+        match &self.direct {
+            Some(d) if aligned => d.as_raw_fd(),
+            _ => self.buffered.as_raw_fd(),
+        }
+    }
+
+    /// Links `sqes` into a chain whose members complete silently on success.
+    fn chain(mut sqes: Vec<squeue::Entry>) -> Prep {
+        let n = sqes.len();
+        for (i, e) in sqes.iter_mut().enumerate() {
+            if i + 1 < n {
+                *e = e.clone().flags(squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS);
+            }
+        }
+        Prep::Sqes(sqes)
+    }
+
+    fn fdatasync(&self) -> squeue::Entry {
+        opcode::Fsync::new(types::Fd(self.buffered.as_raw_fd()))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+    }
+
+    pub fn prepare(&self, op: IoOp, offset: u64, len: u32, iov: &[libc::iovec]) -> Prep {
+        let buffered = types::Fd(self.buffered.as_raw_fd());
+        let keep = libc::FALLOC_FL_KEEP_SIZE;
+        match op {
+            IoOp::Read | IoOp::Write { .. } => {
+                let fd = types::Fd(self.fd_for(offset, len, iov));
+                let e = if op == IoOp::Read {
+                    opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(offset).build()
+                } else {
+                    let fua = matches!(op, IoOp::Write { fua: true });
+                    opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
+                        .offset(offset)
+                        .rw_flags(if fua { libc::RWF_DSYNC } else { 0 })
+                        .build()
+                };
+                Prep::Sqes(vec![e])
+            }
+            IoOp::Flush => Prep::Sqes(vec![self.fdatasync()]),
+            IoOp::Cache => Prep::Done(IoResult::Ok),
+            IoOp::Trim { fua } => {
+                if !self.punch_hole {
+                    // Trim is advisory: doing nothing is a valid trim.
+                    return Prep::Done(IoResult::Ok);
+                }
+                let mut v = vec![opcode::Fallocate::new(buffered, u64::from(len))
+                    .offset(offset)
+                    .mode(libc::FALLOC_FL_PUNCH_HOLE | keep)
+                    .build()];
+                if fua {
+                    v.push(self.fdatasync());
+                }
+                Self::chain(v)
+            }
+            IoOp::WriteZeroes { may_trim, fua } => {
+                let mode = if may_trim && self.punch_hole {
+                    Some(libc::FALLOC_FL_PUNCH_HOLE | keep)
+                } else if self.zero_range {
+                    Some(libc::FALLOC_FL_ZERO_RANGE | keep)
+                } else {
+                    None
+                };
+                let mut v = match mode {
+                    Some(mode) => vec![opcode::Fallocate::new(buffered, u64::from(len))
+                        .offset(offset)
+                        .mode(mode)
+                        .build()],
+                    None => self.zero_writes(offset, len),
+                };
+                if fua {
+                    v.push(self.fdatasync());
+                }
+                Self::chain(v)
+            }
+        }
+    }
+
+    /// WRITE_ZEROES by writing zeros, in writes of up to 16 MiB.
+    fn zero_writes(&self, mut offset: u64, len: u32) -> Vec<squeue::Entry> {
+        let fd = types::Fd(self.buffered.as_raw_fd());
+        let iov = zero_iov();
+        let mut left = len as usize;
+        let mut v = Vec::new();
+        while left > 0 {
+            let n = left.min(ZERO_CHUNK * ZERO_IOVS);
+            let full = n / ZERO_CHUNK;
+            let tail = n % ZERO_CHUNK;
+            if full > 0 {
+                v.push(opcode::Writev::new(fd, iov.as_ptr(), full as u32).offset(offset).build());
+            }
+            if tail > 0 {
+                let off = offset + (full * ZERO_CHUNK) as u64;
+                v.push(opcode::Write::new(fd, ZEROS.0.as_ptr(), tail as u32).offset(off).build());
+            }
+            offset += n as u64;
+            left -= n;
+        }
+        v
+    }
+
+    pub fn complete(&self, op: IoOp, len: u32, iov: &[libc::iovec], res: i32) -> IoResult {
+        if res < 0 {
+            return IoResult::Err(match -res {
+                libc::ENOSPC | libc::EDQUOT | libc::EFBIG => ENOSPC,
+                _ => EIO,
+            });
+        }
+        match op {
+            IoOp::Read if (res as u32) < len => {
+                // Past the end of a regular file smaller than its bdev: zeros.
+                // Any other short read is an error rather than silent garbage.
+                if self.block_device {
+                    return IoResult::Err(EIO);
+                }
+                let mut skip = res as usize;
+                for v in iov {
+                    if skip >= v.iov_len {
+                        skip -= v.iov_len;
+                        continue;
+                    }
+                    // SAFETY: zeroing the unread tail of the caller's buffer.
+                    unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>().add(skip), 0, v.iov_len - skip) };
+                    skip = 0;
+                }
+                IoResult::Ok
+            }
+            IoOp::Write { .. } if (res as u32) < len => IoResult::Err(EIO),
+            _ => IoResult::Ok,
+        }
+    }
+
+    /// Allocation map from SEEK_DATA/SEEK_HOLE; block devices report data.
+    pub fn block_status(&self, offset: u64, len: u32) -> Vec<(u32, u32)> {
+        const HOLE: u32 = 1 | 2; // NBD_STATE_HOLE | NBD_STATE_ZERO
+        if self.block_device {
+            return vec![(len, 0)];
+        }
+        let fd = self.buffered.as_raw_fd();
+        let end = offset + u64::from(len);
+        let mut pos = offset;
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        while pos < end && out.len() < 256 {
+            // SAFETY: lseek on our own fd.
+            let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+            let (flags, next) = if data < 0 {
+                if io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                    (HOLE, end) // only a hole up to EOF
+                } else {
+                    (0, end) // no SEEK_DATA support: say data
+                }
+            } else if data as u64 > pos {
+                (HOLE, data as u64)
+            } else {
+                // SAFETY: lseek on our own fd.
+                let hole = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_HOLE) };
+                (0, if hole < 0 { end } else { hole as u64 })
+            };
+            let next = next.clamp(pos + 1, end);
+            let n = (next - pos) as u32;
+            match out.last_mut() {
+                Some(last) if last.1 == flags => last.0 += n,
+                _ => out.push((n, flags)),
+            }
+            pos = next;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use io_uring::IoUring;
+
+    struct Aligned(Vec<u8>, usize);
+    impl Aligned {
+        fn new(len: usize) -> Aligned {
+            let v = vec![0u8; len + 4096];
+            let off = (4096 - v.as_ptr() as usize % 4096) % 4096;
+            Aligned(v, off)
+        }
+        fn slice(&mut self, len: usize) -> &mut [u8] {
+            let o = self.1;
+            &mut self.0[o..o + len]
+        }
+    }
+
+    /// Runs a prepared IO to completion on a private ring.
+    fn run(f: &FileLeaf, op: IoOp, offset: u64, buf: &mut [u8]) -> IoResult {
+        let iov = [libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        }];
+        let len = buf.len() as u32;
+        match f.prepare(op, offset, len, &iov) {
+            Prep::Done(r) => r,
+            Prep::Sqes(sqes) => {
+                let mut ring = IoUring::new(64).expect("io_uring");
+                let n = sqes.len();
+                for (i, e) in sqes.into_iter().enumerate() {
+                    let ud = if i + 1 == n { 1 } else { 0 };
+                    // SAFETY: buffers live until the wait below completes.
+                    unsafe { ring.submission().push(&e.user_data(ud)).expect("sq") };
+                }
+                loop {
+                    ring.submit_and_wait(1).expect("submit");
+                    let cqes: Vec<_> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
+                    if let Some((_, res)) = cqes.iter().find(|c| c.0 == 1) {
+                        return f.complete(op, len, &iov, *res);
+                    }
+                }
+            }
+        }
+    }
+
+    fn exercise(dir: &str) {
+        let Ok(tmp) = tempfile::Builder::new().prefix("iopace-bdev").tempfile_in(dir) else {
+            eprintln!("skipping {dir}: not writable");
+            return;
+        };
+        let path = tmp.path().to_str().expect("utf8 path").to_string();
+        let f = FileLeaf::open(&path, Some(1 << 20), DirectMode::Auto).expect("open");
+        assert_eq!(f.size(), 1 << 20);
+        let mut a = Aligned::new(8192);
+        // Aligned (O_DIRECT where supported) write with FUA, then read back.
+        a.slice(8192).fill(0x11);
+        assert_eq!(run(&f, IoOp::Write { fua: true }, 8192, a.slice(8192)), IoResult::Ok);
+        a.slice(8192).fill(0);
+        assert_eq!(run(&f, IoOp::Read, 8192, a.slice(8192)), IoResult::Ok);
+        assert!(a.slice(8192).iter().all(|b| *b == 0x11));
+        // Unaligned IO takes the buffered path.
+        let mut odd = vec![0x22u8; 1000];
+        assert_eq!(run(&f, IoOp::Write { fua: false }, 8193, &mut odd), IoResult::Ok);
+        odd.fill(0);
+        assert_eq!(run(&f, IoOp::Read, 8193, &mut odd), IoResult::Ok);
+        assert!(odd.iter().all(|b| *b == 0x22));
+        assert_eq!(run(&f, IoOp::Flush, 0, &mut []), IoResult::Ok);
+        // Write-zeroes and trim leave zeros behind.
+        let mut z = vec![0u8; 4096];
+        assert_eq!(run(&f, IoOp::WriteZeroes { may_trim: false, fua: true }, 8192, &mut z), IoResult::Ok);
+        let mut back = vec![1u8; 4096];
+        run(&f, IoOp::Read, 8192, &mut back);
+        assert!(back.iter().all(|b| *b == 0));
+        if f.caps().trim {
+            run(&f, IoOp::Trim { fua: false }, 12288, &mut z);
+            let mut back = vec![1u8; 4096];
+            run(&f, IoOp::Read, 12288, &mut back);
+            assert!(back.iter().all(|b| *b == 0));
+        }
+        // The zero-write fallback works too.
+        let mut no_falloc = FileLeaf::open(&path, None, DirectMode::Off).expect("open");
+        no_falloc.punch_hole = false;
+        no_falloc.zero_range = false;
+        let mut ones = vec![1u8; 100_000];
+        run(&no_falloc, IoOp::Write { fua: false }, 0, &mut ones);
+        let mut z = vec![0u8; 100_000];
+        assert_eq!(run(&no_falloc, IoOp::WriteZeroes { may_trim: true, fua: true }, 0, &mut z), IoResult::Ok);
+        run(&no_falloc, IoOp::Read, 0, &mut ones);
+        assert!(ones.iter().all(|b| *b == 0));
+        // Block status finds data and holes.
+        let st = f.block_status(0, 1 << 20);
+        let total: u64 = st.iter().map(|e| u64::from(e.0)).sum();
+        assert_eq!(total, 1 << 20);
+    }
+
+    #[test]
+    fn file_io_on_disk_filesystem() {
+        exercise("/var/tmp");
+    }
+
+    #[test]
+    fn file_io_on_tmpfs_without_o_direct() {
+        exercise("/dev/shm");
+    }
+
+    #[test]
+    fn direct_on_fails_cleanly_where_unsupported() {
+        let Ok(tmp) = tempfile::Builder::new().tempfile_in("/dev/shm") else { return };
+        let path = tmp.path().to_str().expect("utf8").to_string();
+        let r = FileLeaf::open(&path, Some(1 << 20), DirectMode::On);
+        if let Err(e) = r {
+            assert!(e.to_string().contains("O_DIRECT"), "{e}");
+        }
+    }
+}
