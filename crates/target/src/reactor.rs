@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bdev::{IoOp, IoRequest, IoResult, Prep};
+use bdev::{IoOp, IoResult, Prep};
 use io_uring::{opcode, squeue, types, IoUring};
 use pace::pool::{Alloc, BufId, ReactorBufs, SharedPool};
 use pace::stats::ReqState;
@@ -77,6 +77,11 @@ fn ud(kind: u64, gen: u32, index: u32) -> u64 {
     (kind << 56) | ((u64::from(gen) & 0xff_ffff) << 32) | u64::from(index)
 }
 
+/// Generation field of a bdev SQE: the last of its chain, or an earlier one
+/// (which completes only on error).
+const CHAIN_TAIL: u32 = 0;
+const CHAIN_LINK: u32 = 1;
+
 fn ud_parts(v: u64) -> (u64, u32, u32) {
     (v >> 56, ((v >> 32) & 0xff_ffff) as u32, v as u32)
 }
@@ -137,7 +142,7 @@ impl Reactor {
         let bufs = pool.register_reactor(Box::new(move || waker_handle.wake()));
         let reqs = (0..settings.max_requests).map(|_| Req::default()).collect();
         let free_reqs = (0..settings.max_requests).rev().collect();
-        let stats = StatsCollector::new(settings.id, &catalog);
+        let stats = StatsCollector::new(settings.id, &catalog, pool.buffer_size());
         Ok(Reactor {
             id: settings.id,
             ring,
@@ -254,7 +259,7 @@ impl Reactor {
             }
             UD_RECV => self.on_recv(index, gen, res),
             UD_SEND => self.on_send(index, gen, res),
-            UD_BDEV => self.on_bdev_cqe(index, res),
+            UD_BDEV => self.on_bdev_cqe(index, gen, res),
             _ => tracing::error!(reactor = self.id, user_data, "unknown completion"),
         }
     }
@@ -657,9 +662,12 @@ impl Reactor {
             Command::Read => IoOp::Read,
             Command::Write => IoOp::Write { fua: req.flags & proto::CMD_FLAG_FUA != 0 },
             Command::Flush => IoOp::Flush,
-            Command::Trim => IoOp::Trim,
+            Command::Trim => IoOp::Trim {
+                fua: req.flags & proto::CMD_FLAG_FUA != 0,
+            },
             Command::WriteZeroes => IoOp::WriteZeroes {
                 may_trim: req.flags & proto::CMD_FLAG_NO_HOLE == 0,
+                fua: req.flags & proto::CMD_FLAG_FUA != 0,
             },
             Command::Cache => IoOp::Cache,
             Command::BlockStatus => {
@@ -678,26 +686,37 @@ impl Reactor {
             }
         };
         req.op = Some(op);
+        req.chain_error = None;
         let io = req.io_request(op);
         // SAFETY: the iovecs point at pool buffers this request owns until
         // it is released, which happens only after the bdev completes.
-        let prep = unsafe { dev.prepare(&io, ud(UD_BDEV, 0, slot)) };
+        let prep = unsafe { dev.prepare(&io) };
         match prep {
             Prep::Done(result) => self.bdev_done(slot, result),
             Prep::Sqes(sqes) => {
-                for sqe in sqes {
-                    self.push_sqe(sqe);
+                let last = sqes.len().saturating_sub(1);
+                for (i, sqe) in sqes.into_iter().enumerate() {
+                    let link = if i == last { CHAIN_TAIL } else { CHAIN_LINK };
+                    self.push_sqe(sqe.user_data(ud(UD_BDEV, link, slot)));
                 }
             }
         }
     }
 
-    fn on_bdev_cqe(&mut self, slot: u32, res: i32) {
-        let req = &self.reqs[slot as usize];
+    fn on_bdev_cqe(&mut self, slot: u32, link: u32, res: i32) {
+        let req = &mut self.reqs[slot as usize];
         let Some(op) = req.op else { return };
         let dev = self.catalog.exports[req.export as usize].bdev.clone();
         let io = req.io_request(op);
-        let result = dev.complete(&io, res);
+        if link == CHAIN_LINK {
+            // An earlier SQE of a chain failed; the tail still completes (cancelled).
+            req.chain_error = Some(dev.complete(&io, res));
+            return;
+        }
+        let result = match req.chain_error.take() {
+            Some(e) => e,
+            None => dev.complete(&io, res),
+        };
         self.bdev_done(slot, result);
     }
 

@@ -32,6 +32,8 @@ pub struct Req {
     pub t_start: Nanos,
     pub t_submit: Nanos,
     pub op: Option<IoOp>,
+    /// Error from an earlier SQE of a linked chain.
+    pub chain_error: Option<bdev::IoResult>,
     /// The reply carries `len` bytes of data after the header.
     pub data_reply: bool,
 }
@@ -58,6 +60,7 @@ impl Default for Req {
             t_start: 0,
             t_submit: 0,
             op: None,
+            chain_error: None,
             data_reply: false,
         }
     }
