@@ -1,0 +1,184 @@
+//! Real NBD clients against the real binary: nbdinfo, nbdcopy, fio, qemu-img, qemu-io.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[test]
+fn nbdinfo_shows_advertised_features() {
+    require("nbdinfo", "libnbd-bin");
+    let server = Server::malloc();
+    let out = run(Command::new("nbdinfo").args(["--json", &server.unix_uri("default")]), LIMIT);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nbdinfo JSON");
+    assert_eq!(v["structured"], true, "{v:#}");
+    let e = &v["exports"][0];
+    for key in ["can_flush", "can_fua", "can_trim", "can_zero", "can_multi_conn", "can_fast_zero", "can_cache"] {
+        assert_eq!(e[key], true, "{key} in {e:#}");
+    }
+    assert_eq!(e["is_read_only"], false);
+    assert_eq!(e["export-size"], 512u64 << 20);
+    let contexts = e["contexts"].as_array().expect("contexts");
+    assert!(contexts.iter().any(|c| c == "base:allocation"), "{e:#}");
+    // The read-only export says so, over TCP too.
+    let out = run(Command::new("nbdinfo").args(["--json", &server.tcp_uri("ro")]), LIMIT);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nbdinfo JSON");
+    assert_eq!(v["exports"][0]["is_read_only"], true);
+    // --list shows every export.
+    let out = run(Command::new("nbdinfo").args(["--list", "--json", &server.unix_uri("")]), LIMIT);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nbdinfo JSON");
+    assert_eq!(v["exports"].as_array().map(Vec::len), Some(2), "{v:#}");
+}
+
+#[test]
+fn nbdcopy_roundtrip_256mib_is_byte_identical() {
+    require("nbdcopy", "libnbd-bin");
+    let server = Server::start(
+        "[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"256MiB\"\n[[export]]\nname = \"default\"\nbdev = \"m\"\n",
+    );
+    let src = server.dir.path().join("src.bin");
+    let back = server.dir.path().join("back.bin");
+    random_file(&src, 256 << 20, 42);
+    run(Command::new("nbdcopy").arg(&src).arg(server.unix_uri("default")), LIMIT);
+    run(
+        Command::new("nbdcopy")
+            .args(["--connections=4", "--flush"])
+            .arg(server.tcp_uri("default"))
+            .arg(&back),
+        LIMIT,
+    );
+    let a = std::fs::read(&src).expect("src");
+    let b = std::fs::read(&back).expect("back");
+    assert_eq!(a.len(), b.len());
+    assert!(a == b, "data read back differs from data written");
+    server.assert_quiescent(256);
+}
+
+fn fio_verify(uri: &str, dir: &std::path::Path, name: &str) {
+    let out_json = dir.join(format!("{name}.json"));
+    run(
+        Command::new("fio")
+            .args([
+                "--name",
+                name,
+                "--ioengine=nbd",
+                &format!("--uri={uri}"),
+                "--rw=randwrite",
+                "--bs=4k",
+                "--bssplit=4k/60:64k/30:256k/10",
+                "--iodepth=32",
+                "--size=48m",
+                "--verify=crc32c",
+                "--do_verify=1",
+                "--verify_fatal=1",
+                "--output-format=json",
+            ])
+            .arg(format!("--output={}", out_json.display())),
+        LIMIT,
+    );
+    let text = std::fs::read_to_string(&out_json).expect("fio output");
+    let json = &text[text.find('{').expect("fio JSON")..];
+    let v: serde_json::Value = serde_json::from_str(json).expect("fio JSON parses");
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"], 0, "{job:#}");
+    assert!(job["write"]["io_bytes"].as_u64().unwrap_or(0) >= 48 << 20, "{job:#}");
+    assert!(job["read"]["io_bytes"].as_u64().unwrap_or(0) >= 48 << 20, "verify read: {job:#}");
+}
+
+#[test]
+fn fio_verify_malloc_over_tcp_and_unix() {
+    require("fio", "fio");
+    let server = Server::malloc();
+    fio_verify(&server.unix_uri("default"), server.dir.path(), "unix");
+    fio_verify(&server.tcp_uri("default"), server.dir.path(), "tcp");
+    server.assert_quiescent(256);
+}
+
+#[test]
+fn fio_verify_file_bdev_over_tcp_and_unix() {
+    require("fio", "fio");
+    let img = tempfile::Builder::new()
+        .prefix("iopace-it-file")
+        .tempfile_in("/var/tmp")
+        .expect("temp file on a disk filesystem");
+    let body = format!(
+        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"128MiB\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
+        img.path().display()
+    );
+    let server = Server::start(&body);
+    fio_verify(&server.unix_uri("default"), server.dir.path(), "unix");
+    fio_verify(&server.tcp_uri("default"), server.dir.path(), "tcp");
+    server.assert_quiescent(256);
+    assert!(server.stop().success());
+}
+
+#[test]
+fn qemu_img_convert_and_compare() {
+    require("qemu-img", "qemu-utils");
+    let server = Server::malloc();
+    let src = server.dir.path().join("src.raw");
+    let qcow = server.dir.path().join("src.qcow2");
+    let back = server.dir.path().join("back.qcow2");
+    random_file(&src, 32 << 20, 7);
+    run(Command::new("qemu-img").args(["convert", "-f", "raw", "-O", "qcow2"]).arg(&src).arg(&qcow), LIMIT);
+    // Into the export (raw over NBD), and back out to a new qcow2.
+    run(
+        Command::new("qemu-img")
+            .args(["convert", "-n", "-f", "qcow2", "-O", "raw"])
+            .arg(&qcow)
+            .arg(server.tcp_uri("default")),
+        LIMIT,
+    );
+    run(
+        Command::new("qemu-img")
+            .args(["convert", "-f", "raw", "-O", "qcow2"])
+            .arg(server.unix_uri("default"))
+            .arg(&back),
+        LIMIT,
+    );
+    // The first 32 MiB must match; the rest of the export reads as zeros.
+    let out = run(
+        Command::new("qemu-img").args(["compare", "-f", "qcow2", "-F", "qcow2"]).arg(&qcow).arg(&back),
+        LIMIT,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("identical") || text.contains("Images are identical"), "{text}");
+}
+
+#[test]
+fn qemu_io_trim_and_write_zeroes_read_back_zeros() {
+    require("qemu-io", "qemu-utils");
+    let server = Server::malloc();
+    let uri = server.tcp_uri("default");
+    let out = run(
+        Command::new("qemu-io").args([
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0x5a 0 1M",
+            "-c",
+            "read -P 0x5a 0 1M",
+            "-c",
+            "discard 0 64k",
+            "-c",
+            "write -z 64k 64k",
+            "-c",
+            "write -z -u 128k 64k",
+            "-c",
+            "read -P 0 0 192k",
+            "-c",
+            "read -P 0x5a 192k 832k",
+            "-c",
+            "flush",
+            &uri,
+        ]),
+        LIMIT,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!text.contains("Pattern verification failed"), "{text}");
+    assert!(!text.to_lowercase().contains("error"), "{text}");
+}

@@ -1,0 +1,372 @@
+//! Shared helpers for the integration tests: start the real `iopace` binary
+//! on private sockets, run real clients against it, read its stats.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_iopace");
+
+/// Fails the test (not skips it) when a client is missing.
+pub fn require(tool: &str, package: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(found, "`{tool}` is missing: apt-get install {package} (or run scripts/setup.sh)");
+}
+
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+pub struct Server {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub sock: PathBuf,
+    pub rpc: PathBuf,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+/// Bdevs and exports used when a test does not bring its own.
+pub const MALLOC_EXPORTS: &str = r#"
+[[bdev]]
+name = "m0"
+kind = "malloc"
+size = "512MiB"
+
+[[bdev]]
+name = "ro0"
+kind = "malloc"
+size = "16MiB"
+
+[[export]]
+name = "default"
+bdev = "m0"
+
+[[export]]
+name = "ro"
+bdev = "ro0"
+read_only = true
+"#;
+
+impl Server {
+    /// Starts `iopace serve` with `body` (bdev and export sections) and the
+    /// given buffer settings, on private sockets.
+    pub fn start_with(body: &str, buffers: &str) -> Server {
+        let dir = tempfile::Builder::new().prefix("iopace-it").tempdir().expect("tempdir");
+        let sock = dir.path().join("nbd.sock");
+        let rpc = dir.path().join("admin.sock");
+        let port = free_port();
+        let config = format!(
+            "[server]\nreactors = 2\ntcp = [\"127.0.0.1:{port}\"]\nunix = [\"{}\"]\nrpc = \"{}\"\n\n[buffers]\n{buffers}\n{body}",
+            sock.display(),
+            rpc.display()
+        );
+        let cfg_path = dir.path().join("iopace.toml");
+        std::fs::write(&cfg_path, config).expect("write config");
+        let log = dir.path().join("serve.log");
+        let child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&cfg_path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn iopace");
+        let mut s = Server {
+            child: Some(child),
+            dir,
+            sock,
+            rpc,
+            port,
+            log,
+        };
+        s.wait_ready();
+        s
+    }
+
+    pub fn start(body: &str) -> Server {
+        Server::start_with(body, "num_shared_buffers = 256\nbuf_cache_size = 8")
+    }
+
+    pub fn malloc() -> Server {
+        Server::start(MALLOC_EXPORTS)
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("iopace exited early with {st}:\n{}", self.log_text());
+            }
+            if UnixStream::connect(&self.rpc).is_ok() && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("iopace did not become ready:\n{}", self.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    pub fn unix_uri(&self, export: &str) -> String {
+        format!("nbd+unix:///{export}?socket={}", self.sock.display())
+    }
+
+    pub fn tcp_uri(&self, export: &str) -> String {
+        format!("nbd://127.0.0.1:{}/{export}", self.port)
+    }
+
+    /// One JSON-RPC call on the admin socket.
+    pub fn rpc(&self, method: &str) -> serde_json::Value {
+        let mut s = UnixStream::connect(&self.rpc).expect("connect admin socket");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        writeln!(s, "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\"}}").expect("write rpc");
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).expect("read rpc");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("rpc reply is JSON");
+        v["result"].clone()
+    }
+
+    /// Buffers held by requests across reactors, and free in the pool.
+    pub fn buffers(&self) -> (u64, u64) {
+        let stats = self.rpc("get_stats");
+        let reactors = stats["reactors"].as_array().expect("reactors array").clone();
+        let in_use = reactors.iter().map(|r| r["buffers"]["in_use"].as_u64().unwrap_or(0)).sum();
+        let free = reactors.first().map_or(0, |r| r["buffers"]["pool_free"].as_u64().unwrap_or(0));
+        (in_use, free)
+    }
+
+    /// Waits until every buffer is back in the pool and no request is in flight.
+    pub fn assert_quiescent(&self, total: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = self.rpc("get_stats");
+            let reactors = stats["reactors"].as_array().expect("reactors").clone();
+            let in_flight: u64 = reactors.iter().map(|r| r["requests_in_flight"].as_u64().unwrap_or(0)).sum();
+            let (in_use, free) = self.buffers();
+            if in_use == 0 && free == total && in_flight == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not quiescent: in_use {in_use}, free {free}/{total}, in flight {in_flight}\n{stats:#}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn stop(mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: signalling our own child by its PID.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("iopace did not stop on SIGTERM:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs a client with a time limit; panics with its output on failure.
+pub fn run(cmd: &mut Command, limit: Duration) -> Output {
+    let desc = format!("{cmd:?}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{desc}: {e}"));
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{desc} timed out after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let output = Output {
+        status,
+        stdout: t_out.join().unwrap_or_default(),
+        stderr: t_err.join().unwrap_or_default(),
+    };
+    assert!(
+        output.status.success(),
+        "{desc} failed with {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Writes `len` bytes of deterministic pseudo-random data to `path`.
+pub fn random_file(path: &Path, len: usize, seed: u64) {
+    let mut x = seed | 1;
+    let mut data = vec![0u8; len];
+    for chunk in data.chunks_mut(8) {
+        // xorshift64: fast, deterministic, incompressible enough.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+    std::fs::write(path, data).expect("write random file");
+}
+
+/// A raw NBD client for hostile-input tests: fixed newstyle, NO_ZEROES, GO.
+pub struct RawClient<S: Read + Write> {
+    pub s: S,
+}
+
+pub const REQ_MAGIC: u32 = 0x2560_9513;
+
+impl<S: Read + Write> RawClient<S> {
+    pub fn read_exact(&mut self, n: usize) -> Vec<u8> {
+        let mut v = vec![0u8; n];
+        self.s.read_exact(&mut v).expect("read from server");
+        v
+    }
+
+    /// Reads the greeting and sends client flags.
+    pub fn greet(&mut self) {
+        let g = self.read_exact(18);
+        assert_eq!(&g[..8], b"NBDMAGIC");
+        self.s.write_all(&3u32.to_be_bytes()).expect("flags");
+    }
+
+    pub fn option(&mut self, opt: u32, data: &[u8]) {
+        let mut m = 0x4948_4156_454f_5054u64.to_be_bytes().to_vec();
+        m.extend_from_slice(&opt.to_be_bytes());
+        m.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        m.extend_from_slice(data);
+        self.s.write_all(&m).expect("option");
+    }
+
+    /// Reads one option reply: (option, type, data).
+    pub fn option_reply(&mut self) -> (u32, u32, Vec<u8>) {
+        let h = self.read_exact(20);
+        let opt = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+        let typ = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
+        let len = u32::from_be_bytes([h[16], h[17], h[18], h[19]]) as usize;
+        (opt, typ, self.read_exact(len))
+    }
+
+    /// NBD_OPT_GO for `export`; returns its size.
+    pub fn go(&mut self, export: &str) -> u64 {
+        let mut d = (export.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(export.as_bytes());
+        d.extend_from_slice(&0u16.to_be_bytes());
+        self.option(7, &d);
+        let mut size = 0;
+        loop {
+            let (_, typ, data) = self.option_reply();
+            match typ {
+                3 if data.len() >= 12 && data[..2] == [0, 0] => {
+                    size = u64::from_be_bytes(data[2..10].try_into().expect("8 bytes"));
+                }
+                3 => {}
+                1 => return size,
+                other => panic!("GO failed with reply type {other:#x}"),
+            }
+        }
+    }
+
+    pub fn request(&mut self, cmd: u16, flags: u16, cookie: u64, offset: u64, len: u32) {
+        let mut m = REQ_MAGIC.to_be_bytes().to_vec();
+        m.extend_from_slice(&flags.to_be_bytes());
+        m.extend_from_slice(&cmd.to_be_bytes());
+        m.extend_from_slice(&cookie.to_be_bytes());
+        m.extend_from_slice(&offset.to_be_bytes());
+        m.extend_from_slice(&len.to_be_bytes());
+        self.s.write_all(&m).expect("request");
+    }
+
+    /// Reads a simple reply: (error, cookie).
+    pub fn simple_reply(&mut self) -> (u32, u64) {
+        let r = self.read_exact(16);
+        assert_eq!(u32::from_be_bytes([r[0], r[1], r[2], r[3]]), 0x6744_6698, "simple reply magic");
+        (
+            u32::from_be_bytes([r[4], r[5], r[6], r[7]]),
+            u64::from_be_bytes(r[8..16].try_into().expect("8 bytes")),
+        )
+    }
+}
+
+pub fn raw_unix(server: &Server, export: &str) -> RawClient<UnixStream> {
+    let s = UnixStream::connect(&server.sock).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut c = RawClient { s };
+    c.greet();
+    c.go(export);
+    c
+}
+
+pub fn raw_tcp(server: &Server, export: &str) -> RawClient<TcpStream> {
+    let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut c = RawClient { s };
+    c.greet();
+    c.go(export);
+    c
+}
+
+/// A full write-then-read check through a fresh raw connection.
+pub fn roundtrip_ok(server: &Server) {
+    let mut c = raw_unix(server, "default");
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    c.request(1, 0, 77, 1 << 20, 4096);
+    c.s.write_all(&data).expect("payload");
+    assert_eq!(c.simple_reply(), (0, 77));
+    c.request(0, 0, 78, 1 << 20, 4096);
+    assert_eq!(c.simple_reply(), (0, 78));
+    assert_eq!(c.read_exact(4096), data);
+}
