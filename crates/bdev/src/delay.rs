@@ -16,7 +16,12 @@ pub struct DelayModel {
 
 impl DelayModel {
     /// Latencies in microseconds; p99 must not be below the average.
-    pub fn new(read_avg_us: u64, read_p99_us: u64, write_avg_us: u64, write_p99_us: u64) -> Result<DelayModel, (&'static str, String)> {
+    pub fn new(
+        read_avg_us: u64,
+        read_p99_us: u64,
+        write_avg_us: u64,
+        write_p99_us: u64,
+    ) -> Result<DelayModel, (&'static str, String)> {
         let limit = 60_000_000; // a minute
         for (field, v) in [
             ("read_avg_us", read_avg_us),
@@ -29,10 +34,16 @@ impl DelayModel {
             }
         }
         if read_p99_us < read_avg_us {
-            return Err(("read_p99_us", format!("{read_p99_us} is below read_avg_us {read_avg_us}")));
+            return Err((
+                "read_p99_us",
+                format!("{read_p99_us} is below read_avg_us {read_avg_us}"),
+            ));
         }
         if write_p99_us < write_avg_us {
-            return Err(("write_p99_us", format!("{write_p99_us} is below write_avg_us {write_avg_us}")));
+            return Err((
+                "write_p99_us",
+                format!("{write_p99_us} is below write_avg_us {write_avg_us}"),
+            ));
         }
         Ok(DelayModel {
             read_avg_ns: read_avg_us * 1000,
@@ -68,7 +79,9 @@ mod tests {
         let d = DelayModel::new(1000, 5000, 200, 200).expect("valid");
         let mut rng = SmallRng::seed_from_u64(1);
         let n = 100_000;
-        let slow = (0..n).filter(|_| d.sample_ns(IoOp::Read, &mut rng) == 5_000_000).count();
+        let slow = (0..n)
+            .filter(|_| d.sample_ns(IoOp::Read, &mut rng) == 5_000_000)
+            .count();
         assert!((800..1200).contains(&slow), "{slow}");
         assert_eq!(d.sample_ns(IoOp::Write { fua: false }, &mut rng), 200_000);
         assert!(DelayModel::new(10, 5, 0, 0).is_err());

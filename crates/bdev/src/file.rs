@@ -115,7 +115,10 @@ impl FileLeaf {
         let ft = buffered.metadata()?.file_type();
         let block_device = ft.is_block_device();
         if !block_device && !ft.is_file() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file or block device"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file or block device",
+            ));
         }
         let size = if block_device {
             ioctl_u64(buffered.as_raw_fd(), BLKGETSIZE64)?
@@ -140,7 +143,10 @@ impl FileLeaf {
                     .ok()
                     .filter(|f| direct_works(f, size));
                 if f.is_none() && mode == DirectMode::On {
-                    return Err(io::Error::new(io::ErrorKind::Unsupported, "O_DIRECT is not supported here (direct = \"on\")"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "O_DIRECT is not supported here (direct = \"on\")",
+                    ));
                 }
                 f
             }
@@ -151,7 +157,8 @@ impl FileLeaf {
             (true, true)
         } else {
             let keep = libc::FALLOC_FL_KEEP_SIZE;
-            let punch = fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN).is_ok();
+            let punch =
+                fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN).is_ok();
             let zero = fallocate(fd, libc::FALLOC_FL_ZERO_RANGE | keep, size, DIRECT_ALIGN).is_ok();
             if zero && punch {
                 let _ = fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN);
@@ -190,11 +197,12 @@ impl FileLeaf {
     }
 
     fn fd_for(&self, offset: u64, len: u32, iov: &[libc::iovec]) -> i32 {
-        let aligned = offset % DIRECT_ALIGN == 0
+        let aligned = offset.is_multiple_of(DIRECT_ALIGN)
             && u64::from(len) % DIRECT_ALIGN == 0
-            && iov
-                .iter()
-                .all(|v| v.iov_base as u64 % DIRECT_ALIGN == 0 && v.iov_len as u64 % DIRECT_ALIGN == 0);
+            && iov.iter().all(|v| {
+                (v.iov_base as u64).is_multiple_of(DIRECT_ALIGN)
+                    && (v.iov_len as u64).is_multiple_of(DIRECT_ALIGN)
+            });
         match &self.direct {
             Some(d) if aligned => d.as_raw_fd(),
             _ => self.buffered.as_raw_fd(),
@@ -206,7 +214,9 @@ impl FileLeaf {
         let n = sqes.len();
         for (i, e) in sqes.iter_mut().enumerate() {
             if i + 1 < n {
-                *e = e.clone().flags(squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS);
+                *e = e
+                    .clone()
+                    .flags(squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS);
             }
         }
         Prep::Sqes(sqes)
@@ -225,7 +235,9 @@ impl FileLeaf {
             IoOp::Read | IoOp::Write { .. } => {
                 let fd = types::Fd(self.fd_for(offset, len, iov));
                 let e = if op == IoOp::Read {
-                    opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(offset).build()
+                    opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32)
+                        .offset(offset)
+                        .build()
                 } else {
                     let fua = matches!(op, IoOp::Write { fua: true });
                     opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
@@ -285,11 +297,19 @@ impl FileLeaf {
             let full = n / ZERO_CHUNK;
             let tail = n % ZERO_CHUNK;
             if full > 0 {
-                v.push(opcode::Writev::new(fd, iov.as_ptr(), full as u32).offset(offset).build());
+                v.push(
+                    opcode::Writev::new(fd, iov.as_ptr(), full as u32)
+                        .offset(offset)
+                        .build(),
+                );
             }
             if tail > 0 {
                 let off = offset + (full * ZERO_CHUNK) as u64;
-                v.push(opcode::Write::new(fd, ZEROS.0.as_ptr(), tail as u32).offset(off).build());
+                v.push(
+                    opcode::Write::new(fd, ZEROS.0.as_ptr(), tail as u32)
+                        .offset(off)
+                        .build(),
+                );
             }
             offset += n as u64;
             left -= n;
@@ -318,7 +338,13 @@ impl FileLeaf {
                         continue;
                     }
                     // SAFETY: zeroing the unread tail of the caller's buffer.
-                    unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>().add(skip), 0, v.iov_len - skip) };
+                    unsafe {
+                        std::ptr::write_bytes(
+                            v.iov_base.cast::<u8>().add(skip),
+                            0,
+                            v.iov_len - skip,
+                        )
+                    };
                     skip = 0;
                 }
                 IoResult::Ok
@@ -403,7 +429,10 @@ mod tests {
                 }
                 loop {
                     ring.submit_and_wait(1).expect("submit");
-                    let cqes: Vec<_> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
+                    let cqes: Vec<_> = ring
+                        .completion()
+                        .map(|c| (c.user_data(), c.result()))
+                        .collect();
                     if let Some((_, res)) = cqes.iter().find(|c| c.0 == 1) {
                         return f.complete(op, len, &iov, *res);
                     }
@@ -413,7 +442,10 @@ mod tests {
     }
 
     fn exercise(dir: &str) {
-        let Ok(tmp) = tempfile::Builder::new().prefix("iopace-bdev").tempfile_in(dir) else {
+        let Ok(tmp) = tempfile::Builder::new()
+            .prefix("iopace-bdev")
+            .tempfile_in(dir)
+        else {
             eprintln!("skipping {dir}: not writable");
             return;
         };
@@ -423,20 +455,37 @@ mod tests {
         let mut a = Aligned::new(8192);
         // Aligned (O_DIRECT where supported) write with FUA, then read back.
         a.slice(8192).fill(0x11);
-        assert_eq!(run(&f, IoOp::Write { fua: true }, 8192, a.slice(8192)), IoResult::Ok);
+        assert_eq!(
+            run(&f, IoOp::Write { fua: true }, 8192, a.slice(8192)),
+            IoResult::Ok
+        );
         a.slice(8192).fill(0);
         assert_eq!(run(&f, IoOp::Read, 8192, a.slice(8192)), IoResult::Ok);
         assert!(a.slice(8192).iter().all(|b| *b == 0x11));
         // Unaligned IO takes the buffered path.
         let mut odd = vec![0x22u8; 1000];
-        assert_eq!(run(&f, IoOp::Write { fua: false }, 8193, &mut odd), IoResult::Ok);
+        assert_eq!(
+            run(&f, IoOp::Write { fua: false }, 8193, &mut odd),
+            IoResult::Ok
+        );
         odd.fill(0);
         assert_eq!(run(&f, IoOp::Read, 8193, &mut odd), IoResult::Ok);
         assert!(odd.iter().all(|b| *b == 0x22));
         assert_eq!(run(&f, IoOp::Flush, 0, &mut []), IoResult::Ok);
         // Write-zeroes and trim leave zeros behind.
         let mut z = vec![0u8; 4096];
-        assert_eq!(run(&f, IoOp::WriteZeroes { may_trim: false, fua: true }, 8192, &mut z), IoResult::Ok);
+        assert_eq!(
+            run(
+                &f,
+                IoOp::WriteZeroes {
+                    may_trim: false,
+                    fua: true
+                },
+                8192,
+                &mut z
+            ),
+            IoResult::Ok
+        );
         let mut back = vec![1u8; 4096];
         run(&f, IoOp::Read, 8192, &mut back);
         assert!(back.iter().all(|b| *b == 0));
@@ -453,7 +502,18 @@ mod tests {
         let mut ones = vec![1u8; 100_000];
         run(&no_falloc, IoOp::Write { fua: false }, 0, &mut ones);
         let mut z = vec![0u8; 100_000];
-        assert_eq!(run(&no_falloc, IoOp::WriteZeroes { may_trim: true, fua: true }, 0, &mut z), IoResult::Ok);
+        assert_eq!(
+            run(
+                &no_falloc,
+                IoOp::WriteZeroes {
+                    may_trim: true,
+                    fua: true
+                },
+                0,
+                &mut z
+            ),
+            IoResult::Ok
+        );
         run(&no_falloc, IoOp::Read, 0, &mut ones);
         assert!(ones.iter().all(|b| *b == 0));
         // Block status finds data and holes.
@@ -474,7 +534,9 @@ mod tests {
 
     #[test]
     fn direct_on_fails_cleanly_where_unsupported() {
-        let Ok(tmp) = tempfile::Builder::new().tempfile_in("/dev/shm") else { return };
+        let Ok(tmp) = tempfile::Builder::new().tempfile_in("/dev/shm") else {
+            return;
+        };
         let path = tmp.path().to_str().expect("utf8").to_string();
         let r = FileLeaf::open(&path, Some(1 << 20), DirectMode::On);
         if let Err(e) = r {

@@ -114,7 +114,10 @@ pub enum IoOp {
 
 impl IoOp {
     pub fn is_write(self) -> bool {
-        matches!(self, IoOp::Write { .. } | IoOp::Trim { .. } | IoOp::WriteZeroes { .. })
+        matches!(
+            self,
+            IoOp::Write { .. } | IoOp::Trim { .. } | IoOp::WriteZeroes { .. }
+        )
     }
 }
 
@@ -227,7 +230,9 @@ impl Bdev {
                 if io.op == IoOp::Read {
                     for v in iovecs(io) {
                         // SAFETY: the caller's iovecs are writable for iov_len bytes.
-                        unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>(), *pattern, v.iov_len) };
+                        unsafe {
+                            std::ptr::write_bytes(v.iov_base.cast::<u8>(), *pattern, v.iov_len)
+                        };
                     }
                 }
                 Prep::Done(IoResult::Ok)
@@ -328,7 +333,11 @@ pub fn build(specs: &[BdevSpec]) -> Result<BdevSet, BuildError> {
         for bdev in list {
             if bdevs.contains_key(&bdev.name) {
                 let idx = specs.iter().position(|s| s.name == bdev.name).unwrap_or(0);
-                return Err(err(idx, "name", format!("bdev name `{}` is also a split part", bdev.name)));
+                return Err(err(
+                    idx,
+                    "name",
+                    format!("bdev name `{}` is also a split part", bdev.name),
+                ));
             }
             bdevs.insert(bdev.name.clone(), bdev);
         }
@@ -349,13 +358,19 @@ impl Builder<'_> {
     fn base_of(&mut self, i: usize) -> Result<Arc<Bdev>, BuildError> {
         let s = &self.specs[i];
         let Some(base) = s.base.as_deref() else {
-            return Err(err(i, "base", format!("a {:?} bdev needs a base", s.kind).to_lowercase()));
+            return Err(err(
+                i,
+                "base",
+                format!("a {:?} bdev needs a base", s.kind).to_lowercase(),
+            ));
         };
         // A split part "namepN" is found through its split's spec.
         let found = self.by_name.get(base).copied().or_else(|| {
-            self.specs
-                .iter()
-                .position(|o| o.kind == BdevKindName::Split && base.starts_with(&o.name) && base[o.name.len()..].starts_with('p'))
+            self.specs.iter().position(|o| {
+                o.kind == BdevKindName::Split
+                    && base.starts_with(&o.name)
+                    && base[o.name.len()..].starts_with('p')
+            })
         });
         let Some(j) = found else {
             return Err(err(i, "base", format!("no bdev named `{base}`")));
@@ -375,7 +390,11 @@ impl Builder<'_> {
             return Ok(b.clone());
         }
         if self.visiting.contains(&i) {
-            return Err(err(from, "base", format!("bdev `{}` is part of a base cycle", self.specs[i].name)));
+            return Err(err(
+                from,
+                "base",
+                format!("bdev `{}` is part of a base cycle", self.specs[i].name),
+            ));
         }
         self.visiting.push(i);
         let r = self.make(i);
@@ -389,14 +408,30 @@ impl Builder<'_> {
         let s = &self.specs[i];
         let block_size = match s.block_size {
             None => 512,
-            Some(ByteSize(b)) if b >= 512 && b <= 65536 && b.is_power_of_two() => b as u32,
-            Some(b) => return Err(err(i, "block_size", format!("must be a power of two from 512 to 64 KiB, got {b}"))),
+            Some(ByteSize(b)) if (512..=65536).contains(&b) && b.is_power_of_two() => b as u32,
+            Some(b) => {
+                return Err(err(
+                    i,
+                    "block_size",
+                    format!("must be a power of two from 512 to 64 KiB, got {b}"),
+                ))
+            }
         };
         let need_size = |field: &'static str| -> Result<u64, BuildError> {
             match s.size {
-                Some(ByteSize(n)) if n >= u64::from(block_size) => Ok(n / u64::from(block_size) * u64::from(block_size)),
-                Some(n) => Err(err(i, field, format!("must be at least one block ({block_size} bytes), got {n}"))),
-                None => Err(err(i, field, format!("a {} bdev needs a size", kind_name(s.kind)))),
+                Some(ByteSize(n)) if n >= u64::from(block_size) => {
+                    Ok(n / u64::from(block_size) * u64::from(block_size))
+                }
+                Some(n) => Err(err(
+                    i,
+                    field,
+                    format!("must be at least one block ({block_size} bytes), got {n}"),
+                )),
+                None => Err(err(
+                    i,
+                    field,
+                    format!("a {} bdev needs a size", kind_name(s.kind)),
+                )),
             }
         };
         let leaf_bdev = |leaf: Leaf, size: u64, caps: Caps| -> Vec<Arc<Bdev>> {
@@ -426,7 +461,8 @@ impl Builder<'_> {
             }
             BdevKindName::Malloc => {
                 let size = need_size("size")?;
-                let mem = MallocMem::new(size).map_err(|e| err(i, "size", format!("cannot map {size} bytes: {e}")))?;
+                let mem = MallocMem::new(size)
+                    .map_err(|e| err(i, "size", format!("cannot map {size} bytes: {e}")))?;
                 Ok(leaf_bdev(Leaf::Malloc(mem), size, mem_caps))
             }
             BdevKindName::File => {
@@ -438,7 +474,11 @@ impl Builder<'_> {
                     .map_err(|e| err(i, "path", format!("{path}: {e}")))?;
                 let size = f.size() / u64::from(block_size) * u64::from(block_size);
                 if size == 0 {
-                    return Err(err(i, "size", format!("{path} is empty: give a size to create it")));
+                    return Err(err(
+                        i,
+                        "size",
+                        format!("{path} is empty: give a size to create it"),
+                    ));
                 }
                 let caps = f.caps();
                 Ok(leaf_bdev(Leaf::File(f), size, caps))
@@ -452,7 +492,11 @@ impl Builder<'_> {
                 let bs = u64::from(base.block_size);
                 let part = base.size / u64::from(parts) / bs * bs;
                 if part == 0 {
-                    return Err(err(i, "parts", format!("{parts} parts of {} bytes leave nothing", base.size)));
+                    return Err(err(
+                        i,
+                        "parts",
+                        format!("{parts} parts of {} bytes leave nothing", base.size),
+                    ));
                 }
                 Ok((0..parts)
                     .map(|p| {
@@ -561,7 +605,10 @@ mod tests {
         let mut s = spec("s", BdevKindName::Split);
         s.base = Some("m".into());
         s.parts = Some(0);
-        assert_eq!(build(&[malloc("m", 1 << 20), s]).unwrap_err().field, "parts");
+        assert_eq!(
+            build(&[malloc("m", 1 << 20), s]).unwrap_err().field,
+            "parts"
+        );
 
         let mut f = spec("f", BdevKindName::File);
         f.path = Some("/nonexistent/dir/x.img".into());
@@ -586,7 +633,10 @@ mod tests {
         };
         // SAFETY: iov describes `data`, alive for the whole test.
         unsafe {
-            assert!(matches!(m.prepare(&io(IoOp::Write { fua: false }, 4096)), Prep::Done(IoResult::Ok)));
+            assert!(matches!(
+                m.prepare(&io(IoOp::Write { fua: false }, 4096)),
+                Prep::Done(IoResult::Ok)
+            ));
         }
         data.fill(0);
         unsafe {
@@ -594,7 +644,13 @@ mod tests {
         }
         assert!(data.iter().all(|b| *b == 0x5a));
         unsafe {
-            m.prepare(&io(IoOp::WriteZeroes { may_trim: true, fua: false }, 4096));
+            m.prepare(&io(
+                IoOp::WriteZeroes {
+                    may_trim: true,
+                    fua: false,
+                },
+                4096,
+            ));
             m.prepare(&io(IoOp::Read, 4096));
         }
         assert!(data.iter().all(|b| *b == 0));

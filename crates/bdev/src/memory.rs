@@ -44,7 +44,10 @@ impl MallocMem {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(MallocMem { base: base.cast(), len })
+        Ok(MallocMem {
+            base: base.cast(),
+            len,
+        })
     }
 
     fn zero(&self, offset: usize, len: usize) {
@@ -55,7 +58,11 @@ impl MallocMem {
         unsafe {
             if last > first && last - first >= 16 * PAGE {
                 std::ptr::write_bytes(self.base.add(offset), 0, first - offset);
-                libc::madvise(self.base.add(first).cast(), last - first, libc::MADV_DONTNEED);
+                libc::madvise(
+                    self.base.add(first).cast(),
+                    last - first,
+                    libc::MADV_DONTNEED,
+                );
                 std::ptr::write_bytes(self.base.add(last), 0, offset + len - last);
             } else {
                 std::ptr::write_bytes(self.base.add(offset), 0, len);
@@ -67,7 +74,10 @@ impl MallocMem {
         let Ok(mut at) = usize::try_from(offset) else {
             return IoResult::Err(crate::EINVAL);
         };
-        if at.checked_add(len as usize).is_none_or(|end| end > self.len) {
+        if at
+            .checked_add(len as usize)
+            .is_none_or(|end| end > self.len)
+        {
             return IoResult::Err(crate::EINVAL);
         }
         match op {

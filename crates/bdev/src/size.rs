@@ -13,7 +13,9 @@ impl ByteSize {
         if digits == 0 {
             return Err(format!("`{s}` is not a size like 4096, 128KiB or 1GiB"));
         }
-        let n: u64 = t[..digits].parse().map_err(|_| format!("`{s}` is too large"))?;
+        let n: u64 = t[..digits]
+            .parse()
+            .map_err(|_| format!("`{s}` is too large"))?;
         let unit = t[digits..].trim().to_ascii_lowercase();
         let shift = match unit.as_str() {
             "" | "b" => 0,
@@ -21,7 +23,12 @@ impl ByteSize {
             "m" | "mb" | "mib" => 20,
             "g" | "gb" | "gib" => 30,
             "t" | "tb" | "tib" => 40,
-            _ => return Err(format!("`{s}`: unknown unit `{}` (use KiB, MiB, GiB, TiB)", &t[digits..])),
+            _ => {
+                return Err(format!(
+                    "`{s}`: unknown unit `{}` (use KiB, MiB, GiB, TiB)",
+                    &t[digits..]
+                ))
+            }
         };
         n.checked_mul(1u64 << shift)
             .map(ByteSize)
@@ -33,7 +40,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
         for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-            if n >= 1 << shift && n % (1 << shift) == 0 {
+            if n >= 1 << shift && n.is_multiple_of(1 << shift) {
                 return write!(f, "{}{unit}", n >> shift);
             }
         }

@@ -8,7 +8,11 @@ use clap::{Args, Parser, Subcommand};
 mod stats_report;
 
 #[derive(Parser)]
-#[command(name = "iopace", version, about = "A paced NBD block-storage target on io_uring")]
+#[command(
+    name = "iopace",
+    version,
+    about = "A paced NBD block-storage target on io_uring"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -98,7 +102,11 @@ fn serve(args: ServeArgs) -> ExitCode {
             .collect();
     }
     if let Some(rpc) = args.rpc {
-        server.rpc = if is_none(&rpc.to_string_lossy()) { PathBuf::new() } else { rpc };
+        server.rpc = if is_none(&rpc.to_string_lossy()) {
+            PathBuf::new()
+        } else {
+            rpc
+        };
     }
     if let Some(n) = args.reactors {
         server.reactors = n;

@@ -14,7 +14,12 @@ pub struct StatsReply {
 pub fn render(reply: &StatsReply) -> String {
     let mut s = String::new();
     let total_conns: u64 = reply.reactors.iter().map(|r| r.connections).sum();
-    let _ = writeln!(s, "iopace target: {} reactors, {} connections", reply.reactors.len(), total_conns);
+    let _ = writeln!(
+        s,
+        "iopace target: {} reactors, {} connections",
+        reply.reactors.len(),
+        total_conns
+    );
     for r in &reply.reactors {
         let _ = writeln!(s, "Reactor {} (up {:.1} s)", r.reactor, r.uptime_s);
         let _ = writeln!(
@@ -33,9 +38,26 @@ pub fn render(reply: &StatsReply) -> String {
             .filter(|(_, c)| c.ios > 0)
             .map(|(name, c)| format!("{name} {} ({:.1} MiB)", c.ios, c.bytes as f64 / 1048576.0))
             .collect();
-        let _ = writeln!(s, "  IOs: {}", if ops.is_empty() { "none".into() } else { ops.join(", ") });
-        let states: Vec<String> = r.req_states.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = writeln!(s, "  Requests in flight: {} [{}]", r.requests_in_flight, states.join(", "));
+        let _ = writeln!(
+            s,
+            "  IOs: {}",
+            if ops.is_empty() {
+                "none".into()
+            } else {
+                ops.join(", ")
+            }
+        );
+        let states: Vec<String> = r
+            .req_states
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  Requests in flight: {} [{}]",
+            r.requests_in_flight,
+            states.join(", ")
+        );
         let b = &r.buffers;
         let _ = writeln!(
             s,
@@ -43,7 +65,11 @@ pub fn render(reply: &StatsReply) -> String {
             b.in_use, b.in_use_avg, b.in_use_max, b.in_use_avg_mib, b.in_use_max_mib, b.waits, b.cached, b.pool_free
         );
         if r.delayed_completions > 0 {
-            let _ = writeln!(s, "  Completions held by delay bdevs: {}", r.delayed_completions);
+            let _ = writeln!(
+                s,
+                "  Completions held by delay bdevs: {}",
+                r.delayed_completions
+            );
         }
         for e in &r.exports {
             let l = &e.latency;

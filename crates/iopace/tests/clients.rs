@@ -13,11 +13,22 @@ const LIMIT: Duration = Duration::from_secs(120);
 fn nbdinfo_shows_advertised_features() {
     require("nbdinfo", "libnbd-bin");
     let server = Server::malloc();
-    let out = run(Command::new("nbdinfo").args(["--json", &server.unix_uri("default")]), LIMIT);
+    let out = run(
+        Command::new("nbdinfo").args(["--json", &server.unix_uri("default")]),
+        LIMIT,
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nbdinfo JSON");
     assert_eq!(v["structured"], true, "{v:#}");
     let e = &v["exports"][0];
-    for key in ["can_flush", "can_fua", "can_trim", "can_zero", "can_multi_conn", "can_fast_zero", "can_cache"] {
+    for key in [
+        "can_flush",
+        "can_fua",
+        "can_trim",
+        "can_zero",
+        "can_multi_conn",
+        "can_fast_zero",
+        "can_cache",
+    ] {
         assert_eq!(e[key], true, "{key} in {e:#}");
     }
     assert_eq!(e["is_read_only"], false);
@@ -25,11 +36,17 @@ fn nbdinfo_shows_advertised_features() {
     let contexts = e["contexts"].as_array().expect("contexts");
     assert!(contexts.iter().any(|c| c == "base:allocation"), "{e:#}");
     // The read-only export says so, over TCP too.
-    let out = run(Command::new("nbdinfo").args(["--json", &server.tcp_uri("ro")]), LIMIT);
+    let out = run(
+        Command::new("nbdinfo").args(["--json", &server.tcp_uri("ro")]),
+        LIMIT,
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nbdinfo JSON");
     assert_eq!(v["exports"][0]["is_read_only"], true);
     // --list shows every export.
-    let out = run(Command::new("nbdinfo").args(["--list", "--json", &server.unix_uri("")]), LIMIT);
+    let out = run(
+        Command::new("nbdinfo").args(["--list", "--json", &server.unix_uri("")]),
+        LIMIT,
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nbdinfo JSON");
     assert_eq!(v["exports"].as_array().map(Vec::len), Some(2), "{v:#}");
 }
@@ -43,7 +60,12 @@ fn nbdcopy_roundtrip_256mib_is_byte_identical() {
     let src = server.dir.path().join("src.bin");
     let back = server.dir.path().join("back.bin");
     random_file(&src, 256 << 20, 42);
-    run(Command::new("nbdcopy").arg(&src).arg(server.unix_uri("default")), LIMIT);
+    run(
+        Command::new("nbdcopy")
+            .arg(&src)
+            .arg(server.unix_uri("default")),
+        LIMIT,
+    );
     run(
         Command::new("nbdcopy")
             .args(["--connections=4", "--flush"])
@@ -85,8 +107,14 @@ fn fio_verify(uri: &str, dir: &std::path::Path, name: &str) {
     let v: serde_json::Value = serde_json::from_str(json).expect("fio JSON parses");
     let job = &v["jobs"][0];
     assert_eq!(job["error"], 0, "{job:#}");
-    assert!(job["write"]["io_bytes"].as_u64().unwrap_or(0) >= 48 << 20, "{job:#}");
-    assert!(job["read"]["io_bytes"].as_u64().unwrap_or(0) >= 48 << 20, "verify read: {job:#}");
+    assert!(
+        job["write"]["io_bytes"].as_u64().unwrap_or(0) >= 48 << 20,
+        "{job:#}"
+    );
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap_or(0) >= 48 << 20,
+        "verify read: {job:#}"
+    );
 }
 
 #[test]
@@ -113,7 +141,7 @@ fn fio_verify_file_bdev_over_tcp_and_unix() {
     fio_verify(&server.unix_uri("default"), server.dir.path(), "unix");
     fio_verify(&server.tcp_uri("default"), server.dir.path(), "tcp");
     server.assert_quiescent(256);
-    assert!(server.stop().success());
+    assert!(server.stop().0.success());
 }
 
 #[test]
@@ -124,7 +152,13 @@ fn qemu_img_convert_and_compare() {
     let qcow = server.dir.path().join("src.qcow2");
     let back = server.dir.path().join("back.qcow2");
     random_file(&src, 32 << 20, 7);
-    run(Command::new("qemu-img").args(["convert", "-f", "raw", "-O", "qcow2"]).arg(&src).arg(&qcow), LIMIT);
+    run(
+        Command::new("qemu-img")
+            .args(["convert", "-f", "raw", "-O", "qcow2"])
+            .arg(&src)
+            .arg(&qcow),
+        LIMIT,
+    );
     // Into the export (raw over NBD), and back out to a new qcow2.
     run(
         Command::new("qemu-img")
@@ -142,11 +176,17 @@ fn qemu_img_convert_and_compare() {
     );
     // The first 32 MiB must match; the rest of the export reads as zeros.
     let out = run(
-        Command::new("qemu-img").args(["compare", "-f", "qcow2", "-F", "qcow2"]).arg(&qcow).arg(&back),
+        Command::new("qemu-img")
+            .args(["compare", "-f", "qcow2", "-F", "qcow2"])
+            .arg(&qcow)
+            .arg(&back),
         LIMIT,
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("identical") || text.contains("Images are identical"), "{text}");
+    assert!(
+        text.contains("identical") || text.contains("Images are identical"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -178,7 +218,8 @@ fn qemu_io_trim_and_write_zeroes_read_back_zeros() {
         ]),
         LIMIT,
     );
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(!text.contains("Pattern verification failed"), "{text}");
     assert!(!text.to_lowercase().contains("error"), "{text}");
 }

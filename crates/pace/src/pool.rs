@@ -96,7 +96,10 @@ impl Drop for SharedPool {
 
 impl SharedPool {
     pub fn new(cfg: PoolConfig) -> io::Result<Arc<SharedPool>> {
-        if cfg.buffer_size == 0 || cfg.buffer_size % 4096 != 0 || cfg.num_shared_buffers == 0 {
+        if cfg.buffer_size == 0
+            || !cfg.buffer_size.is_multiple_of(4096)
+            || cfg.num_shared_buffers == 0
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "buffer_size must be a non-zero multiple of 4096 and num_shared_buffers at least 1",
@@ -203,13 +206,17 @@ impl SharedPool {
             if inner.free.len() < n {
                 // Idle buffers may sit in caches: ask every caching reactor to return them.
                 for r in &inner.reactors {
-                    if r.cached.load(Ordering::Acquire) > 0 && !r.drain_cache.swap(true, Ordering::AcqRel) {
+                    if r.cached.load(Ordering::Acquire) > 0
+                        && !r.drain_cache.swap(true, Ordering::AcqRel)
+                    {
                         wake.push(r.clone());
                     }
                 }
                 return;
             }
-            let Some(head) = inner.waiters.pop_front() else { return };
+            let Some(head) = inner.waiters.pop_front() else {
+                return;
+            };
             let at = inner.free.len() - n;
             let bufs = inner.free.split_off(at);
             self.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -260,7 +267,9 @@ impl ReactorBufs {
     }
 
     fn set_cached(&self) {
-        self.me.cached.store(self.cache.len() as u32, Ordering::Release);
+        self.me
+            .cached
+            .store(self.cache.len() as u32, Ordering::Release);
     }
 
     /// Buffers for `len` bytes: from the cache, then the shared pool, else
@@ -328,7 +337,8 @@ impl ReactorBufs {
         }
         self.in_use = self.in_use.saturating_sub(bufs.len() as u64);
         let limit = self.pool.cfg.buf_cache_size as usize;
-        if self.pool.waiting.load(Ordering::Acquire) == 0 && self.cache.len() + bufs.len() <= limit {
+        if self.pool.waiting.load(Ordering::Acquire) == 0 && self.cache.len() + bufs.len() <= limit
+        {
             self.cache.extend_from_slice(bufs);
             self.set_cached();
             return;
@@ -347,15 +357,20 @@ impl ReactorBufs {
     /// drains the cache when waiters need it. Cheap when nothing happened.
     pub fn poll(&mut self, out: &mut Vec<(u64, Vec<BufId>)>) {
         let someone_waits = self.pool.waiting.load(Ordering::Acquire) > 0;
-        if self.me.drain_cache.swap(false, Ordering::AcqRel) || (someone_waits && !self.cache.is_empty()) {
+        if self.me.drain_cache.swap(false, Ordering::AcqRel)
+            || (someone_waits && !self.cache.is_empty())
+        {
             let cache = std::mem::take(&mut self.cache);
             self.set_cached();
             self.pool.give_back(cache);
         }
         if self.me.has_grants.swap(false, Ordering::AcqRel) {
-            let grants = std::mem::take(&mut *self.me.grants.lock().unwrap_or_else(|p| p.into_inner()));
+            let grants =
+                std::mem::take(&mut *self.me.grants.lock().unwrap_or_else(|p| p.into_inner()));
             for (token, bufs) in grants {
-                self.me.granted_pending.fetch_sub(bufs.len() as u32, Ordering::AcqRel);
+                self.me
+                    .granted_pending
+                    .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
                 self.in_use += bufs.len() as u64;
                 self.queued = self.queued.saturating_sub(1);
                 out.push((token, bufs));
@@ -372,7 +387,11 @@ impl ReactorBufs {
         {
             let mut inner = self.pool.lock();
             let id = self.id;
-            if let Some(pos) = inner.waiters.iter().position(|w| w.reactor == id && w.token == token) {
+            if let Some(pos) = inner
+                .waiters
+                .iter()
+                .position(|w| w.reactor == id && w.token == token)
+            {
                 inner.waiters.remove(pos);
                 self.pool.waiting.fetch_sub(1, Ordering::AcqRel);
                 self.queued = self.queued.saturating_sub(1);
@@ -380,7 +399,9 @@ impl ReactorBufs {
                 let mut grants = self.me.grants.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(pos) = grants.iter().position(|(t, _)| *t == token) {
                     let (_, bufs) = grants.remove(pos);
-                    self.me.granted_pending.fetch_sub(bufs.len() as u32, Ordering::AcqRel);
+                    self.me
+                        .granted_pending
+                        .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
                     self.queued = self.queued.saturating_sub(1);
                     returned = bufs;
                 }
@@ -467,7 +488,10 @@ mod tests {
         assert_eq!(b.alloc(4096, 7), Alloc::Queued);
         assert_eq!(b_woken.load(Ordering::SeqCst), 0);
         a.free(&held);
-        assert!(b_woken.load(Ordering::SeqCst) > 0, "waiter's reactor must be woken");
+        assert!(
+            b_woken.load(Ordering::SeqCst) > 0,
+            "waiter's reactor must be woken"
+        );
         let mut out = Vec::new();
         b.poll(&mut out);
         assert_eq!(out.len(), 1);
@@ -507,7 +531,10 @@ mod tests {
         a.free(&held); // all four now sit in a's cache
         assert_eq!(a.stats().cached, 4);
         assert_eq!(b.alloc(2 * 4096, 5), Alloc::Queued);
-        assert!(a_woken.load(Ordering::SeqCst) > 0, "cache holder asked to drain");
+        assert!(
+            a_woken.load(Ordering::SeqCst) > 0,
+            "cache holder asked to drain"
+        );
         let mut out = Vec::new();
         a.poll(&mut out); // a drains
         assert!(out.is_empty());

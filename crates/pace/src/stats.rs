@@ -135,7 +135,11 @@ impl LatencyHist {
             p50_us: self.percentile(50.0) as f64 / 1e3,
             p99_us: self.percentile(99.0) as f64 / 1e3,
             p999_us: self.percentile(99.9) as f64 / 1e3,
-            max_us: if self.h.is_empty() { 0.0 } else { self.h.max() as f64 / 1e3 },
+            max_us: if self.h.is_empty() {
+                0.0
+            } else {
+                self.h.max() as f64 / 1e3
+            },
         }
     }
 }
@@ -274,6 +278,9 @@ mod tests {
 
     fn serde_json_like(c: &StateCounts) -> String {
         // Avoids a serde_json dev-dependency: Debug of the names is enough here.
-        ReqState::ALL.iter().map(|s| format!("{}={}", s.name(), c.get(*s))).collect()
+        ReqState::ALL
+            .iter()
+            .map(|s| format!("{}={}", s.name(), c.get(*s)))
+            .collect()
     }
 }

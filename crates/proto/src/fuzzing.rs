@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use crate::{
-    decode_request, encode_block_status, encode_error_chunk, encode_offset_data_header, encode_simple_reply,
-    validate, ExportInfo, Handshake, HandshakeStatus, Negotiated, REQUEST_HEADER_LEN,
+    decode_request, encode_block_status, encode_error_chunk, encode_offset_data_header,
+    encode_simple_reply, validate, ExportInfo, Handshake, HandshakeStatus, Negotiated,
+    REQUEST_HEADER_LEN,
 };
 
 /// Feeds `data` to a handshake in uneven pieces, then decodes and validates
@@ -22,7 +23,10 @@ pub fn run(data: &[u8]) {
     while pos < data.len() && *h.status() == HandshakeStatus::Negotiating {
         let end = (pos + step).min(data.len());
         let used = h.feed(&data[pos..end]);
-        assert!(used <= end - pos, "handshake consumed more than it was given");
+        assert!(
+            used <= end - pos,
+            "handshake consumed more than it was given"
+        );
         if used == 0 {
             if end == data.len() {
                 break;
@@ -37,7 +41,7 @@ pub fn run(data: &[u8]) {
         HandshakeStatus::Done(n) => n,
         _ => Negotiated {
             export_index: 0,
-            structured_replies: data.len() % 2 == 0,
+            structured_replies: data.len().is_multiple_of(2),
             base_allocation: Some(1),
             no_zeroes: true,
         },

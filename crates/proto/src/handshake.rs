@@ -124,7 +124,11 @@ impl Handshake {
                     }
                     let n = (avail.len() as u64).min(left);
                     pos += n as usize;
-                    self.stage = if n == left { Stage::Options } else { Stage::Skip(left - n) };
+                    self.stage = if n == left {
+                        Stage::Options
+                    } else {
+                        Stage::Skip(left - n)
+                    };
                 }
                 Stage::Options => {
                     if avail.len() < 16 {
@@ -163,7 +167,8 @@ impl Handshake {
         self.out.extend_from_slice(&REPLY_MAGIC_OPT.to_be_bytes());
         self.out.extend_from_slice(&opt.to_be_bytes());
         self.out.extend_from_slice(&typ.to_be_bytes());
-        self.out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        self.out
+            .extend_from_slice(&(data.len() as u32).to_be_bytes());
         self.out.extend_from_slice(data);
     }
 
@@ -245,7 +250,11 @@ impl Handshake {
         };
         pos += 2;
         if data.len() != pos + 2 * n {
-            self.reply(opt, REP_ERR_INVALID, b"information request count does not match length");
+            self.reply(
+                opt,
+                REP_ERR_INVALID,
+                b"information request count does not match length",
+            );
             return;
         }
         let requested: Vec<u16> = (0..n).map(|i| be16(data, pos + 2 * i)).collect();
@@ -320,9 +329,12 @@ impl Handshake {
         // Unknown namespaces are ignored, as the spec requires; "base:" lists
         // every base context.
         let matched = if set {
-            queries.iter().any(|q| *q == BASE_ALLOCATION)
+            queries.contains(&BASE_ALLOCATION)
         } else {
-            queries.is_empty() || queries.iter().any(|q| *q == BASE_ALLOCATION || *q == "base:")
+            queries.is_empty()
+                || queries
+                    .iter()
+                    .any(|q| *q == BASE_ALLOCATION || *q == "base:")
         };
         if matched {
             let id = if set { BASE_ALLOCATION_ID } else { 0 };
@@ -402,14 +414,29 @@ mod tests {
         assert_eq!(be16(&greet, 16), FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
         let mut input = client(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
         input.extend(option(OPT_STRUCTURED_REPLY, &[]));
-        input.extend(option(OPT_SET_META_CONTEXT, &meta_data("default", &["base:allocation", "qemu:x"])));
+        input.extend(option(
+            OPT_SET_META_CONTEXT,
+            &meta_data("default", &["base:allocation", "qemu:x"]),
+        ));
         input.extend(option(OPT_GO, &go_data("", &[INFO_NAME, INFO_DESCRIPTION])));
         input.extend_from_slice(&[1, 2, 3]); // transmission bytes: not ours
         let used = h.feed(&input);
         assert_eq!(used, input.len() - 3);
         let r = replies(&h.take_output());
         let types: Vec<u32> = r.iter().map(|x| x.1).collect();
-        assert_eq!(types, vec![REP_ACK, REP_META_CONTEXT, REP_ACK, REP_INFO, REP_INFO, REP_INFO, REP_INFO, REP_ACK]);
+        assert_eq!(
+            types,
+            vec![
+                REP_ACK,
+                REP_META_CONTEXT,
+                REP_ACK,
+                REP_INFO,
+                REP_INFO,
+                REP_INFO,
+                REP_INFO,
+                REP_ACK
+            ]
+        );
         let export_info = &r[3].2;
         assert_eq!(be16(export_info, 0), INFO_EXPORT);
         let flags = be16(export_info, 10);
@@ -442,7 +469,10 @@ mod tests {
 
     #[test]
     fn export_name_sends_size_flags_and_zeroes() {
-        for (cflags, len) in [(FLAG_C_FIXED_NEWSTYLE, 10 + 124), (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES, 10)] {
+        for (cflags, len) in [
+            (FLAG_C_FIXED_NEWSTYLE, 10 + 124),
+            (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES, 10),
+        ] {
             let mut h = Handshake::new(exports(), Some(0));
             h.take_output();
             let mut input = client(cflags);
@@ -478,7 +508,10 @@ mod tests {
         let mut input = client(FLAG_C_FIXED_NEWSTYLE);
         input.extend(option(OPT_GO, &[0, 0, 0, 200, b'x'])); // name longer than data
         input.extend(option(OPT_LIST, b"x"));
-        input.extend(option(OPT_SET_META_CONTEXT, &meta_data("default", &["base:allocation"]))); // before structured
+        input.extend(option(
+            OPT_SET_META_CONTEXT,
+            &meta_data("default", &["base:allocation"]),
+        )); // before structured
         h.feed(&input);
         let r = replies(&h.take_output());
         assert!(r.iter().all(|x| x.1 == REP_ERR_INVALID), "{r:?}");
@@ -536,11 +569,27 @@ mod tests {
         let mut input = client(1);
         input.extend(option(OPT_STRUCTURED_REPLY, &[]));
         input.extend(option(OPT_LIST_META_CONTEXT, &meta_data("default", &[])));
-        input.extend(option(OPT_LIST_META_CONTEXT, &meta_data("default", &["base:"])));
-        input.extend(option(OPT_LIST_META_CONTEXT, &meta_data("default", &["other:thing"])));
+        input.extend(option(
+            OPT_LIST_META_CONTEXT,
+            &meta_data("default", &["base:"]),
+        ));
+        input.extend(option(
+            OPT_LIST_META_CONTEXT,
+            &meta_data("default", &["other:thing"]),
+        ));
         h.feed(&input);
         let types: Vec<u32> = replies(&h.take_output()).iter().map(|x| x.1).collect();
-        assert_eq!(types, vec![REP_ACK, REP_META_CONTEXT, REP_ACK, REP_META_CONTEXT, REP_ACK, REP_ACK]);
+        assert_eq!(
+            types,
+            vec![
+                REP_ACK,
+                REP_META_CONTEXT,
+                REP_ACK,
+                REP_META_CONTEXT,
+                REP_ACK,
+                REP_ACK
+            ]
+        );
     }
 
     proptest! {

@@ -10,8 +10,9 @@ mod transmission;
 pub use consts::*;
 pub use handshake::{Handshake, HandshakeStatus, Negotiated, MAX_OPTION_LEN};
 pub use transmission::{
-    decode_request, encode_block_status, encode_done, encode_error_chunk, encode_offset_data_header,
-    encode_request, encode_simple_reply, validate, Command, DecodeError, Request, REQUEST_HEADER_LEN,
+    decode_request, encode_block_status, encode_done, encode_error_chunk,
+    encode_offset_data_header, encode_request, encode_simple_reply, validate, Command, DecodeError,
+    Request, REQUEST_HEADER_LEN,
 };
 
 /// One export as the protocol describes it to clients.
@@ -69,7 +70,10 @@ impl ExportInfo {
             (structured, FLAG_SEND_DF),
             (self.can_multi_conn, FLAG_CAN_MULTI_CONN),
             (self.can_cache, FLAG_SEND_CACHE),
-            (self.can_write_zeroes && self.can_fast_zero, FLAG_SEND_FAST_ZERO),
+            (
+                self.can_write_zeroes && self.can_fast_zero,
+                FLAG_SEND_FAST_ZERO,
+            ),
         ];
         for (on, bit) in bits {
             if on {

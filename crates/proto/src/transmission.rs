@@ -168,7 +168,7 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
         return Err(EOVERFLOW);
     }
     let min = u64::from(export.min_block.max(1));
-    if req.offset % min != 0 || u64::from(req.length) % min != 0 {
+    if !req.offset.is_multiple_of(min) || u64::from(req.length) % min != 0 {
         return Err(EINVAL);
     }
     if cmd == Command::BlockStatus && req.length == 0 {
@@ -210,8 +210,20 @@ fn done_flag(done: bool) -> u16 {
 }
 
 /// OFFSET_DATA chunk header (28 bytes); `data_len` bytes of data follow it.
-pub fn encode_offset_data_header(out: &mut Vec<u8>, cookie: u64, offset: u64, data_len: u32, done: bool) {
-    chunk_header(out, done_flag(done), REPLY_TYPE_OFFSET_DATA, cookie, data_len.saturating_add(8));
+pub fn encode_offset_data_header(
+    out: &mut Vec<u8>,
+    cookie: u64,
+    offset: u64,
+    data_len: u32,
+    done: bool,
+) {
+    chunk_header(
+        out,
+        done_flag(done),
+        REPLY_TYPE_OFFSET_DATA,
+        cookie,
+        data_len.saturating_add(8),
+    );
     out.extend_from_slice(&offset.to_be_bytes());
 }
 
@@ -221,14 +233,25 @@ pub fn encode_done(out: &mut Vec<u8>, cookie: u64) {
 }
 
 /// ERROR (or ERROR_OFFSET, when `offset` is given) chunk.
-pub fn encode_error_chunk(out: &mut Vec<u8>, cookie: u64, error: u32, message: &str, offset: Option<u64>, done: bool) {
+pub fn encode_error_chunk(
+    out: &mut Vec<u8>,
+    cookie: u64,
+    error: u32,
+    message: &str,
+    offset: Option<u64>,
+    done: bool,
+) {
     // Strings are at most 4096 bytes; cut on a char boundary.
     let mut end = message.len().min(4096);
     while !message.is_char_boundary(end) {
         end -= 1;
     }
     let msg = &message.as_bytes()[..end];
-    let typ = if offset.is_some() { REPLY_TYPE_ERROR_OFFSET } else { REPLY_TYPE_ERROR };
+    let typ = if offset.is_some() {
+        REPLY_TYPE_ERROR_OFFSET
+    } else {
+        REPLY_TYPE_ERROR
+    };
     let len = 6 + msg.len() + if offset.is_some() { 8 } else { 0 };
     chunk_header(out, done_flag(done), typ, cookie, len as u32);
     out.extend_from_slice(&error.to_be_bytes());
@@ -240,9 +263,21 @@ pub fn encode_error_chunk(out: &mut Vec<u8>, cookie: u64, error: u32, message: &
 }
 
 /// BLOCK_STATUS chunk for one metadata context: (length, flags) extents.
-pub fn encode_block_status(out: &mut Vec<u8>, cookie: u64, context_id: u32, extents: &[(u32, u32)], done: bool) {
+pub fn encode_block_status(
+    out: &mut Vec<u8>,
+    cookie: u64,
+    context_id: u32,
+    extents: &[(u32, u32)],
+    done: bool,
+) {
     let len = 4 + 8 * extents.len();
-    chunk_header(out, done_flag(done), REPLY_TYPE_BLOCK_STATUS, cookie, len as u32);
+    chunk_header(
+        out,
+        done_flag(done),
+        REPLY_TYPE_BLOCK_STATUS,
+        cookie,
+        len as u32,
+    );
     out.extend_from_slice(&context_id.to_be_bytes());
     for (l, f) in extents {
         out.extend_from_slice(&l.to_be_bytes());
@@ -285,19 +320,39 @@ mod tests {
         assert_eq!(decode_request(&b[..27]), Ok(None));
         let r = decode_request(&b).expect("valid").expect("complete");
         assert_eq!(r.command, Command::Write);
-        assert_eq!((r.flags, r.cookie, r.offset, r.length), (CMD_FLAG_FUA, 7, 4096, 512));
+        assert_eq!(
+            (r.flags, r.cookie, r.offset, r.length),
+            (CMD_FLAG_FUA, 7, 4096, 512)
+        );
         assert_eq!(r.payload_len(), 512);
         b[0] ^= 0xff;
-        assert!(matches!(decode_request(&b[..4]), Err(DecodeError::BadMagic(_))));
+        assert!(matches!(
+            decode_request(&b[..4]),
+            Err(DecodeError::BadMagic(_))
+        ));
     }
 
     #[test]
     fn in_range_requests_pass() {
         assert_eq!(check(req(Command::Read, 0, 0, 4096)), Ok(()));
-        assert_eq!(check(req(Command::Write, CMD_FLAG_FUA, (1 << 20) - 4096, 4096)), Ok(()));
+        assert_eq!(
+            check(req(Command::Write, CMD_FLAG_FUA, (1 << 20) - 4096, 4096)),
+            Ok(())
+        );
         assert_eq!(check(req(Command::Flush, 0, 0, 0)), Ok(()));
-        assert_eq!(check(req(Command::WriteZeroes, CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO, 0, 8192)), Ok(()));
-        assert_eq!(check(req(Command::BlockStatus, CMD_FLAG_REQ_ONE, 0, 4096)), Ok(()));
+        assert_eq!(
+            check(req(
+                Command::WriteZeroes,
+                CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+                0,
+                8192
+            )),
+            Ok(())
+        );
+        assert_eq!(
+            check(req(Command::BlockStatus, CMD_FLAG_REQ_ONE, 0, 4096)),
+            Ok(())
+        );
         assert_eq!(check(req(Command::Read, CMD_FLAG_DF, 0, 4096)), Ok(()));
     }
 
@@ -308,7 +363,10 @@ mod tests {
         assert_eq!(check(req(Command::Read, 0, 1 << 20, 1)), Err(EINVAL));
         assert_eq!(check(req(Command::Trim, 0, 1 << 20, 4096)), Err(EINVAL));
         assert_eq!(check(req(Command::Write, 0, (1 << 20) - 1, 2)), Err(ENOSPC));
-        assert_eq!(check(req(Command::WriteZeroes, 0, 1 << 20, 4096)), Err(ENOSPC));
+        assert_eq!(
+            check(req(Command::WriteZeroes, 0, 1 << 20, 4096)),
+            Err(ENOSPC)
+        );
         // Offset + length overflowing u64 is out of range, not a wrap-around.
         assert_eq!(check(req(Command::Read, 0, u64::MAX, 4096)), Err(EINVAL));
     }
@@ -317,9 +375,17 @@ mod tests {
     fn oversize_payload_is_eoverflow() {
         let mut e = ExportInfo::simple("e", 1 << 30);
         e.max_block = 1 << 20;
-        let r = validate(&req(Command::Read, 0, 0, (1 << 20) + 1), &e, &neg(false, false));
+        let r = validate(
+            &req(Command::Read, 0, 0, (1 << 20) + 1),
+            &e,
+            &neg(false, false),
+        );
         assert_eq!(r, Err(EOVERFLOW));
-        let w = validate(&req(Command::Write, 0, 0, (1 << 20) + 1), &e, &neg(false, false));
+        let w = validate(
+            &req(Command::Write, 0, 0, (1 << 20) + 1),
+            &e,
+            &neg(false, false),
+        );
         assert_eq!(w, Err(EOVERFLOW));
         // Commands without payload may exceed the maximum payload.
         let t = validate(&req(Command::Trim, 0, 0, 8 << 20), &e, &neg(false, false));
@@ -331,9 +397,16 @@ mod tests {
         let mut e = ExportInfo::simple("e", 1 << 20);
         e.read_only = true;
         for c in [Command::Write, Command::Trim, Command::WriteZeroes] {
-            assert_eq!(validate(&req(c, 0, 0, 4096), &e, &neg(true, true)), Err(EPERM), "{c:?}");
+            assert_eq!(
+                validate(&req(c, 0, 0, 4096), &e, &neg(true, true)),
+                Err(EPERM),
+                "{c:?}"
+            );
         }
-        assert_eq!(validate(&req(Command::Read, 0, 0, 4096), &e, &neg(true, true)), Ok(()));
+        assert_eq!(
+            validate(&req(Command::Read, 0, 0, 4096), &e, &neg(true, true)),
+            Ok(())
+        );
     }
 
     #[test]
@@ -341,23 +414,56 @@ mod tests {
         assert_eq!(check(req(Command::Unknown(42), 0, 0, 0)), Err(EINVAL));
         assert_eq!(check(req(Command::Read, 1 << 9, 0, 4096)), Err(EINVAL));
         // Flags on commands they do not apply to.
-        assert_eq!(check(req(Command::Write, CMD_FLAG_NO_HOLE, 0, 4096)), Err(EINVAL));
-        assert_eq!(check(req(Command::Write, CMD_FLAG_DF, 0, 4096)), Err(EINVAL));
-        assert_eq!(check(req(Command::Read, CMD_FLAG_REQ_ONE, 0, 4096)), Err(EINVAL));
-        assert_eq!(check(req(Command::Trim, CMD_FLAG_FAST_ZERO, 0, 4096)), Err(EINVAL));
+        assert_eq!(
+            check(req(Command::Write, CMD_FLAG_NO_HOLE, 0, 4096)),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            check(req(Command::Write, CMD_FLAG_DF, 0, 4096)),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            check(req(Command::Read, CMD_FLAG_REQ_ONE, 0, 4096)),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            check(req(Command::Trim, CMD_FLAG_FAST_ZERO, 0, 4096)),
+            Err(EINVAL)
+        );
         // FUA is fine on any command once SEND_FUA was advertised...
         assert_eq!(check(req(Command::Read, CMD_FLAG_FUA, 0, 4096)), Ok(()));
         // ...and not without it.
         let mut e = ExportInfo::simple("e", 1 << 20);
         e.can_fua = false;
-        assert_eq!(validate(&req(Command::Write, CMD_FLAG_FUA, 0, 4096), &e, &neg(true, true)), Err(EINVAL));
+        assert_eq!(
+            validate(
+                &req(Command::Write, CMD_FLAG_FUA, 0, 4096),
+                &e,
+                &neg(true, true)
+            ),
+            Err(EINVAL)
+        );
     }
 
     #[test]
     fn df_needs_structured_and_block_status_needs_context() {
         let e = ExportInfo::simple("e", 1 << 20);
-        assert_eq!(validate(&req(Command::Read, CMD_FLAG_DF, 0, 4096), &e, &neg(false, false)), Err(EINVAL));
-        assert_eq!(validate(&req(Command::BlockStatus, 0, 0, 4096), &e, &neg(true, false)), Err(EINVAL));
+        assert_eq!(
+            validate(
+                &req(Command::Read, CMD_FLAG_DF, 0, 4096),
+                &e,
+                &neg(false, false)
+            ),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            validate(
+                &req(Command::BlockStatus, 0, 0, 4096),
+                &e,
+                &neg(true, false)
+            ),
+            Err(EINVAL)
+        );
         assert_eq!(check(req(Command::BlockStatus, 0, 0, 0)), Err(EINVAL));
     }
 
@@ -365,8 +471,14 @@ mod tests {
     fn misalignment_is_einval() {
         let mut e = ExportInfo::simple("e", 1 << 20);
         e.min_block = 512;
-        assert_eq!(validate(&req(Command::Read, 0, 100, 512), &e, &neg(false, false)), Err(EINVAL));
-        assert_eq!(validate(&req(Command::Write, 0, 512, 100), &e, &neg(false, false)), Err(EINVAL));
+        assert_eq!(
+            validate(&req(Command::Read, 0, 100, 512), &e, &neg(false, false)),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            validate(&req(Command::Write, 0, 512, 100), &e, &neg(false, false)),
+            Err(EINVAL)
+        );
     }
 
     #[test]
@@ -384,7 +496,13 @@ mod tests {
         encode_error_chunk(&mut b, 1, EINVAL, "bad", Some(9), true);
         assert_eq!(b.len(), 20 + 6 + 3 + 8);
         b.clear();
-        encode_block_status(&mut b, 1, 1, &[(4096, 0), (8192, STATE_HOLE | STATE_ZERO)], true);
+        encode_block_status(
+            &mut b,
+            1,
+            1,
+            &[(4096, 0), (8192, STATE_HOLE | STATE_ZERO)],
+            true,
+        );
         assert_eq!(b.len(), 20 + 4 + 16);
     }
 

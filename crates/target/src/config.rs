@@ -211,7 +211,7 @@ impl LoadedConfig {
         let c = &self.config;
         let b = &c.buffers;
         let size = b.buffer_size.0;
-        if size < 4096 || size % 4096 != 0 || size > (16 << 20) {
+        if size < 4096 || !size.is_multiple_of(4096) || size > (16 << 20) {
             return Err(self.error_at(
                 "buffers",
                 0,
@@ -287,7 +287,8 @@ impl LoadedConfig {
 
     /// The effective configuration as JSON, for the `get_config` RPC.
     pub fn to_json(&self) -> serde_json::Value {
-        let value: toml::Value = toml::from_str(&self.text).unwrap_or(toml::Value::Table(Default::default()));
+        let value: toml::Value =
+            toml::from_str(&self.text).unwrap_or(toml::Value::Table(Default::default()));
         let mut json = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
         // Report the overrides and defaults actually in force, not just the file.
         let s = &self.config.server;
@@ -401,7 +402,10 @@ mod tests {
         let e = Config::parse(text, "x.toml").unwrap_err();
         assert_eq!(e.line, Some(11), "{e}");
         assert_eq!(e.field.as_deref(), Some("export.name"));
-        assert!(e.to_string().starts_with("x.toml:11: field `export.name`"), "{e}");
+        assert!(
+            e.to_string().starts_with("x.toml:11: field `export.name`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -25,9 +25,8 @@ pub struct Catalog {
 impl Catalog {
     pub fn build(cfg: &LoadedConfig) -> Result<Catalog, ConfigError> {
         let c = &cfg.config;
-        let bdevs = bdev::build(&c.bdevs).map_err(|e| {
-            cfg.error_at("bdev", e.index, e.field, e.message.clone())
-        })?;
+        let bdevs = bdev::build(&c.bdevs)
+            .map_err(|e| cfg.error_at("bdev", e.index, e.field, e.message.clone()))?;
         let max_block = cfg.max_request_bytes();
         let mut exports = Vec::with_capacity(c.exports.len());
         for (i, e) in c.exports.iter().enumerate() {

@@ -130,7 +130,9 @@ impl Reactor {
         pool: Arc<SharedPool>,
         origin: Instant,
     ) -> io::Result<Reactor> {
-        let entries = (settings.max_requests + 1024).next_power_of_two().min(32768);
+        let entries = (settings.max_requests + 1024)
+            .next_power_of_two()
+            .min(32768);
         let ring = IoUring::builder()
             .setup_cqsize(entries * 2)
             .setup_single_issuer()
@@ -318,7 +320,9 @@ impl Reactor {
     }
 
     fn post_recv(&mut self, index: u32) {
-        let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
+        let Some(Some(c)) = self.conns.get_mut(index as usize) else {
+            return;
+        };
         if c.recv_inflight || c.closing || c.input_done || c.block != Block::None {
             return;
         }
@@ -345,7 +349,9 @@ impl Reactor {
     }
 
     fn on_recv(&mut self, index: u32, gen: u32, res: i32) {
-        let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
+        let Some(Some(c)) = self.conns.get_mut(index as usize) else {
+            return;
+        };
         if c.gen != gen {
             return;
         }
@@ -356,7 +362,12 @@ impl Reactor {
             return;
         }
         if res < 0 {
-            tracing::debug!(reactor = self.id, conn = index, "recv: {}", io::Error::from_raw_os_error(-res));
+            tracing::debug!(
+                reactor = self.id,
+                conn = index,
+                "recv: {}",
+                io::Error::from_raw_os_error(-res)
+            );
             self.begin_close(index);
             return;
         }
@@ -456,7 +467,9 @@ impl Reactor {
 
     fn process_input(&mut self, index: u32) {
         loop {
-            let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
+            let Some(Some(c)) = self.conns.get_mut(index as usize) else {
+                return;
+            };
             if c.closing || c.block != Block::None {
                 break;
             }
@@ -537,8 +550,12 @@ impl Reactor {
 
     fn accept_request(&mut self, index: u32, slot: u32, request: proto::Request) {
         let now = self.now;
-        let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
-        let Phase::Transmission { export, neg } = &c.phase else { return };
+        let Some(Some(c)) = self.conns.get_mut(index as usize) else {
+            return;
+        };
+        let Phase::Transmission { export, neg } = &c.phase else {
+            return;
+        };
         let export = *export;
         let structured = neg.structured_replies;
         let meta_context = neg.base_allocation.unwrap_or(0);
@@ -571,7 +588,8 @@ impl Reactor {
             self.complete(slot);
             return;
         }
-        let needs_buffers = matches!(request.command, Command::Read | Command::Write) && request.length > 0;
+        let needs_buffers =
+            matches!(request.command, Command::Read | Command::Write) && request.length > 0;
         if !needs_buffers {
             if request.command == Command::Write {
                 // Zero-length write: nothing to do but answer.
@@ -622,10 +640,9 @@ impl Reactor {
         let mut resume = Vec::new();
         for (token, bufs) in grants {
             let slot = token as u32;
-            let live = self
-                .reqs
-                .get(slot as usize)
-                .is_some_and(|r| r.state == ReqState::NeedBuffer && self.conn_live(r.conn, r.conn_gen));
+            let live = self.reqs.get(slot as usize).is_some_and(|r| {
+                r.state == ReqState::NeedBuffer && self.conn_live(r.conn, r.conn_gen)
+            });
             if !live {
                 self.bufs.free(&bufs);
                 continue;
@@ -660,7 +677,9 @@ impl Reactor {
         let dev = self.catalog.exports[req.export as usize].bdev.clone();
         let op = match req.command {
             Command::Read => IoOp::Read,
-            Command::Write => IoOp::Write { fua: req.flags & proto::CMD_FLAG_FUA != 0 },
+            Command::Write => IoOp::Write {
+                fua: req.flags & proto::CMD_FLAG_FUA != 0,
+            },
             Command::Flush => IoOp::Flush,
             Command::Trim => IoOp::Trim {
                 fua: req.flags & proto::CMD_FLAG_FUA != 0,
@@ -753,7 +772,8 @@ impl Reactor {
     fn complete(&mut self, slot: u32) {
         let req = &self.reqs[slot as usize];
         let (index, gen) = (req.conn, req.conn_gen);
-        let open = matches!(self.conns.get(index as usize), Some(Some(c)) if c.gen == gen && !c.closing);
+        let open =
+            matches!(self.conns.get(index as usize), Some(Some(c)) if c.gen == gen && !c.closing);
         if !open {
             self.release_req(slot);
             if self.conn_live(index, gen) {
@@ -826,7 +846,11 @@ impl Reactor {
     }
 
     fn start_send(&mut self, index: u32) {
-        let Some(c) = self.conns.get_mut(index as usize).and_then(|c| c.as_deref_mut()) else {
+        let Some(c) = self
+            .conns
+            .get_mut(index as usize)
+            .and_then(|c| c.as_deref_mut())
+        else {
             return;
         };
         if c.send_inflight || c.closing {
@@ -858,7 +882,11 @@ impl Reactor {
             }
             return;
         }
-        let Some(c) = self.conns.get_mut(index as usize).and_then(|c| c.as_deref_mut()) else {
+        let Some(c) = self
+            .conns
+            .get_mut(index as usize)
+            .and_then(|c| c.as_deref_mut())
+        else {
             return;
         };
         c.msg.msg_iov = c.send_iov.as_mut_ptr();
@@ -873,7 +901,9 @@ impl Reactor {
 
     fn on_send(&mut self, index: u32, gen: u32, res: i32) {
         let now = self.now;
-        let Some(Some(c)) = self.conns.get_mut(index as usize) else { return };
+        let Some(Some(c)) = self.conns.get_mut(index as usize) else {
+            return;
+        };
         if c.gen != gen {
             return;
         }
@@ -887,7 +917,12 @@ impl Reactor {
             return;
         }
         if res < 0 {
-            tracing::debug!(reactor = self.id, conn = index, "send: {}", io::Error::from_raw_os_error(-res));
+            tracing::debug!(
+                reactor = self.id,
+                conn = index,
+                "send: {}",
+                io::Error::from_raw_os_error(-res)
+            );
             self.begin_close(index);
             return;
         }
@@ -944,7 +979,9 @@ impl Reactor {
 
     /// True when every connection is gone (or the drain timed out).
     fn finish_drain(&mut self) -> bool {
-        let Some(since) = self.draining_since else { return false };
+        let Some(since) = self.draining_since else {
+            return false;
+        };
         let open: Vec<u32> = (0..self.conns.len() as u32)
             .filter(|&i| self.conns[i as usize].is_some())
             .collect();
@@ -952,12 +989,17 @@ impl Reactor {
             return true;
         }
         if self.now.saturating_sub(since) > self.drain_timeout.as_nanos() as u64 {
-            tracing::warn!(reactor = self.id, open = open.len(), "drain timed out; closing connections");
+            tracing::warn!(
+                reactor = self.id,
+                open = open.len(),
+                "drain timed out; closing connections"
+            );
             for index in open {
                 self.begin_close(index);
             }
             // Closed sockets complete their pending ops promptly.
-            return self.conns.iter().all(Option::is_none) || self.now.saturating_sub(since) > 2 * self.drain_timeout.as_nanos() as u64;
+            return self.conns.iter().all(Option::is_none)
+                || self.now.saturating_sub(since) > 2 * self.drain_timeout.as_nanos() as u64;
         }
         false
     }
@@ -965,7 +1007,8 @@ impl Reactor {
     fn snapshot(&mut self) -> ReactorStats {
         let now = self.clock();
         let pool = self.bufs.stats();
-        self.stats.snapshot(now, pool, self.pool.free_total(), self.timers.len())
+        self.stats
+            .snapshot(now, pool, self.pool.free_total(), self.timers.len())
     }
 }
 

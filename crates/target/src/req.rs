@@ -191,11 +191,24 @@ impl Req {
         let is_read = self.command == Command::Read;
         if self.structured && is_read {
             if self.error != 0 {
-                proto::encode_error_chunk(&mut self.hdr, self.cookie, self.error, "", Some(self.offset), true);
+                proto::encode_error_chunk(
+                    &mut self.hdr,
+                    self.cookie,
+                    self.error,
+                    "",
+                    Some(self.offset),
+                    true,
+                );
             } else if self.len == 0 {
                 proto::encode_done(&mut self.hdr, self.cookie);
             } else {
-                proto::encode_offset_data_header(&mut self.hdr, self.cookie, self.offset, self.len, true);
+                proto::encode_offset_data_header(
+                    &mut self.hdr,
+                    self.cookie,
+                    self.offset,
+                    self.len,
+                    true,
+                );
                 self.data_reply = true;
             }
         } else {
@@ -205,7 +218,12 @@ impl Req {
     }
 
     pub fn reply_len(&self) -> usize {
-        self.hdr.len() + if self.data_reply { self.len as usize } else { 0 }
+        self.hdr.len()
+            + if self.data_reply {
+                self.len as usize
+            } else {
+                0
+            }
     }
 
     /// Adds this reply's iovecs, leaving out its first `skip` bytes (already sent).
@@ -236,9 +254,11 @@ mod tests {
 
     /// A request whose data lives in plain vectors standing in for pool buffers.
     fn req_with_segments(segs: &mut [Vec<u8>]) -> Req {
-        let mut r = Req::default();
-        r.len = segs.iter().map(|s| s.len() as u32).sum();
-        r.command = Command::Write;
+        let mut r = Req {
+            len: segs.iter().map(|s| s.len() as u32).sum(),
+            command: Command::Write,
+            ..Default::default()
+        };
         for s in segs.iter_mut() {
             r.iov.push(libc::iovec {
                 iov_base: s.as_mut_ptr().cast(),
@@ -269,7 +289,10 @@ mod tests {
         let (p, len) = r.payload_target(4).expect("6 bytes left");
         assert_eq!(p as usize, base1 + 2);
         assert_eq!(len, 6);
-        assert!(r.payload_target(7).is_none(), "below the direct-recv minimum");
+        assert!(
+            r.payload_target(7).is_none(),
+            "below the direct-recv minimum"
+        );
     }
 
     #[test]
@@ -289,11 +312,13 @@ mod tests {
 
     #[test]
     fn structured_read_error_has_no_data() {
-        let mut r = Req::default();
-        r.command = Command::Read;
-        r.structured = true;
-        r.len = 4096;
-        r.error = proto::EIO;
+        let mut r = Req {
+            command: Command::Read,
+            structured: true,
+            len: 4096,
+            error: proto::EIO,
+            ..Default::default()
+        };
         r.encode_reply();
         assert!(!r.data_reply);
         assert_eq!(r.reply_len(), r.hdr.len());

@@ -59,7 +59,9 @@ fn handle_call(state: &RpcState, req: &Value) -> Result<Value, (i64, String)> {
 }
 
 fn serve_client(state: &RpcState, stream: UnixStream) {
-    let Ok(write_half) = stream.try_clone() else { return };
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
     let mut writer = std::io::BufWriter::new(write_half);
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
@@ -85,7 +87,10 @@ fn serve_client(state: &RpcState, stream: UnixStream) {
                 }
             }
         };
-        if writeln!(writer, "{reply}").and_then(|_| writer.flush()).is_err() {
+        if writeln!(writer, "{reply}")
+            .and_then(|_| writer.flush())
+            .is_err()
+        {
             return;
         }
     }
@@ -123,8 +128,12 @@ pub fn remove_stale_socket(path: &Path) {
 
 /// Client side: one call, for `iopace stats` and tests.
 pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String> {
-    let stream = UnixStream::connect(path)
-        .map_err(|e| format!("cannot connect to admin socket {}: {e} (is `iopace serve` running?)", path.display()))?;
+    let stream = UnixStream::connect(path).map_err(|e| {
+        format!(
+            "cannot connect to admin socket {}: {e} (is `iopace serve` running?)",
+            path.display()
+        )
+    })?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;

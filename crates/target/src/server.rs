@@ -94,14 +94,22 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
 
     let mut listeners = Vec::new();
     for addr in &cfg.server.tcp {
-        let l = TcpListener::bind(addr).map_err(|e| runtime(format!("cannot listen on tcp {addr}: {e}")))?;
-        tracing::info!("listening on tcp {}", l.local_addr().map_or(addr.clone(), |a| a.to_string()));
+        let l = TcpListener::bind(addr)
+            .map_err(|e| runtime(format!("cannot listen on tcp {addr}: {e}")))?;
+        tracing::info!(
+            "listening on tcp {}",
+            l.local_addr().map_or(addr.clone(), |a| a.to_string())
+        );
         listeners.push(Listener::Tcp(l));
     }
     for path in &cfg.server.unix {
         rpc::remove_stale_socket(path);
-        let l = UnixListener::bind(path)
-            .map_err(|e| runtime(format!("cannot listen on unix socket {}: {e}", path.display())))?;
+        let l = UnixListener::bind(path).map_err(|e| {
+            runtime(format!(
+                "cannot listen on unix socket {}: {e}",
+                path.display()
+            ))
+        })?;
         tracing::info!("listening on unix {}", path.display());
         listeners.push(Listener::Unix(l, path.clone()));
     }
@@ -128,17 +136,20 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         };
         let t = std::thread::Builder::new()
             .name(format!("iopace-r{id}"))
-            .spawn(move || match Reactor::new(settings, handle, catalog, pool, origin) {
-                Err(e) => {
-                    let _ = ready.send(Err(format!("reactor {id}: cannot set up io_uring: {e}")));
-                }
-                Ok(r) => {
-                    let _ = ready.send(Ok(()));
-                    if let Err(e) = r.run() {
-                        tracing::error!(reactor = id, "reactor stopped: {e}");
+            .spawn(
+                move || match Reactor::new(settings, handle, catalog, pool, origin) {
+                    Err(e) => {
+                        let _ =
+                            ready.send(Err(format!("reactor {id}: cannot set up io_uring: {e}")));
                     }
-                }
-            })
+                    Ok(r) => {
+                        let _ = ready.send(Ok(()));
+                        if let Err(e) = r.run() {
+                            tracing::error!(reactor = id, "reactor stopped: {e}");
+                        }
+                    }
+                },
+            )
             .map_err(|e| runtime(format!("spawn reactor: {e}")))?;
         threads.push(t);
     }
@@ -150,7 +161,11 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
             Err(_) => return Err(runtime("a reactor thread died during start-up")),
         }
     }
-    tracing::info!(reactors = n, exports = catalog.exports.len(), "iopace serving");
+    tracing::info!(
+        reactors = n,
+        exports = catalog.exports.len(),
+        "iopace serving"
+    );
 
     let rpc_state = Arc::new(rpc::RpcState {
         reactors: handles.clone(),
@@ -161,10 +176,12 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let rpc_thread = if rpc_path.as_os_str().is_empty() {
         None
     } else {
-        Some(
-            rpc::spawn(&rpc_path, rpc_state.clone())
-                .map_err(|e| runtime(format!("cannot listen on admin socket {}: {e}", rpc_path.display())))?,
-        )
+        Some(rpc::spawn(&rpc_path, rpc_state.clone()).map_err(|e| {
+            runtime(format!(
+                "cannot listen on admin socket {}: {e}",
+                rpc_path.display()
+            ))
+        })?)
     };
 
     let listeners: Arc<Vec<Listener>> = Arc::new(listeners);
@@ -238,6 +255,10 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         }
     }
     let free = pool.free_total();
-    tracing::info!(free_buffers = free, total = cfg.buffers.num_shared_buffers, "stopped");
+    tracing::info!(
+        free_buffers = free,
+        total = cfg.buffers.num_shared_buffers,
+        "stopped"
+    );
     Ok(())
 }

@@ -127,7 +127,11 @@ impl StatsCollector {
             buffer_waits: 0,
             states: StateCounts::default(),
             ops: Default::default(),
-            export_names: catalog.exports.iter().map(|e| e.info.name.clone()).collect(),
+            export_names: catalog
+                .exports
+                .iter()
+                .map(|e| e.info.name.clone())
+                .collect(),
             latency: catalog.exports.iter().map(|_| LatencyHist::new()).collect(),
             buffers_in_use: TimeAvg::new(0),
             buffer_size: u64::from(buffer_size),
@@ -163,7 +167,13 @@ impl StatsCollector {
         }
     }
 
-    pub fn snapshot(&mut self, now: Nanos, pool: PoolStats, pool_free: u64, timers: usize) -> ReactorStats {
+    pub fn snapshot(
+        &mut self,
+        now: Nanos,
+        pool: PoolStats,
+        pool_free: u64,
+        timers: usize,
+    ) -> ReactorStats {
         let mib = self.buffer_size as f64 / (1u64 << 20) as f64;
         let avg = self.buffers_in_use.avg(now);
         let max = self.buffers_in_use.max();

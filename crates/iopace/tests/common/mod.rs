@@ -19,7 +19,10 @@ pub fn require(tool: &str, package: &str) {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    assert!(found, "`{tool}` is missing: apt-get install {package} (or run scripts/setup.sh)");
+    assert!(
+        found,
+        "`{tool}` is missing: apt-get install {package} (or run scripts/setup.sh)"
+    );
 }
 
 pub fn free_port() -> u16 {
@@ -62,7 +65,10 @@ impl Server {
     /// Starts `iopace serve` with `body` (bdev and export sections) and the
     /// given buffer settings, on private sockets.
     pub fn start_with(body: &str, buffers: &str) -> Server {
-        let dir = tempfile::Builder::new().prefix("iopace-it").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("iopace-it")
+            .tempdir()
+            .expect("tempdir");
         let sock = dir.path().join("nbd.sock");
         let rpc = dir.path().join("admin.sock");
         let port = free_port();
@@ -104,10 +110,16 @@ impl Server {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("iopace exited early with {st}:\n{}", self.log_text());
             }
-            if UnixStream::connect(&self.rpc).is_ok() && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if UnixStream::connect(&self.rpc).is_ok()
+                && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -134,8 +146,13 @@ impl Server {
     /// One JSON-RPC call on the admin socket.
     pub fn rpc(&self, method: &str) -> serde_json::Value {
         let mut s = UnixStream::connect(&self.rpc).expect("connect admin socket");
-        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        writeln!(s, "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\"}}").expect("write rpc");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        writeln!(
+            s,
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\"}}"
+        )
+        .expect("write rpc");
         let mut line = String::new();
         BufReader::new(s).read_line(&mut line).expect("read rpc");
         let v: serde_json::Value = serde_json::from_str(&line).expect("rpc reply is JSON");
@@ -145,9 +162,17 @@ impl Server {
     /// Buffers held by requests across reactors, and free in the pool.
     pub fn buffers(&self) -> (u64, u64) {
         let stats = self.rpc("get_stats");
-        let reactors = stats["reactors"].as_array().expect("reactors array").clone();
-        let in_use = reactors.iter().map(|r| r["buffers"]["in_use"].as_u64().unwrap_or(0)).sum();
-        let free = reactors.first().map_or(0, |r| r["buffers"]["pool_free"].as_u64().unwrap_or(0));
+        let reactors = stats["reactors"]
+            .as_array()
+            .expect("reactors array")
+            .clone();
+        let in_use = reactors
+            .iter()
+            .map(|r| r["buffers"]["in_use"].as_u64().unwrap_or(0))
+            .sum();
+        let free = reactors
+            .first()
+            .map_or(0, |r| r["buffers"]["pool_free"].as_u64().unwrap_or(0));
         (in_use, free)
     }
 
@@ -157,7 +182,10 @@ impl Server {
         loop {
             let stats = self.rpc("get_stats");
             let reactors = stats["reactors"].as_array().expect("reactors").clone();
-            let in_flight: u64 = reactors.iter().map(|r| r["requests_in_flight"].as_u64().unwrap_or(0)).sum();
+            let in_flight: u64 = reactors
+                .iter()
+                .map(|r| r["requests_in_flight"].as_u64().unwrap_or(0))
+                .sum();
             let (in_use, free) = self.buffers();
             if in_use == 0 && free == total && in_flight == 0 {
                 return;
@@ -170,8 +198,8 @@ impl Server {
         }
     }
 
-    /// SIGTERM and wait; returns the exit status.
-    pub fn stop(mut self) -> ExitStatus {
+    /// SIGTERM and wait; returns the exit status and the server's log.
+    pub fn stop(mut self) -> (ExitStatus, String) {
         let mut child = self.child.take().expect("running");
         // SAFETY: signalling our own child by its PID.
         unsafe {
@@ -180,7 +208,7 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(st) = child.try_wait().expect("wait") {
-                return st;
+                return (st, self.log_text());
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
@@ -333,7 +361,11 @@ impl<S: Read + Write> RawClient<S> {
     /// Reads a simple reply: (error, cookie).
     pub fn simple_reply(&mut self) -> (u32, u64) {
         let r = self.read_exact(16);
-        assert_eq!(u32::from_be_bytes([r[0], r[1], r[2], r[3]]), 0x6744_6698, "simple reply magic");
+        assert_eq!(
+            u32::from_be_bytes([r[0], r[1], r[2], r[3]]),
+            0x6744_6698,
+            "simple reply magic"
+        );
         (
             u32::from_be_bytes([r[4], r[5], r[6], r[7]]),
             u64::from_be_bytes(r[8..16].try_into().expect("8 bytes")),
@@ -343,7 +375,8 @@ impl<S: Read + Write> RawClient<S> {
 
 pub fn raw_unix(server: &Server, export: &str) -> RawClient<UnixStream> {
     let s = UnixStream::connect(&server.sock).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     let mut c = RawClient { s };
     c.greet();
     c.go(export);
@@ -352,7 +385,8 @@ pub fn raw_unix(server: &Server, export: &str) -> RawClient<UnixStream> {
 
 pub fn raw_tcp(server: &Server, export: &str) -> RawClient<TcpStream> {
     let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     let mut c = RawClient { s };
     c.greet();
     c.go(export);
