@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Peer benchmark: iopace against nbdkit and qemu-nbd, same fio nbd jobs, one run.
+
+Servers are started and stopped by PID for each (server, transport) pair;
+the order of servers alternates between repetitions. Each point reports
+IOPS, MiB/s, average and p99 latency, and the server's CPU time per IO
+(utime+stime from /proc/PID/stat over the job).
+
+Environment knobs (all optional):
+  REPS=3 RUNTIME=5 SIZE=256m
+  SERVERS="iopace-malloc iopace-null nbdkit-memory qemu-nbd-null"
+          (also: iopace-file nbdkit-file qemu-nbd-file)
+  TRANSPORTS="unix tcp"
+  JOBS="randread:4k:1 randread:4k:32 randread:4k:128 randwrite:4k:1 randwrite:4k:32 randwrite:4k:128 randread:128k:32"
+  OUT=bench-out/peers-<timestamp>  IOPACE=target/release/iopace  FILE_DIR=/var/tmp
+"""
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IOPACE = os.environ.get("IOPACE", os.path.join(ROOT, "target/release/iopace"))
+REPS = int(os.environ.get("REPS", "3"))
+RUNTIME = int(os.environ.get("RUNTIME", "5"))
+SIZE = os.environ.get("SIZE", "256m")
+SERVERS = os.environ.get("SERVERS", "iopace-malloc iopace-null nbdkit-memory qemu-nbd-null").split()
+TRANSPORTS = os.environ.get("TRANSPORTS", "unix tcp").split()
+JOBS = os.environ.get(
+    "JOBS",
+    "randread:4k:1 randread:4k:32 randread:4k:128 randwrite:4k:1 randwrite:4k:32 randwrite:4k:128 randread:128k:32",
+).split()
+FILE_DIR = os.environ.get("FILE_DIR", "/var/tmp")
+OUT = os.environ.get("OUT", os.path.join(ROOT, "bench-out", time.strftime("peers-%Y%m%d-%H%M%S")))
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def need(tool, package):
+    if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode != 0:
+        sys.exit(f"peers: `{tool}` is missing: apt-get install {package}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+class Server:
+    """One peer server on one transport; `uri` is what fio connects to."""
+
+    def __init__(self, name, transport, work):
+        self.name, self.transport, self.work = name, transport, work
+        self.sock = os.path.join(work, f"{name}.sock")
+        self.port = free_port()
+        self.export = ""
+        self.proc = None
+        self.img = None
+
+    def argv(self):
+        listen_nbdkit = ["-U", self.sock] if self.transport == "unix" else ["-i", "127.0.0.1", "-p", str(self.port)]
+        listen_qemu = ["-k", self.sock] if self.transport == "unix" else ["-b", "127.0.0.1", "-p", str(self.port)]
+        kind = self.name.split("-", 1)[1] if self.name.startswith("iopace") else self.name.rsplit("-", 1)[1]
+        if kind == "file":
+            self.img = os.path.join(FILE_DIR, f"iopace-peers-{self.name}.img")
+            with open(self.img, "ab") as f:
+                f.truncate(1 << 30)
+        if self.name.startswith("iopace"):
+            cfg = os.path.join(self.work, f"{self.name}.toml")
+            bdev = {
+                "malloc": 'kind = "malloc"\nsize = "1GiB"',
+                "null": 'kind = "null"\nsize = "1GiB"',
+                "file": f'kind = "file"\npath = "{self.img}"',
+            }[kind]
+            tcp = f'["127.0.0.1:{self.port}"]' if self.transport == "tcp" else "[]"
+            unix = f'["{self.sock}"]' if self.transport == "unix" else "[]"
+            with open(cfg, "w") as f:
+                f.write(
+                    f'[server]\ntcp = {tcp}\nunix = {unix}\nrpc = "{self.sock}.rpc"\n'
+                    f'[[bdev]]\nname = "d"\n{bdev}\n[[export]]\nname = "bench"\nbdev = "d"\n'
+                )
+            self.export = "bench"
+            return [IOPACE, "serve", "--config", cfg]
+        if self.name.startswith("nbdkit"):
+            plugin = ["memory", "1G"] if kind == "memory" else ["file", self.img, "cache=none"]
+            return ["nbdkit", "-f", "--exit-with-parent", *listen_nbdkit, *plugin]
+        if self.name.startswith("qemu-nbd"):
+            if kind == "null":
+                image = ["--image-opts", "driver=null-co,size=1G,read-zeroes=off"]
+            else:
+                image = ["-f", "raw", "--cache=none", "--aio=io_uring", self.img]
+            return ["qemu-nbd", "-t", "-e", "8", *listen_qemu, *image]
+        raise SystemExit(f"peers: unknown server {self.name}")
+
+    @property
+    def uri(self):
+        if self.transport == "unix":
+            return f"nbd+unix:///{self.export}?socket={self.sock}"
+        return f"nbd://127.0.0.1:{self.port}/{self.export}"
+
+    def start(self):
+        argv = self.argv()
+        self.log = open(os.path.join(self.work, f"{self.name}-{self.transport}.log"), "w")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"peers: {argv} exited: see {self.log.name}")
+            try:
+                if self.transport == "unix":
+                    with socket.socket(socket.AF_UNIX) as s:
+                        s.connect(self.sock)
+                else:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        # Non-zero data everywhere fio reads, so nobody can answer with holes.
+        fio(self.uri, "write", "1m", 8, runtime=None, size=SIZE, extra=["--buffer_pattern=0x5a"])
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def fio(uri, rw, bs, qd, runtime, size=SIZE, extra=()):
+    argv = [
+        "fio", "--name=peer", "--ioengine=nbd", f"--uri={uri}", f"--rw={rw}", f"--bs={bs}",
+        f"--iodepth={qd}", f"--size={size}", "--output-format=json", *extra,
+    ]
+    if runtime:
+        argv += ["--time_based", f"--runtime={runtime}"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=(runtime or 60) + 60)
+    if out.returncode != 0:
+        raise SystemExit(f"peers: fio failed: {' '.join(argv)}\n{out.stderr}")
+    text = out.stdout
+    return json.loads(text[text.index("{"):])
+
+
+def measure(server, job):
+    rw, bs, qd = job.split(":")
+    # No ramp: the CPU counter covers exactly the IOs fio counts.
+    t0 = cpu_ticks(server.proc.pid)
+    res = fio(server.uri, rw, bs, int(qd), RUNTIME)
+    t1 = cpu_ticks(server.proc.pid)
+    side = res["jobs"][0]["read" if "read" in rw else "write"]
+    ios = side["total_ios"]
+    cpu_us = (t1 - t0) / CLK * 1e6
+    return {
+        "iops": side["iops"],
+        "mibs": side["bw"] / 1024,
+        "avg_us": side["lat_ns"]["mean"] / 1000,
+        "p99_us": side["clat_ns"]["percentile"]["99.000000"] / 1000,
+        "cpu_us_per_io": cpu_us / ios if ios else 0.0,
+        "ios": ios,
+    }
+
+
+def main():
+    need("fio", "fio")
+    for s in SERVERS:
+        if s.startswith("nbdkit"):
+            need("nbdkit", "nbdkit")
+        if s.startswith("qemu-nbd"):
+            need("qemu-nbd", "qemu-utils")
+        if s.startswith("iopace") and not os.path.exists(IOPACE):
+            sys.exit(f"peers: {IOPACE} not built: run `make release`")
+    os.makedirs(OUT, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="iopace-peers-")
+    results = {}  # (server, transport, job) -> [runs]
+    started = []
+    try:
+        for rep in range(REPS):
+            order = SERVERS if rep % 2 == 0 else list(reversed(SERVERS))
+            for transport in TRANSPORTS:
+                for name in order:
+                    srv = Server(name, transport, work)
+                    started.append(srv)
+                    srv.start()
+                    for job in JOBS:
+                        r = measure(srv, job)
+                        results.setdefault((name, transport, job), []).append(r)
+                        print(f"rep {rep + 1}/{REPS} {transport:4} {name:14} {job:16} "
+                              f"{r['iops']:9.0f} IOPS {r['mibs']:8.1f} MiB/s avg {r['avg_us']:7.1f} us "
+                              f"p99 {r['p99_us']:7.1f} us cpu/io {r['cpu_us_per_io']:5.2f} us", flush=True)
+                    srv.stop()
+    finally:
+        for s in started:
+            if s.proc and s.proc.poll() is None:
+                s.stop()
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump([{"server": k[0], "transport": k[1], "job": k[2], "runs": v} for k, v in results.items()], f, indent=1)
+    table = render(results)
+    with open(os.path.join(OUT, "table.md"), "w") as f:
+        f.write(table)
+    print()
+    print(table)
+    print(f"raw results: {OUT}/results.json")
+
+
+def render(results):
+    def cell(runs, key, fmt):
+        vals = [r[key] for r in runs]
+        med = statistics.median(vals)
+        return f"{fmt.format(med)} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
+
+    lines = [
+        f"Median of {REPS} runs (min–max); {RUNTIME} s per point; fio nbd engine, one connection.",
+        "",
+        "| transport | job | server | IOPS | MiB/s | avg lat, us | p99, us | server CPU/IO, us |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for transport in TRANSPORTS:
+        for job in JOBS:
+            for name in SERVERS:
+                runs = results.get((name, transport, job))
+                if not runs:
+                    continue
+                rw, bs, qd = job.split(":")
+                lines.append(
+                    f"| {transport} | {rw} {bs} QD{qd} | {name} | "
+                    f"{cell(runs, 'iops', '{:.0f}')} | {cell(runs, 'mibs', '{:.0f}')} | "
+                    f"{cell(runs, 'avg_us', '{:.1f}')} | {cell(runs, 'p99_us', '{:.1f}')} | "
+                    f"{cell(runs, 'cpu_us_per_io', '{:.2f}')} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
