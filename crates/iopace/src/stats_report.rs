@@ -47,10 +47,11 @@ pub fn render(reply: &StatsReply) -> String {
                 ops.join(", ")
             }
         );
-        let states: Vec<String> = r
-            .req_states
+        // Lifecycle order, not alphabetical.
+        let order = ["NEW", "PACING", "NEED_BUFFER", "EXECUTING", "TRANSFER"];
+        let states: Vec<String> = order
             .iter()
-            .map(|(k, v)| format!("{k} {v}"))
+            .map(|k| format!("{k} {}", r.req_states.get(*k).copied().unwrap_or(0)))
             .collect();
         let _ = writeln!(
             s,

@@ -190,6 +190,8 @@ impl Reactor {
             if self.draining_since.is_some() && self.finish_drain() {
                 break;
             }
+            // Buffers held stay constant while the reactor waits.
+            self.stats.sample_buffers(self.now, self.bufs.in_use());
             let timeout = self.next_timeout();
             let r = match timeout {
                 Some(ts) => {
