@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,8 @@ pub enum Msg {
 pub struct ReactorHandle {
     eventfd: OwnedFd,
     inbox: Mutex<Vec<Msg>>,
+    /// Live connections, read by the acceptor to balance reactors.
+    pub conns: AtomicUsize,
 }
 
 impl ReactorHandle {
@@ -46,6 +49,7 @@ impl ReactorHandle {
             // SAFETY: fd is a fresh descriptor nobody else owns.
             eventfd: unsafe { OwnedFd::from_raw_fd(fd) },
             inbox: Mutex::new(Vec::new()),
+            conns: AtomicUsize::new(0),
         }))
     }
 
@@ -297,6 +301,7 @@ impl Reactor {
 
     fn add_conn(&mut self, fd: OwnedFd) {
         if self.draining_since.is_some() {
+            self.handle.conns.fetch_sub(1, Ordering::Relaxed);
             return; // dropping the fd closes it
         }
         let handshake = Handshake::new(self.catalog.infos.clone(), self.catalog.default_export);
@@ -463,6 +468,7 @@ impl Reactor {
         self.conns[index as usize] = None; // drops and closes the fd
         self.free_conns.push(index);
         self.stats.conns_now -= 1;
+        self.handle.conns.fetch_sub(1, Ordering::Relaxed);
     }
 
     // ---- requests ---------------------------------------------------------

@@ -202,8 +202,16 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
                             if stopping.load(Ordering::Relaxed) {
                                 return;
                             }
-                            // Round-robin across reactors.
-                            let r = next.fetch_add(1, Ordering::Relaxed) % handles.len();
+                            // The reactor with the fewest live connections, ties
+                            // broken round-robin: clients that open a probe
+                            // connection before the real one still spread out.
+                            let start = next.fetch_add(1, Ordering::Relaxed);
+                            let n = handles.len();
+                            let r = (0..n)
+                                .map(|k| (start + k) % n)
+                                .min_by_key(|&r| handles[r].conns.load(Ordering::Relaxed))
+                                .unwrap_or(0);
+                            handles[r].conns.fetch_add(1, Ordering::Relaxed);
                             handles[r].send(Msg::NewConn(fd));
                         }
                         Err(e) => {
