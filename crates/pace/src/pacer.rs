@@ -1,1 +1,828 @@
+//! The pacer: decides when each queued IO may take buffers and go to its
+//! device. One per reactor, driven with an injected clock, so the target and
+//! the simulator run the same code.
+//!
+//! Call order for one IO: [`Pacer::enqueue`] → (released by [`Pacer::poll`])
+//! → [`Pacer::on_device_complete`] → [`Pacer::on_complete`] when its data
+//! has left (reply sent). [`Pacer::cancel`] removes an IO still queued.
+//!
+//! Modes:
+//! - `none` and `buffers`: every IO is released at once (`buffers` relies on
+//!   the buffer pool's limit alone, the seed's method 1).
+//! - `rate`: the seed's method 2 — a byte credit every `period`, round robin
+//!   over device queues, optional size threshold, per-device op credit, and
+//!   the `io-rate` / `bytes-in-flight` period tuners. Credit from late polls
+//!   is kept up to `burst` periods; queued IOs always leave eventually.
+//! - `auto`: no period. Bytes in flight are held near what the pipeline
+//!   needs: `gain x (max delivered rate) x (min release-to-done latency)`,
+//!   measured from completions (the wire's drain), with one window per device
+//!   so a slow device cannot take the buffers fast ones need.
+//!
+//! In every mode, tenants share each release opportunity by weighted fair
+//! queuing on virtual time over IO cost, and devices within a tenant by
+//! deficit round robin.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Nanos;
+
+mod cost;
+mod filter;
+
+pub use cost::CostModel;
+use filter::{WindowedMax, WindowedMin};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    None,
+    Buffers,
+    Rate,
+    #[default]
+    Auto,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tuner {
+    IoRate,
+    BytesInFlight,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// Exports whose IO belongs to this tenant.
+    #[serde(default)]
+    pub exports: Vec<String>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// `[pacing]` in the target's config and in simulator scenarios.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PacingConfig {
+    #[serde(default)]
+    pub mode: Mode,
+    /// rate: period between credits, microseconds.
+    #[serde(default)]
+    pub period_us: Option<f64>,
+    /// rate: bytes of credit per period (default: one buffer).
+    #[serde(default)]
+    pub credit: Option<u64>,
+    /// rate: IOs smaller than this bypass the pacer.
+    #[serde(default)]
+    pub threshold: Option<u32>,
+    /// rate: most IOs in flight per device, across all reactors.
+    #[serde(default)]
+    pub device_ops: Option<u32>,
+    /// rate: periods of unused credit kept (late polls lose nothing up to this).
+    #[serde(default = "default_burst")]
+    pub burst: f64,
+    #[serde(default)]
+    pub tuner: Option<Tuner>,
+    /// rate, bytes-in-flight tuner: the target, bytes.
+    #[serde(default)]
+    pub target_in_flight: Option<u64>,
+    /// auto: window = gain x rate x latency.
+    #[serde(default = "default_gain")]
+    pub gain: f64,
+    /// auto: upper bound on bytes in flight per reactor.
+    #[serde(default = "default_max_window")]
+    pub max_window: u64,
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+}
+
+fn default_burst() -> f64 {
+    4.0
+}
+fn default_gain() -> f64 {
+    2.0
+}
+fn default_max_window() -> u64 {
+    16 << 20
+}
+
+impl Default for PacingConfig {
+    fn default() -> Self {
+        PacingConfig {
+            mode: Mode::Auto,
+            period_us: None,
+            credit: None,
+            threshold: None,
+            device_ops: None,
+            burst: default_burst(),
+            tuner: None,
+            target_in_flight: None,
+            gain: default_gain(),
+            max_window: default_max_window(),
+            tenants: Vec::new(),
+        }
+    }
+}
+
+impl PacingConfig {
+    /// Checks values; the error names the field.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.mode == Mode::Rate {
+            match self.period_us {
+                Some(p) if p > 0.0 && p.is_finite() => {}
+                _ => return Err(("period_us", "mode \"rate\" needs a period_us > 0".into())),
+            }
+        }
+        if self.credit == Some(0) {
+            return Err(("credit", "must be at least 1 byte".into()));
+        }
+        if !(self.burst >= 1.0 && self.burst.is_finite()) {
+            return Err(("burst", "must be at least 1 period".into()));
+        }
+        if !(self.gain >= 1.0 && self.gain <= 16.0) {
+            return Err(("gain", "must be between 1 and 16".into()));
+        }
+        if self.max_window < 4096 {
+            return Err(("max_window", "must be at least 4096 bytes".into()));
+        }
+        if self.device_ops == Some(0) {
+            return Err(("device_ops", "must be at least 1".into()));
+        }
+        for t in &self.tenants {
+            if !(t.weight > 0.0 && t.weight.is_finite()) {
+                return Err((
+                    "tenants.weight",
+                    format!("tenant `{}`: weight must be > 0", t.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum IoKind {
+    Read,
+    Write,
+}
+
+/// One IO as the pacer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacedIo {
+    pub id: u64,
+    pub device: usize,
+    pub tenant: usize,
+    pub bytes: u32,
+    pub kind: IoKind,
+    pub offset: u64,
+}
+
+/// Per-device IO-count limit shared by every reactor's pacer, so the limit is
+/// exact across reactors: a slot is taken with compare-and-swap, never
+/// overshooting.
+#[derive(Debug)]
+pub struct DeviceOps {
+    limit: u32,
+    in_flight: Vec<AtomicU32>,
+}
+
+impl DeviceOps {
+    pub fn new(devices: usize, limit: u32) -> Arc<DeviceOps> {
+        Arc::new(DeviceOps {
+            limit,
+            in_flight: (0..devices).map(|_| AtomicU32::new(0)).collect(),
+        })
+    }
+
+    fn try_take(&self, device: usize) -> bool {
+        let Some(c) = self.in_flight.get(device) else {
+            return true;
+        };
+        c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            (v < self.limit).then_some(v + 1)
+        })
+        .is_ok()
+    }
+
+    fn give(&self, device: usize) {
+        if let Some(c) = self.in_flight.get(device) {
+            let _ = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+        }
+    }
+
+    pub fn in_flight(&self, device: usize) -> u32 {
+        self.in_flight
+            .get(device)
+            .map_or(0, |c| c.load(Ordering::Acquire))
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Device {
+    queue: VecDeque<PacedIo>,
+    deficit: i64,
+    in_flight_bytes: u64,
+    in_flight_ios: u32,
+    delivered: u64,
+    rate: WindowedMax,
+    latency: WindowedMin,
+    device_latency_ns: f64,
+    cost: CostModel,
+    last_offset: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Tenant {
+    name: String,
+    weight: f64,
+    vtime: f64,
+    queued: usize,
+    /// Devices of this tenant with queued IOs, in round-robin order.
+    active: VecDeque<usize>,
+    usage_bytes: u64,
+}
+
+/// A released IO still counted in flight.
+#[derive(Debug, Clone, Copy)]
+struct Flight {
+    device: usize,
+    bytes: u64,
+    released_at: Nanos,
+    took_op: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TenantStats {
+    pub name: String,
+    pub weight: f64,
+    pub queued: usize,
+    pub usage_bytes: u64,
+    /// Share of all bytes released so far.
+    pub share: f64,
+    /// Virtual time behind the most advanced tenant, in cost units.
+    pub vtime_lag: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PacerStats {
+    pub mode: Mode,
+    pub calls: u64,
+    pub polls: u64,
+    pub ios: u64,
+    /// rate: the effective period in microseconds; auto: the time one buffer
+    /// of credit takes at the window's rate.
+    pub period_us: f64,
+    /// auto: the delivery rate the window is sized for, bytes/s.
+    pub rate_bps: f64,
+    pub window_bytes: u64,
+    pub queued: usize,
+    pub queue_lengths: Vec<usize>,
+    pub bytes_in_flight: u64,
+    pub bytes_in_flight_avg: f64,
+    pub bytes_in_flight_max: u64,
+    pub min_latency_us: f64,
+    pub vrate: f64,
+    pub tenants: Vec<TenantStats>,
+}
+
+pub struct Pacer {
+    cfg: PacingConfig,
+    devices: Vec<Device>,
+    tenants: Vec<Tenant>,
+    /// Tenants with queued IOs.
+    active_tenants: usize,
+    flights: HashMap<u64, Flight>,
+    /// IOs that bypass pacing, released at the next poll.
+    bypassed: Vec<PacedIo>,
+    bytes_in_flight: u64,
+    in_flight_avg: crate::stats::TimeAvg,
+    // rate mode
+    period_ns: f64,
+    credit_bytes: f64,
+    credit: f64,
+    last_credit: Nanos,
+    device_ops: Option<Arc<DeviceOps>>,
+    tuner_last: Nanos,
+    completions_since_tune: u64,
+    // auto mode
+    rate: WindowedMax,
+    latency: WindowedMin,
+    window: u64,
+    max_io: u64,
+    released_total: u64,
+    /// iocost-style rate scale, 1.0 unless latency targets move it.
+    vrate: f64,
+    calls: u64,
+    polls: u64,
+    ios: u64,
+}
+
+/// Rate samples are taken over this span of completions.
+const RATE_SAMPLE_NS: Nanos = 1_000_000;
+/// Windowed max of the rate over this many samples (tracks link changes in ~50 ms).
+const RATE_WINDOW: usize = 50;
+/// Min-latency window: how long an old minimum is trusted.
+const LATENCY_WINDOW_NS: Nanos = 200_000_000;
+
+impl Pacer {
+    /// `devices` is the number of device queues; tenants come from the config
+    /// (tenant 0 is the default for IO matching no tenant). `buffer_size` sets
+    /// the default credit. `device_ops` is the shared op limit, if configured.
+    pub fn new(
+        cfg: PacingConfig,
+        devices: usize,
+        buffer_size: u32,
+        device_ops: Option<Arc<DeviceOps>>,
+        now: Nanos,
+    ) -> Pacer {
+        let mut tenants: Vec<Tenant> = cfg
+            .tenants
+            .iter()
+            .map(|t| Tenant {
+                name: t.name.clone(),
+                weight: t.weight,
+                vtime: 0.0,
+                queued: 0,
+                active: VecDeque::new(),
+                usage_bytes: 0,
+            })
+            .collect();
+        if tenants.is_empty() {
+            tenants.push(Tenant {
+                name: "default".into(),
+                weight: 1.0,
+                vtime: 0.0,
+                queued: 0,
+                active: VecDeque::new(),
+                usage_bytes: 0,
+            });
+        }
+        let period_ns = cfg.period_us.unwrap_or(10.0) * 1000.0;
+        let credit_bytes = cfg.credit.unwrap_or(u64::from(buffer_size)) as f64;
+        let max_io = u64::from(buffer_size).max(4096);
+        Pacer {
+            devices: vec![Device::default(); devices.max(1)],
+            tenants,
+            active_tenants: 0,
+            flights: HashMap::new(),
+            bypassed: Vec::new(),
+            bytes_in_flight: 0,
+            in_flight_avg: crate::stats::TimeAvg::new(now),
+            period_ns,
+            credit_bytes,
+            credit: credit_bytes,
+            last_credit: now,
+            device_ops,
+            tuner_last: now,
+            completions_since_tune: 0,
+            rate: WindowedMax::new(RATE_WINDOW),
+            latency: WindowedMin::new(LATENCY_WINDOW_NS),
+            window: 4 * max_io,
+            max_io,
+            released_total: 0,
+            vrate: 1.0,
+            calls: 0,
+            polls: 0,
+            ios: 0,
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &PacingConfig {
+        &self.cfg
+    }
+
+    /// Changes mode and parameters at run time; queued IOs stay queued.
+    pub fn reconfigure(&mut self, cfg: PacingConfig, now: Nanos) {
+        self.period_ns = cfg.period_us.unwrap_or(10.0) * 1000.0;
+        if let Some(c) = cfg.credit {
+            self.credit_bytes = c as f64;
+        }
+        self.credit = self.credit_bytes;
+        self.last_credit = now;
+        for (t, tc) in self.tenants.iter_mut().zip(&cfg.tenants) {
+            t.weight = tc.weight;
+        }
+        self.cfg = cfg;
+    }
+
+    pub fn set_cost_model(&mut self, device: usize, model: CostModel) {
+        if let Some(d) = self.devices.get_mut(device) {
+            d.cost = model;
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.cfg.mode
+    }
+
+    pub fn queued(&self) -> usize {
+        self.tenants.iter().map(|t| t.queued).sum::<usize>() + self.bypassed.len()
+    }
+
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.bytes_in_flight
+    }
+
+    fn bypass(&self, io: &PacedIo) -> bool {
+        match self.cfg.mode {
+            Mode::None | Mode::Buffers => true,
+            Mode::Rate => self.cfg.threshold.is_some_and(|t| io.bytes < t),
+            Mode::Auto => false,
+        }
+    }
+
+    /// Queues an IO. In pass-through modes it is released by the next poll.
+    pub fn enqueue(&mut self, io: PacedIo, now: Nanos) {
+        self.calls += 1;
+        let t = io.tenant.min(self.tenants.len() - 1);
+        let d = io.device.min(self.devices.len() - 1);
+        let io = PacedIo {
+            tenant: t,
+            device: d,
+            ..io
+        };
+        if self.bypass(&io) {
+            self.bypassed.push(io);
+            return;
+        }
+        if self.tenants[t].queued == 0 {
+            // A tenant waking from idle starts at the busiest tenants' virtual
+            // time: idle time earns no credit (work-conserving, not hoarding).
+            let floor = self
+                .tenants
+                .iter()
+                .filter(|x| x.queued > 0)
+                .map(|x| x.vtime)
+                .fold(f64::INFINITY, f64::min);
+            if floor.is_finite() {
+                self.tenants[t].vtime = self.tenants[t].vtime.max(floor);
+            }
+            self.active_tenants += 1;
+        }
+        let tenant = &mut self.tenants[t];
+        tenant.queued += 1;
+        if self.devices[d].queue.is_empty() || !tenant.active.contains(&d) {
+            tenant.active.push_back(d);
+        }
+        self.devices[d].queue.push_back(io);
+        let _ = now;
+    }
+
+    /// Removes a queued IO (its connection died). False if not queued here.
+    pub fn cancel(&mut self, id: u64) -> bool {
+        for (di, d) in self.devices.iter_mut().enumerate() {
+            if let Some(pos) = d.queue.iter().position(|io| io.id == id) {
+                let io = d.queue.remove(pos).expect("position is valid");
+                let t = &mut self.tenants[io.tenant];
+                t.queued -= 1;
+                if t.queued == 0 {
+                    self.active_tenants -= 1;
+                }
+                if !d.queue.iter().any(|x| x.tenant == io.tenant) {
+                    t.active.retain(|&x| x != di);
+                }
+                return true;
+            }
+        }
+        if let Some(pos) = self.bypassed.iter().position(|io| io.id == id) {
+            self.bypassed.swap_remove(pos);
+            return true;
+        }
+        if let Some(f) = self.flights.remove(&id) {
+            self.land(f);
+            return true;
+        }
+        false
+    }
+
+    fn refill_credit(&mut self, now: Nanos) {
+        let elapsed = now.saturating_sub(self.last_credit) as f64;
+        self.last_credit = now;
+        let per_ns = self.credit_bytes / self.period_ns.max(1.0) * self.vrate;
+        let cap = self.credit_bytes * self.cfg.burst;
+        self.credit = (self.credit + elapsed * per_ns).min(cap);
+    }
+
+    /// The device may take one more IO of `bytes` now (auto windows).
+    fn window_open(&self, d: usize, bytes: u64) -> bool {
+        let dev = &self.devices[d];
+        let global_ok = self.bytes_in_flight == 0 || self.bytes_in_flight + bytes <= self.window;
+        let dev_window = self.device_window(d);
+        let dev_ok = dev.in_flight_bytes == 0 || dev.in_flight_bytes + bytes <= dev_window;
+        global_ok && dev_ok
+    }
+
+    fn device_window(&self, d: usize) -> u64 {
+        let dev = &self.devices[d];
+        match (dev.rate.get(), dev.latency.get()) {
+            (Some(r), Some(l)) => {
+                let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
+                w.clamp(2 * self.max_io, self.window.max(2 * self.max_io))
+            }
+            // Until it has delivered, a device may fill the whole window.
+            _ => self.window,
+        }
+    }
+
+    /// Releases what may go now into `out` (IO ids).
+    pub fn poll(&mut self, now: Nanos, out: &mut Vec<u64>) {
+        self.polls += 1;
+        if self.queued() == 0 {
+            return;
+        }
+        if self.cfg.mode == Mode::Rate {
+            self.refill_credit(now);
+            self.tune(now);
+        }
+        for io in std::mem::take(&mut self.bypassed) {
+            self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
+            self.take_flight(io, false, now);
+            out.push(io.id);
+        }
+        // Tenants that cannot release anything more in this poll.
+        let mut skipped = vec![false; self.tenants.len()];
+        loop {
+            let Some(t) = self.pick_tenant(&skipped) else {
+                break;
+            };
+            let Some(d) = self.tenants[t].active.front().copied() else {
+                skipped[t] = true;
+                continue;
+            };
+            let Some(pos) = self.devices[d].queue.iter().position(|io| io.tenant == t) else {
+                self.tenants[t].active.pop_front();
+                continue;
+            };
+            let io = self.devices[d].queue[pos];
+            let bytes = u64::from(io.bytes);
+            let may = match self.cfg.mode {
+                Mode::None | Mode::Buffers => true,
+                Mode::Rate => self.bypass(&io) || self.credit > 0.0,
+                Mode::Auto => self.window_open(d, bytes),
+            };
+            if !may {
+                if self.cfg.mode == Mode::Auto
+                    && self.tenant_has_other_device(t, d)
+                    && !self.all_windows_closed(t)
+                {
+                    // This device's window is full; give the turn to the next one.
+                    self.tenants[t].active.rotate_left(1);
+                } else {
+                    skipped[t] = true;
+                }
+                continue;
+            }
+            let took_op = self.cfg.mode == Mode::Rate && self.device_ops.is_some();
+            if took_op {
+                let ops = self.device_ops.as_ref().expect("checked above");
+                if !ops.try_take(d) {
+                    if self.tenant_has_other_device(t, d) && !self.all_ops_exhausted(t) {
+                        self.tenants[t].active.rotate_left(1);
+                    } else {
+                        skipped[t] = true;
+                    }
+                    continue;
+                }
+            }
+            // Deficit round robin by cost between this tenant's devices.
+            let cost = self.devices[d].cost.cost(
+                io.kind,
+                io.bytes,
+                io.offset == self.devices[d].last_offset,
+            );
+            let dev = &mut self.devices[d];
+            dev.queue.remove(pos);
+            dev.last_offset = io.offset + bytes;
+            dev.deficit -= bytes as i64;
+            let tenant = &mut self.tenants[t];
+            tenant.vtime += cost / tenant.weight;
+            tenant.usage_bytes += bytes;
+            tenant.queued -= 1;
+            if tenant.queued == 0 {
+                self.active_tenants -= 1;
+            }
+            if dev.deficit <= 0 || !dev.queue.iter().any(|x| x.tenant == t) {
+                dev.deficit += self.max_io as i64;
+                let still = dev.queue.iter().any(|x| x.tenant == t);
+                tenant.active.pop_front();
+                if still {
+                    tenant.active.push_back(d);
+                }
+            }
+            if self.cfg.mode == Mode::Rate {
+                self.credit -= bytes as f64;
+            }
+            self.take_flight(io, took_op, now);
+            out.push(io.id);
+        }
+    }
+
+    /// Counts a released IO as in flight until `on_complete` or `cancel`.
+    fn take_flight(&mut self, io: PacedIo, took_op: bool, now: Nanos) {
+        let bytes = u64::from(io.bytes);
+        let dev = &mut self.devices[io.device];
+        dev.in_flight_bytes += bytes;
+        dev.in_flight_ios += 1;
+        self.bytes_in_flight += bytes;
+        self.in_flight_avg.update(now, self.bytes_in_flight);
+        self.released_total += bytes;
+        self.flights.insert(
+            io.id,
+            Flight {
+                device: io.device,
+                bytes,
+                released_at: now,
+                took_op,
+            },
+        );
+        self.ios += 1;
+    }
+
+    fn tenant_has_other_device(&self, t: usize, d: usize) -> bool {
+        self.tenants[t].active.iter().any(|&x| x != d)
+    }
+
+    fn all_windows_closed(&self, t: usize) -> bool {
+        self.tenants[t].active.iter().all(|&d| {
+            let bytes = self.devices[d]
+                .queue
+                .iter()
+                .find(|io| io.tenant == t)
+                .map_or(0, |io| u64::from(io.bytes));
+            !self.window_open(d, bytes)
+        })
+    }
+
+    fn all_ops_exhausted(&self, t: usize) -> bool {
+        let Some(ops) = &self.device_ops else {
+            return false;
+        };
+        self.tenants[t]
+            .active
+            .iter()
+            .all(|&d| ops.in_flight(d) >= ops.limit)
+    }
+
+    /// The queued tenant with the least virtual time (weighted fair queuing).
+    fn pick_tenant(&self, skipped: &[bool]) -> Option<usize> {
+        self.tenants
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| t.queued > 0 && !t.active.is_empty() && !skipped[*i])
+            .min_by(|a, b| a.1.vtime.total_cmp(&b.1.vtime))
+            .map(|(i, _)| i)
+    }
+
+    /// The device finished an IO after `latency_ns` at the device.
+    pub fn on_device_complete(&mut self, device: usize, latency_ns: u64, _now: Nanos) {
+        if let Some(d) = self.devices.get_mut(device) {
+            d.device_latency_ns = d.device_latency_ns * 0.9 + latency_ns as f64 * 0.1;
+        }
+    }
+
+    /// The IO is done and its data has left (reply sent): its window frees,
+    /// and its release-to-done time and bytes feed the estimators.
+    pub fn on_complete(&mut self, id: u64, now: Nanos) {
+        let Some(f) = self.flights.remove(&id) else {
+            return;
+        };
+        let latency = now.saturating_sub(f.released_at).max(1);
+        self.latency.update(latency, now);
+        let dev = &mut self.devices[f.device];
+        dev.latency.update(latency, now);
+        dev.delivered += f.bytes;
+        self.land(f);
+        self.completions_since_tune += 1;
+        self.sample_rates(now);
+        self.in_flight_avg.update(now, self.bytes_in_flight);
+    }
+
+    fn land(&mut self, f: Flight) {
+        let dev = &mut self.devices[f.device];
+        dev.in_flight_bytes = dev.in_flight_bytes.saturating_sub(f.bytes);
+        dev.in_flight_ios = dev.in_flight_ios.saturating_sub(1);
+        self.bytes_in_flight = self.bytes_in_flight.saturating_sub(f.bytes);
+        if f.took_op {
+            if let Some(ops) = &self.device_ops {
+                ops.give(f.device);
+            }
+        }
+    }
+
+    fn sample_rates(&mut self, now: Nanos) {
+        for d in &mut self.devices {
+            d.rate.offer(now, d.delivered, RATE_SAMPLE_NS);
+        }
+        let delivered: u64 = self.devices.iter().map(|d| d.delivered).sum();
+        if self.rate.offer(now, delivered, RATE_SAMPLE_NS) {
+            self.resize_window();
+        }
+    }
+
+    fn resize_window(&mut self) {
+        if let (Some(r), Some(l)) = (self.rate.get(), self.latency.get()) {
+            let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
+            self.window = w.clamp(4 * self.max_io, self.cfg.max_window.max(4 * self.max_io));
+        }
+    }
+
+    /// rate mode tuners, once per period's worth of completions.
+    fn tune(&mut self, now: Nanos) {
+        let Some(tuner) = self.cfg.tuner else { return };
+        let base = self.cfg.period_us.unwrap_or(10.0) * 1000.0;
+        let elapsed = now.saturating_sub(self.tuner_last);
+        if elapsed < 1_000_000 {
+            return;
+        }
+        match tuner {
+            Tuner::IoRate => {
+                // The seed's rule: measured IO period minus 1 us, bounded [P, 2P].
+                if self.completions_since_tune > 0 {
+                    let measured = elapsed as f64 / self.completions_since_tune as f64;
+                    self.period_ns = (measured - 1000.0).clamp(base, 2.0 * base);
+                }
+            }
+            Tuner::BytesInFlight => {
+                // Lengthen the period while bytes in flight exceed the target.
+                let target = self.cfg.target_in_flight.unwrap_or(4 << 20);
+                let step = 1000.0;
+                self.period_ns = if self.bytes_in_flight > target {
+                    (self.period_ns + step).min(2.0 * base)
+                } else {
+                    (self.period_ns - step).max(base)
+                };
+            }
+        }
+        self.tuner_last = now;
+        self.completions_since_tune = 0;
+    }
+
+    /// When the next poll could release something without a completion
+    /// arriving first (rate mode's next credit), if anything is queued.
+    pub fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
+        if self.queued() == 0 || self.cfg.mode != Mode::Rate {
+            return None;
+        }
+        if self.credit > 0.0 {
+            return Some(now);
+        }
+        let per_ns = self.credit_bytes / self.period_ns.max(1.0) * self.vrate;
+        let wait = ((-self.credit + 1.0) / per_ns.max(1e-12)).ceil() as u64;
+        Some(now + wait.max(1_000))
+    }
+
+    pub fn stats(&self, now: Nanos) -> PacerStats {
+        let max_v = self.tenants.iter().map(|t| t.vtime).fold(0.0, f64::max);
+        let total = self.released_total.max(1) as f64;
+        let rate = self.rate.get().unwrap_or(0.0);
+        let period_us = match self.cfg.mode {
+            Mode::Rate => self.period_ns / 1000.0,
+            Mode::Auto if rate > 0.0 => self.max_io as f64 / rate * 1e6,
+            _ => 0.0,
+        };
+        PacerStats {
+            mode: self.cfg.mode,
+            calls: self.calls,
+            polls: self.polls,
+            ios: self.ios,
+            period_us,
+            rate_bps: rate,
+            window_bytes: if self.cfg.mode == Mode::Auto {
+                self.window
+            } else {
+                0
+            },
+            queued: self.queued(),
+            queue_lengths: self.devices.iter().map(|d| d.queue.len()).collect(),
+            bytes_in_flight: self.bytes_in_flight,
+            bytes_in_flight_avg: self.in_flight_avg.avg(now),
+            bytes_in_flight_max: self.in_flight_avg.max(),
+            min_latency_us: self.latency.get().map_or(0.0, |l| l as f64 / 1e3),
+            vrate: self.vrate,
+            tenants: self
+                .tenants
+                .iter()
+                .map(|t| TenantStats {
+                    name: t.name.clone(),
+                    weight: t.weight,
+                    queued: t.queued,
+                    usage_bytes: t.usage_bytes,
+                    share: t.usage_bytes as f64 / total,
+                    vtime_lag: max_v - t.vtime,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+//! Windowed estimators: the max delivery rate over recent samples and the
+//! min latency over a recent time span (the two halves of a BDP estimate).
+
+use std::collections::VecDeque;
+
+use crate::Nanos;
+
+/// Max of the last `n` rate samples; a sample is bytes delivered over at
+/// least `span` nanoseconds.
+#[derive(Debug, Clone, Default)]
+pub struct WindowedMax {
+    n: usize,
+    samples: VecDeque<f64>,
+    last_t: Option<Nanos>,
+    last_bytes: u64,
+}
+
+impl WindowedMax {
+    pub fn new(n: usize) -> WindowedMax {
+        WindowedMax {
+            n: n.max(1),
+            ..Default::default()
+        }
+    }
+
+    /// Offers the cumulative byte count at `now`; true if a sample was taken.
+    pub fn offer(&mut self, now: Nanos, cumulative: u64, span: Nanos) -> bool {
+        let Some(t) = self.last_t else {
+            self.last_t = Some(now);
+            self.last_bytes = cumulative;
+            return false;
+        };
+        let dt = now.saturating_sub(t);
+        if dt < span {
+            return false;
+        }
+        let rate = cumulative.saturating_sub(self.last_bytes) as f64 * 1e9 / dt as f64;
+        if self.n == 0 {
+            self.n = 50;
+        }
+        if self.samples.len() == self.n {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(rate);
+        self.last_t = Some(now);
+        self.last_bytes = cumulative;
+        true
+    }
+
+    pub fn get(&self) -> Option<f64> {
+        let m = self.samples.iter().copied().fold(0.0, f64::max);
+        (m > 0.0).then_some(m)
+    }
+}
+
+/// Min of values seen over the last one to two `span`s: the current epoch's
+/// minimum and the previous epoch's, so an old minimum expires.
+#[derive(Debug, Clone, Default)]
+pub struct WindowedMin {
+    span: Nanos,
+    epoch_start: Nanos,
+    current: Option<u64>,
+    previous: Option<u64>,
+}
+
+impl WindowedMin {
+    pub fn new(span: Nanos) -> WindowedMin {
+        WindowedMin {
+            span: span.max(1),
+            ..Default::default()
+        }
+    }
+
+    pub fn update(&mut self, value: u64, now: Nanos) {
+        if now.saturating_sub(self.epoch_start) >= self.span.max(1) {
+            self.previous = self.current.take();
+            self.epoch_start = now;
+        }
+        self.current = Some(self.current.map_or(value, |c| c.min(value)));
+    }
+
+    pub fn get(&self) -> Option<u64> {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_tracks_recent_samples() {
+        let mut m = WindowedMax::new(3);
+        assert!(!m.offer(0, 0, 1000));
+        assert!(m.offer(1000, 100, 1000)); // 100 B/us
+        assert!(!m.offer(1500, 1000, 1000)); // too soon
+        assert!(m.offer(2000, 150, 1000));
+        assert_eq!(m.get(), Some(1e8));
+        for i in 3..7 {
+            m.offer(i * 1000, 150 + (i - 2) * 10, 1000);
+        }
+        // The 100 B/us sample aged out.
+        assert!(m.get().is_some_and(|r| r < 1e8));
+    }
+
+    #[test]
+    fn min_expires_old_minimum() {
+        let mut m = WindowedMin::new(100);
+        m.update(10, 0);
+        m.update(50, 50);
+        assert_eq!(m.get(), Some(10));
+        m.update(40, 150); // new epoch: 10 is still remembered for one more
+        assert_eq!(m.get(), Some(10));
+        m.update(45, 260); // and now it has expired
+        assert_eq!(m.get(), Some(40));
+    }
+}

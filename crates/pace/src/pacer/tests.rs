@@ -1,0 +1,320 @@
+use super::*;
+
+fn io(id: u64, device: usize, tenant: usize, bytes: u32) -> PacedIo {
+    PacedIo {
+        id,
+        device,
+        tenant,
+        bytes,
+        kind: IoKind::Read,
+        offset: id * u64::from(bytes),
+    }
+}
+
+fn cfg(mode: Mode) -> PacingConfig {
+    PacingConfig {
+        mode,
+        ..Default::default()
+    }
+}
+
+const K128: u32 = 128 << 10;
+
+#[test]
+fn pass_through_modes_release_everything() {
+    for mode in [Mode::None, Mode::Buffers] {
+        let mut p = Pacer::new(cfg(mode), 2, K128, None, 0);
+        for i in 0..100 {
+            p.enqueue(io(i, (i % 2) as usize, 0, K128), 0);
+        }
+        let mut out = Vec::new();
+        p.poll(0, &mut out);
+        assert_eq!(out.len(), 100);
+        assert_eq!(p.queued(), 0);
+    }
+}
+
+#[test]
+fn rate_releases_one_credit_per_period_and_keeps_late_credit() {
+    let c = PacingConfig {
+        mode: Mode::Rate,
+        period_us: Some(10.0),
+        burst: 4.0,
+        ..Default::default()
+    };
+    let mut p = Pacer::new(c, 1, K128, None, 0);
+    for i in 0..100 {
+        p.enqueue(io(i, 0, 0, K128), 0);
+    }
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    assert_eq!(out.len(), 1, "one credit at start");
+    out.clear();
+    // A late poll (30 us) keeps the three periods of credit it missed.
+    p.poll(30_000, &mut out);
+    assert_eq!(out.len(), 3);
+    out.clear();
+    // A very late poll is bounded by the burst.
+    p.poll(1_000_000, &mut out);
+    assert_eq!(out.len(), 4);
+    // And the pacer says when to come back.
+    let next = p.next_wakeup(1_000_000).expect("still queued");
+    assert!(next > 1_000_000 && next <= 1_010_000, "{next}");
+}
+
+#[test]
+fn rate_without_explicit_credit_still_drains() {
+    let c = PacingConfig {
+        mode: Mode::Rate,
+        period_us: Some(5.0),
+        credit: None,
+        ..Default::default()
+    };
+    let mut p = Pacer::new(c, 1, 4096, None, 0);
+    for i in 0..10 {
+        p.enqueue(io(i, 0, 0, 4096), 0);
+    }
+    let mut out = Vec::new();
+    let mut t = 0;
+    while !p.queued() == 0 || t < 1_000_000 {
+        p.poll(t, &mut out);
+        t += 5_000;
+    }
+    assert_eq!(
+        out.len(),
+        10,
+        "credit defaults to a buffer; nothing is stuck"
+    );
+}
+
+#[test]
+fn rate_threshold_bypasses_small_ios() {
+    let c = PacingConfig {
+        mode: Mode::Rate,
+        period_us: Some(1000.0),
+        threshold: Some(8192),
+        ..Default::default()
+    };
+    let mut p = Pacer::new(c, 1, K128, None, 0);
+    p.enqueue(io(1, 0, 0, K128), 0);
+    p.enqueue(io(2, 0, 0, K128), 0);
+    for i in 10..20 {
+        p.enqueue(io(i, 0, 0, 4096), 0);
+    }
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    assert!(out.iter().filter(|&&i| i >= 10).count() == 10, "{out:?}");
+    assert_eq!(out.iter().filter(|&&i| i < 10).count(), 1);
+}
+
+#[test]
+fn device_op_credit_is_exact_across_reactors() {
+    let c = PacingConfig {
+        mode: Mode::Rate,
+        period_us: Some(1.0),
+        credit: Some(1 << 30),
+        device_ops: Some(3),
+        ..Default::default()
+    };
+    let ops = DeviceOps::new(2, 3);
+    let mut a = Pacer::new(c.clone(), 2, K128, Some(ops.clone()), 0);
+    let mut b = Pacer::new(c, 2, K128, Some(ops.clone()), 0);
+    for i in 0..10 {
+        a.enqueue(io(i, 0, 0, 4096), 0);
+        b.enqueue(io(100 + i, 0, 0, 4096), 0);
+        b.enqueue(io(200 + i, 1, 0, 4096), 0);
+    }
+    let (mut oa, mut ob) = (Vec::new(), Vec::new());
+    a.poll(10, &mut oa);
+    b.poll(10, &mut ob);
+    let dev0 = oa.len() + ob.iter().filter(|&&i| i < 200).count();
+    assert_eq!(dev0, 3, "device 0 never exceeds its op credit");
+    assert_eq!(
+        ob.iter().filter(|&&i| i >= 200).count(),
+        3,
+        "device 1 is not blocked by device 0"
+    );
+    assert_eq!(ops.in_flight(0), 3);
+    a.on_complete(oa[0], 20);
+    let mut more = Vec::new();
+    b.poll(30, &mut more);
+    assert_eq!(
+        more.iter().filter(|&&i| i < 200).count(),
+        1,
+        "a freed op goes to whoever polls"
+    );
+}
+
+#[test]
+fn auto_window_bounds_bytes_in_flight_and_learns() {
+    let mut p = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
+    for i in 0..1000 {
+        p.enqueue(io(i, 0, 0, K128), 0);
+    }
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    let initial = out.len();
+    assert!(
+        initial >= 1 && initial <= 4,
+        "starts with a small window: {initial}"
+    );
+    // A pipeline that completes each IO 100 us after release, draining
+    // 128 KiB every 10 us (13.1 GB/s): the window should settle near
+    // gain x rate x latency = 2 x 13.1e9 x 100e-6 = 2.6 MB.
+    let mut t = 0;
+    let mut pending: VecDeque<(Nanos, u64)> = out.drain(..).map(|id| (100_000, id)).collect();
+    let mut next_drain = 0;
+    let mut max_in_flight = 0;
+    while t < 200_000_000 && (p.queued() > 0 || !pending.is_empty()) {
+        t += 10_000;
+        if t >= next_drain {
+            if let Some(&(due, id)) = pending.front() {
+                if due <= t {
+                    pending.pop_front();
+                    p.on_complete(id, t);
+                    next_drain = t + 10_000;
+                }
+            }
+        }
+        p.poll(t, &mut out);
+        for id in out.drain(..) {
+            pending.push_back((t + 100_000, id));
+        }
+        max_in_flight = max_in_flight.max(p.bytes_in_flight());
+    }
+    assert_eq!(p.queued(), 0);
+    assert!(max_in_flight <= p.config().max_window, "{max_in_flight}");
+    let s = p.stats(t);
+    assert!(s.window_bytes >= 4 * u64::from(K128), "{s:?}");
+}
+
+#[test]
+fn weights_split_bandwidth() {
+    let c = PacingConfig {
+        mode: Mode::Rate,
+        period_us: Some(10.0),
+        tenants: vec![
+            TenantConfig {
+                name: "gold".into(),
+                weight: 2.0,
+                exports: vec![],
+            },
+            TenantConfig {
+                name: "bronze".into(),
+                weight: 1.0,
+                exports: vec![],
+            },
+        ],
+        ..Default::default()
+    };
+    let mut p = Pacer::new(c, 1, 4096, None, 0);
+    let mut id = 0;
+    let mut got = [0u64; 2];
+    let mut out = Vec::new();
+    for step in 0..30_000u64 {
+        // Both tenants always have work queued.
+        while p.tenants[0].queued < 8 {
+            p.enqueue(io(id, 0, 0, 4096), 0);
+            id += 1;
+        }
+        while p.tenants[1].queued < 8 {
+            p.enqueue(io(id | 1 << 40, 0, 1, 4096), 0);
+            id += 1;
+        }
+        p.poll(step * 10_000, &mut out);
+        for r in out.drain(..) {
+            got[usize::from(r & (1 << 40) != 0)] += 1;
+            p.on_complete(r, step * 10_000);
+        }
+    }
+    let ratio = got[0] as f64 / got[1] as f64;
+    assert!((ratio - 2.0).abs() < 0.1, "ratio {ratio} from {got:?}");
+    let s = p.stats(300_000_000);
+    assert!((s.tenants[0].share - 2.0 / 3.0).abs() < 0.05);
+}
+
+#[test]
+fn idle_tenant_gets_no_hoarded_credit() {
+    let c = PacingConfig {
+        mode: Mode::Rate,
+        period_us: Some(10.0),
+        tenants: vec![
+            TenantConfig {
+                name: "a".into(),
+                weight: 1.0,
+                exports: vec![],
+            },
+            TenantConfig {
+                name: "b".into(),
+                weight: 1.0,
+                exports: vec![],
+            },
+        ],
+        ..Default::default()
+    };
+    let mut p = Pacer::new(c, 1, 4096, None, 0);
+    let mut out = Vec::new();
+    // Tenant a alone for a while: it gets everything (work-conserving).
+    for i in 0..1000 {
+        p.enqueue(io(i, 0, 0, 4096), 0);
+    }
+    for s in 0..500u64 {
+        p.poll(s * 10_000, &mut out);
+    }
+    assert!(out.len() >= 499, "{}", out.len());
+    // Tenant b arrives: it shares from now on instead of catching up.
+    for i in 0..1000 {
+        p.enqueue(io(10_000 + i, 0, 1, 4096), 0);
+    }
+    out.clear();
+    for s in 500..600u64 {
+        p.poll(s * 10_000, &mut out);
+    }
+    let b = out.iter().filter(|&&i| i >= 10_000).count();
+    assert!((40..=60).contains(&b), "b got {b} of {}", out.len());
+}
+
+#[test]
+fn cancel_removes_queued_and_in_flight() {
+    let mut p = Pacer::new(
+        PacingConfig {
+            mode: Mode::Rate,
+            period_us: Some(1e6),
+            device_ops: Some(1),
+            ..Default::default()
+        },
+        1,
+        4096,
+        Some(DeviceOps::new(1, 1)),
+        0,
+    );
+    p.enqueue(io(1, 0, 0, 4096), 0);
+    p.enqueue(io(2, 0, 0, 4096), 0);
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    assert_eq!(out, vec![1]);
+    assert!(p.cancel(2));
+    assert_eq!(p.queued(), 0);
+    assert!(p.cancel(1), "in flight: its window and op credit come back");
+    assert_eq!(p.bytes_in_flight(), 0);
+    assert!(!p.cancel(3));
+    p.enqueue(io(4, 0, 0, 4096), 0);
+    p.poll(2_000_000_000, &mut out);
+    assert!(out.contains(&4), "the op credit was returned");
+}
+
+#[test]
+fn validate_names_fields() {
+    let bad = PacingConfig {
+        mode: Mode::Rate,
+        period_us: None,
+        ..Default::default()
+    };
+    assert_eq!(bad.validate().unwrap_err().0, "period_us");
+    let bad = PacingConfig {
+        gain: 0.5,
+        ..Default::default()
+    };
+    assert_eq!(bad.validate().unwrap_err().0, "gain");
+    assert!(PacingConfig::default().validate().is_ok());
+}
