@@ -550,10 +550,7 @@ impl Pacer {
         }
         // Tenants that cannot release anything more in this poll.
         let mut skipped = vec![false; self.tenants.len()];
-        loop {
-            let Some(t) = self.pick_tenant(&skipped) else {
-                break;
-            };
+        while let Some(t) = self.pick_tenant(&skipped) {
             let Some(d) = self.tenants[t].active.front().copied() else {
                 skipped[t] = true;
                 continue;

@@ -155,7 +155,7 @@ fn auto_window_bounds_bytes_in_flight_and_learns() {
     p.poll(0, &mut out);
     let initial = out.len();
     assert!(
-        initial >= 1 && initial <= 4,
+        (1..=4).contains(&initial),
         "starts with a small window: {initial}"
     );
     // A pipeline that completes each IO 100 us after release, draining
