@@ -4,7 +4,10 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use bdev::{BdevSpec, ByteSize};
+use pace::pacer::{CostModel, PacingConfig};
 use serde::Deserialize;
 
 /// The configuration served when `iopace serve` gets no `--config`.
@@ -27,6 +30,12 @@ pub struct Config {
     pub bdevs: Vec<BdevSpec>,
     #[serde(default, rename = "export")]
     pub exports: Vec<ExportConfig>,
+    /// Pacing mode and parameters, tenants.
+    #[serde(default)]
+    pub pacing: PacingConfig,
+    /// Per-bdev cost models (iocost's linear model), by bdev name.
+    #[serde(default)]
+    pub cost: BTreeMap<String, CostModel>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -261,6 +270,22 @@ impl LoadedConfig {
                 message: "no [[export]] defined".into(),
             });
         }
+        if let Err((field, message)) = c.pacing.validate() {
+            let field = field.split('.').next_back().unwrap_or(field);
+            return Err(self.error_at("pacing", 0, field, message));
+        }
+        for (i, t) in c.pacing.tenants.iter().enumerate() {
+            for e in &t.exports {
+                if !c.exports.iter().any(|x| &x.name == e) {
+                    return Err(ConfigError {
+                        file: self.source_name.clone(),
+                        line: locate(&self.text, "pacing.tenants", i, "exports"),
+                        field: Some("pacing.tenants.exports".into()),
+                        message: format!("tenant `{}` names unknown export `{e}`", t.name),
+                    });
+                }
+            }
+        }
         for (i, e) in c.exports.iter().enumerate() {
             if e.name.len() > 4096 {
                 return Err(self.error_at("export", i, "name", "longer than 4096 bytes".into()));
@@ -306,6 +331,7 @@ impl LoadedConfig {
             "buffer_size": b.buffer_size.0,
             "buf_cache_size": b.buf_cache_size,
         });
+        json["pacing"] = serde_json::to_value(&self.config.pacing).unwrap_or_default();
         json["source"] = serde_json::Value::String(self.source_name.clone());
         json
     }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use bdev::{Bdev, BdevSet};
+use pace::pacer::{CostModel, PacingConfig, TenantConfig};
 use proto::ExportInfo;
 
 use crate::config::{ConfigError, LoadedConfig};
@@ -11,6 +12,16 @@ use crate::config::{ConfigError, LoadedConfig};
 pub struct Export {
     pub info: ExportInfo,
     pub bdev: Arc<Bdev>,
+    /// The pacer's device queue for this export's bdev.
+    pub device: usize,
+    /// The pacer's tenant for this export.
+    pub tenant: usize,
+}
+
+/// One pacer device queue: an exported bdev.
+pub struct Device {
+    pub name: String,
+    pub cost: CostModel,
 }
 
 /// Everything the reactors serve, shared read-only between them.
@@ -20,6 +31,9 @@ pub struct Catalog {
     pub bdevs: BdevSet,
     /// Export a client gets when it asks for the empty name.
     pub default_export: Option<usize>,
+    pub devices: Vec<Device>,
+    /// The pacing config, with a `default` tenant added for exports no tenant names.
+    pub pacing: PacingConfig,
 }
 
 impl Catalog {
@@ -28,6 +42,18 @@ impl Catalog {
         let bdevs = bdev::build(&c.bdevs)
             .map_err(|e| cfg.error_at("bdev", e.index, e.field, e.message.clone()))?;
         let max_block = cfg.max_request_bytes();
+        let mut pacing = c.pacing.clone();
+        let mut devices: Vec<Device> = Vec::new();
+        for name in c.cost.keys() {
+            if bdevs.get(name).is_none() {
+                return Err(ConfigError {
+                    file: cfg.source_name.clone(),
+                    line: None,
+                    field: Some(format!("cost.{name}")),
+                    message: format!("no bdev named `{name}`"),
+                });
+            }
+        }
         let mut exports = Vec::with_capacity(c.exports.len());
         for (i, e) in c.exports.iter().enumerate() {
             let Some(dev) = bdevs.get(&e.bdev) else {
@@ -60,7 +86,45 @@ impl Catalog {
                 pref_block: dev.block_size().max(4096),
                 max_block,
             };
-            exports.push(Export { info, bdev: dev });
+            let device = match devices.iter().position(|d| d.name == e.bdev) {
+                Some(d) => d,
+                None => {
+                    let cost = c.cost.get(&e.bdev).copied().unwrap_or(match dev.kind() {
+                        "file" => CostModel::nvme(),
+                        _ => CostModel::memory(),
+                    });
+                    devices.push(Device {
+                        name: e.bdev.clone(),
+                        cost,
+                    });
+                    devices.len() - 1
+                }
+            };
+            let tenant = match pacing
+                .tenants
+                .iter()
+                .position(|t| t.exports.contains(&e.name))
+            {
+                Some(t) => t,
+                None if pacing.tenants.is_empty() => 0,
+                None => match pacing.tenants.iter().position(|t| t.name == "default") {
+                    Some(t) => t,
+                    None => {
+                        pacing.tenants.push(TenantConfig {
+                            name: "default".into(),
+                            weight: 1.0,
+                            exports: Vec::new(),
+                        });
+                        pacing.tenants.len() - 1
+                    }
+                },
+            };
+            exports.push(Export {
+                info,
+                bdev: dev,
+                device,
+                tenant,
+            });
         }
         let default_export = exports
             .iter()
@@ -72,6 +136,8 @@ impl Catalog {
             infos,
             bdevs,
             default_export,
+            devices,
+            pacing,
         })
     }
 }

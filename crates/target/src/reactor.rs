@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bdev::{IoOp, IoResult, Prep};
 use io_uring::{opcode, squeue, types, IoUring};
+use pace::pacer::{DeviceOps, IoKind, PacedIo, Pacer, PacingConfig};
 use pace::pool::{Alloc, BufId, ReactorBufs, SharedPool};
 use pace::stats::ReqState;
 use pace::Nanos;
@@ -27,6 +28,7 @@ use crate::stats::{ReactorStats, StatsCollector};
 pub enum Msg {
     NewConn(OwnedFd),
     Stats(mpsc::Sender<ReactorStats>),
+    SetPacing(PacingConfig),
     Shutdown,
 }
 
@@ -92,6 +94,8 @@ fn ud_parts(v: u64) -> (u64, u32, u32) {
 
 pub struct ReactorSettings {
     pub id: usize,
+    /// Per-device op credit shared by every reactor (rate mode).
+    pub device_ops: Option<Arc<DeviceOps>>,
     pub max_requests: u32,
     pub drain_timeout: Duration,
 }
@@ -116,6 +120,9 @@ pub struct Reactor {
     /// Completions held back by delay bdevs: (release time, request).
     timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     grants: Vec<(u64, Vec<BufId>)>,
+    pacer: Pacer,
+    /// Scratch list of IOs the pacer released.
+    released: Vec<u64>,
     /// Scratch list of requests whose replies were fully sent.
     finished: Vec<u32>,
     rng: SmallRng,
@@ -149,6 +156,17 @@ impl Reactor {
         let reqs = (0..settings.max_requests).map(|_| Req::default()).collect();
         let free_reqs = (0..settings.max_requests).rev().collect();
         let stats = StatsCollector::new(settings.id, &catalog, pool.buffer_size());
+        let origin_now = origin.elapsed().as_nanos() as Nanos;
+        let mut pacer = Pacer::new(
+            catalog.pacing.clone(),
+            catalog.devices.len(),
+            pool.buffer_size(),
+            settings.device_ops.clone(),
+            origin_now,
+        );
+        for (i, model) in catalog.devices.iter().enumerate() {
+            pacer.set_cost_model(i, model.cost);
+        }
         Ok(Reactor {
             id: settings.id,
             ring,
@@ -166,6 +184,8 @@ impl Reactor {
             send_ready: Vec::new(),
             timers: BinaryHeap::new(),
             grants: Vec::new(),
+            pacer,
+            released: Vec::new(),
             finished: Vec::new(),
             rng: SmallRng::seed_from_u64(0x10_9ace ^ settings.id as u64),
             origin,
@@ -190,6 +210,7 @@ impl Reactor {
             self.bufs.poll(&mut self.grants);
             self.handle_grants();
             self.fire_timers();
+            self.poll_pacer();
             self.flush_sends();
             if self.draining_since.is_some() && self.finish_drain() {
                 break;
@@ -223,6 +244,9 @@ impl Reactor {
 
     fn next_timeout(&self) -> Option<types::Timespec> {
         let mut deadline = self.timers.peek().map(|Reverse((t, _))| *t);
+        if let Some(t) = self.pacer.next_wakeup(self.now) {
+            deadline = Some(deadline.map_or(t, |d| d.min(t)));
+        }
         if let Some(since) = self.draining_since {
             // Wake up to re-check the drain even when nothing completes.
             let check = since.max(self.now) + 50_000_000;
@@ -284,6 +308,7 @@ impl Reactor {
                     let snapshot = self.snapshot();
                     let _ = reply.send(snapshot);
                 }
+                Msg::SetPacing(cfg) => self.pacer.reconfigure(cfg, self.now),
                 Msg::Shutdown => self.begin_drain(),
             }
         }
@@ -451,9 +476,16 @@ impl Reactor {
         // Requests still queued for buffers leave the wait queue now.
         for i in 0..self.reqs.len() as u32 {
             let req = &self.reqs[i as usize];
-            if req.conn == index && req.conn_gen == gen && req.state == ReqState::NeedBuffer {
-                self.bufs.cancel(u64::from(i));
-                self.release_req(i);
+            if req.conn == index && req.conn_gen == gen {
+                match req.state {
+                    ReqState::NeedBuffer => {
+                        self.bufs.cancel(u64::from(i));
+                        self.release_req(i);
+                    }
+                    // release_req takes it out of the pacer.
+                    ReqState::Pacing => self.release_req(i),
+                    _ => {}
+                }
             }
         }
         self.slot_waiters.retain(|&w| w != index);
@@ -607,19 +639,67 @@ impl Reactor {
             }
             return;
         }
-        self.set_state(slot, ReqState::NeedBuffer);
-        match self.bufs.alloc(request.length, u64::from(slot)) {
-            Alloc::Ready(bufs) => self.got_buffers(slot, bufs),
-            Alloc::Queued => {
-                self.stats.buffer_waits += 1;
-                if request.command == Command::Write {
-                    // Stop reading: TCP backpressure until buffers are free.
-                    if let Some(c) = self.conn(index) {
-                        c.block = Block::Buffers(slot);
-                    }
-                }
+        // The pacer decides when the IO may take buffers. A WRITE's payload
+        // stays in the socket until then: the connection stops reading.
+        let export = &self.catalog.exports[self.reqs[slot as usize].export as usize];
+        let io = PacedIo {
+            id: u64::from(slot),
+            device: export.device,
+            tenant: export.tenant,
+            bytes: request.length,
+            kind: if request.command == Command::Write {
+                IoKind::Write
+            } else {
+                IoKind::Read
+            },
+            offset: request.offset,
+        };
+        if request.command == Command::Write {
+            if let Some(c) = self.conn(index) {
+                c.block = Block::Buffers(slot);
             }
         }
+        self.set_state(slot, ReqState::Pacing);
+        self.reqs[slot as usize].paced = true;
+        self.pacer.enqueue(io, self.now);
+    }
+
+    /// Released by the pacer: take buffers, or queue for them.
+    fn paced_release(&mut self, slot: u32) {
+        let req = &self.reqs[slot as usize];
+        if req.state != ReqState::Pacing {
+            return;
+        }
+        let (len, index, is_write) = (req.len, req.conn, req.command == Command::Write);
+        self.set_state(slot, ReqState::NeedBuffer);
+        match self.bufs.alloc(len, u64::from(slot)) {
+            Alloc::Ready(bufs) => {
+                let was_blocking = self.conns[index as usize]
+                    .as_ref()
+                    .is_some_and(|c| c.block == Block::Buffers(slot));
+                self.got_buffers(slot, bufs);
+                if was_blocking {
+                    self.send_ready.push(index | RESUME_FLAG);
+                }
+            }
+            Alloc::Queued => {
+                self.stats.buffer_waits += 1;
+                let _ = is_write; // a write keeps its connection blocked
+            }
+        }
+    }
+
+    fn poll_pacer(&mut self) {
+        if self.pacer.queued() == 0 {
+            return;
+        }
+        self.pacer.poll(self.now, &mut self.released);
+        let released = std::mem::take(&mut self.released);
+        for &id in &released {
+            self.paced_release(id as u32);
+        }
+        self.released = released;
+        self.released.clear();
     }
 
     fn got_buffers(&mut self, slot: u32, bufs: Vec<BufId>) {
@@ -749,6 +829,11 @@ impl Reactor {
 
     fn bdev_done(&mut self, slot: u32, result: IoResult) {
         let req = &mut self.reqs[slot as usize];
+        if req.paced {
+            let device = self.catalog.exports[req.export as usize].device;
+            self.pacer
+                .on_device_complete(device, self.now.saturating_sub(req.t_submit), self.now);
+        }
         if let IoResult::Err(errno) = result {
             req.error = errno;
         }
@@ -800,6 +885,11 @@ impl Reactor {
     /// Frees the request's buffers and slot: the end of its life.
     fn release_req(&mut self, slot: u32) {
         let req = &mut self.reqs[slot as usize];
+        if req.paced {
+            // Never reached on_complete (cancelled or failed): leave the pacer.
+            self.pacer.cancel(u64::from(slot));
+            req.paced = false;
+        }
         if !req.bufs.is_empty() {
             self.bufs.free(&req.bufs);
         }
@@ -953,6 +1043,10 @@ impl Reactor {
             let finished = std::mem::take(&mut self.finished);
             for &slot in &finished {
                 self.stats.record_done(&self.reqs[slot as usize], now);
+                if self.reqs[slot as usize].paced {
+                    self.pacer.on_complete(u64::from(slot), now);
+                    self.reqs[slot as usize].paced = false;
+                }
                 self.release_req(slot);
             }
             self.finished = finished;

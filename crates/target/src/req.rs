@@ -32,6 +32,8 @@ pub struct Req {
     pub t_start: Nanos,
     pub t_submit: Nanos,
     pub op: Option<IoOp>,
+    /// Went through the pacer and has not yet told it it is done.
+    pub paced: bool,
     /// Error from an earlier SQE of a linked chain.
     pub chain_error: Option<bdev::IoResult>,
     /// The reply carries `len` bytes of data after the header.
@@ -61,6 +63,7 @@ impl Default for Req {
             t_submit: 0,
             op: None,
             chain_error: None,
+            paced: false,
             data_reply: false,
         }
     }
@@ -95,6 +98,7 @@ impl Req {
         self.t_submit = now;
         self.op = None;
         self.data_reply = false;
+        self.paced = false;
         self.bufs.clear();
         self.iov.clear();
         self.hdr.clear();

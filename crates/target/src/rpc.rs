@@ -9,6 +9,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use pace::pacer::PacingConfig;
 use serde_json::{json, Value};
 
 use crate::reactor::{Msg, ReactorHandle};
@@ -53,7 +54,30 @@ fn handle_call(state: &RpcState, req: &Value) -> Result<Value, (i64, String)> {
             Ok(json!({ "reactors": reactors }))
         }
         "get_config" => Ok(state.config.clone()),
-        "rpc_get_methods" => Ok(json!(["get_stats", "get_config", "rpc_get_methods"])),
+        "set_pacing" => {
+            // The whole [pacing] table, as JSON; applied by every reactor.
+            let params = req.get("params").cloned().unwrap_or(Value::Null);
+            let cfg: PacingConfig = serde_json::from_value(params)
+                .map_err(|e| (-32602, format!("invalid params: {e}")))?;
+            if !cfg.tenants.is_empty() {
+                return Err((
+                    -32602,
+                    "tenants cannot change at run time; restart with a new config".into(),
+                ));
+            }
+            cfg.validate()
+                .map_err(|(field, m)| (-32602, format!("{field}: {m}")))?;
+            for r in &state.reactors {
+                r.send(Msg::SetPacing(cfg.clone()));
+            }
+            Ok(json!({ "applied": serde_json::to_value(&cfg).unwrap_or_default() }))
+        }
+        "rpc_get_methods" => Ok(json!([
+            "get_stats",
+            "get_config",
+            "set_pacing",
+            "rpc_get_methods"
+        ])),
         other => Err((-32601, format!("method not found: {other}"))),
     }
 }

@@ -10,6 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use pace::pacer::DeviceOps;
 use pace::pool::{PoolConfig, SharedPool};
 
 use crate::config::{ConfigError, LoadedConfig};
@@ -120,6 +121,10 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         cfg.server.reactors
     };
     let origin = Instant::now();
+    let device_ops = catalog
+        .pacing
+        .device_ops
+        .map(|limit| DeviceOps::new(catalog.devices.len(), limit));
     let mut handles = Vec::with_capacity(n);
     let mut threads: Vec<JoinHandle<()>> = Vec::with_capacity(n);
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
@@ -131,6 +136,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         let ready = ready_tx.clone();
         let settings = ReactorSettings {
             id,
+            device_ops: device_ops.clone(),
             max_requests: cfg.server.max_requests_per_reactor,
             drain_timeout: Duration::from_secs(cfg.server.drain_timeout_s),
         };

@@ -69,6 +69,9 @@ pub struct ReactorStats {
     pub buffers: BufferStats,
     pub delayed_completions: u64,
     pub exports: Vec<ExportStats>,
+    /// The pacer's counters and estimates (pace::pacer::PacerStats).
+    #[serde(default)]
+    pub pacer: serde_json::Value,
 }
 
 pub struct StatsCollector {
@@ -227,6 +230,7 @@ impl StatsCollector {
                     },
                 })
                 .collect(),
+            pacer: serde_json::Value::Null,
         }
     }
 }
