@@ -60,9 +60,12 @@ def cpu_ticks(pid):
 class Server:
     """One peer server on one transport; `uri` is what fio connects to."""
 
+    count = 0
+
     def __init__(self, name, transport, work):
         self.name, self.transport, self.work = name, transport, work
-        self.sock = os.path.join(work, f"{name}.sock")
+        Server.count += 1
+        self.sock = os.path.join(work, f"{name}-{transport}-{Server.count}.sock")
         self.port = free_port()
         self.export = ""
         self.proc = None
@@ -197,6 +200,7 @@ def main():
                     for job in JOBS:
                         r = measure(srv, job)
                         results.setdefault((name, transport, job), []).append(r)
+                        save(results)
                         print(f"rep {rep + 1}/{REPS} {transport:4} {name:14} {job:16} "
                               f"{r['iops']:9.0f} IOPS {r['mibs']:8.1f} MiB/s avg {r['avg_us']:7.1f} us "
                               f"p99 {r['p99_us']:7.1f} us cpu/io {r['cpu_us_per_io']:5.2f} us", flush=True)
@@ -205,14 +209,18 @@ def main():
         for s in started:
             if s.proc and s.proc.poll() is None:
                 s.stop()
-    with open(os.path.join(OUT, "results.json"), "w") as f:
-        json.dump([{"server": k[0], "transport": k[1], "job": k[2], "runs": v} for k, v in results.items()], f, indent=1)
+    save(results)
     table = render(results)
     with open(os.path.join(OUT, "table.md"), "w") as f:
         f.write(table)
     print()
     print(table)
     print(f"raw results: {OUT}/results.json")
+
+
+def save(results):
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump([{"server": k[0], "transport": k[1], "job": k[2], "runs": v} for k, v in results.items()], f, indent=1)
 
 
 def render(results):

@@ -65,6 +65,43 @@ pub fn render(reply: &StatsReply) -> String {
             "  Bufs in-flight: {} now, {:.1} avg, {} max ({:.2} MiB avg, {:.2} MiB max); waits {}; cached {}; pool free {}",
             b.in_use, b.in_use_avg, b.in_use_max, b.in_use_avg_mib, b.in_use_max_mib, b.waits, b.cached, b.pool_free
         );
+        let p = &r.pacer;
+        if let Some(mode) = p["mode"].as_str() {
+            let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
+            let _ = writeln!(
+                s,
+                "  Pacer {mode}: calls, polls, ios: {}, {}, {}; period {:.2} us; rate {:.2} Gb/s; window {:.2} MiB; queued {}",
+                f("calls"),
+                f("polls"),
+                f("ios"),
+                f("period_us"),
+                f("rate_bps") * 8.0 / 1e9,
+                f("window_bytes") / 1048576.0,
+                f("queued")
+            );
+            let _ = writeln!(
+                s,
+                "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us",
+                f("bytes_in_flight") / 1048576.0,
+                f("bytes_in_flight_avg") / 1048576.0,
+                f("bytes_in_flight_max") / 1048576.0,
+                f("min_latency_us")
+            );
+            if let Some(tenants) = p["tenants"].as_array().filter(|t| t.len() > 1) {
+                for t in tenants {
+                    let _ = writeln!(
+                        s,
+                        "    Tenant {}: weight {}, share {:.3}, {:.1} MiB, vtime lag {:.0}, queued {}",
+                        t["name"].as_str().unwrap_or("?"),
+                        t["weight"],
+                        t["share"].as_f64().unwrap_or(0.0),
+                        t["usage_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+                        t["vtime_lag"].as_f64().unwrap_or(0.0),
+                        t["queued"]
+                    );
+                }
+            }
+        }
         if r.delayed_completions > 0 {
             let _ = writeln!(
                 s,
