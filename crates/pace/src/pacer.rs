@@ -302,6 +302,7 @@ pub struct Pacer {
     flights: HashMap<u64, Flight>,
     /// IOs that bypass pacing, released at the next poll.
     bypassed: Vec<PacedIo>,
+    skipped: Vec<bool>,
     bytes_in_flight: u64,
     in_flight_avg: crate::stats::TimeAvg,
     // rate mode
@@ -374,6 +375,7 @@ impl Pacer {
             active_tenants: 0,
             flights: HashMap::new(),
             bypassed: Vec::new(),
+            skipped: Vec::new(),
             bytes_in_flight: 0,
             in_flight_avg: crate::stats::TimeAvg::new(now),
             period_ns,
@@ -548,8 +550,11 @@ impl Pacer {
             self.take_flight(io, false, now);
             out.push(io.id);
         }
-        // Tenants that cannot release anything more in this poll.
-        let mut skipped = vec![false; self.tenants.len()];
+        // Tenants that cannot release anything more in this poll (a reused
+        // scratch vector: poll runs on every request).
+        let mut skipped = std::mem::take(&mut self.skipped);
+        skipped.clear();
+        skipped.resize(self.tenants.len(), false);
         while let Some(t) = self.pick_tenant(&skipped) {
             let Some(d) = self.tenants[t].active.front().copied() else {
                 skipped[t] = true;
@@ -621,6 +626,7 @@ impl Pacer {
             self.take_flight(io, took_op, now);
             out.push(io.id);
         }
+        self.skipped = skipped;
     }
 
     /// Counts a released IO as in flight until `on_complete` or `cancel`.

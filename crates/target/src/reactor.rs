@@ -662,6 +662,9 @@ impl Reactor {
         self.set_state(slot, ReqState::Pacing);
         self.reqs[slot as usize].paced = true;
         self.pacer.enqueue(io, self.now);
+        // Release now if the pacer allows: an unpaced IO (or an open window)
+        // must not wait a loop iteration, nor keep its connection blocked.
+        self.poll_pacer();
     }
 
     /// Released by the pacer: take buffers, or queue for them.
