@@ -24,6 +24,18 @@ enum Cmd {
     Serve(ServeArgs),
     /// Print the statistics of a running target, per reactor.
     Stats(StatsArgs),
+    /// Run simulation scenarios (TOML) through the pacer and print the seed's tables.
+    Sim(SimArgs),
+}
+
+#[derive(Args)]
+struct SimArgs {
+    /// Scenario files, e.g. scenarios/sim/test03_none.toml.
+    #[arg(required = true, value_name = "SCENARIO.toml")]
+    scenarios: Vec<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -75,6 +87,13 @@ fn main() -> ExitCode {
     match cli.command {
         Cmd::Serve(args) => serve(args),
         Cmd::Stats(args) => stats(args),
+        Cmd::Sim(args) => {
+            let mut argv = args.scenarios;
+            if args.json {
+                argv.push("--json".into());
+            }
+            ExitCode::from(sim::cli_main(&argv) as u8)
+        }
     }
 }
 

@@ -1,0 +1,140 @@
+use super::*;
+use pace::pacer::{Mode, TenantConfig};
+use proptest::prelude::*;
+
+fn small(runs: Vec<RunConfig>) -> Scenario {
+    toml::from_str::<Scenario>(
+        r#"
+name = "small"
+seed = 7
+duration_ms = 40
+warmup_ms = 10
+qds = [4]
+runs = []
+[target]
+reactors = 2
+buffer_size = 131072
+num_shared_buffers = 4096
+ddio_budget_mib = 4
+ddio_slope = 0.075
+ddio_floor = 0.6
+[[ports]]
+rate_gbps = 10
+rtt_us = 10
+[[devices]]
+count = 4
+kind = "nvme"
+latency_us = 20
+[[hosts]]
+count = 2
+bssplit = [[131072, 1]]
+"#,
+    )
+    .map(|mut s: Scenario| {
+        s.runs = runs;
+        s
+    })
+    .expect("scenario parses")
+}
+
+fn run(mode: Mode) -> RunConfig {
+    RunConfig {
+        label: format!("{mode:?}"),
+        pacing: PacingConfig {
+            mode,
+            ..Default::default()
+        },
+        num_shared_buffers: None,
+        seed_rows: vec![],
+    }
+}
+
+#[test]
+fn seeded_runs_are_identical() {
+    let sc = small(vec![run(Mode::Auto)]);
+    let a = simulate(&sc, &sc.runs[0], 64);
+    let b = simulate(&sc, &sc.runs[0], 64);
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+}
+
+#[test]
+fn auto_holds_the_link_with_bounded_buffers_where_none_grows() {
+    let sc = small(vec![run(Mode::None), run(Mode::Auto)]);
+    let none_lo = simulate(&sc, &sc.runs[0], 16);
+    let none_hi = simulate(&sc, &sc.runs[0], 512);
+    let auto_hi = simulate(&sc, &sc.runs[1], 512);
+    assert!(
+        none_hi.bufs_mib_avg > 4.0 * none_lo.bufs_mib_avg,
+        "{none_lo:?} {none_hi:?}"
+    );
+    assert!(auto_hi.bw_gbps > 0.95 * 10.0, "{auto_hi:?}");
+    assert!(
+        auto_hi.bufs_mib_avg < none_hi.bufs_mib_avg / 4.0,
+        "{auto_hi:?} vs {none_hi:?}"
+    );
+}
+
+#[test]
+fn weights_split_a_saturated_link() {
+    let mut sc = small(vec![]);
+    // Weighted fair queuing is per reactor: both tenants share one here.
+    sc.target.reactors = 1;
+    sc.hosts[0].count = 1;
+    let mut second = sc.hosts[0].clone();
+    second.tenant = 1;
+    sc.hosts.push(second);
+    let pacing = PacingConfig {
+        mode: Mode::Auto,
+        tenants: vec![
+            TenantConfig {
+                name: "gold".into(),
+                weight: 2.0,
+                exports: vec![],
+            },
+            TenantConfig {
+                name: "bronze".into(),
+                weight: 1.0,
+                exports: vec![],
+            },
+        ],
+        ..Default::default()
+    };
+    sc.runs = vec![RunConfig {
+        label: "2:1".into(),
+        pacing,
+        num_shared_buffers: None,
+        seed_rows: vec![],
+    }];
+    let r = simulate(&sc, &sc.runs[0], 256);
+    let ratio = r.per_group_gbps[0] / r.per_group_gbps[1];
+    assert!((ratio - 2.0).abs() < 0.2, "ratio {ratio}: {r:?}");
+}
+
+#[test]
+fn rate_follows_a_link_step() {
+    let mut sc = small(vec![run(Mode::Auto)]);
+    sc.ports[0].step = Some((20, 5.0));
+    sc.duration_ms = 80;
+    let r = simulate(&sc, &sc.runs[0], 256);
+    // 10 ms at 10 Gb/s, then 70 ms at 5 Gb/s: 5.6 Gb/s if it tracks the step.
+    assert!(r.bw_gbps > 0.9 * 5.625 && r.bw_gbps < 1.1 * 5.625, "{r:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    #[test]
+    fn every_io_ends_and_nothing_starves(qd in 1u32..300, mode in 0usize..4, bufs in 8u32..512) {
+        let modes = [Mode::None, Mode::Buffers, Mode::Rate, Mode::Auto];
+        let mut rc = run(modes[mode]);
+        rc.pacing.period_us = Some(100.0);
+        rc.num_shared_buffers = Some(bufs);
+        let mut sc = small(vec![rc]);
+        sc.duration_ms = 20;
+        sc.warmup_ms = 5;
+        let r = simulate(&sc, &sc.runs[0], qd);
+        prop_assert!(r.conserved);
+        // No starvation: every host group moved data.
+        prop_assert!(r.per_group_gbps.iter().all(|g| *g > 0.0), "{:?}", r);
+        prop_assert!(r.bufs_mib_max <= f64::from(bufs) * 0.125 + 1e-9);
+    }
+}
