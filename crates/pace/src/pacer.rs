@@ -595,6 +595,26 @@ impl Pacer {
                     continue;
                 }
             }
+            let quantum = self.max_io as i64;
+            if self.cfg.mode == Mode::Auto && self.devices[d].deficit <= 0 {
+                // Its quantum is spent: top it up and give the turn away.
+                self.devices[d].deficit += quantum;
+                if self.tenant_has_other_device(t, d) {
+                    self.tenants[t].active.rotate_left(1);
+                    continue;
+                }
+                while self.devices[d].deficit <= 0 {
+                    self.devices[d].deficit += quantum;
+                }
+            }
+            // A device's bytes are charged by how long they hold buffers:
+            // a device slower than the fastest pays more per byte, so slow
+            // devices cannot crowd fast ones out of the window.
+            let charge = if self.cfg.mode == Mode::Auto {
+                (bytes as f64 * self.hold_ratio(d)) as i64
+            } else {
+                bytes as i64
+            };
             // Deficit round robin by cost between this tenant's devices.
             let cost = self.devices[d].cost.cost(
                 io.kind,
@@ -604,7 +624,7 @@ impl Pacer {
             let dev = &mut self.devices[d];
             dev.queue.remove(pos);
             dev.last_offset = io.offset + bytes;
-            dev.deficit -= bytes as i64;
+            dev.deficit -= charge;
             let tenant = &mut self.tenants[t];
             tenant.vtime += cost / tenant.weight;
             tenant.usage_bytes += bytes;
@@ -613,7 +633,9 @@ impl Pacer {
                 self.active_tenants -= 1;
             }
             if dev.deficit <= 0 || !dev.queue.iter().any(|x| x.tenant == t) {
-                dev.deficit += self.max_io as i64;
+                if self.cfg.mode != Mode::Auto {
+                    dev.deficit += quantum;
+                }
                 let still = dev.queue.iter().any(|x| x.tenant == t);
                 tenant.active.pop_front();
                 if still {
@@ -648,6 +670,20 @@ impl Pacer {
             },
         );
         self.ios += 1;
+    }
+
+    /// How much longer than the fastest device this device holds its buffers.
+    fn hold_ratio(&self, d: usize) -> f64 {
+        let fastest = self
+            .devices
+            .iter()
+            .filter_map(|x| x.latency.get())
+            .min()
+            .unwrap_or(0);
+        match self.devices[d].latency.get() {
+            Some(l) if fastest > 0 => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
+            _ => 1.0,
+        }
     }
 
     fn tenant_has_other_device(&self, t: usize, d: usize) -> bool {
@@ -699,9 +735,16 @@ impl Pacer {
             return;
         };
         let latency = now.saturating_sub(f.released_at).max(1);
-        self.latency.update(latency, now);
+        // The window is sized for the IOs that move the bytes: small IOs'
+        // short latencies would shrink it below what large ones need.
+        let large = f.bytes >= self.max_io / 2;
+        if large || self.latency.get().is_none() {
+            self.latency.update(latency, now);
+        }
         let dev = &mut self.devices[f.device];
-        dev.latency.update(latency, now);
+        if large || dev.latency.get().is_none() {
+            dev.latency.update(latency, now);
+        }
         dev.delivered += f.bytes;
         self.land(f);
         self.completions_since_tune += 1;

@@ -453,7 +453,8 @@ impl<'a> Sim<'a> {
             Ev::Arrive(id) => {
                 let io = &self.ios[id as usize];
                 let h = &self.hosts[io.host];
-                let r = h.reactor;
+                // One connection per (host, namespace), spread over reactors as the seed's qpairs were.
+                let r = (h.reactor + io.device) % self.pacers.len();
                 let paced = PacedIo {
                     id: u64::from(id),
                     device: io.device,
@@ -483,7 +484,7 @@ impl<'a> Sim<'a> {
             }
             Ev::DeviceDone(id) => {
                 let d = self.ios[id as usize].device;
-                let r = self.hosts[self.ios[id as usize].host].reactor;
+                let r = (self.hosts[self.ios[id as usize].host].reactor + d) % self.pacers.len();
                 let issued = self.ios[id as usize].issued;
                 self.pacers[r].on_device_complete(d, self.now.saturating_sub(issued), self.now);
                 if self.devs[d].kind == DeviceKind::Nvme {
@@ -513,7 +514,7 @@ impl<'a> Sim<'a> {
                     self.set_in_use(self.in_use + u64::from(n));
                     self.start_device(w);
                 }
-                let r = self.hosts[host].reactor;
+                let r = (self.hosts[host].reactor + io.device) % self.pacers.len();
                 self.pacers[r].on_complete(u64::from(id), self.now);
                 self.schedule_poll(r, self.now);
                 self.start_tx(port);
