@@ -1112,8 +1112,11 @@ impl Reactor {
     fn snapshot(&mut self) -> ReactorStats {
         let now = self.clock();
         let pool = self.bufs.stats();
-        self.stats
-            .snapshot(now, pool, self.pool.free_total(), self.timers.len())
+        let mut snap = self
+            .stats
+            .snapshot(now, pool, self.pool.free_total(), self.timers.len());
+        snap.pacer = serde_json::to_value(self.pacer.stats(now)).unwrap_or_default();
+        snap
     }
 }
 

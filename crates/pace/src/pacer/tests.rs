@@ -318,3 +318,15 @@ fn validate_names_fields() {
     assert_eq!(bad.validate().unwrap_err().0, "gain");
     assert!(PacingConfig::default().validate().is_ok());
 }
+
+#[test]
+fn stats_serialize_to_json() {
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    p.enqueue(io(1, 0, 0, K128), 0);
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    p.on_complete(1, 50_000);
+    let s = p.stats(100_000);
+    let v = serde_json::to_value(&s).expect("pacer stats serialize");
+    assert_eq!(v["mode"], "auto");
+}
