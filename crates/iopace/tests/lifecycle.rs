@@ -108,6 +108,12 @@ fn stats_command_prints_reactor_report() {
         text.contains("Reactor 0") && text.contains("Bufs in-flight"),
         "{text}"
     );
+    assert!(
+        text.contains("Pacer auto"),
+        "pacer line in the report: {text}"
+    );
+    let stats = server.rpc("get_stats");
+    assert_eq!(stats["reactors"][0]["pacer"]["mode"], "auto", "{stats:#}");
     let cfg = server.rpc("get_config");
     assert_eq!(cfg["buffers"]["num_shared_buffers"], 256, "{cfg:#}");
 }
