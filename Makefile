@@ -19,7 +19,8 @@ release: setup
 
 test: setup
 	$(CARGO) build --workspace --all-targets
-	$(CARGO) test --workspace -- --test-threads=2
+	# A hung test fails CI in minutes rather than hours.
+	timeout --signal=KILL 1500 $(CARGO) test --workspace -- --test-threads=2
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -375,7 +375,10 @@ impl<S: Read + Write> RawClient<S> {
 
 pub fn raw_unix(server: &Server, export: &str) -> RawClient<UnixStream> {
     let s = UnixStream::connect(&server.sock).expect("connect");
+    // A stuck server fails the test instead of hanging it.
     s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.set_write_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     let mut c = RawClient { s };
     c.greet();
@@ -385,7 +388,10 @@ pub fn raw_unix(server: &Server, export: &str) -> RawClient<UnixStream> {
 
 pub fn raw_tcp(server: &Server, export: &str) -> RawClient<TcpStream> {
     let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    // A stuck server fails the test instead of hanging it.
     s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.set_write_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     let mut c = RawClient { s };
     c.greet();
