@@ -1,4 +1,4 @@
-//! The iopace command line: serve, stats, sim.
+//! The iopace command line: serve, stats, sim, bench.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +26,27 @@ enum Cmd {
     Stats(StatsArgs),
     /// Run simulation scenarios (TOML) through the pacer and print the seed's tables.
     Sim(SimArgs),
+    /// Run benchmark scenarios (TOML) with real fio initiators against
+    /// iopace or a peer server; writes tables, results.json/csv, PNG plots
+    /// and report.md.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Scenario files, e.g. scenarios/quick.toml; each becomes one test
+    /// section of the report.
+    #[arg(required = true, value_name = "SCENARIO.toml")]
+    scenarios: Vec<PathBuf>,
+    /// The short version: each scenario's [quick] settings (or 3 s runs).
+    #[arg(long)]
+    quick: bool,
+    /// Output directory (default bench-out/<first scenario name>).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Keep the runs already saved in the output directory and do the rest.
+    #[arg(long)]
+    resume: bool,
 }
 
 #[derive(Args)]
@@ -59,6 +80,10 @@ struct ServeArgs {
     /// Number of reactor threads (one per core); 0 means one per CPU.
     #[arg(long, value_name = "N")]
     reactors: Option<usize>,
+    /// Pacing mode, replacing the config's [pacing] mode: none, buffers,
+    /// rate (needs period_us in the config) or auto.
+    #[arg(long, value_name = "MODE")]
+    pacing: Option<String>,
     /// Print the effective configuration and exit without serving.
     #[arg(long)]
     check: bool,
@@ -93,6 +118,57 @@ fn main() -> ExitCode {
                 argv.push("--json".into());
             }
             ExitCode::from(sim::cli_main(&argv) as u8)
+        }
+        Cmd::Bench(args) => bench(args),
+    }
+}
+
+fn bench(args: BenchArgs) -> ExitCode {
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stem = args.scenarios[0]
+            .file_stem()
+            .map_or_else(|| "bench".into(), |s| s.to_string_lossy().to_string());
+        PathBuf::from("bench-out").join(stem)
+    });
+    let iopace_bin = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("iopace bench: cannot find its own binary: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if out.exists() && !args.resume {
+        // A fresh run must not mix with saved runs of an older one.
+        let _ = std::fs::remove_dir_all(out.join("runs"));
+    }
+    let opts = bench::Options {
+        quick: args.quick,
+        out: out.clone(),
+        resume: args.resume,
+        iopace_bin,
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    match bench::bench(&args.scenarios, &opts, command) {
+        Ok(_) => {
+            println!(
+                "\nreport: {}\nresults: {} and {}\nplots: {}/*.png",
+                out.join("report.md").display(),
+                out.join("results.json").display(),
+                out.join("results.csv").display(),
+                out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e @ bench::BenchError::Config(_)) => {
+            eprintln!("iopace bench: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("iopace bench: {e}");
+            if args.resume || out.join("runs").exists() {
+                eprintln!("finished runs are saved; add --resume to continue");
+            }
+            ExitCode::from(1)
         }
     }
 }
@@ -130,6 +206,21 @@ fn serve(args: ServeArgs) -> ExitCode {
     if let Some(n) = args.reactors {
         server.reactors = n;
     }
+    if let Some(mode) = &args.pacing {
+        let pacing = &mut loaded.config.pacing;
+        match serde_json::from_value(serde_json::Value::String(mode.clone())) {
+            Ok(m) => pacing.mode = m,
+            Err(_) => {
+                eprintln!("iopace: --pacing `{mode}`: use none, buffers, rate or auto");
+                return ExitCode::from(2);
+            }
+        }
+        if let Err((field, msg)) = pacing.validate() {
+            eprintln!("iopace: --pacing {mode}: [pacing] {field}: {msg}");
+            return ExitCode::from(2);
+        }
+    }
+    let server = &loaded.config.server;
     for addr in &server.tcp {
         if addr.parse::<std::net::SocketAddr>().is_err() {
             eprintln!("iopace: --tcp `{addr}` is not an IP address and port, like 127.0.0.1:10809");

@@ -180,19 +180,7 @@ impl Config {
     }
 
     pub fn parse(text: &str, source_name: &str) -> Result<LoadedConfig, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|s| line_of(text, s.start));
-            let field = e
-                .span()
-                .and_then(|s| key_at(text, s.start))
-                .or_else(|| backticked(e.message()));
-            ConfigError {
-                file: source_name.to_string(),
-                line,
-                field,
-                message: e.message().trim().to_string(),
-            }
-        })?;
+        let config: Config = from_toml(text, source_name)?;
         let loaded = LoadedConfig {
             config,
             source_name: source_name.to_string(),
@@ -337,6 +325,26 @@ impl LoadedConfig {
     }
 }
 
+/// Deserializes TOML text; a syntax or type error names the file, line and field.
+pub fn from_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    source_name: &str,
+) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| line_of(text, s.start));
+        let field = e
+            .span()
+            .and_then(|s| key_at(text, s.start))
+            .or_else(|| backticked(e.message()));
+        ConfigError {
+            file: source_name.to_string(),
+            line,
+            field,
+            message: e.message().trim().to_string(),
+        }
+    })
+}
+
 /// 1-based line number of byte offset `pos`.
 fn line_of(text: &str, pos: usize) -> usize {
     text[..pos.min(text.len())].matches('\n').count() + 1
@@ -362,7 +370,7 @@ fn backticked(msg: &str) -> Option<String> {
 
 /// Line of `field` inside the `index`-th `[[table]]` (or `[table]`), or of the
 /// table header when the field is absent.
-fn locate(text: &str, table: &str, index: usize, field: &str) -> Option<usize> {
+pub fn locate(text: &str, table: &str, index: usize, field: &str) -> Option<usize> {
     let array_header = format!("[[{table}]]");
     let header = format!("[{table}]");
     let mut seen = 0usize;

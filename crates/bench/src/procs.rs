@@ -1,0 +1,209 @@
+//! Processes the harness starts: each is stopped by its PID, also on error
+//! and on Ctrl-C (the guard's Drop), and a missing tool names its package.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM set a flag the runner checks; cleanup then runs
+/// through the guards' Drop instead of the process dying mid-setup.
+pub fn catch_interrupts() {
+    let handler: extern "C" fn(libc::c_int) = on_signal;
+    // SAFETY: the handler only stores to an atomic, which is signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
+    }
+}
+
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Err if interrupted, so `?` unwinds to the cleanup.
+pub fn check_interrupt() -> Result<(), String> {
+    if interrupted() {
+        Err("interrupted".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sleeps in small steps, waking early on Ctrl-C.
+pub fn sleep(d: Duration) -> Result<(), String> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        check_interrupt()?;
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
+    }
+    Ok(())
+}
+
+/// `tool` on PATH, or an error naming the Debian package that has it.
+pub fn require(tool: &str, package: &str) -> Result<(), String> {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()));
+    if found {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{tool}` is not installed: apt-get install {package}"
+        ))
+    }
+}
+
+/// A started process, stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Proc {
+    pub name: String,
+    child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Proc, String> {
+        let out = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot start {name} ({:?}): {e}", cmd.get_program()))?;
+        Ok(Proc {
+            name: name.to_string(),
+            child,
+            log: log.to_path_buf(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Err with the end of its log if it has exited.
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(format!(
+                "{} exited ({status}); its log {}:\n{}",
+                self.name,
+                self.log.display(),
+                log_tail(&self.log)
+            )),
+            Err(e) => Err(format!("{}: {e}", self.name)),
+        }
+    }
+
+    /// Waits until `ready` holds, failing if the process dies or time runs out.
+    pub fn wait_ready(&mut self, what: &str, ready: impl Fn() -> bool) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            self.check_alive()?;
+            check_interrupt()?;
+            if ready() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} did not become ready ({what}) in 15 s; log {}:\n{}",
+                    self.name,
+                    self.log.display(),
+                    log_tail(&self.log)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: signalling our own child by its PID.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Whether a TCP connection to `addr` succeeds now.
+pub fn tcp_accepts(addr: &str) -> bool {
+    let Ok(mut addrs) = addr.to_socket_addrs() else {
+        return false;
+    };
+    addrs.next().is_some_and(|a: SocketAddr| {
+        TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()
+    })
+}
+
+/// utime + stime of a process, in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name, which may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks / hz.max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_tool_names_package() {
+        let e = require("no-such-tool-iopace", "some-package").expect_err("missing");
+        assert!(e.contains("apt-get install some-package"), "{e}");
+        require("sh", "dash").expect("sh is everywhere");
+    }
+
+    #[test]
+    fn own_cpu_time_is_readable() {
+        let s = cpu_seconds(std::process::id()).expect("own stat");
+        assert!(s >= 0.0);
+    }
+
+    #[test]
+    fn a_dead_process_reports_its_log() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo boom; exit 3"]);
+        let mut p = Proc::spawn("x", cmd, &log).expect("spawn");
+        let e = p.wait_ready("never", || false).expect_err("dies");
+        assert!(e.contains("boom"), "{e}");
+    }
+}

@@ -1,0 +1,539 @@
+//! Executes a scenario: the hosts (fio servers, the wire), then every run
+//! (target up, `fio --client` on every host, target stats sampled, target
+//! down), saving each run's result so an interrupted bench can resume.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::fio::{self, FioResult};
+use crate::procs::{self, Proc};
+use crate::scenario::{HostKind, Loaded, Point, RunId, Scenario, Transport};
+use crate::target_proc::{self, Listen, StartCtx};
+use crate::wire::{self, Wire};
+
+/// The target's side of a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TargetStats {
+    /// Buffers in flight, time-averaged over the measured window (iopace).
+    pub bufs_avg_mib: Option<f64>,
+    /// The largest of the samples taken every 200 ms.
+    pub bufs_max_mib: Option<f64>,
+    /// Mean pacer period over the samples (rate mode and tuner), us.
+    pub pacer_period_us: Option<f64>,
+    /// Mean in-flight window of the auto pacer, MiB.
+    pub pacer_window_mib: Option<f64>,
+    /// Mean requests per state over the samples.
+    pub req_states: BTreeMap<String, f64>,
+    pub samples: usize,
+    /// Target CPU over the window, in cores.
+    pub cpu_cores: f64,
+    /// Target CPU per IO, us.
+    pub cpu_us_per_io: f64,
+}
+
+/// One run's result, saved as `runs/KEY.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResult {
+    pub test: String,
+    pub key: String,
+    pub point: usize,
+    pub vars: BTreeMap<String, String>,
+    pub target: String,
+    pub rep: u32,
+    /// Total queue depth offered (per-job depth x jobs x hosts).
+    pub total_qd: u32,
+    pub job_iodepth: u32,
+    pub fio: FioResult,
+    pub stats: TargetStats,
+    pub window_s: f64,
+}
+
+pub struct Options {
+    pub quick: bool,
+    pub out: PathBuf,
+    pub resume: bool,
+    pub iopace_bin: PathBuf,
+}
+
+/// The initiator side, set up once per scenario.
+struct Hosts {
+    kind: HostKind,
+    /// `fio --client` addresses, one per host.
+    clients: Vec<String>,
+    wire: Option<Wire>,
+    _servers: Vec<Proc>,
+}
+
+impl Hosts {
+    fn up(s: &Scenario, dir: &Path) -> Result<Hosts, String> {
+        let h = &s.hosts;
+        match h.kind {
+            HostKind::Remote => Ok(Hosts {
+                kind: h.kind,
+                clients: h
+                    .addresses
+                    .iter()
+                    .map(|a| fio_client_addr(a, h.fio_port))
+                    .collect(),
+                wire: None,
+                _servers: Vec::new(),
+            }),
+            HostKind::Local => {
+                let mut servers = Vec::new();
+                let mut clients = Vec::new();
+                for i in 1..=h.count {
+                    let port = free_port()?;
+                    let mut cmd = Command::new("fio");
+                    cmd.arg(format!("--server=ip:127.0.0.1,{port}"));
+                    let log = dir.join(format!("fio-server-h{i}.log"));
+                    let mut p = Proc::spawn(&format!("fio server h{i}"), cmd, &log)?;
+                    let addr = format!("127.0.0.1:{port}");
+                    p.wait_ready("listening", || procs::tcp_accepts(&addr))?;
+                    servers.push(p);
+                    clients.push(fio_client_addr("127.0.0.1", port));
+                }
+                Ok(Hosts {
+                    kind: h.kind,
+                    clients,
+                    wire: None,
+                    _servers: servers,
+                })
+            }
+            HostKind::Netns => {
+                let wire = Wire::up(h.count)?;
+                let mut servers = Vec::new();
+                let mut clients = Vec::new();
+                for i in 1..=h.count {
+                    let addr = wire::host_addr(i);
+                    let mut cmd = Command::new("ip");
+                    cmd.args(["netns", "exec", &wire::ns(i), "fio"])
+                        .arg(format!("--server=ip:{addr},{}", h.fio_port));
+                    let log = dir.join(format!("fio-server-h{i}.log"));
+                    let mut p = Proc::spawn(&format!("fio server h{i}"), cmd, &log)?;
+                    let a = format!("{addr}:{}", h.fio_port);
+                    p.wait_ready("listening", || procs::tcp_accepts(&a))?;
+                    servers.push(p);
+                    clients.push(fio_client_addr(&addr, h.fio_port));
+                }
+                Ok(Hosts {
+                    kind: h.kind,
+                    clients,
+                    wire: Some(wire),
+                    _servers: servers,
+                })
+            }
+        }
+    }
+
+    /// Bytes through each host's link, or through loopback for all of them.
+    fn counters(&self) -> Vec<u64> {
+        match (&self.wire, self.kind) {
+            (Some(w), _) => w.counters(),
+            (None, HostKind::Local) => vec![wire::link_bytes("lo")],
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn fio_client_addr(addr: &str, port: u16) -> String {
+    format!("ip:{addr},{port}")
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// Checks the tools a scenario needs, naming the packages to install.
+pub fn preflight(s: &Scenario) -> Result<(), String> {
+    procs::require("fio", "fio")?;
+    if s.hosts.kind == HostKind::Netns {
+        wire::preflight()?;
+    }
+    for t in &s.target {
+        target_proc::preflight(t)?;
+    }
+    Ok(())
+}
+
+/// Runs a scenario's runs not already saved; returns all its results.
+pub fn run_scenario(
+    loaded: &Loaded,
+    opts: &Options,
+    bar: &ProgressBar,
+) -> Result<Vec<RunResult>, String> {
+    let s = &loaded.scenario;
+    let points = s.points();
+    let runs = s.runs(&points);
+    let runs_dir = opts.out.join("runs");
+    std::fs::create_dir_all(&runs_dir).map_err(|e| format!("{}: {e}", runs_dir.display()))?;
+    let mut results = Vec::new();
+    let mut todo = Vec::new();
+    for r in runs {
+        let path = runs_dir.join(format!("{}.json", r.key(s)));
+        match (opts.resume, load_run(&path)) {
+            (true, Some(done)) => {
+                bar.inc(1);
+                results.push(done);
+            }
+            _ => todo.push(r),
+        }
+    }
+    if todo.is_empty() {
+        return Ok(results);
+    }
+    preflight(s)?;
+    // Sockets need short paths; logs and configs of the runs go here too.
+    let scratch = tempfile::Builder::new()
+        .prefix("iopace-bench-")
+        .tempdir()
+        .map_err(|e| format!("scratch dir: {e}"))?;
+    let logs = opts.out.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    let hosts = Hosts::up(s, &logs)?;
+    let mut shaped: Option<(Option<String>, Option<String>)> = None;
+    let scenario_dir = loaded
+        .path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    for r in todo {
+        procs::check_interrupt()?;
+        let key = r.key(s);
+        bar.set_message(key.clone());
+        let point = &points[r.point];
+        if let Some(w) = &hosts.wire {
+            let want = s.wire_at(point);
+            if shaped.as_ref() != Some(&want) {
+                w.shape(want.0.as_deref(), want.1.as_deref())?;
+                shaped = Some(want);
+            }
+        }
+        let run_dir = scratch.path().join(&key);
+        std::fs::create_dir_all(&run_dir).map_err(|e| e.to_string())?;
+        let result = one_run(s, &r, point, &hosts, &scenario_dir, &run_dir, opts)
+            .map_err(|e| format!("{key}: {e}"))?;
+        // Keep the target's log with the results; sockets stay in scratch.
+        for entry in std::fs::read_dir(&run_dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if [".log", ".toml", ".fio", ".json"]
+                .iter()
+                .any(|x| name.ends_with(x))
+            {
+                let _ = std::fs::copy(entry.path(), logs.join(format!("{key}-{name}")));
+            }
+        }
+        let path = runs_dir.join(format!("{key}.json"));
+        let text = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        say(bar, &crate::table::host_table(&result));
+        bar.inc(1);
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// fio's nbd engine reports each connection on stdout before the JSON.
+fn fio_connected(out: &Path) -> bool {
+    std::fs::read_to_string(out).is_ok_and(|t| t.contains("connected to NBD server"))
+}
+
+fn load_run(path: &Path) -> Option<RunResult> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+fn one_run(
+    s: &Scenario,
+    r: &RunId,
+    point: &Point,
+    hosts: &Hosts,
+    scenario_dir: &Path,
+    run_dir: &Path,
+    opts: &Options,
+) -> Result<RunResult, String> {
+    let spec = &s.target[r.target];
+    let work = s.workload_at(point);
+    let n_hosts = hosts.clients.len();
+    let listen = match (s.hosts.kind, s.hosts.transport) {
+        (HostKind::Local, Transport::Unix) => Listen::Unix(run_dir.join("nbd.sock")),
+        (HostKind::Local, Transport::Tcp) => Listen::Tcp {
+            addr: "127.0.0.1".into(),
+            port: free_port()?,
+        },
+        (HostKind::Netns, _) => Listen::Tcp {
+            addr: wire::TARGET_ADDR.into(),
+            port: s.hosts.nbd_port,
+        },
+        (HostKind::Remote, _) => Listen::Tcp {
+            addr: s.hosts.target_address.clone().unwrap_or_default(),
+            port: s.hosts.nbd_port,
+        },
+    };
+    let mut vars = point.vars.clone();
+    vars.insert("scratch".into(), run_dir.display().to_string());
+    if let Some(size) = spec
+        .file_size
+        .as_deref()
+        .and_then(crate::scenario::parse_size)
+    {
+        let file = run_dir.join(format!("{}.img", spec.name));
+        let f = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        f.set_len(size)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        vars.insert("file".into(), file.display().to_string());
+    }
+    let ctx = StartCtx {
+        iopace_bin: &opts.iopace_bin,
+        scenario_dir,
+        run_dir,
+        listen: &listen,
+        vars: &vars,
+        exports: &work.exports,
+    };
+    let mut target = target_proc::start(spec, &ctx)?;
+    let iodepth = work.job_iodepth(n_hosts);
+    // The target's URI as the hosts see it.
+    let mut cmd = Command::new("fio");
+    cmd.arg("--output-format=json");
+    for (i, client) in hosts.clients.iter().enumerate() {
+        let host = format!("h{}", i + 1);
+        let job = fio::job_file(&host, &work, iodepth, &|e| listen.uri(e));
+        let path = run_dir.join(format!("{host}.fio"));
+        std::fs::write(&path, job).map_err(|e| e.to_string())?;
+        cmd.arg(format!("--client={client}")).arg(&path);
+    }
+    let out_path = run_dir.join("fio.json");
+    let stdout = std::fs::File::create(&out_path).map_err(|e| e.to_string())?;
+    let err_path = run_dir.join("fio-client.log");
+    let stderr = std::fs::File::create(&err_path).map_err(|e| e.to_string())?;
+    let mut fio_proc = cmd
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("cannot start fio: {e}"))?;
+    let started = Instant::now();
+    let ramp = Duration::from_secs(u64::from(work.ramp));
+    let runtime = Duration::from_secs(u64::from(work.runtime));
+    let deadline = started + ramp + runtime + Duration::from_secs(60);
+    let buffer_mib = target.rpc.as_ref().and_then(buffer_mib);
+    // fio's clock starts when its jobs connect, which takes a while over
+    // `--client`; the window is timed from then, ending a little early so
+    // it lies inside fio's measured time.
+    let mut io_began: Option<Instant> = None;
+    let mut window: Option<Snapshot> = None;
+    let mut end: Option<Snapshot> = None;
+    let mut sampler = Sampler::default();
+    let status = loop {
+        if let Some(st) = fio_proc.try_wait().map_err(|e| e.to_string())? {
+            break st;
+        }
+        let now = Instant::now();
+        if procs::interrupted() || now > deadline || target.proc.check_alive().is_err() {
+            let _ = fio_proc.kill();
+            let _ = fio_proc.wait();
+            target.proc.check_alive()?;
+            procs::check_interrupt()?;
+            return Err(format!("fio did not finish by {:?}", deadline - started));
+        }
+        if io_began.is_none() && fio_connected(&out_path) {
+            io_began = Some(now);
+        }
+        let Some(began) = io_began else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        let elapsed = now - began;
+        if elapsed >= ramp && window.is_none() {
+            window = Some(Snapshot::take(hosts, &target));
+        }
+        if window.is_some() && end.is_none() {
+            if elapsed + Duration::from_millis(300) >= ramp + runtime {
+                end = Some(Snapshot::take(hosts, &target));
+            } else if let Some(rpc) = &target.rpc {
+                sampler.sample(rpc, buffer_mib);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let end = end.unwrap_or_else(|| Snapshot::take(hosts, &target));
+    target.proc.stop();
+    let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+    if !status.success() {
+        return Err(format!(
+            "fio failed ({status}): {}",
+            procs::log_tail(&err_path)
+        ));
+    }
+    let mut result = fio::reduce(&fio::json_of(&output)?)?;
+    let start = window.unwrap_or_else(|| end.clone());
+    let secs = end.at.duration_since(start.at).as_secs_f64().max(1e-3);
+    let wire: Vec<f64> = end
+        .link
+        .iter()
+        .zip(&start.link)
+        .map(|(b, a)| b.saturating_sub(*a) as f64 * 8.0 / secs / 1e9)
+        .collect();
+    if hosts.wire.is_some() && wire.len() == result.hosts.len() {
+        for (h, w) in result.hosts.iter_mut().zip(&wire) {
+            h.wire_gbps = Some(*w);
+        }
+        result.total = fio::total_of(&result.hosts);
+    } else if s.hosts.transport == Transport::Tcp && wire.len() == 1 {
+        // Loopback is shared by all hosts: only the total is known, and it
+        // counts both directions of every packet once.
+        result.total.wire_gbps = Some(wire[0] / 2.0);
+    }
+    let mut stats = sampler.finish();
+    if let (Some(a), Some(b)) = (start.bufs, end.bufs) {
+        stats.bufs_avg_mib = Some(((b.0 * b.1 - a.0 * a.1) / (b.1 - a.1).max(1e-9)).max(0.0));
+    }
+    if let (Some(a), Some(b)) = (start.cpu, end.cpu) {
+        stats.cpu_cores = (b - a) / secs;
+        let ios = result.total.ios.max(1) as f64;
+        stats.cpu_us_per_io = (b - a) * 1e6 / ios;
+    }
+    Ok(RunResult {
+        test: s.test.name.clone(),
+        key: r.key(s),
+        point: point.index,
+        vars: point.vars.clone(),
+        target: spec.name.clone(),
+        rep: r.rep,
+        total_qd: work.total_qd(n_hosts),
+        job_iodepth: iodepth,
+        fio: result,
+        stats,
+        window_s: secs,
+    })
+}
+
+/// Counters at one instant.
+#[derive(Clone)]
+struct Snapshot {
+    at: Instant,
+    link: Vec<u64>,
+    cpu: Option<f64>,
+    /// (time-averaged MiB in use since start, uptime seconds), summed over reactors.
+    bufs: Option<(f64, f64)>,
+}
+
+impl Snapshot {
+    fn take(hosts: &Hosts, target: &target_proc::Running) -> Snapshot {
+        let bufs = target
+            .rpc
+            .as_ref()
+            .and_then(|p| target::rpc::call(p, "get_stats", Value::Null).ok())
+            .and_then(|st| {
+                let reactors = st.get("reactors")?.as_array()?.clone();
+                let up = reactors.first()?.get("uptime_s")?.as_f64()?;
+                let avg: f64 = reactors
+                    .iter()
+                    .filter_map(|r| r.get("buffers")?.get("in_use_avg_mib")?.as_f64())
+                    .sum();
+                Some((avg, up))
+            });
+        Snapshot {
+            at: Instant::now(),
+            link: hosts.counters(),
+            cpu: procs::cpu_seconds(target.proc.pid()),
+            bufs,
+        }
+    }
+}
+
+fn buffer_mib(rpc: &PathBuf) -> Option<f64> {
+    let cfg = target::rpc::call(rpc, "get_config", Value::Null).ok()?;
+    let bytes = cfg.get("buffers")?.get("buffer_size")?.as_f64()?;
+    Some(bytes / (1u64 << 20) as f64)
+}
+
+/// Samples of iopace's stats during the measured window.
+#[derive(Default)]
+struct Sampler {
+    n: usize,
+    bufs_max: f64,
+    periods: Vec<f64>,
+    windows: Vec<f64>,
+    states: BTreeMap<String, f64>,
+}
+
+impl Sampler {
+    fn sample(&mut self, rpc: &PathBuf, buffer_mib: Option<f64>) {
+        let Ok(st) = target::rpc::call(rpc, "get_stats", Value::Null) else {
+            return;
+        };
+        let Some(reactors) = st.get("reactors").and_then(Value::as_array) else {
+            return;
+        };
+        self.n += 1;
+        let in_use: f64 = reactors
+            .iter()
+            .filter_map(|r| r.get("buffers")?.get("in_use")?.as_f64())
+            .sum();
+        self.bufs_max = self.bufs_max.max(in_use * buffer_mib.unwrap_or(0.0));
+        let active: Vec<&Value> = reactors
+            .iter()
+            .filter_map(|r| r.get("pacer"))
+            .filter(|p| p.get("ios").and_then(Value::as_u64).unwrap_or(0) > 0)
+            .collect();
+        let mean = |f: &dyn Fn(&Value) -> Option<f64>| {
+            let v: Vec<f64> = active.iter().filter_map(|p| f(p)).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        if let Some(p) = mean(&|p| p.get("period_us")?.as_f64().filter(|x| *x > 0.0)) {
+            self.periods.push(p);
+        }
+        if let Some(w) = mean(&|p| p.get("window_bytes")?.as_f64()) {
+            self.windows.push(w / (1u64 << 20) as f64);
+        }
+        for r in reactors {
+            if let Some(m) = r.get("req_states").and_then(Value::as_object) {
+                for (k, v) in m {
+                    *self.states.entry(k.clone()).or_default() += v.as_f64().unwrap_or(0.0);
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> TargetStats {
+        let avg = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let n = self.n.max(1) as f64;
+        TargetStats {
+            bufs_avg_mib: None,
+            bufs_max_mib: (self.n > 0).then_some(self.bufs_max),
+            pacer_period_us: avg(&self.periods),
+            pacer_window_mib: avg(&self.windows),
+            req_states: self.states.into_iter().map(|(k, v)| (k, v / n)).collect(),
+            samples: self.n,
+            cpu_cores: 0.0,
+            cpu_us_per_io: 0.0,
+        }
+    }
+}
+
+/// Prints above the progress bar, or plainly when there is no terminal
+/// (indicatif drops `println` on a hidden bar).
+pub fn say(bar: &ProgressBar, msg: &str) {
+    if bar.is_hidden() {
+        println!("{msg}");
+    } else {
+        bar.println(msg);
+    }
+}
+
+/// A progress bar over all runs, with an ETA.
+pub fn progress(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    let style = ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:30}] {pos}/{len} runs, ETA {eta} {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    bar.set_style(style);
+    bar
+}

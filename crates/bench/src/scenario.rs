@@ -1,0 +1,729 @@
+//! Scenario files: targets, hosts, workload and sweeps, expanded into runs.
+//!
+//! A sweep variable is any name. `qd`, `bs`, `rw`, `numjobs`, `iodepth`,
+//! `rate` and `delay` also change the workload or the wire; every variable
+//! (swept or from `[vars]`) fills `{{name}}` placeholders in target configs
+//! and arguments.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use target::config::{from_toml, locate, ConfigError};
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub test: TestInfo,
+    #[serde(default)]
+    pub target: Vec<TargetSpec>,
+    #[serde(default)]
+    pub hosts: HostsSpec,
+    pub workload: Workload,
+    /// Defaults for template variables.
+    #[serde(default)]
+    pub vars: BTreeMap<String, toml::Value>,
+    /// Each key takes every listed value; points are the cartesian product.
+    #[serde(default)]
+    pub sweep: BTreeMap<String, Vec<toml::Value>>,
+    #[serde(default)]
+    pub run: RunSpec,
+    /// What `--quick` changes.
+    #[serde(default)]
+    pub quick: Option<QuickSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestInfo {
+    /// Short id used in file names, e.g. `test03`.
+    pub name: String,
+    pub title: String,
+    #[serde(default)]
+    pub description: String,
+    /// The sweep variable on the x axis of tables and plots (default `qd`
+    /// when swept, else the first sweep variable).
+    #[serde(default)]
+    pub x: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    Iopace,
+    Nbdkit,
+    QemuNbd,
+    NbdServer,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    pub name: String,
+    pub kind: TargetKind,
+    /// iopace: an inline TOML config template (the embedded default if
+    /// neither this nor `config_file` is given).
+    #[serde(default)]
+    pub config: Option<String>,
+    /// iopace: a config template file, relative to the scenario.
+    #[serde(default)]
+    pub config_file: Option<PathBuf>,
+    /// Peers: the arguments after the listening options (nbdkit: plugin and
+    /// its parameters; qemu-nbd: options and the image; nbd-server: the file).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// A sparse file of this size is created as `{{file}}` before the start.
+    #[serde(default)]
+    pub file_size: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostKind {
+    /// fio servers on this machine, over loopback (or a Unix socket).
+    #[default]
+    Local,
+    /// One network namespace per host behind a shaped veth pair.
+    Netns,
+    /// Real machines already running `fio --server`.
+    Remote,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    #[default]
+    Tcp,
+    Unix,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostsSpec {
+    #[serde(default)]
+    pub kind: HostKind,
+    #[serde(default = "one")]
+    pub count: usize,
+    /// tc rate per host and direction, e.g. "2gbit" (netns only).
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// netem delay each way, e.g. "100us" (netns only).
+    #[serde(default)]
+    pub delay: Option<String>,
+    /// local only: Unix socket instead of loopback TCP.
+    #[serde(default)]
+    pub transport: Transport,
+    /// remote only: the hosts' `fio --server` addresses.
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    /// remote only: the target's address as the hosts reach it.
+    #[serde(default)]
+    pub target_address: Option<String>,
+    #[serde(default = "default_fio_port")]
+    pub fio_port: u16,
+    #[serde(default = "default_nbd_port")]
+    pub nbd_port: u16,
+}
+
+impl Default for HostsSpec {
+    fn default() -> Self {
+        HostsSpec {
+            kind: HostKind::Local,
+            count: 1,
+            rate: None,
+            delay: None,
+            transport: Transport::Tcp,
+            addresses: Vec::new(),
+            target_address: None,
+            fio_port: default_fio_port(),
+            nbd_port: default_nbd_port(),
+        }
+    }
+}
+
+fn one() -> usize {
+    1
+}
+fn default_fio_port() -> u16 {
+    8765
+}
+fn default_nbd_port() -> u16 {
+    10809
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    #[serde(default = "default_rw")]
+    pub rw: String,
+    #[serde(default)]
+    pub bs: Option<String>,
+    #[serde(default)]
+    pub bssplit: Option<String>,
+    /// Total queue depth over all hosts, jobs and exports (the seed's QD).
+    #[serde(default)]
+    pub qd: Option<u32>,
+    /// Queue depth per fio job; used when `qd` is not given.
+    #[serde(default)]
+    pub iodepth: Option<u32>,
+    #[serde(default = "one_u32")]
+    pub numjobs: u32,
+    /// Each host runs `numjobs` jobs on every export listed.
+    #[serde(default = "default_exports")]
+    pub exports: Vec<String>,
+    /// Measured seconds.
+    #[serde(default = "default_runtime")]
+    pub runtime: u32,
+    /// Seconds before measuring.
+    #[serde(default = "one_u32")]
+    pub ramp: u32,
+    #[serde(default = "default_size")]
+    pub size: String,
+    /// Any other fio options, passed through.
+    #[serde(default)]
+    pub fio: BTreeMap<String, String>,
+}
+
+fn default_rw() -> String {
+    "randread".into()
+}
+fn one_u32() -> u32 {
+    1
+}
+fn default_exports() -> Vec<String> {
+    vec!["default".into()]
+}
+fn default_runtime() -> u32 {
+    10
+}
+fn default_size() -> String {
+    "1g".into()
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    /// Repetitions of every point and target.
+    #[serde(default = "one_u32")]
+    pub repeat: u32,
+    /// Alternate the order of targets between repetitions and points.
+    #[serde(default = "yes")]
+    pub alternate: bool,
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        RunSpec {
+            repeat: 1,
+            alternate: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuickSpec {
+    #[serde(default)]
+    pub runtime: Option<u32>,
+    #[serde(default)]
+    pub ramp: Option<u32>,
+    #[serde(default)]
+    pub repeat: Option<u32>,
+    /// Replaces these sweep variables' value lists.
+    #[serde(default)]
+    pub sweep: BTreeMap<String, Vec<toml::Value>>,
+}
+
+/// One combination of variable values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub index: usize,
+    pub vars: BTreeMap<String, String>,
+}
+
+/// One execution: a point on a target, one repetition.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunId {
+    pub point: usize,
+    pub target: usize,
+    pub rep: u32,
+}
+
+impl RunId {
+    pub fn key(&self, s: &Scenario) -> String {
+        format!(
+            "{}-p{:03}-{}-r{}",
+            s.test.name, self.point, s.target[self.target].name, self.rep
+        )
+    }
+}
+
+/// A loaded scenario with where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub scenario: Scenario,
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl Loaded {
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: name.clone(),
+            line: None,
+            field: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Loaded, ConfigError> {
+        let name = path.display().to_string();
+        let scenario: Scenario = from_toml(text, &name)?;
+        let loaded = Loaded {
+            scenario,
+            path: path.to_path_buf(),
+            text: text.to_string(),
+        };
+        loaded.validate()?;
+        Ok(loaded)
+    }
+
+    fn error(&self, table: &str, index: usize, field: &str, message: String) -> ConfigError {
+        ConfigError {
+            file: self.path.display().to_string(),
+            line: locate(&self.text, table, index, field),
+            field: Some(format!("{table}.{field}")),
+            message,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.scenario;
+        let ok_name = |n: &str| {
+            !n.is_empty()
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
+        if !ok_name(&s.test.name) {
+            return Err(self.error("test", 0, "name", "use letters, digits, - and _".into()));
+        }
+        if s.target.is_empty() {
+            return Err(self.error("target", 0, "name", "at least one [[target]]".into()));
+        }
+        for (i, t) in s.target.iter().enumerate() {
+            if !ok_name(&t.name) {
+                return Err(self.error("target", i, "name", "use letters, digits, - and _".into()));
+            }
+            if s.target[..i].iter().any(|o| o.name == t.name) {
+                return Err(self.error("target", i, "name", format!("`{}` twice", t.name)));
+            }
+            if t.kind != TargetKind::Iopace && (t.config.is_some() || t.config_file.is_some()) {
+                return Err(self.error(
+                    "target",
+                    i,
+                    "config",
+                    "only iopace targets take a config; peers take `args`".into(),
+                ));
+            }
+            if t.config.is_some() && t.config_file.is_some() {
+                return Err(self.error(
+                    "target",
+                    i,
+                    "config_file",
+                    "give `config` or `config_file`, not both".into(),
+                ));
+            }
+            if let Some(size) = &t.file_size {
+                if parse_size(size).is_none() {
+                    return Err(self.error(
+                        "target",
+                        i,
+                        "file_size",
+                        format!("`{size}` is not a size like 1GiB or 512m"),
+                    ));
+                }
+            }
+        }
+        let h = &s.hosts;
+        if h.count == 0 || h.count > 64 {
+            return Err(self.error("hosts", 0, "count", "1 to 64 hosts".into()));
+        }
+        if h.kind == HostKind::Remote {
+            if h.addresses.is_empty() {
+                return Err(self.error(
+                    "hosts",
+                    0,
+                    "addresses",
+                    "remote hosts need their fio --server addresses".into(),
+                ));
+            }
+            if h.target_address.is_none() {
+                return Err(self.error(
+                    "hosts",
+                    0,
+                    "target_address",
+                    "remote hosts need the target's address".into(),
+                ));
+            }
+        }
+        if h.kind != HostKind::Netns && (h.rate.is_some() || h.delay.is_some()) {
+            return Err(self.error(
+                "hosts",
+                0,
+                "rate",
+                "a shaped wire needs kind = \"netns\"".into(),
+            ));
+        }
+        if h.transport == Transport::Unix && h.kind != HostKind::Local {
+            return Err(self.error(
+                "hosts",
+                0,
+                "transport",
+                "Unix sockets only reach local hosts".into(),
+            ));
+        }
+        let w = &s.workload;
+        if w.bs.is_none() && w.bssplit.is_none() && !s.sweep.contains_key("bs") {
+            return Err(self.error("workload", 0, "bs", "give `bs` or `bssplit`".into()));
+        }
+        if w.exports.is_empty() {
+            return Err(self.error("workload", 0, "exports", "at least one export".into()));
+        }
+        if w.runtime == 0 {
+            return Err(self.error("workload", 0, "runtime", "at least 1 second".into()));
+        }
+        for (k, vals) in &s.sweep {
+            if vals.is_empty() {
+                return Err(self.error("sweep", 0, k, "an empty list".into()));
+            }
+            for v in vals {
+                if value_text(v).is_none() {
+                    return Err(self.error(
+                        "sweep",
+                        0,
+                        k,
+                        "values must be strings or numbers".into(),
+                    ));
+                }
+            }
+            if matches!(k.as_str(), "qd" | "iodepth" | "numjobs")
+                && vals.iter().any(|v| {
+                    value_text(v)
+                        .and_then(|t| t.parse::<u32>().ok())
+                        .unwrap_or(0)
+                        == 0
+                })
+            {
+                return Err(self.error("sweep", 0, k, "positive integers".into()));
+            }
+        }
+        if let Some(x) = &s.test.x {
+            if !s.sweep.contains_key(x) {
+                return Err(self.error("test", 0, "x", format!("`{x}` is not swept")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `--quick`: shorter runs and the quick sweep lists.
+    pub fn make_quick(&mut self) {
+        let Some(q) = self.scenario.quick.clone() else {
+            let w = &mut self.scenario.workload;
+            w.runtime = w.runtime.min(3);
+            w.ramp = w.ramp.min(1);
+            self.scenario.run.repeat = 1;
+            return;
+        };
+        let w = &mut self.scenario.workload;
+        if let Some(r) = q.runtime {
+            w.runtime = r.max(1);
+        }
+        if let Some(r) = q.ramp {
+            w.ramp = r;
+        }
+        if let Some(r) = q.repeat {
+            self.scenario.run.repeat = r.max(1);
+        }
+        for (k, v) in q.sweep {
+            if !v.is_empty() {
+                self.scenario.sweep.insert(k, v);
+            }
+        }
+    }
+}
+
+impl Scenario {
+    /// The x-axis variable.
+    pub fn x_var(&self) -> Option<&str> {
+        match &self.test.x {
+            Some(x) => Some(x),
+            None if self.sweep.contains_key("qd") => Some("qd"),
+            None => self.sweep.keys().next().map(String::as_str),
+        }
+    }
+
+    /// Every combination of sweep values, with `[vars]` defaults beneath.
+    pub fn points(&self) -> Vec<Point> {
+        let base: BTreeMap<String, String> = self
+            .vars
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), value_text(v)?)))
+            .collect();
+        let mut combos = vec![base];
+        for (k, vals) in &self.sweep {
+            let mut next = Vec::with_capacity(combos.len() * vals.len());
+            for c in &combos {
+                for v in vals {
+                    let mut c = c.clone();
+                    c.insert(k.clone(), value_text(v).unwrap_or_default());
+                    next.push(c);
+                }
+            }
+            combos = next;
+        }
+        combos
+            .into_iter()
+            .enumerate()
+            .map(|(index, vars)| Point { index, vars })
+            .collect()
+    }
+
+    /// Runs in execution order: per point, every target per repetition, the
+    /// target order rotating so no target always goes first.
+    pub fn runs(&self, points: &[Point]) -> Vec<RunId> {
+        let n = self.target.len();
+        let mut runs = Vec::new();
+        let mut turn = 0usize;
+        for p in points {
+            for rep in 0..self.run.repeat {
+                for k in 0..n {
+                    let target = if self.run.alternate {
+                        (k + turn) % n
+                    } else {
+                        k
+                    };
+                    runs.push(RunId {
+                        point: p.index,
+                        target,
+                        rep,
+                    });
+                }
+                turn += 1;
+            }
+        }
+        runs
+    }
+
+    /// Workload at a point: sweep variables override the file's values.
+    pub fn workload_at(&self, p: &Point) -> Workload {
+        let mut w = self.workload.clone();
+        let num = |k: &str| p.vars.get(k).and_then(|v| v.parse::<u32>().ok());
+        if let Some(v) = p.vars.get("rw") {
+            w.rw = v.clone();
+        }
+        if let Some(v) = p.vars.get("bs") {
+            w.bs = Some(v.clone());
+        }
+        if let Some(v) = num("numjobs") {
+            w.numjobs = v;
+        }
+        if let Some(v) = num("iodepth") {
+            w.iodepth = Some(v);
+            w.qd = None;
+        }
+        if let Some(v) = num("qd") {
+            w.qd = Some(v);
+        }
+        w
+    }
+
+    /// Wire rate and delay at a point.
+    pub fn wire_at(&self, p: &Point) -> (Option<String>, Option<String>) {
+        let rate = p.vars.get("rate").cloned().or(self.hosts.rate.clone());
+        let delay = p.vars.get("delay").cloned().or(self.hosts.delay.clone());
+        (rate, delay)
+    }
+
+    pub fn host_count(&self) -> usize {
+        match self.hosts.kind {
+            HostKind::Remote => self.hosts.addresses.len(),
+            _ => self.hosts.count,
+        }
+    }
+}
+
+impl Workload {
+    /// fio jobs per host.
+    pub fn jobs_per_host(&self) -> u32 {
+        self.numjobs * self.exports.len() as u32
+    }
+
+    /// Per-job iodepth: the total `qd` divided over every job of every host.
+    pub fn job_iodepth(&self, hosts: usize) -> u32 {
+        match self.qd {
+            Some(qd) => (qd / (self.jobs_per_host() * hosts as u32).max(1)).max(1),
+            None => self.iodepth.unwrap_or(1),
+        }
+    }
+
+    /// The total queue depth actually offered.
+    pub fn total_qd(&self, hosts: usize) -> u32 {
+        self.job_iodepth(hosts) * self.jobs_per_host() * hosts as u32
+    }
+}
+
+/// A TOML scalar as text.
+pub fn value_text(v: &toml::Value) -> Option<String> {
+    match v {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Fills `{{name}}` placeholders; an unknown name is an error naming it.
+pub fn render(template: &str, vars: &BTreeMap<String, String>) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find("}}")
+            .ok_or_else(|| "an unclosed `{{` placeholder".to_string())?;
+        let name = after[..end].trim();
+        let value = vars
+            .get(name)
+            .ok_or_else(|| format!("`{{{{{name}}}}}` has no value: add it to [vars] or [sweep]"))?;
+        out.push_str(value);
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// "1GiB", "512m", "4k", "1048576" as bytes.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: u64 = s[..digits].parse().ok()?;
+    let mult = match s[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = r#"
+[test]
+name = "t1"
+title = "A test"
+[[target]]
+name = "iopace"
+kind = "iopace"
+config = "mode = \"{{mode}}\""
+[[target]]
+name = "nbdkit"
+kind = "nbdkit"
+args = ["memory", "1G"]
+[workload]
+bs = "128k"
+[sweep]
+qd = [8, 32]
+mode = ["none", "auto"]
+"#;
+
+    fn parse(text: &str) -> Result<Loaded, ConfigError> {
+        Loaded::parse(text, Path::new("s.toml"))
+    }
+
+    #[test]
+    fn points_are_the_cartesian_product() {
+        let l = parse(MIN).expect("valid");
+        let pts = l.scenario.points();
+        assert_eq!(pts.len(), 4);
+        let qds: Vec<_> = pts.iter().map(|p| p.vars["qd"].as_str()).collect();
+        let modes: Vec<_> = pts.iter().map(|p| p.vars["mode"].as_str()).collect();
+        assert_eq!(modes, ["none", "none", "auto", "auto"]);
+        assert_eq!(qds, ["8", "32", "8", "32"]);
+        assert_eq!(l.scenario.x_var(), Some("qd"));
+    }
+
+    #[test]
+    fn runs_alternate_target_order() {
+        let mut l = parse(MIN).expect("valid");
+        l.scenario.run.repeat = 2;
+        let pts = l.scenario.points();
+        let runs = l.scenario.runs(&pts[..1]);
+        let order: Vec<_> = runs.iter().map(|r| (r.target, r.rep)).collect();
+        assert_eq!(order, [(0, 0), (1, 0), (1, 1), (0, 1)]);
+    }
+
+    #[test]
+    fn total_qd_is_divided_over_jobs() {
+        let l = parse(MIN).expect("valid");
+        let p = &l.scenario.points()[1];
+        let mut w = l.scenario.workload_at(p);
+        w.exports = vec!["a".into(), "b".into()];
+        assert_eq!(w.job_iodepth(2), 8);
+        assert_eq!(w.total_qd(2), 32);
+        w.qd = Some(1);
+        assert_eq!(w.job_iodepth(2), 1, "never below one");
+    }
+
+    #[test]
+    fn render_fills_and_names_missing() {
+        let vars = BTreeMap::from([("mode".to_string(), "auto".to_string())]);
+        assert_eq!(render("m = {{ mode }};", &vars).expect("ok"), "m = auto;");
+        let e = render("{{nope}}", &vars).expect_err("missing");
+        assert!(e.contains("nope"), "{e}");
+        assert!(render("{{mode", &vars).is_err());
+    }
+
+    #[test]
+    fn errors_name_line_and_field() {
+        let bad = MIN.replace("kind = \"nbdkit\"", "kind = \"nbdkit\"\nconfig = \"x\"");
+        let e = parse(&bad).expect_err("peer with config");
+        assert_eq!(e.field.as_deref(), Some("target.config"));
+        assert_eq!(e.line, Some(12));
+        let e =
+            parse(&MIN.replace("bs = \"128k\"", "bs = \"128k\"\nbogus = 1")).expect_err("unknown");
+        assert_eq!(e.field.as_deref(), Some("bogus"));
+        assert!(e.line.is_some());
+        let e = parse(&MIN.replace("qd = [8, 32]", "qd = [0]")).expect_err("qd 0");
+        assert_eq!(e.field.as_deref(), Some("sweep.qd"));
+    }
+
+    #[test]
+    fn quick_replaces_sweeps_and_shortens() {
+        let text = format!("{MIN}\n[quick]\nruntime = 2\n[quick.sweep]\nqd = [16]\n");
+        let mut l = parse(&text).expect("valid");
+        l.make_quick();
+        assert_eq!(l.scenario.workload.runtime, 2);
+        assert_eq!(l.scenario.points().len(), 2);
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("512m"), Some(512 << 20));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("1x"), None);
+    }
+}

@@ -1,0 +1,309 @@
+//! The seed's tables: per host and total for a run, and sweep tables over
+//! the x variable with one block per series (target and other variables).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::run::RunResult;
+
+/// The mean over repetitions of one point of one series.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SweepRow {
+    pub series: String,
+    pub x: String,
+    pub reps: usize,
+    pub total_qd: u32,
+    pub kiops: f64,
+    pub bw_gbps: f64,
+    /// Spread of BW over repetitions (sample standard deviation).
+    pub bw_rep_sd_gbps: f64,
+    pub wire_gbps: Option<f64>,
+    pub avg_lat_us: f64,
+    pub p99_us: f64,
+    pub bw_stddev_gbps: f64,
+    pub bufs_avg_mib: Option<f64>,
+    pub bufs_max_mib: Option<f64>,
+    pub pacer_period_us: Option<f64>,
+    pub cpu_us_per_io: f64,
+}
+
+/// Series label of a run: its target and the swept variables other than x.
+pub fn series_of(r: &RunResult, swept: &[String], x: Option<&str>) -> String {
+    let mut label = r.target.clone();
+    for k in swept {
+        if Some(k.as_str()) == x {
+            continue;
+        }
+        if let Some(v) = r.vars.get(k) {
+            let _ = write!(label, " {k}={v}");
+        }
+    }
+    label
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn mean_opt(v: &[Option<f64>]) -> Option<f64> {
+    let some: Vec<f64> = v.iter().flatten().copied().collect();
+    (some.len() == v.len() && !some.is_empty()).then(|| mean(&some))
+}
+
+fn sample_sd(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+/// Rows in series order (first appearance), x ascending (numerically when
+/// the values are numbers).
+pub fn aggregate(results: &[RunResult], swept: &[String], x: Option<&str>) -> Vec<SweepRow> {
+    let mut order: Vec<String> = Vec::new();
+    let mut groups: BTreeMap<(String, String), Vec<&RunResult>> = BTreeMap::new();
+    for r in results {
+        let series = series_of(r, swept, x);
+        if !order.contains(&series) {
+            order.push(series.clone());
+        }
+        let xv = x
+            .and_then(|k| r.vars.get(k).cloned())
+            .unwrap_or_else(|| "-".into());
+        groups.entry((series, xv)).or_default().push(r);
+    }
+    let mut rows: Vec<SweepRow> = groups
+        .into_iter()
+        .map(|((series, xv), runs)| {
+            let f = |g: &dyn Fn(&RunResult) -> f64| runs.iter().map(|r| g(r)).collect::<Vec<_>>();
+            let o = |g: &dyn Fn(&RunResult) -> Option<f64>| {
+                runs.iter().map(|r| g(r)).collect::<Vec<_>>()
+            };
+            let bw = f(&|r| r.fio.total.bw_gbps);
+            SweepRow {
+                series,
+                x: xv,
+                reps: runs.len(),
+                total_qd: runs[0].total_qd,
+                kiops: mean(&f(&|r| r.fio.total.kiops)),
+                bw_gbps: mean(&bw),
+                bw_rep_sd_gbps: sample_sd(&bw),
+                wire_gbps: mean_opt(&o(&|r| r.fio.total.wire_gbps)),
+                avg_lat_us: mean(&f(&|r| r.fio.total.avg_lat_us)),
+                p99_us: mean(&f(&|r| r.fio.total.p99_us)),
+                bw_stddev_gbps: mean(&f(&|r| r.fio.total.bw_dev_gbps)),
+                bufs_avg_mib: mean_opt(&o(&|r| r.stats.bufs_avg_mib)),
+                bufs_max_mib: mean_opt(&o(&|r| r.stats.bufs_max_mib)),
+                pacer_period_us: mean_opt(&o(&|r| r.stats.pacer_period_us)),
+                cpu_us_per_io: mean(&f(&|r| r.stats.cpu_us_per_io)),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        let sa = order.iter().position(|s| *s == a.series);
+        let sb = order.iter().position(|s| *s == b.series);
+        sa.cmp(&sb)
+            .then_with(|| match (a.x.parse::<f64>(), b.x.parse::<f64>()) {
+                (Ok(p), Ok(q)) => p.total_cmp(&q),
+                _ => a.x.cmp(&b.x),
+            })
+    });
+    rows
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
+}
+
+/// A markdown table (it is also what the console shows).
+fn markdown(header: &[&str], rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, String::len))
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let mut s = String::from("|");
+        for (c, w) in cells.iter().zip(&widths) {
+            let _ = write!(s, " {c:>w$} |");
+        }
+        s.push('\n');
+        s
+    };
+    let mut out = line(header.to_vec());
+    out.push('|');
+    for w in &widths {
+        let _ = write!(out, "{}:|", "-".repeat(w + 1));
+    }
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// The seed's per-run table: Host | kIOPS | BW | AVG_LAT | Wire BW.
+pub fn host_table(r: &RunResult) -> String {
+    let vars: Vec<String> = r.vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut rows: Vec<Vec<String>> = r
+        .fio
+        .hosts
+        .iter()
+        .chain([&r.fio.total])
+        .map(|h| {
+            vec![
+                h.host.clone(),
+                format!("{:.1}", h.kiops),
+                format!("{:.3}", h.bw_gbps),
+                format!("{:.1}", h.avg_lat_us),
+                opt(h.wire_gbps, 3),
+            ]
+        })
+        .collect();
+    if r.fio.hosts.len() == 1 {
+        rows.truncate(1);
+        rows[0][4] = opt(r.fio.total.wire_gbps, 3);
+    }
+    format!(
+        "\n{} (target {}, rep {}, {}, total QD {})\n{}",
+        r.test,
+        r.target,
+        r.rep,
+        vars.join(" "),
+        r.total_qd,
+        markdown(
+            &["Host", "kIOPS", "BW, Gb/s", "AVG_LAT, us", "Wire BW, Gb/s"],
+            &rows
+        )
+    )
+}
+
+/// The seed's sweep table, one block of rows per series.
+pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
+    let x_head = match x {
+        Some("qd") | None => "QD".to_string(),
+        Some(k) => k.to_uppercase(),
+    };
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.series.clone(),
+                if x == Some("qd") {
+                    r.total_qd.to_string()
+                } else {
+                    r.x.clone()
+                },
+                format!("{:.3}", r.bw_gbps),
+                opt(r.wire_gbps, 3),
+                format!("{:.1}", r.avg_lat_us),
+                format!("{:.1}", r.p99_us),
+                format!("{:.3}", r.bw_stddev_gbps),
+                match (r.bufs_avg_mib, r.bufs_max_mib) {
+                    (Some(a), Some(m)) => format!("{a:.2} ({m:.2})"),
+                    (a, _) => opt(a, 2),
+                },
+                opt(r.pacer_period_us, 1),
+                format!("{:.2}", r.cpu_us_per_io),
+            ]
+        })
+        .collect();
+    markdown(
+        &[
+            "Series",
+            &x_head,
+            "BW, Gb/s",
+            "WIRE BW, Gb/s",
+            "AVG LAT, us",
+            "p99, us",
+            "BW STDDEV, Gb/s",
+            "Bufs in-flight avg (max), MiB",
+            "Pacer period, us",
+            "CPU/IO, us",
+        ],
+        &cells,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fio::{FioResult, HostRow};
+    use crate::run::TargetStats;
+
+    fn run(target: &str, qd: &str, mode: &str, bw: f64) -> RunResult {
+        let host = HostRow {
+            host: "h1".into(),
+            ios: 100,
+            kiops: bw,
+            bw_gbps: bw,
+            avg_lat_us: 10.0,
+            p99_us: 20.0,
+            bw_dev_gbps: 0.1,
+            wire_gbps: Some(bw * 1.05),
+        };
+        let total = crate::fio::total_of(std::slice::from_ref(&host));
+        RunResult {
+            test: "t".into(),
+            key: format!("{target}-{qd}-{mode}"),
+            point: 0,
+            vars: BTreeMap::from([("qd".into(), qd.into()), ("mode".into(), mode.into())]),
+            target: target.into(),
+            rep: 0,
+            total_qd: qd.parse().unwrap_or(0),
+            job_iodepth: 1,
+            fio: FioResult {
+                hosts: vec![host],
+                total,
+                lat_cdf: Vec::new(),
+            },
+            stats: TargetStats::default(),
+            window_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn rows_average_reps_and_sort_numerically() {
+        let runs = [
+            run("iopace", "128", "auto", 2.0),
+            run("iopace", "8", "auto", 1.0),
+            run("iopace", "8", "auto", 3.0),
+            run("iopace", "8", "none", 5.0),
+        ];
+        let swept = vec!["mode".to_string(), "qd".to_string()];
+        let rows = aggregate(&runs, &swept, Some("qd"));
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].series, "iopace mode=auto");
+        assert_eq!((rows[0].x.as_str(), rows[0].reps), ("8", 2));
+        assert!((rows[0].bw_gbps - 2.0).abs() < 1e-12);
+        assert!((rows[0].bw_rep_sd_gbps - 2f64.sqrt()).abs() < 1e-12);
+        assert_eq!(rows[1].x, "128");
+        assert_eq!(rows[2].series, "iopace mode=none");
+        let t = sweep_table(&rows, Some("qd"));
+        assert!(t.contains("Pacer period, us"));
+        assert_eq!(t.lines().count(), 5);
+    }
+
+    #[test]
+    fn host_table_has_total_row_for_many_hosts() {
+        let mut r = run("iopace", "8", "auto", 1.0);
+        let mut h2 = r.fio.hosts[0].clone();
+        h2.host = "h2".into();
+        r.fio.hosts.push(h2);
+        r.fio.total = crate::fio::total_of(&r.fio.hosts);
+        let t = host_table(&r);
+        assert!(t.contains("| Total |"), "{t}");
+        assert!(t.contains("2.100"), "wire total of 1.05 + 1.05: {t}");
+    }
+}

@@ -1,0 +1,163 @@
+//! Starting a target under test: iopace with a rendered config, or a peer
+//! (nbdkit, qemu-nbd, nbd-server) with its arguments.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::procs::{self, Proc};
+use crate::scenario::{render, TargetKind, TargetSpec};
+
+/// Where a target listens.
+#[derive(Debug, Clone)]
+pub enum Listen {
+    Tcp { addr: String, port: u16 },
+    Unix(PathBuf),
+}
+
+impl Listen {
+    /// The fio nbd engine's URI for an export.
+    pub fn uri(&self, export: &str) -> String {
+        match self {
+            Listen::Tcp { addr, port } => format!("nbd://{addr}:{port}/{export}"),
+            Listen::Unix(p) => format!("nbd+unix:///{export}?socket={}", p.display()),
+        }
+    }
+}
+
+/// A running target.
+pub struct Running {
+    pub proc: Proc,
+    /// iopace's admin socket.
+    pub rpc: Option<PathBuf>,
+}
+
+pub struct StartCtx<'a> {
+    pub iopace_bin: &'a Path,
+    /// The scenario file's directory, for relative config files.
+    pub scenario_dir: &'a Path,
+    /// Scratch space for this run: configs, sockets, logs.
+    pub run_dir: &'a Path,
+    pub listen: &'a Listen,
+    pub vars: &'a BTreeMap<String, String>,
+    /// Export names the workload uses (a peer serves the first).
+    pub exports: &'a [String],
+}
+
+fn tool_package(kind: TargetKind) -> (&'static str, &'static str) {
+    match kind {
+        TargetKind::Iopace => ("iopace", "iopace"),
+        TargetKind::Nbdkit => ("nbdkit", "nbdkit"),
+        TargetKind::QemuNbd => ("qemu-nbd", "qemu-utils"),
+        TargetKind::NbdServer => ("nbd-server", "nbd-server"),
+    }
+}
+
+/// Checks that a target's program is installed.
+pub fn preflight(spec: &TargetSpec) -> Result<(), String> {
+    if spec.kind == TargetKind::Iopace {
+        return Ok(());
+    }
+    let (tool, pkg) = tool_package(spec.kind);
+    procs::require(tool, pkg)
+}
+
+pub fn start(spec: &TargetSpec, ctx: &StartCtx) -> Result<Running, String> {
+    let args: Vec<String> = spec
+        .args
+        .iter()
+        .map(|a| render(a, ctx.vars))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("target `{}` args: {e}", spec.name))?;
+    let log = ctx.run_dir.join(format!("{}.log", spec.name));
+    let export = ctx.exports.first().map_or("default", String::as_str);
+    let mut rpc = None;
+    let cmd = match spec.kind {
+        TargetKind::Iopace => {
+            let rpc_path = ctx.run_dir.join("admin.sock");
+            let mut cmd = Command::new(ctx.iopace_bin);
+            cmd.arg("serve");
+            if let Some(config) = iopace_config(spec, ctx)? {
+                let path = ctx.run_dir.join(format!("{}.toml", spec.name));
+                std::fs::write(&path, config).map_err(|e| format!("{}: {e}", path.display()))?;
+                cmd.arg("--config").arg(path);
+            }
+            match ctx.listen {
+                Listen::Tcp { addr, port } => {
+                    cmd.arg("--tcp").arg(format!("{addr}:{port}"));
+                    cmd.args(["--unix", "none"]);
+                }
+                Listen::Unix(p) => {
+                    cmd.args(["--tcp", "none", "--unix"]).arg(p);
+                }
+            }
+            cmd.arg("--rpc").arg(&rpc_path).args(&args);
+            rpc = Some(rpc_path);
+            cmd
+        }
+        TargetKind::Nbdkit => {
+            let mut cmd = Command::new("nbdkit");
+            cmd.args(["--foreground", "--exit-with-parent"]);
+            match ctx.listen {
+                Listen::Tcp { addr, port } => cmd.args(["-i", addr, "-p", &port.to_string()]),
+                Listen::Unix(p) => cmd.arg("-U").arg(p),
+            };
+            cmd.args(&args);
+            cmd
+        }
+        TargetKind::QemuNbd => {
+            let mut cmd = Command::new("qemu-nbd");
+            cmd.args(["--persistent", "--shared=0", "-x", export]);
+            match ctx.listen {
+                Listen::Tcp { addr, port } => cmd.args(["-b", addr, "-p", &port.to_string()]),
+                Listen::Unix(p) => cmd.arg("-k").arg(p),
+            };
+            cmd.args(&args);
+            cmd
+        }
+        TargetKind::NbdServer => {
+            let Listen::Tcp { addr, port } = ctx.listen else {
+                return Err("nbd-server is driven over TCP only here".into());
+            };
+            let file = args
+                .first()
+                .ok_or("nbd-server needs the file to export as its first arg")?;
+            let cfg = ctx.run_dir.join("nbd-server.conf");
+            let text = format!(
+                "[generic]\nlistenaddr = {addr}\nport = {port}\n\n[{export}]\nexportname = {file}\n"
+            );
+            std::fs::write(&cfg, text).map_err(|e| format!("{}: {e}", cfg.display()))?;
+            let mut cmd = Command::new("nbd-server");
+            cmd.arg("-C").arg(&cfg).arg("-d").args(&args[1..]);
+            cmd
+        }
+    };
+    let mut proc = Proc::spawn(&spec.name, cmd, &log)?;
+    let listen = ctx.listen.clone();
+    proc.wait_ready("listening", || match &listen {
+        Listen::Tcp { addr, port } => procs::tcp_accepts(&format!("{addr}:{port}")),
+        Listen::Unix(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
+    })?;
+    if let Some(r) = &rpc {
+        let r = r.clone();
+        proc.wait_ready("admin socket", move || {
+            std::os::unix::net::UnixStream::connect(&r).is_ok()
+        })?;
+    }
+    Ok(Running { proc, rpc })
+}
+
+/// The rendered config of an iopace target; None means the embedded default.
+fn iopace_config(spec: &TargetSpec, ctx: &StartCtx) -> Result<Option<String>, String> {
+    let template = match (&spec.config, &spec.config_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(file)) => {
+            let path = ctx.scenario_dir.join(file);
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        (None, None) => return Ok(None),
+    };
+    render(&template, ctx.vars)
+        .map(Some)
+        .map_err(|e| format!("target `{}` config: {e}", spec.name))
+}
