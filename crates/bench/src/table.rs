@@ -118,6 +118,15 @@ pub fn aggregate(results: &[RunResult], swept: &[String], x: Option<&str>) -> Ve
     rows
 }
 
+/// kIOPS with three significant digits or more: 0.934, 12.5, 208.2.
+fn kiops(v: f64) -> String {
+    match v {
+        v if v >= 100.0 => format!("{v:.1}"),
+        v if v >= 10.0 => format!("{v:.2}"),
+        _ => format!("{v:.3}"),
+    }
+}
+
 fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
 }
@@ -164,7 +173,7 @@ pub fn host_table(r: &RunResult) -> String {
         .map(|h| {
             vec![
                 h.host.clone(),
-                format!("{:.1}", h.kiops),
+                kiops(h.kiops),
                 format!("{:.3}", h.bw_gbps),
                 format!("{:.1}", h.avg_lat_us),
                 opt(h.wire_gbps, 3),
