@@ -31,7 +31,8 @@ impl TestReport {
         let s = &loaded.scenario;
         let swept: Vec<String> = s.sweep.keys().cloned().collect();
         let x = s.x_var().map(str::to_string);
-        let rows = table::aggregate(&runs, &swept, x.as_deref());
+        let targets: Vec<String> = s.target.iter().map(|t| t.name.clone()).collect();
+        let rows = table::aggregate(&runs, &swept, x.as_deref(), &targets);
         TestReport {
             name: s.test.name.clone(),
             title: s.test.title.clone(),
@@ -237,7 +238,7 @@ impl Report {
             "Units: BW and wire BW in Gb/s (10^9 bit/s); latency is fio's completion \
              plus submission latency, in us; BW STDDEV is the root mean square of the hosts' \
              fio bw_dev; bufs in flight are iopace's buffers in use, time-averaged over the \
-             measured window (max: largest 200 ms sample), in MiB; CPU/IO is the target \
+             measured window (max: the peak since the target started, summed over reactors), in MiB; CPU/IO is the target \
              process's user+system time per IO. `-` means not measured (peers have no \
              buffer statistics; loopback and Unix sockets have no per-host wire).\n\n",
         );

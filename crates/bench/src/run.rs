@@ -22,7 +22,8 @@ use crate::wire::{self, Wire};
 pub struct TargetStats {
     /// Buffers in flight, time-averaged over the measured window (iopace).
     pub bufs_avg_mib: Option<f64>,
-    /// The largest of the samples taken every 200 ms.
+    /// Peak buffers in use since the target started (each reactor's peak,
+    /// summed: an upper bound when reactors peak at different times).
     pub bufs_max_mib: Option<f64>,
     /// Mean pacer period over the samples (rate mode and tuner), us.
     pub pacer_period_us: Option<f64>,
@@ -216,9 +217,9 @@ pub fn run_scenario(
         }
         let run_dir = scratch.path().join(&key);
         std::fs::create_dir_all(&run_dir).map_err(|e| e.to_string())?;
-        let result = one_run(s, &r, point, &hosts, &scenario_dir, &run_dir, opts)
-            .map_err(|e| format!("{key}: {e}"))?;
-        // Keep the target's log with the results; sockets stay in scratch.
+        let result = one_run(s, &r, point, &hosts, &scenario_dir, &run_dir, opts);
+        // Keep the run's logs, configs and fio output with the results (also
+        // when it failed); sockets stay in scratch.
         for entry in std::fs::read_dir(&run_dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             if [".log", ".toml", ".fio", ".json"]
@@ -228,6 +229,7 @@ pub fn run_scenario(
                 let _ = std::fs::copy(entry.path(), logs.join(format!("{key}-{name}")));
             }
         }
+        let result = result.map_err(|e| format!("{key}: {e} (logs: {})", logs.display()))?;
         let path = runs_dir.join(format!("{key}.json"));
         let text = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -320,7 +322,6 @@ fn one_run(
     let ramp = Duration::from_secs(u64::from(work.ramp));
     let runtime = Duration::from_secs(u64::from(work.runtime));
     let deadline = started + ramp + runtime + Duration::from_secs(60);
-    let buffer_mib = target.rpc.as_ref().and_then(buffer_mib);
     // fio's clock starts when its jobs connect, which takes a while over
     // `--client`; the window is timed from then, ending a little early so
     // it lies inside fio's measured time.
@@ -355,7 +356,7 @@ fn one_run(
             if elapsed + Duration::from_millis(300) >= ramp + runtime {
                 end = Some(Snapshot::take(hosts, &target));
             } else if let Some(rpc) = &target.rpc {
-                sampler.sample(rpc, buffer_mib);
+                sampler.sample(rpc);
             }
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -389,6 +390,7 @@ fn one_run(
         result.total.wire_gbps = Some(wire[0] / 2.0);
     }
     let mut stats = sampler.finish();
+    stats.bufs_max_mib = end.bufs_peak;
     if let (Some(a), Some(b)) = (start.bufs, end.bufs) {
         stats.bufs_avg_mib = Some(((b.0 * b.1 - a.0 * a.1) / (b.1 - a.1).max(1e-9)).max(0.0));
     }
@@ -420,50 +422,55 @@ struct Snapshot {
     cpu: Option<f64>,
     /// (time-averaged MiB in use since start, uptime seconds), summed over reactors.
     bufs: Option<(f64, f64)>,
+    /// Peak MiB in use since start, summed over reactors.
+    bufs_peak: Option<f64>,
 }
 
 impl Snapshot {
     fn take(hosts: &Hosts, target: &target_proc::Running) -> Snapshot {
-        let bufs = target
+        let stats = target
             .rpc
             .as_ref()
-            .and_then(|p| target::rpc::call(p, "get_stats", Value::Null).ok())
-            .and_then(|st| {
-                let reactors = st.get("reactors")?.as_array()?.clone();
-                let up = reactors.first()?.get("uptime_s")?.as_f64()?;
-                let avg: f64 = reactors
+            .and_then(|p| target::rpc::call(p, "get_stats", Value::Null).ok());
+        let bufs_peak = stats.as_ref().and_then(|st| {
+            let reactors = st.get("reactors")?.as_array()?;
+            Some(
+                reactors
                     .iter()
-                    .filter_map(|r| r.get("buffers")?.get("in_use_avg_mib")?.as_f64())
-                    .sum();
-                Some((avg, up))
-            });
+                    .filter_map(|r| r.get("buffers")?.get("in_use_max_mib")?.as_f64())
+                    .sum(),
+            )
+        });
+        let bufs = stats.and_then(|st| {
+            let reactors = st.get("reactors")?.as_array()?.clone();
+            let up = reactors.first()?.get("uptime_s")?.as_f64()?;
+            let avg: f64 = reactors
+                .iter()
+                .filter_map(|r| r.get("buffers")?.get("in_use_avg_mib")?.as_f64())
+                .sum();
+            Some((avg, up))
+        });
         Snapshot {
             at: Instant::now(),
             link: hosts.counters(),
             cpu: procs::cpu_seconds(target.proc.pid()),
             bufs,
+            bufs_peak,
         }
     }
-}
-
-fn buffer_mib(rpc: &PathBuf) -> Option<f64> {
-    let cfg = target::rpc::call(rpc, "get_config", Value::Null).ok()?;
-    let bytes = cfg.get("buffers")?.get("buffer_size")?.as_f64()?;
-    Some(bytes / (1u64 << 20) as f64)
 }
 
 /// Samples of iopace's stats during the measured window.
 #[derive(Default)]
 struct Sampler {
     n: usize,
-    bufs_max: f64,
     periods: Vec<f64>,
     windows: Vec<f64>,
     states: BTreeMap<String, f64>,
 }
 
 impl Sampler {
-    fn sample(&mut self, rpc: &PathBuf, buffer_mib: Option<f64>) {
+    fn sample(&mut self, rpc: &PathBuf) {
         let Ok(st) = target::rpc::call(rpc, "get_stats", Value::Null) else {
             return;
         };
@@ -471,11 +478,6 @@ impl Sampler {
             return;
         };
         self.n += 1;
-        let in_use: f64 = reactors
-            .iter()
-            .filter_map(|r| r.get("buffers")?.get("in_use")?.as_f64())
-            .sum();
-        self.bufs_max = self.bufs_max.max(in_use * buffer_mib.unwrap_or(0.0));
         let active: Vec<&Value> = reactors
             .iter()
             .filter_map(|r| r.get("pacer"))
@@ -505,7 +507,7 @@ impl Sampler {
         let n = self.n.max(1) as f64;
         TargetStats {
             bufs_avg_mib: None,
-            bufs_max_mib: (self.n > 0).then_some(self.bufs_max),
+            bufs_max_mib: None,
             pacer_period_us: avg(&self.periods),
             pacer_window_mib: avg(&self.windows),
             req_states: self.states.into_iter().map(|(k, v)| (k, v / n)).collect(),

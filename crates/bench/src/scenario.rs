@@ -590,24 +590,32 @@ pub fn value_text(v: &toml::Value) -> Option<String> {
 }
 
 /// Fills `{{name}}` placeholders; an unknown name is an error naming it.
+/// Innermost first, and values may hold placeholders themselves, so
+/// `{{tuner_{{method}}}}` picks a variable by another's value.
 pub fn render(template: &str, vars: &BTreeMap<String, String>) -> Result<String, String> {
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after
-            .find("}}")
-            .ok_or_else(|| "an unclosed `{{` placeholder".to_string())?;
-        let name = after[..end].trim();
+    let mut text = template.to_string();
+    // Text before `from` holds no placeholder (a lone `}}` closes a TOML
+    // inline table).
+    let mut from = 0;
+    // Bounded: a variable that refers to itself must not loop forever.
+    for _ in 0..10_000 {
+        let Some(close) = text[from..].find("}}").map(|i| i + from) else {
+            break;
+        };
+        let Some(open) = text[from..close].rfind("{{").map(|i| i + from) else {
+            from = close + 2;
+            continue;
+        };
+        let name = text[open + 2..close].trim();
         let value = vars
             .get(name)
             .ok_or_else(|| format!("`{{{{{name}}}}}` has no value: add it to [vars] or [sweep]"))?;
-        out.push_str(value);
-        rest = &after[end + 2..];
+        text.replace_range(open..close + 2, value);
     }
-    out.push_str(rest);
-    Ok(out)
+    if text.contains("{{") {
+        return Err("an unclosed `{{` placeholder (or one that never resolves)".into());
+    }
+    Ok(text)
 }
 
 /// "1GiB", "512m", "4k", "1048576" as bytes.
@@ -694,6 +702,19 @@ mode = ["none", "auto"]
         let e = render("{{nope}}", &vars).expect_err("missing");
         assert!(e.contains("nope"), "{e}");
         assert!(render("{{mode", &vars).is_err());
+        let mut vars = vars;
+        vars.insert("t_auto".into(), "x = {{mode}}".into());
+        assert_eq!(
+            render("{{t_{{mode}}}}!", &vars).expect("nested"),
+            "x = auto!"
+        );
+        vars.insert("loop".into(), "{{loop}}".into());
+        assert!(render("{{loop}}", &vars).is_err());
+        let toml = "a = { b = { c = 1 }}\nm = \"{{mode}}\"";
+        assert_eq!(
+            render(toml, &vars).expect("inline tables"),
+            "a = { b = { c = 1 }}\nm = \"auto\""
+        );
     }
 
     #[test]

@@ -66,13 +66,26 @@ fn sample_sd(v: &[f64]) -> f64 {
 
 /// Rows in series order (first appearance), x ascending (numerically when
 /// the values are numbers).
-pub fn aggregate(results: &[RunResult], swept: &[String], x: Option<&str>) -> Vec<SweepRow> {
-    let mut order: Vec<String> = Vec::new();
+///
+/// Series are ordered by their variables, then by target in `targets`
+/// order, so compared targets sit side by side whatever order they ran in.
+pub fn aggregate(
+    results: &[RunResult],
+    swept: &[String],
+    x: Option<&str>,
+    targets: &[String],
+) -> Vec<SweepRow> {
+    let mut order: Vec<(String, usize, String)> = Vec::new();
     let mut groups: BTreeMap<(String, String), Vec<&RunResult>> = BTreeMap::new();
     for r in results {
         let series = series_of(r, swept, x);
-        if !order.contains(&series) {
-            order.push(series.clone());
+        if !order.iter().any(|o| o.2 == series) {
+            let vars = series[r.target.len()..].to_string();
+            let t = targets
+                .iter()
+                .position(|t| *t == r.target)
+                .unwrap_or(usize::MAX);
+            order.push((vars, t, series.clone()));
         }
         let xv = x
             .and_then(|k| r.vars.get(k).cloned())
@@ -106,9 +119,18 @@ pub fn aggregate(results: &[RunResult], swept: &[String], x: Option<&str>) -> Ve
             }
         })
         .collect();
+    // Stable: variables keep their sweep order among equal keys.
+    order.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut by_vars: Vec<String> = Vec::new();
+    for o in &order {
+        if !by_vars.contains(&o.0) {
+            by_vars.push(o.0.clone());
+        }
+    }
+    order.sort_by_key(|o| by_vars.iter().position(|v| *v == o.0));
     rows.sort_by(|a, b| {
-        let sa = order.iter().position(|s| *s == a.series);
-        let sb = order.iter().position(|s| *s == b.series);
+        let sa = order.iter().position(|s| s.2 == a.series);
+        let sb = order.iter().position(|s| s.2 == b.series);
         sa.cmp(&sb)
             .then_with(|| match (a.x.parse::<f64>(), b.x.parse::<f64>()) {
                 (Ok(p), Ok(q)) => p.total_cmp(&q),
@@ -215,6 +237,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
                     r.x.clone()
                 },
                 format!("{:.3}", r.bw_gbps),
+                kiops(r.kiops),
                 opt(r.wire_gbps, 3),
                 format!("{:.1}", r.avg_lat_us),
                 format!("{:.1}", r.p99_us),
@@ -233,6 +256,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
             "Series",
             &x_head,
             "BW, Gb/s",
+            "kIOPS",
             "WIRE BW, Gb/s",
             "AVG LAT, us",
             "p99, us",
@@ -291,7 +315,7 @@ mod tests {
             run("iopace", "8", "none", 5.0),
         ];
         let swept = vec!["mode".to_string(), "qd".to_string()];
-        let rows = aggregate(&runs, &swept, Some("qd"));
+        let rows = aggregate(&runs, &swept, Some("qd"), &["iopace".to_string()]);
         assert_eq!(rows.len(), 3);
         assert_eq!(rows[0].series, "iopace mode=auto");
         assert_eq!((rows[0].x.as_str(), rows[0].reps), ("8", 2));
@@ -302,6 +326,24 @@ mod tests {
         let t = sweep_table(&rows, Some("qd"));
         assert!(t.contains("Pacer period, us"));
         assert_eq!(t.lines().count(), 5);
+    }
+
+    #[test]
+    fn compared_targets_sit_side_by_side() {
+        let runs = [
+            run("b", "8", "read", 1.0),
+            run("a", "8", "read", 1.0),
+            run("a", "8", "write", 1.0),
+            run("b", "8", "write", 1.0),
+        ];
+        let swept = vec!["mode".to_string(), "qd".to_string()];
+        let targets = ["a".to_string(), "b".to_string()];
+        let rows = aggregate(&runs, &swept, Some("qd"), &targets);
+        let series: Vec<_> = rows.iter().map(|r| r.series.as_str()).collect();
+        assert_eq!(
+            series,
+            ["a mode=read", "b mode=read", "a mode=write", "b mode=write"]
+        );
     }
 
     #[test]

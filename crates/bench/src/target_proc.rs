@@ -107,7 +107,7 @@ pub fn start(spec: &TargetSpec, ctx: &StartCtx) -> Result<Running, String> {
         }
         TargetKind::QemuNbd => {
             let mut cmd = Command::new("qemu-nbd");
-            cmd.args(["--persistent", "--shared=0", "-x", export]);
+            cmd.args(["--persistent", "--shared=64", "-x", export]);
             match ctx.listen {
                 Listen::Tcp { addr, port } => cmd.args(["-b", addr, "-p", &port.to_string()]),
                 Listen::Unix(p) => cmd.arg("-k").arg(p),
