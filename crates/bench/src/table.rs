@@ -120,7 +120,7 @@ pub fn aggregate(
         })
         .collect();
     // Stable: variables keep their sweep order among equal keys.
-    order.sort_by(|a, b| a.1.cmp(&b.1));
+    order.sort_by_key(|o| o.1);
     let mut by_vars: Vec<String> = Vec::new();
     for o in &order {
         if !by_vars.contains(&o.0) {
