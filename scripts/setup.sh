@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make test` and `make demo` need on a fresh Debian/Ubuntu machine:
-# the NBD clients and peers from apt, and checks for the Rust toolchain.
+# the NBD clients, peers, fio, iproute2 and a font from apt, and checks for
+# the Rust toolchain.
 set -euo pipefail
 
 need_pkgs=()
@@ -12,6 +13,8 @@ have nbdkit || need_pkgs+=(nbdkit)
 have python3 || need_pkgs+=(python3)
 have ip || need_pkgs+=(iproute2)
 have tc || need_pkgs+=(iproute2)
+# The bench's PNG plots draw text with this font.
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 
 if ((${#need_pkgs[@]})); then
     echo "setup: installing ${need_pkgs[*]}"

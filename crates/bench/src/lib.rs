@@ -15,7 +15,7 @@ pub mod wire;
 
 use std::path::PathBuf;
 
-pub use run::Options;
+pub use run::{Options, Remote};
 use target::config::ConfigError;
 
 #[derive(Debug)]
@@ -46,6 +46,9 @@ pub fn bench(
         let mut l = scenario::Loaded::load(p).map_err(BenchError::Config)?;
         if opts.quick {
             l.make_quick();
+        }
+        if let Some(r) = &opts.remote {
+            l.make_remote(&r.hosts, &r.target_address);
         }
         loaded.push(l);
     }

@@ -167,6 +167,33 @@ pub fn tcp_accepts(addr: &str) -> bool {
     })
 }
 
+/// Bytes sent but not yet acknowledged on the TCP sockets listening or
+/// accepted on local `port` (this namespace's /proc/net/tcp and tcp6):
+/// data the target has handed to the kernel that is still on its way.
+pub fn tcp_send_queue(port: u16) -> u64 {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .map(|text| send_queue_in(&text, port))
+        .sum()
+}
+
+fn send_queue_in(table: &str, port: u16) -> u64 {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            // 01: established.
+            if local_port != port || *f.get(3)? != "01" {
+                return None;
+            }
+            u64::from_str_radix(f.get(4)?.split(':').next()?, 16).ok()
+        })
+        .sum()
+}
+
 /// utime + stime of a process, in seconds.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -188,6 +215,18 @@ mod tests {
         let e = require("no-such-tool-iopace", "some-package").expect_err("missing");
         assert!(e.contains("apt-get install some-package"), "{e}");
         require("sh", "dash").expect("sh is everywhere");
+    }
+
+    #[test]
+    fn send_queue_sums_established_sockets_on_the_port() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue\n\
+   0: 01004D0A:2A39 00000000:0000 0A 00000000:00000000 00:00000000\n\
+   1: 01004D0A:2A39 0B004D0A:D431 01 00010000:00000000 00:00000000\n\
+   2: 01004D0A:2A39 0C004D0A:D432 01 00000100:00000000 00:00000000\n\
+   3: 0B004D0A:D431 01004D0A:2A39 01 00100000:00000000 00:00000000\n";
+        // Port 0x2A39 = 10809: two established sockets, the listener and the
+        // client side (local port 0xD431) do not count.
+        assert_eq!(send_queue_in(table, 10809), 0x10000 + 0x100);
     }
 
     #[test]

@@ -192,6 +192,7 @@ impl Report {
             "bw_dev_gbps",
             "bufs_avg_mib",
             "bufs_max_mib",
+            "sock_queue_mib",
             "pacer_period_us",
             "cpu_us_per_io",
         ])
@@ -217,6 +218,7 @@ impl Report {
                         format!("{:.4}", h.bw_dev_gbps),
                         opt(r.stats.bufs_avg_mib),
                         opt(r.stats.bufs_max_mib),
+                        opt(r.stats.sock_queue_mib),
                         opt(r.stats.pacer_period_us),
                         format!("{:.3}", r.stats.cpu_us_per_io),
                     ])
@@ -238,7 +240,10 @@ impl Report {
             "Units: BW and wire BW in Gb/s (10^9 bit/s); latency is fio's completion \
              plus submission latency, in us; BW STDDEV is the root mean square of the hosts' \
              fio bw_dev; bufs in flight are iopace's buffers in use, time-averaged over the \
-             measured window (max: the peak since the target started, summed over reactors), in MiB; CPU/IO is the target \
+             measured window (max: the peak since the target started, summed over reactors), in MiB; \
+             Sock queue is what the target's TCP sockets hold sent but not yet acknowledged \
+             (kernel memory in flight beyond iopace's buffers, mean of 200 ms samples), in MiB; \
+             CPU/IO is the target \
              process's user+system time per IO. `-` means not measured (peers have no \
              buffer statistics; loopback and Unix sockets have no per-host wire).\n\n",
         );

@@ -29,6 +29,9 @@ pub struct TargetStats {
     pub pacer_period_us: Option<f64>,
     /// Mean in-flight window of the auto pacer, MiB.
     pub pacer_window_mib: Option<f64>,
+    /// Mean bytes in the target's TCP send queues (sent, not yet acked),
+    /// MiB: memory in flight that the kernel holds, not iopace's buffers.
+    pub sock_queue_mib: Option<f64>,
     /// Mean requests per state over the samples.
     pub req_states: BTreeMap<String, f64>,
     pub samples: usize,
@@ -57,9 +60,18 @@ pub struct RunResult {
 
 pub struct Options {
     pub quick: bool,
+    /// Run on these real hosts (their `fio --server` addresses) instead of
+    /// the scenario's, reaching the target at `target_address`.
+    pub remote: Option<Remote>,
     pub out: PathBuf,
     pub resume: bool,
     pub iopace_bin: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub hosts: Vec<String>,
+    pub target_address: String,
 }
 
 /// The initiator side, set up once per scenario.
@@ -233,7 +245,8 @@ pub fn run_scenario(
         let path = runs_dir.join(format!("{key}.json"));
         let text = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        say(bar, &crate::table::host_table(&result));
+        let swept: Vec<String> = s.sweep.keys().cloned().collect();
+        say(bar, &crate::table::host_table(&result, &swept));
         bar.inc(1);
         results.push(result);
     }
@@ -355,8 +368,8 @@ fn one_run(
         if window.is_some() && end.is_none() {
             if elapsed + Duration::from_millis(300) >= ramp + runtime {
                 end = Some(Snapshot::take(hosts, &target));
-            } else if let Some(rpc) = &target.rpc {
-                sampler.sample(rpc);
+            } else {
+                sampler.sample(target.rpc.as_ref(), &listen);
             }
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -466,12 +479,17 @@ struct Sampler {
     n: usize,
     periods: Vec<f64>,
     windows: Vec<f64>,
+    sock_queue: Vec<f64>,
     states: BTreeMap<String, f64>,
 }
 
 impl Sampler {
-    fn sample(&mut self, rpc: &PathBuf) {
-        let Ok(st) = target::rpc::call(rpc, "get_stats", Value::Null) else {
+    fn sample(&mut self, rpc: Option<&PathBuf>, listen: &Listen) {
+        if let Listen::Tcp { port, .. } = listen {
+            self.sock_queue
+                .push(procs::tcp_send_queue(*port) as f64 / (1u64 << 20) as f64);
+        }
+        let Some(Ok(st)) = rpc.map(|r| target::rpc::call(r, "get_stats", Value::Null)) else {
             return;
         };
         let Some(reactors) = st.get("reactors").and_then(Value::as_array) else {
@@ -510,6 +528,7 @@ impl Sampler {
             bufs_max_mib: None,
             pacer_period_us: avg(&self.periods),
             pacer_window_mib: avg(&self.windows),
+            sock_queue_mib: avg(&self.sock_queue),
             req_states: self.states.into_iter().map(|(k, v)| (k, v / n)).collect(),
             samples: self.n,
             cpu_cores: 0.0,

@@ -431,6 +431,20 @@ impl Loaded {
         Ok(())
     }
 
+    /// Points the scenario at real hosts already running `fio --server`;
+    /// the wire is theirs, so shaping is dropped (the caller says so).
+    pub fn make_remote(&mut self, hosts: &[String], target_address: &str) {
+        let h = &mut self.scenario.hosts;
+        h.kind = HostKind::Remote;
+        h.addresses = hosts.to_vec();
+        h.target_address = Some(target_address.to_string());
+        h.rate = None;
+        h.delay = None;
+        h.transport = Transport::Tcp;
+        self.scenario.sweep.remove("rate");
+        self.scenario.sweep.remove("delay");
+    }
+
     /// Applies `--quick`: shorter runs and the quick sweep lists.
     pub fn make_quick(&mut self) {
         let Some(q) = self.scenario.quick.clone() else {

@@ -25,6 +25,7 @@ pub struct SweepRow {
     pub bw_stddev_gbps: f64,
     pub bufs_avg_mib: Option<f64>,
     pub bufs_max_mib: Option<f64>,
+    pub sock_queue_mib: Option<f64>,
     pub pacer_period_us: Option<f64>,
     pub cpu_us_per_io: f64,
 }
@@ -114,6 +115,7 @@ pub fn aggregate(
                 bw_stddev_gbps: mean(&f(&|r| r.fio.total.bw_dev_gbps)),
                 bufs_avg_mib: mean_opt(&o(&|r| r.stats.bufs_avg_mib)),
                 bufs_max_mib: mean_opt(&o(&|r| r.stats.bufs_max_mib)),
+                sock_queue_mib: mean_opt(&o(&|r| r.stats.sock_queue_mib)),
                 pacer_period_us: mean_opt(&o(&|r| r.stats.pacer_period_us)),
                 cpu_us_per_io: mean(&f(&|r| r.stats.cpu_us_per_io)),
             }
@@ -185,8 +187,11 @@ fn markdown(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// The seed's per-run table: Host | kIOPS | BW | AVG_LAT | Wire BW.
-pub fn host_table(r: &RunResult) -> String {
-    let vars: Vec<String> = r.vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
+pub fn host_table(r: &RunResult, swept: &[String]) -> String {
+    let vars: Vec<String> = swept
+        .iter()
+        .filter_map(|k| Some(format!("{k}={}", r.vars.get(k)?)))
+        .collect();
     let mut rows: Vec<Vec<String>> = r
         .fio
         .hosts
@@ -246,6 +251,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
                     (Some(a), Some(m)) => format!("{a:.2} ({m:.2})"),
                     (a, _) => opt(a, 2),
                 },
+                opt(r.sock_queue_mib, 2),
                 opt(r.pacer_period_us, 1),
                 format!("{:.2}", r.cpu_us_per_io),
             ]
@@ -262,6 +268,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
             "p99, us",
             "BW STDDEV, Gb/s",
             "Bufs in-flight avg (max), MiB",
+            "Sock queue, MiB",
             "Pacer period, us",
             "CPU/IO, us",
         ],
@@ -353,7 +360,7 @@ mod tests {
         h2.host = "h2".into();
         r.fio.hosts.push(h2);
         r.fio.total = crate::fio::total_of(&r.fio.hosts);
-        let t = host_table(&r);
+        let t = host_table(&r, &["qd".to_string()]);
         assert!(t.contains("| Total |"), "{t}");
         assert!(t.contains("2.100"), "wire total of 1.05 + 1.05: {t}");
     }

@@ -47,6 +47,20 @@ struct BenchArgs {
     /// Keep the runs already saved in the output directory and do the rest.
     #[arg(long)]
     resume: bool,
+    /// Run the same scenarios on real initiator hosts: their `fio --server`
+    /// addresses, comma-separated (each host runs `fio --server` itself; a
+    /// scenario's wire shaping does not apply to real links).
+    #[arg(
+        long,
+        value_name = "ADDR,ADDR",
+        value_delimiter = ',',
+        requires = "target_address"
+    )]
+    remote_hosts: Vec<String>,
+    /// With --remote-hosts: the address this machine's target listens on and
+    /// the hosts connect to.
+    #[arg(long, value_name = "ADDR")]
+    target_address: Option<String>,
 }
 
 #[derive(Args)]
@@ -141,8 +155,17 @@ fn bench(args: BenchArgs) -> ExitCode {
         // A fresh run must not mix with saved runs of an older one.
         let _ = std::fs::remove_dir_all(out.join("runs"));
     }
+    let remote = args.target_address.map(|target_address| bench::Remote {
+        hosts: args.remote_hosts.clone(),
+        target_address,
+    });
+    if remote.as_ref().is_some_and(|r| r.hosts.is_empty()) {
+        eprintln!("iopace bench: --target-address needs --remote-hosts");
+        return ExitCode::from(2);
+    }
     let opts = bench::Options {
         quick: args.quick,
+        remote,
         out: out.clone(),
         resume: args.resume,
         iopace_bin,
