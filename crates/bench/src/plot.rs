@@ -185,8 +185,10 @@ fn panel(
             .filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_x || *x > 0.0))
             .map(|&(x, y)| (tx(x), y))
             .collect();
+        // Earlier series are drawn wider, so identical curves stay visible.
+        let width = 3 * (series.len() - i).min(3) as u32;
         chart
-            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(width)))
             .map_err(err)?
             .label(s.label.clone())
             .legend(move |(x, y)| {
@@ -218,17 +220,24 @@ fn y_tick(v: f64, top: f64) -> String {
     }
 }
 
-/// Labels 1, 2 and 5 times a power of ten only, so log ticks never crowd.
-fn log_tick(v: f64) -> String {
-    if v <= 0.0 {
-        return String::new();
+/// 1, 2 and 5 times each power of ten inside [lo, hi]: round labels that
+/// never crowd, however narrow the range.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut ticks = Vec::new();
+    if !(lo > 0.0 && hi > lo && hi.is_finite()) {
+        return ticks;
     }
-    let mantissa = v / 10f64.powf(v.log10().floor());
-    if [1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 0.05) {
-        format_num(v)
-    } else {
-        String::new()
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        for m in [1.0, 2.0, 5.0] {
+            let t = m * decade;
+            if t >= lo && t <= hi {
+                ticks.push(t);
+            }
+        }
+        decade *= 10.0;
     }
+    ticks
 }
 
 fn format_num(v: f64) -> String {
@@ -259,13 +268,22 @@ pub fn cdf_chart(path: &Path, title: &str, series: &[Series]) -> Result<(), Stri
         .margin(20)
         .x_label_area_size(55)
         .y_label_area_size(80)
-        .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.02)
+        .build_cartesian_2d(
+            (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+            0.0..1.02,
+        )
         .map_err(err)?;
     chart
         .configure_mesh()
         .x_desc("Completion latency, us (log scale)")
         .y_desc("Fraction of IOs")
-        .x_label_formatter(&|v| log_tick(*v))
+        .x_label_formatter(&|v| {
+            if *v >= 1e4 {
+                format!("{}k", format_num(v / 1e3))
+            } else {
+                format_num(*v)
+            }
+        })
         .y_label_formatter(&|v| format!("{v:.1}"))
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
@@ -280,8 +298,10 @@ pub fn cdf_chart(path: &Path, title: &str, series: &[Series]) -> Result<(), Stri
             .copied()
             .filter(|(x, y)| x.is_finite() && y.is_finite() && *x > 0.0)
             .collect();
+        // Earlier series are drawn wider, so identical curves stay visible.
+        let width = 3 * (series.len() - i).min(3) as u32;
         chart
-            .draw_series(LineSeries::new(line, color.stroke_width(2)))
+            .draw_series(LineSeries::new(line, color.stroke_width(width)))
             .map_err(err)?
             .label(s.label.clone())
             .legend(move |(x, y)| {
@@ -325,6 +345,13 @@ mod tests {
     }
 
     #[test]
+    fn log_ticks_are_round() {
+        assert_eq!(log_ticks(95e3, 780e3), [100e3, 200e3, 500e3]);
+        assert_eq!(log_ticks(3.0, 30.0), [5.0, 10.0, 20.0]);
+        assert!(log_ticks(0.0, 1.0).is_empty());
+    }
+
+    #[test]
     fn charts_render() {
         if ensure_font().is_err() {
             eprintln!("no font installed; skipping");
@@ -348,10 +375,16 @@ mod tests {
         let p = base.join("two.png");
         two_panel_chart(&p, "two", "QD", ("BW, Gb/s", &s), ("Bufs, MiB", &s), true).expect("two");
         big_png(&p);
-        let cdf = vec![Series {
-            label: "auto".into(),
-            points: vec![(50.0, 0.1), (100.0, 0.5), (300.0, 0.99), (900.0, 1.0)],
-        }];
+        let cdf = vec![
+            Series {
+                label: "none".into(),
+                points: vec![(150e3, 0.1), (290e3, 0.8), (500e3, 0.99), (520e3, 1.0)],
+            },
+            Series {
+                label: "auto".into(),
+                points: vec![(150e3, 0.1), (290e3, 0.8), (500e3, 0.99), (520e3, 1.0)],
+            },
+        ];
         let p = base.join("cdf.png");
         cdf_chart(&p, "cdf", &cdf).expect("cdf");
         big_png(&p);
