@@ -21,6 +21,10 @@ pub struct TestReport {
     pub x: Option<String>,
     /// The swept variables: a series is a target and these, x aside.
     pub swept: Vec<String>,
+    /// The initiators and wire, e.g. "2 netns hosts, 2gbit".
+    pub hosts: String,
+    /// Targets compared, by name.
+    pub targets: Vec<String>,
     pub rows: Vec<SweepRow>,
     pub runs: Vec<RunResult>,
     pub plots: Vec<PathBuf>,
@@ -40,6 +44,8 @@ impl TestReport {
             scenario: loaded.path.clone(),
             x,
             swept,
+            hosts: hosts_text(s),
+            targets: targets.clone(),
             rows,
             runs,
             plots: Vec::new(),
@@ -247,14 +253,19 @@ impl Report {
              process's user+system time per IO. `-` means not measured (peers have no \
              buffer statistics; loopback and Unix sockets have no per-host wire).\n\n",
         );
-        s.push_str("| Test | Title | Runs |\n|---|---|---:|\n");
+        s.push_str(
+            "| Test | Title | Targets | Hosts | Sweep | Runs |\n|---|---|---|---|---|---:|\n",
+        );
         for t in &self.tests {
             let _ = writeln!(
                 s,
-                "| [{}](#{}) | {} | {} |",
+                "| [{}](#{}) | {} | {} | {} | {} | {} |",
                 t.name,
                 t.name.to_lowercase(),
                 t.title,
+                t.targets.join(", "),
+                t.hosts,
+                t.swept.join(", "),
                 t.runs.len()
             );
         }
@@ -272,6 +283,25 @@ impl Report {
         }
         s
     }
+}
+
+fn hosts_text(s: &crate::scenario::Scenario) -> String {
+    use crate::scenario::{HostKind, Transport};
+    let h = &s.hosts;
+    let n = s.host_count();
+    let mut text = match (h.kind, h.transport) {
+        (HostKind::Local, Transport::Unix) => format!("{n} local, Unix socket"),
+        (HostKind::Local, Transport::Tcp) => format!("{n} local, loopback TCP"),
+        (HostKind::Netns, _) => format!("{n} netns"),
+        (HostKind::Remote, _) => format!("{n} remote"),
+    };
+    if let Some(r) = &h.rate {
+        let _ = write!(text, ", {r} each");
+    }
+    if let Some(d) = &h.delay {
+        let _ = write!(text, ", {d} delay");
+    }
+    text
 }
 
 /// CPU count and kernel, for the report header.
