@@ -29,6 +29,10 @@ pub struct HostRow {
 pub struct FioResult {
     pub hosts: Vec<HostRow>,
     pub total: HostRow,
+    /// Per export over all hosts (jobs named `HOST.EXPORT.N`): whether a
+    /// slow device's neighbours still get their share.
+    #[serde(default)]
+    pub exports: Vec<HostRow>,
     /// (latency in us, fraction of IOs at or below it), completion latency.
     pub lat_cdf: Vec<(f64, f64)>,
 }
@@ -158,6 +162,7 @@ pub fn reduce(doc: &Value) -> Result<FioResult, String> {
         return Err("fio's JSON has no job results".into());
     }
     let mut by_host: BTreeMap<String, Acc> = BTreeMap::new();
+    let mut by_export: BTreeMap<String, Acc> = BTreeMap::new();
     let mut errors = Vec::new();
     for j in &jobs {
         let name = j.get("jobname").and_then(Value::as_str).unwrap_or("?");
@@ -166,6 +171,9 @@ pub fn reduce(doc: &Value) -> Result<FioResult, String> {
             errors.push(format!("{name}: error {e}"));
         }
         by_host.entry(host.to_string()).or_default().add_job(j);
+        if let Some(export) = name.split('.').nth(1) {
+            by_export.entry(export.to_string()).or_default().add_job(j);
+        }
     }
     if !errors.is_empty() {
         return Err(format!("fio jobs failed: {}", errors.join(", ")));
@@ -175,6 +183,7 @@ pub fn reduce(doc: &Value) -> Result<FioResult, String> {
     Ok(FioResult {
         hosts,
         total,
+        exports: by_export.iter().map(|(e, a)| a.row(e)).collect(),
         lat_cdf: lat_cdf(&jobs),
     })
 }
@@ -265,6 +274,10 @@ mod tests {
         let r = reduce(&recorded()).expect("reduces");
         let names: Vec<_> = r.hosts.iter().map(|h| h.host.as_str()).collect();
         assert_eq!(names, ["h1", "h2"]);
+        let exports: Vec<_> = r.exports.iter().map(|h| h.host.as_str()).collect();
+        assert_eq!(exports, ["default", "null"]);
+        let by_export: f64 = r.exports.iter().map(|e| e.kiops).sum();
+        assert!((by_export - r.total.kiops).abs() < 1e-9);
         // h1 ran two jobs: 53030.98 + 51642.36 IOPS.
         assert!(
             (r.hosts[0].kiops - 104.673_342).abs() < 1e-3,

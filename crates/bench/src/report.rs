@@ -52,8 +52,14 @@ impl TestReport {
         }
     }
 
+    /// The sweep table, and BW per export group when there are several.
     pub fn table(&self) -> String {
-        table::sweep_table(&self.rows, self.x.as_deref())
+        let mut t = table::sweep_table(&self.rows, self.x.as_deref());
+        if let Some(g) = table::group_table(&self.rows, self.x.as_deref()) {
+            t.push_str("\nBandwidth by export group (all hosts):\n\n");
+            t.push_str(&g);
+        }
+        t
     }
 
     /// Renders the plots into `dir`; a plot that fails is reported, not fatal.

@@ -28,6 +28,9 @@ pub struct SweepRow {
     pub sock_queue_mib: Option<f64>,
     pub pacer_period_us: Option<f64>,
     pub cpu_us_per_io: f64,
+    /// BW per export group (export names without trailing digits: fast0..7
+    /// are "fast"), Gb/s.
+    pub bw_by_group: BTreeMap<String, f64>,
 }
 
 /// Series label of a run: its target and the swept variables other than x.
@@ -118,6 +121,15 @@ pub fn aggregate(
                 sock_queue_mib: mean_opt(&o(&|r| r.stats.sock_queue_mib)),
                 pacer_period_us: mean_opt(&o(&|r| r.stats.pacer_period_us)),
                 cpu_us_per_io: mean(&f(&|r| r.stats.cpu_us_per_io)),
+                bw_by_group: {
+                    let mut m: BTreeMap<String, f64> = BTreeMap::new();
+                    for r in &runs {
+                        for (g, bw) in export_groups(r) {
+                            *m.entry(g).or_default() += bw / runs.len() as f64;
+                        }
+                    }
+                    m
+                },
             }
         })
         .collect();
@@ -149,6 +161,54 @@ fn kiops(v: f64) -> String {
         v if v >= 10.0 => format!("{v:.2}"),
         _ => format!("{v:.3}"),
     }
+}
+
+/// A run's bandwidth per export group.
+pub fn export_groups(r: &RunResult) -> BTreeMap<String, f64> {
+    let mut m: BTreeMap<String, f64> = BTreeMap::new();
+    for e in &r.fio.exports {
+        let group = e.host.trim_end_matches(|c: char| c.is_ascii_digit());
+        let group = if group.is_empty() { &e.host } else { group };
+        *m.entry(group.to_string()).or_default() += e.bw_gbps;
+    }
+    m
+}
+
+/// BW per export group, when a test has more than one group (fast and slow
+/// devices side by side); None otherwise.
+pub fn group_table(rows: &[SweepRow], x: Option<&str>) -> Option<String> {
+    let groups: Vec<String> = rows
+        .iter()
+        .flat_map(|r| r.bw_by_group.keys().cloned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if groups.len() < 2 {
+        return None;
+    }
+    let x_head = match x {
+        Some("qd") | None => "QD".to_string(),
+        Some(k) => k.to_uppercase(),
+    };
+    let heads: Vec<String> = groups.iter().map(|g| format!("{g}* BW, Gb/s")).collect();
+    let mut header: Vec<&str> = vec!["Series", &x_head];
+    header.extend(heads.iter().map(String::as_str));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut c = vec![
+                r.series.clone(),
+                if x == Some("qd") {
+                    r.total_qd.to_string()
+                } else {
+                    r.x.clone()
+                },
+            ];
+            c.extend(groups.iter().map(|g| opt(r.bw_by_group.get(g).copied(), 3)));
+            c
+        })
+        .collect();
+    Some(markdown(&header, &cells))
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {
@@ -211,8 +271,19 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
         rows.truncate(1);
         rows[0][4] = opt(r.fio.total.wire_gbps, 3);
     }
+    let per_export = if r.fio.exports.len() > 1 {
+        let parts: Vec<String> = r
+            .fio
+            .exports
+            .iter()
+            .map(|e| format!("{} {:.3}", e.host, e.bw_gbps))
+            .collect();
+        format!("BW by export, Gb/s: {}\n", parts.join(", "))
+    } else {
+        String::new()
+    };
     format!(
-        "\n{} (target {}, rep {}, {}, total QD {})\n{}",
+        "\n{} (target {}, rep {}, {}, total QD {})\n{}{per_export}",
         r.test,
         r.target,
         r.rep,
@@ -306,6 +377,7 @@ mod tests {
             fio: FioResult {
                 hosts: vec![host],
                 total,
+                exports: Vec::new(),
                 lat_cdf: Vec::new(),
             },
             stats: TargetStats::default(),
@@ -351,6 +423,27 @@ mod tests {
             series,
             ["a mode=read", "b mode=read", "a mode=write", "b mode=write"]
         );
+    }
+
+    #[test]
+    fn exports_group_by_name_without_digits() {
+        let mut r = run("iopace", "8", "auto", 1.0);
+        for (name, bw) in [("fast0", 1.0), ("fast1", 2.0), ("slow0", 0.5)] {
+            r.fio.exports.push(HostRow {
+                host: name.into(),
+                bw_gbps: bw,
+                ..HostRow::default()
+            });
+        }
+        let g = export_groups(&r);
+        assert_eq!(g.get("fast"), Some(&3.0));
+        assert_eq!(g.get("slow"), Some(&0.5));
+        let swept = vec!["qd".to_string()];
+        let rows = aggregate(&[r], &swept, Some("qd"), &["iopace".to_string()]);
+        let t = group_table(&rows, Some("qd")).expect("two groups");
+        assert!(t.contains("fast* BW, Gb/s") && t.contains("3.000"), "{t}");
+        let one = aggregate(&[run("iopace", "8", "auto", 1.0)], &swept, Some("qd"), &[]);
+        assert!(group_table(&one, Some("qd")).is_none());
     }
 
     #[test]
