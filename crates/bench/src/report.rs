@@ -250,7 +250,8 @@ impl Report {
         );
         s.push_str(
             "Units: BW and wire BW in Gb/s (10^9 bit/s); latency is fio's completion \
-             plus submission latency, in us; BW STDDEV is the root mean square of the hosts' \
+             plus submission latency, in us; p99 is the worst host's, p99.9 comes from all IOs' \
+             completion latencies (the jobs' fio percentiles merged by IO count); BW STDDEV is the root mean square of the hosts' \
              fio bw_dev; bufs in flight are iopace's buffers in use, time-averaged over the \
              measured window (max: the peak since the target started, summed over reactors), in MiB; \
              Sock queue is what the target's TCP sockets hold sent but not yet acknowledged \

@@ -22,6 +22,9 @@ pub struct SweepRow {
     pub wire_gbps: Option<f64>,
     pub avg_lat_us: f64,
     pub p99_us: f64,
+    /// From the latency distribution of all IOs (the jobs' percentiles
+    /// merged by IO count).
+    pub p999_us: f64,
     pub bw_stddev_gbps: f64,
     pub bufs_avg_mib: Option<f64>,
     pub bufs_max_mib: Option<f64>,
@@ -115,6 +118,7 @@ pub fn aggregate(
                 wire_gbps: mean_opt(&o(&|r| r.fio.total.wire_gbps)),
                 avg_lat_us: mean(&f(&|r| r.fio.total.avg_lat_us)),
                 p99_us: mean(&f(&|r| r.fio.total.p99_us)),
+                p999_us: mean(&f(&|r| percentile(&r.fio.lat_cdf, 0.999))),
                 bw_stddev_gbps: mean(&f(&|r| r.fio.total.bw_dev_gbps)),
                 bufs_avg_mib: mean_opt(&o(&|r| r.stats.bufs_avg_mib)),
                 bufs_max_mib: mean_opt(&o(&|r| r.stats.bufs_max_mib)),
@@ -161,6 +165,14 @@ fn kiops(v: f64) -> String {
         v if v >= 10.0 => format!("{v:.2}"),
         _ => format!("{v:.3}"),
     }
+}
+
+/// The smallest latency with at least `q` of IOs at or below it.
+pub fn percentile(cdf: &[(f64, f64)], q: f64) -> f64 {
+    cdf.iter()
+        .find(|(_, f)| *f >= q - 1e-9)
+        .or(cdf.last())
+        .map_or(0.0, |p| p.0)
 }
 
 /// A run's bandwidth per export group.
@@ -317,6 +329,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
                 opt(r.wire_gbps, 3),
                 format!("{:.1}", r.avg_lat_us),
                 format!("{:.1}", r.p99_us),
+                format!("{:.1}", r.p999_us),
                 format!("{:.3}", r.bw_stddev_gbps),
                 match (r.bufs_avg_mib, r.bufs_max_mib) {
                     (Some(a), Some(m)) => format!("{a:.2} ({m:.2})"),
@@ -337,6 +350,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
             "WIRE BW, Gb/s",
             "AVG LAT, us",
             "p99, us",
+            "p99.9, us",
             "BW STDDEV, Gb/s",
             "Bufs in-flight avg (max), MiB",
             "Sock queue, MiB",
@@ -423,6 +437,15 @@ mod tests {
             series,
             ["a mode=read", "b mode=read", "a mode=write", "b mode=write"]
         );
+    }
+
+    #[test]
+    fn percentile_reads_the_cdf() {
+        let cdf = [(10.0, 0.5), (20.0, 0.99), (30.0, 0.999), (90.0, 1.0)];
+        assert_eq!(percentile(&cdf, 0.5), 10.0);
+        assert_eq!(percentile(&cdf, 0.999), 30.0);
+        assert_eq!(percentile(&cdf, 1.0), 90.0);
+        assert_eq!(percentile(&[], 0.99), 0.0);
     }
 
     #[test]
