@@ -49,6 +49,12 @@ fn ensure_font() -> Result<(), String> {
     .clone()
 }
 
+/// Long titles get a smaller font so they fit the 1000 px width.
+fn title_size(title: &str) -> u32 {
+    let len = title.chars().count().max(1) as u32;
+    (1800 / len).clamp(14, 26)
+}
+
 fn finite(series: &[Series]) -> impl Iterator<Item = (f64, f64)> + '_ {
     series
         .iter()
@@ -72,7 +78,9 @@ pub fn line_chart(
     ensure_font()?;
     let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let area = root.titled(title, ("sans-serif", 26)).map_err(err)?;
+    let area = root
+        .titled(title, ("sans-serif", title_size(title)))
+        .map_err(err)?;
     panel(
         &area,
         x_label,
@@ -96,7 +104,9 @@ pub fn two_panel_chart(
     ensure_font()?;
     let root = BitMapBackend::new(path, (1000, 1100)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let area = root.titled(title, ("sans-serif", 26)).map_err(err)?;
+    let area = root
+        .titled(title, ("sans-serif", title_size(title)))
+        .map_err(err)?;
     let (upper, lower) = area.split_vertically(area.dim_in_pixel().1 / 2);
     // Bandwidth tends to be high on the right, buffers low on the left.
     panel(
@@ -186,7 +196,7 @@ fn panel(
             .map(|&(x, y)| (tx(x), y))
             .collect();
         // Earlier series are drawn wider, so identical curves stay visible.
-        let width = 3 * (series.len() - i).min(3) as u32;
+        let width = 2 + (series.len() - i - 1).min(2) as u32;
         chart
             .draw_series(LineSeries::new(line.clone(), color.stroke_width(width)))
             .map_err(err)?
@@ -255,7 +265,9 @@ pub fn cdf_chart(path: &Path, title: &str, series: &[Series]) -> Result<(), Stri
     ensure_font()?;
     let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let area = root.titled(title, ("sans-serif", 26)).map_err(err)?;
+    let area = root
+        .titled(title, ("sans-serif", title_size(title)))
+        .map_err(err)?;
     let pts: Vec<(f64, f64)> = finite(series).filter(|(x, _)| *x > 0.0).collect();
     let lo = pts.iter().map(|p| p.0).fold(f64::MAX, f64::min);
     let hi = pts.iter().map(|p| p.0).fold(0.0, f64::max);
@@ -299,7 +311,7 @@ pub fn cdf_chart(path: &Path, title: &str, series: &[Series]) -> Result<(), Stri
             .filter(|(x, y)| x.is_finite() && y.is_finite() && *x > 0.0)
             .collect();
         // Earlier series are drawn wider, so identical curves stay visible.
-        let width = 3 * (series.len() - i).min(3) as u32;
+        let width = 2 + (series.len() - i - 1).min(2) as u32;
         chart
             .draw_series(LineSeries::new(line, color.stroke_width(width)))
             .map_err(err)?

@@ -31,8 +31,10 @@ pub struct TestReport {
 }
 
 impl TestReport {
-    pub fn new(loaded: &Loaded, runs: Vec<RunResult>) -> TestReport {
+    pub fn new(loaded: &Loaded, mut runs: Vec<RunResult>) -> TestReport {
         let s = &loaded.scenario;
+        // Sweep order, whatever order the runs were made or resumed in.
+        runs.sort_by_key(|r| (r.point, r.rep));
         let swept: Vec<String> = s.sweep.keys().cloned().collect();
         let x = s.x_var().map(str::to_string);
         let targets: Vec<String> = s.target.iter().map(|t| t.name.clone()).collect();

@@ -283,14 +283,13 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
         rows.truncate(1);
         rows[0][4] = opt(r.fio.total.wire_gbps, 3);
     }
-    let per_export = if r.fio.exports.len() > 1 {
-        let parts: Vec<String> = r
-            .fio
-            .exports
+    let groups = export_groups(r);
+    let per_export = if groups.len() > 1 {
+        let parts: Vec<String> = groups
             .iter()
-            .map(|e| format!("{} {:.3}", e.host, e.bw_gbps))
+            .map(|(g, bw)| format!("{g}* {bw:.3}"))
             .collect();
-        format!("BW by export, Gb/s: {}\n", parts.join(", "))
+        format!("BW by export group, Gb/s: {}\n", parts.join(", "))
     } else {
         String::new()
     };
