@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
@@ -187,38 +188,14 @@ fn panel(
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(err)?;
-    for (i, s) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let line: Vec<(f64, f64)> = s
-            .points
+    let points = |s: &Series| -> Vec<(f64, f64)> {
+        s.points
             .iter()
             .filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_x || *x > 0.0))
             .map(|&(x, y)| (tx(x), y))
-            .collect();
-        // Earlier series are drawn wider, so identical curves stay visible.
-        let width = 2 + (series.len() - i - 1).min(2) as u32;
-        chart
-            .draw_series(LineSeries::new(line.clone(), color.stroke_width(width)))
-            .map_err(err)?
-            .label(s.label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
-            });
-        chart
-            .draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled())))
-            .map_err(err)?;
-    }
-    if !series.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(legend)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 16))
-            .draw()
-            .map_err(err)?;
-    }
-    Ok(())
+            .collect()
+    };
+    draw_series(&mut chart, series, &points, true, legend)
 }
 
 /// Y ticks with one precision per axis, chosen from its top.
@@ -248,6 +225,45 @@ fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
         decade *= 10.0;
     }
     ticks
+}
+
+/// Lines (and markers) for every series, then the legend. Earlier series
+/// are drawn wider, so identical curves stay visible.
+fn draw_series<'a, X: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, RangedCoordf64>>,
+    series: &[Series],
+    points: &dyn Fn(&Series) -> Vec<(f64, f64)>,
+    markers: bool,
+    legend: SeriesLabelPosition,
+) -> Result<(), String> {
+    for (i, s) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let line = points(s);
+        let width = 2 + (series.len() - i - 1).min(2) as u32;
+        chart
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(width)))
+            .map_err(err)?
+            .label(s.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
+            });
+        if markers {
+            chart
+                .draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                .map_err(err)?;
+        }
+    }
+    if !series.is_empty() {
+        chart
+            .configure_series_labels()
+            .position(legend)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 16))
+            .draw()
+            .map_err(err)?;
+    }
+    Ok(())
 }
 
 fn format_num(v: f64) -> String {
@@ -302,34 +318,20 @@ pub fn cdf_chart(path: &Path, title: &str, series: &[Series]) -> Result<(), Stri
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(err)?;
-    for (i, s) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let line: Vec<(f64, f64)> = s
-            .points
+    let points = |s: &Series| -> Vec<(f64, f64)> {
+        s.points
             .iter()
             .copied()
             .filter(|(x, y)| x.is_finite() && y.is_finite() && *x > 0.0)
-            .collect();
-        // Earlier series are drawn wider, so identical curves stay visible.
-        let width = 2 + (series.len() - i - 1).min(2) as u32;
-        chart
-            .draw_series(LineSeries::new(line, color.stroke_width(width)))
-            .map_err(err)?
-            .label(s.label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
-            });
-    }
-    if !series.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 16))
-            .draw()
-            .map_err(err)?;
-    }
+            .collect()
+    };
+    draw_series(
+        &mut chart,
+        series,
+        &points,
+        false,
+        SeriesLabelPosition::LowerRight,
+    )?;
     root.present().map_err(err)
 }
 
