@@ -61,11 +61,17 @@ pub fn require(tool: &str, package: &str) -> Result<(), String> {
     }
 }
 
-/// A started process, stopped (SIGTERM, then SIGKILL) when dropped.
+/// A started process, stopped (SIGTERM, then SIGKILL) when dropped: our
+/// child, or a daemon it forked, known by the PID from its pidfile.
 pub struct Proc {
     pub name: String,
-    child: std::process::Child,
+    kind: Kind,
     pub log: PathBuf,
+}
+
+enum Kind {
+    Child(std::process::Child),
+    Daemon(libc::pid_t),
 }
 
 impl Proc {
@@ -80,27 +86,71 @@ impl Proc {
             .map_err(|e| format!("cannot start {name} ({:?}): {e}", cmd.get_program()))?;
         Ok(Proc {
             name: name.to_string(),
-            child,
+            kind: Kind::Child(child),
             log: log.to_path_buf(),
         })
     }
 
+    /// Runs a program that daemonizes and writes `pidfile`; the daemon is
+    /// then held by that PID.
+    pub fn spawn_daemon(
+        name: &str,
+        cmd: Command,
+        log: &Path,
+        pidfile: &Path,
+    ) -> Result<Proc, String> {
+        let mut starter = Proc::spawn(name, cmd, log)?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            check_interrupt()?;
+            if let Some(pid) = std::fs::read_to_string(pidfile)
+                .ok()
+                .and_then(|t| t.trim().parse::<libc::pid_t>().ok())
+            {
+                return Ok(Proc {
+                    name: name.to_string(),
+                    kind: Kind::Daemon(pid),
+                    log: log.to_path_buf(),
+                });
+            }
+            if let Kind::Child(c) = &mut starter.kind {
+                if let Ok(Some(st)) = c.try_wait() {
+                    if !st.success() {
+                        return Err(format!("{name} failed ({st}):\n{}", log_tail(log)));
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{name} wrote no pidfile {}", pidfile.display()));
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    }
+
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.kind {
+            Kind::Child(c) => c.id(),
+            Kind::Daemon(pid) => *pid as u32,
+        }
     }
 
     /// Err with the end of its log if it has exited.
     pub fn check_alive(&mut self) -> Result<(), String> {
-        match self.child.try_wait() {
-            Ok(None) => Ok(()),
-            Ok(Some(status)) => Err(format!(
-                "{} exited ({status}); its log {}:\n{}",
-                self.name,
-                self.log.display(),
-                log_tail(&self.log)
-            )),
-            Err(e) => Err(format!("{}: {e}", self.name)),
-        }
+        let exited = match &mut self.kind {
+            Kind::Child(c) => match c.try_wait() {
+                Ok(None) => return Ok(()),
+                Ok(Some(status)) => status.to_string(),
+                Err(e) => return Err(format!("{}: {e}", self.name)),
+            },
+            Kind::Daemon(pid) if running(*pid) => return Ok(()),
+            Kind::Daemon(_) => "the daemon is gone".to_string(),
+        };
+        Err(format!(
+            "{} exited ({exited}); its log {}:\n{}",
+            self.name,
+            self.log.display(),
+            log_tail(&self.log)
+        ))
     }
 
     /// Waits until `ready` holds, failing if the process dies or time runs out.
@@ -125,24 +175,77 @@ impl Proc {
     }
 
     pub fn stop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: signalling our own child by its PID.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+        match &mut self.kind {
+            Kind::Child(child) => {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                signal(child.id() as libc::pid_t, libc::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
             }
-            std::thread::sleep(Duration::from_millis(20));
+            Kind::Daemon(pid) => {
+                let pid = *pid;
+                // A forking server's per-connection children go with it.
+                let mut pids = children_of(pid);
+                pids.push(pid);
+                for &p in &pids {
+                    signal(p, libc::SIGTERM);
+                }
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline && pids.iter().any(|&p| running(p)) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                for &p in pids.iter().filter(|&&p| running(p)) {
+                    signal(p, libc::SIGKILL);
+                }
+            }
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
+}
+
+fn signal(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: signalling a process this harness started, by its PID.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Alive and not a zombie.
+fn running(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}
+
+/// Direct children of `pid`, from /proc.
+pub fn children_of(pid: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1.to_string();
+                    rest.split_whitespace().nth(1)?.parse::<libc::pid_t>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
 }
 
 impl Drop for Proc {
@@ -192,6 +295,17 @@ fn send_queue_in(table: &str, port: u16) -> u64 {
             u64::from_str_radix(f.get(4)?.split(':').next()?, 16).ok()
         })
         .sum()
+}
+
+/// utime + stime of a process and its direct children (a forking server's
+/// connections), in seconds.
+pub fn cpu_seconds_tree(pid: u32) -> Option<f64> {
+    let own = cpu_seconds(pid)?;
+    let kids: f64 = children_of(pid as libc::pid_t)
+        .into_iter()
+        .filter_map(|c| cpu_seconds(c as u32))
+        .sum();
+    Some(own + kids)
 }
 
 /// utime + stime of a process, in seconds.

@@ -466,7 +466,7 @@ impl Snapshot {
         Snapshot {
             at: Instant::now(),
             link: hosts.counters(),
-            cpu: procs::cpu_seconds(target.proc.pid()),
+            cpu: procs::cpu_seconds_tree(target.proc.pid()),
             bufs,
             bufs_peak,
         }

@@ -210,7 +210,7 @@ pub fn group_table(rows: &[SweepRow], x: Option<&str>) -> Option<String> {
         .map(|r| {
             let mut c = vec![
                 r.series.clone(),
-                if x == Some("qd") {
+                if x == Some("qd") || x.is_none() {
                     r.total_qd.to_string()
                 } else {
                     r.x.clone()
@@ -318,7 +318,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
         .map(|r| {
             vec![
                 r.series.clone(),
-                if x == Some("qd") {
+                if x == Some("qd") || x.is_none() {
                     r.total_qd.to_string()
                 } else {
                     r.x.clone()

@@ -72,6 +72,7 @@ pub fn start(spec: &TargetSpec, ctx: &StartCtx) -> Result<Running, String> {
     let log = ctx.run_dir.join(format!("{}.log", spec.name));
     let export = ctx.exports.first().map_or("default", String::as_str);
     let mut rpc = None;
+    let mut daemon = None;
     let cmd = match spec.kind {
         TargetKind::Iopace => {
             let rpc_path = ctx.run_dir.join("admin.sock");
@@ -127,12 +128,22 @@ pub fn start(spec: &TargetSpec, ctx: &StartCtx) -> Result<Running, String> {
                 "[generic]\nlistenaddr = {addr}\nport = {port}\n\n[{export}]\nexportname = {file}\n"
             );
             std::fs::write(&cfg, text).map_err(|e| format!("{}: {e}", cfg.display()))?;
+            // It forks per connection only as a daemon: held by its pidfile.
+            let pidfile = ctx.run_dir.join("nbd-server.pid");
             let mut cmd = Command::new("nbd-server");
-            cmd.arg("-C").arg(&cfg).arg("-d").args(&args[1..]);
+            cmd.arg("-C")
+                .arg(&cfg)
+                .arg("-p")
+                .arg(&pidfile)
+                .args(&args[1..]);
+            daemon = Some(pidfile);
             cmd
         }
     };
-    let mut proc = Proc::spawn(&spec.name, cmd, &log)?;
+    let mut proc = match daemon {
+        Some(pidfile) => Proc::spawn_daemon(&spec.name, cmd, &log, &pidfile)?,
+        None => Proc::spawn(&spec.name, cmd, &log)?,
+    };
     let listen = ctx.listen.clone();
     proc.wait_ready("listening", || match &listen {
         Listen::Tcp { addr, port } => procs::tcp_accepts(&format!("{addr}:{port}")),
