@@ -84,6 +84,8 @@ fn fio_verify(uri: &str, dir: &std::path::Path, name: &str) {
     let out_json = dir.join(format!("{name}.json"));
     run(
         Command::new("fio")
+            // fio leaves its verify state file in the working directory.
+            .current_dir(dir)
             .args([
                 "--name",
                 name,
