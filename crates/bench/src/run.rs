@@ -241,6 +241,8 @@ pub fn run_scenario(
                 let _ = std::fs::copy(entry.path(), logs.join(format!("{key}-{name}")));
             }
         }
+        // Files a run created (a file bdev's image can be GiBs) go now.
+        let _ = std::fs::remove_dir_all(&run_dir);
         let result = result.map_err(|e| format!("{key}: {e} (logs: {})", logs.display()))?;
         let path = runs_dir.join(format!("{key}.json"));
         let text = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
@@ -312,7 +314,7 @@ fn one_run(
     };
     let mut target = target_proc::start(spec, &ctx)?;
     let iodepth = work.job_iodepth(n_hosts);
-    // The target's URI as the hosts see it.
+    // One job file per host, each naming the target's URI as the hosts see it.
     let mut cmd = Command::new("fio");
     cmd.arg("--output-format=json");
     for (i, client) in hosts.clients.iter().enumerate() {
