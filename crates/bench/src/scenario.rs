@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use target::config::{from_toml, locate, ConfigError};
+use target::config::{from_toml, locate, read_text, ConfigError};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -272,14 +272,7 @@ pub struct Loaded {
 
 impl Loaded {
     pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-        let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: name.clone(),
-            line: None,
-            field: None,
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&read_text(path)?, path)
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Loaded, ConfigError> {

@@ -166,16 +166,7 @@ impl Config {
     pub fn load(path: Option<&Path>) -> Result<LoadedConfig, ConfigError> {
         match path {
             None => Self::parse(DEFAULT_CONFIG, DEFAULT_CONFIG_NAME),
-            Some(p) => {
-                let name = p.display().to_string();
-                let text = std::fs::read_to_string(p).map_err(|e| ConfigError {
-                    file: name.clone(),
-                    line: None,
-                    field: None,
-                    message: format!("cannot read: {e}"),
-                })?;
-                Self::parse(&text, &name)
-            }
+            Some(p) => Self::parse(&read_text(p)?, &p.display().to_string()),
         }
     }
 
@@ -323,6 +314,16 @@ impl LoadedConfig {
         json["source"] = serde_json::Value::String(self.source_name.clone());
         json
     }
+}
+
+/// A config file's text; failing to read it is an error naming the file.
+pub fn read_text(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.display().to_string(),
+        line: None,
+        field: None,
+        message: format!("cannot read: {e}"),
+    })
 }
 
 /// Deserializes TOML text; a syntax or type error names the file, line and field.
