@@ -50,6 +50,24 @@ fn ensure_font() -> Result<(), String> {
     .clone()
 }
 
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// A white PNG canvas with the title drawn; returns it and the area below
+/// the title.
+fn canvas<'a>(
+    path: &'a Path,
+    size: (u32, u32),
+    title: &str,
+) -> Result<(Area<'a>, Area<'a>), String> {
+    ensure_font()?;
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let area = root
+        .titled(title, ("sans-serif", title_size(title)))
+        .map_err(err)?;
+    Ok((root, area))
+}
+
 /// Long titles get a smaller font so they fit the 1000 px width.
 fn title_size(title: &str) -> u32 {
     let len = title.chars().count().max(1) as u32;
@@ -76,12 +94,7 @@ pub fn line_chart(
     series: &[Series],
     log_x: bool,
 ) -> Result<(), String> {
-    ensure_font()?;
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let area = root
-        .titled(title, ("sans-serif", title_size(title)))
-        .map_err(err)?;
+    let (root, area) = canvas(path, (1000, 700), title)?;
     panel(
         &area,
         x_label,
@@ -102,12 +115,7 @@ pub fn two_panel_chart(
     bottom: (&str, &[Series]),
     log_x: bool,
 ) -> Result<(), String> {
-    ensure_font()?;
-    let root = BitMapBackend::new(path, (1000, 1100)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let area = root
-        .titled(title, ("sans-serif", title_size(title)))
-        .map_err(err)?;
+    let (root, area) = canvas(path, (1000, 1100), title)?;
     let (upper, lower) = area.split_vertically(area.dim_in_pixel().1 / 2);
     // Bandwidth tends to be high on the right, buffers low on the left.
     panel(
@@ -278,12 +286,7 @@ fn format_num(v: f64) -> String {
 
 /// A latency CDF: points are (latency_us, fraction 0..=1); x is log10.
 pub fn cdf_chart(path: &Path, title: &str, series: &[Series]) -> Result<(), String> {
-    ensure_font()?;
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let area = root
-        .titled(title, ("sans-serif", title_size(title)))
-        .map_err(err)?;
+    let (root, area) = canvas(path, (1000, 700), title)?;
     let pts: Vec<(f64, f64)> = finite(series).filter(|(x, _)| *x > 0.0).collect();
     let lo = pts.iter().map(|p| p.0).fold(f64::MAX, f64::min);
     let hi = pts.iter().map(|p| p.0).fold(0.0, f64::max);
