@@ -4,9 +4,10 @@
 //! Model (reads only): initiator hosts keep `qd` IOs outstanding each, to
 //! devices chosen at random; a request reaches the target after half the
 //! RTT, waits in its reactor's pacer, takes buffers from a shared pool (FIFO
-//! waiters), is served by its device (NVMe-like: `parallel` channels with
-//! service time from the linear cost model, plus a fixed latency; or a delay
-//! device: fixed latency, unlimited parallelism), then leaves on its host's
+//! waiters), is served by its device (NVMe-like: `parallel` channels, each
+//! busy for the linear cost model's service time, the IO done a fixed latency
+//! after its service; or a delay device: fixed latency, unlimited
+//! parallelism), then leaves on its host's
 //! port. A port sends at its rate scaled down by a memory/DDIO factor when
 //! the bytes held in buffers exceed a cache budget; the buffer is freed when
 //! its data has been sent. The reply reaches the host half an RTT later and
@@ -61,6 +62,9 @@ pub struct RunConfig {
     pub pacing: PacingConfig,
     /// Overrides the target's buffer count for this run.
     pub num_shared_buffers: Option<u32>,
+    /// Overrides every host group's block-size split for this run.
+    #[serde(default)]
+    pub bssplit: Option<Vec<(u32, u32)>>,
     /// The seed's measured rows for the same settings, for the side-by-side table:
     /// (qd, BW Gb/s, bufs MiB).
     #[serde(default)]
@@ -190,9 +194,8 @@ struct Io {
 struct Dev {
     kind: DeviceKind,
     latency: Nanos,
-    parallel: usize,
-    busy: usize,
-    queue: VecDeque<u32>,
+    /// When each channel is next free (FIFO: an IO takes the earliest).
+    channels: Vec<Nanos>,
     cost: CostModel,
 }
 
@@ -252,9 +255,7 @@ impl<'a> Sim<'a> {
                 devs.push(Dev {
                     kind: g.kind,
                     latency: (g.latency_us * 1000.0) as Nanos,
-                    parallel: g.parallel.max(1),
-                    busy: 0,
-                    queue: VecDeque::new(),
+                    channels: vec![0; g.parallel.max(1)],
                     cost: g.cost.unwrap_or_default(),
                 });
             }
@@ -289,7 +290,7 @@ impl<'a> Sim<'a> {
                     qd: q,
                     devices,
                     tenant: g.tenant,
-                    bssplit: g.bssplit.clone(),
+                    bssplit: run.bssplit.clone().unwrap_or_else(|| g.bssplit.clone()),
                     delivered: 0,
                     slots: Vec::new(),
                 });
@@ -410,15 +411,18 @@ impl<'a> Sim<'a> {
                 self.at(t, Ev::DeviceDone(id));
             }
             DeviceKind::Nvme => {
-                if dev.busy < dev.parallel {
-                    dev.busy += 1;
-                    let io = &self.ios[id as usize];
-                    let service = dev.cost.cost(IoKind::Read, io.bytes, false) as Nanos;
-                    let t = self.now + service + dev.latency;
-                    self.at(t, Ev::DeviceDone(id));
-                } else {
-                    dev.queue.push_back(id);
-                }
+                let service = dev
+                    .cost
+                    .cost(IoKind::Read, self.ios[id as usize].bytes, false)
+                    as Nanos;
+                let now = self.now;
+                let latency = dev.latency;
+                let Some(channel) = dev.channels.iter_mut().min() else {
+                    return;
+                };
+                let start = (*channel).max(now);
+                *channel = start + service;
+                self.at(start + service + latency, Ev::DeviceDone(id));
             }
         }
     }
@@ -487,12 +491,6 @@ impl<'a> Sim<'a> {
                 let r = (self.hosts[self.ios[id as usize].host].reactor + d) % self.pacers.len();
                 let issued = self.ios[id as usize].issued;
                 self.pacers[r].on_device_complete(d, self.now.saturating_sub(issued), self.now);
-                if self.devs[d].kind == DeviceKind::Nvme {
-                    self.devs[d].busy -= 1;
-                    if let Some(next) = self.devs[d].queue.pop_front() {
-                        self.start_device(next);
-                    }
-                }
                 let port = self.hosts[self.ios[id as usize].host].port;
                 self.ports[port].queue.push_back(id);
                 self.start_tx(port);

@@ -45,6 +45,7 @@ fn run(mode: Mode) -> RunConfig {
             ..Default::default()
         },
         num_shared_buffers: None,
+        bssplit: None,
         seed_rows: vec![],
     }
 }
@@ -103,6 +104,7 @@ fn weights_split_a_saturated_link() {
         label: "2:1".into(),
         pacing,
         num_shared_buffers: None,
+        bssplit: None,
         seed_rows: vec![],
     }];
     let r = simulate(&sc, &sc.runs[0], 256);
