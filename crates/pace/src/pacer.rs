@@ -34,7 +34,7 @@ mod cost;
 mod filter;
 
 pub use cost::CostModel;
-use filter::{WindowedMax, WindowedMin};
+use filter::{LargeIoMin, WindowedMax};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -233,7 +233,7 @@ struct Device {
     in_flight_ios: u32,
     delivered: u64,
     rate: WindowedMax,
-    latency: WindowedMin,
+    latency: LargeIoMin,
     device_latency_ns: f64,
     cost: CostModel,
     last_offset: u64,
@@ -257,6 +257,8 @@ struct Flight {
     bytes: u64,
     released_at: Nanos,
     took_op: bool,
+    /// What it counts against the shared window (see `link_share`).
+    paced: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -304,6 +306,9 @@ pub struct Pacer {
     bypassed: Vec<PacedIo>,
     skipped: Vec<bool>,
     bytes_in_flight: u64,
+    /// Bytes in flight counted at each device's link share: what the shared
+    /// window bounds.
+    paced_in_flight: u64,
     in_flight_avg: crate::stats::TimeAvg,
     // rate mode
     period_ns: f64,
@@ -315,10 +320,13 @@ pub struct Pacer {
     completions_since_tune: u64,
     // auto mode
     rate: WindowedMax,
-    latency: WindowedMin,
+    latency: LargeIoMin,
     window: u64,
+    /// The largest IO seen (at least one buffer): DRR's quantum, and what
+    /// counts as a large IO for the latency estimate.
     max_io: u64,
     released_total: u64,
+    rate_samples: u64,
     /// iocost-style rate scale, 1.0 unless latency targets move it.
     vrate: f64,
     calls: u64,
@@ -330,6 +338,10 @@ pub struct Pacer {
 const RATE_SAMPLE_NS: Nanos = 1_000_000;
 /// Windowed max of the rate over this many samples (tracks link changes in ~50 ms).
 const RATE_WINDOW: usize = 50;
+/// Every this many rate samples, one is taken with the window enlarged...
+const PROBE_EVERY: u64 = 8;
+/// ...by this factor.
+const PROBE_GAIN: f64 = 1.25;
 /// Min-latency window: how long an old minimum is trusted.
 const LATENCY_WINDOW_NS: Nanos = 200_000_000;
 
@@ -370,13 +382,20 @@ impl Pacer {
         let credit_bytes = cfg.credit.unwrap_or(u64::from(buffer_size)) as f64;
         let max_io = u64::from(buffer_size).max(4096);
         Pacer {
-            devices: vec![Device::default(); devices.max(1)],
+            devices: vec![
+                Device {
+                    latency: LargeIoMin::new(LATENCY_WINDOW_NS),
+                    ..Device::default()
+                };
+                devices.max(1)
+            ],
             tenants,
             active_tenants: 0,
             flights: HashMap::new(),
             bypassed: Vec::new(),
             skipped: Vec::new(),
             bytes_in_flight: 0,
+            paced_in_flight: 0,
             in_flight_avg: crate::stats::TimeAvg::new(now),
             period_ns,
             credit_bytes,
@@ -386,10 +405,11 @@ impl Pacer {
             tuner_last: now,
             completions_since_tune: 0,
             rate: WindowedMax::new(RATE_WINDOW),
-            latency: WindowedMin::new(LATENCY_WINDOW_NS),
+            latency: LargeIoMin::new(LATENCY_WINDOW_NS),
             window: 4 * max_io,
             max_io,
             released_total: 0,
+            rate_samples: 0,
             vrate: 1.0,
             calls: 0,
             polls: 0,
@@ -452,6 +472,7 @@ impl Pacer {
             device: d,
             ..io
         };
+        self.max_io = self.max_io.max(u64::from(io.bytes));
         if self.bypass(&io) {
             self.bypassed.push(io);
             return;
@@ -514,13 +535,17 @@ impl Pacer {
         self.credit = (self.credit + elapsed * per_ns).min(cap);
     }
 
-    /// The device may take one more IO of `bytes` now (auto windows).
-    fn window_open(&self, d: usize, bytes: u64) -> bool {
+    /// The shared window has room for one more IO of `bytes` to device `d`.
+    fn shared_window_open(&self, d: usize, bytes: u64) -> bool {
+        self.paced_in_flight == 0
+            || (self.paced_in_flight + self.link_share(d, bytes) <= self.window
+                && self.bytes_in_flight + bytes <= self.cfg.max_window)
+    }
+
+    /// Device `d`'s own window has room for one more IO of `bytes`.
+    fn device_window_open(&self, d: usize, bytes: u64) -> bool {
         let dev = &self.devices[d];
-        let global_ok = self.bytes_in_flight == 0 || self.bytes_in_flight + bytes <= self.window;
-        let dev_window = self.device_window(d);
-        let dev_ok = dev.in_flight_bytes == 0 || dev.in_flight_bytes + bytes <= dev_window;
-        global_ok && dev_ok
+        dev.in_flight_bytes == 0 || dev.in_flight_bytes + bytes <= self.device_window(d)
     }
 
     fn device_window(&self, d: usize) -> u64 {
@@ -528,7 +553,7 @@ impl Pacer {
         match (dev.rate.get(), dev.latency.get()) {
             (Some(r), Some(l)) => {
                 let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
-                w.clamp(2 * self.max_io, self.window.max(2 * self.max_io))
+                w.clamp(2 * self.max_io, self.cfg.max_window.max(2 * self.max_io))
             }
             // Until it has delivered, a device may fill the whole window.
             _ => self.window,
@@ -569,7 +594,16 @@ impl Pacer {
             let may = match self.cfg.mode {
                 Mode::None | Mode::Buffers => true,
                 Mode::Rate => self.bypass(&io) || self.credit > 0.0,
-                Mode::Auto => self.window_open(d, bytes),
+                Mode::Auto => {
+                    if !self.shared_window_open(d, bytes) {
+                        // The shared window waits for the device whose turn
+                        // it is: a smaller-charged IO behind it must not
+                        // take the gap, or DRR's shares would not hold.
+                        skipped[t] = true;
+                        continue;
+                    }
+                    self.device_window_open(d, bytes)
+                }
             };
             if !may {
                 if self.cfg.mode == Mode::Auto
@@ -597,9 +631,10 @@ impl Pacer {
             }
             let quantum = self.max_io as i64;
             if self.cfg.mode == Mode::Auto && self.devices[d].deficit <= 0 {
-                // Its quantum is spent: top it up and give the turn away.
+                // A new turn: one more quantum. A device still in debt from
+                // an expensive IO gives the turn away.
                 self.devices[d].deficit += quantum;
-                if self.tenant_has_other_device(t, d) {
+                if self.devices[d].deficit <= 0 && self.tenant_has_other_device(t, d) {
                     self.tenants[t].active.rotate_left(1);
                     continue;
                 }
@@ -607,9 +642,10 @@ impl Pacer {
                     self.devices[d].deficit += quantum;
                 }
             }
-            // A device's bytes are charged by how long they hold buffers:
-            // a device slower than the fastest pays more per byte, so slow
-            // devices cannot crowd fast ones out of the window.
+            // A device's bytes are charged by how long they hold buffers, so
+            // when the link is short each device's share falls as 1/latency,
+            // what Little's law gives devices at equal queue depth: a slow
+            // device neither starves nor crowds fast ones off the link.
             let charge = if self.cfg.mode == Mode::Auto {
                 (bytes as f64 * self.hold_ratio(d)) as i64
             } else {
@@ -658,6 +694,8 @@ impl Pacer {
         dev.in_flight_bytes += bytes;
         dev.in_flight_ios += 1;
         self.bytes_in_flight += bytes;
+        let paced = self.link_share(io.device, bytes);
+        self.paced_in_flight += paced;
         self.in_flight_avg.update(now, self.bytes_in_flight);
         self.released_total += bytes;
         self.flights.insert(
@@ -667,21 +705,29 @@ impl Pacer {
                 bytes,
                 released_at: now,
                 took_op,
+                paced,
             },
         );
         self.ios += 1;
     }
 
-    /// How much longer than the fastest device this device holds its buffers.
+    /// The shared window is sized as the link's rate x the fastest device's
+    /// latency, so it bounds the *rate* released: a device that holds its
+    /// buffers k times longer delivers its bytes k times more slowly, and
+    /// counts 1/k of them. (Its real bytes are bounded by `max_window` and
+    /// its own window.)
+    fn link_share(&self, d: usize, bytes: u64) -> u64 {
+        if self.cfg.mode != Mode::Auto {
+            return bytes;
+        }
+        (bytes as f64 / self.hold_ratio(d)).ceil() as u64
+    }
+
+    /// How much longer than the fastest device this device holds its
+    /// buffers (the reactor's min latency is the fastest device's).
     fn hold_ratio(&self, d: usize) -> f64 {
-        let fastest = self
-            .devices
-            .iter()
-            .filter_map(|x| x.latency.get())
-            .min()
-            .unwrap_or(0);
-        match self.devices[d].latency.get() {
-            Some(l) if fastest > 0 => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
+        match (self.devices[d].latency.get(), self.latency.get()) {
+            (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
             _ => 1.0,
         }
     }
@@ -697,7 +743,7 @@ impl Pacer {
                 .iter()
                 .find(|io| io.tenant == t)
                 .map_or(0, |io| u64::from(io.bytes));
-            !self.window_open(d, bytes)
+            !(self.shared_window_open(d, bytes) && self.device_window_open(d, bytes))
         })
     }
 
@@ -735,16 +781,10 @@ impl Pacer {
             return;
         };
         let latency = now.saturating_sub(f.released_at).max(1);
-        // The window is sized for the IOs that move the bytes: small IOs'
-        // short latencies would shrink it below what large ones need.
         let large = f.bytes >= self.max_io / 2;
-        if large || self.latency.get().is_none() {
-            self.latency.update(latency, now);
-        }
+        self.latency.update(latency, large, now);
         let dev = &mut self.devices[f.device];
-        if large || dev.latency.get().is_none() {
-            dev.latency.update(latency, now);
-        }
+        dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;
         self.land(f);
         self.completions_since_tune += 1;
@@ -757,6 +797,7 @@ impl Pacer {
         dev.in_flight_bytes = dev.in_flight_bytes.saturating_sub(f.bytes);
         dev.in_flight_ios = dev.in_flight_ios.saturating_sub(1);
         self.bytes_in_flight = self.bytes_in_flight.saturating_sub(f.bytes);
+        self.paced_in_flight = self.paced_in_flight.saturating_sub(f.paced);
         if f.took_op {
             if let Some(ops) = &self.device_ops {
                 ops.give(f.device);
@@ -775,8 +816,17 @@ impl Pacer {
     }
 
     fn resize_window(&mut self) {
+        self.rate_samples += 1;
         if let (Some(r), Some(l)) = (self.rate.get(), self.latency.get()) {
-            let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
+            // The window only admits the rate already seen; one sample in
+            // PROBE_EVERY it admits a little more, to find a rate that has
+            // grown (as BBR probes for bandwidth).
+            let probe = if self.rate_samples.is_multiple_of(PROBE_EVERY) {
+                PROBE_GAIN
+            } else {
+                1.0
+            };
+            let w = (self.cfg.gain * probe * r * l as f64 / 1e9) as u64;
             self.window = w.clamp(4 * self.max_io, self.cfg.max_window.max(4 * self.max_io));
         }
     }

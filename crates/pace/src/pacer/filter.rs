@@ -87,6 +87,36 @@ impl WindowedMin {
     }
 }
 
+/// The min latency of the IOs that move the bytes: large IOs' when any have
+/// completed recently, else small ones'. A window sized from a 4 KiB IO's
+/// latency would be too small for the 128 KiB IOs beside it.
+#[derive(Debug, Clone, Default)]
+pub struct LargeIoMin {
+    large: WindowedMin,
+    small: WindowedMin,
+}
+
+impl LargeIoMin {
+    pub fn new(span: Nanos) -> LargeIoMin {
+        LargeIoMin {
+            large: WindowedMin::new(span),
+            small: WindowedMin::new(span),
+        }
+    }
+
+    pub fn update(&mut self, value: u64, large: bool, now: Nanos) {
+        if large {
+            self.large.update(value, now);
+        } else {
+            self.small.update(value, now);
+        }
+    }
+
+    pub fn get(&self) -> Option<u64> {
+        self.large.get().or_else(|| self.small.get())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +146,14 @@ mod tests {
         assert_eq!(m.get(), Some(10));
         m.update(45, 260); // and now it has expired
         assert_eq!(m.get(), Some(40));
+    }
+
+    #[test]
+    fn large_io_latency_wins_over_small() {
+        let mut m = LargeIoMin::new(1000);
+        m.update(10, false, 0);
+        assert_eq!(m.get(), Some(10));
+        m.update(70, true, 1);
+        assert_eq!(m.get(), Some(70));
     }
 }

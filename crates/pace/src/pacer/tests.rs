@@ -76,7 +76,7 @@ fn rate_without_explicit_credit_still_drains() {
     }
     let mut out = Vec::new();
     let mut t = 0;
-    while !p.queued() == 0 || t < 1_000_000 {
+    while p.queued() > 0 && t < 1_000_000 {
         p.poll(t, &mut out);
         t += 5_000;
     }
@@ -186,6 +186,74 @@ fn auto_window_bounds_bytes_in_flight_and_learns() {
     assert!(max_in_flight <= p.config().max_window, "{max_in_flight}");
     let s = p.stats(t);
     assert!(s.window_bytes >= 4 * u64::from(K128), "{s:?}");
+}
+
+/// Drives one auto pacer against two devices (device latencies `lat_us`)
+/// and a link that sends 128 KiB every 10 us, both devices backlogged, for
+/// 300 ms. Returns bytes done per device in the last 200 ms and the most
+/// real bytes in flight.
+fn two_devices_on_one_link(lat_us: [u64; 2]) -> ([u64; 2], u64) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    let mut next_id = 0;
+    let mut device_of = HashMap::new();
+    let mut refill = |p: &mut Pacer, device_of: &mut HashMap<u64, usize>, t| {
+        for d in 0..2 {
+            while p.stats(t).queue_lengths[d] < 64 {
+                p.enqueue(io(next_id, d, 0, K128), t);
+                device_of.insert(next_id, d);
+                next_id += 1;
+            }
+        }
+    };
+    let mut ready = BinaryHeap::new();
+    let (mut out, mut done, mut max_in_flight) = (Vec::new(), [0u64; 2], 0);
+    let (mut t, mut link_free) = (0, 0);
+    while t < 300_000_000 {
+        refill(&mut p, &mut device_of, t);
+        p.poll(t, &mut out);
+        for id in out.drain(..) {
+            ready.push(Reverse((t + lat_us[device_of[&id]] * 1000, id)));
+        }
+        max_in_flight = max_in_flight.max(p.bytes_in_flight());
+        // The link sends the oldest ready IO when it is free.
+        if link_free <= t {
+            if let Some(&Reverse((at, id))) = ready.peek() {
+                if at <= t {
+                    ready.pop();
+                    link_free = t + 10_000;
+                    p.on_complete(id, link_free);
+                    if t >= 100_000_000 {
+                        done[device_of[&id]] += u64::from(K128);
+                    }
+                }
+            }
+        }
+        t += 1_000;
+    }
+    (done, max_in_flight)
+}
+
+#[test]
+fn a_slow_device_gets_a_share_by_hold_time_and_the_link_stays_full() {
+    // The link moves 128 KiB / 10 us = 26.2 GB in 200 ms at most.
+    let full = 20_000 * u64::from(K128);
+    let (same, _) = two_devices_on_one_link([50, 50]);
+    let (mixed, max_in_flight) = two_devices_on_one_link([50, 1000]);
+    assert!(same[0] + same[1] > full * 95 / 100, "{same:?}");
+    assert!(mixed[0] + mixed[1] > full * 95 / 100, "{mixed:?}");
+    // Equal devices split the link evenly...
+    let even = same[0] as f64 / same[1] as f64;
+    assert!((0.9..1.1).contains(&even), "{same:?}");
+    // ...and a device holding buffers ~10x longer gets a share ~1/10 of a
+    // fast one's: neither starved nor crowding the fast device out.
+    let ratio = mixed[0] as f64 / mixed[1].max(1) as f64;
+    assert!((5.0..20.0).contains(&ratio), "{mixed:?} ratio {ratio}");
+    assert!(
+        max_in_flight <= cfg(Mode::Auto).max_window,
+        "{max_in_flight}"
+    );
 }
 
 #[test]
