@@ -32,9 +32,11 @@ use crate::Nanos;
 
 mod cost;
 mod filter;
+mod tenant_clock;
 
 pub use cost::CostModel;
 use filter::{LargeIoMin, WindowedMax};
+pub use tenant_clock::TenantClock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -243,7 +245,6 @@ struct Device {
 struct Tenant {
     name: String,
     weight: f64,
-    vtime: f64,
     queued: usize,
     /// Devices of this tenant with queued IOs, in round-robin order.
     active: VecDeque<usize>,
@@ -327,6 +328,10 @@ pub struct Pacer {
     max_io: u64,
     released_total: u64,
     rate_samples: u64,
+    /// Tenants' virtual time: this pacer's own, or shared by all reactors.
+    clock: Arc<TenantClock>,
+    /// The last poll held a tenant back for one served on another reactor.
+    held: bool,
     /// iocost-style rate scale, 1.0 unless latency targets move it.
     vrate: f64,
     calls: u64,
@@ -342,6 +347,11 @@ const RATE_WINDOW: usize = 50;
 const PROBE_EVERY: u64 = 8;
 /// ...by this factor.
 const PROBE_GAIN: f64 = 1.25;
+/// How far (cost units per unit of weight, i.e. ns of device time) a tenant
+/// may run ahead of a busy tenant served on another reactor before it waits.
+const TENANT_SLACK: f64 = 1_000_000.0;
+/// How soon a pacer holding a tenant back looks again.
+const HOLD_RECHECK_NS: Nanos = 20_000;
 /// Min-latency window: how long an old minimum is trusted.
 const LATENCY_WINDOW_NS: Nanos = 200_000_000;
 
@@ -362,7 +372,6 @@ impl Pacer {
             .map(|t| Tenant {
                 name: t.name.clone(),
                 weight: t.weight,
-                vtime: 0.0,
                 queued: 0,
                 active: VecDeque::new(),
                 usage_bytes: 0,
@@ -372,12 +381,12 @@ impl Pacer {
             tenants.push(Tenant {
                 name: "default".into(),
                 weight: 1.0,
-                vtime: 0.0,
                 queued: 0,
                 active: VecDeque::new(),
                 usage_bytes: 0,
             });
         }
+        let clock = TenantClock::new(tenants.len());
         let period_ns = cfg.period_us.unwrap_or(10.0) * 1000.0;
         let credit_bytes = cfg.credit.unwrap_or(u64::from(buffer_size)) as f64;
         let max_io = u64::from(buffer_size).max(4096);
@@ -410,6 +419,8 @@ impl Pacer {
             max_io,
             released_total: 0,
             rate_samples: 0,
+            clock,
+            held: false,
             vrate: 1.0,
             calls: 0,
             polls: 0,
@@ -434,6 +445,14 @@ impl Pacer {
             t.weight = tc.weight;
         }
         self.cfg = cfg;
+    }
+
+    /// Shares tenants' virtual time with the other reactors' pacers (one
+    /// clock for all of them, with this pacer's tenant count).
+    pub fn share_tenants(&mut self, clock: Arc<TenantClock>) {
+        if clock.tenants() == self.tenants.len() {
+            self.clock = clock;
+        }
     }
 
     pub fn set_cost_model(&mut self, device: usize, model: CostModel) {
@@ -477,18 +496,8 @@ impl Pacer {
             self.bypassed.push(io);
             return;
         }
+        self.clock.queued(t);
         if self.tenants[t].queued == 0 {
-            // A tenant waking from idle starts at the busiest tenants' virtual
-            // time: idle time earns no credit (work-conserving, not hoarding).
-            let floor = self
-                .tenants
-                .iter()
-                .filter(|x| x.queued > 0)
-                .map(|x| x.vtime)
-                .fold(f64::INFINITY, f64::min);
-            if floor.is_finite() {
-                self.tenants[t].vtime = self.tenants[t].vtime.max(floor);
-            }
             self.active_tenants += 1;
         }
         let tenant = &mut self.tenants[t];
@@ -505,6 +514,7 @@ impl Pacer {
         for (di, d) in self.devices.iter_mut().enumerate() {
             if let Some(pos) = d.queue.iter().position(|io| io.id == id) {
                 let io = d.queue.remove(pos).expect("position is valid");
+                self.clock.dequeued(io.tenant);
                 let t = &mut self.tenants[io.tenant];
                 t.queued -= 1;
                 if t.queued == 0 {
@@ -563,6 +573,7 @@ impl Pacer {
     /// Releases what may go now into `out` (IO ids).
     pub fn poll(&mut self, now: Nanos, out: &mut Vec<u64>) {
         self.polls += 1;
+        self.held = false;
         if self.queued() == 0 {
             return;
         }
@@ -581,6 +592,13 @@ impl Pacer {
         skipped.clear();
         skipped.resize(self.tenants.len(), false);
         while let Some(t) = self.pick_tenant(&skipped) {
+            // Tenants queued here are arbitrated here; one busy only on other
+            // reactors is waited for if this one runs too far ahead of it.
+            if self.clock.lead(t, |u| self.tenants[u].queued > 0) > TENANT_SLACK {
+                skipped[t] = true;
+                self.held = true;
+                continue;
+            }
             let Some(d) = self.tenants[t].active.front().copied() else {
                 skipped[t] = true;
                 continue;
@@ -662,7 +680,8 @@ impl Pacer {
             dev.last_offset = io.offset + bytes;
             dev.deficit -= charge;
             let tenant = &mut self.tenants[t];
-            tenant.vtime += cost / tenant.weight;
+            self.clock.advance(t, cost / tenant.weight);
+            self.clock.dequeued(t);
             tenant.usage_bytes += bytes;
             tenant.queued -= 1;
             if tenant.queued == 0 {
@@ -763,8 +782,8 @@ impl Pacer {
             .iter()
             .enumerate()
             .filter(|(i, t)| t.queued > 0 && !t.active.is_empty() && !skipped[*i])
-            .min_by(|a, b| a.1.vtime.total_cmp(&b.1.vtime))
             .map(|(i, _)| i)
+            .min_by(|&a, &b| self.clock.vtime(a).total_cmp(&self.clock.vtime(b)))
     }
 
     /// The device finished an IO after `latency_ns` at the device.
@@ -865,7 +884,14 @@ impl Pacer {
     /// When the next poll could release something without a completion
     /// arriving first (rate mode's next credit), if anything is queued.
     pub fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
-        if self.queued() == 0 || self.cfg.mode != Mode::Rate {
+        if self.queued() == 0 {
+            return None;
+        }
+        if self.held {
+            // Nothing here completes when another reactor's tenant catches up.
+            return Some(now + HOLD_RECHECK_NS);
+        }
+        if self.cfg.mode != Mode::Rate {
             return None;
         }
         if self.credit > 0.0 {
@@ -877,7 +903,10 @@ impl Pacer {
     }
 
     pub fn stats(&self, now: Nanos) -> PacerStats {
-        let max_v = self.tenants.iter().map(|t| t.vtime).fold(0.0, f64::max);
+        let vtimes: Vec<f64> = (0..self.tenants.len())
+            .map(|t| self.clock.vtime(t))
+            .collect();
+        let max_v = vtimes.iter().copied().fold(0.0, f64::max);
         let total = self.released_total.max(1) as f64;
         let rate = self.rate.get().unwrap_or(0.0);
         let period_us = match self.cfg.mode {
@@ -907,13 +936,14 @@ impl Pacer {
             tenants: self
                 .tenants
                 .iter()
-                .map(|t| TenantStats {
+                .zip(&vtimes)
+                .map(|(t, v)| TenantStats {
                     name: t.name.clone(),
                     weight: t.weight,
                     queued: t.queued,
                     usage_bytes: t.usage_bytes,
                     share: t.usage_bytes as f64 / total,
-                    vtime_lag: max_v - t.vtime,
+                    vtime_lag: max_v - v,
                 })
                 .collect(),
         }

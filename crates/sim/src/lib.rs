@@ -16,7 +16,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use pace::pacer::{CostModel, IoKind, PacedIo, Pacer, PacingConfig};
+use pace::pacer::{CostModel, IoKind, PacedIo, Pacer, PacingConfig, TenantClock};
 use pace::stats::{LatencyHist, TimeAvg};
 use pace::Nanos;
 use rand::rngs::SmallRng;
@@ -145,6 +145,10 @@ pub struct HostGroup {
     /// Fixed QD for this group regardless of the row.
     #[serde(default)]
     pub fixed_qd: Option<u32>,
+    /// One connection per host (all its IO on one reactor), as an NBD client
+    /// has; by default one per (host, device), spread like the seed's qpairs.
+    #[serde(default)]
+    pub one_connection: bool,
 }
 
 fn one_f64() -> f64 {
@@ -211,6 +215,7 @@ struct Host {
     group: usize,
     port: usize,
     reactor: usize,
+    one_connection: bool,
     qd: u32,
     devices: Vec<usize>,
     tenant: usize,
@@ -287,6 +292,7 @@ impl<'a> Sim<'a> {
                     group: gi,
                     port: i % ports.len().max(1),
                     reactor: i % sc.target.reactors.max(1),
+                    one_connection: g.one_connection,
                     qd: q,
                     devices,
                     tenant: g.tenant,
@@ -299,6 +305,8 @@ impl<'a> Sim<'a> {
         let bufs = run
             .num_shared_buffers
             .unwrap_or(sc.target.num_shared_buffers);
+        // One tenant clock for all reactors, as the target has.
+        let clock = TenantClock::new(run.pacing.tenants.len().max(1));
         let pacers = (0..sc.target.reactors.max(1))
             .map(|_| {
                 let mut p = Pacer::new(
@@ -311,6 +319,7 @@ impl<'a> Sim<'a> {
                 for (i, d) in devs.iter().enumerate() {
                     p.set_cost_model(i, d.cost);
                 }
+                p.share_tenants(clock.clone());
                 p
             })
             .collect();
@@ -379,6 +388,14 @@ impl<'a> Sim<'a> {
         };
         self.issued += 1;
         self.at(self.now + rtt / 2, Ev::Arrive(id));
+    }
+
+    /// The reactor whose connection carries IO `id`.
+    fn reactor_of(&self, id: u32) -> usize {
+        let io = &self.ios[id as usize];
+        let h = &self.hosts[io.host];
+        let conn = if h.one_connection { 0 } else { io.device };
+        (h.reactor + conn) % self.pacers.len()
     }
 
     fn schedule_poll(&mut self, reactor: usize, t: Nanos) {
@@ -457,8 +474,7 @@ impl<'a> Sim<'a> {
             Ev::Arrive(id) => {
                 let io = &self.ios[id as usize];
                 let h = &self.hosts[io.host];
-                // One connection per (host, namespace), spread over reactors as the seed's qpairs were.
-                let r = (h.reactor + io.device) % self.pacers.len();
+                let r = self.reactor_of(id);
                 let paced = PacedIo {
                     id: u64::from(id),
                     device: io.device,
@@ -488,7 +504,7 @@ impl<'a> Sim<'a> {
             }
             Ev::DeviceDone(id) => {
                 let d = self.ios[id as usize].device;
-                let r = (self.hosts[self.ios[id as usize].host].reactor + d) % self.pacers.len();
+                let r = self.reactor_of(id);
                 let issued = self.ios[id as usize].issued;
                 self.pacers[r].on_device_complete(d, self.now.saturating_sub(issued), self.now);
                 let port = self.hosts[self.ios[id as usize].host].port;
@@ -512,7 +528,7 @@ impl<'a> Sim<'a> {
                     self.set_in_use(self.in_use + u64::from(n));
                     self.start_device(w);
                 }
-                let r = (self.hosts[host].reactor + io.device) % self.pacers.len();
+                let r = self.reactor_of(id);
                 self.pacers[r].on_complete(u64::from(id), self.now);
                 self.schedule_poll(r, self.now);
                 self.start_tx(port);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bdev::{IoOp, IoResult, Prep};
 use io_uring::{opcode, squeue, types, IoUring};
-use pace::pacer::{DeviceOps, IoKind, PacedIo, Pacer, PacingConfig};
+use pace::pacer::{DeviceOps, IoKind, PacedIo, Pacer, PacingConfig, TenantClock};
 use pace::pool::{Alloc, BufId, ReactorBufs, SharedPool};
 use pace::stats::ReqState;
 use pace::Nanos;
@@ -96,6 +96,8 @@ pub struct ReactorSettings {
     pub id: usize,
     /// Per-device op credit shared by every reactor (rate mode).
     pub device_ops: Option<Arc<DeviceOps>>,
+    /// Tenants' virtual time, one clock for every reactor.
+    pub tenant_clock: Arc<TenantClock>,
     pub max_requests: u32,
     pub drain_timeout: Duration,
 }
@@ -167,6 +169,7 @@ impl Reactor {
         for (i, model) in catalog.devices.iter().enumerate() {
             pacer.set_cost_model(i, model.cost);
         }
+        pacer.share_tenants(settings.tenant_clock.clone());
         Ok(Reactor {
             id: settings.id,
             ring,

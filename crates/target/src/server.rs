@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pace::pacer::DeviceOps;
+use pace::pacer::{DeviceOps, TenantClock};
 use pace::pool::{PoolConfig, SharedPool};
 
 use crate::config::{ConfigError, LoadedConfig};
@@ -125,6 +125,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         .pacing
         .device_ops
         .map(|limit| DeviceOps::new(catalog.devices.len(), limit));
+    let tenant_clock = TenantClock::new(catalog.pacing.tenants.len().max(1));
     let mut handles = Vec::with_capacity(n);
     let mut threads: Vec<JoinHandle<()>> = Vec::with_capacity(n);
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
@@ -137,6 +138,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         let settings = ReactorSettings {
             id,
             device_ops: device_ops.clone(),
+            tenant_clock: tenant_clock.clone(),
             max_requests: cfg.server.max_requests_per_reactor,
             drain_timeout: Duration::from_secs(cfg.server.drain_timeout_s),
         };

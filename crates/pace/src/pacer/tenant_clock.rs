@@ -1,0 +1,121 @@
+//! Tenants' virtual time shared by every reactor's pacer, so weights hold
+//! across reactors. Each connection lives on one reactor; without this, a
+//! tenant whose connections sit on reactor 0 and one on reactor 1 would each
+//! get their reactor's share, whatever their weights.
+//!
+//! A pacer charges the shared clock `cost / weight` for every IO it
+//! releases, and holds a tenant back while it runs more than a slack ahead
+//! of the slowest other tenant with IO queued anywhere. An idle tenant is
+//! not waited for (work-conserving), and one waking from idle starts at the
+//! busy tenants' time, so idleness earns no credit.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct TenantClock {
+    /// f64 bits: virtual time, cost units per unit of weight.
+    vtime: Vec<AtomicU64>,
+    queued: Vec<AtomicU64>,
+}
+
+impl TenantClock {
+    pub fn new(tenants: usize) -> Arc<TenantClock> {
+        Arc::new(TenantClock {
+            vtime: (0..tenants.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            queued: (0..tenants.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    pub fn tenants(&self) -> usize {
+        self.vtime.len()
+    }
+
+    pub fn vtime(&self, t: usize) -> f64 {
+        self.vtime
+            .get(t)
+            .map_or(0.0, |v| f64::from_bits(v.load(Ordering::Relaxed)))
+    }
+
+    fn update(&self, t: usize, f: impl Fn(f64) -> f64) {
+        if let Some(v) = self.vtime.get(t) {
+            let _ = v.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                Some(f(f64::from_bits(bits)).to_bits())
+            });
+        }
+    }
+
+    /// Tenant `t` released IO costing `dv` of its virtual time.
+    pub fn advance(&self, t: usize, dv: f64) {
+        self.update(t, |v| v + dv);
+    }
+
+    /// One IO of tenant `t` was queued in some pacer.
+    pub fn queued(&self, t: usize) {
+        let Some(q) = self.queued.get(t) else { return };
+        if q.fetch_add(1, Ordering::AcqRel) == 0 {
+            let floor = self.busy_min(t, |_| false);
+            if floor.is_finite() {
+                self.update(t, |v| v.max(floor));
+            }
+        }
+    }
+
+    /// One IO of tenant `t` left its queue (released or cancelled).
+    pub fn dequeued(&self, t: usize) {
+        if let Some(q) = self.queued.get(t) {
+            let _ = q.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+        }
+    }
+
+    /// The least virtual time of the other tenants with IO queued, leaving
+    /// out those `skip` names.
+    fn busy_min(&self, t: usize, skip: impl Fn(usize) -> bool) -> f64 {
+        (0..self.tenants())
+            .filter(|&u| u != t && !skip(u) && self.queued[u].load(Ordering::Acquire) > 0)
+            .map(|u| self.vtime(u))
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// How far tenant `t` runs ahead of the slowest other busy tenant,
+    /// leaving out those `skip` names (0 when no such tenant is busy).
+    pub fn lead(&self, t: usize, skip: impl Fn(usize) -> bool) -> f64 {
+        let floor = self.busy_min(t, skip);
+        if floor.is_finite() {
+            (self.vtime(t) - floor).max(0.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lead_counts_only_busy_tenants_and_waking_tenants_start_level() {
+        let c = TenantClock::new(2);
+        c.queued(0);
+        c.advance(0, 100.0);
+        // Tenant 1 is idle: tenant 0 leads nobody.
+        assert_eq!(c.lead(0, |_| false), 0.0);
+        c.queued(1);
+        // Tenant 1 woke at tenant 0's time, not at 0.
+        assert_eq!(c.vtime(1), 100.0);
+        c.advance(0, 50.0);
+        assert_eq!(c.lead(0, |_| false), 50.0);
+        assert_eq!(c.lead(1, |_| false), 0.0);
+        assert_eq!(
+            c.lead(0, |u| u == 1),
+            0.0,
+            "a skipped tenant is not waited for"
+        );
+        c.dequeued(1);
+        assert_eq!(c.lead(0, |_| false), 0.0);
+        // Out-of-range tenants are ignored, not a panic.
+        c.queued(9);
+        c.dequeued(9);
+        c.advance(9, 1.0);
+    }
+}
