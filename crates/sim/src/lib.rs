@@ -9,7 +9,8 @@
 //! after its service; or a delay device: fixed latency, unlimited
 //! parallelism), then leaves on its host's
 //! port. A port sends at its rate scaled down by a memory/DDIO factor when
-//! the bytes held in buffers exceed a cache budget; the buffer is freed when
+//! the bytes held in buffers exceed a cache budget, serving its hosts'
+//! replies round robin; the buffer is freed when
 //! its data has been sent. The reply reaches the host half an RTT later and
 //! the host issues its next IO.
 
@@ -207,8 +208,30 @@ struct Port {
     rate_bps: f64,
     rtt: Nanos,
     busy: bool,
-    queue: VecDeque<u32>,
+    /// Replies waiting, one queue per host (flow), served round robin as a
+    /// flow-fair qdisc (fq_codel, Linux's default) or a NIC's queue pairs
+    /// do: a host with little in flight does not wait behind a busy one.
+    flows: Vec<VecDeque<u32>>,
+    next_flow: usize,
     step: Option<(Nanos, f64)>,
+}
+
+impl Port {
+    fn push(&mut self, flow: usize, id: u32) {
+        if self.flows.len() <= flow {
+            self.flows.resize_with(flow + 1, VecDeque::new);
+        }
+        self.flows[flow].push_back(id);
+    }
+
+    fn pop(&mut self) -> Option<u32> {
+        let n = self.flows.len();
+        let f = (0..n)
+            .map(|i| (self.next_flow + i) % n)
+            .find(|&f| !self.flows[f].is_empty())?;
+        self.next_flow = (f + 1) % n;
+        self.flows[f].pop_front()
+    }
 }
 
 struct Host {
@@ -272,7 +295,8 @@ impl<'a> Sim<'a> {
                 rate_bps: p.rate_gbps * 1e9,
                 rtt: (p.rtt_us * 1000.0) as Nanos,
                 busy: false,
-                queue: VecDeque::new(),
+                flows: Vec::new(),
+                next_flow: 0,
                 step: p.step.map(|(ms, g)| (ms * 1_000_000, g * 1e9)),
             })
             .collect();
@@ -460,7 +484,7 @@ impl<'a> Sim<'a> {
         if p.busy {
             return;
         }
-        let Some(id) = p.queue.pop_front() else {
+        let Some(id) = p.pop() else {
             return;
         };
         p.busy = true;
@@ -507,8 +531,9 @@ impl<'a> Sim<'a> {
                 let r = self.reactor_of(id);
                 let issued = self.ios[id as usize].issued;
                 self.pacers[r].on_device_complete(d, self.now.saturating_sub(issued), self.now);
-                let port = self.hosts[self.ios[id as usize].host].port;
-                self.ports[port].queue.push_back(id);
+                let host = self.ios[id as usize].host;
+                let port = self.hosts[host].port;
+                self.ports[port].push(host, id);
                 self.start_tx(port);
             }
             Ev::TxDone(id) => {
