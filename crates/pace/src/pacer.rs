@@ -35,7 +35,7 @@ mod filter;
 mod tenant_clock;
 
 pub use cost::CostModel;
-use filter::{LargeIoMin, WindowedMax};
+use filter::{LargeIoMin, WindowedMax, WindowedMin};
 pub use tenant_clock::TenantClock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -236,7 +236,8 @@ struct Device {
     delivered: u64,
     rate: WindowedMax,
     latency: LargeIoMin,
-    device_latency_ns: f64,
+    /// Min time at the device alone (submit to device completion).
+    device_latency: WindowedMin,
     cost: CostModel,
     last_offset: u64,
 }
@@ -394,6 +395,7 @@ impl Pacer {
             devices: vec![
                 Device {
                     latency: LargeIoMin::new(LATENCY_WINDOW_NS),
+                    device_latency: WindowedMin::new(LATENCY_WINDOW_NS),
                     ..Device::default()
                 };
                 devices.max(1)
@@ -560,7 +562,7 @@ impl Pacer {
 
     fn device_window(&self, d: usize) -> u64 {
         let dev = &self.devices[d];
-        match (dev.rate.get(), dev.latency.get()) {
+        match (dev.rate.get(), self.hold_time(d)) {
             (Some(r), Some(l)) => {
                 let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
                 w.clamp(2 * self.max_io, self.cfg.max_window.max(2 * self.max_io))
@@ -742,10 +744,24 @@ impl Pacer {
         (bytes as f64 / self.hold_ratio(d)).ceil() as u64
     }
 
+    /// How long device `d`'s IOs need their buffers: the min release-to-done
+    /// time, but no more than its time at the device plus the fastest
+    /// release-to-done (the send path). A flow whose replies always queue
+    /// behind a slow wire never sees its unqueued latency; without the bound,
+    /// its window would grow with the queue it makes.
+    fn hold_time(&self, d: usize) -> Option<u64> {
+        let dev = &self.devices[d];
+        let measured = dev.latency.get()?;
+        match (dev.device_latency.get(), self.latency.get()) {
+            (Some(at_device), Some(fastest)) => Some(measured.min(at_device + fastest)),
+            _ => Some(measured),
+        }
+    }
+
     /// How much longer than the fastest device this device holds its
     /// buffers (the reactor's min latency is the fastest device's).
     fn hold_ratio(&self, d: usize) -> f64 {
-        match (self.devices[d].latency.get(), self.latency.get()) {
+        match (self.hold_time(d), self.latency.get()) {
             (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
             _ => 1.0,
         }
@@ -787,9 +803,9 @@ impl Pacer {
     }
 
     /// The device finished an IO after `latency_ns` at the device.
-    pub fn on_device_complete(&mut self, device: usize, latency_ns: u64, _now: Nanos) {
+    pub fn on_device_complete(&mut self, device: usize, latency_ns: u64, now: Nanos) {
         if let Some(d) = self.devices.get_mut(device) {
-            d.device_latency_ns = d.device_latency_ns * 0.9 + latency_ns as f64 * 0.1;
+            d.device_latency.update(latency_ns.max(1), now);
         }
     }
 
