@@ -548,9 +548,10 @@ impl Pacer {
     }
 
     /// The shared window has room for one more IO of `bytes` to device `d`.
-    fn shared_window_open(&self, d: usize, bytes: u64) -> bool {
+    /// `paced` is its link share (see `link_share`).
+    fn shared_window_open(&self, paced: u64, bytes: u64) -> bool {
         self.paced_in_flight == 0
-            || (self.paced_in_flight + self.link_share(d, bytes) <= self.window
+            || (self.paced_in_flight + paced <= self.window
                 && self.bytes_in_flight + bytes <= self.cfg.max_window)
     }
 
@@ -585,7 +586,7 @@ impl Pacer {
         }
         for io in std::mem::take(&mut self.bypassed) {
             self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
-            self.take_flight(io, false, now);
+            self.take_flight(io, false, u64::from(io.bytes), now);
             out.push(io.id);
         }
         // Tenants that cannot release anything more in this poll (a reused
@@ -611,11 +612,15 @@ impl Pacer {
             };
             let io = self.devices[d].queue[pos];
             let bytes = u64::from(io.bytes);
+            // One hold ratio per release: the shared window, the charge and
+            // the flight all use it.
+            let ratio = self.link_ratio(d);
+            let paced = (bytes as f64 / ratio).ceil() as u64;
             let may = match self.cfg.mode {
                 Mode::None | Mode::Buffers => true,
                 Mode::Rate => self.bypass(&io) || self.credit > 0.0,
                 Mode::Auto => {
-                    if !self.shared_window_open(d, bytes) {
+                    if !self.shared_window_open(paced, bytes) {
                         // The shared window waits for the device whose turn
                         // it is: a smaller-charged IO behind it must not
                         // take the gap, or DRR's shares would not hold.
@@ -666,11 +671,7 @@ impl Pacer {
             // when the link is short each device's share falls as 1/latency,
             // what Little's law gives devices at equal queue depth: a slow
             // device neither starves nor crowds fast ones off the link.
-            let charge = if self.cfg.mode == Mode::Auto {
-                (bytes as f64 * self.hold_ratio(d)) as i64
-            } else {
-                bytes as i64
-            };
+            let charge = (bytes as f64 * ratio) as i64;
             // Deficit round robin by cost between this tenant's devices.
             let cost = self.devices[d].cost.cost(
                 io.kind,
@@ -702,20 +703,19 @@ impl Pacer {
             if self.cfg.mode == Mode::Rate {
                 self.credit -= bytes as f64;
             }
-            self.take_flight(io, took_op, now);
+            self.take_flight(io, took_op, paced, now);
             out.push(io.id);
         }
         self.skipped = skipped;
     }
 
     /// Counts a released IO as in flight until `on_complete` or `cancel`.
-    fn take_flight(&mut self, io: PacedIo, took_op: bool, now: Nanos) {
+    fn take_flight(&mut self, io: PacedIo, took_op: bool, paced: u64, now: Nanos) {
         let bytes = u64::from(io.bytes);
         let dev = &mut self.devices[io.device];
         dev.in_flight_bytes += bytes;
         dev.in_flight_ios += 1;
         self.bytes_in_flight += bytes;
-        let paced = self.link_share(io.device, bytes);
         self.paced_in_flight += paced;
         self.in_flight_avg.update(now, self.bytes_in_flight);
         self.released_total += bytes;
@@ -738,10 +738,16 @@ impl Pacer {
     /// counts 1/k of them. (Its real bytes are bounded by `max_window` and
     /// its own window.)
     fn link_share(&self, d: usize, bytes: u64) -> u64 {
-        if self.cfg.mode != Mode::Auto {
-            return bytes;
+        (bytes as f64 / self.link_ratio(d)).ceil() as u64
+    }
+
+    /// The hold ratio in `auto`; 1 in the modes without windows.
+    fn link_ratio(&self, d: usize) -> f64 {
+        if self.cfg.mode == Mode::Auto {
+            self.hold_ratio(d)
+        } else {
+            1.0
         }
-        (bytes as f64 / self.hold_ratio(d)).ceil() as u64
     }
 
     /// How long device `d`'s IOs need their buffers: the min release-to-done
@@ -778,7 +784,8 @@ impl Pacer {
                 .iter()
                 .find(|io| io.tenant == t)
                 .map_or(0, |io| u64::from(io.bytes));
-            !(self.shared_window_open(d, bytes) && self.device_window_open(d, bytes))
+            !(self.shared_window_open(self.link_share(d, bytes), bytes)
+                && self.device_window_open(d, bytes))
         })
     }
 
