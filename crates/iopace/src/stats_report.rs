@@ -81,11 +81,12 @@ pub fn render(reply: &StatsReply) -> String {
             );
             let _ = writeln!(
                 s,
-                "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us",
+                "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us; vrate {:.2}",
                 f("bytes_in_flight") / 1048576.0,
                 f("bytes_in_flight_avg") / 1048576.0,
                 f("bytes_in_flight_max") / 1048576.0,
-                f("min_latency_us")
+                f("min_latency_us"),
+                f("vrate")
             );
             if let Some(tenants) = p["tenants"].as_array().filter(|t| t.len() > 1) {
                 for t in tenants {

@@ -225,3 +225,45 @@ fn qemu_io_trim_and_write_zeroes_read_back_zeros() {
     assert!(!text.contains("Pattern verification failed"), "{text}");
     assert!(!text.to_lowercase().contains("error"), "{text}");
 }
+
+/// A latency target the device cannot meet drives vrate to its floor while
+/// every byte still reads back as written.
+#[test]
+fn an_unmeetable_latency_target_lowers_vrate_and_data_stays_correct() {
+    require("fio", "fio");
+    let body = r#"
+[[bdev]]
+name = "m0"
+kind = "malloc"
+size = "64MiB"
+
+[[bdev]]
+name = "slow"
+kind = "delay"
+base = "m0"
+read_avg_us = 200
+read_p99_us = 300
+write_avg_us = 200
+write_p99_us = 300
+
+[[export]]
+name = "default"
+bdev = "slow"
+
+[qos.slow]
+rpct = 50
+rlat_us = 50
+wpct = 50
+wlat_us = 50
+min = 20
+period_ms = 2
+"#;
+    let server = Server::start(body);
+    fio_verify(&server.unix_uri("default"), server.dir.path(), "qos");
+    let stats = server.rpc("get_stats");
+    for r in stats["reactors"].as_array().expect("reactors") {
+        let vrate = r["pacer"]["vrates"][0].as_f64().expect("vrates");
+        assert!((vrate - 0.2).abs() < 0.01, "vrate {vrate}: {r:#}");
+    }
+    server.assert_quiescent(256);
+}

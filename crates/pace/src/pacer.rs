@@ -18,6 +18,9 @@
 //!   measured from completions (the wire's drain), with one window per device
 //!   so a slow device cannot take the buffers fast ones need.
 //!
+//! In `rate` and `auto`, devices with latency targets (see [`qos`]) also
+//! wait for device-time budget at their current vrate.
+//!
 //! In every mode, tenants share each release opportunity by weighted fair
 //! queuing on virtual time over IO cost, and devices within a tenant by
 //! deficit round robin.
@@ -32,10 +35,12 @@ use crate::Nanos;
 
 mod cost;
 mod filter;
+mod qos;
 mod tenant_clock;
 
 pub use cost::CostModel;
 use filter::{LargeIoMin, WindowedMax, WindowedMin};
+pub use qos::{DeviceQos, QosConfig};
 pub use tenant_clock::TenantClock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -250,12 +255,15 @@ struct Tenant {
     /// Devices of this tenant with queued IOs, in round-robin order.
     active: VecDeque<usize>,
     usage_bytes: u64,
+    /// IOs released by this pacer and not yet done.
+    in_flight: u32,
 }
 
 /// A released IO still counted in flight.
 #[derive(Debug, Clone, Copy)]
 struct Flight {
     device: usize,
+    tenant: usize,
     bytes: u64,
     released_at: Nanos,
     took_op: bool,
@@ -293,7 +301,10 @@ pub struct PacerStats {
     pub bytes_in_flight_avg: f64,
     pub bytes_in_flight_max: u64,
     pub min_latency_us: f64,
+    /// The lowest device vrate (1.0: the cost model's rate, or no targets).
     pub vrate: f64,
+    /// Each device's vrate.
+    pub vrates: Vec<f64>,
     pub tenants: Vec<TenantStats>,
 }
 
@@ -333,8 +344,10 @@ pub struct Pacer {
     clock: Arc<TenantClock>,
     /// The last poll held a tenant back for one served on another reactor.
     held: bool,
-    /// iocost-style rate scale, 1.0 unless latency targets move it.
-    vrate: f64,
+    /// Devices' latency targets and budgets, shared by all reactors.
+    qos: Option<Arc<DeviceQos>>,
+    /// The last poll left IO waiting for device budget until then.
+    qos_wake: Option<Nanos>,
     calls: u64,
     polls: u64,
     ios: u64,
@@ -376,6 +389,7 @@ impl Pacer {
                 queued: 0,
                 active: VecDeque::new(),
                 usage_bytes: 0,
+                in_flight: 0,
             })
             .collect();
         if tenants.is_empty() {
@@ -385,6 +399,7 @@ impl Pacer {
                 queued: 0,
                 active: VecDeque::new(),
                 usage_bytes: 0,
+                in_flight: 0,
             });
         }
         let clock = TenantClock::new(tenants.len());
@@ -423,7 +438,8 @@ impl Pacer {
             rate_samples: 0,
             clock,
             held: false,
-            vrate: 1.0,
+            qos: None,
+            qos_wake: None,
             calls: 0,
             polls: 0,
             ios: 0,
@@ -455,6 +471,12 @@ impl Pacer {
         if clock.tenants() == self.tenants.len() {
             self.clock = clock;
         }
+    }
+
+    /// Gives this pacer the devices' latency targets (one [`DeviceQos`]
+    /// for all reactors).
+    pub fn share_qos(&mut self, qos: Arc<DeviceQos>) {
+        self.qos = Some(qos);
     }
 
     pub fn set_cost_model(&mut self, device: usize, model: CostModel) {
@@ -542,23 +564,34 @@ impl Pacer {
     fn refill_credit(&mut self, now: Nanos) {
         let elapsed = now.saturating_sub(self.last_credit) as f64;
         self.last_credit = now;
-        let per_ns = self.credit_bytes / self.period_ns.max(1.0) * self.vrate;
+        let per_ns = self.credit_bytes / self.period_ns.max(1.0);
         let cap = self.credit_bytes * self.cfg.burst;
         self.credit = (self.credit + elapsed * per_ns).min(cap);
     }
 
     /// The shared window has room for one more IO of `bytes` to device `d`.
     /// `paced` is its link share (see `link_share`).
-    fn shared_window_open(&self, paced: u64, bytes: u64) -> bool {
+    fn shared_window_open(&self, t: usize, paced: u64, bytes: u64) -> bool {
         self.paced_in_flight == 0
+            || self.light(t)
             || (self.paced_in_flight + paced <= self.window
                 && self.bytes_in_flight + bytes <= self.cfg.max_window)
     }
 
     /// Device `d`'s own window has room for one more IO of `bytes`.
-    fn device_window_open(&self, d: usize, bytes: u64) -> bool {
+    fn device_window_open(&self, d: usize, t: usize, bytes: u64) -> bool {
         let dev = &self.devices[d];
-        dev.in_flight_bytes == 0 || dev.in_flight_bytes + bytes <= self.device_window(d)
+        dev.in_flight_bytes == 0
+            || self.light(t)
+            || dev.in_flight_bytes + bytes <= self.device_window(d)
+    }
+
+    /// Tenant `t` has one IO here and nothing in flight (a QD 1 client): it
+    /// goes past full windows, so a light tenant's IO never waits for a heavy
+    /// tenant's to complete. This adds at most one IO per light tenant.
+    fn light(&self, t: usize) -> bool {
+        let tenant = &self.tenants[t];
+        tenant.in_flight == 0 && tenant.queued <= 1 && self.tenants.len() > 1
     }
 
     fn device_window(&self, d: usize) -> u64 {
@@ -577,6 +610,7 @@ impl Pacer {
     pub fn poll(&mut self, now: Nanos, out: &mut Vec<u64>) {
         self.polls += 1;
         self.held = false;
+        self.qos_wake = None;
         if self.queued() == 0 {
             return;
         }
@@ -620,22 +654,32 @@ impl Pacer {
                 Mode::None | Mode::Buffers => true,
                 Mode::Rate => self.bypass(&io) || self.credit > 0.0,
                 Mode::Auto => {
-                    if !self.shared_window_open(paced, bytes) {
+                    if !self.shared_window_open(t, paced, bytes) {
                         // The shared window waits for the device whose turn
                         // it is: a smaller-charged IO behind it must not
                         // take the gap, or DRR's shares would not hold.
                         skipped[t] = true;
                         continue;
                     }
-                    self.device_window_open(d, bytes)
+                    self.device_window_open(d, t, bytes)
                 }
             };
             if !may {
                 if self.cfg.mode == Mode::Auto
                     && self.tenant_has_other_device(t, d)
-                    && !self.all_windows_closed(t)
+                    && !self.all_windows_closed(t, now)
                 {
                     // This device's window is full; give the turn to the next one.
+                    self.tenants[t].active.rotate_left(1);
+                } else {
+                    skipped[t] = true;
+                }
+                continue;
+            }
+            if !self.qos_ready(d, now) {
+                // This device waits for budget (its latency target); the
+                // tenant's other devices need not.
+                if self.tenant_has_other_device(t, d) && !self.all_windows_closed(t, now) {
                     self.tenants[t].active.rotate_left(1);
                 } else {
                     skipped[t] = true;
@@ -678,6 +722,9 @@ impl Pacer {
                 io.bytes,
                 io.offset == self.devices[d].last_offset,
             );
+            if let Some(q) = &self.qos {
+                q.charge(d, cost, now);
+            }
             let dev = &mut self.devices[d];
             dev.queue.remove(pos);
             dev.last_offset = io.offset + bytes;
@@ -715,6 +762,7 @@ impl Pacer {
         let dev = &mut self.devices[io.device];
         dev.in_flight_bytes += bytes;
         dev.in_flight_ios += 1;
+        self.tenants[io.tenant].in_flight += 1;
         self.bytes_in_flight += bytes;
         self.paced_in_flight += paced;
         self.in_flight_avg.update(now, self.bytes_in_flight);
@@ -723,6 +771,7 @@ impl Pacer {
             io.id,
             Flight {
                 device: io.device,
+                tenant: io.tenant,
                 bytes,
                 released_at: now,
                 took_op,
@@ -777,16 +826,33 @@ impl Pacer {
         self.tenants[t].active.iter().any(|&x| x != d)
     }
 
-    fn all_windows_closed(&self, t: usize) -> bool {
-        self.tenants[t].active.iter().all(|&d| {
+    /// No device of tenant `t` can take its next IO now: its windows (in
+    /// `auto`) are full or it waits for budget.
+    fn all_windows_closed(&mut self, t: usize, now: Nanos) -> bool {
+        let active: Vec<usize> = self.tenants[t].active.iter().copied().collect();
+        !active.into_iter().any(|d| {
             let bytes = self.devices[d]
                 .queue
                 .iter()
                 .find(|io| io.tenant == t)
                 .map_or(0, |io| u64::from(io.bytes));
-            !(self.shared_window_open(self.link_share(d, bytes), bytes)
-                && self.device_window_open(d, bytes))
+            let windows = self.cfg.mode != Mode::Auto
+                || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
+                    && self.device_window_open(d, t, bytes));
+            windows && self.qos_ready(d, now)
         })
+    }
+
+    /// Device `d` has budget under its latency target (always, without one);
+    /// if not, the next poll is due when it will.
+    fn qos_ready(&mut self, d: usize, now: Nanos) -> bool {
+        let Some(q) = &self.qos else { return true };
+        let at = q.ready_at(d, now);
+        if at <= now {
+            return true;
+        }
+        self.qos_wake = Some(self.qos_wake.map_or(at, |w| w.min(at)));
+        false
     }
 
     fn all_ops_exhausted(&self, t: usize) -> bool {
@@ -810,9 +876,12 @@ impl Pacer {
     }
 
     /// The device finished an IO after `latency_ns` at the device.
-    pub fn on_device_complete(&mut self, device: usize, latency_ns: u64, now: Nanos) {
+    pub fn on_device_complete(&mut self, device: usize, kind: IoKind, latency_ns: u64, now: Nanos) {
         if let Some(d) = self.devices.get_mut(device) {
             d.device_latency.update(latency_ns.max(1), now);
+        }
+        if let Some(q) = &self.qos {
+            q.record(device, kind, latency_ns, now);
         }
     }
 
@@ -838,6 +907,9 @@ impl Pacer {
         let dev = &mut self.devices[f.device];
         dev.in_flight_bytes = dev.in_flight_bytes.saturating_sub(f.bytes);
         dev.in_flight_ios = dev.in_flight_ios.saturating_sub(1);
+        if let Some(t) = self.tenants.get_mut(f.tenant) {
+            t.in_flight = t.in_flight.saturating_sub(1);
+        }
         self.bytes_in_flight = self.bytes_in_flight.saturating_sub(f.bytes);
         self.paced_in_flight = self.paced_in_flight.saturating_sub(f.paced);
         if f.took_op {
@@ -905,24 +977,32 @@ impl Pacer {
     }
 
     /// When the next poll could release something without a completion
-    /// arriving first (rate mode's next credit), if anything is queued.
+    /// arriving first (rate mode's next credit, a device's budget, a held
+    /// tenant's recheck), if anything is queued.
     pub fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
         if self.queued() == 0 {
             return None;
         }
+        let mut wake = self.qos_wake;
+        let mut at = |t: Nanos| wake = Some(wake.map_or(t, |w| w.min(t)));
         if self.held {
             // Nothing here completes when another reactor's tenant catches up.
-            return Some(now + HOLD_RECHECK_NS);
+            at(now + HOLD_RECHECK_NS);
         }
-        if self.cfg.mode != Mode::Rate {
-            return None;
+        if self.cfg.mode == Mode::Rate {
+            if self.credit > 0.0 {
+                // Credit is there; unless a device's budget is what holds
+                // the queue (then its time is already in `wake`), poll now.
+                if self.qos_wake.is_none() {
+                    at(now);
+                }
+            } else {
+                let per_ns = self.credit_bytes / self.period_ns.max(1.0);
+                let wait = ((-self.credit + 1.0) / per_ns.max(1e-12)).ceil() as u64;
+                at(now + wait.max(1_000));
+            }
         }
-        if self.credit > 0.0 {
-            return Some(now);
-        }
-        let per_ns = self.credit_bytes / self.period_ns.max(1.0) * self.vrate;
-        let wait = ((-self.credit + 1.0) / per_ns.max(1e-12)).ceil() as u64;
-        Some(now + wait.max(1_000))
+        wake
     }
 
     pub fn stats(&self, now: Nanos) -> PacerStats {
@@ -930,6 +1010,9 @@ impl Pacer {
             .map(|t| self.clock.vtime(t))
             .collect();
         let max_v = vtimes.iter().copied().fold(0.0, f64::max);
+        let vrates: Vec<f64> = (0..self.devices.len())
+            .map(|d| self.qos.as_ref().map_or(1.0, |q| q.vrate(d)))
+            .collect();
         let total = self.released_total.max(1) as f64;
         let rate = self.rate.get().unwrap_or(0.0);
         let period_us = match self.cfg.mode {
@@ -955,7 +1038,8 @@ impl Pacer {
             bytes_in_flight_avg: self.in_flight_avg.avg(now),
             bytes_in_flight_max: self.in_flight_avg.max(),
             min_latency_us: self.latency.get().map_or(0.0, |l| l as f64 / 1e3),
-            vrate: self.vrate,
+            vrate: vrates.iter().copied().fold(1.0, f64::min),
+            vrates,
             tenants: self
                 .tenants
                 .iter()

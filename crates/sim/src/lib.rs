@@ -17,7 +17,9 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use pace::pacer::{CostModel, IoKind, PacedIo, Pacer, PacingConfig, TenantClock};
+use pace::pacer::{
+    CostModel, DeviceQos, IoKind, PacedIo, Pacer, PacingConfig, QosConfig, TenantClock,
+};
 use pace::stats::{LatencyHist, TimeAvg};
 use pace::Nanos;
 use rand::rngs::SmallRng;
@@ -66,6 +68,9 @@ pub struct RunConfig {
     /// Overrides every host group's block-size split for this run.
     #[serde(default)]
     pub bssplit: Option<Vec<(u32, u32)>>,
+    /// Latency targets for every NVMe device in this run (overrides the groups').
+    #[serde(default)]
+    pub qos: Option<QosConfig>,
     /// The seed's measured rows for the same settings, for the side-by-side table:
     /// (qd, BW Gb/s, bufs MiB).
     #[serde(default)]
@@ -122,6 +127,9 @@ pub struct DeviceGroup {
     pub parallel: usize,
     #[serde(default)]
     pub cost: Option<CostModel>,
+    /// Latency targets (iocost's QoS) for each device of the group.
+    #[serde(default)]
+    pub qos: Option<QosConfig>,
 }
 
 fn one_usize() -> usize {
@@ -172,6 +180,10 @@ pub struct Row {
     pub per_group_gbps: Vec<f64>,
     /// p99 per host group, us.
     pub per_group_p99_us: Vec<f64>,
+    /// p99 of the time at the device (start to device completion), us.
+    pub device_p99_us: f64,
+    /// Mean vrate over the devices with latency targets at the end (1.0 without).
+    pub vrate: f64,
     /// Every IO issued has completed or is accounted in flight at the end.
     pub conserved: bool,
 }
@@ -192,6 +204,8 @@ struct Io {
     device: usize,
     bytes: u32,
     issued: Nanos,
+    /// When the device started it (took its buffers).
+    started: Nanos,
     bufs: u32,
     live: bool,
 }
@@ -202,6 +216,7 @@ struct Dev {
     /// When each channel is next free (FIFO: an IO takes the earliest).
     channels: Vec<Nanos>,
     cost: CostModel,
+    qos: Option<QosConfig>,
 }
 
 struct Port {
@@ -267,6 +282,8 @@ struct Sim<'a> {
     rng: SmallRng,
     lat: LatencyHist,
     group_lat: Vec<LatencyHist>,
+    device_lat: LatencyHist,
+    qos: std::sync::Arc<DeviceQos>,
     measuring: bool,
     released: Vec<u64>,
     issued: u64,
@@ -285,6 +302,7 @@ impl<'a> Sim<'a> {
                     latency: (g.latency_us * 1000.0) as Nanos,
                     channels: vec![0; g.parallel.max(1)],
                     cost: g.cost.unwrap_or_default(),
+                    qos: g.qos,
                 });
             }
         }
@@ -331,6 +349,14 @@ impl<'a> Sim<'a> {
             .unwrap_or(sc.target.num_shared_buffers);
         // One tenant clock for all reactors, as the target has.
         let clock = TenantClock::new(run.pacing.tenants.len().max(1));
+        let qos_targets: Vec<_> = devs
+            .iter()
+            .map(|d| match d.kind {
+                DeviceKind::Nvme => run.qos.or(d.qos),
+                DeviceKind::Delay => d.qos,
+            })
+            .collect();
+        let qos = DeviceQos::new(&qos_targets, 0);
         let pacers = (0..sc.target.reactors.max(1))
             .map(|_| {
                 let mut p = Pacer::new(
@@ -344,6 +370,7 @@ impl<'a> Sim<'a> {
                     p.set_cost_model(i, d.cost);
                 }
                 p.share_tenants(clock.clone());
+                p.share_qos(qos.clone());
                 p
             })
             .collect();
@@ -366,6 +393,8 @@ impl<'a> Sim<'a> {
             rng: SmallRng::seed_from_u64(sc.seed ^ u64::from(qd) << 20),
             lat: LatencyHist::new(),
             group_lat: sc.hosts.iter().map(|_| LatencyHist::new()).collect(),
+            device_lat: LatencyHist::new(),
+            qos,
             measuring: false,
             released: Vec::new(),
             issued: 0,
@@ -397,6 +426,7 @@ impl<'a> Sim<'a> {
             device,
             bytes,
             issued: self.now,
+            started: 0,
             bufs: bytes.div_ceil(self.sc.target.buffer_size),
             live: true,
         };
@@ -445,6 +475,7 @@ impl<'a> Sim<'a> {
 
     fn start_device(&mut self, id: u32) {
         let d = self.ios[id as usize].device;
+        self.ios[id as usize].started = self.now;
         let dev = &mut self.devs[d];
         match dev.kind {
             DeviceKind::Delay => {
@@ -529,8 +560,16 @@ impl<'a> Sim<'a> {
             Ev::DeviceDone(id) => {
                 let d = self.ios[id as usize].device;
                 let r = self.reactor_of(id);
-                let issued = self.ios[id as usize].issued;
-                self.pacers[r].on_device_complete(d, self.now.saturating_sub(issued), self.now);
+                let started = self.ios[id as usize].started;
+                if self.measuring {
+                    self.device_lat.record(self.now.saturating_sub(started));
+                }
+                self.pacers[r].on_device_complete(
+                    d,
+                    IoKind::Read,
+                    self.now.saturating_sub(started),
+                    self.now,
+                );
                 let host = self.ios[id as usize].host;
                 let port = self.hosts[host].port;
                 self.ports[port].push(host, id);
@@ -644,6 +683,15 @@ impl<'a> Sim<'a> {
             .sum::<f64>()
             / self.pacers.len() as f64;
         let live = self.ios.iter().filter(|i| i.live).count() as u64;
+        let targeted: Vec<f64> = (0..self.devs.len())
+            .filter(|&d| self.qos.has_targets(d))
+            .map(|d| self.qos.vrate(d))
+            .collect();
+        let vrate = if targeted.is_empty() {
+            1.0
+        } else {
+            targeted.iter().sum::<f64>() / targeted.len() as f64
+        };
         Row {
             qd: 0,
             bw_gbps: bw,
@@ -660,6 +708,8 @@ impl<'a> Sim<'a> {
                 .iter()
                 .map(|h| h.percentile(99.0) as f64 / 1e3)
                 .collect(),
+            device_p99_us: self.device_lat.percentile(99.0) as f64 / 1e3,
+            vrate,
             conserved: self.issued == self.completed + live,
         }
     }
@@ -699,6 +749,16 @@ pub fn load(path: &str) -> Result<Scenario, String> {
         r.pacing
             .validate()
             .map_err(|(f, m)| format!("{path}: run `{}`: pacing.{f}: {m}", r.label))?;
+        if let Some(q) = &r.qos {
+            q.validate()
+                .map_err(|(f, m)| format!("{path}: run `{}`: qos.{f}: {m}", r.label))?;
+        }
+    }
+    for (i, g) in sc.devices.iter().enumerate() {
+        if let Some(q) = &g.qos {
+            q.validate()
+                .map_err(|(f, m)| format!("{path}: devices[{i}]: qos.{f}: {m}"))?;
+        }
     }
     if sc.ports.is_empty() || sc.devices.is_empty() || sc.hosts.is_empty() {
         return Err(format!(
@@ -721,9 +781,16 @@ pub fn render(sc: &Scenario, results: &[(String, Vec<Row>)]) -> String {
         if groups {
             s += " per group Gb/s (p99 us) |";
         }
+        let qos = run.qos.is_some() || sc.devices.iter().any(|g| g.qos.is_some());
+        if qos {
+            s += " device p99, us | vrate |";
+        }
         s += "\n|---|---|---|---|---|---|---|---|---|---|";
         if groups {
             s += "---|";
+        }
+        if qos {
+            s += "---|---|";
         }
         s += "\n";
         for r in rows {
@@ -743,6 +810,9 @@ pub fn render(sc: &Scenario, results: &[(String, Vec<Row>)]) -> String {
                     .map(|(b, p)| format!("{b:.1} ({p:.0})"))
                     .collect();
                 s += &format!(" {} |", g.join(", "));
+            }
+            if qos {
+                s += &format!(" {:.0} | {:.2} |", r.device_p99_us, r.vrate);
             }
             s += "\n";
         }

@@ -46,6 +46,7 @@ fn run(mode: Mode) -> RunConfig {
         },
         num_shared_buffers: None,
         bssplit: None,
+        qos: None,
         seed_rows: vec![],
     }
 }
@@ -107,6 +108,7 @@ fn two_tenants(reactors: usize) -> Row {
         pacing,
         num_shared_buffers: None,
         bssplit: None,
+        qos: None,
         seed_rows: vec![],
     }];
     simulate(&sc, &sc.runs[0], 256)

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::collections::BTreeMap;
 
 use bdev::{BdevSpec, ByteSize};
-use pace::pacer::{CostModel, PacingConfig};
+use pace::pacer::{CostModel, PacingConfig, QosConfig};
 use serde::Deserialize;
 
 /// The configuration served when `iopace serve` gets no `--config`.
@@ -36,6 +36,9 @@ pub struct Config {
     /// Per-bdev cost models (iocost's linear model), by bdev name.
     #[serde(default)]
     pub cost: BTreeMap<String, CostModel>,
+    /// Per-bdev latency targets (iocost's QoS), by bdev name.
+    #[serde(default)]
+    pub qos: BTreeMap<String, QosConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -253,6 +256,11 @@ impl LoadedConfig {
             let field = field.split('.').next_back().unwrap_or(field);
             return Err(self.error_at("pacing", 0, field, message));
         }
+        for (name, q) in &c.qos {
+            if let Err((field, message)) = q.validate() {
+                return Err(self.error_at(&format!("qos.{name}"), 0, field, message));
+            }
+        }
         for (i, t) in c.pacing.tenants.iter().enumerate() {
             for e in &t.exports {
                 if !c.exports.iter().any(|x| &x.name == e) {
@@ -448,6 +456,23 @@ mod tests {
         let text = "[buffers]\nbuffer_size = 1000\n[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n[[export]]\nname = \"a\"\nbdev = \"m\"\n";
         let e = Config::parse(text, "x.toml").unwrap_err();
         assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn readme_example_config_parses() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n").expect("README has a toml block") + 8;
+        let len = readme[start..].find("```").expect("block ends");
+        let c = Config::parse(&readme[start..start + len], "README.md").expect("valid config");
+        assert!(c.config.qos.contains_key("disk"));
+    }
+
+    #[test]
+    fn a_bad_latency_target_names_line_and_field() {
+        let text = "[[bdev]]\nname = \"m\"\nkind = \"null\"\nsize = \"1MiB\"\n[[export]]\nname = \"e\"\nbdev = \"m\"\n[qos.m]\nrpct = 95\nrlat_us = 0\n";
+        let e = Config::parse(text, "t.toml").expect_err("rlat_us = 0 is refused");
+        assert_eq!(e.field.as_deref(), Some("qos.m.rlat_us"));
+        assert_eq!(e.line, Some(10));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bdev::{Bdev, BdevSet};
-use pace::pacer::{CostModel, PacingConfig, TenantConfig};
+use pace::pacer::{CostModel, PacingConfig, QosConfig, TenantConfig};
 use proto::ExportInfo;
 
 use crate::config::{ConfigError, LoadedConfig};
@@ -22,6 +22,8 @@ pub struct Export {
 pub struct Device {
     pub name: String,
     pub cost: CostModel,
+    /// Latency targets, if the config gives this bdev any.
+    pub qos: Option<QosConfig>,
 }
 
 /// Everything the reactors serve, shared read-only between them.
@@ -44,12 +46,17 @@ impl Catalog {
         let max_block = cfg.max_request_bytes();
         let mut pacing = c.pacing.clone();
         let mut devices: Vec<Device> = Vec::new();
-        for name in c.cost.keys() {
+        for (table, name) in c
+            .cost
+            .keys()
+            .map(|n| ("cost", n))
+            .chain(c.qos.keys().map(|n| ("qos", n)))
+        {
             if bdevs.get(name).is_none() {
                 return Err(ConfigError {
                     file: cfg.source_name.clone(),
-                    line: None,
-                    field: Some(format!("cost.{name}")),
+                    line: crate::config::locate(&cfg.text, &format!("{table}.{name}"), 0, ""),
+                    field: Some(format!("{table}.{name}")),
                     message: format!("no bdev named `{name}`"),
                 });
             }
@@ -96,6 +103,7 @@ impl Catalog {
                     devices.push(Device {
                         name: e.bdev.clone(),
                         cost,
+                        qos: c.qos.get(&e.bdev).copied(),
                     });
                     devices.len() - 1
                 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bdev::{IoOp, IoResult, Prep};
 use io_uring::{opcode, squeue, types, IoUring};
-use pace::pacer::{DeviceOps, IoKind, PacedIo, Pacer, PacingConfig, TenantClock};
+use pace::pacer::{DeviceOps, DeviceQos, IoKind, PacedIo, Pacer, PacingConfig, TenantClock};
 use pace::pool::{Alloc, BufId, ReactorBufs, SharedPool};
 use pace::stats::ReqState;
 use pace::Nanos;
@@ -98,6 +98,8 @@ pub struct ReactorSettings {
     pub device_ops: Option<Arc<DeviceOps>>,
     /// Tenants' virtual time, one clock for every reactor.
     pub tenant_clock: Arc<TenantClock>,
+    /// Devices' latency targets and budgets, one for every reactor.
+    pub device_qos: Arc<DeviceQos>,
     pub max_requests: u32,
     pub drain_timeout: Duration,
 }
@@ -170,6 +172,7 @@ impl Reactor {
             pacer.set_cost_model(i, model.cost);
         }
         pacer.share_tenants(settings.tenant_clock.clone());
+        pacer.share_qos(settings.device_qos.clone());
         Ok(Reactor {
             id: settings.id,
             ring,
@@ -835,11 +838,6 @@ impl Reactor {
 
     fn bdev_done(&mut self, slot: u32, result: IoResult) {
         let req = &mut self.reqs[slot as usize];
-        if req.paced {
-            let device = self.catalog.exports[req.export as usize].device;
-            self.pacer
-                .on_device_complete(device, self.now.saturating_sub(req.t_submit), self.now);
-        }
         if let IoResult::Err(errno) = result {
             req.error = errno;
         }
@@ -854,7 +852,29 @@ impl Reactor {
                 }
             }
         }
+        self.device_finished(slot);
         self.complete(slot);
+    }
+
+    /// The device (with its emulated delay) has finished the request: its
+    /// time at the device feeds the pacer's estimates and latency targets.
+    fn device_finished(&mut self, slot: u32) {
+        let req = &self.reqs[slot as usize];
+        if !req.paced {
+            return;
+        }
+        let device = self.catalog.exports[req.export as usize].device;
+        let kind = if req.op.is_some_and(|op| op.is_write()) {
+            IoKind::Write
+        } else {
+            IoKind::Read
+        };
+        self.pacer.on_device_complete(
+            device,
+            kind,
+            self.now.saturating_sub(req.t_submit),
+            self.now,
+        );
     }
 
     fn fire_timers(&mut self) {
@@ -863,6 +883,7 @@ impl Reactor {
                 break;
             }
             self.timers.pop();
+            self.device_finished(slot);
             self.complete(slot);
         }
     }

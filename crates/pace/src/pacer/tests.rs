@@ -398,3 +398,77 @@ fn stats_serialize_to_json() {
     let v = serde_json::to_value(&s).expect("pacer stats serialize");
     assert_eq!(v["mode"], "auto");
 }
+
+fn two_tenants(mode: Mode) -> PacingConfig {
+    PacingConfig {
+        mode,
+        tenants: vec![
+            TenantConfig {
+                name: "light".into(),
+                weight: 1.0,
+                exports: vec![],
+            },
+            TenantConfig {
+                name: "heavy".into(),
+                weight: 1.0,
+                exports: vec![],
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_light_tenants_one_io_passes_full_windows_but_a_backlog_does_not() {
+    let mut p = Pacer::new(two_tenants(Mode::Auto), 1, K128, None, 0);
+    for i in 0..100 {
+        p.enqueue(io(1000 + i, 0, 1, K128), 0);
+    }
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    let heavy = out.len();
+    assert!(heavy < 100, "the window holds the heavy tenant back");
+    out.clear();
+    // One IO of the light tenant goes at once, past the full window.
+    p.enqueue(io(1, 0, 0, K128), 0);
+    p.poll(0, &mut out);
+    assert_eq!(out, vec![1]);
+    out.clear();
+    // Its second IO, while the first is in flight, waits like any other.
+    p.enqueue(io(2, 0, 0, K128), 0);
+    p.poll(0, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_device_under_a_latency_target_waits_for_budget_and_says_when() {
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    let target = QosConfig {
+        rpct: 95.0,
+        rlat_us: 100.0,
+        wpct: 0.0,
+        wlat_us: 0.0,
+        min: 10.0,
+        max: 100.0,
+        period_ms: None,
+    };
+    p.share_qos(DeviceQos::new(&[Some(target), None], 0));
+    let cost = CostModel::nvme();
+    p.set_cost_model(0, cost);
+    p.set_cost_model(1, cost);
+    for i in 0..4 {
+        p.enqueue(io(i, 0, 0, K128), 0);
+        p.enqueue(io(100 + i, 1, 0, K128), 0);
+    }
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    // Device 0 got one IO (its budget), device 1 was not held by it.
+    let on0 = out.iter().filter(|&&id| id < 100).count();
+    let on1 = out.len() - on0;
+    assert_eq!(on0, 1, "{out:?}");
+    assert!(on1 >= 1, "{out:?}");
+    let wake = p.next_wakeup(0).expect("device 0 waits for budget");
+    let one_io = cost.cost(IoKind::Read, K128, false) as Nanos;
+    assert!(wake > 0 && wake <= one_io, "wake {wake}, one IO {one_io}");
+    assert_eq!(p.stats(0).vrates, vec![1.0, 1.0]);
+}

@@ -1,0 +1,348 @@
+//! Latency targets, as iocost has them: each device with a target gets a
+//! budget of device time (the cost model's nanoseconds) that grows at
+//! `vrate` x wall time. Every period the share of completions over the
+//! read/write latency targets decides whether `vrate` falls (targets missed),
+//! rises (targets met while IO waited for budget) or stays.
+//!
+//! One [`DeviceQos`] is shared by every reactor's pacer, so the budget and
+//! the latency counts are the device's, not a reactor's.
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use super::IoKind;
+use crate::Nanos;
+
+/// `[qos.BDEV]` in the target's config, `qos` on a simulated device group.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QosConfig {
+    /// Read latency percentile that must stay under `rlat_us` (0: no read target).
+    #[serde(default)]
+    pub rpct: f64,
+    #[serde(default)]
+    pub rlat_us: f64,
+    /// Write latency percentile that must stay under `wlat_us` (0: no write target).
+    #[serde(default)]
+    pub wpct: f64,
+    #[serde(default)]
+    pub wlat_us: f64,
+    /// Lowest vrate, percent of the cost model's rate.
+    #[serde(default = "default_min")]
+    pub min: f64,
+    /// Highest vrate, percent.
+    #[serde(default = "default_max")]
+    pub max: f64,
+    /// How often vrate is adjusted (default: 16x the larger target, 1-100 ms).
+    #[serde(default)]
+    pub period_ms: Option<f64>,
+}
+
+fn default_min() -> f64 {
+    1.0
+}
+fn default_max() -> f64 {
+    10_000.0
+}
+
+impl QosConfig {
+    /// Checks values; the error names the field.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        for (field, pct, lat_field, lat) in [
+            ("rpct", self.rpct, "rlat_us", self.rlat_us),
+            ("wpct", self.wpct, "wlat_us", self.wlat_us),
+        ] {
+            if !(0.0..=100.0).contains(&pct) {
+                return Err((field, "must be a percentile between 0 and 100".into()));
+            }
+            if pct > 0.0 && !(lat > 0.0 && lat.is_finite()) {
+                return Err((lat_field, format!("{field} > 0 needs a latency > 0")));
+            }
+        }
+        if self.rpct == 0.0 && self.wpct == 0.0 {
+            return Err(("rpct", "set rpct and rlat_us, or wpct and wlat_us".into()));
+        }
+        if !(self.min > 0.0 && self.min <= 100.0) {
+            return Err(("min", "must be in (0, 100] percent".into()));
+        }
+        if !(self.max >= 100.0 && self.max.is_finite()) {
+            return Err(("max", "must be at least 100 percent".into()));
+        }
+        if let Some(p) = self.period_ms {
+            if !(p > 0.0 && p <= 10_000.0) {
+                return Err(("period_ms", "must be in (0, 10000] ms".into()));
+            }
+        }
+        Ok(())
+    }
+
+    fn period_ns(&self) -> Nanos {
+        match self.period_ms {
+            Some(ms) => (ms * 1e6) as Nanos,
+            None => {
+                let lat = self.rlat_us.max(self.wlat_us);
+                ((16.0 * lat * 1e3) as Nanos).clamp(1_000_000, 100_000_000)
+            }
+        }
+    }
+}
+
+/// Device time a device may bank while idle, ns: about one large IO, so an
+/// idle spell does not turn into a burst that queues at the device.
+const BURST_NS: f64 = 100_000.0;
+/// A period with fewer completions (and no IO waiting for budget) is
+/// extended: a percentile of a handful of IOs is noise.
+const MIN_SAMPLES: u64 = 32;
+
+#[derive(Debug)]
+struct State {
+    cfg: QosConfig,
+    period: Nanos,
+    /// vrate as a fraction (1.0 = the cost model's rate).
+    vrate: f64,
+    /// Device time granted up to `at`.
+    vnow: f64,
+    at: Nanos,
+    /// Device time taken by issued IOs.
+    used: f64,
+    period_start: Nanos,
+    /// Completions and misses this period: reads, writes.
+    done: [u64; 2],
+    missed: [u64; 2],
+    /// IO waited for budget this period.
+    shortage: bool,
+    /// Consecutive periods over (positive) or under (negative) target.
+    busy_level: i32,
+}
+
+impl State {
+    fn advance(&mut self, now: Nanos) {
+        if now > self.at {
+            self.vnow += (now - self.at) as f64 * self.vrate;
+            self.at = now;
+        }
+        self.used = self.used.max(self.vnow - BURST_NS);
+    }
+
+    fn adjust(&mut self, now: Nanos) {
+        if now.saturating_sub(self.period_start) < self.period {
+            return;
+        }
+        let samples = self.done[0] + self.done[1];
+        if samples < MIN_SAMPLES && !self.shortage {
+            return;
+        }
+        let over = |done: u64, missed: u64, pct: f64| {
+            pct > 0.0 && done > 0 && missed as f64 > done as f64 * (1.0 - pct / 100.0)
+        };
+        let missed = over(self.done[0], self.missed[0], self.cfg.rpct)
+            || over(self.done[1], self.missed[1], self.cfg.wpct);
+        self.advance(now);
+        if missed {
+            self.busy_level = self.busy_level.max(0) + 1;
+            self.vrate *= 1.0 - step(self.busy_level);
+        } else if self.shortage {
+            self.busy_level = self.busy_level.min(0) - 1;
+            self.vrate *= 1.0 + step(self.busy_level);
+        } else {
+            self.busy_level = 0;
+        }
+        self.vrate = self.vrate.clamp(self.cfg.min / 100.0, self.cfg.max / 100.0);
+        self.period_start = now;
+        self.done = [0; 2];
+        self.missed = [0; 2];
+        self.shortage = false;
+    }
+}
+
+/// The vrate step after `level` periods in a row the same way: 1% at
+/// first, doubling every two periods up to 16%, so a far-off vrate is found
+/// in tens of periods and a near one is not overshot.
+fn step(level: i32) -> f64 {
+    let n = (level.unsigned_abs().max(1) - 1) / 2;
+    f64::from(1u32 << n.min(4)) / 100.0
+}
+
+/// Latency-target state of every device, shared by all reactors' pacers.
+#[derive(Debug)]
+pub struct DeviceQos {
+    devices: Vec<Option<Mutex<State>>>,
+}
+
+impl DeviceQos {
+    /// One entry per pacer device; `None` for devices without targets.
+    pub fn new(targets: &[Option<QosConfig>], now: Nanos) -> Arc<DeviceQos> {
+        let devices = targets
+            .iter()
+            .map(|t| {
+                t.map(|cfg| {
+                    Mutex::new(State {
+                        cfg,
+                        period: cfg.period_ns(),
+                        vrate: 1.0f64.clamp(cfg.min / 100.0, cfg.max / 100.0),
+                        vnow: 0.0,
+                        at: now,
+                        used: 0.0,
+                        period_start: now,
+                        done: [0; 2],
+                        missed: [0; 2],
+                        shortage: false,
+                        busy_level: 0,
+                    })
+                })
+            })
+            .collect();
+        Arc::new(DeviceQos { devices })
+    }
+
+    fn with<R>(&self, device: usize, f: impl FnOnce(&mut State) -> R) -> Option<R> {
+        let m = self.devices.get(device)?.as_ref()?;
+        // A poisoned lock only means another reactor panicked mid-update;
+        // the numbers are still usable.
+        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+        Some(f(&mut s))
+    }
+
+    /// When device `device` has budget for another IO: `now` if it has it,
+    /// the time it will otherwise. Devices without targets always have it.
+    pub fn ready_at(&self, device: usize, now: Nanos) -> Nanos {
+        self.with(device, |s| {
+            s.advance(now);
+            if s.used <= s.vnow {
+                now
+            } else {
+                s.shortage = true;
+                now + ((s.used - s.vnow) / s.vrate).ceil() as Nanos
+            }
+        })
+        .unwrap_or(now)
+    }
+
+    /// Takes `cost` ns of device time for an issued IO.
+    pub fn charge(&self, device: usize, cost: f64, now: Nanos) {
+        self.with(device, |s| {
+            s.advance(now);
+            s.used += cost;
+        });
+    }
+
+    /// An IO finished after `latency_ns` at the device.
+    pub fn record(&self, device: usize, kind: IoKind, latency_ns: u64, now: Nanos) {
+        self.with(device, |s| {
+            let (i, target_us) = match kind {
+                IoKind::Read => (0, s.cfg.rlat_us),
+                IoKind::Write => (1, s.cfg.wlat_us),
+            };
+            s.done[i] += 1;
+            if target_us > 0.0 && latency_ns as f64 > target_us * 1e3 {
+                s.missed[i] += 1;
+            }
+            s.adjust(now);
+        });
+    }
+
+    /// Device `device`'s vrate (1.0 = the cost model's rate; 1.0 without targets).
+    pub fn vrate(&self, device: usize) -> f64 {
+        self.with(device, |s| s.vrate).unwrap_or(1.0)
+    }
+
+    pub fn has_targets(&self, device: usize) -> bool {
+        self.devices.get(device).is_some_and(|d| d.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(rlat_us: f64) -> QosConfig {
+        QosConfig {
+            rpct: 90.0,
+            rlat_us,
+            wpct: 0.0,
+            wlat_us: 0.0,
+            min: 10.0,
+            max: 200.0,
+            period_ms: Some(1.0),
+        }
+    }
+
+    #[test]
+    fn budget_paces_issue_at_vrate() {
+        let q = DeviceQos::new(&[Some(target(100.0)), None], 0);
+        assert_eq!(q.ready_at(0, 0), 0);
+        q.charge(0, 250_000.0, 0);
+        // 250 us of device time at vrate 1 is ready 250 us later, less the burst.
+        assert_eq!(q.ready_at(0, 0), 250_000);
+        assert_eq!(q.ready_at(0, 250_000), 250_000);
+        // Devices without targets are never held.
+        q.charge(1, 1e12, 0);
+        assert_eq!(q.ready_at(1, 5), 5);
+    }
+
+    #[test]
+    fn idle_time_banks_at_most_the_burst() {
+        let q = DeviceQos::new(&[Some(target(100.0))], 0);
+        q.charge(0, 10.0, 1_000_000_000);
+        q.charge(0, BURST_NS, 1_000_000_000);
+        assert!(q.ready_at(0, 1_000_000_000) > 1_000_000_000);
+    }
+
+    #[test]
+    fn missed_targets_lower_vrate_and_met_ones_with_demand_raise_it() {
+        let q = DeviceQos::new(&[Some(target(100.0))], 0);
+        let mut now = 0;
+        for _ in 0..20 {
+            for _ in 0..MIN_SAMPLES {
+                now += 40_000;
+                q.record(0, IoKind::Read, 300_000, now);
+            }
+        }
+        let low = q.vrate(0);
+        assert!(low < 0.9, "vrate {low}");
+        for _ in 0..20 {
+            q.charge(0, 1e9, now);
+            assert!(q.ready_at(0, now) > now);
+            for _ in 0..MIN_SAMPLES {
+                now += 40_000;
+                q.record(0, IoKind::Read, 50_000, now);
+            }
+        }
+        assert!(q.vrate(0) > low, "vrate {} after {low}", q.vrate(0));
+        // Met targets without demand leave vrate alone.
+        let v = q.vrate(0);
+        for _ in 0..MIN_SAMPLES * 4 {
+            now += 100_000;
+            q.record(0, IoKind::Read, 50_000, now);
+        }
+        assert!((q.vrate(0) - v).abs() < 1e-9);
+    }
+
+    #[test]
+    fn vrate_stays_within_min_and_max() {
+        let q = DeviceQos::new(&[Some(target(100.0))], 0);
+        let mut now = 0;
+        for _ in 0..500 {
+            for _ in 0..MIN_SAMPLES {
+                now += 40_000;
+                q.record(0, IoKind::Read, 900_000, now);
+            }
+        }
+        assert!((q.vrate(0) - 0.10).abs() < 1e-9);
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let mut c = target(100.0);
+        assert!(c.validate().is_ok());
+        c.rlat_us = 0.0;
+        assert_eq!(c.validate().map_err(|e| e.0), Err("rlat_us"));
+        c = target(100.0);
+        c.min = 0.0;
+        assert_eq!(c.validate().map_err(|e| e.0), Err("min"));
+        c = target(100.0);
+        c.rpct = 0.0;
+        assert_eq!(c.validate().map_err(|e| e.0), Err("rpct"));
+    }
+}
