@@ -587,7 +587,7 @@ impl Pacer {
     }
 
     /// Tenant `t` has one IO here and nothing in flight (a QD 1 client): it
-    /// goes past full windows, so a light tenant's IO never waits for a heavy
+    /// goes past full windows and device budgets, so a light tenant's IO never waits for a heavy
     /// tenant's to complete. This adds at most one IO per light tenant.
     fn light(&self, t: usize) -> bool {
         let tenant = &self.tenants[t];
@@ -676,9 +676,11 @@ impl Pacer {
                 }
                 continue;
             }
-            if !self.qos_ready(d, now) {
+            if !self.light(t) && !self.qos_ready(d, now) {
                 // This device waits for budget (its latency target); the
-                // tenant's other devices need not.
+                // tenant's other devices need not. A light tenant's IO is
+                // within its share, as iocost's per-cgroup budgets have it:
+                // it is charged but does not wait.
                 if self.tenant_has_other_device(t, d) && !self.all_windows_closed(t, now) {
                     self.tenants[t].active.rotate_left(1);
                 } else {

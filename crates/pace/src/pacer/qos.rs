@@ -91,6 +91,8 @@ impl QosConfig {
 /// Device time a device may bank while idle, ns: about one large IO, so an
 /// idle spell does not turn into a burst that queues at the device.
 const BURST_NS: f64 = 100_000.0;
+/// The most vrate rises in one period.
+const MAX_RISE: f64 = 0.02;
 /// A period with fewer completions (and no IO waiting for budget) is
 /// extended: a percentile of a handful of IOs is noise.
 const MIN_SAMPLES: u64 = 32;
@@ -143,8 +145,10 @@ impl State {
             self.busy_level = self.busy_level.max(0) + 1;
             self.vrate *= 1.0 - step(self.busy_level);
         } else if self.shortage {
+            // Rising is slow and falling fast: past the device's capacity
+            // a queue builds that takes periods to drain.
             self.busy_level = self.busy_level.min(0) - 1;
-            self.vrate *= 1.0 + step(self.busy_level);
+            self.vrate *= 1.0 + step(self.busy_level).min(MAX_RISE);
         } else {
             self.busy_level = 0;
         }
@@ -157,8 +161,9 @@ impl State {
 }
 
 /// The vrate step after `level` periods in a row the same way: 1% at
-/// first, doubling every two periods up to 16%, so a far-off vrate is found
-/// in tens of periods and a near one is not overshot.
+/// first, doubling every two periods up to 16% (rises stop at
+/// [`MAX_RISE`]), so a far-off vrate is found in tens of periods and a near
+/// one is not overshot.
 fn step(level: i32) -> f64 {
     let n = (level.unsigned_abs().max(1) - 1) / 2;
     f64::from(1u32 << n.min(4)) / 100.0
