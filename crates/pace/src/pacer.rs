@@ -235,6 +235,8 @@ impl DeviceOps {
 #[derive(Debug, Default, Clone)]
 struct Device {
     queue: VecDeque<PacedIo>,
+    /// When each queued IO arrived (parallel to `queue`).
+    queued_at: VecDeque<Nanos>,
     deficit: i64,
     in_flight_bytes: u64,
     in_flight_ios: u32,
@@ -366,6 +368,9 @@ const PROBE_GAIN: f64 = 1.25;
 const TENANT_SLACK: f64 = 1_000_000.0;
 /// How soon a pacer holding a tenant back looks again.
 const HOLD_RECHECK_NS: Nanos = 20_000;
+/// Past this wait in the pacer, a device's DRR debt is forgiven, so a slow
+/// device's share bounds its IOs' waits instead of starving them.
+const MAX_PACER_WAIT_NS: Nanos = 100_000_000;
 /// Min-latency window: how long an old minimum is trusted.
 const LATENCY_WINDOW_NS: Nanos = 200_000_000;
 
@@ -530,7 +535,7 @@ impl Pacer {
             tenant.active.push_back(d);
         }
         self.devices[d].queue.push_back(io);
-        let _ = now;
+        self.devices[d].queued_at.push_back(now);
     }
 
     /// Removes a queued IO (its connection died). False if not queued here.
@@ -538,6 +543,7 @@ impl Pacer {
         for (di, d) in self.devices.iter_mut().enumerate() {
             if let Some(pos) = d.queue.iter().position(|io| io.id == id) {
                 let io = d.queue.remove(pos).expect("position is valid");
+                d.queued_at.remove(pos);
                 self.clock.dequeued(io.tenant);
                 let t = &mut self.tenants[io.tenant];
                 t.queued -= 1;
@@ -703,8 +709,17 @@ impl Pacer {
             let quantum = self.max_io as i64;
             if self.cfg.mode == Mode::Auto && self.devices[d].deficit <= 0 {
                 // A new turn: one more quantum. A device still in debt from
-                // an expensive IO gives the turn away.
-                self.devices[d].deficit += quantum;
+                // an expensive IO gives the turn away, unless its oldest IO
+                // has waited too long: the debt is a share, not a stall.
+                let dev = &mut self.devices[d];
+                if dev
+                    .queued_at
+                    .front()
+                    .is_some_and(|&t0| now.saturating_sub(t0) > MAX_PACER_WAIT_NS)
+                {
+                    dev.deficit = dev.deficit.max(0);
+                }
+                dev.deficit += quantum;
                 if self.devices[d].deficit <= 0 && self.tenant_has_other_device(t, d) {
                     self.tenants[t].active.rotate_left(1);
                     continue;
@@ -729,6 +744,7 @@ impl Pacer {
             }
             let dev = &mut self.devices[d];
             dev.queue.remove(pos);
+            dev.queued_at.remove(pos);
             dev.last_offset = io.offset + bytes;
             dev.deficit -= charge;
             let tenant = &mut self.tenants[t];

@@ -472,3 +472,47 @@ fn a_device_under_a_latency_target_waits_for_budget_and_says_when() {
     assert!(wake > 0 && wake <= one_io, "wake {wake}, one IO {one_io}");
     assert_eq!(p.stats(0).vrates, vec![1.0, 1.0]);
 }
+
+#[test]
+fn a_device_deep_in_debt_still_releases_once_its_io_waited_too_long() {
+    // Eight fast devices keep the shared window full; device 8 owes far
+    // more than they will pay back in the test (a hold ratio of 1000).
+    let c = PacingConfig {
+        max_window: 8 * u64::from(K128),
+        ..cfg(Mode::Auto)
+    };
+    let mut p = Pacer::new(c, 9, K128, None, 0);
+    p.devices[8].deficit = -(1000 * i64::from(K128) * 64);
+    p.enqueue(io(1, 8, 0, K128), 0);
+    let mut out = Vec::new();
+    let mut next = 100;
+    let mut released_at = None;
+    let mut pending: VecDeque<(Nanos, u64)> = VecDeque::new();
+    for step in 0..4_000u64 {
+        let now = step * 50_000; // every 50 us, up to 200 ms
+        for d in 0..8 {
+            while p.devices[d].queue.len() < 16 {
+                p.enqueue(io(next, d, 0, K128), now);
+                next += 1;
+            }
+        }
+        while pending.front().is_some_and(|&(due, _)| due <= now) {
+            if let Some((_, id)) = pending.pop_front() {
+                p.on_complete(id, now);
+            }
+        }
+        p.poll(now, &mut out);
+        for id in out.drain(..) {
+            if id == 1 {
+                released_at.get_or_insert(now);
+            }
+            // A pipeline 400 us deep, like a wire that drains slowly.
+            pending.push_back((now + 400_000, id));
+        }
+    }
+    let at = released_at.expect("the slow device's IO was released");
+    assert!(
+        at > MAX_PACER_WAIT_NS && at <= MAX_PACER_WAIT_NS + 1_000_000,
+        "released at {at} ns"
+    );
+}
