@@ -847,8 +847,10 @@ impl Pacer {
     /// No device of tenant `t` can take its next IO now: its windows (in
     /// `auto`) are full or it waits for budget.
     fn all_windows_closed(&mut self, t: usize, now: Nanos) -> bool {
-        let active: Vec<usize> = self.tenants[t].active.iter().copied().collect();
-        !active.into_iter().any(|d| {
+        // By index: `qos_ready` notes wakeups, and this runs on every poll
+        // that finds a window full, so no copy of the list is made.
+        for i in 0..self.tenants[t].active.len() {
+            let d = self.tenants[t].active[i];
             let bytes = self.devices[d]
                 .queue
                 .iter()
@@ -857,8 +859,11 @@ impl Pacer {
             let windows = self.cfg.mode != Mode::Auto
                 || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
                     && self.device_window_open(d, t, bytes));
-            windows && self.qos_ready(d, now)
-        })
+            if windows && self.qos_ready(d, now) {
+                return false;
+            }
+        }
+        true
     }
 
     /// Device `d` has budget under its latency target (always, without one);
