@@ -273,6 +273,15 @@ mod tests {
         }
     }
 
+    /// Records `n` reads of `latency` ns, one every `gap` ns; returns the time after.
+    fn reads(q: &DeviceQos, mut now: Nanos, n: u64, gap: Nanos, latency: u64) -> Nanos {
+        for _ in 0..n {
+            now += gap;
+            q.record(0, IoKind::Read, latency, now);
+        }
+        now
+    }
+
     #[test]
     fn budget_paces_issue_at_vrate() {
         let q = DeviceQos::new(&[Some(target(100.0)), None], 0);
@@ -299,41 +308,26 @@ mod tests {
         let q = DeviceQos::new(&[Some(target(100.0))], 0);
         let mut now = 0;
         for _ in 0..20 {
-            for _ in 0..MIN_SAMPLES {
-                now += 40_000;
-                q.record(0, IoKind::Read, 300_000, now);
-            }
+            now = reads(&q, now, MIN_SAMPLES, 40_000, 300_000);
         }
         let low = q.vrate(0);
         assert!(low < 0.9, "vrate {low}");
         for _ in 0..20 {
             q.charge(0, 1e9, now);
             assert!(q.ready_at(0, now) > now);
-            for _ in 0..MIN_SAMPLES {
-                now += 40_000;
-                q.record(0, IoKind::Read, 50_000, now);
-            }
+            now = reads(&q, now, MIN_SAMPLES, 40_000, 50_000);
         }
         assert!(q.vrate(0) > low, "vrate {} after {low}", q.vrate(0));
         // Met targets without demand leave vrate alone.
         let v = q.vrate(0);
-        for _ in 0..MIN_SAMPLES * 4 {
-            now += 100_000;
-            q.record(0, IoKind::Read, 50_000, now);
-        }
+        reads(&q, now, MIN_SAMPLES * 4, 100_000, 50_000);
         assert!((q.vrate(0) - v).abs() < 1e-9);
     }
 
     #[test]
     fn vrate_stays_within_min_and_max() {
         let q = DeviceQos::new(&[Some(target(100.0))], 0);
-        let mut now = 0;
-        for _ in 0..500 {
-            for _ in 0..MIN_SAMPLES {
-                now += 40_000;
-                q.record(0, IoKind::Read, 900_000, now);
-            }
-        }
+        reads(&q, 0, 500 * MIN_SAMPLES, 40_000, 900_000);
         assert!((q.vrate(0) - 0.10).abs() < 1e-9);
     }
 
