@@ -35,11 +35,13 @@ use crate::Nanos;
 
 mod cost;
 mod filter;
+mod link_window;
 mod qos;
 mod tenant_clock;
 
 pub use cost::CostModel;
 use filter::{LargeIoMin, WindowedMax, WindowedMin};
+pub use link_window::LinkWindow;
 pub use qos::{DeviceQos, QosConfig};
 pub use tenant_clock::TenantClock;
 
@@ -259,6 +261,9 @@ struct Tenant {
     usage_bytes: u64,
     /// IOs released by this pacer and not yet done.
     in_flight: u32,
+    queued_bytes: u64,
+    /// The last poll held it back for a tenant served on another reactor.
+    held: bool,
 }
 
 /// A released IO still counted in flight.
@@ -337,6 +342,11 @@ pub struct Pacer {
     rate: WindowedMax,
     latency: LargeIoMin,
     window: u64,
+    /// The window in effect for this poll: `window`, or this reactor's part
+    /// of every reactor's (see [`LinkWindow`]).
+    window_now: u64,
+    /// All reactors' windows, and this reactor's index in them.
+    link: Option<(Arc<LinkWindow>, usize)>,
     /// The largest IO seen (at least one buffer): DRR's quantum, and what
     /// counts as a large IO for the latency estimate.
     max_io: u64,
@@ -371,6 +381,9 @@ const HOLD_RECHECK_NS: Nanos = 20_000;
 /// Past this wait in the pacer, a device's DRR debt is forgiven, so a slow
 /// device's share bounds its IOs' waits instead of starving them.
 const MAX_PACER_WAIT_NS: Nanos = 100_000_000;
+/// Devices holding buffers under this many times the fastest's time share
+/// DRR turns oldest IO first (see `turn_server`).
+const FAST_HOLD_RATIO: f64 = 2.0;
 /// Min-latency window: how long an old minimum is trusted.
 const LATENCY_WINDOW_NS: Nanos = 200_000_000;
 
@@ -395,6 +408,8 @@ impl Pacer {
                 active: VecDeque::new(),
                 usage_bytes: 0,
                 in_flight: 0,
+                queued_bytes: 0,
+                held: false,
             })
             .collect();
         if tenants.is_empty() {
@@ -405,6 +420,8 @@ impl Pacer {
                 active: VecDeque::new(),
                 usage_bytes: 0,
                 in_flight: 0,
+                queued_bytes: 0,
+                held: false,
             });
         }
         let clock = TenantClock::new(tenants.len());
@@ -438,6 +455,8 @@ impl Pacer {
             rate: WindowedMax::new(RATE_WINDOW),
             latency: LargeIoMin::new(LATENCY_WINDOW_NS),
             window: 4 * max_io,
+            window_now: 4 * max_io,
+            link: None,
             max_io,
             released_total: 0,
             rate_samples: 0,
@@ -475,6 +494,29 @@ impl Pacer {
     pub fn share_tenants(&mut self, clock: Arc<TenantClock>) {
         if clock.tenants() == self.tenants.len() {
             self.clock = clock;
+        }
+    }
+
+    /// Pools this pacer's window with the other reactors' (one
+    /// [`LinkWindow`] for all of them; `reactor` is this one's index).
+    pub fn share_link(&mut self, link: Arc<LinkWindow>, reactor: usize) {
+        if reactor < link.reactors() {
+            self.link = Some((link, reactor));
+            self.publish_link();
+        }
+    }
+
+    /// Publishes this reactor's window and the bytes it could release: a
+    /// tenant held back for another reactor's does not claim link.
+    fn publish_link(&self) {
+        if let Some((link, r)) = &self.link {
+            let backlog = self
+                .tenants
+                .iter()
+                .filter(|t| !t.held)
+                .map(|t| t.queued_bytes)
+                .sum();
+            link.publish(*r, self.window, backlog, self.paced_in_flight);
         }
     }
 
@@ -526,6 +568,8 @@ impl Pacer {
             return;
         }
         self.clock.queued(t);
+        self.tenants[t].queued_bytes += u64::from(io.bytes);
+        self.publish_link();
         if self.tenants[t].queued == 0 {
             self.active_tenants += 1;
         }
@@ -546,6 +590,7 @@ impl Pacer {
                 d.queued_at.remove(pos);
                 self.clock.dequeued(io.tenant);
                 let t = &mut self.tenants[io.tenant];
+                t.queued_bytes = t.queued_bytes.saturating_sub(u64::from(io.bytes));
                 t.queued -= 1;
                 if t.queued == 0 {
                     self.active_tenants -= 1;
@@ -553,6 +598,7 @@ impl Pacer {
                 if !d.queue.iter().any(|x| x.tenant == io.tenant) {
                     t.active.retain(|&x| x != di);
                 }
+                self.publish_link();
                 return true;
             }
         }
@@ -580,7 +626,7 @@ impl Pacer {
     fn shared_window_open(&self, t: usize, paced: u64, bytes: u64) -> bool {
         self.paced_in_flight == 0
             || self.light(t)
-            || (self.paced_in_flight + paced <= self.window
+            || (self.paced_in_flight + paced <= self.window_now
                 && self.bytes_in_flight + bytes <= self.cfg.max_window)
     }
 
@@ -608,7 +654,7 @@ impl Pacer {
                 w.clamp(2 * self.max_io, self.cfg.max_window.max(2 * self.max_io))
             }
             // Until it has delivered, a device may fill the whole window.
-            _ => self.window,
+            _ => self.window_now,
         }
     }
 
@@ -624,6 +670,13 @@ impl Pacer {
             self.refill_credit(now);
             self.tune(now);
         }
+        self.window_now = self
+            .link
+            .as_ref()
+            .and_then(|(l, r)| l.share(*r))
+            .map_or(self.window, |w| {
+                w.clamp(2 * self.max_io, self.cfg.max_window.max(2 * self.max_io))
+            });
         for io in std::mem::take(&mut self.bypassed) {
             self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
             self.take_flight(io, false, u64::from(io.bytes), now);
@@ -634,22 +687,29 @@ impl Pacer {
         let mut skipped = std::mem::take(&mut self.skipped);
         skipped.clear();
         skipped.resize(self.tenants.len(), false);
+        for tenant in &mut self.tenants {
+            tenant.held = false;
+        }
         while let Some(t) = self.pick_tenant(&skipped) {
             // Tenants queued here are arbitrated here; one busy only on other
             // reactors is waited for if this one runs too far ahead of it.
             if self.clock.lead(t, |u| self.tenants[u].queued > 0) > TENANT_SLACK {
                 skipped[t] = true;
                 self.held = true;
+                self.tenants[t].held = true;
                 continue;
             }
-            let Some(d) = self.tenants[t].active.front().copied() else {
+            // The device whose DRR turn it is (`front`), and the one that
+            // serves it (`d`: the same, or the fast device with the oldest IO).
+            let Some(front) = self.tenants[t].active.front().copied() else {
                 skipped[t] = true;
                 continue;
             };
-            let Some(pos) = self.devices[d].queue.iter().position(|io| io.tenant == t) else {
+            if !self.devices[front].queue.iter().any(|io| io.tenant == t) {
                 self.tenants[t].active.pop_front();
                 continue;
-            };
+            }
+            let (d, pos) = self.turn_server(t, front, now);
             let io = self.devices[d].queue[pos];
             let bytes = u64::from(io.bytes);
             // One hold ratio per release: the shared window, the charge and
@@ -707,11 +767,11 @@ impl Pacer {
                 }
             }
             let quantum = self.max_io as i64;
-            if self.cfg.mode == Mode::Auto && self.devices[d].deficit <= 0 {
+            if self.cfg.mode == Mode::Auto && self.devices[front].deficit <= 0 {
                 // A new turn: one more quantum. A device still in debt from
                 // an expensive IO gives the turn away, unless its oldest IO
                 // has waited too long: the debt is a share, not a stall.
-                let dev = &mut self.devices[d];
+                let dev = &mut self.devices[front];
                 if dev
                     .queued_at
                     .front()
@@ -720,12 +780,12 @@ impl Pacer {
                     dev.deficit = dev.deficit.max(0);
                 }
                 dev.deficit += quantum;
-                if self.devices[d].deficit <= 0 && self.tenant_has_other_device(t, d) {
+                if self.devices[front].deficit <= 0 && self.tenant_has_other_device(t, front) {
                     self.tenants[t].active.rotate_left(1);
                     continue;
                 }
-                while self.devices[d].deficit <= 0 {
-                    self.devices[d].deficit += quantum;
+                while self.devices[front].deficit <= 0 {
+                    self.devices[front].deficit += quantum;
                 }
             }
             // A device's bytes are charged by how long they hold buffers, so
@@ -746,12 +806,17 @@ impl Pacer {
             dev.queue.remove(pos);
             dev.queued_at.remove(pos);
             dev.last_offset = io.offset + bytes;
+            if d != front && !dev.queue.iter().any(|x| x.tenant == t) {
+                self.tenants[t].active.retain(|&x| x != d);
+            }
+            let dev = &mut self.devices[front];
             dev.deficit -= charge;
             let tenant = &mut self.tenants[t];
             self.clock.advance(t, cost / tenant.weight);
             self.clock.dequeued(t);
             tenant.usage_bytes += bytes;
             tenant.queued -= 1;
+            tenant.queued_bytes = tenant.queued_bytes.saturating_sub(bytes);
             if tenant.queued == 0 {
                 self.active_tenants -= 1;
             }
@@ -762,7 +827,7 @@ impl Pacer {
                 let still = dev.queue.iter().any(|x| x.tenant == t);
                 tenant.active.pop_front();
                 if still {
-                    tenant.active.push_back(d);
+                    tenant.active.push_back(front);
                 }
             }
             if self.cfg.mode == Mode::Rate {
@@ -772,6 +837,7 @@ impl Pacer {
             out.push(io.id);
         }
         self.skipped = skipped;
+        self.publish_link();
     }
 
     /// Counts a released IO as in flight until `on_complete` or `cancel`.
@@ -838,6 +904,40 @@ impl Pacer {
             (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
             _ => 1.0,
         }
+    }
+
+    /// Which device serves tenant `t`'s turn at `front`, and the position of
+    /// its IO there. In `auto`, a fast device's turn goes to the fast device
+    /// (one holding buffers under twice the fastest's time) whose oldest IO
+    /// of this tenant has waited longest and that may take it now: fast
+    /// devices then drain as one FIFO queue. With turns kept per device,
+    /// random arrivals leave some queues much deeper than others while each
+    /// gets the same rate, and their IOs wait several times longer. Slow
+    /// devices keep their own turns and charges.
+    fn turn_server(&mut self, t: usize, front: usize, now: Nanos) -> (usize, usize) {
+        let head = |dev: &Device| dev.queue.iter().position(|io| io.tenant == t);
+        let front_pos = head(&self.devices[front]).unwrap_or(0);
+        if self.cfg.mode != Mode::Auto || self.hold_ratio(front) >= FAST_HOLD_RATIO {
+            return (front, front_pos);
+        }
+        let mut best = (front, front_pos, Nanos::MAX);
+        // By index: `qos_ready` notes when a device waiting for budget may
+        // go, as the front's own check would.
+        for i in 0..self.tenants[t].active.len() {
+            let d = self.tenants[t].active[i];
+            let dev = &self.devices[d];
+            let Some(pos) = head(dev) else { continue };
+            let arrived = dev.queued_at[pos];
+            if arrived >= best.2
+                || self.hold_ratio(d) >= FAST_HOLD_RATIO
+                || !self.device_window_open(d, t, u64::from(dev.queue[pos].bytes))
+                || !self.qos_ready(d, now)
+            {
+                continue;
+            }
+            best = (d, pos, arrived);
+        }
+        (best.0, best.1)
     }
 
     fn tenant_has_other_device(&self, t: usize, d: usize) -> bool {
@@ -921,6 +1021,7 @@ impl Pacer {
         dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;
         self.land(f);
+        self.publish_link();
         self.completions_since_tune += 1;
         self.sample_rates(now);
         self.in_flight_avg.update(now, self.bytes_in_flight);
@@ -966,6 +1067,7 @@ impl Pacer {
             let w = (self.cfg.gain * probe * r * l as f64 / 1e9) as u64;
             self.window = w.clamp(4 * self.max_io, self.cfg.max_window.max(4 * self.max_io));
         }
+        self.publish_link();
     }
 
     /// rate mode tuners, once per period's worth of completions.

@@ -18,7 +18,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use pace::pacer::{
-    CostModel, DeviceQos, IoKind, PacedIo, Pacer, PacingConfig, QosConfig, TenantClock,
+    CostModel, DeviceQos, IoKind, LinkWindow, PacedIo, Pacer, PacingConfig, QosConfig, TenantClock,
 };
 use pace::stats::{LatencyHist, TimeAvg};
 use pace::Nanos;
@@ -357,8 +357,9 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let qos = DeviceQos::new(&qos_targets, 0);
+        let link = LinkWindow::new(sc.target.reactors.max(1));
         let pacers = (0..sc.target.reactors.max(1))
-            .map(|_| {
+            .map(|r| {
                 let mut p = Pacer::new(
                     run.pacing.clone(),
                     devs.len(),
@@ -371,6 +372,7 @@ impl<'a> Sim<'a> {
                 }
                 p.share_tenants(clock.clone());
                 p.share_qos(qos.clone());
+                p.share_link(link.clone(), r);
                 p
             })
             .collect();

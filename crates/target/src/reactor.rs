@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use bdev::{IoOp, IoResult, Prep};
 use io_uring::{opcode, squeue, types, IoUring};
-use pace::pacer::{DeviceOps, DeviceQos, IoKind, PacedIo, Pacer, PacingConfig, TenantClock};
+use pace::pacer::{
+    DeviceOps, DeviceQos, IoKind, LinkWindow, PacedIo, Pacer, PacingConfig, TenantClock,
+};
 use pace::pool::{Alloc, BufId, ReactorBufs, SharedPool};
 use pace::stats::ReqState;
 use pace::Nanos;
@@ -100,6 +102,8 @@ pub struct ReactorSettings {
     pub tenant_clock: Arc<TenantClock>,
     /// Devices' latency targets and budgets, one for every reactor.
     pub device_qos: Arc<DeviceQos>,
+    /// Every reactor's pacing window, pooled (`auto`).
+    pub link_window: Arc<LinkWindow>,
     pub max_requests: u32,
     pub drain_timeout: Duration,
 }
@@ -173,6 +177,7 @@ impl Reactor {
         }
         pacer.share_tenants(settings.tenant_clock.clone());
         pacer.share_qos(settings.device_qos.clone());
+        pacer.share_link(settings.link_window.clone(), settings.id);
         Ok(Reactor {
             id: settings.id,
             ring,

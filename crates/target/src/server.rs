@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pace::pacer::{DeviceOps, DeviceQos, TenantClock};
+use pace::pacer::{DeviceOps, DeviceQos, LinkWindow, TenantClock};
 use pace::pool::{PoolConfig, SharedPool};
 
 use crate::config::{ConfigError, LoadedConfig};
@@ -128,6 +128,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let tenant_clock = TenantClock::new(catalog.pacing.tenants.len().max(1));
     let qos_targets: Vec<_> = catalog.devices.iter().map(|d| d.qos).collect();
     let device_qos = DeviceQos::new(&qos_targets, origin.elapsed().as_nanos() as u64);
+    let link_window = LinkWindow::new(n);
     let mut handles = Vec::with_capacity(n);
     let mut threads: Vec<JoinHandle<()>> = Vec::with_capacity(n);
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
@@ -142,6 +143,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
             device_ops: device_ops.clone(),
             tenant_clock: tenant_clock.clone(),
             device_qos: device_qos.clone(),
+            link_window: link_window.clone(),
             max_requests: cfg.server.max_requests_per_reactor,
             drain_timeout: Duration::from_secs(cfg.server.drain_timeout_s),
         };

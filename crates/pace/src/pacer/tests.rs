@@ -483,6 +483,11 @@ fn a_device_deep_in_debt_still_releases_once_its_io_waited_too_long() {
     };
     let mut p = Pacer::new(c, 9, K128, None, 0);
     p.devices[8].deficit = -(1000 * i64::from(K128) * 64);
+    // Measured slow (40 ms against the others' 400 us), so its turns are
+    // its own (fast devices lend theirs to the oldest IO).
+    p.latency.update(400_000, true, 0);
+    p.devices[8].latency.update(40_000_000, true, 0);
+    p.devices[8].device_latency.update(40_000_000, 0);
     p.enqueue(io(1, 8, 0, K128), 0);
     let mut out = Vec::new();
     let mut next = 100;
@@ -515,4 +520,58 @@ fn a_device_deep_in_debt_still_releases_once_its_io_waited_too_long() {
         at > MAX_PACER_WAIT_NS && at <= MAX_PACER_WAIT_NS + 1_000_000,
         "released at {at} ns"
     );
+}
+
+#[test]
+fn fast_devices_release_their_oldest_io_first() {
+    // Device 0's IOs arrived first. Round robin alone would alternate the
+    // devices and make device 0's last IO wait behind device 1's newer ones.
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    for i in 0..8 {
+        p.enqueue(io(i, 0, 0, K128), i);
+    }
+    for i in 8..16 {
+        p.enqueue(io(i, 1, 0, K128), i);
+    }
+    let mut order = Vec::new();
+    let mut out = Vec::new();
+    let mut t = 100;
+    while p.queued() > 0 && t < 1_000_000 {
+        p.poll(t, &mut out);
+        for id in out.drain(..) {
+            order.push(id);
+            p.on_complete(id, t + 10);
+        }
+        t += 100;
+    }
+    assert_eq!(order, (0..16).collect::<Vec<u64>>());
+}
+
+#[test]
+fn reactors_split_the_pooled_window_by_backlog() {
+    let link = LinkWindow::new(2);
+    let mut a = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
+    let mut b = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
+    a.share_link(link.clone(), 0);
+    b.share_link(link.clone(), 1);
+    for i in 0..30 {
+        a.enqueue(io(i, 0, 0, K128), 0);
+    }
+    for i in 30..40 {
+        b.enqueue(io(i, 0, 0, K128), 0);
+    }
+    // Each starts with a 4-IO window: 8 pooled. A holds 3/4 of the backlog.
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    a.poll(0, &mut out_a);
+    b.poll(0, &mut out_b);
+    assert_eq!(out_a.len(), 6);
+    assert_eq!(out_b.len(), 2, "what A leaves of the pooled window");
+    // A reactor alone keeps its own window.
+    let mut c = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
+    for i in 0..30 {
+        c.enqueue(io(i, 0, 0, K128), 0);
+    }
+    let mut out_c = Vec::new();
+    c.poll(0, &mut out_c);
+    assert_eq!(out_c.len(), 4);
 }
