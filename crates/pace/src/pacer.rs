@@ -500,7 +500,8 @@ impl Pacer {
     /// Pools this pacer's window with the other reactors' (one
     /// [`LinkWindow`] for all of them; `reactor` is this one's index).
     pub fn share_link(&mut self, link: Arc<LinkWindow>, reactor: usize) {
-        if reactor < link.reactors() {
+        // One reactor has nothing to pool with: no shared writes per IO.
+        if reactor < link.reactors() && link.reactors() > 1 {
             self.link = Some((link, reactor));
             self.publish_link();
         }
