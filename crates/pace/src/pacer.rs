@@ -609,6 +609,9 @@ impl Pacer {
         }
         if let Some(f) = self.flights.remove(&id) {
             self.land(f);
+            // This reactor may poll no more (its last connection died): the
+            // others must not go on counting what it held.
+            self.publish_link();
             return true;
         }
         false

@@ -566,6 +566,13 @@ fn reactors_split_the_pooled_window_by_backlog() {
     b.poll(0, &mut out_b);
     assert_eq!(out_a.len(), 6);
     assert_eq!(out_b.len(), 2, "what A leaves of the pooled window");
+    // B's connection dies, two IOs in flight and eight queued: A may use
+    // B's part of the window at once.
+    for id in (32..40).chain(30..32) {
+        assert!(b.cancel(id));
+    }
+    a.poll(1, &mut out_a);
+    assert_eq!(out_a.len(), 8, "A gets what B held");
     // A reactor alone keeps its own window.
     let mut c = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
     for i in 0..30 {
