@@ -655,11 +655,18 @@ impl Pacer {
         match (dev.rate.get(), self.hold_time(d)) {
             (Some(r), Some(l)) => {
                 let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
-                w.clamp(2 * self.max_io, self.cfg.max_window.max(2 * self.max_io))
+                self.clamp_window(w, 2)
             }
             // Until it has delivered, a device may fill the whole window.
             _ => self.window_now,
         }
+    }
+
+    /// A window of at least `min_ios` of the largest IO and at most
+    /// `max_window` (unless that is smaller than the minimum).
+    fn clamp_window(&self, w: u64, min_ios: u64) -> u64 {
+        let min = min_ios * self.max_io;
+        w.clamp(min, self.cfg.max_window.max(min))
     }
 
     /// Releases what may go now into `out` (IO ids).
@@ -678,9 +685,7 @@ impl Pacer {
             .link
             .as_ref()
             .and_then(|(l, r)| l.share(*r))
-            .map_or(self.window, |w| {
-                w.clamp(2 * self.max_io, self.cfg.max_window.max(2 * self.max_io))
-            });
+            .map_or(self.window, |w| self.clamp_window(w, 2));
         for io in std::mem::take(&mut self.bypassed) {
             self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
             self.take_flight(io, false, u64::from(io.bytes), now);
@@ -1069,7 +1074,7 @@ impl Pacer {
                 1.0
             };
             let w = (self.cfg.gain * probe * r * l as f64 / 1e9) as u64;
-            self.window = w.clamp(4 * self.max_io, self.cfg.max_window.max(4 * self.max_io));
+            self.window = self.clamp_window(w, 4);
         }
         self.publish_link();
     }
