@@ -71,6 +71,10 @@ struct SimArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// Print every reactor's pacer state (window, rate, min latency, bytes
+    /// in flight, queue) each simulated millisecond, to stderr.
+    #[arg(long)]
+    trace: bool,
 }
 
 #[derive(Args)]
@@ -130,6 +134,9 @@ fn main() -> ExitCode {
             let mut argv = args.scenarios;
             if args.json {
                 argv.push("--json".into());
+            }
+            if args.trace {
+                argv.push("--trace".into());
             }
             ExitCode::from(sim::cli_main(&argv) as u8)
         }

@@ -369,6 +369,8 @@ pub struct Pacer {
 const RATE_SAMPLE_NS: Nanos = 1_000_000;
 /// Windowed max of the rate over this many samples (tracks link changes in ~50 ms).
 const RATE_WINDOW: usize = 50;
+/// A rate sample spans at least this many of the largest IOs.
+const RATE_SAMPLE_IOS: u64 = 16;
 /// Every this many rate samples, one is taken with the window enlarged...
 const PROBE_EVERY: u64 = 8;
 /// ...by this factor.
@@ -386,6 +388,14 @@ const MAX_PACER_WAIT_NS: Nanos = 100_000_000;
 const FAST_HOLD_RATIO: f64 = 2.0;
 /// Min-latency window: how long an old minimum is trusted.
 const LATENCY_WINDOW_NS: Nanos = 200_000_000;
+/// How often `auto` drains its window to re-measure the unqueued latency:
+/// twice per min-latency window, so every window holds a drained sample.
+const LATENCY_PROBE_EVERY_NS: Nanos = LATENCY_WINDOW_NS / 2;
+/// The drain lasts this many min latencies (the queue empties, then IOs
+/// released into the empty pipeline complete), within these bounds.
+const LATENCY_PROBE_LATENCIES: u64 = 4;
+const LATENCY_PROBE_MIN_NS: Nanos = 50_000;
+const LATENCY_PROBE_MAX_NS: Nanos = 2_000_000;
 
 impl Pacer {
     /// `devices` is the number of device queues; tenants come from the config
@@ -431,6 +441,7 @@ impl Pacer {
         Pacer {
             devices: vec![
                 Device {
+                    rate: WindowedMax::new(RATE_WINDOW).with_min_bytes(RATE_SAMPLE_IOS * max_io),
                     latency: LargeIoMin::new(LATENCY_WINDOW_NS),
                     device_latency: WindowedMin::new(LATENCY_WINDOW_NS),
                     ..Device::default()
@@ -452,7 +463,7 @@ impl Pacer {
             device_ops,
             tuner_last: now,
             completions_since_tune: 0,
-            rate: WindowedMax::new(RATE_WINDOW),
+            rate: WindowedMax::new(RATE_WINDOW).with_min_bytes(RATE_SAMPLE_IOS * max_io),
             latency: LargeIoMin::new(LATENCY_WINDOW_NS),
             window: 4 * max_io,
             window_now: 4 * max_io,
@@ -662,6 +673,27 @@ impl Pacer {
         }
     }
 
+    /// `auto` is in a latency probe: the window drains for a moment so the
+    /// min-latency estimate sees an empty pipeline. Without it, a window of
+    /// gain x rate x latency keeps a standing queue, each min-latency epoch
+    /// measures that queue, and the window it sizes grows with it. Every
+    /// reactor reads the same clock, so they drain together and the queue
+    /// they share empties.
+    fn probing_latency(&self, now: Nanos) -> bool {
+        self.probe_end(now).is_some_and(|end| now < end)
+    }
+
+    /// The end of the latency probe of the current probe period, if `auto`
+    /// has a latency to size it with.
+    fn probe_end(&self, now: Nanos) -> Option<Nanos> {
+        if self.cfg.mode != Mode::Auto {
+            return None;
+        }
+        let lat = self.latency.get()?;
+        let len = (LATENCY_PROBE_LATENCIES * lat).clamp(LATENCY_PROBE_MIN_NS, LATENCY_PROBE_MAX_NS);
+        Some(now - now % LATENCY_PROBE_EVERY_NS + len)
+    }
+
     /// A window of at least `min_ios` of the largest IO and at most
     /// `max_window` (unless that is smaller than the minimum).
     fn clamp_window(&self, w: u64, min_ios: u64) -> u64 {
@@ -686,6 +718,12 @@ impl Pacer {
             .as_ref()
             .and_then(|(l, r)| l.share(*r))
             .map_or(self.window, |w| self.clamp_window(w, 2));
+        if self.probing_latency(now) {
+            // Half the path's rate x latency: the standing queue that gain
+            // builds drains, and the IOs released now see the bare latency.
+            let half_bdp = self.window_now as f64 / (2.0 * self.cfg.gain.max(1.0));
+            self.window_now = (half_bdp as u64).max(self.max_io);
+        }
         for io in std::mem::take(&mut self.bypassed) {
             self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
             self.take_flight(io, false, u64::from(io.bytes), now);
@@ -1122,6 +1160,10 @@ impl Pacer {
         if self.held {
             // Nothing here completes when another reactor's tenant catches up.
             at(now + HOLD_RECHECK_NS);
+        }
+        if let Some(end) = self.probe_end(now).filter(|&end| now < end) {
+            // The window reopens when the latency probe ends.
+            at(end);
         }
         if self.cfg.mode == Mode::Rate {
             if self.credit > 0.0 {

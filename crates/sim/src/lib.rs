@@ -46,6 +46,10 @@ pub struct Scenario {
     pub hosts: Vec<HostGroup>,
     /// One table per entry: a pacing config (and optional buffer count) to compare.
     pub runs: Vec<RunConfig>,
+    /// Print each reactor's pacer state every simulated millisecond to
+    /// stderr (`iopace sim --trace`): how the estimates move over a run.
+    #[serde(skip)]
+    pub trace: bool,
 }
 
 fn one_u64() -> u64 {
@@ -288,6 +292,8 @@ struct Sim<'a> {
     released: Vec<u64>,
     issued: u64,
     completed: u64,
+    /// Names the run in `--trace` lines.
+    trace_tag: String,
 }
 
 const SLOT_NS: Nanos = 10_000_000;
@@ -378,6 +384,7 @@ impl<'a> Sim<'a> {
             .collect();
         Sim {
             sc,
+            trace_tag: format!("run={:?} qd={qd}", run.label),
             now: 0,
             seq: 0,
             events: BinaryHeap::new(),
@@ -629,6 +636,30 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// One `--trace` line: time, buffers in use, and per reactor its
+    /// window, rate and latency estimates, bytes in flight and queue.
+    fn trace_line(&self, t: Nanos) {
+        let mib = |b: f64| b / f64::from(1u32 << 20);
+        let bufs = mib((self.in_use * u64::from(self.sc.target.buffer_size)) as f64);
+        let mut line = format!(
+            "trace {} t_ms={} bufs_mib={bufs:.2}",
+            self.trace_tag,
+            t / 1_000_000
+        );
+        for (i, p) in self.pacers.iter().enumerate() {
+            let s = p.stats(t);
+            line += &format!(
+                " | r{i} window_mib={:.2} rate_gbps={:.1} min_lat_us={:.0} in_flight_mib={:.2} queued={}",
+                mib(s.window_bytes as f64),
+                s.rate_bps * 8e-9,
+                s.min_latency_us,
+                mib(s.bytes_in_flight as f64),
+                s.queued
+            );
+        }
+        eprintln!("{line}");
+    }
+
     fn run(mut self) -> Row {
         for h in 0..self.hosts.len() {
             for _ in 0..self.hosts[h].qd {
@@ -642,6 +673,7 @@ impl<'a> Sim<'a> {
         }
         let warm = self.sc.warmup_ms * 1_000_000;
         let end = warm + self.sc.duration_ms * 1_000_000;
+        let mut next_trace = 0;
         while let Some(Reverse((t, _, ev))) = self.events.pop() {
             if t > end {
                 break;
@@ -653,6 +685,10 @@ impl<'a> Sim<'a> {
             }
             self.now = t;
             self.handle(ev);
+            if self.sc.trace && t >= next_trace {
+                next_trace += 1_000_000;
+                self.trace_line(t);
+            }
         }
         self.now = end;
         let secs = self.sc.duration_ms as f64 / 1e3;
@@ -826,14 +862,15 @@ pub fn render(sc: &Scenario, results: &[(String, Vec<Row>)]) -> String {
 /// `iopace sim SCENARIO.toml [--json]`.
 pub fn cli_main(args: &[String]) -> i32 {
     let json = args.iter().any(|a| a == "--json");
+    let trace = args.iter().any(|a| a == "--trace");
     let paths: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     if paths.is_empty() {
-        eprintln!("usage: iopace sim SCENARIO.toml... [--json]");
+        eprintln!("usage: iopace sim SCENARIO.toml... [--json] [--trace]");
         return 2;
     }
     for p in paths {
         let sc = match load(p) {
-            Ok(s) => s,
+            Ok(s) => Scenario { trace, ..s },
             Err(e) => {
                 eprintln!("iopace sim: {e}");
                 return 2;

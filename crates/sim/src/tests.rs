@@ -154,6 +154,28 @@ fn auto_keeps_the_tail_near_the_average_across_reactors_and_devices() {
 }
 
 #[test]
+fn auto_window_does_not_grow_with_its_own_queue_over_time() {
+    // gain x rate x latency keeps a standing queue at the port; if the
+    // min-latency estimate measured that queue, each new epoch would size a
+    // bigger window and a bigger queue. Latency probes keep the estimate at
+    // the bare pipeline, so a late stretch looks like an early one.
+    let mut sc = small(vec![run(Mode::Auto)]);
+    sc.target.reactors = 4;
+    sc.devices[0].count = 8;
+    sc.warmup_ms = 30;
+    sc.duration_ms = 100;
+    let early = simulate(&sc, &sc.runs[0], 256);
+    sc.warmup_ms = 900;
+    let late = simulate(&sc, &sc.runs[0], 256);
+    assert!(late.bw_gbps > 0.95 * 10.0, "{late:?}");
+    assert!(late.p99_us < 1.5 * late.avg_lat_us, "{late:?}");
+    assert!(
+        late.bufs_mib_avg < 1.25 * early.bufs_mib_avg,
+        "early {early:?}, late {late:?}"
+    );
+}
+
+#[test]
 fn a_latency_target_holds_a_saturated_drive_near_it() {
     let mut rc = run(Mode::Rate);
     rc.pacing.period_us = Some(2.0);

@@ -6,10 +6,11 @@ use std::collections::VecDeque;
 use crate::Nanos;
 
 /// Max of the last `n` rate samples; a sample is bytes delivered over at
-/// least `span` nanoseconds.
+/// least `span` nanoseconds and at least `min_bytes`.
 #[derive(Debug, Clone, Default)]
 pub struct WindowedMax {
     n: usize,
+    min_bytes: u64,
     samples: VecDeque<f64>,
     last_t: Option<Nanos>,
     last_bytes: u64,
@@ -23,6 +24,14 @@ impl WindowedMax {
         }
     }
 
+    /// Samples hold at least `bytes`: the max of samples of a few IOs each
+    /// is the luckiest burst, not the rate (a slow flow delivering two IOs
+    /// in most milliseconds and five in one would read 2.5x its rate).
+    pub fn with_min_bytes(mut self, bytes: u64) -> WindowedMax {
+        self.min_bytes = bytes;
+        self
+    }
+
     /// Offers the cumulative byte count at `now`; true if a sample was taken.
     pub fn offer(&mut self, now: Nanos, cumulative: u64, span: Nanos) -> bool {
         let Some(t) = self.last_t else {
@@ -31,7 +40,7 @@ impl WindowedMax {
             return false;
         };
         let dt = now.saturating_sub(t);
-        if dt < span {
+        if dt < span || cumulative.saturating_sub(self.last_bytes) < self.min_bytes {
             return false;
         }
         let rate = cumulative.saturating_sub(self.last_bytes) as f64 * 1e9 / dt as f64;
@@ -128,6 +137,11 @@ mod tests {
         assert!(m.offer(1000, 100, 1000)); // 100 B/us
         assert!(!m.offer(1500, 1000, 1000)); // too soon
         assert!(m.offer(2000, 150, 1000));
+        let mut few = WindowedMax::new(4).with_min_bytes(100);
+        assert!(!few.offer(0, 0, 1000));
+        assert!(!few.offer(1000, 50, 1000)); // too few bytes
+        assert!(few.offer(3000, 150, 1000));
+        assert_eq!(few.get(), Some(150.0 * 1e9 / 3000.0));
         assert_eq!(m.get(), Some(1e8));
         for i in 3..7 {
             m.offer(i * 1000, 150 + (i - 2) * 10, 1000);

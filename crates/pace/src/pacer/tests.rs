@@ -516,8 +516,10 @@ fn a_device_deep_in_debt_still_releases_once_its_io_waited_too_long() {
         }
     }
     let at = released_at.expect("the slow device's IO was released");
+    // The wait bound falls on a latency probe here, which holds the
+    // window for up to its length.
     assert!(
-        at > MAX_PACER_WAIT_NS && at <= MAX_PACER_WAIT_NS + 1_000_000,
+        at > MAX_PACER_WAIT_NS && at <= MAX_PACER_WAIT_NS + LATENCY_PROBE_MAX_NS + 1_000_000,
         "released at {at} ns"
     );
 }
