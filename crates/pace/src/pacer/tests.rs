@@ -584,3 +584,32 @@ fn reactors_split_the_pooled_window_by_backlog() {
     c.poll(0, &mut out_c);
     assert_eq!(out_c.len(), 4);
 }
+
+#[test]
+fn auto_drains_its_window_for_a_latency_probe_every_period() {
+    // A measured 100 us path and a 16-IO window: the probe at each 100 ms
+    // mark lasts 4 latencies and admits a quarter of the window (half the
+    // rate x latency it was sized from at gain 2).
+    let lat = 100_000;
+    let probe = LATENCY_PROBE_EVERY_NS;
+    let released = |now: Nanos| {
+        let mut p = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
+        p.latency.update(lat, true, 0);
+        p.window = 16 * u64::from(K128);
+        for i in 0..64 {
+            p.enqueue(io(i, 0, 0, K128), now);
+        }
+        let mut out = Vec::new();
+        p.poll(now, &mut out);
+        (out.len(), p.next_wakeup(now))
+    };
+    assert_eq!(released(probe / 2).0, 16, "outside a probe");
+    let (inside, wake) = released(probe + 1_000);
+    assert_eq!(inside, 4, "inside a probe");
+    assert_eq!(wake, Some(probe + LATENCY_PROBE_LATENCIES * lat));
+    assert_eq!(
+        released(probe + LATENCY_PROBE_LATENCIES * lat).0,
+        16,
+        "after it"
+    );
+}
