@@ -17,6 +17,8 @@
 //!   needs: `gain x (max delivered rate) x (min release-to-done latency)`,
 //!   measured from completions (the wire's drain), with one window per device
 //!   so a slow device cannot take the buffers fast ones need.
+//!   Every 100 ms the window drains briefly, so the min latency is measured
+//!   on an empty pipeline and not on the queue the window itself keeps.
 //!
 //! In `rate` and `auto`, devices with latency targets (see [`qos`]) also
 //! wait for device-time budget at their current vrate.
