@@ -399,6 +399,15 @@ const LATENCY_PROBE_LATENCIES: u64 = 4;
 const LATENCY_PROBE_MIN_NS: Nanos = 50_000;
 const LATENCY_PROBE_MAX_NS: Nanos = 2_000_000;
 
+/// The delivered-rate estimator for a reactor or a device: the max of recent
+/// samples of at least `RATE_SAMPLE_IOS` IOs, over the last
+/// `RATE_WINDOW` sample spans.
+fn rate_filter(max_io: u64) -> WindowedMax {
+    WindowedMax::new(RATE_WINDOW)
+        .with_min_bytes(RATE_SAMPLE_IOS * max_io)
+        .with_max_age(RATE_WINDOW as Nanos * RATE_SAMPLE_NS)
+}
+
 impl Pacer {
     /// `devices` is the number of device queues; tenants come from the config
     /// (tenant 0 is the default for IO matching no tenant). `buffer_size` sets
@@ -443,7 +452,7 @@ impl Pacer {
         Pacer {
             devices: vec![
                 Device {
-                    rate: WindowedMax::new(RATE_WINDOW).with_min_bytes(RATE_SAMPLE_IOS * max_io),
+                    rate: rate_filter(max_io),
                     latency: LargeIoMin::new(LATENCY_WINDOW_NS),
                     device_latency: WindowedMin::new(LATENCY_WINDOW_NS),
                     ..Device::default()
@@ -465,7 +474,7 @@ impl Pacer {
             device_ops,
             tuner_last: now,
             completions_since_tune: 0,
-            rate: WindowedMax::new(RATE_WINDOW).with_min_bytes(RATE_SAMPLE_IOS * max_io),
+            rate: rate_filter(max_io),
             latency: LargeIoMin::new(LATENCY_WINDOW_NS),
             window: 4 * max_io,
             window_now: 4 * max_io,

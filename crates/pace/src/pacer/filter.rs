@@ -6,12 +6,15 @@ use std::collections::VecDeque;
 use crate::Nanos;
 
 /// Max of the last `n` rate samples; a sample is bytes delivered over at
-/// least `span` nanoseconds and at least `min_bytes`.
+/// least `span` nanoseconds and at least `min_bytes`, and none is older than
+/// `max_age` (the newest is always kept).
 #[derive(Debug, Clone, Default)]
 pub struct WindowedMax {
     n: usize,
     min_bytes: u64,
-    samples: VecDeque<f64>,
+    max_age: Option<Nanos>,
+    /// (taken at, bytes per second)
+    samples: VecDeque<(Nanos, f64)>,
     last_t: Option<Nanos>,
     last_bytes: u64,
 }
@@ -29,6 +32,13 @@ impl WindowedMax {
     /// in most milliseconds and five in one would read 2.5x its rate).
     pub fn with_min_bytes(mut self, bytes: u64) -> WindowedMax {
         self.min_bytes = bytes;
+        self
+    }
+
+    /// Samples expire after `age`, so a floor of bytes per sample on a slow
+    /// flow does not stretch how long an old rate is remembered.
+    pub fn with_max_age(mut self, age: Nanos) -> WindowedMax {
+        self.max_age = Some(age);
         self
     }
 
@@ -50,14 +60,21 @@ impl WindowedMax {
         if self.samples.len() == self.n {
             self.samples.pop_front();
         }
-        self.samples.push_back(rate);
+        self.samples.push_back((now, rate));
+        if let Some(age) = self.max_age {
+            while self.samples.len() > 1
+                && self.samples.front().is_some_and(|&(t0, _)| t0 + age < now)
+            {
+                self.samples.pop_front();
+            }
+        }
         self.last_t = Some(now);
         self.last_bytes = cumulative;
         true
     }
 
     pub fn get(&self) -> Option<f64> {
-        let m = self.samples.iter().copied().fold(0.0, f64::max);
+        let m = self.samples.iter().map(|&(_, r)| r).fold(0.0, f64::max);
         (m > 0.0).then_some(m)
     }
 }
@@ -142,6 +159,11 @@ mod tests {
         assert!(!few.offer(1000, 50, 1000)); // too few bytes
         assert!(few.offer(3000, 150, 1000));
         assert_eq!(few.get(), Some(150.0 * 1e9 / 3000.0));
+        let mut aging = WindowedMax::new(50).with_max_age(10_000);
+        aging.offer(0, 0, 1000);
+        aging.offer(1000, 1000, 1000); // 1e9 B/s
+        aging.offer(20_000, 1100, 1000); // slower, and the first has expired
+        assert_eq!(aging.get(), Some(100.0 * 1e9 / 19_000.0));
         assert_eq!(m.get(), Some(1e8));
         for i in 3..7 {
             m.offer(i * 1000, 150 + (i - 2) * 10, 1000);
