@@ -748,7 +748,21 @@ impl Pacer {
         for tenant in &mut self.tenants {
             tenant.held = false;
         }
+        // The least virtual time of a tenant that waits for the shared
+        // window: tenants further ahead than the slack wait with it.
+        let mut window_waiter: Option<f64> = None;
         while let Some(t) = self.pick_tenant(&skipped) {
+            // The shared window is the link's, and a tenant waiting for it
+            // waits for the link; one that took the gap instead would take
+            // the link from it, whatever the weights. (A slow device's IO
+            // counts a fraction of its bytes in the window, so a tenant of
+            // slow devices always finds a gap.)
+            if window_waiter.is_some_and(|v| self.clock.vtime(t) > v + TENANT_SLACK)
+                && !self.light(t)
+            {
+                skipped[t] = true;
+                continue;
+            }
             // Tenants queued here are arbitrated here; one busy only on other
             // reactors is waited for if this one runs too far ahead of it.
             if self.clock.lead(t, |u| self.tenants[u].queued > 0) > TENANT_SLACK {
@@ -783,6 +797,8 @@ impl Pacer {
                         // it is: a smaller-charged IO behind it must not
                         // take the gap, or DRR's shares would not hold.
                         skipped[t] = true;
+                        let v = self.clock.vtime(t);
+                        window_waiter = Some(window_waiter.map_or(v, |w| w.min(v)));
                         continue;
                     }
                     self.device_window_open(d, t, bytes)

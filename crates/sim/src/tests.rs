@@ -128,6 +128,42 @@ fn weights_split_a_saturated_link() {
 }
 
 #[test]
+fn weights_hold_when_one_tenant_reads_slow_devices() {
+    // Tenant 0 reads four drives, tenant 1 four 1 ms delay devices, one
+    // host each, weights 4 : 1. A slow device's IO counts a fraction of its
+    // bytes in the shared window, so tenant 1 always finds a gap there; if
+    // it took those gaps, its replies would take half the link.
+    let mut sc = small(vec![]);
+    sc.duration_ms = 200;
+    sc.warmup_ms = 50;
+    sc.hosts[0].count = 1;
+    sc.hosts[0].devices = vec![0, 1, 2, 3];
+    let mut slow_host = sc.hosts[0].clone();
+    slow_host.devices = vec![4, 5, 6, 7];
+    slow_host.tenant = 1;
+    sc.hosts.push(slow_host);
+    let mut slow = sc.devices[0].clone();
+    slow.kind = DeviceKind::Delay;
+    slow.latency_us = 1000.0;
+    sc.devices.push(slow);
+    let mut rc = run(Mode::Auto);
+    rc.pacing.tenants = ["fast", "slow"]
+        .iter()
+        .zip([4.0, 1.0])
+        .map(|(name, weight)| TenantConfig {
+            name: (*name).into(),
+            weight,
+            exports: vec![],
+        })
+        .collect();
+    let r = simulate(&sc, &rc, 256);
+    let ratio = r.per_group_gbps[0] / r.per_group_gbps[1];
+    assert!((3.0..5.0).contains(&ratio), "ratio {ratio}: {r:?}");
+    assert!(r.bw_gbps > 0.95 * 10.0, "{r:?}");
+    assert!(r.conserved);
+}
+
+#[test]
 fn rate_follows_a_link_step() {
     let mut sc = small(vec![run(Mode::Auto)]);
     sc.ports[0].step = Some((20, 5.0));
