@@ -39,6 +39,10 @@ pub struct TargetStats {
     pub cpu_cores: f64,
     /// Target CPU per IO, us.
     pub cpu_us_per_io: f64,
+    /// Replies the target finished per export over the window, per second
+    /// (iopace): its own count, to check fio's per-job numbers against.
+    #[serde(default)]
+    pub export_replies_per_s: BTreeMap<String, f64>,
 }
 
 /// One run's result, saved as `runs/KEY.json`.
@@ -406,6 +410,14 @@ fn one_run(
     }
     let mut stats = sampler.finish();
     stats.bufs_max_mib = end.bufs_peak;
+    stats.export_replies_per_s = end
+        .export_replies
+        .iter()
+        .map(|(name, n)| {
+            let before = start.export_replies.get(name).copied().unwrap_or(0);
+            (name.clone(), n.saturating_sub(before) as f64 / secs)
+        })
+        .collect();
     if let (Some(a), Some(b)) = (start.bufs, end.bufs) {
         stats.bufs_avg_mib = Some(((b.0 * b.1 - a.0 * a.1) / (b.1 - a.1).max(1e-9)).max(0.0));
     }
@@ -439,6 +451,8 @@ struct Snapshot {
     bufs: Option<(f64, f64)>,
     /// Peak MiB in use since start, summed over reactors.
     bufs_peak: Option<f64>,
+    /// Replies finished since start per export, summed over reactors.
+    export_replies: BTreeMap<String, u64>,
 }
 
 impl Snapshot {
@@ -447,6 +461,22 @@ impl Snapshot {
             .rpc
             .as_ref()
             .and_then(|p| target::rpc::call(p, "get_stats", Value::Null).ok());
+        let mut export_replies = BTreeMap::new();
+        let reactors = stats.as_ref().and_then(|st| st.get("reactors")?.as_array());
+        for r in reactors.into_iter().flatten() {
+            for e in r
+                .get("exports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let name = e.get("name").and_then(Value::as_str);
+                let count = e.get("latency").and_then(|l| l.get("count")?.as_u64());
+                if let (Some(name), Some(count)) = (name, count) {
+                    *export_replies.entry(name.to_string()).or_default() += count;
+                }
+            }
+        }
         let bufs_peak = stats.as_ref().and_then(|st| {
             let reactors = st.get("reactors")?.as_array()?;
             Some(
@@ -466,6 +496,7 @@ impl Snapshot {
             Some((avg, up))
         });
         Snapshot {
+            export_replies,
             at: Instant::now(),
             link: hosts.counters(),
             cpu: procs::cpu_seconds_tree(target.proc.pid()),
@@ -535,6 +566,7 @@ impl Sampler {
             samples: self.n,
             cpu_cores: 0.0,
             cpu_us_per_io: 0.0,
+            export_replies_per_s: BTreeMap::new(),
         }
     }
 }
