@@ -380,6 +380,9 @@ const PROBE_GAIN: f64 = 1.25;
 /// How far (cost units per unit of weight, i.e. ns of device time) a tenant
 /// may run ahead of a busy tenant served on another reactor before it waits.
 const TENANT_SLACK: f64 = 1_000_000.0;
+/// A tenant held to its share waits here while another reactor holds an
+/// IO of it older by more than this (see `TenantClock::holds_oldest`).
+const TENANT_FIFO_TOLERANCE_NS: Nanos = 1_000_000;
 /// How soon a pacer holding a tenant back looks again.
 const HOLD_RECHECK_NS: Nanos = 20_000;
 /// Past this wait in the pacer, a device's DRR debt is forgiven, so a slow
@@ -622,6 +625,8 @@ impl Pacer {
                     t.active.retain(|&x| x != di);
                 }
                 self.publish_link();
+                // A reactor whose last connection died may poll no more.
+                self.publish_oldest();
                 return true;
             }
         }
@@ -757,11 +762,17 @@ impl Pacer {
             // the link from it, whatever the weights. (A slow device's IO
             // counts a fraction of its bytes in the window, so a tenant of
             // slow devices always finds a gap.)
-            if window_waiter.is_some_and(|v| self.clock.vtime(t) > v + TENANT_SLACK)
-                && !self.light(t)
-            {
-                skipped[t] = true;
-                continue;
+            if window_waiter.is_some() && !self.light(t) {
+                let ahead = window_waiter.is_some_and(|v| self.clock.vtime(t) > v + TENANT_SLACK);
+                // Held to its share, the tenant's slots go to the reactor
+                // with its oldest IO, not to whichever polls first.
+                let elsewhere = self.link.as_ref().is_some_and(|(_, r)| {
+                    !self.clock.holds_oldest(t, *r, TENANT_FIFO_TOLERANCE_NS)
+                });
+                if ahead || elsewhere {
+                    skipped[t] = true;
+                    continue;
+                }
             }
             // Tenants queued here are arbitrated here; one busy only on other
             // reactors is waited for if this one runs too far ahead of it.
@@ -912,6 +923,28 @@ impl Pacer {
         }
         self.skipped = skipped;
         self.publish_link();
+        self.publish_oldest();
+    }
+
+    /// Publishes when each tenant's oldest IO queued here arrived, for the
+    /// reactors' shared tenant clock. Only with tenants on pooled reactors.
+    fn publish_oldest(&self) {
+        let Some((_, r)) = &self.link else { return };
+        if self.tenants.len() < 2 || self.clock.reactors() < 2 {
+            return;
+        }
+        for (t, tenant) in self.tenants.iter().enumerate() {
+            let oldest = tenant
+                .active
+                .iter()
+                .filter_map(|&d| {
+                    let dev = &self.devices[d];
+                    let pos = dev.queue.iter().position(|io| io.tenant == t)?;
+                    dev.queued_at.get(pos).copied()
+                })
+                .min();
+            self.clock.set_oldest(t, *r, oldest);
+        }
     }
 
     /// Counts a released IO as in flight until `on_complete` or `cancel`.

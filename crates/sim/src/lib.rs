@@ -354,7 +354,8 @@ impl<'a> Sim<'a> {
             .num_shared_buffers
             .unwrap_or(sc.target.num_shared_buffers);
         // One tenant clock for all reactors, as the target has.
-        let clock = TenantClock::new(run.pacing.tenants.len().max(1));
+        let clock =
+            TenantClock::with_reactors(run.pacing.tenants.len().max(1), sc.target.reactors.max(1));
         let qos_targets: Vec<_> = devs
             .iter()
             .map(|d| match d.kind {

@@ -125,7 +125,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         .pacing
         .device_ops
         .map(|limit| DeviceOps::new(catalog.devices.len(), limit));
-    let tenant_clock = TenantClock::new(catalog.pacing.tenants.len().max(1));
+    let tenant_clock = TenantClock::with_reactors(catalog.pacing.tenants.len().max(1), n);
     let qos_targets: Vec<_> = catalog.devices.iter().map(|d| d.qos).collect();
     let device_qos = DeviceQos::new(&qos_targets, origin.elapsed().as_nanos() as u64);
     let link_window = LinkWindow::new(n);

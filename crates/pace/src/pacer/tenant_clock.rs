@@ -8,6 +8,10 @@
 //! of the slowest other tenant with IO queued anywhere. An idle tenant is
 //! not waited for (work-conserving), and one waking from idle starts at the
 //! busy tenants' time, so idleness earns no credit.
+//!
+//! Each pacer also publishes when each tenant's oldest IO queued on its
+//! reactor arrived, so a tenant held to its share serves its reactors
+//! oldest first instead of whichever polls first.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,14 +21,57 @@ pub struct TenantClock {
     /// f64 bits: virtual time, cost units per unit of weight.
     vtime: Vec<AtomicU64>,
     queued: Vec<AtomicU64>,
+    /// [tenant * reactors + reactor]: arrival (ns) of the tenant's oldest IO
+    /// queued on that reactor; `NONE_QUEUED` if none.
+    oldest: Vec<AtomicU64>,
+    reactors: usize,
 }
+
+const NONE_QUEUED: u64 = u64::MAX;
 
 impl TenantClock {
     pub fn new(tenants: usize) -> Arc<TenantClock> {
+        TenantClock::with_reactors(tenants, 1)
+    }
+
+    /// A clock for `tenants` served by `reactors` pacers.
+    pub fn with_reactors(tenants: usize, reactors: usize) -> Arc<TenantClock> {
+        let (tenants, reactors) = (tenants.max(1), reactors.max(1));
+        let atomics = |n: usize, v: u64| (0..n).map(|_| AtomicU64::new(v)).collect();
         Arc::new(TenantClock {
-            vtime: (0..tenants.max(1)).map(|_| AtomicU64::new(0)).collect(),
-            queued: (0..tenants.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            vtime: atomics(tenants, 0),
+            queued: atomics(tenants, 0),
+            oldest: atomics(tenants * reactors, NONE_QUEUED),
+            reactors,
         })
+    }
+
+    pub fn reactors(&self) -> usize {
+        self.reactors
+    }
+
+    /// Tenant `t`'s oldest IO queued on `reactor` arrived `at` (None: it
+    /// has none queued there).
+    pub fn set_oldest(&self, t: usize, reactor: usize, at: Option<u64>) {
+        if reactor < self.reactors {
+            if let Some(o) = self.oldest.get(t * self.reactors + reactor) {
+                o.store(at.unwrap_or(NONE_QUEUED), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Tenant `t`'s oldest IO on `reactor` is no more than `tolerance` ns
+    /// younger than its oldest on any other reactor.
+    pub fn holds_oldest(&self, t: usize, reactor: usize, tolerance: u64) -> bool {
+        let at = |r: usize| {
+            self.oldest
+                .get(t * self.reactors + r)
+                .map_or(NONE_QUEUED, |o| o.load(Ordering::Relaxed))
+        };
+        let own = at(reactor);
+        (0..self.reactors)
+            .filter(|&r| r != reactor)
+            .all(|r| own <= at(r).saturating_add(tolerance))
     }
 
     pub fn tenants(&self) -> usize {
@@ -92,6 +139,21 @@ impl TenantClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reactor_with_the_oldest_io_is_served_first() {
+        let c = TenantClock::with_reactors(2, 3);
+        c.set_oldest(1, 0, Some(5_000));
+        c.set_oldest(1, 1, Some(1_000));
+        assert!(!c.holds_oldest(1, 0, 1_000), "reactor 1 waited 4 us longer");
+        assert!(c.holds_oldest(1, 0, 4_000), "within the tolerance");
+        assert!(c.holds_oldest(1, 1, 0));
+        c.set_oldest(1, 1, None);
+        assert!(c.holds_oldest(1, 0, 0), "reactor 1 has none queued now");
+        assert!(c.holds_oldest(0, 2, 0), "tenant 0 queued nowhere");
+        c.set_oldest(1, 9, Some(0)); // an unknown reactor is ignored
+        assert!(c.holds_oldest(1, 0, 0));
+    }
 
     #[test]
     fn lead_counts_only_busy_tenants_and_waking_tenants_start_level() {
