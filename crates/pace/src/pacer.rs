@@ -253,6 +253,13 @@ struct Device {
     last_offset: u64,
 }
 
+impl Device {
+    /// Where tenant `t`'s oldest IO sits in this device's queue (FIFO).
+    fn head(&self, t: usize) -> Option<usize> {
+        self.queue.iter().position(|io| io.tenant == t)
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Tenant {
     name: String,
@@ -696,18 +703,19 @@ impl Pacer {
     /// reactor reads the same clock, so they drain together and the queue
     /// they share empties.
     fn probing_latency(&self, now: Nanos) -> bool {
-        self.probe_end(now).is_some_and(|end| now < end)
+        self.probe_end(now).is_some()
     }
 
-    /// The end of the latency probe of the current probe period, if `auto`
-    /// has a latency to size it with.
+    /// When the latency probe under way ends (None: none is under way, or
+    /// `auto` has no latency to size one with yet).
     fn probe_end(&self, now: Nanos) -> Option<Nanos> {
         if self.cfg.mode != Mode::Auto {
             return None;
         }
         let lat = self.latency.get()?;
         let len = (LATENCY_PROBE_LATENCIES * lat).clamp(LATENCY_PROBE_MIN_NS, LATENCY_PROBE_MAX_NS);
-        Some(now - now % LATENCY_PROBE_EVERY_NS + len)
+        let end = now - now % LATENCY_PROBE_EVERY_NS + len;
+        (now < end).then_some(end)
     }
 
     /// A window of at least `min_ios` of the largest IO and at most
@@ -762,8 +770,8 @@ impl Pacer {
             // the link from it, whatever the weights. (A slow device's IO
             // counts a fraction of its bytes in the window, so a tenant of
             // slow devices always finds a gap.)
-            if window_waiter.is_some() && !self.light(t) {
-                let ahead = window_waiter.is_some_and(|v| self.clock.vtime(t) > v + TENANT_SLACK);
+            if let Some(v) = window_waiter.filter(|_| !self.light(t)) {
+                let ahead = self.clock.vtime(t) > v + TENANT_SLACK;
                 // Held to its share, the tenant's slots go to the reactor
                 // with its oldest IO, not to whichever polls first.
                 let elsewhere = self.link.as_ref().is_some_and(|(_, r)| {
@@ -939,8 +947,7 @@ impl Pacer {
                 .iter()
                 .filter_map(|&d| {
                     let dev = &self.devices[d];
-                    let pos = dev.queue.iter().position(|io| io.tenant == t)?;
-                    dev.queued_at.get(pos).copied()
+                    dev.queued_at.get(dev.head(t)?).copied()
                 })
                 .min();
             self.clock.set_oldest(t, *r, oldest);
@@ -1022,8 +1029,7 @@ impl Pacer {
     /// gets the same rate, and their IOs wait several times longer. Slow
     /// devices keep their own turns and charges.
     fn turn_server(&mut self, t: usize, front: usize, now: Nanos) -> (usize, usize) {
-        let head = |dev: &Device| dev.queue.iter().position(|io| io.tenant == t);
-        let front_pos = head(&self.devices[front]).unwrap_or(0);
+        let front_pos = self.devices[front].head(t).unwrap_or(0);
         if self.cfg.mode != Mode::Auto || self.hold_ratio(front) >= FAST_HOLD_RATIO {
             return (front, front_pos);
         }
@@ -1033,7 +1039,7 @@ impl Pacer {
         for i in 0..self.tenants[t].active.len() {
             let d = self.tenants[t].active[i];
             let dev = &self.devices[d];
-            let Some(pos) = head(dev) else { continue };
+            let Some(pos) = dev.head(t) else { continue };
             let arrived = dev.queued_at[pos];
             if arrived >= best.2
                 || self.hold_ratio(d) >= FAST_HOLD_RATIO
@@ -1221,7 +1227,7 @@ impl Pacer {
             // Nothing here completes when another reactor's tenant catches up.
             at(now + HOLD_RECHECK_NS);
         }
-        if let Some(end) = self.probe_end(now).filter(|&end| now < end) {
+        if let Some(end) = self.probe_end(now) {
             // The window reopens when the latency probe ends.
             at(end);
         }

@@ -55,7 +55,12 @@ impl TenantClock {
     pub fn set_oldest(&self, t: usize, reactor: usize, at: Option<u64>) {
         if reactor < self.reactors {
             if let Some(o) = self.oldest.get(t * self.reactors + reactor) {
-                o.store(at.unwrap_or(NONE_QUEUED), Ordering::Relaxed);
+                // Published at every poll: write the shared line only when
+                // the value changed.
+                let v = at.unwrap_or(NONE_QUEUED);
+                if o.load(Ordering::Relaxed) != v {
+                    o.store(v, Ordering::Relaxed);
+                }
             }
         }
     }
