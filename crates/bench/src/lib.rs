@@ -16,7 +16,7 @@ pub mod wire;
 use std::path::PathBuf;
 
 pub use run::{Options, Remote};
-use target::config::ConfigError;
+use server::config::ConfigError;
 
 #[derive(Debug)]
 pub enum BenchError {

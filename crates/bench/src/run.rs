@@ -460,7 +460,7 @@ impl Snapshot {
         let stats = target
             .rpc
             .as_ref()
-            .and_then(|p| target::rpc::call(p, "get_stats", Value::Null).ok());
+            .and_then(|p| server::rpc::call(p, "get_stats", Value::Null).ok());
         let mut export_replies = BTreeMap::new();
         let reactors = stats.as_ref().and_then(|st| st.get("reactors")?.as_array());
         for r in reactors.into_iter().flatten() {
@@ -522,7 +522,7 @@ impl Sampler {
             self.sock_queue
                 .push(procs::tcp_send_queue(*port) as f64 / (1u64 << 20) as f64);
         }
-        let Some(Ok(st)) = rpc.map(|r| target::rpc::call(r, "get_stats", Value::Null)) else {
+        let Some(Ok(st)) = rpc.map(|r| server::rpc::call(r, "get_stats", Value::Null)) else {
             return;
         };
         let Some(reactors) = st.get("reactors").and_then(Value::as_array) else {

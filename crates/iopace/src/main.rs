@@ -208,7 +208,7 @@ fn is_none(s: &str) -> bool {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    let mut loaded = match target::Config::load(args.config.as_deref()) {
+    let mut loaded = match server::Config::load(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("iopace: config error: {e}");
@@ -262,7 +262,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if args.check {
-        match target::exports::Catalog::build(&loaded) {
+        match server::exports::Catalog::build(&loaded) {
             Ok(_) => {
                 println!("{:#}", loaded.to_json());
                 return ExitCode::SUCCESS;
@@ -273,9 +273,9 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         }
     }
-    match target::serve(loaded) {
+    match server::serve(loaded) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(target::ServeError::Config(e)) => {
+        Err(server::ServeError::Config(e)) => {
             eprintln!("iopace: config error: {e}");
             ExitCode::from(2)
         }
@@ -287,7 +287,7 @@ fn serve(args: ServeArgs) -> ExitCode {
 }
 
 fn stats(args: StatsArgs) -> ExitCode {
-    match target::rpc::call(&args.rpc, "get_stats", serde_json::Value::Null) {
+    match server::rpc::call(&args.rpc, "get_stats", serde_json::Value::Null) {
         Ok(v) => {
             if args.json {
                 println!("{v:#}");

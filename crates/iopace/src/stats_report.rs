@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use serde::Deserialize;
-use target::stats::ReactorStats;
+use server::stats::ReactorStats;
 
 #[derive(Deserialize)]
 pub struct StatsReply {
