@@ -1,4 +1,4 @@
-//! Block devices: null, malloc, file (io_uring), split and delay.
+//! Block devices: null, malloc, file (io_uring), split, delay and model.
 //!
 //! A stack (delay over split over file, ...) is resolved at build time into a
 //! flat [`Bdev`]: one leaf, a byte offset and the delay layers. This crate
@@ -12,9 +12,11 @@ use std::sync::Arc;
 mod delay;
 mod file;
 mod memory;
+mod model;
 mod size;
 
 pub use delay::DelayModel;
+pub use model::{ModelDevice, ModelParams, ModelState};
 pub use size::ByteSize;
 
 use file::FileLeaf;
@@ -33,6 +35,7 @@ pub enum BdevKindName {
     File,
     Split,
     Delay,
+    Model,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -61,6 +64,15 @@ pub struct BdevSpec {
     pub read_p99_us: Option<u64>,
     pub write_avg_us: Option<u64>,
     pub write_p99_us: Option<u64>,
+    /// Model bdevs: the linear cost model they deliver.
+    pub cost: Option<pace::pacer::CostModel>,
+    /// Model bdevs: fixed latency of every IO.
+    pub latency_us: Option<f64>,
+    /// Model bdevs: IOs served at once.
+    pub channels: Option<u32>,
+    /// Model bdevs: in-flight IOs past which latency grows by `knee_us` each.
+    pub knee_qd: Option<u32>,
+    pub knee_us: Option<f64>,
 }
 
 impl BdevSpec {
@@ -80,6 +92,11 @@ impl BdevSpec {
             read_p99_us: None,
             write_avg_us: None,
             write_p99_us: None,
+            cost: None,
+            latency_us: None,
+            channels: None,
+            knee_qd: None,
+            knee_us: None,
         }
     }
 }
@@ -172,6 +189,8 @@ pub struct Bdev {
     offset: u64,
     leaf: Arc<Leaf>,
     delays: Vec<DelayModel>,
+    /// The model device whose timing this bdev's IO follows, if any.
+    model: Option<Arc<ModelDevice>>,
     caps: Caps,
 }
 
@@ -183,6 +202,7 @@ impl std::fmt::Debug for Bdev {
             .field("size", &self.size)
             .field("offset", &self.offset)
             .field("delays", &self.delays.len())
+            .field("model", &self.model.as_ref().map(|m| m.params))
             .finish()
     }
 }
@@ -214,7 +234,11 @@ impl Bdev {
         self.leaf.kind()
     }
     pub fn has_delay(&self) -> bool {
-        !self.delays.is_empty()
+        !self.delays.is_empty() || self.model.is_some()
+    }
+    /// The model device's parameters, for a `model` bdev (and bdevs over one).
+    pub fn model_params(&self) -> Option<ModelParams> {
+        self.model.as_ref().map(|m| m.params)
     }
 
     /// Prepares one IO: performs it now (memory) or returns SQEs (file).
@@ -225,6 +249,9 @@ impl Bdev {
     /// caller has checked that the range lies inside the bdev.
     pub unsafe fn prepare(&self, io: &IoRequest) -> Prep {
         let abs = self.offset + io.offset;
+        if let Some(model) = &self.model {
+            model.admit_now(io.op, abs, io.len);
+        }
         match &*self.leaf {
             Leaf::Null { pattern } => {
                 if io.op == IoOp::Read {
@@ -250,9 +277,20 @@ impl Bdev {
         }
     }
 
-    /// Time to hold this IO's completion, from every delay layer.
+    /// Time to hold this IO's completion, from every delay layer and the
+    /// model device. Call it right after `prepare` on the same thread.
     pub fn sample_delay_ns(&self, op: IoOp, rng: &mut impl rand::Rng) -> u64 {
-        self.delays.iter().map(|d| d.sample_ns(op, rng)).sum()
+        let model = if self.model.is_some() {
+            model::take_pending_hold_ns()
+        } else {
+            0
+        };
+        model
+            + self
+                .delays
+                .iter()
+                .map(|d| d.sample_ns(op, rng))
+                .sum::<u64>()
     }
 
     /// base:allocation extents `(length, flags)` from `offset`, covering at
@@ -404,6 +442,38 @@ impl Builder<'_> {
         Ok(list)
     }
 
+    /// A model device over a null or malloc base, which holds the data.
+    fn make_model(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
+        let params = ModelParams::from_spec(&self.specs[i]).map_err(|(f, m)| err(i, f, m))?;
+        let base = self.base_of(i)?;
+        if base.kind() == "file" || base.has_delay() {
+            return Err(err(
+                i,
+                "base",
+                format!(
+                    "a model bdev needs a null or malloc base with no delay; `{}` is a {}{}",
+                    base.name,
+                    base.kind(),
+                    if base.has_delay() {
+                        " with a delay"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        Ok(vec![Arc::new(Bdev {
+            name: self.specs[i].name.clone(),
+            size: base.size,
+            block_size: base.block_size,
+            offset: base.offset,
+            leaf: base.leaf.clone(),
+            delays: Vec::new(),
+            model: Some(Arc::new(ModelDevice::new(params))),
+            caps: base.caps,
+        })])
+    }
+
     fn make(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
         let s = &self.specs[i];
         let block_size = match s.block_size {
@@ -442,6 +512,7 @@ impl Builder<'_> {
                 offset: 0,
                 leaf: Arc::new(leaf),
                 delays: Vec::new(),
+                model: None,
                 caps,
             })]
         };
@@ -507,6 +578,7 @@ impl Builder<'_> {
                             offset: base.offset + u64::from(p) * part,
                             leaf: base.leaf.clone(),
                             delays: base.delays.clone(),
+                            model: base.model.clone(),
                             caps: base.caps,
                         })
                     })
@@ -532,9 +604,11 @@ impl Builder<'_> {
                     offset: base.offset,
                     leaf: base.leaf.clone(),
                     delays,
+                    model: base.model.clone(),
                     caps: base.caps,
                 })])
             }
+            BdevKindName::Model => self.make_model(i),
         }
     }
 }
@@ -546,6 +620,7 @@ fn kind_name(k: BdevKindName) -> &'static str {
         BdevKindName::File => "file",
         BdevKindName::Split => "split",
         BdevKindName::Delay => "delay",
+        BdevKindName::Model => "model",
     }
 }
 
