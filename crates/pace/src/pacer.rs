@@ -189,6 +189,9 @@ pub enum IoKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PacedIo {
     pub id: u64,
+    /// The connection it came on, unique over the reactor's life: what
+    /// drains at its own rate (its socket, its host's link).
+    pub flow: u64,
     pub device: usize,
     pub tenant: usize,
     pub bytes: u32,
@@ -613,6 +616,12 @@ impl Pacer {
         }
         self.devices[d].queue.push_back(io);
         self.devices[d].queued_at.push_back(now);
+    }
+
+    /// Forgets flow `flow`'s state (its connection closed). Its IOs were
+    /// cancelled before.
+    pub fn close_flow(&mut self, flow: u64) {
+        let _ = flow;
     }
 
     /// Removes a queued IO (its connection died). False if not queued here.

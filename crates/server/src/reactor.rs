@@ -655,6 +655,7 @@ impl Reactor {
         let export = &self.catalog.exports[self.reqs[slot as usize].export as usize];
         let io = PacedIo {
             id: u64::from(slot),
+            flow: (u64::from(self.conn_gens[index as usize]) << 32) | u64::from(index),
             device: export.device,
             tenant: export.tenant,
             bytes: request.length,

@@ -542,6 +542,7 @@ impl<'a> Sim<'a> {
                 let r = self.reactor_of(id);
                 let paced = PacedIo {
                     id: u64::from(id),
+                    flow: io.host as u64,
                     device: io.device,
                     tenant: h.tenant,
                     bytes: io.bytes,

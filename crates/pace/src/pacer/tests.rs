@@ -3,6 +3,7 @@ use super::*;
 fn io(id: u64, device: usize, tenant: usize, bytes: u32) -> PacedIo {
     PacedIo {
         id,
+        flow: 0,
         device,
         tenant,
         bytes,
