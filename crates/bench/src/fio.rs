@@ -22,6 +22,16 @@ pub struct HostRow {
     pub bw_dev_gbps: f64,
     /// Measured on the host's interface; None where it cannot be told apart.
     pub wire_gbps: Option<f64>,
+    /// The host's shaped link rate, where the wire is shaped.
+    #[serde(default)]
+    pub link_gbps: Option<f64>,
+}
+
+impl HostRow {
+    /// Payload bandwidth as a share of the host's own link.
+    pub fn link_share(&self) -> Option<f64> {
+        self.link_gbps.map(|l| self.bw_gbps / l)
+    }
 }
 
 /// Per-host rows, their total, and the latency distribution of all IOs.
@@ -147,6 +157,7 @@ impl Acc {
             p99_us: self.p99_ns / 1e3,
             bw_dev_gbps: self.bw_dev_sq.sqrt(),
             wire_gbps: None,
+            link_gbps: None,
         }
     }
 }
@@ -209,6 +220,7 @@ pub fn total_of(hosts: &[HostRow]) -> HostRow {
         p99_us: hosts.iter().map(|h| h.p99_us).fold(0.0, f64::max),
         bw_dev_gbps: (hosts.iter().map(|h| h.bw_dev_gbps.powi(2)).sum::<f64>() / n).sqrt(),
         wire_gbps: hosts.iter().map(|h| h.wire_gbps).sum::<Option<f64>>(),
+        link_gbps: hosts.iter().map(|h| h.link_gbps).sum::<Option<f64>>(),
     }
 }
 

@@ -305,7 +305,7 @@ fn hosts_text(s: &crate::scenario::Scenario) -> String {
         (HostKind::Remote, _) => format!("{n} remote"),
     };
     if let Some(r) = &h.rate {
-        let _ = write!(text, ", {r} each");
+        let _ = write!(text, ", {r}");
     }
     if let Some(d) = &h.delay {
         let _ = write!(text, ", {d} delay");

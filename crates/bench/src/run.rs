@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::fio::{self, FioResult};
 use crate::procs::{self, Proc};
-use crate::scenario::{HostKind, Loaded, Point, RunId, Scenario, Transport};
+use crate::scenario::{HostKind, HostWire, Loaded, Point, RunId, Scenario, Transport};
 use crate::target_proc::{self, Listen, StartCtx};
 use crate::wire::{self, Wire};
 
@@ -214,7 +214,7 @@ pub fn run_scenario(
     let logs = opts.out.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     let hosts = Hosts::up(s, &logs)?;
-    let mut shaped: Option<(Option<String>, Option<String>)> = None;
+    let mut shaped: Option<Vec<HostWire>> = None;
     let scenario_dir = loaded
         .path
         .parent()
@@ -227,7 +227,7 @@ pub fn run_scenario(
         if let Some(w) = &hosts.wire {
             let want = s.wire_at(point);
             if shaped.as_ref() != Some(&want) {
-                w.shape(want.0.as_deref(), want.1.as_deref())?;
+                w.shape(&want)?;
                 shaped = Some(want);
             }
         }
@@ -399,8 +399,10 @@ fn one_run(
         .map(|(b, a)| b.saturating_sub(*a) as f64 * 8.0 / secs / 1e9)
         .collect();
     if hosts.wire.is_some() && wire.len() == result.hosts.len() {
-        for (h, w) in result.hosts.iter_mut().zip(&wire) {
+        let links = s.wire_at(point);
+        for ((h, w), link) in result.hosts.iter_mut().zip(&wire).zip(&links) {
             h.wire_gbps = Some(*w);
+            h.link_gbps = link.rate_gbps();
         }
         result.total = fio::total_of(&result.hosts);
     } else if s.hosts.transport == Transport::Tcp && wire.len() == 1 {

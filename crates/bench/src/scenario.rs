@@ -104,12 +104,13 @@ pub struct HostsSpec {
     pub kind: HostKind,
     #[serde(default = "one")]
     pub count: usize,
-    /// tc rate per host and direction, e.g. "2gbit" (netns only).
+    /// tc rate per host and direction, e.g. "2gbit", or one per host, e.g.
+    /// ["1gbit", "500mbit", "250mbit"] (netns only).
     #[serde(default)]
-    pub rate: Option<String>,
-    /// netem delay each way, e.g. "100us" (netns only).
+    pub rate: Option<PerHost>,
+    /// netem delay each way, e.g. "100us", or one per host (netns only).
     #[serde(default)]
-    pub delay: Option<String>,
+    pub delay: Option<PerHost>,
     /// local only: Unix socket instead of loopback TCP.
     #[serde(default)]
     pub transport: Transport,
@@ -139,6 +140,73 @@ impl Default for HostsSpec {
             nbd_port: default_nbd_port(),
         }
     }
+}
+
+/// A host setting given once for every host, or once per host.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum PerHost {
+    Same(String),
+    Each(Vec<String>),
+}
+
+impl PerHost {
+    /// Host `i`'s value (0-based).
+    pub fn host(&self, i: usize) -> Option<&str> {
+        match self {
+            PerHost::Same(v) => Some(v),
+            PerHost::Each(v) => v.get(i).map(String::as_str),
+        }
+    }
+
+    fn len_matches(&self, hosts: usize) -> bool {
+        match self {
+            PerHost::Same(_) => true,
+            PerHost::Each(v) => v.len() == hosts,
+        }
+    }
+}
+
+impl std::fmt::Display for PerHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PerHost::Same(v) => write!(f, "{v} each"),
+            PerHost::Each(v) => write!(f, "{} (one per host)", v.join(", ")),
+        }
+    }
+}
+
+/// One host's wire: tc rate and netem delay.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostWire {
+    pub rate: Option<String>,
+    pub delay: Option<String>,
+}
+
+impl HostWire {
+    /// The shaped rate in Gb/s, if it is set and reads as a tc rate.
+    pub fn rate_gbps(&self) -> Option<f64> {
+        parse_tc_rate(self.rate.as_deref()?).map(|bps| bps / 1e9)
+    }
+}
+
+/// A tc rate ("2gbit", "500mbit", "250kbit", "1000000bit") in bits/s.
+pub fn parse_tc_rate(s: &str) -> Option<f64> {
+    let s = s.trim().to_ascii_lowercase();
+    let digits = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(digits);
+    let v: f64 = num.parse().ok()?;
+    let mult = match unit {
+        "bit" | "" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        "tbit" => 1e12,
+        _ => return None,
+    };
+    (v > 0.0).then_some(v * mult)
 }
 
 fn one() -> usize {
@@ -365,6 +433,27 @@ impl Loaded {
                 ));
             }
         }
+        for (field, v) in [("rate", &h.rate), ("delay", &h.delay)] {
+            if v.as_ref().is_some_and(|v| !v.len_matches(h.count)) {
+                return Err(self.error(
+                    "hosts",
+                    0,
+                    field,
+                    format!("one value per host: count is {}", h.count),
+                ));
+            }
+        }
+        if let Some(bad) = (0..h.count)
+            .filter_map(|i| h.rate.as_ref()?.host(i))
+            .find(|r| parse_tc_rate(r).is_none())
+        {
+            return Err(self.error(
+                "hosts",
+                0,
+                "rate",
+                format!("`{bad}` is not a tc rate like 1gbit or 250mbit"),
+            ));
+        }
         if h.kind != HostKind::Netns && (h.rate.is_some() || h.delay.is_some()) {
             return Err(self.error(
                 "hosts",
@@ -550,11 +639,21 @@ impl Scenario {
         w
     }
 
-    /// Wire rate and delay at a point.
-    pub fn wire_at(&self, p: &Point) -> (Option<String>, Option<String>) {
-        let rate = p.vars.get("rate").cloned().or(self.hosts.rate.clone());
-        let delay = p.vars.get("delay").cloned().or(self.hosts.delay.clone());
-        (rate, delay)
+    /// Each host's wire at a point: a swept `rate` or `delay` applies to
+    /// every host, else the `[hosts]` value (the same, or one per host).
+    pub fn wire_at(&self, p: &Point) -> Vec<HostWire> {
+        let pick = |var: &str, spec: &Option<PerHost>, i: usize| {
+            p.vars
+                .get(var)
+                .cloned()
+                .or_else(|| spec.as_ref()?.host(i).map(str::to_string))
+        };
+        (0..self.host_count())
+            .map(|i| HostWire {
+                rate: pick("rate", &self.hosts.rate, i),
+                delay: pick("delay", &self.hosts.delay, i),
+            })
+            .collect()
     }
 
     pub fn host_count(&self) -> usize {
@@ -745,6 +844,29 @@ mode = ["none", "auto"]
         l.make_quick();
         assert_eq!(l.scenario.workload.runtime, 2);
         assert_eq!(l.scenario.points().len(), 2);
+    }
+
+    #[test]
+    fn hosts_take_one_rate_each() {
+        let base = "[test]\nname = \"t\"\ntitle = \"t\"\n[[target]]\nname = \"i\"\nkind = \"iopace\"\n[workload]\nbs = \"128k\"\n";
+        let l = parse(&format!(
+            "{base}[hosts]\nkind = \"netns\"\ncount = 3\nrate = [\"1gbit\", \"500mbit\", \"250mbit\"]\ndelay = \"50us\"\n"
+        ))
+        .expect("valid");
+        let wires = l.scenario.wire_at(&l.scenario.points()[0]);
+        let rates: Vec<Option<f64>> = wires.iter().map(HostWire::rate_gbps).collect();
+        assert_eq!(rates, vec![Some(1.0), Some(0.5), Some(0.25)]);
+        assert!(wires.iter().all(|w| w.delay.as_deref() == Some("50us")));
+        let short = parse(&format!(
+            "{base}[hosts]\nkind = \"netns\"\ncount = 3\nrate = [\"1gbit\", \"250mbit\"]\n"
+        ))
+        .expect_err("two rates for three hosts");
+        assert_eq!(short.field.as_deref(), Some("hosts.rate"));
+        let bad = parse(&format!(
+            "{base}[hosts]\nkind = \"netns\"\nrate = \"fast\"\n"
+        ))
+        .expect_err("not a rate");
+        assert!(bad.message.contains("fast"), "{}", bad.message);
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct SweepRow {
     pub sock_queue_mib: Option<f64>,
     pub pacer_period_us: Option<f64>,
     pub cpu_us_per_io: f64,
+    /// The worst host's payload BW as a share of its own link (shaped
+    /// wires only): hosts on links of different speeds each want theirs.
+    pub min_link_share: Option<f64>,
     /// BW per export group (export names without trailing digits: fast0..7
     /// are "fast"), Gb/s.
     pub bw_by_group: BTreeMap<String, f64>,
@@ -125,6 +128,7 @@ pub fn aggregate(
                 sock_queue_mib: mean_opt(&o(&|r| r.stats.sock_queue_mib)),
                 pacer_period_us: mean_opt(&o(&|r| r.stats.pacer_period_us)),
                 cpu_us_per_io: mean(&f(&|r| r.stats.cpu_us_per_io)),
+                min_link_share: mean_opt(&o(&min_link_share)),
                 bw_by_group: {
                     let mut m: BTreeMap<String, f64> = BTreeMap::new();
                     for r in &runs {
@@ -156,6 +160,17 @@ pub fn aggregate(
             })
     });
     rows
+}
+
+/// The lowest share of its own link any host of a run got.
+fn min_link_share(r: &RunResult) -> Option<f64> {
+    let shares: Option<Vec<f64>> = r
+        .fio
+        .hosts
+        .iter()
+        .map(crate::fio::HostRow::link_share)
+        .collect();
+    shares?.into_iter().reduce(f64::min)
 }
 
 /// kIOPS with three significant digits or more: 0.934, 12.5, 208.2.
@@ -264,24 +279,34 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
         .iter()
         .filter_map(|k| Some(format!("{k}={}", r.vars.get(k)?)))
         .collect();
+    let shaped = r.fio.hosts.iter().any(|h| h.link_gbps.is_some());
     let mut rows: Vec<Vec<String>> = r
         .fio
         .hosts
         .iter()
         .chain([&r.fio.total])
         .map(|h| {
-            vec![
+            let mut row = vec![
                 h.host.clone(),
                 kiops(h.kiops),
                 format!("{:.3}", h.bw_gbps),
                 format!("{:.1}", h.avg_lat_us),
                 opt(h.wire_gbps, 3),
-            ]
+            ];
+            if shaped {
+                row.push(opt(h.link_gbps, 3));
+                row.push(opt(h.link_share().map(|x| x * 100.0), 1));
+            }
+            row
         })
         .collect();
     if r.fio.hosts.len() == 1 {
         rows.truncate(1);
         rows[0][4] = opt(r.fio.total.wire_gbps, 3);
+    }
+    let mut head = vec!["Host", "kIOPS", "BW, Gb/s", "AVG_LAT, us", "Wire BW, Gb/s"];
+    if shaped {
+        head.extend(["Link, Gb/s", "BW % of link"]);
     }
     let groups = export_groups(r);
     let per_export = if groups.len() > 1 {
@@ -300,10 +325,7 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
         r.rep,
         vars.join(" "),
         r.total_qd,
-        markdown(
-            &["Host", "kIOPS", "BW, Gb/s", "AVG_LAT, us", "Wire BW, Gb/s"],
-            &rows
-        )
+        markdown(&head, &rows)
     )
 }
 
@@ -337,27 +359,39 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
                 opt(r.sock_queue_mib, 2),
                 opt(r.pacer_period_us, 1),
                 format!("{:.2}", r.cpu_us_per_io),
+                opt(r.min_link_share.map(|x| x * 100.0), 1),
             ]
         })
         .collect();
-    markdown(
-        &[
-            "Series",
-            &x_head,
-            "BW, Gb/s",
-            "kIOPS",
-            "WIRE BW, Gb/s",
-            "AVG LAT, us",
-            "p99, us",
-            "p99.9, us",
-            "BW STDDEV, Gb/s",
-            "Bufs in-flight avg (max), MiB",
-            "Sock queue, MiB",
-            "Pacer period, us",
-            "CPU/IO, us",
-        ],
-        &cells,
-    )
+    let shaped = rows.iter().any(|r| r.min_link_share.is_some());
+    let cells: Vec<Vec<String>> = cells
+        .into_iter()
+        .map(|mut c| {
+            if !shaped {
+                c.pop();
+            }
+            c
+        })
+        .collect();
+    let mut head = vec![
+        "Series",
+        &x_head,
+        "BW, Gb/s",
+        "kIOPS",
+        "WIRE BW, Gb/s",
+        "AVG LAT, us",
+        "p99, us",
+        "p99.9, us",
+        "BW STDDEV, Gb/s",
+        "Bufs in-flight avg (max), MiB",
+        "Sock queue, MiB",
+        "Pacer period, us",
+        "CPU/IO, us",
+    ];
+    if shaped {
+        head.push("MIN HOST % LINK");
+    }
+    markdown(&head, &cells)
 }
 
 #[cfg(test)]
@@ -376,6 +410,7 @@ mod tests {
             p99_us: 20.0,
             bw_dev_gbps: 0.1,
             wire_gbps: Some(bw * 1.05),
+            link_gbps: None,
         };
         let total = crate::fio::total_of(std::slice::from_ref(&host));
         RunResult {

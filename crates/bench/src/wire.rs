@@ -5,6 +5,8 @@
 
 use std::process::Command;
 
+use crate::scenario::HostWire;
+
 /// The target's address on the bridge.
 pub const TARGET_ADDR: &str = "10.77.0.1";
 const BRIDGE: &str = "iopbr0";
@@ -108,10 +110,12 @@ impl Wire {
         Ok(wire)
     }
 
-    /// Sets (or clears) the rate and delay on both ends of every host's veth.
-    pub fn shape(&self, rate: Option<&str>, delay: Option<&str>) -> Result<(), String> {
-        for i in 1..=self.hosts {
+    /// Sets (or clears) each host's rate and delay on both ends of its veth.
+    pub fn shape(&self, wires: &[HostWire]) -> Result<(), String> {
+        debug_assert_eq!(wires.len(), self.hosts);
+        for (i, w) in (1..=self.hosts).zip(wires) {
             let (r, h) = (root_if(i), host_if(i));
+            let (rate, delay) = (w.rate.as_deref(), w.delay.as_deref());
             let root = |args: &[&str]| run(args);
             let host = |args: &[&str]| in_ns(i, args);
             shape_dev(&root, &r, rate, delay)?;
