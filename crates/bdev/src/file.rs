@@ -103,6 +103,58 @@ fn rotational(f: &File) -> bool {
         .unwrap_or(false)
 }
 
+/// The size a regular file of `current` bytes gets for a configured `size`:
+/// a smaller `size` is refused, since serving less than the file would hide data.
+fn planned_file_size(current: u64, size: Option<u64>) -> io::Result<u64> {
+    match size {
+        Some(want) if want < current => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the file has {current} bytes, more than size = {want}: raise size or remove it"
+            ),
+        )),
+        Some(want) => Ok(want),
+        None => Ok(current),
+    }
+}
+
+/// The length of the regular file at `path` when it is larger than `size`.
+pub fn larger_than(path: &str, size: Option<u64>) -> Option<u64> {
+    let m = std::fs::metadata(path).ok()?;
+    (m.is_file() && size.is_some_and(|want| want < m.len())).then_some(m.len())
+}
+
+/// What [`FileLeaf::open`] would serve, found without creating, extending or
+/// opening the file for writing (for `serve --check`).
+pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_block_device() => {
+            let f = OpenOptions::new().read(true).open(path)?;
+            ioctl_u64(f.as_raw_fd(), BLKGETSIZE64)
+        }
+        Ok(m) if m.is_file() => planned_file_size(m.len(), size),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file or block device",
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && size.is_some() => {
+            let parent = std::path::Path::new(path)
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            if parent.is_dir() {
+                Ok(size.unwrap_or(0))
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("directory {} does not exist", parent.display()),
+                ))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl FileLeaf {
     pub fn open(path: &str, size: Option<u64>, mode: DirectMode) -> io::Result<FileLeaf> {
         let exists = std::path::Path::new(path).exists();
@@ -124,13 +176,11 @@ impl FileLeaf {
             ioctl_u64(buffered.as_raw_fd(), BLKGETSIZE64)?
         } else {
             let cur = buffered.metadata()?.len();
-            match size {
-                Some(want) if want > cur => {
-                    buffered.set_len(want)?;
-                    want
-                }
-                _ => cur,
+            let want = planned_file_size(cur, size)?;
+            if want > cur {
+                buffered.set_len(want)?;
             }
+            want
         };
         let direct = match mode {
             DirectMode::Off => None,

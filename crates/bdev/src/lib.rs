@@ -345,6 +345,22 @@ fn err(index: usize, field: &'static str, message: impl Into<String>) -> BuildEr
 
 /// Builds every bdev, resolving `base` references in any order.
 pub fn build(specs: &[BdevSpec]) -> Result<BdevSet, BuildError> {
+    build_as(specs, BuildMode::Serve)
+}
+
+/// Checks every bdev as [`build`] would, but creates, extends and maps
+/// nothing: files and RAM are stood in for by null leaves of their size.
+pub fn check(specs: &[BdevSpec]) -> Result<BdevSet, BuildError> {
+    build_as(specs, BuildMode::Check)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BuildMode {
+    Serve,
+    Check,
+}
+
+fn build_as(specs: &[BdevSpec], mode: BuildMode) -> Result<BdevSet, BuildError> {
     let mut by_name: HashMap<&str, usize> = HashMap::new();
     for (i, s) in specs.iter().enumerate() {
         if s.name.is_empty() {
@@ -356,6 +372,7 @@ pub fn build(specs: &[BdevSpec]) -> Result<BdevSet, BuildError> {
     }
     let mut b = Builder {
         specs,
+        mode,
         by_name,
         built: HashMap::new(),
         visiting: Vec::new(),
@@ -386,6 +403,7 @@ pub fn build(specs: &[BdevSpec]) -> Result<BdevSet, BuildError> {
 
 struct Builder<'a> {
     specs: &'a [BdevSpec],
+    mode: BuildMode,
     by_name: HashMap<&'a str, usize>,
     /// Built bdevs per spec index (a split yields several).
     built: HashMap<usize, Vec<Arc<Bdev>>>,
@@ -530,6 +548,10 @@ impl Builder<'_> {
                 let pattern = s.pattern.unwrap_or(0xA5);
                 Ok(leaf_bdev(Leaf::Null { pattern }, size, mem_caps))
             }
+            BdevKindName::Malloc if self.mode == BuildMode::Check => {
+                let size = need_size("size")?;
+                Ok(leaf_bdev(Leaf::Null { pattern: 0 }, size, mem_caps))
+            }
             BdevKindName::Malloc => {
                 let size = need_size("size")?;
                 let mem = MallocMem::new(size)
@@ -541,9 +563,27 @@ impl Builder<'_> {
                     return Err(err(i, "path", "a file bdev needs a path"));
                 };
                 let size = s.size.map(|b| b.0);
-                let f = FileLeaf::open(path, size, s.direct.unwrap_or_default())
-                    .map_err(|e| err(i, "path", format!("{path}: {e}")))?;
-                let size = f.size() / u64::from(block_size) * u64::from(block_size);
+                if let Some(current) = file::larger_than(path, size) {
+                    return Err(err(
+                        i,
+                        "size",
+                        format!(
+                            "{path} has {current} bytes, more than size: raise size or remove it"
+                        ),
+                    ));
+                }
+                let leaf = match self.mode {
+                    BuildMode::Check => file::planned_size(path, size)
+                        .map(|size| (Leaf::Null { pattern: 0 }, size, mem_caps)),
+                    BuildMode::Serve => FileLeaf::open(path, size, s.direct.unwrap_or_default())
+                        .map(|f| {
+                            let (size, caps) = (f.size(), f.caps());
+                            (Leaf::File(f), size, caps)
+                        }),
+                };
+                let (leaf, size, caps) =
+                    leaf.map_err(|e| err(i, "path", format!("{path}: {e}")))?;
+                let size = size / u64::from(block_size) * u64::from(block_size);
                 if size == 0 {
                     return Err(err(
                         i,
@@ -551,8 +591,7 @@ impl Builder<'_> {
                         format!("{path} is empty: give a size to create it"),
                     ));
                 }
-                let caps = f.caps();
-                Ok(leaf_bdev(Leaf::File(f), size, caps))
+                Ok(leaf_bdev(leaf, size, caps))
             }
             BdevKindName::Split => {
                 let parts = match s.parts {

@@ -24,6 +24,8 @@ enum Cmd {
     Serve(ServeArgs),
     /// Print the statistics of a running target, per reactor.
     Stats(StatsArgs),
+    /// Call one admin JSON-RPC method of a running target and print its result.
+    Rpc(RpcArgs),
     /// Run simulation scenarios (TOML) through the pacer and print the seed's tables.
     Sim(SimArgs),
     /// Run benchmark scenarios (TOML) with real fio initiators against
@@ -102,7 +104,8 @@ struct ServeArgs {
     /// rate (needs period_us in the config) or auto.
     #[arg(long, value_name = "MODE")]
     pacing: Option<String>,
-    /// Print the effective configuration and exit without serving.
+    /// Check the configuration, print it as JSON and exit without serving;
+    /// creates, extends and binds nothing.
     #[arg(long)]
     check: bool,
 }
@@ -115,6 +118,17 @@ struct StatsArgs {
     /// Print the raw JSON instead of the report.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct RpcArgs {
+    /// get_stats, get_config, set_pacing or rpc_get_methods.
+    method: String,
+    /// The params as JSON, e.g. '{"mode":"rate","period_us":500}'.
+    params: Option<String>,
+    /// Admin socket of the target.
+    #[arg(long, value_name = "PATH", default_value = "/tmp/iopace-admin.sock")]
+    rpc: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -130,6 +144,7 @@ fn main() -> ExitCode {
     match cli.command {
         Cmd::Serve(args) => serve(args),
         Cmd::Stats(args) => stats(args),
+        Cmd::Rpc(args) => rpc(args),
         Cmd::Sim(args) => {
             let mut argv = args.scenarios;
             if args.json {
@@ -252,17 +267,25 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
     let server = &loaded.config.server;
     for addr in &server.tcp {
-        if addr.parse::<std::net::SocketAddr>().is_err() {
-            eprintln!("iopace: --tcp `{addr}` is not an IP address and port, like 127.0.0.1:10809");
+        if let Err(e) = server::config::check_tcp_address(addr) {
+            eprintln!("iopace: --tcp: {e}");
             return ExitCode::from(2);
         }
+    }
+    if server.reactors > server::bounds::MAX_REACTORS {
+        eprintln!(
+            "iopace: --reactors: at most {}, got {}",
+            server::bounds::MAX_REACTORS,
+            server.reactors
+        );
+        return ExitCode::from(2);
     }
     if server.tcp.is_empty() && server.unix.is_empty() {
         eprintln!("iopace: no listener left: give --tcp or --unix");
         return ExitCode::from(2);
     }
     if args.check {
-        match server::exports::Catalog::build(&loaded) {
+        match server::exports::Catalog::check(&loaded) {
             Ok(_) => {
                 println!("{:#}", loaded.to_json());
                 return ExitCode::SUCCESS;
@@ -304,6 +327,26 @@ fn stats(args: StatsArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("iopace: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn rpc(args: RpcArgs) -> ExitCode {
+    let params = match args.params.as_deref().map(serde_json::from_str).transpose() {
+        Ok(p) => p.unwrap_or(serde_json::Value::Null),
+        Err(e) => {
+            eprintln!("iopace rpc: params are not JSON: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match server::rpc::call(&args.rpc, &args.method, params) {
+        Ok(v) => {
+            println!("{v:#}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("iopace rpc: {e}");
             ExitCode::FAILURE
         }
     }

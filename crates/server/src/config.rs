@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 
 use std::collections::BTreeMap;
 
+use std::io::Read as _;
+
 use bdev::{BdevSpec, ByteSize};
+
+use crate::bounds;
 use pace::pacer::{CostModel, PacingConfig, QosConfig};
 use serde::Deserialize;
 
@@ -163,13 +167,19 @@ pub struct LoadedConfig {
     pub config: Config,
     pub source_name: String,
     pub text: String,
+    /// The file it was read from; `None` for the embedded default.
+    pub path: Option<PathBuf>,
 }
 
 impl Config {
     pub fn load(path: Option<&Path>) -> Result<LoadedConfig, ConfigError> {
         match path {
             None => Self::parse(DEFAULT_CONFIG, DEFAULT_CONFIG_NAME),
-            Some(p) => Self::parse(&read_text(p)?, &p.display().to_string()),
+            Some(p) => {
+                let mut loaded = Self::parse(&read_text(p)?, &p.display().to_string())?;
+                loaded.path = Some(p.to_path_buf());
+                Ok(loaded)
+            }
         }
     }
 
@@ -179,6 +189,7 @@ impl Config {
             config,
             source_name: source_name.to_string(),
             text: text.to_string(),
+            path: None,
         };
         loaded.validate()?;
         Ok(loaded)
@@ -196,11 +207,54 @@ impl LoadedConfig {
         }
     }
 
+    /// An error about field `field` of `[table]`, from a [`bounds`] check.
+    fn field_error(&self, table: &str, (field, message): bounds::FieldError) -> ConfigError {
+        self.error_at(table, 0, field, message)
+    }
+
     /// Semantic checks serde cannot do. Bdev stack errors are checked when
     /// the stack is built, and reported through [`LoadedConfig::error_at`] too.
     fn validate(&self) -> Result<(), ConfigError> {
-        let c = &self.config;
-        let b = &c.buffers;
+        self.validate_server()?;
+        self.validate_buffers()?;
+        self.validate_pacing()?;
+        self.validate_exports()
+    }
+
+    fn validate_server(&self) -> Result<(), ConfigError> {
+        let s = &self.config.server;
+        let field = |e| self.field_error("server", e);
+        bounds::in_range("reactors", s.reactors, 0, bounds::MAX_REACTORS).map_err(field)?;
+        bounds::in_range(
+            "max_requests_per_reactor",
+            s.max_requests_per_reactor,
+            1,
+            bounds::MAX_REQUESTS_PER_REACTOR,
+        )
+        .map_err(field)?;
+        bounds::in_range(
+            "drain_timeout_s",
+            s.drain_timeout_s,
+            0,
+            bounds::MAX_DRAIN_TIMEOUT_S,
+        )
+        .map_err(field)?;
+        for addr in &s.tcp {
+            check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "tcp", m))?;
+        }
+        if s.tcp.is_empty() && s.unix.is_empty() {
+            return Err(self.error_at(
+                "server",
+                0,
+                "tcp",
+                "no listener: give at least one tcp address or unix path".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_buffers(&self) -> Result<(), ConfigError> {
+        let b = &self.config.buffers;
         let size = b.buffer_size.0;
         if size < 4096 || !size.is_multiple_of(4096) || size > (16 << 20) {
             return Err(self.error_at(
@@ -210,55 +264,31 @@ impl LoadedConfig {
                 format!("must be a multiple of 4 KiB between 4 KiB and 16 MiB, got {size}"),
             ));
         }
-        if b.num_shared_buffers == 0 {
-            return Err(self.error_at(
-                "buffers",
-                0,
-                "num_shared_buffers",
-                "must be at least 1".into(),
-            ));
-        }
-        if c.server.max_requests_per_reactor == 0 {
-            return Err(self.error_at(
-                "server",
-                0,
-                "max_requests_per_reactor",
-                "must be at least 1".into(),
-            ));
-        }
-        for addr in &c.server.tcp {
-            if addr.parse::<std::net::SocketAddr>().is_err() {
-                return Err(self.error_at(
-                    "server",
-                    0,
-                    "tcp",
-                    format!("`{addr}` is not an IP address and port, like 127.0.0.1:10809"),
-                ));
-            }
-        }
-        if c.server.tcp.is_empty() && c.server.unix.is_empty() {
-            return Err(self.error_at(
-                "server",
-                0,
-                "tcp",
-                "no listener: give at least one tcp address or unix path".into(),
-            ));
-        }
-        if c.exports.is_empty() {
-            return Err(ConfigError {
-                file: self.source_name.clone(),
-                line: None,
-                field: Some("export".into()),
-                message: "no [[export]] defined".into(),
-            });
-        }
-        if let Err((field, message)) = c.pacing.validate() {
+        let field = |e| self.field_error("buffers", e);
+        bounds::in_range(
+            "num_shared_buffers",
+            b.num_shared_buffers,
+            1,
+            bounds::MAX_SHARED_BUFFERS,
+        )
+        .map_err(field)?;
+        bounds::in_range("buf_cache_size", b.buf_cache_size, 0, b.num_shared_buffers).map_err(field)
+    }
+
+    fn validate_pacing(&self) -> Result<(), ConfigError> {
+        let c = &self.config;
+        if let Err((field, message)) = bounds::check_pacing(&c.pacing) {
             let field = field.split('.').next_back().unwrap_or(field);
             return Err(self.error_at("pacing", 0, field, message));
         }
         for (name, q) in &c.qos {
             if let Err((field, message)) = q.validate() {
                 return Err(self.error_at(&format!("qos.{name}"), 0, field, message));
+            }
+        }
+        for (name, model) in &c.cost {
+            if let Err(e) = bounds::check_cost(model) {
+                return Err(self.field_error(&format!("cost.{name}"), e));
             }
         }
         for (i, t) in c.pacing.tenants.iter().enumerate() {
@@ -273,9 +303,30 @@ impl LoadedConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn validate_exports(&self) -> Result<(), ConfigError> {
+        let c = &self.config;
+        if c.exports.is_empty() {
+            return Err(ConfigError {
+                file: self.source_name.clone(),
+                line: None,
+                field: Some("export".into()),
+                message: "no [[export]] defined".into(),
+            });
+        }
         for (i, e) in c.exports.iter().enumerate() {
             if e.name.len() > 4096 {
                 return Err(self.error_at("export", i, "name", "longer than 4096 bytes".into()));
+            }
+            if e.description.len() > 4096 {
+                return Err(self.error_at(
+                    "export",
+                    i,
+                    "description",
+                    "longer than 4096 bytes".into(),
+                ));
             }
             if c.exports[..i].iter().any(|o| o.name == e.name) {
                 return Err(self.error_at(
@@ -324,14 +375,46 @@ impl LoadedConfig {
     }
 }
 
+/// Largest config file read; anything bigger is not a config.
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
 /// A config file's text; failing to read it is an error naming the file.
+/// Only regular files are read: a FIFO or a device such as /dev/urandom
+/// would block or never end.
 pub fn read_text(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError {
+    let error = |message: String| ConfigError {
         file: path.display().to_string(),
         line: None,
         field: None,
-        message: format!("cannot read: {e}"),
-    })
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| error(format!("cannot read: {e}")))?;
+    if !meta.is_file() {
+        return Err(error("not a regular file".into()));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(error(format!(
+            "{} bytes: larger than {MAX_CONFIG_BYTES}, not a config file",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_CONFIG_BYTES).read_to_string(&mut text))
+        .map_err(|e| error(format!("cannot read: {e}")))?;
+    Ok(text)
+}
+
+/// A TCP listen address: `IP:PORT` or `HOST:PORT` that resolves.
+pub fn check_tcp_address(addr: &str) -> Result<(), String> {
+    use std::net::ToSocketAddrs;
+    match addr.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(format!("`{addr}` resolves to no address")),
+        Err(e) => Err(format!(
+            "`{addr}` is not an address and port like 127.0.0.1:10809 or localhost:10809: {e}"
+        )),
+    }
 }
 
 /// Deserializes TOML text; a syntax or type error names the file, line and field.
@@ -377,38 +460,36 @@ fn backticked(msg: &str) -> Option<String> {
     Some(msg[start..start + len].to_string())
 }
 
-/// Line of `field` inside the `index`-th `[[table]]` (or `[table]`), or of the
-/// table header when the field is absent.
+/// Line of `field` inside the `index`-th `[[table]]` (or `[table]`, an
+/// inline table or a dotted key), or of the table itself when the field is
+/// absent. `table` is a dotted path such as `qos.disk` or `pacing.tenants`.
 pub fn locate(text: &str, table: &str, index: usize, field: &str) -> Option<usize> {
-    let array_header = format!("[[{table}]]");
-    let header = format!("[{table}]");
-    let mut seen = 0usize;
-    let mut in_table = false;
-    let mut header_line = None;
-    for (n, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.starts_with('[') {
-            if in_table {
-                break;
-            }
-            if line.starts_with(&array_header) || line.starts_with(&header) {
-                if seen == index {
-                    in_table = true;
-                    header_line = Some(n + 1);
-                }
-                seen += 1;
-            }
-            continue;
-        }
-        if in_table {
-            if let Some((k, _)) = line.split_once('=') {
-                if k.trim().trim_matches('"') == field {
-                    return Some(n + 1);
-                }
-            }
-        }
+    use toml_edit::{Item, Value};
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut item = doc.as_item();
+    let mut span = None;
+    for segment in table.split('.') {
+        let (key, next) = item.as_table_like()?.get_key_value(segment)?;
+        span = key.span().or(span);
+        item = next;
     }
-    header_line
+    let entry: &dyn toml_edit::TableLike = match item {
+        Item::ArrayOfTables(tables) => {
+            let t = tables.get(index)?;
+            span = t.span().or(span);
+            t
+        }
+        Item::Value(Value::Array(values)) => {
+            let v = values.get(index)?;
+            span = v.span().or(span);
+            v.as_inline_table()?
+        }
+        other => other.as_table_like()?,
+    };
+    if let Some((key, value)) = entry.get_key_value(field) {
+        span = key.span().or(value.span()).or(span);
+    }
+    span.map(|s| line_of(text, s.start))
 }
 
 #[cfg(test)]
@@ -473,6 +554,66 @@ mod tests {
         let e = Config::parse(text, "t.toml").expect_err("rlat_us = 0 is refused");
         assert_eq!(e.field.as_deref(), Some("qos.m.rlat_us"));
         assert_eq!(e.line, Some(10));
+    }
+
+    const ONE_EXPORT: &str =
+        "[[bdev]]\nname = \"m\"\nkind = \"null\"\nsize = \"1MiB\"\n[[export]]\nname = \"e\"\nbdev = \"m\"\n";
+
+    #[test]
+    fn absurd_server_values_name_their_field() {
+        for (line, field) in [
+            (
+                "max_requests_per_reactor = 1000000000",
+                "server.max_requests_per_reactor",
+            ),
+            ("reactors = 100000", "server.reactors"),
+            ("drain_timeout_s = 99999999", "server.drain_timeout_s"),
+            ("tcp = [\"no.such.host.invalid:10809\"]", "server.tcp"),
+        ] {
+            let text = format!("[server]\n{line}\n{ONE_EXPORT}");
+            let e = Config::parse(&text, "x.toml").expect_err(line);
+            assert_eq!(e.field.as_deref(), Some(field), "{e}");
+            assert_eq!(e.line, Some(2), "{e}");
+        }
+    }
+
+    #[test]
+    fn host_names_resolve() {
+        let text = format!("[server]\ntcp = [\"localhost:10809\"]\n{ONE_EXPORT}");
+        Config::parse(&text, "x.toml").expect("localhost resolves");
+    }
+
+    #[test]
+    fn bad_cost_models_are_refused_with_a_line() {
+        for value in ["nan", "inf", "0.0", "-1.0"] {
+            let text = format!(
+                "{ONE_EXPORT}[cost.m]\nrbps = 1e9\nrseqiops = {value}\nrrandiops = 1.0\nwbps = 1.0\nwseqiops = 1.0\nwrandiops = 1.0\n"
+            );
+            let e = Config::parse(&text, "x.toml").expect_err(value);
+            assert_eq!(e.field.as_deref(), Some("cost.m.rseqiops"), "{e}");
+            assert_eq!(e.line, Some(10), "{e}");
+        }
+    }
+
+    #[test]
+    fn inline_table_errors_carry_a_line() {
+        let text = format!(
+            "{ONE_EXPORT}\ncost = {{ m = {{ rbps = 1.0, rseqiops = 1.0, rrandiops = 1.0, wbps = -1.0, wseqiops = 1.0, wrandiops = 1.0 }} }}\n"
+        );
+        let e = Config::parse(&text, "x.toml").expect_err("negative wbps");
+        assert_eq!(e.line, Some(9), "{e}");
+        let text = "export = [{ name = \"a\", bdev = \"m\" },\n  { name = \"a\", bdev = \"m\" }]\n";
+        let e = Config::parse(text, "x.toml").expect_err("duplicate");
+        assert_eq!(e.line, Some(2), "{e}");
+    }
+
+    #[test]
+    fn a_config_that_is_not_a_regular_file_is_refused() {
+        let e = read_text(Path::new("/dev/urandom")).expect_err("a device");
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = read_text(dir.path()).expect_err("a directory");
+        assert!(e.message.contains("not a regular file"), "{e}");
     }
 
     #[test]

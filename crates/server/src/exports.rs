@@ -40,8 +40,21 @@ pub struct Catalog {
 
 impl Catalog {
     pub fn build(cfg: &LoadedConfig) -> Result<Catalog, ConfigError> {
+        Self::build_with(cfg, bdev::build)
+    }
+
+    /// Checks everything [`Catalog::build`] checks, creating no file and
+    /// mapping no memory (for `serve --check`).
+    pub fn check(cfg: &LoadedConfig) -> Result<Catalog, ConfigError> {
+        Self::build_with(cfg, bdev::check)
+    }
+
+    fn build_with(
+        cfg: &LoadedConfig,
+        build_bdevs: fn(&[bdev::BdevSpec]) -> Result<BdevSet, bdev::BuildError>,
+    ) -> Result<Catalog, ConfigError> {
         let c = &cfg.config;
-        let bdevs = bdev::build(&c.bdevs)
+        let bdevs = build_bdevs(&c.bdevs)
             .map_err(|e| cfg.error_at("bdev", e.index, e.field, e.message.clone()))?;
         let max_block = cfg.max_request_bytes();
         let mut pacing = c.pacing.clone();

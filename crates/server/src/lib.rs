@@ -1,12 +1,15 @@
 //! The iopace target: config, io_uring reactors, connections, admin RPC.
 
+pub mod bounds;
 pub mod config;
 mod conn;
 pub mod exports;
 pub mod reactor;
+mod reload;
 mod req;
 pub mod rpc;
 pub mod server;
+mod sockets;
 pub mod stats;
 
 pub use config::{Config, ConfigError, LoadedConfig};

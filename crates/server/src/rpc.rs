@@ -1,11 +1,12 @@
 //! Admin JSON-RPC 2.0 over a Unix socket, one JSON object per line.
-//! Control plane only: plain threads and blocking IO are fine here.
+//! Control plane only: plain threads and blocking IO are fine here, with a
+//! bound on how many clients are served at once and how long one may idle.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,10 +19,65 @@ use crate::stats::ReactorStats;
 /// Longest request line accepted; admin requests are tiny.
 const MAX_LINE: usize = 1 << 20;
 
+/// Admin clients served at once; more are told to retry and closed.
+const MAX_CLIENTS: usize = 16;
+
+/// An admin client idle this long is closed, freeing its place.
+const CLIENT_IDLE: Duration = Duration::from_secs(60);
+
 pub struct RpcState {
     pub reactors: Vec<Arc<ReactorHandle>>,
-    pub config: Value,
+    /// The effective configuration as `get_config` shows it.
+    pub config: Mutex<Value>,
+    /// The pacing configuration in force; `set_pacing` merges into it.
+    pub pacing: Mutex<PacingConfig>,
     pub stopping: AtomicBool,
+    clients: AtomicUsize,
+}
+
+impl RpcState {
+    pub fn new(reactors: Vec<Arc<ReactorHandle>>, config: Value, pacing: PacingConfig) -> Self {
+        RpcState {
+            reactors,
+            config: Mutex::new(config),
+            pacing: Mutex::new(pacing),
+            stopping: AtomicBool::new(false),
+            clients: AtomicUsize::new(0),
+        }
+    }
+
+    /// Merges `params` (some `[pacing]` fields, as JSON) into the pacing in
+    /// force, checks the result and sends it to every reactor. Fields not
+    /// given keep their values.
+    pub fn set_pacing(&self, params: &Value) -> Result<PacingConfig, String> {
+        let Some(fields) = params.as_object() else {
+            return Err("params must be an object of [pacing] fields".into());
+        };
+        if fields.contains_key("tenants") {
+            return Err("tenants cannot change at run time; restart with a new config".into());
+        }
+        let pacing = self.pacing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut merged = serde_json::to_value(&*pacing).map_err(|e| e.to_string())?;
+        for (k, v) in fields {
+            merged[k.as_str()] = v.clone();
+        }
+        drop(pacing);
+        let cfg: PacingConfig = serde_json::from_value(merged).map_err(|e| e.to_string())?;
+        self.replace_pacing(cfg)
+    }
+
+    /// Checks a whole pacing configuration and puts it in force on every reactor.
+    pub fn replace_pacing(&self, cfg: PacingConfig) -> Result<PacingConfig, String> {
+        crate::bounds::check_pacing(&cfg).map_err(|(field, m)| format!("{field}: {m}"))?;
+        let mut pacing = self.pacing.lock().unwrap_or_else(|e| e.into_inner());
+        for r in &self.reactors {
+            r.send(Msg::SetPacing(cfg.clone()));
+        }
+        *pacing = cfg.clone();
+        let mut config = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        config["pacing"] = serde_json::to_value(&cfg).unwrap_or_default();
+        Ok(cfg)
+    }
 }
 
 /// Asks every reactor for a snapshot. A reactor that does not answer in time
@@ -53,23 +109,16 @@ fn handle_call(state: &RpcState, req: &Value) -> Result<Value, (i64, String)> {
             let reactors = collect_stats(&state.reactors);
             Ok(json!({ "reactors": reactors }))
         }
-        "get_config" => Ok(state.config.clone()),
+        "get_config" => Ok(state
+            .config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()),
         "set_pacing" => {
-            // The whole [pacing] table, as JSON; applied by every reactor.
             let params = req.get("params").cloned().unwrap_or(Value::Null);
-            let cfg: PacingConfig = serde_json::from_value(params)
-                .map_err(|e| (-32602, format!("invalid params: {e}")))?;
-            if !cfg.tenants.is_empty() {
-                return Err((
-                    -32602,
-                    "tenants cannot change at run time; restart with a new config".into(),
-                ));
-            }
-            cfg.validate()
-                .map_err(|(field, m)| (-32602, format!("{field}: {m}")))?;
-            for r in &state.reactors {
-                r.send(Msg::SetPacing(cfg.clone()));
-            }
+            let cfg = state
+                .set_pacing(&params)
+                .map_err(|m| (-32602, format!("invalid params: {m}")))?;
             Ok(json!({ "applied": serde_json::to_value(&cfg).unwrap_or_default() }))
         }
         "rpc_get_methods" => Ok(json!([
@@ -122,10 +171,10 @@ fn serve_client(state: &RpcState, stream: UnixStream) {
 
 use std::io::Read as _;
 
-/// Binds the admin socket and serves it on a background thread.
+/// Binds the admin socket (mode 0600 whatever the umask) and serves it on a
+/// background thread. Only root and the server's own user are answered.
 pub fn spawn(path: &Path, state: Arc<RpcState>) -> std::io::Result<JoinHandle<()>> {
-    remove_stale_socket(path);
-    let listener = UnixListener::bind(path)?;
+    let listener = crate::sockets::bind_private(path)?;
     let handle = std::thread::Builder::new()
         .name("iopace-rpc".into())
         .spawn(move || {
@@ -134,19 +183,41 @@ pub fn spawn(path: &Path, state: Arc<RpcState>) -> std::io::Result<JoinHandle<()
                     return;
                 }
                 let Ok(stream) = stream else { continue };
-                let state = state.clone();
-                let _ = std::thread::Builder::new()
-                    .name("iopace-rpc-client".into())
-                    .spawn(move || serve_client(&state, stream));
+                admit(&state, stream);
             }
         })?;
     Ok(handle)
 }
 
-/// Removes a socket file left by a previous run, but only if nobody listens on it.
-pub fn remove_stale_socket(path: &Path) {
-    if path.exists() && UnixStream::connect(path).is_err() {
-        let _ = std::fs::remove_file(path);
+/// Serves one admin client on its own thread if it may call and there is room.
+fn admit(state: &Arc<RpcState>, mut stream: UnixStream) {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    match crate::sockets::peer_uid(&stream) {
+        Ok(uid) if uid == 0 || uid == me => {}
+        peer => {
+            tracing::warn!(?peer, "admin socket: refused a client of another user");
+            return;
+        }
+    }
+    if state.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+        state.clients.fetch_sub(1, Ordering::AcqRel);
+        let busy = json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32000, "message": format!("busy: {MAX_CLIENTS} admin clients already connected")}});
+        let _ = writeln!(stream, "{busy}");
+        return;
+    }
+    let _ = stream.set_read_timeout(Some(CLIENT_IDLE));
+    let _ = stream.set_write_timeout(Some(CLIENT_IDLE));
+    let state2 = state.clone();
+    let spawned = std::thread::Builder::new()
+        .name("iopace-rpc-client".into())
+        .spawn(move || {
+            serve_client(&state2, stream);
+            state2.clients.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        state.clients.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -164,11 +235,20 @@ pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String
     let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
     let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     writeln!(writer, "{req}").map_err(|e| e.to_string())?;
-    let mut line = String::new();
+    let mut line = Vec::new();
     BufReader::new(stream)
-        .read_line(&mut line)
-        .map_err(|e| format!("reading reply: {e}"))?;
-    let reply: Value = serde_json::from_str(&line).map_err(|e| format!("bad reply: {e}"))?;
+        .take(MAX_LINE as u64)
+        .read_until(b'\n', &mut line)
+        .map_err(|e| format!("reading reply from {}: {e}", path.display()))?;
+    let reply: Value = serde_json::from_slice(&line)
+        .ok()
+        .filter(|v: &Value| v.get("jsonrpc").is_some())
+        .ok_or_else(|| {
+            format!(
+                "{} is not an iopace admin socket: its reply is not JSON-RPC",
+                path.display()
+            )
+        })?;
     if let Some(err) = reply.get("error") {
         return Err(format!("rpc error: {err}"));
     }

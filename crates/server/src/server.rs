@@ -4,7 +4,6 @@
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -17,6 +16,7 @@ use crate::config::{ConfigError, LoadedConfig};
 use crate::exports::Catalog;
 use crate::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings};
 use crate::rpc;
+use crate::sockets::SocketFiles;
 
 #[derive(Debug)]
 pub enum ServeError {
@@ -41,26 +41,32 @@ fn runtime(what: impl std::fmt::Display) -> ServeError {
 
 enum Listener {
     Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener),
 }
 
 impl Listener {
     fn raw_fd(&self) -> i32 {
         match self {
             Listener::Tcp(l) => l.as_raw_fd(),
-            Listener::Unix(l, _) => l.as_raw_fd(),
+            Listener::Unix(l) => l.as_raw_fd(),
         }
     }
 
-    fn accept(&self) -> std::io::Result<OwnedFd> {
+    /// Accepts one connection; returns it with a description of its peer.
+    fn accept(&self) -> std::io::Result<(OwnedFd, String)> {
         match self {
             Listener::Tcp(l) => {
-                let (s, _) = l.accept()?;
+                let (s, peer) = l.accept()?;
                 // Replies are batched per loop already; Nagle would only add latency.
                 s.set_nodelay(true)?;
-                Ok(s.into())
+                Ok((s.into(), peer.to_string()))
             }
-            Listener::Unix(l, _) => Ok(l.accept()?.0.into()),
+            Listener::Unix(l) => {
+                let (s, _) = l.accept()?;
+                let peer = crate::sockets::peer_uid(&s)
+                    .map_or_else(|_| "unix".into(), |uid| format!("unix uid {uid}"));
+                Ok((s.into(), peer))
+            }
         }
     }
 }
@@ -73,7 +79,274 @@ fn blocked_signals() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         set
+    }
+}
+
+/// Binds every configured listener; the Unix socket files go into `files`.
+fn bind_listeners(
+    cfg: &crate::config::ServerConfig,
+    files: &mut SocketFiles,
+) -> Result<Vec<Listener>, ServeError> {
+    let mut listeners = Vec::new();
+    for addr in &cfg.tcp {
+        let l = TcpListener::bind(addr)
+            .map_err(|e| runtime(format!("cannot listen on tcp {addr}: {e}")))?;
+        tracing::info!(
+            "listening on tcp {}",
+            l.local_addr().map_or(addr.clone(), |a| a.to_string())
+        );
+        listeners.push(Listener::Tcp(l));
+    }
+    for path in &cfg.unix {
+        let l = crate::sockets::bind(path).map_err(|e| {
+            runtime(format!(
+                "cannot listen on unix socket {}: {e}",
+                path.display()
+            ))
+        })?;
+        files.add(path);
+        tracing::info!("listening on unix {}", path.display());
+        listeners.push(Listener::Unix(l));
+    }
+    Ok(listeners)
+}
+
+/// The reactor threads and their handles.
+struct Reactors {
+    handles: Vec<Arc<ReactorHandle>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Reactors {
+    /// Asks every reactor to drain and waits for all of them.
+    fn stop(self) {
+        for h in &self.handles {
+            h.send(Msg::Shutdown);
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn reactor_count(cfg: &crate::config::ServerConfig) -> usize {
+    if cfg.reactors == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        cfg.reactors
+    }
+}
+
+/// Starts the reactors and waits until each has its io_uring; if any fails,
+/// the ones already running are stopped.
+fn start_reactors(
+    loaded: &LoadedConfig,
+    catalog: &Arc<Catalog>,
+    pool: &Arc<SharedPool>,
+) -> Result<Reactors, ServeError> {
+    let cfg = &loaded.config;
+    let n = reactor_count(&cfg.server);
+    let origin = Instant::now();
+    let device_ops = catalog
+        .pacing
+        .device_ops
+        .map(|limit| DeviceOps::new(catalog.devices.len(), limit));
+    let tenant_clock = TenantClock::with_reactors(catalog.pacing.tenants.len().max(1), n);
+    let qos_targets: Vec<_> = catalog.devices.iter().map(|d| d.qos).collect();
+    let device_qos = DeviceQos::new(&qos_targets, origin.elapsed().as_nanos() as u64);
+    let link_window = LinkWindow::new(n);
+    let mut reactors = Reactors {
+        handles: Vec::with_capacity(n),
+        threads: Vec::with_capacity(n),
+    };
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    for id in 0..n {
+        let settings = ReactorSettings {
+            id,
+            device_ops: device_ops.clone(),
+            tenant_clock: tenant_clock.clone(),
+            device_qos: device_qos.clone(),
+            link_window: link_window.clone(),
+            max_requests: cfg.server.max_requests_per_reactor,
+            drain_timeout: Duration::from_secs(cfg.server.drain_timeout_s),
+        };
+        let spawned = spawn_reactor(settings, catalog, pool, origin, ready_tx.clone());
+        match spawned {
+            Ok((handle, thread)) => {
+                reactors.handles.push(handle);
+                reactors.threads.push(thread);
+            }
+            Err(e) => {
+                reactors.stop();
+                return Err(e);
+            }
+        }
+    }
+    drop(ready_tx);
+    for _ in 0..n {
+        let failure = match ready_rx.recv() {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(_) => "a reactor thread died during start-up".into(),
+        };
+        reactors.stop();
+        return Err(runtime(failure));
+    }
+    Ok(reactors)
+}
+
+fn spawn_reactor(
+    settings: ReactorSettings,
+    catalog: &Arc<Catalog>,
+    pool: &Arc<SharedPool>,
+    origin: Instant,
+    ready: mpsc::Sender<Result<(), String>>,
+) -> Result<(Arc<ReactorHandle>, JoinHandle<()>), ServeError> {
+    let id = settings.id;
+    let handle = ReactorHandle::new().map_err(|e| runtime(format!("eventfd: {e}")))?;
+    let (catalog, pool, h) = (catalog.clone(), pool.clone(), handle.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("iopace-r{id}"))
+        .spawn(
+            move || match Reactor::new(settings, h, catalog, pool, origin) {
+                Err(e) => {
+                    let _ = ready.send(Err(format!("reactor {id}: cannot set up io_uring: {e}")));
+                }
+                Ok(r) => {
+                    let _ = ready.send(Ok(()));
+                    if let Err(e) = r.run() {
+                        tracing::error!(reactor = id, "reactor stopped: {e}");
+                    }
+                }
+            },
+        )
+        .map_err(|e| runtime(format!("spawn reactor: {e}")))?;
+    Ok((handle, thread))
+}
+
+/// A warning repeated at most once per interval, with a count of the ones held back.
+struct RateLimitedWarning {
+    interval: Duration,
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+impl RateLimitedWarning {
+    fn new(interval: Duration) -> Self {
+        RateLimitedWarning {
+            interval,
+            last: None,
+            held_back: 0,
+        }
+    }
+
+    fn warn(&mut self, what: &str, error: &std::io::Error) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < self.interval)
+        {
+            self.held_back += 1;
+            return;
+        }
+        tracing::warn!(repeated = self.held_back, "{what}: {error}");
+        self.last = Some(now);
+        self.held_back = 0;
+    }
+}
+
+/// The reactor with the fewest live connections, ties broken round-robin:
+/// clients that open a probe connection before the real one still spread out.
+fn pick_reactor(handles: &[Arc<ReactorHandle>], next: &AtomicUsize) -> usize {
+    let start = next.fetch_add(1, Ordering::Relaxed);
+    let n = handles.len();
+    (0..n)
+        .map(|k| (start + k) % n)
+        .min_by_key(|&r| handles[r].conns.load(Ordering::Relaxed))
+        .unwrap_or(0)
+}
+
+fn accept_loop(
+    listener: &Listener,
+    handles: &[Arc<ReactorHandle>],
+    next: &AtomicUsize,
+    stopping: &AtomicBool,
+) {
+    let mut warning = RateLimitedWarning::new(Duration::from_secs(10));
+    loop {
+        let accepted = listener.accept();
+        if stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        match accepted {
+            Ok((fd, peer)) => {
+                let r = pick_reactor(handles, next);
+                tracing::info!(%peer, reactor = r, "accepted a connection");
+                handles[r].conns.fetch_add(1, Ordering::Relaxed);
+                handles[r].send(Msg::NewConn(fd));
+            }
+            Err(e) => {
+                warning.warn("accept", &e);
+                // Out of descriptors (EMFILE): give connections time to close.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn start_acceptors(
+    listeners: &Arc<Vec<Listener>>,
+    handles: &[Arc<ReactorHandle>],
+    stopping: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>, ServeError> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut acceptors = Vec::new();
+    for i in 0..listeners.len() {
+        let (mine, handles) = (listeners.clone(), handles.to_vec());
+        let (next, stop) = (next.clone(), stopping.clone());
+        let spawned = std::thread::Builder::new()
+            .name("iopace-accept".into())
+            .spawn(move || accept_loop(&mine[i], &handles, &next, &stop));
+        match spawned {
+            Ok(t) => acceptors.push(t),
+            Err(e) => {
+                stop_acceptors(listeners, stopping, acceptors);
+                return Err(runtime(format!("spawn acceptor: {e}")));
+            }
+        }
+    }
+    Ok(acceptors)
+}
+
+fn stop_acceptors(listeners: &[Listener], stopping: &AtomicBool, acceptors: Vec<JoinHandle<()>>) {
+    stopping.store(true, Ordering::Relaxed);
+    for l in listeners {
+        // SAFETY: wakes the blocked accept() on our own listening socket.
+        unsafe {
+            libc::shutdown(l.raw_fd(), libc::SHUT_RDWR);
+        }
+    }
+    for a in acceptors {
+        let _ = a.join();
+    }
+}
+
+/// Waits for SIGINT or SIGTERM; SIGHUP reloads the config meanwhile.
+fn wait_for_stop(set: &libc::sigset_t, loaded: &LoadedConfig, rpc_state: &rpc::RpcState) {
+    loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: waits for one of the signals blocked in every thread.
+        unsafe {
+            libc::sigwait(set, &mut sig);
+        }
+        if sig == libc::SIGHUP {
+            crate::reload::reload(loaded, rpc_state);
+            continue;
+        }
+        tracing::info!(signal = sig, "shutting down: draining in-flight IO");
+        return;
     }
 }
 
@@ -92,189 +365,48 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         buf_cache_size: cfg.buffers.buf_cache_size,
     })
     .map_err(|e| runtime(format!("cannot allocate the buffer pool: {e}")))?;
-
-    let mut listeners = Vec::new();
-    for addr in &cfg.server.tcp {
-        let l = TcpListener::bind(addr)
-            .map_err(|e| runtime(format!("cannot listen on tcp {addr}: {e}")))?;
-        tracing::info!(
-            "listening on tcp {}",
-            l.local_addr().map_or(addr.clone(), |a| a.to_string())
-        );
-        listeners.push(Listener::Tcp(l));
-    }
-    for path in &cfg.server.unix {
-        rpc::remove_stale_socket(path);
-        let l = UnixListener::bind(path).map_err(|e| {
-            runtime(format!(
-                "cannot listen on unix socket {}: {e}",
-                path.display()
-            ))
-        })?;
-        tracing::info!("listening on unix {}", path.display());
-        listeners.push(Listener::Unix(l, path.clone()));
-    }
-
-    let n = if cfg.server.reactors == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        cfg.server.reactors
-    };
-    let origin = Instant::now();
-    let device_ops = catalog
-        .pacing
-        .device_ops
-        .map(|limit| DeviceOps::new(catalog.devices.len(), limit));
-    let tenant_clock = TenantClock::with_reactors(catalog.pacing.tenants.len().max(1), n);
-    let qos_targets: Vec<_> = catalog.devices.iter().map(|d| d.qos).collect();
-    let device_qos = DeviceQos::new(&qos_targets, origin.elapsed().as_nanos() as u64);
-    let link_window = LinkWindow::new(n);
-    let mut handles = Vec::with_capacity(n);
-    let mut threads: Vec<JoinHandle<()>> = Vec::with_capacity(n);
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
-    for id in 0..n {
-        let handle = ReactorHandle::new().map_err(|e| runtime(format!("eventfd: {e}")))?;
-        handles.push(handle.clone());
-        let catalog = catalog.clone();
-        let pool = pool.clone();
-        let ready = ready_tx.clone();
-        let settings = ReactorSettings {
-            id,
-            device_ops: device_ops.clone(),
-            tenant_clock: tenant_clock.clone(),
-            device_qos: device_qos.clone(),
-            link_window: link_window.clone(),
-            max_requests: cfg.server.max_requests_per_reactor,
-            drain_timeout: Duration::from_secs(cfg.server.drain_timeout_s),
-        };
-        let t = std::thread::Builder::new()
-            .name(format!("iopace-r{id}"))
-            .spawn(
-                move || match Reactor::new(settings, handle, catalog, pool, origin) {
-                    Err(e) => {
-                        let _ =
-                            ready.send(Err(format!("reactor {id}: cannot set up io_uring: {e}")));
-                    }
-                    Ok(r) => {
-                        let _ = ready.send(Ok(()));
-                        if let Err(e) = r.run() {
-                            tracing::error!(reactor = id, "reactor stopped: {e}");
-                        }
-                    }
-                },
-            )
-            .map_err(|e| runtime(format!("spawn reactor: {e}")))?;
-        threads.push(t);
-    }
-    drop(ready_tx);
-    for _ in 0..n {
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(runtime(e)),
-            Err(_) => return Err(runtime("a reactor thread died during start-up")),
+    // Dropped on every return: a failed start leaves no socket file behind.
+    let mut files = SocketFiles::default();
+    let listeners = Arc::new(bind_listeners(&cfg.server, &mut files)?);
+    let reactors = start_reactors(&loaded, &catalog, &pool)?;
+    let rpc_state = Arc::new(rpc::RpcState::new(
+        reactors.handles.clone(),
+        loaded.to_json(),
+        catalog.pacing.clone(),
+    ));
+    let rpc_path = &cfg.server.rpc;
+    if !rpc_path.as_os_str().is_empty() {
+        if let Err(e) = rpc::spawn(rpc_path, rpc_state.clone()) {
+            reactors.stop();
+            return Err(runtime(format!(
+                "cannot listen on admin socket {}: {e}",
+                rpc_path.display()
+            )));
         }
+        // The RPC thread is not joined at exit: a client may hold it.
+        files.add(rpc_path);
     }
+    let stopping = Arc::new(AtomicBool::new(false));
+    let acceptors = match start_acceptors(&listeners, &reactors.handles, &stopping) {
+        Ok(a) => a,
+        Err(e) => {
+            reactors.stop();
+            return Err(e);
+        }
+    };
     tracing::info!(
-        reactors = n,
+        reactors = reactors.handles.len(),
         exports = catalog.exports.len(),
         "iopace serving"
     );
-
-    let rpc_state = Arc::new(rpc::RpcState {
-        reactors: handles.clone(),
-        config: loaded.to_json(),
-        stopping: AtomicBool::new(false),
-    });
-    let rpc_path = cfg.server.rpc.clone();
-    let rpc_thread = if rpc_path.as_os_str().is_empty() {
-        None
-    } else {
-        Some(rpc::spawn(&rpc_path, rpc_state.clone()).map_err(|e| {
-            runtime(format!(
-                "cannot listen on admin socket {}: {e}",
-                rpc_path.display()
-            ))
-        })?)
-    };
-
-    let listeners: Arc<Vec<Listener>> = Arc::new(listeners);
-    let next = Arc::new(AtomicUsize::new(0));
-    let stopping = Arc::new(AtomicBool::new(false));
-    let mut acceptors = Vec::new();
-    for i in 0..listeners.len() {
-        let listeners = listeners.clone();
-        let handles = handles.clone();
-        let next = next.clone();
-        let stopping = stopping.clone();
-        acceptors.push(
-            std::thread::Builder::new()
-                .name("iopace-accept".into())
-                .spawn(move || loop {
-                    match listeners[i].accept() {
-                        Ok(fd) => {
-                            if stopping.load(Ordering::Relaxed) {
-                                return;
-                            }
-                            // The reactor with the fewest live connections, ties
-                            // broken round-robin: clients that open a probe
-                            // connection before the real one still spread out.
-                            let start = next.fetch_add(1, Ordering::Relaxed);
-                            let n = handles.len();
-                            let r = (0..n)
-                                .map(|k| (start + k) % n)
-                                .min_by_key(|&r| handles[r].conns.load(Ordering::Relaxed))
-                                .unwrap_or(0);
-                            handles[r].conns.fetch_add(1, Ordering::Relaxed);
-                            handles[r].send(Msg::NewConn(fd));
-                        }
-                        Err(e) => {
-                            if stopping.load(Ordering::Relaxed) {
-                                return;
-                            }
-                            tracing::warn!("accept: {e}");
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                    }
-                })
-                .map_err(|e| runtime(format!("spawn acceptor: {e}")))?,
-        );
-    }
-
-    let mut sig: libc::c_int = 0;
-    // SAFETY: waits for one of the signals blocked above.
-    unsafe {
-        libc::sigwait(&set, &mut sig);
-    }
-    tracing::info!(signal = sig, "shutting down: draining in-flight IO");
-    stopping.store(true, Ordering::Relaxed);
-    for l in listeners.iter() {
-        // SAFETY: wakes the blocked accept() on our own listening socket.
-        unsafe {
-            libc::shutdown(l.raw_fd(), libc::SHUT_RDWR);
-        }
-    }
-    for a in acceptors {
-        let _ = a.join();
-    }
-    for h in &handles {
-        h.send(Msg::Shutdown);
-    }
-    for t in threads {
-        let _ = t.join();
-    }
+    wait_for_stop(&set, &loaded, &rpc_state);
+    stop_acceptors(&listeners, &stopping, acceptors);
+    reactors.stop();
     if let Err(e) = catalog.bdevs.flush_all_sync() {
         tracing::error!("flushing file bdevs at shutdown: {e}");
     }
     rpc_state.stopping.store(true, Ordering::Relaxed);
-    if rpc_thread.is_some() {
-        // The RPC thread is not joined: a client may hold it; exit ends it.
-        let _ = std::fs::remove_file(&rpc_path);
-    }
-    for l in listeners.iter() {
-        if let Listener::Unix(_, path) = l {
-            let _ = std::fs::remove_file(path);
-        }
-    }
+    drop(files);
     let free = pool.free_total();
     tracing::info!(
         free_buffers = free,

@@ -1,0 +1,314 @@
+//! Safe defaults an operator relies on: nothing destroyed, absurd values
+//! refused, a failed start cleans up, the admin socket is private and bounded,
+//! set_pacing merges, SIGHUP reloads pacing.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const NULL_EXPORT: &str =
+    "[[bdev]]\nname = \"n\"\nkind = \"null\"\nsize = \"1MiB\"\n[[export]]\nname = \"default\"\nbdev = \"n\"\n";
+
+/// Runs `iopace serve ARGS` to completion (it must fail or be --check) with a time limit.
+fn serve_once(args: &[&str], config: &str, dir: &Path) -> Output {
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, config).expect("write config");
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iopace");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("iopace serve {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn unix_and_rpc_paths_never_delete_a_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let important = dir.path().join("important.txt");
+    std::fs::write(&important, "precious").expect("write");
+    let imp = important.to_str().expect("utf-8");
+    let port = free_port().to_string();
+    let tcp = format!("127.0.0.1:{port}");
+    let nbd_sock = dir.path().join("nbd.sock");
+    for args in [
+        vec!["--tcp", &tcp, "--unix", imp, "--rpc", "none"],
+        vec![
+            "--tcp",
+            &tcp,
+            "--unix",
+            nbd_sock.to_str().expect("utf-8"),
+            "--rpc",
+            imp,
+        ],
+    ] {
+        let out = serve_once(&args, NULL_EXPORT, dir.path());
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains("not a socket"), "{err}");
+        assert!(
+            !err.contains("iopace serving"),
+            "serving logged too early: {err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&important).expect("kept"),
+            "precious"
+        );
+        assert!(
+            !nbd_sock.exists(),
+            "a failed start left its NBD socket behind"
+        );
+    }
+}
+
+#[test]
+fn check_creates_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = dir.path().join("disk.img");
+    let config = format!(
+        "[[bdev]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = \"1.5GiB\"\n[[export]]\nname = \"default\"\nbdev = \"f\"\n",
+        image.display()
+    );
+    let sock = dir.path().join("nbd.sock");
+    let out = serve_once(
+        &["--check", "--unix", sock.to_str().expect("utf-8")],
+        &config,
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!image.exists(), "--check created the disk image");
+    assert!(!sock.exists(), "--check created a socket");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON config");
+    assert_eq!(json["bdev"][0]["size"], "1.5GiB");
+}
+
+#[test]
+fn absurd_values_and_odd_files_exit_2_quickly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (config, args, needle) in [
+        (
+            format!("[server]\nmax_requests_per_reactor = 1000000000\n{NULL_EXPORT}"),
+            vec!["--check"],
+            "c.toml:2: field `server.max_requests_per_reactor`",
+        ),
+        (
+            format!("[server]\nreactors = 100000\n{NULL_EXPORT}"),
+            vec!["--check"],
+            "c.toml:2: field `server.reactors`",
+        ),
+        (NULL_EXPORT.to_string(), vec!["--reactors", "100000"], "--reactors"),
+        (
+            format!("{NULL_EXPORT}[pacing]\nmode = \"rate\"\nperiod_us = 1e9\n"),
+            vec!["--check"],
+            "field `pacing.period_us`",
+        ),
+        (
+            format!("{NULL_EXPORT}[cost.n]\nrbps = nan\nrseqiops = 1.0\nrrandiops = 1.0\nwbps = 1.0\nwseqiops = 1.0\nwrandiops = 1.0\n"),
+            vec!["--check"],
+            "c.toml:9: field `cost.n.rbps`",
+        ),
+    ] {
+        let out = serve_once(&args, &config, dir.path());
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{needle}: {}", stderr(&out));
+    }
+    let start = Instant::now();
+    let out = Command::new(BIN)
+        .args(["serve", "--config", "/dev/urandom"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_size_smaller_than_the_file_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = dir.path().join("disk.img");
+    std::fs::write(&image, vec![0u8; 1 << 20]).expect("write");
+    let config = format!(
+        "[[bdev]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = \"10KB\"\n[[export]]\nname = \"default\"\nbdev = \"f\"\n",
+        image.display()
+    );
+    let out = serve_once(&["--check"], &config, dir.path());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("c.toml:5: field `bdev.size`"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::metadata(&image).expect("kept").len(), 1 << 20);
+}
+
+/// One JSON-RPC call with params; returns the whole reply.
+fn call(sock: &Path, method: &str, params: serde_json::Value) -> serde_json::Value {
+    let mut s = UnixStream::connect(sock).expect("connect admin socket");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    writeln!(s, "{req}").expect("write");
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).expect("read");
+    serde_json::from_str(&line).expect("JSON reply")
+}
+
+#[test]
+fn set_pacing_merges_and_validates() {
+    let server = Server::start(&format!(
+        "{MALLOC_EXPORTS}\n[pacing]\nmode = \"auto\"\ngain = 3.0\nmax_window = 8388608\n"
+    ));
+    let out = Command::new(BIN)
+        .args([
+            "rpc",
+            "set_pacing",
+            r#"{"mode":"rate","period_us":500}"#,
+            "--rpc",
+        ])
+        .arg(&server.rpc)
+        .output()
+        .expect("iopace rpc");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pacing = &server.rpc("get_config")["pacing"];
+    assert_eq!(pacing["mode"], "rate", "{pacing}");
+    assert_eq!(pacing["gain"], 3.0, "gain kept: {pacing}");
+    assert_eq!(pacing["max_window"], 8388608, "max_window kept: {pacing}");
+    let r = call(
+        &server.rpc,
+        "set_pacing",
+        serde_json::json!({"period_us": 1e9}),
+    );
+    assert!(r["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("period_us")));
+    assert_eq!(server.rpc("get_config")["pacing"]["period_us"], 500.0);
+    roundtrip_ok(&server);
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn sighup_reloads_pacing_and_keeps_serving() {
+    let server = Server::start(MALLOC_EXPORTS);
+    let cfg = server.dir.path().join("iopace.toml");
+    let text = std::fs::read_to_string(&cfg).expect("config");
+    std::fs::write(&cfg, format!("{text}\n[pacing]\ngain = 5.0\n")).expect("rewrite");
+    // SAFETY: signalling our own child by its PID.
+    unsafe {
+        libc::kill(server.pid() as i32, libc::SIGHUP);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.rpc("get_config")["pacing"]["gain"] != 5.0 {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    roundtrip_ok(&server);
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("SIGHUP: pacing reloaded"), "{log}");
+}
+
+fn threads_of(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("Threads line")
+}
+
+#[test]
+fn admin_socket_is_private_and_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let rpc = dir.path().join("admin.sock");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nreactors = 1\ntcp = [\"localhost:{port}\"]\nunix = []\nrpc = \"{}\"\n{NULL_EXPORT}",
+            rpc.display()
+        ),
+    )
+    .expect("write");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--config"])
+        .arg(&cfg)
+        .stderr(Stdio::null());
+    // SAFETY: umask in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while UnixStream::connect(&rpc).is_err() {
+        assert!(Instant::now() < deadline, "admin socket never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = std::fs::metadata(&rpc).expect("meta").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "admin socket mode {mode:o}");
+    let idle: Vec<UnixStream> = (0..300)
+        .filter_map(|_| UnixStream::connect(&rpc).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let threads = threads_of(child.id());
+    assert!(
+        threads < 40,
+        "{threads} threads for {} idle clients",
+        idle.len()
+    );
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = call(&rpc, "get_stats", serde_json::Value::Null);
+    assert!(r.get("result").is_some(), "{r}");
+    // The host name resolved: TCP serves too.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn stats_on_a_wrong_socket_says_so() {
+    let server = Server::malloc();
+    let out = Command::new(BIN)
+        .args(["stats", "--rpc"])
+        .arg(&server.sock)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is not an iopace admin socket"),
+        "{}",
+        stderr(&out)
+    );
+}
