@@ -28,156 +28,27 @@
 //! deficit round robin.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::Nanos;
 
+mod config;
 mod cost;
+mod device_ops;
 mod filter;
 mod link_window;
 mod qos;
 mod tenant_clock;
 
+pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 pub use cost::CostModel;
+pub use device_ops::DeviceOps;
 use filter::{LargeIoMin, WindowedMax, WindowedMin};
 pub use link_window::LinkWindow;
 pub use qos::{DeviceQos, QosConfig};
 pub use tenant_clock::TenantClock;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    None,
-    Buffers,
-    Rate,
-    #[default]
-    Auto,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Tuner {
-    IoRate,
-    BytesInFlight,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantConfig {
-    pub name: String,
-    #[serde(default = "one")]
-    pub weight: f64,
-    /// Exports whose IO belongs to this tenant.
-    #[serde(default)]
-    pub exports: Vec<String>,
-}
-
-fn one() -> f64 {
-    1.0
-}
-
-/// `[pacing]` in the target's config and in simulator scenarios.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PacingConfig {
-    #[serde(default)]
-    pub mode: Mode,
-    /// rate: period between credits, microseconds.
-    #[serde(default)]
-    pub period_us: Option<f64>,
-    /// rate: bytes of credit per period (default: one buffer).
-    #[serde(default)]
-    pub credit: Option<u64>,
-    /// rate: IOs smaller than this bypass the pacer.
-    #[serde(default)]
-    pub threshold: Option<u32>,
-    /// rate: most IOs in flight per device, across all reactors.
-    #[serde(default)]
-    pub device_ops: Option<u32>,
-    /// rate: periods of unused credit kept (late polls lose nothing up to this).
-    #[serde(default = "default_burst")]
-    pub burst: f64,
-    #[serde(default)]
-    pub tuner: Option<Tuner>,
-    /// rate, bytes-in-flight tuner: the target, bytes.
-    #[serde(default)]
-    pub target_in_flight: Option<u64>,
-    /// auto: window = gain x rate x latency.
-    #[serde(default = "default_gain")]
-    pub gain: f64,
-    /// auto: upper bound on bytes in flight per reactor.
-    #[serde(default = "default_max_window")]
-    pub max_window: u64,
-    #[serde(default)]
-    pub tenants: Vec<TenantConfig>,
-}
-
-fn default_burst() -> f64 {
-    4.0
-}
-fn default_gain() -> f64 {
-    2.0
-}
-fn default_max_window() -> u64 {
-    16 << 20
-}
-
-impl Default for PacingConfig {
-    fn default() -> Self {
-        PacingConfig {
-            mode: Mode::Auto,
-            period_us: None,
-            credit: None,
-            threshold: None,
-            device_ops: None,
-            burst: default_burst(),
-            tuner: None,
-            target_in_flight: None,
-            gain: default_gain(),
-            max_window: default_max_window(),
-            tenants: Vec::new(),
-        }
-    }
-}
-
-impl PacingConfig {
-    /// Checks values; the error names the field.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        if self.mode == Mode::Rate {
-            match self.period_us {
-                Some(p) if p > 0.0 && p.is_finite() => {}
-                _ => return Err(("period_us", "mode \"rate\" needs a period_us > 0".into())),
-            }
-        }
-        if self.credit == Some(0) {
-            return Err(("credit", "must be at least 1 byte".into()));
-        }
-        if !(self.burst >= 1.0 && self.burst.is_finite()) {
-            return Err(("burst", "must be at least 1 period".into()));
-        }
-        if !(self.gain >= 1.0 && self.gain <= 16.0) {
-            return Err(("gain", "must be between 1 and 16".into()));
-        }
-        if self.max_window < 4096 {
-            return Err(("max_window", "must be at least 4096 bytes".into()));
-        }
-        if self.device_ops == Some(0) {
-            return Err(("device_ops", "must be at least 1".into()));
-        }
-        for t in &self.tenants {
-            if !(t.weight > 0.0 && t.weight.is_finite()) {
-                return Err((
-                    "tenants.weight",
-                    format!("tenant `{}`: weight must be > 0", t.name),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum IoKind {
@@ -197,46 +68,6 @@ pub struct PacedIo {
     pub bytes: u32,
     pub kind: IoKind,
     pub offset: u64,
-}
-
-/// Per-device IO-count limit shared by every reactor's pacer, so the limit is
-/// exact across reactors: a slot is taken with compare-and-swap, never
-/// overshooting.
-#[derive(Debug)]
-pub struct DeviceOps {
-    limit: u32,
-    in_flight: Vec<AtomicU32>,
-}
-
-impl DeviceOps {
-    pub fn new(devices: usize, limit: u32) -> Arc<DeviceOps> {
-        Arc::new(DeviceOps {
-            limit,
-            in_flight: (0..devices).map(|_| AtomicU32::new(0)).collect(),
-        })
-    }
-
-    fn try_take(&self, device: usize) -> bool {
-        let Some(c) = self.in_flight.get(device) else {
-            return true;
-        };
-        c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-            (v < self.limit).then_some(v + 1)
-        })
-        .is_ok()
-    }
-
-    fn give(&self, device: usize) {
-        if let Some(c) = self.in_flight.get(device) {
-            let _ = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
-        }
-    }
-
-    pub fn in_flight(&self, device: usize) -> u32 {
-        self.in_flight
-            .get(device)
-            .map_or(0, |c| c.load(Ordering::Acquire))
-    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -459,7 +290,7 @@ impl Pacer {
             });
         }
         let clock = TenantClock::new(tenants.len());
-        let period_ns = cfg.period_us.unwrap_or(10.0) * 1000.0;
+        let period_ns = cfg.period_ns();
         let credit_bytes = cfg.credit.unwrap_or(u64::from(buffer_size)) as f64;
         let max_io = u64::from(buffer_size).max(4096);
         Pacer {
@@ -512,7 +343,7 @@ impl Pacer {
 
     /// Changes mode and parameters at run time; queued IOs stay queued.
     pub fn reconfigure(&mut self, cfg: PacingConfig, now: Nanos) {
-        self.period_ns = cfg.period_us.unwrap_or(10.0) * 1000.0;
+        self.period_ns = cfg.period_ns();
         if let Some(c) = cfg.credit {
             self.credit_bytes = c as f64;
         }
@@ -1104,10 +935,7 @@ impl Pacer {
         let Some(ops) = &self.device_ops else {
             return false;
         };
-        self.tenants[t]
-            .active
-            .iter()
-            .all(|&d| ops.in_flight(d) >= ops.limit)
+        self.tenants[t].active.iter().all(|&d| ops.exhausted(d))
     }
 
     /// The queued tenant with the least virtual time (weighted fair queuing).
@@ -1195,7 +1023,7 @@ impl Pacer {
     /// rate mode tuners, once per period's worth of completions.
     fn tune(&mut self, now: Nanos) {
         let Some(tuner) = self.cfg.tuner else { return };
-        let base = self.cfg.period_us.unwrap_or(10.0) * 1000.0;
+        let base = self.cfg.period_ns();
         let elapsed = now.saturating_sub(self.tuner_last);
         if elapsed < 1_000_000 {
             return;

@@ -1,7 +1,7 @@
 //! Statistics primitives shared by the target and the simulator.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Nanos;
 
@@ -76,7 +76,8 @@ impl Default for LatencyHist {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+/// A latency histogram's summary, as stats reports carry it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct LatencySummary {
     pub count: u64,
     pub mean_us: f64,

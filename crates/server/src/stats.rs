@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use pace::pool::PoolStats;
-use pace::stats::{LatencyHist, ReqState, StateCounts, TimeAvg};
+use pace::stats::{LatencyHist, LatencySummary, ReqState, StateCounts, TimeAvg};
 use pace::Nanos;
 use proto::Command;
 use serde::{Deserialize, Serialize};
@@ -37,19 +37,9 @@ pub struct BufferStats {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct LatencyStats {
-    pub count: u64,
-    pub mean_us: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub max_us: f64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ExportStats {
     pub name: String,
-    pub latency: LatencyStats,
+    pub latency: LatencySummary,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -220,14 +210,7 @@ impl StatsCollector {
                 .zip(self.latency.iter())
                 .map(|(name, h)| ExportStats {
                     name: name.clone(),
-                    latency: LatencyStats {
-                        count: h.count(),
-                        mean_us: h.mean() / 1e3,
-                        p50_us: h.percentile(50.0) as f64 / 1e3,
-                        p99_us: h.percentile(99.0) as f64 / 1e3,
-                        p999_us: h.percentile(99.9) as f64 / 1e3,
-                        max_us: h.percentile(100.0) as f64 / 1e3,
-                    },
+                    latency: h.summary(),
                 })
                 .collect(),
             pacer: serde_json::Value::Null,
