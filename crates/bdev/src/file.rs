@@ -406,7 +406,7 @@ impl FileLeaf {
 
     /// Allocation map from SEEK_DATA/SEEK_HOLE; block devices report data.
     pub fn block_status(&self, offset: u64, len: u32) -> Vec<(u32, u32)> {
-        const HOLE: u32 = 1 | 2; // NBD_STATE_HOLE | NBD_STATE_ZERO
+        const HOLE: u32 = crate::EXTENT_HOLE;
         if self.block_device {
             return vec![(len, 0)];
         }

@@ -298,10 +298,15 @@ impl Bdev {
     pub fn block_status(&self, offset: u64, len: u32) -> Vec<(u32, u32)> {
         match &*self.leaf {
             Leaf::File(f) => f.block_status(self.offset + offset, len),
+            Leaf::Malloc(m) => m.block_status(self.offset + offset, len),
             _ => vec![(len, 0)],
         }
     }
 }
+
+/// A base:allocation extent that is a hole reading as zeros
+/// (NBD_STATE_HOLE | NBD_STATE_ZERO).
+pub const EXTENT_HOLE: u32 = 1 | 2;
 
 /// Every bdev the config built, by name.
 #[derive(Debug)]

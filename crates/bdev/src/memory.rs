@@ -1,12 +1,24 @@
-//! RAM for malloc bdevs: one lazily allocated anonymous mapping.
+//! RAM for malloc bdevs: one lazily allocated anonymous mapping, with an
+//! allocation map in chunks so block status reports holes and trim or
+//! write-zeroes of whole chunks gives the memory back: a 1 GiB export costs
+//! what was written.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{IoOp, IoResult};
+use crate::{IoOp, IoResult, EXTENT_HOLE};
+
+/// Allocation-map granularity: small enough for sparse images, large enough
+/// that a 1 GiB map is 2 KiB of bits.
+const CHUNK: usize = 64 << 10;
 
 pub(crate) struct MallocMem {
     base: *mut u8,
     len: usize,
+    /// One bit per chunk: set once any byte of it was written. Shared by the
+    /// reactors, hence atomic; a chunk is marked before its data is copied,
+    /// so block status never calls unwritten data a hole.
+    written: Vec<AtomicU64>,
 }
 
 // SAFETY: the mapping lives as long as the struct; concurrent IO to
@@ -44,13 +56,73 @@ impl MallocMem {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
+        let chunks = len.div_ceil(CHUNK);
         Ok(MallocMem {
             base: base.cast(),
             len,
+            written: (0..chunks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         })
     }
 
+    fn is_written(&self, chunk: usize) -> bool {
+        self.written[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
+    }
+
+    fn mark(&self, offset: usize, len: usize, written: bool) {
+        debug_assert!(len > 0 && offset + len <= self.len);
+        for chunk in offset / CHUNK..=(offset + len - 1) / CHUNK {
+            let bit = 1u64 << (chunk % 64);
+            let word = &self.written[chunk / 64];
+            if written {
+                word.fetch_or(bit, Ordering::AcqRel);
+            } else {
+                word.fetch_and(!bit, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// base:allocation extents from `offset`, at most `len` bytes: written
+    /// chunks are data, the rest holes that read as zeros.
+    pub fn block_status(&self, offset: u64, len: u32) -> Vec<(u32, u32)> {
+        let Ok(start) = usize::try_from(offset) else {
+            return vec![(len, 0)];
+        };
+        let end = start.saturating_add(len as usize).min(self.len);
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        let mut pos = start;
+        // Like the file bdev, a bounded reply: the client asks again from
+        // where it ends.
+        while pos < end && out.len() < 256 {
+            let chunk = pos / CHUNK;
+            let next = ((chunk + 1) * CHUNK).min(end);
+            let flags = if self.is_written(chunk) {
+                0
+            } else {
+                EXTENT_HOLE
+            };
+            let n = (next - pos) as u32;
+            match out.last_mut() {
+                Some(last) if last.1 == flags => last.0 += n,
+                _ => out.push((n, flags)),
+            }
+            pos = next;
+        }
+        out
+    }
+
     fn zero(&self, offset: usize, len: usize) {
+        // Whole chunks become holes again; their pages go back to the kernel.
+        let first_chunk = offset.div_ceil(CHUNK);
+        let end_chunk = (offset + len) / CHUNK;
+        if end_chunk > first_chunk {
+            self.mark(
+                first_chunk * CHUNK,
+                (end_chunk - first_chunk) * CHUNK,
+                false,
+            );
+        }
         // Whole pages go back to the kernel and read as zeros again.
         let first = offset.div_ceil(PAGE) * PAGE;
         let last = (offset + len) / PAGE * PAGE;
@@ -80,6 +152,9 @@ impl MallocMem {
         {
             return IoResult::Err(crate::EINVAL);
         }
+        if matches!(op, IoOp::Write { .. }) && len > 0 {
+            self.mark(at, len as usize, true);
+        }
         match op {
             IoOp::Read | IoOp::Write { .. } => {
                 for v in iov {
@@ -100,5 +175,62 @@ impl MallocMem {
             IoOp::Flush | IoOp::Cache => {}
         }
         IoResult::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(m: &MallocMem, offset: u64, data: &mut [u8]) -> IoResult {
+        let iov = [libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        }];
+        m.execute(IoOp::Write { fua: false }, offset, data.len() as u32, &iov)
+    }
+
+    #[test]
+    fn written_chunks_are_data_and_the_rest_holes() {
+        let m = MallocMem::new(1 << 20).expect("map");
+        let whole = 1u32 << 20;
+        assert_eq!(m.block_status(0, whole), vec![(whole, EXTENT_HOLE)]);
+        assert_eq!(write(&m, 100_000, &mut [7u8; 10]), IoResult::Ok);
+        let chunk = CHUNK as u32;
+        assert_eq!(
+            m.block_status(0, whole),
+            vec![
+                (chunk, EXTENT_HOLE),
+                (chunk, 0),
+                (whole - 2 * chunk, EXTENT_HOLE)
+            ]
+        );
+        // A query starting inside a chunk reports from there.
+        assert_eq!(m.block_status(70_000, 100), vec![(100, 0)]);
+    }
+
+    #[test]
+    fn zeroing_whole_chunks_makes_holes_again_partial_ones_stay_data() {
+        let m = MallocMem::new(1 << 20).expect("map");
+        let chunk = CHUNK as u32;
+        assert_eq!(write(&m, 0, &mut vec![1u8; 3 * CHUNK]), IoResult::Ok);
+        let zero = IoOp::WriteZeroes {
+            may_trim: true,
+            fua: false,
+        };
+        // Chunk 0 partly, chunk 1 wholly.
+        assert_eq!(m.execute(zero, 100, 2 * chunk - 100, &[]), IoResult::Ok);
+        assert_eq!(
+            m.block_status(0, 3 * chunk),
+            vec![(chunk, 0), (chunk, EXTENT_HOLE), (chunk, 0)]
+        );
+        let mut back = vec![9u8; 2 * CHUNK];
+        let iov = [libc::iovec {
+            iov_base: back.as_mut_ptr().cast(),
+            iov_len: back.len(),
+        }];
+        assert_eq!(m.execute(IoOp::Read, 0, 2 * chunk, &iov), IoResult::Ok);
+        assert!(back[..100].iter().all(|b| *b == 1));
+        assert!(back[100..].iter().all(|b| *b == 0));
     }
 }
