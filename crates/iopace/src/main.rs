@@ -16,6 +16,17 @@ mod stats_report;
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    /// Log format on stderr: text, or json (one object per line). The level
+    /// and filters come from IOPACE_LOG (default "info"), e.g.
+    /// IOPACE_LOG=debug or IOPACE_LOG=server=debug,info.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -118,6 +129,9 @@ struct StatsArgs {
     /// Print the raw JSON instead of the report.
     #[arg(long)]
     json: bool,
+    /// Print it again every SECS seconds until interrupted.
+    #[arg(long, value_name = "SECS")]
+    watch: Option<f64>,
 }
 
 #[derive(Args)]
@@ -133,14 +147,18 @@ struct RpcArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("IOPACE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+        );
+    match cli.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
+    }
     match cli.command {
         Cmd::Serve(args) => serve(args),
         Cmd::Stats(args) => stats(args),
@@ -230,6 +248,39 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let check = args.check;
+    if let Err(e) = apply_overrides(args, &mut loaded) {
+        eprintln!("iopace: {e}");
+        return ExitCode::from(2);
+    }
+    if check {
+        return match server::exports::Catalog::check(&loaded) {
+            Ok(_) => {
+                println!("{:#}", loaded.to_json());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("iopace: config error: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    match server::serve(loaded) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(server::ServeError::Config(e)) => {
+            eprintln!("iopace: config error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("iopace: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Puts the command line's listener, reactor and pacing options over the
+/// config's, with the same bounds.
+fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result<(), String> {
     let server = &mut loaded.config.server;
     if !args.tcp.is_empty() {
         server.tcp = args.tcp.into_iter().filter(|s| !is_none(s)).collect();
@@ -251,65 +302,44 @@ fn serve(args: ServeArgs) -> ExitCode {
     if let Some(n) = args.reactors {
         server.reactors = n;
     }
-    if let Some(mode) = &args.pacing {
-        let pacing = &mut loaded.config.pacing;
-        match serde_json::from_value(serde_json::Value::String(mode.clone())) {
-            Ok(m) => pacing.mode = m,
-            Err(_) => {
-                eprintln!("iopace: --pacing `{mode}`: use none, buffers, rate or auto");
-                return ExitCode::from(2);
-            }
-        }
-        if let Err((field, msg)) = pacing.validate() {
-            eprintln!("iopace: --pacing {mode}: [pacing] {field}: {msg}");
-            return ExitCode::from(2);
-        }
-    }
-    let server = &loaded.config.server;
     for addr in &server.tcp {
-        if let Err(e) = server::config::check_tcp_address(addr) {
-            eprintln!("iopace: --tcp: {e}");
-            return ExitCode::from(2);
-        }
+        server::config::check_tcp_address(addr).map_err(|e| format!("--tcp: {e}"))?;
     }
-    if server.reactors > server::bounds::MAX_REACTORS {
-        eprintln!(
-            "iopace: --reactors: at most {}, got {}",
-            server::bounds::MAX_REACTORS,
+    let max = server::bounds::MAX_REACTORS;
+    if server.reactors > max {
+        return Err(format!(
+            "--reactors: at most {max}, got {}",
             server.reactors
-        );
-        return ExitCode::from(2);
+        ));
     }
     if server.tcp.is_empty() && server.unix.is_empty() {
-        eprintln!("iopace: no listener left: give --tcp or --unix");
-        return ExitCode::from(2);
+        return Err("no listener left: give --tcp or --unix".into());
     }
-    if args.check {
-        match server::exports::Catalog::check(&loaded) {
-            Ok(_) => {
-                println!("{:#}", loaded.to_json());
-                return ExitCode::SUCCESS;
-            }
-            Err(e) => {
-                eprintln!("iopace: config error: {e}");
-                return ExitCode::from(2);
-            }
-        }
+    if let Some(mode) = &args.pacing {
+        let pacing = &mut loaded.config.pacing;
+        pacing.mode = serde_json::from_value(serde_json::Value::String(mode.clone()))
+            .map_err(|_| format!("--pacing `{mode}`: use none, buffers, rate or auto"))?;
+        server::bounds::check_pacing(pacing)
+            .map_err(|(field, msg)| format!("--pacing {mode}: [pacing] {field}: {msg}"))?;
     }
-    match server::serve(loaded) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(server::ServeError::Config(e)) => {
-            eprintln!("iopace: config error: {e}");
-            ExitCode::from(2)
-        }
-        Err(e) => {
-            eprintln!("iopace: {e}");
-            ExitCode::FAILURE
+    Ok(())
+}
+
+fn stats(args: StatsArgs) -> ExitCode {
+    let interval = args.watch.map(|secs| {
+        std::time::Duration::try_from_secs_f64(secs.max(0.1))
+            .unwrap_or(std::time::Duration::from_secs(1))
+    });
+    loop {
+        let code = stats_once(&args);
+        match interval {
+            Some(every) if code == ExitCode::SUCCESS => std::thread::sleep(every),
+            _ => return code,
         }
     }
 }
 
-fn stats(args: StatsArgs) -> ExitCode {
+fn stats_once(args: &StatsArgs) -> ExitCode {
     match server::rpc::call(&args.rpc, "get_stats", serde_json::Value::Null) {
         Ok(v) => {
             if args.json {

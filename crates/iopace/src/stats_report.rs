@@ -1,126 +1,218 @@
 //! Text report for `iopace stats`, in the spirit of the seed's
-//! "Detailed NVMf target statistics".
+//! "Detailed NVMf target statistics": totals first, then one row per export,
+//! then each reactor. Sizes are MiB, rates MiB/s, latencies microseconds.
 
 use std::fmt::Write;
 
 use serde::Deserialize;
-use server::stats::ReactorStats;
+use server::stats::{ExportStats, ReactorStats, RECENT_WINDOW_S};
 
 #[derive(Deserialize)]
 pub struct StatsReply {
     pub reactors: Vec<ReactorStats>,
 }
 
+fn mib(bytes: impl Into<f64>) -> f64 {
+    bytes.into() / 1048576.0
+}
+
+/// "read 12 (0.05 MiB), flush 3": commands with data show their MiB.
+fn io_list<'a>(io: impl Iterator<Item = (&'a String, u64, u64)>) -> String {
+    let ops: Vec<String> = io
+        .filter(|(_, ios, _)| *ios > 0)
+        .map(|(name, ios, bytes)| match name.as_str() {
+            "read" | "write" => format!("{name} {ios} ({:.1} MiB)", mib(bytes as f64)),
+            _ => format!("{name} {ios}"),
+        })
+        .collect();
+    if ops.is_empty() {
+        "none".into()
+    } else {
+        ops.join(", ")
+    }
+}
+
 pub fn render(reply: &StatsReply) -> String {
     let mut s = String::new();
-    let total_conns: u64 = reply.reactors.iter().map(|r| r.connections).sum();
+    render_totals(&mut s, &reply.reactors);
+    render_exports(&mut s, &reply.reactors);
+    for r in &reply.reactors {
+        render_reactor(&mut s, r);
+    }
+    s
+}
+
+fn render_totals(s: &mut String, reactors: &[ReactorStats]) {
+    let sum = |f: fn(&ReactorStats) -> u64| reactors.iter().map(f).sum::<u64>();
+    let up = reactors.iter().map(|r| r.uptime_s).fold(0.0, f64::max);
     let _ = writeln!(
         s,
-        "iopace target: {} reactors, {} connections",
-        reply.reactors.len(),
-        total_conns
+        "iopace target: {} reactors, up {up:.1} s, {} connections now, {} accepted",
+        reactors.len(),
+        sum(|r| r.connections),
+        sum(|r| r.connections_total)
     );
-    for r in &reply.reactors {
-        let _ = writeln!(s, "Reactor {} (up {:.1} s)", r.reactor, r.uptime_s);
-        let _ = writeln!(
-            s,
-            "  Connections: {} now, {} total; loop iterations {}",
-            r.connections, r.connections_total, r.loop_iterations
-        );
-        let _ = writeln!(
-            s,
-            "  Socket bytes in/out: {} / {}; protocol errors {}, rejected requests {}",
-            r.bytes_in, r.bytes_out, r.protocol_errors, r.rejected_requests
-        );
-        let ops: Vec<String> = r
-            .io
-            .iter()
-            .filter(|(_, c)| c.ios > 0)
-            .map(|(name, c)| format!("{name} {} ({:.1} MiB)", c.ios, c.bytes as f64 / 1048576.0))
-            .collect();
-        let _ = writeln!(
-            s,
-            "  IOs: {}",
-            if ops.is_empty() {
-                "none".into()
-            } else {
-                ops.join(", ")
-            }
-        );
-        // Lifecycle order, not alphabetical.
-        let order = ["NEW", "PACING", "NEED_BUFFER", "EXECUTING", "TRANSFER"];
-        let states: Vec<String> = order
-            .iter()
-            .map(|k| format!("{k} {}", r.req_states.get(*k).copied().unwrap_or(0)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "  Requests in flight: {} [{}]",
-            r.requests_in_flight,
-            states.join(", ")
-        );
-        let b = &r.buffers;
-        let _ = writeln!(
-            s,
-            "  Bufs in-flight: {} now, {:.1} avg, {} max ({:.2} MiB avg, {:.2} MiB max); waits {}; cached {}; pool free {}",
-            b.in_use, b.in_use_avg, b.in_use_max, b.in_use_avg_mib, b.in_use_max_mib, b.waits, b.cached, b.pool_free
-        );
-        let p = &r.pacer;
-        if let Some(mode) = p["mode"].as_str() {
-            let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
-            let _ = writeln!(
-                s,
-                "  Pacer {mode}: calls, polls, ios: {}, {}, {}; period {:.2} us; rate {:.2} Gb/s; window {:.2} MiB; queued {}",
-                f("calls"),
-                f("polls"),
-                f("ios"),
-                f("period_us"),
-                f("rate_bps") * 8.0 / 1e9,
-                f("window_bytes") / 1048576.0,
-                f("queued")
-            );
-            let _ = writeln!(
-                s,
-                "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us; vrate {:.2}",
-                f("bytes_in_flight") / 1048576.0,
-                f("bytes_in_flight_avg") / 1048576.0,
-                f("bytes_in_flight_max") / 1048576.0,
-                f("min_latency_us"),
-                f("vrate")
-            );
-            if let Some(tenants) = p["tenants"].as_array().filter(|t| t.len() > 1) {
-                for t in tenants {
-                    let _ = writeln!(
-                        s,
-                        "    Tenant {}: weight {}, share {:.3}, {:.1} MiB, vtime lag {:.0}, queued {}",
-                        t["name"].as_str().unwrap_or("?"),
-                        t["weight"],
-                        t["share"].as_f64().unwrap_or(0.0),
-                        t["usage_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
-                        t["vtime_lag"].as_f64().unwrap_or(0.0),
-                        t["queued"]
-                    );
-                }
-            }
+    let mut io: std::collections::BTreeMap<&String, (u64, u64)> = Default::default();
+    for (name, c) in reactors.iter().flat_map(|r| &r.io) {
+        let e = io.entry(name).or_default();
+        e.0 += c.ios;
+        e.1 += c.bytes;
+    }
+    let _ = writeln!(
+        s,
+        "Total IOs: {}",
+        io_list(io.iter().map(|(n, (i, b))| (*n, *i, *b)))
+    );
+    let _ = writeln!(
+        s,
+        "Total socket: {:.1} MiB in, {:.1} MiB out; protocol errors {}, rejected requests {}; requests in flight {}; buffers in use {}, pool free {}",
+        mib(sum(|r| r.bytes_in) as f64),
+        mib(sum(|r| r.bytes_out) as f64),
+        sum(|r| r.protocol_errors),
+        sum(|r| r.rejected_requests),
+        sum(|r| r.requests_in_flight),
+        sum(|r| r.buffers.in_use),
+        reactors.first().map_or(0, |r| r.buffers.pool_free)
+    );
+}
+
+/// One row per export, summed over reactors. Percentiles cannot be summed,
+/// so the row shows the worst reactor's.
+fn render_exports(s: &mut String, reactors: &[ReactorStats]) {
+    let mut rows: Vec<(String, Vec<&ExportStats>)> = Vec::new();
+    for e in reactors.iter().flat_map(|r| &r.exports) {
+        match rows.iter_mut().find(|(n, _)| *n == e.name) {
+            Some((_, v)) => v.push(e),
+            None => rows.push((e.name.clone(), vec![e])),
         }
-        if r.delayed_completions > 0 {
+    }
+    let _ = writeln!(
+        s,
+        "Exports (latency us; \"last\": the last {}-{} s, worst reactor):",
+        RECENT_WINDOW_S,
+        2 * RECENT_WINDOW_S
+    );
+    let _ = writeln!(
+        s,
+        "  {:<16} {:>10} {:>10} {:>7} {:>9} {:>9} {:>9} {:>10}",
+        "export", "IOs", "MiB", "errors", "mean", "last p50", "last p99", "last p99.9"
+    );
+    for (name, per_reactor) in rows {
+        let ios: u64 = per_reactor.iter().map(|e| e.ios).sum();
+        let bytes: u64 = per_reactor.iter().map(|e| e.bytes).sum();
+        let errors: u64 = per_reactor.iter().map(|e| e.errors).sum();
+        let count: u64 = per_reactor.iter().map(|e| e.latency.count).sum();
+        let total_us: f64 = per_reactor
+            .iter()
+            .map(|e| e.latency.mean_us * e.latency.count as f64)
+            .sum();
+        let mean = if count == 0 {
+            0.0
+        } else {
+            total_us / count as f64
+        };
+        let worst =
+            |f: fn(&ExportStats) -> f64| per_reactor.iter().map(|e| f(e)).fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "  {:<16} {:>10} {:>10.1} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>10.1}",
+            name,
+            ios,
+            mib(bytes as f64),
+            errors,
+            mean,
+            worst(|e| e.recent.p50_us),
+            worst(|e| e.recent.p99_us),
+            worst(|e| e.recent.p999_us)
+        );
+    }
+}
+
+fn render_reactor(s: &mut String, r: &ReactorStats) {
+    let _ = writeln!(s, "Reactor {}", r.reactor);
+    let _ = writeln!(
+        s,
+        "  Connections: {} now, {} accepted; loop iterations {}",
+        r.connections, r.connections_total, r.loop_iterations
+    );
+    let _ = writeln!(
+        s,
+        "  Socket: {:.1} MiB in, {:.1} MiB out; protocol errors {}, rejected requests {}",
+        mib(r.bytes_in as f64),
+        mib(r.bytes_out as f64),
+        r.protocol_errors,
+        r.rejected_requests
+    );
+    let _ = writeln!(
+        s,
+        "  IOs: {}",
+        io_list(r.io.iter().map(|(n, c)| (n, c.ios, c.bytes)))
+    );
+    // Lifecycle order, not alphabetical.
+    let order = ["NEW", "PACING", "NEED_BUFFER", "EXECUTING", "TRANSFER"];
+    let states: Vec<String> = order
+        .iter()
+        .map(|k| format!("{k} {}", r.req_states.get(*k).copied().unwrap_or(0)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  Requests in flight: {} [{}]",
+        r.requests_in_flight,
+        states.join(", ")
+    );
+    let b = &r.buffers;
+    let _ = writeln!(
+        s,
+        "  Bufs in-flight: {} now, {:.1} avg, {} max ({:.2} MiB avg, {:.2} MiB max); waits {}; cached {}; pool free {}",
+        b.in_use, b.in_use_avg, b.in_use_max, b.in_use_avg_mib, b.in_use_max_mib, b.waits, b.cached, b.pool_free
+    );
+    render_pacer(s, &r.pacer);
+    if r.delayed_completions > 0 {
+        let _ = writeln!(
+            s,
+            "  Completions held by delay bdevs: {}",
+            r.delayed_completions
+        );
+    }
+}
+
+fn render_pacer(s: &mut String, p: &serde_json::Value) {
+    let Some(mode) = p["mode"].as_str() else {
+        return;
+    };
+    let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
+    let _ = writeln!(
+        s,
+        "  Pacer {mode}: calls, polls, ios: {}, {}, {}; period {:.2} us; rate {:.1} MiB/s; window {:.2} MiB; queued {}",
+        f("calls"),
+        f("polls"),
+        f("ios"),
+        f("period_us"),
+        mib(f("rate_bps")),
+        mib(f("window_bytes")),
+        f("queued")
+    );
+    let _ = writeln!(
+        s,
+        "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us; vrate {:.2}",
+        mib(f("bytes_in_flight")),
+        mib(f("bytes_in_flight_avg")),
+        mib(f("bytes_in_flight_max")),
+        f("min_latency_us"),
+        f("vrate")
+    );
+    if let Some(tenants) = p["tenants"].as_array().filter(|t| t.len() > 1) {
+        for t in tenants {
             let _ = writeln!(
                 s,
-                "  Completions held by delay bdevs: {}",
-                r.delayed_completions
-            );
-        }
-        for e in &r.exports {
-            let l = &e.latency;
-            if l.count == 0 {
-                continue;
-            }
-            let _ = writeln!(
-                s,
-                "  Export \"{}\": {} IOs, lat us avg {:.1} p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}",
-                e.name, l.count, l.mean_us, l.p50_us, l.p99_us, l.p999_us, l.max_us
+                "    Tenant {}: weight {}, share {:.3}, {:.1} MiB, vtime lag {:.0}, queued {}",
+                t["name"].as_str().unwrap_or("?"),
+                t["weight"],
+                t["share"].as_f64().unwrap_or(0.0),
+                mib(t["usage_bytes"].as_f64().unwrap_or(0.0)),
+                t["vtime_lag"].as_f64().unwrap_or(0.0),
+                t["queued"]
             );
         }
     }
-    s
 }

@@ -121,6 +121,11 @@ impl LatencyHist {
         }
     }
 
+    /// IOs recorded at or below `ns` (to hdr's precision), for histogram buckets.
+    pub fn count_at_or_below(&self, ns: u64) -> u64 {
+        self.h.count_between(0, ns)
+    }
+
     pub fn merge(&mut self, other: &LatencyHist) {
         let _ = self.h.add(&other.h);
     }

@@ -64,6 +64,9 @@ pub struct ServerConfig {
     /// Seconds to wait for in-flight IO at shutdown before closing connections anyway.
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout_s: u64,
+    /// HTTP address serving `/metrics` (OpenMetrics text); off when absent.
+    #[serde(default)]
+    pub metrics: Option<String>,
 }
 
 fn default_tcp() -> Vec<String> {
@@ -91,6 +94,7 @@ impl Default for ServerConfig {
             rpc: default_rpc(),
             max_requests_per_reactor: default_max_requests(),
             drain_timeout_s: default_drain_timeout(),
+            metrics: None,
         }
     }
 }
@@ -242,6 +246,9 @@ impl LoadedConfig {
         for addr in &s.tcp {
             check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "tcp", m))?;
         }
+        if let Some(addr) = &s.metrics {
+            check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "metrics", m))?;
+        }
         if s.tcp.is_empty() && s.unix.is_empty() {
             return Err(self.error_at(
                 "server",
@@ -362,6 +369,7 @@ impl LoadedConfig {
             "rpc": s.rpc,
             "max_requests_per_reactor": s.max_requests_per_reactor,
             "drain_timeout_s": s.drain_timeout_s,
+            "metrics": s.metrics,
         });
         let b = &self.config.buffers;
         json["buffers"] = serde_json::json!({

@@ -4,6 +4,7 @@ pub mod bounds;
 pub mod config;
 mod conn;
 pub mod exports;
+mod metrics;
 pub mod reactor;
 mod reload;
 mod req;

@@ -350,6 +350,29 @@ fn wait_for_stop(set: &libc::sigset_t, loaded: &LoadedConfig, rpc_state: &rpc::R
     }
 }
 
+/// The admin socket and the metrics endpoint, when configured.
+fn start_services(
+    cfg: &crate::config::ServerConfig,
+    rpc_state: &Arc<rpc::RpcState>,
+    files: &mut SocketFiles,
+) -> Result<(), ServeError> {
+    if !cfg.rpc.as_os_str().is_empty() {
+        rpc::spawn(&cfg.rpc, rpc_state.clone()).map_err(|e| {
+            runtime(format!(
+                "cannot listen on admin socket {}: {e}",
+                cfg.rpc.display()
+            ))
+        })?;
+        // The RPC thread is not joined at exit: a client may hold it.
+        files.add(&cfg.rpc);
+    }
+    if let Some(addr) = &cfg.metrics {
+        crate::metrics::spawn(addr, rpc_state.reactors.clone())
+            .map_err(|e| runtime(format!("cannot serve metrics on {addr}: {e}")))?;
+    }
+    Ok(())
+}
+
 pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let set = blocked_signals();
     // SAFETY: process-wide signal setup before any thread is spawned.
@@ -374,17 +397,9 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         loaded.to_json(),
         catalog.pacing.clone(),
     ));
-    let rpc_path = &cfg.server.rpc;
-    if !rpc_path.as_os_str().is_empty() {
-        if let Err(e) = rpc::spawn(rpc_path, rpc_state.clone()) {
-            reactors.stop();
-            return Err(runtime(format!(
-                "cannot listen on admin socket {}: {e}",
-                rpc_path.display()
-            )));
-        }
-        // The RPC thread is not joined at exit: a client may hold it.
-        files.add(rpc_path);
+    if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {
+        reactors.stop();
+        return Err(e);
     }
     let stopping = Arc::new(AtomicBool::new(false));
     let acceptors = match start_acceptors(&listeners, &reactors.handles, &stopping) {

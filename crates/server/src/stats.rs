@@ -39,7 +39,103 @@ pub struct BufferStats {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ExportStats {
     pub name: String,
+    /// Replies sent, failed ones included.
+    #[serde(default)]
+    pub ios: u64,
+    /// Data bytes read and written (other commands move none).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Replies that carried an error.
+    #[serde(default)]
+    pub errors: u64,
+    /// Latency since start.
     pub latency: LatencySummary,
+    /// Latency over the last [`RECENT_WINDOW_S`] to twice that.
+    #[serde(default)]
+    pub recent: LatencySummary,
+    /// Cumulative IOs at or below each of [`LATENCY_BUCKETS_S`] (since start).
+    #[serde(default)]
+    pub buckets: Vec<u64>,
+    /// Sum of all latencies, seconds.
+    #[serde(default)]
+    pub latency_sum_s: f64,
+}
+
+/// Seconds each recent-latency window covers.
+pub const RECENT_WINDOW_S: u64 = 10;
+
+/// Upper bounds of the latency histogram buckets, seconds.
+pub const LATENCY_BUCKETS_S: [f64; 14] = [
+    25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3,
+    1.0,
+];
+
+/// Per-export counters on one reactor.
+struct ExportCounters {
+    name: String,
+    ios: u64,
+    bytes: u64,
+    errors: u64,
+    latency: LatencyHist,
+    /// The window being filled and the one before it.
+    window: LatencyHist,
+    previous: LatencyHist,
+    window_start: Nanos,
+}
+
+impl ExportCounters {
+    fn new(name: String) -> Self {
+        ExportCounters {
+            name,
+            ios: 0,
+            bytes: 0,
+            errors: 0,
+            latency: LatencyHist::new(),
+            window: LatencyHist::new(),
+            previous: LatencyHist::new(),
+            window_start: 0,
+        }
+    }
+
+    /// Starts a new window when the current one is over; drops both if
+    /// nothing was recorded for a whole window.
+    fn roll(&mut self, now: Nanos) {
+        let window = RECENT_WINDOW_S * 1_000_000_000;
+        if now < self.window_start + window {
+            return;
+        }
+        std::mem::swap(&mut self.previous, &mut self.window);
+        self.window.reset();
+        if now >= self.window_start + 2 * window {
+            self.previous.reset();
+        }
+        self.window_start = now;
+    }
+
+    fn record(&mut self, now: Nanos, latency: Nanos) {
+        self.roll(now);
+        self.latency.record(latency);
+        self.window.record(latency);
+    }
+
+    fn snapshot(&mut self, now: Nanos) -> ExportStats {
+        self.roll(now);
+        let mut recent = self.previous.clone();
+        recent.merge(&self.window);
+        ExportStats {
+            name: self.name.clone(),
+            ios: self.ios,
+            bytes: self.bytes,
+            errors: self.errors,
+            latency: self.latency.summary(),
+            recent: recent.summary(),
+            buckets: LATENCY_BUCKETS_S
+                .iter()
+                .map(|s| self.latency.count_at_or_below((s * 1e9) as u64))
+                .collect(),
+            latency_sum_s: self.latency.mean() * self.latency.count() as f64 / 1e9,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -76,8 +172,7 @@ pub struct StatsCollector {
     pub buffer_waits: u64,
     states: StateCounts,
     ops: [OpCount; 8],
-    export_names: Vec<String>,
-    latency: Vec<LatencyHist>,
+    exports: Vec<ExportCounters>,
     buffers_in_use: TimeAvg,
     buffer_size: u64,
 }
@@ -120,12 +215,11 @@ impl StatsCollector {
             buffer_waits: 0,
             states: StateCounts::default(),
             ops: Default::default(),
-            export_names: catalog
+            exports: catalog
                 .exports
                 .iter()
-                .map(|e| e.info.name.clone())
+                .map(|e| ExportCounters::new(e.info.name.clone()))
                 .collect(),
-            latency: catalog.exports.iter().map(|_| LatencyHist::new()).collect(),
             buffers_in_use: TimeAvg::new(0),
             buffer_size: u64::from(buffer_size),
         }
@@ -148,15 +242,24 @@ impl StatsCollector {
         self.buffers_in_use.update(now, in_use);
     }
 
-    /// A reply was fully sent: count the IO and its latency.
+    /// A reply was fully sent: count the IO, its data bytes and its latency.
     pub fn record_done(&mut self, req: &Req, now: Nanos) {
         let op = &mut self.ops[op_index(req.command)];
         op.ios += 1;
-        if req.error == 0 {
-            op.bytes += u64::from(req.len);
-        }
-        if let Some(h) = self.latency.get_mut(req.export as usize) {
-            h.record(now.saturating_sub(req.t_start));
+        // Only reads and writes move data; a trim's or block status's length
+        // is a range, not bytes.
+        let moves_data = matches!(req.command, Command::Read | Command::Write);
+        let bytes = if req.error == 0 && moves_data {
+            u64::from(req.len)
+        } else {
+            0
+        };
+        op.bytes += bytes;
+        if let Some(e) = self.exports.get_mut(req.export as usize) {
+            e.ios += 1;
+            e.bytes += bytes;
+            e.errors += u64::from(req.error != 0);
+            e.record(now, now.saturating_sub(req.t_start));
         }
     }
 
@@ -204,15 +307,7 @@ impl StatsCollector {
                 pool_free,
             },
             delayed_completions: timers as u64,
-            exports: self
-                .export_names
-                .iter()
-                .zip(self.latency.iter())
-                .map(|(name, h)| ExportStats {
-                    name: name.clone(),
-                    latency: h.summary(),
-                })
-                .collect(),
+            exports: self.exports.iter_mut().map(|e| e.snapshot(now)).collect(),
             pacer: serde_json::Value::Null,
         }
     }

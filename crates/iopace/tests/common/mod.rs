@@ -65,6 +65,11 @@ impl Server {
     /// Starts `iopace serve` with `body` (bdev and export sections) and the
     /// given buffer settings, on private sockets.
     pub fn start_with(body: &str, buffers: &str) -> Server {
+        Server::start_full("", body, buffers)
+    }
+
+    /// As [`Server::start_with`], with `server_extra` lines added to `[server]`.
+    pub fn start_full(server_extra: &str, body: &str, buffers: &str) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("iopace-it")
             .tempdir()
@@ -73,7 +78,7 @@ impl Server {
         let rpc = dir.path().join("admin.sock");
         let port = free_port();
         let config = format!(
-            "[server]\nreactors = 2\ntcp = [\"127.0.0.1:{port}\"]\nunix = [\"{}\"]\nrpc = \"{}\"\n\n[buffers]\n{buffers}\n{body}",
+            "[server]\nreactors = 2\ntcp = [\"127.0.0.1:{port}\"]\nunix = [\"{}\"]\nrpc = \"{}\"\n{server_extra}\n\n[buffers]\n{buffers}\n{body}",
             sock.display(),
             rpc.display()
         );
