@@ -1,19 +1,20 @@
 //! The data buffer pool: SPDK's shared pool with per-reactor caches, without
-//! the prototype's defects.
+//! the prototype's defects. The policy (who gets which buffers, who waits,
+//! when caches drain) is [`PoolPolicy`], sans-IO and shared with the
+//! simulator; this module is its threaded driver:
 //!
-//! - Allocation goes cache, then shared pool, then one FIFO wait queue shared
-//!   by all reactors. A request takes all its buffers at once or waits: a
-//!   partial set held while waiting could deadlock.
-//! - While anyone waits, frees bypass the caches and go to the head of the
-//!   queue, whichever reactor it is on; that reactor is woken through its
-//!   waker. Caches holding idle buffers are asked to drain, so cache size 0
-//!   and large caches both make progress.
 //! - The fast path (cache hit, cache free, nobody waiting) takes no lock.
+//! - Everything else runs the policy under one mutex. A waiter served by a
+//!   free on another reactor gets its buffers as a grant, and its reactor is
+//!   woken through its waker; so is a reactor asked to drain its cache.
 
-use std::collections::VecDeque;
+mod policy;
+
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use policy::{BufCache, PoolEvent, PoolPolicy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolConfig {
@@ -58,16 +59,62 @@ struct ReactorShared {
     granted_pending: AtomicU32,
 }
 
-struct Waiter {
-    reactor: usize,
-    token: u64,
-    count: u32,
+impl ReactorShared {
+    fn grants(&self) -> MutexGuard<'_, Vec<(u64, Vec<BufId>)>> {
+        self.grants.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 struct Inner {
-    free: Vec<BufId>,
-    waiters: VecDeque<Waiter>,
+    policy: PoolPolicy,
     reactors: Vec<Arc<ReactorShared>>,
+}
+
+impl Inner {
+    /// Runs `op` on the policy, with each reactor's cache as its atomics
+    /// say, then hands out what it decided. Returns the reactors to wake
+    /// (woken after the lock is dropped).
+    fn run<T>(
+        &mut self,
+        waiting: &AtomicUsize,
+        op: impl FnOnce(&mut PoolPolicy, &dyn Fn(usize) -> bool, &mut Vec<PoolEvent>) -> T,
+    ) -> (T, Vec<Arc<ReactorShared>>) {
+        let mut events = Vec::new();
+        let reactors = &self.reactors;
+        let cached = |r: usize| reactors[r].cached.load(Ordering::Acquire) > 0;
+        let result = op(&mut self.policy, &cached, &mut events);
+        waiting.store(self.policy.waiting(), Ordering::Release);
+        let mut wake = Vec::new();
+        for event in events {
+            match event {
+                PoolEvent::Grant {
+                    reactor,
+                    token,
+                    bufs,
+                } => {
+                    let r = self.reactors[reactor].clone();
+                    r.granted_pending
+                        .fetch_add(bufs.len() as u32, Ordering::AcqRel);
+                    r.grants().push((token, bufs));
+                    r.has_grants.store(true, Ordering::Release);
+                    wake.push(r);
+                }
+                PoolEvent::Drain { reactor } => {
+                    let r = &self.reactors[reactor];
+                    if !r.drain_cache.swap(true, Ordering::AcqRel) {
+                        wake.push(r.clone());
+                    }
+                }
+            }
+        }
+        (result, wake)
+    }
+}
+
+fn wake_all(wake: Vec<Arc<ReactorShared>>) {
+    for r in wake {
+        (r.waker)();
+    }
 }
 
 pub struct SharedPool {
@@ -120,15 +167,12 @@ impl SharedPool {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        // Hand out low buffers first so a lightly loaded target touches little memory.
-        let free = (0..cfg.num_shared_buffers).rev().map(BufId).collect();
         Ok(Arc::new(SharedPool {
             base: base.cast(),
             map_len,
             cfg,
             inner: Mutex::new(Inner {
-                free,
-                waiters: VecDeque::new(),
+                policy: PoolPolicy::new(cfg.num_shared_buffers, cfg.buf_cache_size),
                 reactors: Vec::new(),
             }),
             waiting: AtomicUsize::new(0),
@@ -169,16 +213,16 @@ impl SharedPool {
             cached: AtomicU32::new(0),
             granted_pending: AtomicU32::new(0),
         });
-        let id = {
+        let (id, cache) = {
             let mut inner = self.lock();
             inner.reactors.push(me.clone());
-            inner.reactors.len() - 1
+            inner.policy.add_reactor()
         };
         ReactorBufs {
             id,
             pool: self.clone(),
             me,
-            cache: Vec::with_capacity(self.cfg.buf_cache_size as usize),
+            cache,
             in_use: 0,
             waits: 0,
             queued: 0,
@@ -189,7 +233,7 @@ impl SharedPool {
     /// Equals `total()` when the target is quiescent.
     pub fn free_total(&self) -> u64 {
         let inner = self.lock();
-        let mut n = inner.free.len() as u64;
+        let mut n = inner.policy.free_len() as u64;
         for r in &inner.reactors {
             n += u64::from(r.cached.load(Ordering::Acquire));
             n += u64::from(r.granted_pending.load(Ordering::Acquire));
@@ -197,51 +241,16 @@ impl SharedPool {
         n
     }
 
-    /// Serves queued requests in FIFO order from the shared free list, and
-    /// asks caches to drain when the head cannot be served. Returns the
-    /// reactors to wake (woken after the lock is dropped).
-    fn serve_waiters(&self, inner: &mut Inner, wake: &mut Vec<Arc<ReactorShared>>) {
-        while let Some(head) = inner.waiters.front() {
-            let n = head.count as usize;
-            if inner.free.len() < n {
-                // Idle buffers may sit in caches: ask every caching reactor to return them.
-                for r in &inner.reactors {
-                    if r.cached.load(Ordering::Acquire) > 0
-                        && !r.drain_cache.swap(true, Ordering::AcqRel)
-                    {
-                        wake.push(r.clone());
-                    }
-                }
-                return;
-            }
-            let Some(head) = inner.waiters.pop_front() else {
-                return;
-            };
-            let at = inner.free.len() - n;
-            let bufs = inner.free.split_off(at);
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-            let r = inner.reactors[head.reactor].clone();
-            r.granted_pending.fetch_add(head.count, Ordering::AcqRel);
-            r.grants
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((head.token, bufs));
-            r.has_grants.store(true, Ordering::Release);
-            wake.push(r);
-        }
+    /// Returns buffers to the shared list and serves waiters.
+    fn give_back(&self, bufs: Vec<BufId>) {
+        let ((), wake) = self.lock().run(&self.waiting, |p, cached, out| {
+            p.give_back(bufs, cached, out)
+        });
+        wake_all(wake);
     }
 
-    /// Returns buffers to the shared list and serves waiters.
-    fn give_back(&self, bufs: impl IntoIterator<Item = BufId>) {
-        let mut wake = Vec::new();
-        {
-            let mut inner = self.lock();
-            inner.free.extend(bufs);
-            self.serve_waiters(&mut inner, &mut wake);
-        }
-        for r in wake {
-            (r.waker)();
-        }
+    fn nobody_waits(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) == 0
     }
 }
 
@@ -251,7 +260,7 @@ pub struct ReactorBufs {
     id: usize,
     pool: Arc<SharedPool>,
     me: Arc<ReactorShared>,
-    cache: Vec<BufId>,
+    cache: BufCache,
     in_use: u64,
     waits: u64,
     queued: u64,
@@ -275,50 +284,26 @@ impl ReactorBufs {
     /// Buffers for `len` bytes: from the cache, then the shared pool, else
     /// `token` is queued FIFO and its buffers arrive through [`Self::poll`].
     pub fn alloc(&mut self, len: u32, token: u64) -> Alloc {
-        let n = self.buffers_for(len) as usize;
+        let n = self.buffers_for(len);
         if n == 0 {
             return Alloc::Ready(Vec::new());
         }
-        let nobody_waits = self.pool.waiting.load(Ordering::Acquire) == 0;
-        if nobody_waits && self.cache.len() >= n {
-            let at = self.cache.len() - n;
-            let bufs = self.cache.split_off(at);
+        if let Some(bufs) = self.cache.take(n as usize, self.pool.nobody_waits()) {
             self.set_cached();
-            self.in_use += n as u64;
+            self.in_use += u64::from(n);
             return Alloc::Ready(bufs);
         }
-        let mut wake = Vec::new();
-        let ready = {
-            let mut inner = self.pool.lock();
-            // Pool what the cache has so the request is served as one set.
-            inner.free.append(&mut self.cache);
-            self.set_cached();
-            if inner.waiters.is_empty() && inner.free.len() >= n {
-                let at = inner.free.len() - n;
-                let bufs = inner.free.split_off(at);
-                // Refill the cache from what is left, as SPDK does.
-                let keep = (self.pool.cfg.buf_cache_size as usize).min(inner.free.len()) / 2;
-                let at = inner.free.len() - keep;
-                self.cache.extend(inner.free.drain(at..));
-                self.set_cached();
-                Some(bufs)
-            } else {
-                inner.waiters.push_back(Waiter {
-                    reactor: self.id,
-                    token,
-                    count: n as u32,
-                });
-                self.pool.waiting.fetch_add(1, Ordering::AcqRel);
-                self.pool.serve_waiters(&mut inner, &mut wake);
-                None
-            }
-        };
-        for r in wake {
-            (r.waker)();
-        }
+        let (id, cache) = (self.id, &mut self.cache);
+        // This reactor's cache is pooled first, so it is empty while the
+        // policy looks at who caches (its own atomic is stale until below).
+        let (ready, wake) = self.pool.lock().run(&self.pool.waiting, |p, cached, out| {
+            p.alloc(cache, id, n, token, |r| r != id && cached(r), out)
+        });
+        self.set_cached();
+        wake_all(wake);
         match ready {
             Some(bufs) => {
-                self.in_use += n as u64;
+                self.in_use += u64::from(n);
                 Alloc::Ready(bufs)
             }
             None => {
@@ -335,44 +320,33 @@ impl ReactorBufs {
         if bufs.is_empty() {
             return;
         }
-        self.in_use = self.in_use.saturating_sub(bufs.len() as u64);
-        let limit = self.pool.cfg.buf_cache_size as usize;
-        if self.pool.waiting.load(Ordering::Acquire) == 0 && self.cache.len() + bufs.len() <= limit
-        {
-            self.cache.extend_from_slice(bufs);
-            self.set_cached();
-            return;
-        }
-        let room = if self.pool.waiting.load(Ordering::Acquire) == 0 {
-            limit.saturating_sub(self.cache.len())
-        } else {
-            0
-        };
-        self.cache.extend_from_slice(&bufs[..room]);
+        debug_assert!(self.in_use >= bufs.len() as u64, "freeing buffers not held");
+        self.in_use -= bufs.len() as u64;
+        let rest = self.cache.keep(bufs, self.pool.nobody_waits());
         self.set_cached();
-        self.pool.give_back(bufs[room..].iter().copied());
+        if !rest.is_empty() {
+            self.pool.give_back(rest.to_vec());
+        }
     }
 
     /// Collects grants for this reactor's queued requests into `out`, and
     /// drains the cache when waiters need it. Cheap when nothing happened.
     pub fn poll(&mut self, out: &mut Vec<(u64, Vec<BufId>)>) {
-        let someone_waits = self.pool.waiting.load(Ordering::Acquire) > 0;
-        if self.me.drain_cache.swap(false, Ordering::AcqRel)
-            || (someone_waits && !self.cache.is_empty())
-        {
-            let cache = std::mem::take(&mut self.cache);
+        let asked = self.me.drain_cache.swap(false, Ordering::AcqRel);
+        if self.cache.must_drain(asked, !self.pool.nobody_waits()) {
+            let cache = self.cache.drain();
             self.set_cached();
             self.pool.give_back(cache);
         }
         if self.me.has_grants.swap(false, Ordering::AcqRel) {
-            let grants =
-                std::mem::take(&mut *self.me.grants.lock().unwrap_or_else(|p| p.into_inner()));
+            let grants = std::mem::take(&mut *self.me.grants());
             for (token, bufs) in grants {
                 self.me
                     .granted_pending
                     .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
                 self.in_use += bufs.len() as u64;
-                self.queued = self.queued.saturating_sub(1);
+                debug_assert!(self.queued > 0, "a grant for a request never queued");
+                self.queued -= 1;
                 out.push((token, bufs));
             }
         }
@@ -382,36 +356,27 @@ impl ReactorBufs {
     /// Buffers already granted but not yet polled go back to the pool;
     /// buffers already returned by `poll` are the caller's to free.
     pub fn cancel(&mut self, token: u64) {
-        let mut wake = Vec::new();
-        let mut returned = Vec::new();
-        {
-            let mut inner = self.pool.lock();
-            let id = self.id;
-            if let Some(pos) = inner
-                .waiters
-                .iter()
-                .position(|w| w.reactor == id && w.token == token)
-            {
-                inner.waiters.remove(pos);
-                self.pool.waiting.fetch_sub(1, Ordering::AcqRel);
-                self.queued = self.queued.saturating_sub(1);
-            } else {
-                let mut grants = self.me.grants.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(pos) = grants.iter().position(|(t, _)| *t == token) {
-                    let (_, bufs) = grants.remove(pos);
-                    self.me
-                        .granted_pending
-                        .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
-                    self.queued = self.queued.saturating_sub(1);
-                    returned = bufs;
-                }
+        let id = self.id;
+        let me = self.me.clone();
+        let (found, wake) = self.pool.lock().run(&self.pool.waiting, |p, cached, out| {
+            if p.cancel(id, token, cached, out) {
+                return true;
             }
-            inner.free.append(&mut returned);
-            // Removing a head that blocked others may let them through.
-            self.pool.serve_waiters(&mut inner, &mut wake);
-        }
-        for r in wake {
-            (r.waker)();
+            let mut grants = me.grants();
+            let Some(pos) = grants.iter().position(|(t, _)| *t == token) else {
+                return false;
+            };
+            let (_, bufs) = grants.remove(pos);
+            drop(grants);
+            me.granted_pending
+                .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
+            p.give_back(bufs, cached, out);
+            true
+        });
+        wake_all(wake);
+        if found {
+            debug_assert!(self.queued > 0, "cancelled a request never queued");
+            self.queued -= 1;
         }
     }
 

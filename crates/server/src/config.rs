@@ -470,13 +470,14 @@ fn backticked(msg: &str) -> Option<String> {
 
 /// Line of `field` inside the `index`-th `[[table]]` (or `[table]`, an
 /// inline table or a dotted key), or of the table itself when the field is
-/// absent. `table` is a dotted path such as `qos.disk` or `pacing.tenants`.
+/// absent. `table` is a dotted path such as `qos.disk` or `pacing.tenants`,
+/// or "" for the top level.
 pub fn locate(text: &str, table: &str, index: usize, field: &str) -> Option<usize> {
     use toml_edit::{Item, Value};
     let doc = toml_edit::ImDocument::parse(text).ok()?;
     let mut item = doc.as_item();
     let mut span = None;
-    for segment in table.split('.') {
+    for segment in table.split('.').filter(|s| !s.is_empty()) {
         let (key, next) = item.as_table_like()?.get_key_value(segment)?;
         span = key.span().or(span);
         item = next;
@@ -629,5 +630,12 @@ mod tests {
         let text = "[[bdev]]\nname = \"a\"\n[[bdev]]\nname = \"b\"\n";
         assert_eq!(locate(text, "bdev", 1, "base"), Some(3));
         assert_eq!(locate(text, "bdev", 1, "name"), Some(4));
+    }
+
+    #[test]
+    fn locate_finds_top_level_keys_before_any_table() {
+        let text = "name = \"a\"\nqds = []\n[t]\nqds = 1\n";
+        assert_eq!(locate(text, "", 0, "qds"), Some(2));
+        assert_eq!(locate(text, "", 0, "seed"), None);
     }
 }

@@ -1,16 +1,13 @@
 use super::*;
-use pace::pacer::{Mode, TenantConfig};
+use pace::pacer::{Mode, PacingConfig, TenantConfig};
 use proptest::prelude::*;
 
-fn small(runs: Vec<RunConfig>) -> Scenario {
-    toml::from_str::<Scenario>(
-        r#"
+const SMALL: &str = r#"
 name = "small"
 seed = 7
 duration_ms = 40
 warmup_ms = 10
 qds = [4]
-runs = []
 [target]
 reactors = 2
 buffer_size = 131072
@@ -28,13 +25,18 @@ latency_us = 20
 [[hosts]]
 count = 2
 bssplit = [[131072, 1]]
-"#,
-    )
-    .map(|mut s: Scenario| {
-        s.runs = runs;
-        s
-    })
-    .expect("scenario parses")
+[[runs]]
+label = "auto"
+pacing = { mode = "auto" }
+"#;
+
+fn small(runs: Vec<RunConfig>) -> Scenario {
+    toml::from_str::<Scenario>(SMALL)
+        .map(|mut s: Scenario| {
+            s.runs = runs;
+            s
+        })
+        .expect("scenario parses")
 }
 
 fn run(mode: Mode) -> RunConfig {
@@ -45,6 +47,7 @@ fn run(mode: Mode) -> RunConfig {
             ..Default::default()
         },
         num_shared_buffers: None,
+        buf_cache_size: None,
         bssplit: None,
         qos: None,
         seed_rows: vec![],
@@ -107,6 +110,7 @@ fn two_tenants(reactors: usize) -> Row {
         label: "2:1".into(),
         pacing,
         num_shared_buffers: None,
+        buf_cache_size: None,
         bssplit: None,
         qos: None,
         seed_rows: vec![],
@@ -242,12 +246,20 @@ fn a_latency_target_holds_a_saturated_drive_near_it() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
     #[test]
-    fn every_io_ends_and_nothing_starves(qd in 1u32..300, mode in 0usize..4, bufs in 8u32..512) {
+    fn every_io_ends_and_nothing_starves(
+        qd in 1u32..300,
+        mode in 0usize..4,
+        bufs in 8u32..512,
+        read_pct in 0u32..=100,
+        cache in 0u32..8,
+    ) {
         let modes = [Mode::None, Mode::Buffers, Mode::Rate, Mode::Auto];
         let mut rc = run(modes[mode]);
         rc.pacing.period_us = Some(100.0);
         rc.num_shared_buffers = Some(bufs);
+        rc.buf_cache_size = Some(cache);
         let mut sc = small(vec![rc]);
+        sc.hosts[0].read_pct = read_pct;
         sc.duration_ms = 20;
         sc.warmup_ms = 5;
         let r = simulate(&sc, &sc.runs[0], qd);
@@ -256,4 +268,89 @@ proptest! {
         prop_assert!(r.per_group_gbps.iter().all(|g| *g > 0.0), "{:?}", r);
         prop_assert!(r.bufs_mib_max <= f64::from(bufs) * 0.125 + 1e-9);
     }
+}
+
+/// The `small` scenario's text with `from` replaced by `to`.
+fn small_with(from: &str, to: &str) -> String {
+    let text = SMALL.replace(from, to);
+    assert_ne!(text, SMALL, "`{from}` is in the scenario");
+    text
+}
+
+#[test]
+fn bad_fields_name_file_line_and_field() {
+    for (from, to, line, field) in [
+        ("rate_gbps = 10", "rate_gbps = 0", 15, "ports[0].rate_gbps"),
+        ("count = 4", "count = 0", 18, "devices[0].count"),
+        (
+            "bssplit = [[131072, 1]]",
+            "bssplit = [[131072, 1]]\ndevices = [4]",
+            24,
+            "hosts[0].devices",
+        ),
+        ("reactors = 2", "reactors = 0", 8, "target.reactors"),
+        ("qds = [4]", "qds = []", 6, "qds"),
+        (
+            "latency_us = 20",
+            "latency_us = -1",
+            20,
+            "devices[0].latency_us",
+        ),
+    ] {
+        let text = small_with(from, to);
+        let e = parse(&text, "x.toml").expect_err(to);
+        assert_eq!(
+            (e.line, e.field.as_deref()),
+            (Some(line), Some(field)),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!("x.toml:{line}: ")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn an_io_larger_than_the_pool_is_refused() {
+    let text = small_with(
+        "num_shared_buffers = 4096",
+        "num_shared_buffers = 1\nbuffer_size = 65536",
+    )
+    .replace("buffer_size = 131072\n", "");
+    let e = parse(&text, "x.toml").expect_err("needs 2 buffers of 1");
+    assert_eq!(
+        e.field.as_deref(),
+        Some("runs[0].num_shared_buffers"),
+        "{e}"
+    );
+}
+
+#[test]
+fn writes_fill_the_link_towards_the_target() {
+    // All writes: the payload crosses the 10 Gb/s port inward, one buffer
+    // per piece, and the short replies go back.
+    let mut sc = small(vec![run(Mode::None), run(Mode::Auto)]);
+    sc.hosts[0].read_pct = 0;
+    for rc in &sc.runs {
+        let r = simulate(&sc, rc, 64);
+        assert!(r.bw_gbps > 0.95 * 10.0 && r.bw_gbps < 10.01, "{r:?}");
+        assert!(r.conserved);
+    }
+}
+
+#[test]
+fn a_slow_host_link_holds_only_its_own_host() {
+    // Two hosts on one 10 Gb/s port, one behind a 2 Gb/s link: each gets
+    // its bottleneck (8 and 2 Gb/s at most), together the port.
+    let mut sc = small(vec![run(Mode::None)]);
+    sc.target.ddio_budget_mib = 1000.0; // no memory slow-down at QD 64
+    sc.hosts[0].count = 1;
+    sc.hosts[0].one_connection = true;
+    let mut slow = sc.hosts[0].clone();
+    slow.link_gbps = Some(2.0);
+    sc.hosts.push(slow);
+    let r = simulate(&sc, &sc.runs[0], 64);
+    assert!((1.9..=2.0).contains(&r.per_group_gbps[1]), "{r:?}");
+    assert!(r.bw_gbps > 0.97 * 10.0, "{r:?}");
 }
