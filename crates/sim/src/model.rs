@@ -356,6 +356,8 @@ impl<'a> Sim<'a> {
         let r = self.reactor_of(id);
         let paced = PacedIo {
             id: u64::from(id),
+            // The connection, as the target passes it: what drains at its own rate.
+            flow: conn as u64,
             device: io.device,
             tenant: self.hosts[io.host].tenant,
             bytes: io.bytes,
