@@ -44,6 +44,9 @@ pub fn bench(
     let mut loaded = Vec::new();
     for p in paths {
         let mut l = scenario::Loaded::load(p).map_err(BenchError::Config)?;
+        for (name, value) in &opts.vars {
+            l.set_var(name, value);
+        }
         if opts.quick {
             l.make_quick();
         }

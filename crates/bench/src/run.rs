@@ -70,6 +70,8 @@ pub struct Options {
     pub out: PathBuf,
     pub resume: bool,
     pub iopace_bin: PathBuf,
+    /// `--var NAME=VALUE` overrides of the scenarios' `[vars]`.
+    pub vars: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]

@@ -72,6 +72,10 @@ pub struct TargetSpec {
     /// its parameters; qemu-nbd: options and the image; nbd-server: the file).
     #[serde(default)]
     pub args: Vec<String>,
+    /// iopace: the binary to run instead of this one (a template, e.g.
+    /// "{{base_bin}}"), so two builds compare inside one run.
+    #[serde(default)]
+    pub bin: Option<String>,
     /// A sparse file of this size is created as `{{file}}` before the start.
     #[serde(default)]
     pub file_size: Option<String>,
@@ -392,6 +396,14 @@ impl Loaded {
                     "only iopace targets take a config; peers take `args`".into(),
                 ));
             }
+            if t.kind != TargetKind::Iopace && t.bin.is_some() {
+                return Err(self.error(
+                    "target",
+                    i,
+                    "bin",
+                    "only iopace targets take another binary".into(),
+                ));
+            }
             if t.config.is_some() && t.config_file.is_some() {
                 return Err(self.error(
                     "target",
@@ -528,6 +540,13 @@ impl Loaded {
     }
 
     /// Applies `--quick`: shorter runs and the quick sweep lists.
+    /// `--var NAME=VALUE`: replaces a `[vars]` default.
+    pub fn set_var(&mut self, name: &str, value: &str) {
+        self.scenario
+            .vars
+            .insert(name.to_string(), toml::Value::String(value.to_string()));
+    }
+
     pub fn make_quick(&mut self) {
         let Some(q) = self.scenario.quick.clone() else {
             let w = &mut self.scenario.workload;

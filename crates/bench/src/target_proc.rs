@@ -76,7 +76,13 @@ pub fn start(spec: &TargetSpec, ctx: &StartCtx) -> Result<Running, String> {
     let cmd = match spec.kind {
         TargetKind::Iopace => {
             let rpc_path = ctx.run_dir.join("admin.sock");
-            let mut cmd = Command::new(ctx.iopace_bin);
+            let bin = match &spec.bin {
+                Some(b) => PathBuf::from(
+                    render(b, ctx.vars).map_err(|e| format!("target `{}` bin: {e}", spec.name))?,
+                ),
+                None => ctx.iopace_bin.to_path_buf(),
+            };
+            let mut cmd = Command::new(bin);
             cmd.arg("serve");
             if let Some(config) = iopace_config(spec, ctx)? {
                 let path = ctx.run_dir.join(format!("{}.toml", spec.name));

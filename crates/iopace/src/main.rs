@@ -74,6 +74,17 @@ struct BenchArgs {
     /// the hosts connect to.
     #[arg(long, value_name = "ADDR")]
     target_address: Option<String>,
+    /// Sets a scenario variable, replacing its `[vars]` default (repeatable),
+    /// e.g. --var base_bin=/path/to/an/older/iopace.
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+    vars: Vec<(String, String)>,
+}
+
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NAME=VALUE"))?;
+    Ok((name.to_string(), value.to_string()))
 }
 
 #[derive(Args)]
@@ -209,6 +220,7 @@ fn bench(args: BenchArgs) -> ExitCode {
         out: out.clone(),
         resume: args.resume,
         iopace_bin,
+        vars: args.vars.clone(),
     };
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     match bench::bench(&args.scenarios, &opts, command) {
