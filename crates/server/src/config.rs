@@ -67,6 +67,15 @@ pub struct ServerConfig {
     /// HTTP address serving `/metrics` (OpenMetrics text); off when absent.
     #[serde(default)]
     pub metrics: Option<String>,
+    /// Seconds a client may take from connecting to the end of the handshake.
+    #[serde(default = "default_handshake_timeout")]
+    pub handshake_timeout_s: u64,
+    /// Seconds a connection may sit with no request in flight and no bytes arriving.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_s: u64,
+    /// Seconds a WRITE payload may stall (no bytes while the target can take them).
+    #[serde(default = "default_payload_timeout")]
+    pub payload_timeout_s: u64,
 }
 
 fn default_tcp() -> Vec<String> {
@@ -84,6 +93,20 @@ fn default_max_requests() -> u32 {
 fn default_drain_timeout() -> u64 {
     10
 }
+// A handshake is a few round trips: 10 s covers a slow WAN and TLS.
+fn default_handshake_timeout() -> u64 {
+    10
+}
+// Initiators keep idle connections open (the kernel client between
+// bursts); 5 minutes frees abandoned ones without churning live ones.
+fn default_idle_timeout() -> u64 {
+    300
+}
+// A payload that stalls 30 s is a dead or hostile client: TCP's own
+// retransmission gives up on a live path well before that.
+fn default_payload_timeout() -> u64 {
+    30
+}
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -95,6 +118,9 @@ impl Default for ServerConfig {
             max_requests_per_reactor: default_max_requests(),
             drain_timeout_s: default_drain_timeout(),
             metrics: None,
+            handshake_timeout_s: default_handshake_timeout(),
+            idle_timeout_s: default_idle_timeout(),
+            payload_timeout_s: default_payload_timeout(),
         }
     }
 }

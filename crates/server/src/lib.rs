@@ -2,12 +2,11 @@
 
 pub mod bounds;
 pub mod config;
-mod conn;
+pub mod engine;
 pub mod exports;
 mod metrics;
 pub mod reactor;
 mod reload;
-mod req;
 pub mod rpc;
 pub mod server;
 mod sockets;

@@ -13,6 +13,7 @@ use pace::pacer::{DeviceOps, DeviceQos, LinkWindow, TenantClock};
 use pace::pool::{PoolConfig, SharedPool};
 
 use crate::config::{ConfigError, LoadedConfig};
+use crate::engine::Timeouts;
 use crate::exports::Catalog;
 use crate::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings};
 use crate::rpc;
@@ -171,6 +172,11 @@ fn start_reactors(
             link_window: link_window.clone(),
             max_requests: cfg.server.max_requests_per_reactor,
             drain_timeout: Duration::from_secs(cfg.server.drain_timeout_s),
+            timeouts: Timeouts {
+                handshake: secs(cfg.server.handshake_timeout_s),
+                idle: secs(cfg.server.idle_timeout_s),
+                payload: secs(cfg.server.payload_timeout_s),
+            },
         };
         let spawned = spawn_reactor(settings, catalog, pool, origin, ready_tx.clone());
         match spawned {
@@ -429,4 +435,8 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         "stopped"
     );
     Ok(())
+}
+
+fn secs(s: u64) -> pace::Nanos {
+    s.saturating_mul(1_000_000_000)
 }

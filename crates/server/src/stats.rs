@@ -9,8 +9,8 @@ use pace::Nanos;
 use proto::Command;
 use serde::{Deserialize, Serialize};
 
+use crate::engine::Req;
 use crate::exports::Catalog;
-use crate::req::Req;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OpCount {
@@ -149,6 +149,9 @@ pub struct ReactorStats {
     pub bytes_out: u64,
     pub protocol_errors: u64,
     pub rejected_requests: u64,
+    /// Connections closed by a handshake, idle or payload timeout.
+    #[serde(default)]
+    pub timeouts: u64,
     pub io: BTreeMap<String, OpCount>,
     pub requests_in_flight: u64,
     pub req_states: BTreeMap<String, u64>,
@@ -169,6 +172,8 @@ pub struct StatsCollector {
     pub bytes_out: u64,
     pub protocol_errors: u64,
     pub rejected: u64,
+    /// Connections closed by a handshake, idle or payload timeout.
+    pub timeouts: u64,
     pub buffer_waits: u64,
     states: StateCounts,
     ops: [OpCount; 8],
@@ -212,6 +217,7 @@ impl StatsCollector {
             bytes_out: 0,
             protocol_errors: 0,
             rejected: 0,
+            timeouts: 0,
             buffer_waits: 0,
             states: StateCounts::default(),
             ops: Default::default(),
@@ -289,6 +295,7 @@ impl StatsCollector {
             bytes_out: self.bytes_out,
             protocol_errors: self.protocol_errors,
             rejected_requests: self.rejected,
+            timeouts: self.timeouts,
             io: OP_NAMES
                 .iter()
                 .zip(self.ops.iter())

@@ -1,0 +1,182 @@
+//! Per-connection state owned by one engine: what its input parser expects,
+//! whether a recv or send is in flight, and where it is in its life.
+
+use std::collections::VecDeque;
+
+use pace::Nanos;
+use proto::{Handshake, Negotiated};
+
+use super::ids::{ConnId, ReqId};
+
+/// Receive buffer size: large enough to batch many request headers per recv
+/// and to hold small write payloads without a second syscall.
+pub const RECV_BUF: usize = 256 << 10;
+
+/// Write payloads at least this large are received straight into the data
+/// buffers instead of through the receive buffer (saves a copy).
+pub const DIRECT_RECV_MIN: u32 = 16 << 10;
+
+/// Most iovecs in one sendmsg.
+pub const MAX_SEND_IOV: usize = 512;
+
+pub enum Phase {
+    Handshake(Box<Handshake>),
+    Transmission { export: u16, neg: Negotiated },
+}
+
+/// What the connection's next input bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// Handshake bytes.
+    Handshake,
+    /// Request headers.
+    Headers,
+    /// Request headers, but no request slot is free: the connection waits in
+    /// the engine's slot queue.
+    WaitSlot,
+    /// The payload of this WRITE.
+    Payload(ReqId),
+    /// This many payload bytes of a rejected WRITE, to be discarded.
+    Discard(u64),
+    /// Nothing more: EOF, DISC, a failed handshake, or the server draining.
+    Ended,
+}
+
+/// The receive side's operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvOp {
+    Idle,
+    /// Into the receive buffer.
+    Buffered,
+    /// Straight into a WRITE's payload buffer.
+    Direct(ReqId),
+}
+
+/// The send side's operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    Idle,
+    /// In the engine's list of connections to send for.
+    Ready,
+    InFlight,
+}
+
+/// A connection's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Life {
+    /// Serving.
+    Open,
+    /// Shut down: everything left is released as it completes, then the
+    /// socket closes.
+    Closing,
+}
+
+pub struct Conn {
+    pub id: ConnId,
+    /// Unique over the engine's life: the pacer's flow id.
+    pub flow: u64,
+    pub phase: Phase,
+    pub input: Input,
+    pub recv: RecvOp,
+    pub send: SendOp,
+    pub life: Life,
+    pub rbuf: Box<[u8]>,
+    pub rstart: usize,
+    pub rend: usize,
+    /// Handshake bytes waiting to be sent, and those in the current send.
+    pub raw_out: Vec<u8>,
+    pub raw_sending: Vec<u8>,
+    /// Requests whose replies are ready, in send order. While a send is in
+    /// flight it covers a prefix of this queue.
+    pub out: VecDeque<ReqId>,
+    /// Bytes of `out[0]`'s reply already sent (partial sends).
+    pub out_skip: usize,
+    pub send_iov: Vec<libc::iovec>,
+    pub msg: Box<libc::msghdr>,
+    /// Requests of this connection holding a slot.
+    pub requests: u32,
+    /// Buffers this connection's requests hold or will take: the cap on one
+    /// client's share of the pool.
+    pub committed: u32,
+    /// WRITE pieces of this connection started and not yet written.
+    pub payload_pieces: u32,
+    pub accepted_at: Nanos,
+    /// Last time bytes arrived or a request finished.
+    pub active_at: Nanos,
+    /// Earliest time this connection's timeout entry is armed for.
+    pub timer_at: Nanos,
+}
+
+impl Conn {
+    pub fn new(id: ConnId, flow: u64, handshake: Box<Handshake>, now: Nanos) -> Conn {
+        // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
+        let msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        Conn {
+            id,
+            flow,
+            phase: Phase::Handshake(handshake),
+            input: Input::Handshake,
+            recv: RecvOp::Idle,
+            send: SendOp::Idle,
+            life: Life::Open,
+            rbuf: vec![0u8; RECV_BUF].into_boxed_slice(),
+            rstart: 0,
+            rend: 0,
+            raw_out: Vec::new(),
+            raw_sending: Vec::new(),
+            out: VecDeque::new(),
+            out_skip: 0,
+            send_iov: Vec::with_capacity(MAX_SEND_IOV),
+            msg: Box::new(msg),
+            requests: 0,
+            committed: 0,
+            payload_pieces: 0,
+            accepted_at: now,
+            active_at: now,
+            timer_at: Nanos::MAX,
+        }
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.rend - self.rstart
+    }
+
+    pub fn unparsed(&self) -> &[u8] {
+        &self.rbuf[self.rstart..self.rend]
+    }
+
+    /// Moves unparsed bytes to the front so the next recv has room.
+    pub fn compact(&mut self) {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        } else if self.rstart > RECV_BUF / 2 || self.rend == RECV_BUF {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
+            self.rstart = 0;
+        }
+    }
+
+    /// Free room at the end of the receive buffer.
+    pub fn recv_window(&mut self) -> (*mut u8, usize) {
+        self.compact();
+        let len = self.rbuf.len() - self.rend;
+        // SAFETY: rend <= rbuf.len(), so the pointer stays inside the buffer.
+        (unsafe { self.rbuf.as_mut_ptr().add(self.rend) }, len)
+    }
+
+    /// Nothing left in flight: the socket may close.
+    pub fn quiet(&self) -> bool {
+        self.requests == 0 && self.recv == RecvOp::Idle && self.send != SendOp::InFlight
+    }
+
+    /// Nothing left to say: input over, every request answered and sent.
+    pub fn finished(&self) -> bool {
+        self.input == Input::Ended
+            && self.requests == 0
+            && self.send != SendOp::InFlight
+            && self.raw_out.is_empty()
+            && self.raw_sending.is_empty()
+            && self.out.is_empty()
+    }
+}

@@ -1,0 +1,280 @@
+//! A fake network and device for driving the engine in tests: clients are
+//! byte streams, posted recvs, sends and device IOs wait until the test
+//! completes them, in any order and any chunking.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use bdev::{IoRequest, Prep};
+use pace::pacer::Pacer;
+use pace::pool::{PoolConfig, SharedPool};
+use pace::Nanos;
+use proto::{Command, Request};
+
+use super::*;
+
+pub const BUF_SIZE: u32 = 4096;
+
+/// An engine over a small pool and one 1 MiB malloc export.
+pub fn engine(mode: &str, buffers: u32, timeouts: Timeouts) -> Engine {
+    let text = format!(
+        "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n\
+         [[export]]\nname = \"default\"\nbdev = \"m0\"\n\n\
+         [buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"{BUF_SIZE}\"\nbuf_cache_size = 2\n\n\
+         [pacing]\nmode = \"{mode}\"\n"
+    );
+    let loaded = crate::config::Config::parse(&text, "test.toml").expect("test config");
+    let catalog = Arc::new(Catalog::build(&loaded).expect("catalog"));
+    let pool = SharedPool::new(PoolConfig {
+        num_shared_buffers: buffers,
+        buffer_size: BUF_SIZE,
+        buf_cache_size: 2,
+    })
+    .expect("pool");
+    let bufs = pool.register_reactor(Box::new(|| {}));
+    let pacer = Pacer::new(
+        catalog.pacing.clone(),
+        catalog.devices.len(),
+        BUF_SIZE,
+        None,
+        0,
+    );
+    let settings = EngineSettings {
+        id: 0,
+        max_requests: 16,
+        drain_timeout: 1_000_000_000,
+        timeouts,
+        payload_cap: 2,
+    };
+    Engine::new(settings, catalog, bufs, pacer, 0)
+}
+
+pub const TIMEOUTS: Timeouts = Timeouts {
+    handshake: 10_000_000_000,
+    idle: 300_000_000_000,
+    payload: 30_000_000_000,
+};
+
+/// The client's side of one connection.
+#[derive(Default)]
+pub struct Client {
+    /// Bytes written by the client, not yet received by the engine.
+    pub to_server: VecDeque<u8>,
+    /// Bytes the engine sent.
+    pub from_server: Vec<u8>,
+    /// The client has shut its writing side: the engine reads EOF.
+    pub eof: bool,
+    /// A posted recv: where and how much.
+    pub recv: Option<(*mut u8, usize)>,
+    /// A posted send.
+    pub send: Option<*const libc::msghdr>,
+    pub closed: bool,
+}
+
+/// The engine, its clients and its device, with every pending operation.
+pub struct Net {
+    pub engine: Engine,
+    pub now: Nanos,
+    pub clients: HashMap<ConnId, Client>,
+    pub ios: Vec<(IoToken, u16, IoRequest)>,
+    pub bytes_delivered: u64,
+    pub bytes_sent: u64,
+}
+
+impl Net {
+    pub fn new(engine: Engine) -> Net {
+        Net {
+            engine,
+            now: 0,
+            clients: HashMap::new(),
+            ios: Vec::new(),
+            bytes_delivered: 0,
+            bytes_sent: 0,
+        }
+    }
+
+    /// Applies the engine's actions to the fake world.
+    pub fn pump(&mut self) {
+        self.engine.flush();
+        let mut actions = Vec::new();
+        self.engine.take_actions(&mut actions);
+        for a in actions {
+            match a {
+                Action::Recv { conn, buf, len } => {
+                    let c = self.clients.get_mut(&conn).expect("recv on a known conn");
+                    assert!(c.recv.is_none(), "two recvs posted on {conn:?}");
+                    c.recv = Some((buf, len));
+                }
+                Action::Send { conn, msg } => {
+                    let c = self.clients.get_mut(&conn).expect("send on a known conn");
+                    assert!(c.send.is_none(), "two sends posted on {conn:?}");
+                    c.send = Some(msg);
+                }
+                Action::Submit { io, export, req } => self.ios.push((io, export, req)),
+                Action::Shutdown { conn, .. } => {
+                    if let Some(c) = self.clients.get_mut(&conn) {
+                        c.eof = true;
+                    }
+                }
+                Action::Close { conn } => {
+                    let c = self.clients.get_mut(&conn).expect("close of a known conn");
+                    assert!(
+                        c.recv.is_none() && c.send.is_none(),
+                        "{conn:?} closed mid-op"
+                    );
+                    assert!(!c.closed, "{conn:?} closed twice");
+                    c.closed = true;
+                }
+            }
+        }
+    }
+
+    pub fn connect(&mut self) -> ConnId {
+        let id = self.engine.accept(self.now, None).expect("not draining");
+        self.clients.insert(id, Client::default());
+        self.pump();
+        id
+    }
+
+    pub fn write(&mut self, conn: ConnId, bytes: &[u8]) {
+        if let Some(c) = self.clients.get_mut(&conn) {
+            c.to_server.extend(bytes);
+        }
+    }
+
+    /// Completes `conn`'s recv with at most `max` bytes. False if nothing
+    /// could complete (no recv, or no bytes and no EOF).
+    pub fn deliver(&mut self, conn: ConnId, max: usize) -> bool {
+        let Some(c) = self.clients.get_mut(&conn) else {
+            return false;
+        };
+        let Some((buf, len)) = c.recv else {
+            return false;
+        };
+        let n = c.to_server.len().min(len).min(max.max(1));
+        let result = if n == 0 {
+            if !c.eof {
+                return false;
+            }
+            Received::Eof
+        } else {
+            for i in 0..n {
+                let b = c.to_server.pop_front().expect("counted");
+                // SAFETY: the engine posted `len` writable bytes at `buf`
+                // and keeps them until this completion; i < n <= len.
+                unsafe { *buf.add(i) = b };
+            }
+            Received::Data(n)
+        };
+        c.recv = None;
+        self.bytes_delivered += n as u64;
+        self.engine.on_recv(self.now, conn, result);
+        self.pump();
+        true
+    }
+
+    /// Completes `conn`'s send, taking at most `max` bytes of it.
+    pub fn take_sent(&mut self, conn: ConnId, max: usize) -> bool {
+        let Some(c) = self.clients.get_mut(&conn) else {
+            return false;
+        };
+        let Some(msg) = c.send.take() else {
+            return false;
+        };
+        let mut left = max.max(1);
+        let mut n = 0;
+        // SAFETY: the engine keeps the msghdr and its iovecs in place until
+        // this completion.
+        let iovs = unsafe { std::slice::from_raw_parts((*msg).msg_iov, (*msg).msg_iovlen) };
+        for v in iovs {
+            let k = v.iov_len.min(left);
+            // SAFETY: each iovec covers iov_len readable bytes.
+            let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), k) };
+            c.from_server.extend_from_slice(src);
+            n += k;
+            left -= k;
+            if left == 0 {
+                break;
+            }
+        }
+        self.bytes_sent += n as u64;
+        self.engine.on_send(self.now, conn, Sent::Bytes(n));
+        self.pump();
+        true
+    }
+
+    /// Fails `conn`'s pending operations, as a reset connection does.
+    pub fn reset(&mut self, conn: ConnId) {
+        if let Some(c) = self.clients.get_mut(&conn) {
+            c.eof = true;
+            let recv = c.recv.take().is_some();
+            let send = c.send.take().is_some();
+            if recv {
+                self.engine
+                    .on_recv(self.now, conn, Received::Error(libc::ECONNRESET));
+            }
+            if send {
+                self.engine
+                    .on_send(self.now, conn, Sent::Error(libc::EPIPE));
+            }
+            self.pump();
+        }
+    }
+
+    /// Completes the `i`-th pending device IO on the real malloc bdev.
+    pub fn complete_io(&mut self, i: usize) {
+        self.complete_io_as(i, None);
+    }
+
+    /// Completes the `i`-th pending device IO, failing it with `fail`.
+    pub fn complete_io_as(&mut self, i: usize, fail: Option<u32>) {
+        let (io, export, req) = self.ios.swap_remove(i);
+        if let Some(errno) = fail {
+            self.engine
+                .on_io_done(self.now, io, bdev::IoResult::Err(errno));
+            self.pump();
+            return;
+        }
+        let dev = self.engine.catalog.exports[export as usize].bdev.clone();
+        // SAFETY: the engine keeps the IO's iovecs and buffers until it
+        // hears the IO is done, which is below.
+        let result = match unsafe { dev.prepare(&req) } {
+            Prep::Done(r) => r,
+            Prep::Sqes(_) => panic!("malloc bdevs finish at once"),
+        };
+        self.engine.on_io_done(self.now, io, result);
+        self.pump();
+    }
+
+    pub fn advance(&mut self, dt: Nanos) {
+        self.now += dt;
+        self.engine.tick(self.now);
+        self.pump();
+    }
+}
+
+/// The client's handshake: fixed newstyle, no zeroes, GO for the default export.
+pub fn handshake_bytes() -> Vec<u8> {
+    let mut m = 3u32.to_be_bytes().to_vec();
+    m.extend_from_slice(&0x4948_4156_454f_5054u64.to_be_bytes());
+    m.extend_from_slice(&7u32.to_be_bytes());
+    m.extend_from_slice(&6u32.to_be_bytes());
+    m.extend_from_slice(&0u32.to_be_bytes());
+    m.extend_from_slice(&0u16.to_be_bytes());
+    m
+}
+
+pub fn request_bytes(command: Command, cookie: u64, offset: u64, length: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    proto::encode_request(
+        &mut out,
+        &Request {
+            flags: 0,
+            command,
+            cookie,
+            offset,
+            length,
+        },
+    );
+    out
+}

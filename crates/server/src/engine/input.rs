@@ -1,0 +1,245 @@
+//! Received bytes: the handshake, request headers and WRITE payloads, and
+//! the recv that brings the next ones.
+
+use proto::HandshakeStatus;
+
+use super::conn::{Input, Life, Phase, RecvOp, DIRECT_RECV_MIN};
+use super::ids::ConnId;
+use super::req::PieceState;
+use super::{conn_at, Action, Engine, Received};
+
+/// What one pass over a connection's buffered input did next.
+enum Step {
+    /// Consumed something; look again.
+    Again,
+    /// Needs more bytes, or is waiting for something else.
+    Stop,
+}
+
+impl Engine {
+    pub(super) fn recv_done(&mut self, id: ConnId, result: Received) {
+        let now = self.now;
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return;
+        };
+        let op = std::mem::replace(&mut c.recv, RecvOp::Idle);
+        debug_assert_ne!(
+            op,
+            RecvOp::Idle,
+            "{id:?}: a recv completed that was never posted"
+        );
+        self.touched.push(id);
+        if let Received::Data(n) = result {
+            self.stats.bytes_in += n as u64;
+        }
+        if c.life == Life::Closing {
+            return;
+        }
+        match result {
+            Received::Error(errno) => {
+                let e = std::io::Error::from_raw_os_error(errno);
+                tracing::debug!(reactor = self.id, conn = id.index, "recv: {e}");
+                self.close(id);
+            }
+            Received::Eof | Received::Data(0) => self.input_ended(id),
+            Received::Data(n) => {
+                c.active_at = now;
+                match op {
+                    RecvOp::Direct(r) => {
+                        self.reqs[r.index()].filled += n as u32;
+                        self.payload_received(r, n);
+                    }
+                    _ => {
+                        c.rend += n;
+                        debug_assert!(c.rend <= c.rbuf.len());
+                    }
+                }
+            }
+        }
+    }
+
+    /// No more input from this connection: serve what is in flight, then close.
+    pub(super) fn input_ended(&mut self, id: ConnId) {
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return;
+        };
+        let was = std::mem::replace(&mut c.input, Input::Ended);
+        match was {
+            // A WRITE whose payload will never arrive: nothing to execute.
+            Input::Payload(r) => self.abort_pieces(r),
+            Input::WaitSlot => self.slot_waiters.retain(|&w| w != id),
+            _ => {}
+        }
+        self.touched.push(id);
+    }
+
+    /// Consumes buffered input as far as it goes.
+    pub(super) fn process_input(&mut self, id: ConnId) {
+        loop {
+            let Some(c) = self.conn_ref(id) else { return };
+            if c.life != Life::Open {
+                return;
+            }
+            let step = match c.input {
+                Input::Handshake => self.handshake_input(id),
+                Input::Headers => self.header_input(id),
+                Input::Payload(r) => self.payload_input(id, r),
+                Input::Discard(left) => self.discard_input(id, left),
+                Input::WaitSlot | Input::Ended => Step::Stop,
+            };
+            if let Step::Stop = step {
+                break;
+            }
+        }
+        if let Some(c) = conn_at(&mut self.conns, id) {
+            c.compact();
+        }
+    }
+
+    fn handshake_input(&mut self, id: ConnId) -> Step {
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return Step::Stop;
+        };
+        let Phase::Handshake(h) = &mut c.phase else {
+            c.input = Input::Headers;
+            return Step::Again;
+        };
+        let consumed = h.feed(&c.rbuf[c.rstart..c.rend]);
+        c.rstart += consumed;
+        let out = h.take_output();
+        let has_output = !out.is_empty();
+        c.raw_out.extend_from_slice(&out);
+        let status = h.status().clone();
+        let step = match status {
+            HandshakeStatus::Negotiating => Step::Stop,
+            HandshakeStatus::Done(neg) => {
+                let export = neg.export_index as u16;
+                c.phase = Phase::Transmission { export, neg };
+                c.input = Input::Headers;
+                Step::Again
+            }
+            HandshakeStatus::Closed => {
+                c.input = Input::Ended;
+                Step::Stop
+            }
+        };
+        if has_output {
+            self.mark_send(id);
+        }
+        step
+    }
+
+    fn header_input(&mut self, id: ConnId) -> Step {
+        let cap = self.conn_cap;
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return Step::Stop;
+        };
+        if c.committed >= cap {
+            // This client holds its share of the pool: it waits for its own
+            // requests (and replies) to finish, and TCP holds the rest back.
+            return Step::Stop;
+        }
+        let request = match proto::decode_request(c.unparsed()) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Step::Stop,
+            Err(e) => {
+                tracing::info!(
+                    reactor = self.id,
+                    conn = id.index,
+                    "closing connection: {e:?}"
+                );
+                self.stats.protocol_errors += 1;
+                self.close(id);
+                return Step::Stop;
+            }
+        };
+        if request.command == proto::Command::Disc {
+            // No reply; serve what is in flight, then close.
+            c.rstart += proto::REQUEST_HEADER_LEN;
+            self.input_ended(id);
+            return Step::Stop;
+        }
+        let Some(slot) = self.free_reqs.pop() else {
+            c.input = Input::WaitSlot;
+            self.slot_waiters.push_back(id);
+            return Step::Stop;
+        };
+        c.rstart += proto::REQUEST_HEADER_LEN;
+        self.accept_request(id, slot, request);
+        Step::Again
+    }
+
+    fn payload_input(&mut self, id: ConnId, r: super::ReqId) -> Step {
+        let bs = self.buf_size;
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return Step::Stop;
+        };
+        if c.buffered() == 0 {
+            return Step::Stop;
+        }
+        let n = self.reqs[r.index()].fill_from(&c.rbuf[c.rstart..c.rend], bs);
+        if n == 0 {
+            // The filling piece waits for the pacer or a buffer.
+            return Step::Stop;
+        }
+        c.rstart += n;
+        self.payload_received(r, n);
+        Step::Again
+    }
+
+    fn discard_input(&mut self, id: ConnId, left: u64) -> Step {
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return Step::Stop;
+        };
+        let n = (c.buffered() as u64).min(left);
+        if n == 0 {
+            return Step::Stop;
+        }
+        c.rstart += n as usize;
+        c.input = match left - n {
+            0 => Input::Headers,
+            rest => Input::Discard(rest),
+        };
+        Step::Again
+    }
+
+    /// Posts the connection's next recv if its input can take bytes: into
+    /// the receive buffer, or straight into a WRITE piece's buffer.
+    pub(super) fn post_recv(&mut self, id: ConnId) {
+        let (bs, cap) = (self.buf_size, self.conn_cap);
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return;
+        };
+        if c.life != Life::Open || c.recv != RecvOp::Idle {
+            return;
+        }
+        let direct = match c.input {
+            Input::Handshake | Input::Discard(_) => None,
+            Input::Headers if c.committed < cap => None,
+            Input::Payload(r) => {
+                let req = &self.reqs[r.index()];
+                let k = req.filling_piece(bs) as usize;
+                if req.pieces[k].state != PieceState::Filling {
+                    return;
+                }
+                let direct = c.buffered() == 0 && req.len - req.filled >= DIRECT_RECV_MIN;
+                direct
+                    .then(|| req.payload_target(bs).map(|t| (r, t)))
+                    .flatten()
+            }
+            Input::Headers | Input::WaitSlot | Input::Ended => return,
+        };
+        let (buf, len, op) = match direct {
+            Some((r, (buf, len))) => (buf, len, RecvOp::Direct(r)),
+            None => {
+                let (buf, len) = c.recv_window();
+                (buf, len, RecvOp::Buffered)
+            }
+        };
+        if len == 0 {
+            return;
+        }
+        c.recv = op;
+        self.actions.push(Action::Recv { conn: id, buf, len });
+    }
+}

@@ -1,0 +1,252 @@
+//! Connections' lives: accepted, serving, closing, closed; their timeouts;
+//! and the engine's drain at shutdown.
+
+use std::cmp::Reverse;
+
+use pace::Nanos;
+use proto::Handshake;
+
+use super::conn::{Conn, Input, Life, Phase, SendOp};
+use super::ids::{ConnId, ReqId, GEN_MASK};
+use super::req::ReqState;
+use super::{conn_at, Action, Engine};
+
+impl Engine {
+    /// A new connection. `handshake` is one already under way (a connection
+    /// handed over mid-negotiation); None starts a fresh one. None back means
+    /// the engine is draining: the driver closes the socket.
+    pub fn accept(&mut self, now: Nanos, handshake: Option<Box<Handshake>>) -> Option<ConnId> {
+        self.now = now;
+        if self.draining_since.is_some() {
+            return None;
+        }
+        let handshake = handshake.unwrap_or_else(|| {
+            Box::new(Handshake::new(
+                self.catalog.infos.clone(),
+                self.catalog.default_export,
+            ))
+        });
+        let index = self.free_conns.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conn_gens.push(0);
+            (self.conns.len() - 1) as u32
+        });
+        let gen = self.conn_gens[index as usize].wrapping_add(1) & GEN_MASK;
+        self.conn_gens[index as usize] = gen;
+        let id = ConnId { index, gen };
+        let mut conn = Box::new(Conn::new(id, self.next_flow, handshake, now));
+        self.next_flow += 1;
+        if let Phase::Handshake(h) = &mut conn.phase {
+            conn.raw_out = h.take_output();
+        }
+        self.conns[index as usize] = Some(conn);
+        self.stats.conns_total += 1;
+        self.stats.conns_now += 1;
+        self.mark_send(id);
+        self.touched.push(id);
+        self.settle();
+        Some(id)
+    }
+
+    /// Brings every connection an event touched up to date: parses what it
+    /// has buffered, posts its next recv, closes it when it is done, and
+    /// frees it once nothing is in flight. The pacer is polled between
+    /// rounds, so what it releases is served in the same event.
+    pub(super) fn settle(&mut self) {
+        loop {
+            while let Some(id) = self.touched.pop() {
+                self.settle_conn(id);
+            }
+            if !self.poll_pacer() && self.touched.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn settle_conn(&mut self, id: ConnId) {
+        let Some(c) = self.conn_ref(id) else { return };
+        if c.life == Life::Closing {
+            if c.quiet() {
+                self.remove_conn(id);
+            }
+            return;
+        }
+        if let Input::Payload(r) = c.input {
+            self.start_pieces(r);
+        }
+        self.process_input(id);
+        match self.conn_ref(id) {
+            Some(c) if c.life == Life::Open && c.finished() => self.close(id),
+            Some(c) if c.life == Life::Open => {
+                self.post_recv(id);
+                self.arm_timer(id);
+            }
+            _ => {}
+        }
+    }
+
+    /// Shuts the socket down and releases everything not in the kernel's or
+    /// the device's hands; the rest is released as it completes.
+    pub(super) fn close(&mut self, id: ConnId) {
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return;
+        };
+        if c.life == Life::Closing {
+            return;
+        }
+        c.life = Life::Closing;
+        let input = std::mem::replace(&mut c.input, Input::Ended);
+        let sending = c.send == SendOp::InFlight;
+        if c.send == SendOp::Ready {
+            c.send = SendOp::Idle;
+        }
+        self.actions.push(Action::Shutdown {
+            conn: id,
+            read_only: false,
+        });
+        if input == Input::WaitSlot {
+            self.slot_waiters.retain(|&w| w != id);
+        }
+        if !sending {
+            self.drop_replies(id);
+        }
+        for i in 0..self.reqs.len() as u32 {
+            let req = &self.reqs[i as usize];
+            if req.conn == id && req.state != ReqState::Free {
+                self.abort(ReqId(i));
+            }
+        }
+        self.touched.push(id);
+    }
+
+    fn remove_conn(&mut self, id: ConnId) {
+        let Some(c) = self.conn_ref(id) else { return };
+        debug_assert!(c.quiet(), "{id:?} freed with operations in flight");
+        debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
+        debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
+        debug_assert!(c.out.is_empty(), "{id:?} freed with replies queued");
+        tracing::debug!(reactor = self.id, conn = id.index, flow = c.flow, "closed");
+        // Its paced IOs were cancelled or completed before it went quiet.
+        self.pacer.close_flow(c.flow);
+        self.conns[id.index as usize] = None;
+        self.free_conns.push(id.index);
+        debug_assert!(self.stats.conns_now > 0);
+        self.stats.conns_now -= 1;
+        self.actions.push(Action::Close { conn: id });
+    }
+
+    /// When the connection's current timeout fires, if one applies: the
+    /// handshake's from accept, a payload's and an idle connection's from the
+    /// last bytes received (or request finished).
+    fn deadline(&self, c: &Conn) -> Option<Nanos> {
+        let t = &self.timeouts;
+        match c.input {
+            Input::Handshake => Some(c.accepted_at + t.handshake),
+            // Only while the client's bytes could land: a piece waiting for
+            // the pacer or a buffer is not the client's stall.
+            Input::Payload(_) | Input::Discard(_) if c.recv != super::RecvOp::Idle => {
+                Some(c.active_at + t.payload)
+            }
+            Input::Headers if c.requests == 0 => Some(c.active_at + t.idle),
+            _ => None,
+        }
+    }
+
+    /// Makes sure a timer entry fires no later than the connection's deadline.
+    fn arm_timer(&mut self, id: ConnId) {
+        let Some(c) = self.conn_ref(id) else { return };
+        let Some(d) = self.deadline(c) else { return };
+        if d < c.timer_at {
+            if let Some(c) = conn_at(&mut self.conns, id) {
+                c.timer_at = d;
+            }
+            self.conn_timers.push(Reverse((d, id)));
+        }
+    }
+
+    /// Closes connections whose deadline has passed. Entries are checked
+    /// against the connection's current deadline, so progress needs no
+    /// heap update: an early entry re-arms itself.
+    pub(super) fn fire_conn_timers(&mut self) {
+        while let Some(Reverse((t, id))) = self.conn_timers.peek().copied() {
+            if t > self.now {
+                return;
+            }
+            self.conn_timers.pop();
+            let Some(c) = conn_at(&mut self.conns, id) else {
+                continue;
+            };
+            if c.timer_at != t {
+                continue; // superseded by an earlier entry
+            }
+            c.timer_at = Nanos::MAX;
+            let c = &**self.conns[id.index as usize].as_ref().expect("just seen");
+            match self.deadline(c) {
+                Some(d) if d <= self.now && c.life == Life::Open => {
+                    tracing::info!(reactor = self.id, conn = id.index, input = ?c.input, "connection timed out");
+                    self.stats.timeouts += 1;
+                    self.close(id);
+                }
+                _ => self.arm_timer(id),
+            }
+        }
+        self.settle();
+    }
+
+    /// Stops taking input everywhere; requests in flight still get answers.
+    pub fn begin_drain(&mut self, now: Nanos) {
+        self.now = now;
+        if self.draining_since.is_some() {
+            return;
+        }
+        self.draining_since = Some(now);
+        for index in 0..self.conns.len() {
+            let Some(c) = self.conns[index].as_deref() else {
+                continue;
+            };
+            let id = c.id;
+            if c.life != Life::Open {
+                continue;
+            }
+            self.actions.push(Action::Shutdown {
+                conn: id,
+                read_only: true,
+            });
+            if matches!(c.input, Input::Payload(_) | Input::Discard(_)) {
+                // A half-received WRITE can never finish.
+                self.close(id);
+            } else {
+                self.input_ended(id);
+            }
+        }
+        self.settle();
+    }
+
+    /// At the drain timeout, closes what is still open.
+    pub(super) fn check_drain(&mut self) {
+        let Some(since) = self.draining_since else {
+            return;
+        };
+        if self.now.saturating_sub(since) <= self.drain_timeout {
+            return;
+        }
+        for index in 0..self.conns.len() {
+            if let Some(c) = self.conns[index].as_deref() {
+                if c.life == Life::Open {
+                    tracing::warn!(reactor = self.id, conn = index, "drain timed out; closing");
+                    self.close(c.id);
+                }
+            }
+        }
+    }
+
+    /// True once draining and every connection is gone (or twice the drain
+    /// timeout has passed: closed sockets complete their operations promptly).
+    pub fn drained(&self) -> bool {
+        let Some(since) = self.draining_since else {
+            return false;
+        };
+        self.conns.iter().all(Option::is_none)
+            || self.now.saturating_sub(since) > 2 * self.drain_timeout
+    }
+}

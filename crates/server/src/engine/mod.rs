@@ -1,0 +1,341 @@
+//! The request engine: one per reactor, sans-IO.
+//!
+//! It owns the connections, the request slots, the buffer-pool and pacer
+//! calls, the emulated device delays and the statistics. A driver (the
+//! io_uring reactor, or the simulator) feeds it events with the time they
+//! happened at, and executes the [`Action`]s it returns: receive into memory
+//! the engine owns, send iovecs, submit a device IO, shut down or close a
+//! socket. Nothing in here knows a file descriptor or reads a clock.
+//!
+//! - `conn.rs`, `req.rs`: connection and request-slot state (enums).
+//! - `input.rs`: received bytes: handshake, request headers, WRITE payload.
+//! - `request.rs`: the request state machine, [`Engine::advance`].
+//! - `write.rs`: WRITE payload pieces.
+//! - `output.rs`: replies and sends.
+//! - `life.rs`: accepting, closing, timeouts, draining.
+
+mod conn;
+mod ids;
+mod input;
+mod life;
+mod output;
+mod req;
+mod request;
+mod write;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+use bdev::{IoRequest, IoResult};
+use pace::pacer::{Pacer, PacingConfig};
+use pace::pool::{BufId, ReactorBufs, SharedPool};
+use pace::Nanos;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::exports::Catalog;
+use crate::stats::{ReactorStats, StatsCollector};
+use conn::Conn;
+pub use conn::{Input, Life, RecvOp, SendOp};
+pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
+pub use req::{PieceState, Req, ReqState};
+
+/// Time limits on a connection, enforced with the engine's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From accept to the end of the handshake.
+    pub handshake: Nanos,
+    /// A connection with no request in flight and no bytes arriving.
+    pub idle: Nanos,
+    /// A WRITE payload (or a rejected one being discarded) with no bytes arriving.
+    pub payload: Nanos,
+}
+
+pub struct EngineSettings {
+    pub id: usize,
+    pub max_requests: u32,
+    /// At shutdown, how long to wait for in-flight requests before closing.
+    pub drain_timeout: Nanos,
+    pub timeouts: Timeouts,
+    /// WRITE payload buffers one connection may hold at once.
+    pub payload_cap: u32,
+}
+
+/// WRITE payload buffers one connection may hold at once, until the pacer's
+/// per-flow windows size this per flow: enough to keep a payload streaming
+/// while earlier pieces are at the device, few enough that a stalled writer
+/// holds almost nothing.
+pub const PAYLOAD_CAP: u32 = 4;
+
+/// What the driver must do. Pointers in here point at memory the engine owns
+/// and keeps in place until the matching completion is fed back.
+#[derive(Debug)]
+pub enum Action {
+    /// Receive up to `len` bytes into `buf`; report with [`Engine::on_recv`].
+    Recv {
+        conn: ConnId,
+        buf: *mut u8,
+        len: usize,
+    },
+    /// `sendmsg` this header (its iovecs); report with [`Engine::on_send`].
+    Send {
+        conn: ConnId,
+        msg: *const libc::msghdr,
+    },
+    /// Submit `req` to export `export`'s bdev; report with [`Engine::on_io_done`].
+    Submit {
+        io: IoToken,
+        export: u16,
+        req: IoRequest,
+    },
+    /// Shut the socket down (both ways, or only reading) so pending
+    /// operations complete.
+    Shutdown { conn: ConnId, read_only: bool },
+    /// Nothing is in flight on this socket any more: close it.
+    Close { conn: ConnId },
+}
+
+/// A receive's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    Data(usize),
+    Eof,
+    /// An errno.
+    Error(i32),
+}
+
+/// A send's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    Bytes(usize),
+    /// An errno.
+    Error(i32),
+}
+
+pub struct Engine {
+    id: usize,
+    catalog: Arc<Catalog>,
+    pool: Arc<SharedPool>,
+    buf_size: u32,
+    bufs: ReactorBufs,
+    pacer: Pacer,
+    conns: Vec<Option<Box<Conn>>>,
+    conn_gens: Vec<u32>,
+    free_conns: Vec<u32>,
+    next_flow: u64,
+    reqs: Vec<Req>,
+    free_reqs: Vec<ReqId>,
+    /// Connections waiting for a request slot, in arrival order.
+    slot_waiters: VecDeque<ConnId>,
+    /// Connections with something to send at the end of this round.
+    send_ready: Vec<ConnId>,
+    /// Connections an event touched: settled (parse, recv, close) before
+    /// the event returns.
+    touched: Vec<ConnId>,
+    /// Completions held back by delay bdevs.
+    delayed: BinaryHeap<Reverse<(Nanos, IoToken)>>,
+    /// Connection timeouts, checked lazily against each connection's deadline.
+    conn_timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
+    grants: Vec<(u64, Vec<BufId>)>,
+    released: Vec<u64>,
+    /// Scratch list of requests whose replies a send finished.
+    sent: Vec<ReqId>,
+    actions: Vec<Action>,
+    rng: SmallRng,
+    stats: StatsCollector,
+    timeouts: Timeouts,
+    drain_timeout: Nanos,
+    draining_since: Option<Nanos>,
+    payload_cap: u32,
+    /// Buffers one connection's requests may commit before it stops parsing.
+    conn_cap: u32,
+    now: Nanos,
+}
+
+impl Engine {
+    pub fn new(
+        settings: EngineSettings,
+        catalog: Arc<Catalog>,
+        bufs: ReactorBufs,
+        pacer: Pacer,
+        now: Nanos,
+    ) -> Engine {
+        let pool = bufs.pool().clone();
+        let buf_size = pool.buffer_size();
+        let stats = StatsCollector::new(settings.id, &catalog, buf_size);
+        Engine {
+            id: settings.id,
+            catalog,
+            conn_cap: (pool.total() / 4).max(settings.payload_cap),
+            pool,
+            buf_size,
+            bufs,
+            pacer,
+            conns: Vec::new(),
+            conn_gens: Vec::new(),
+            free_conns: Vec::new(),
+            next_flow: 1,
+            reqs: (0..settings.max_requests).map(|_| Req::default()).collect(),
+            free_reqs: (0..settings.max_requests).rev().map(ReqId).collect(),
+            slot_waiters: VecDeque::new(),
+            send_ready: Vec::new(),
+            touched: Vec::new(),
+            delayed: BinaryHeap::new(),
+            conn_timers: BinaryHeap::new(),
+            grants: Vec::new(),
+            released: Vec::new(),
+            sent: Vec::new(),
+            actions: Vec::new(),
+            rng: SmallRng::seed_from_u64(0x10_9ace ^ settings.id as u64),
+            stats,
+            timeouts: settings.timeouts,
+            drain_timeout: settings.drain_timeout,
+            draining_since: None,
+            payload_cap: settings.payload_cap.max(1),
+            now,
+        }
+    }
+
+    /// Moves the actions produced so far into `out` (which should be empty).
+    pub fn take_actions(&mut self, out: &mut Vec<Action>) {
+        std::mem::swap(&mut self.actions, out);
+    }
+
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// Bytes received on `conn`'s posted recv.
+    pub fn on_recv(&mut self, now: Nanos, conn: ConnId, result: Received) {
+        self.now = now;
+        self.recv_done(conn, result);
+        self.settle();
+    }
+
+    /// `conn`'s posted send finished.
+    pub fn on_send(&mut self, now: Nanos, conn: ConnId, result: Sent) {
+        self.now = now;
+        self.send_done(conn, result);
+        self.settle();
+    }
+
+    /// The device finished `io`.
+    pub fn on_io_done(&mut self, now: Nanos, io: IoToken, result: IoResult) {
+        self.now = now;
+        self.io_done(io, result);
+        self.settle();
+    }
+
+    /// The IO `io` as submitted, for the driver to interpret its completion.
+    pub fn io_request(&self, io: IoToken) -> Option<(u16, IoRequest)> {
+        let req = self.reqs.get(io.req.index())?;
+        let op = req.io_op()?;
+        let piece = match io.part {
+            Part::Whole => None,
+            Part::Piece(k) => Some(k),
+        };
+        Some((req.export, req.io_request(op, piece, self.buf_size)))
+    }
+
+    /// Time passes: buffer grants, delayed completions, the pacer, timeouts;
+    /// then the sends this round produced.
+    pub fn tick(&mut self, now: Nanos) {
+        self.now = now;
+        self.poll_grants();
+        self.fire_delayed();
+        self.poll_pacer();
+        self.fire_conn_timers();
+        self.check_drain();
+        self.settle();
+        self.flush();
+        self.stats.sample_buffers(now, self.bufs.in_use());
+    }
+
+    /// Posts the sends the events since the last flush made ready. Replies
+    /// queued in one round go out in one sendmsg per connection.
+    pub fn flush(&mut self) {
+        while !self.send_ready.is_empty() {
+            let mut ready = std::mem::take(&mut self.send_ready);
+            for &conn in &ready {
+                self.start_send(conn);
+            }
+            ready.clear();
+            if self.send_ready.is_empty() {
+                self.send_ready = ready; // keeps its capacity
+            }
+            self.settle();
+        }
+    }
+
+    /// When the engine next needs a tick without any completion.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        let candidates = [
+            self.delayed.peek().map(|Reverse((t, _))| *t),
+            self.pacer.next_wakeup(self.now),
+            self.conn_timers.peek().map(|Reverse((t, _))| *t),
+            // Re-check the drain even when nothing completes.
+            self.draining_since.map(|_| self.now + 50_000_000),
+        ];
+        candidates.into_iter().flatten().min()
+    }
+
+    pub fn set_pacing(&mut self, cfg: PacingConfig, now: Nanos) {
+        self.now = now;
+        self.pacer.reconfigure(cfg, now);
+    }
+
+    pub fn snapshot(&mut self, now: Nanos) -> ReactorStats {
+        self.now = now;
+        let pool = self.bufs.stats();
+        let mut snap = self
+            .stats
+            .snapshot(now, pool, self.pool.free_total(), self.delayed.len());
+        snap.pacer = serde_json::to_value(self.pacer.stats(now)).unwrap_or_default();
+        snap
+    }
+
+    /// One more turn of the driver's loop (statistics).
+    pub fn count_loop(&mut self) {
+        self.stats.loops += 1;
+    }
+
+    /// Live connections.
+    pub fn conns_open(&self) -> usize {
+        self.conns.iter().filter(|c| c.is_some()).count()
+    }
+
+    pub fn buffers_in_use(&self) -> u64 {
+        self.bufs.in_use()
+    }
+
+    pub fn requests_in_use(&self) -> usize {
+        self.reqs.len() - self.free_reqs.len()
+    }
+
+    pub fn conn_state(&self, conn: ConnId) -> Option<(Input, RecvOp, SendOp, Life)> {
+        let c = self.conn_ref(conn)?;
+        Some((c.input, c.recv, c.send, c.life))
+    }
+
+    fn conn_ref(&self, id: ConnId) -> Option<&Conn> {
+        match self.conns.get(id.index as usize) {
+            Some(Some(c)) if c.id == id => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// The live connection `id` among `conns`: borrows only the connection
+/// table, so the caller may still touch the engine's other fields.
+fn conn_at(conns: &mut [Option<Box<Conn>>], id: ConnId) -> Option<&mut Conn> {
+    match conns.get_mut(id.index as usize) {
+        Some(Some(c)) if c.id == id => Some(c),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! Replies: queued per connection in send order, and sent in batches, one
+//! sendmsg with many iovecs per connection per round.
+
+use super::conn::{Life, SendOp, MAX_SEND_IOV};
+use super::ids::ConnId;
+use super::req::ReqState;
+use super::{conn_at, Action, Engine, Sent};
+
+impl Engine {
+    /// The connection has something to send: at the end of this round.
+    pub(super) fn mark_send(&mut self, id: ConnId) {
+        if let Some(c) = conn_at(&mut self.conns, id) {
+            if c.send == SendOp::Idle {
+                c.send = SendOp::Ready;
+                self.send_ready.push(id);
+            }
+        }
+    }
+
+    /// Posts one sendmsg with the handshake bytes, or with every queued
+    /// reply that fits.
+    pub(super) fn start_send(&mut self, id: ConnId) {
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return;
+        };
+        if c.send != SendOp::Ready {
+            return;
+        }
+        c.send = SendOp::Idle;
+        if c.life != Life::Open {
+            return;
+        }
+        c.send_iov.clear();
+        if !c.raw_out.is_empty() || !c.raw_sending.is_empty() {
+            if c.raw_sending.is_empty() {
+                std::mem::swap(&mut c.raw_out, &mut c.raw_sending);
+            }
+            c.send_iov.push(libc::iovec {
+                iov_base: c.raw_sending.as_mut_ptr().cast(),
+                iov_len: c.raw_sending.len(),
+            });
+        } else {
+            let mut skip = c.out_skip;
+            for &r in c.out.iter() {
+                let req = &self.reqs[r.index()];
+                if c.send_iov.len() + 1 + req.iov.len() > MAX_SEND_IOV {
+                    break;
+                }
+                req.push_reply_iov(&mut c.send_iov, skip);
+                skip = 0;
+            }
+        }
+        if c.send_iov.is_empty() {
+            self.touched.push(id);
+            return;
+        }
+        c.msg.msg_iov = c.send_iov.as_mut_ptr();
+        c.msg.msg_iovlen = c.send_iov.len();
+        c.send = SendOp::InFlight;
+        let msg = &*c.msg as *const libc::msghdr;
+        self.actions.push(Action::Send { conn: id, msg });
+    }
+
+    pub(super) fn send_done(&mut self, id: ConnId, result: Sent) {
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return;
+        };
+        debug_assert_eq!(
+            c.send,
+            SendOp::InFlight,
+            "{id:?}: a send completed never posted"
+        );
+        c.send = SendOp::Idle;
+        self.touched.push(id);
+        if let Sent::Bytes(n) = result {
+            self.stats.bytes_out += n as u64;
+        }
+        if c.life == Life::Closing {
+            // The replies the send covered may go now.
+            c.raw_sending.clear();
+            self.drop_replies(id);
+            return;
+        }
+        let mut sent = match result {
+            Sent::Bytes(n) => n,
+            Sent::Error(errno) => {
+                let e = std::io::Error::from_raw_os_error(errno);
+                tracing::debug!(reactor = self.id, conn = id.index, "send: {e}");
+                self.close(id);
+                return;
+            }
+        };
+        if !c.raw_sending.is_empty() {
+            debug_assert!(sent <= c.raw_sending.len());
+            c.raw_sending.drain(..sent.min(c.raw_sending.len()));
+        } else {
+            while let Some(&r) = c.out.front() {
+                let size = self.reqs[r.index()].reply_len() - c.out_skip;
+                if sent < size {
+                    c.out_skip += sent;
+                    sent = 0;
+                    break;
+                }
+                sent -= size;
+                c.out_skip = 0;
+                c.out.pop_front();
+                self.sent.push(r);
+            }
+            debug_assert_eq!(sent, 0, "{id:?}: sent more than was queued");
+        }
+        let more = !c.raw_out.is_empty() || !c.raw_sending.is_empty() || !c.out.is_empty();
+        let sent = std::mem::take(&mut self.sent);
+        for &r in &sent {
+            self.set_state(r, ReqState::Sent);
+            self.advance(r);
+        }
+        self.sent = sent;
+        self.sent.clear();
+        if more {
+            self.mark_send(id);
+        }
+    }
+
+    /// Releases the replies queued on a closing connection: no send covers
+    /// them any more.
+    pub(super) fn drop_replies(&mut self, id: ConnId) {
+        let Some(c) = conn_at(&mut self.conns, id) else {
+            return;
+        };
+        debug_assert_ne!(c.send, SendOp::InFlight);
+        c.out_skip = 0;
+        self.sent.extend(c.out.drain(..));
+        let queued = std::mem::take(&mut self.sent);
+        for &r in &queued {
+            self.release(r);
+        }
+        self.sent = queued;
+        self.sent.clear();
+    }
+}

@@ -1,0 +1,491 @@
+//! A request slot: everything one NBD command needs from header to reply.
+//! Slots are preallocated per engine and reused, so their vectors keep their
+//! capacity and the hot path does not allocate.
+
+use bdev::{IoOp, IoRequest};
+use pace::pool::BufId;
+use pace::stats::ReqState as StatState;
+use pace::Nanos;
+use proto::Command;
+
+use super::ids::ConnId;
+
+/// Where a request is in its life. Waiting states name the one queue the
+/// request is in (the pacer's, the pool's, the device, the delay timers, its
+/// WRITE pieces, its connection's send queue); transient states are where an
+/// event left it for [`super::Engine::advance`] to move on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReqState {
+    /// The slot is free.
+    Free,
+    /// Transient: header decoded and valid.
+    New,
+    /// Waiting: a READ queued in the pacer; no buffer held yet.
+    Pacing,
+    /// Transient: the pacer released the READ.
+    Released,
+    /// Waiting: queued in the pool for the READ's buffers.
+    NeedBuffers,
+    /// Transient: holds what it needs; goes to the device.
+    Ready,
+    /// Waiting: at the device (a READ, or a command without data).
+    Device,
+    /// Transient: the device is done.
+    Executed,
+    /// Waiting: an emulated delay holds the completion back.
+    Delayed,
+    /// Waiting: a WRITE whose payload is arriving or whose pieces are at the
+    /// device; each piece has its own state.
+    Payload,
+    /// Transient: the reply is decided (result or error).
+    Answered,
+    /// Waiting: the reply is queued on the connection or being sent.
+    Reply,
+    /// Transient: the reply has left.
+    Sent,
+}
+
+impl ReqState {
+    /// The label the statistics count this state under.
+    pub fn stat(self) -> StatState {
+        match self {
+            ReqState::Free => StatState::Done,
+            ReqState::New => StatState::New,
+            ReqState::Pacing => StatState::Pacing,
+            ReqState::Released | ReqState::NeedBuffers => StatState::NeedBuffer,
+            ReqState::Ready | ReqState::Device | ReqState::Executed | ReqState::Delayed => {
+                StatState::Executing
+            }
+            ReqState::Payload | ReqState::Answered | ReqState::Reply | ReqState::Sent => {
+                StatState::Transfer
+            }
+        }
+    }
+}
+
+/// One buffer-sized piece of a WRITE payload. Pieces start in order; each
+/// takes one buffer and goes to the device as its own write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PieceState {
+    /// Not started: no pacer entry, no buffer.
+    Idle,
+    /// Queued in the pacer.
+    Pacing,
+    /// Released by the pacer, queued in the pool for its buffer.
+    NeedBuffer,
+    /// Holds its buffer; payload bytes arrive into it.
+    Filling,
+    /// Its write is at the device.
+    Device,
+    /// The device is done; an emulated delay holds the completion back.
+    Delayed,
+    /// Written (or failed); its buffer is back in the pool.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Piece {
+    pub state: PieceState,
+    pub buf: Option<BufId>,
+    pub t_submit: Nanos,
+}
+
+pub struct Req {
+    pub conn: ConnId,
+    pub export: u16,
+    pub cookie: u64,
+    pub command: Command,
+    pub flags: u16,
+    pub offset: u64,
+    pub len: u32,
+    /// NBD errno of the reply, 0 for success.
+    pub error: u32,
+    pub state: ReqState,
+    pub structured: bool,
+    pub meta_context: u32,
+    /// A READ's buffers.
+    pub bufs: Vec<BufId>,
+    /// Data segments: a READ's across `bufs`, a WRITE's one per piece.
+    pub iov: Vec<libc::iovec>,
+    /// A WRITE's pieces (empty for other commands).
+    pub pieces: Vec<Piece>,
+    /// Reply header bytes (and the whole reply when it carries no data).
+    pub hdr: Vec<u8>,
+    /// WRITE payload bytes received so far.
+    pub filled: u32,
+    /// Pieces started (the next one to start is `started`).
+    pub started: u32,
+    /// Pieces started and not yet done.
+    pub pieces_live: u32,
+    pub t_start: Nanos,
+    pub t_submit: Nanos,
+    /// A READ that went through the pacer: it leaves it when its reply is sent.
+    pub paced: bool,
+    /// The reply carries `len` bytes of data after the header.
+    pub data_reply: bool,
+}
+
+impl Default for Req {
+    fn default() -> Self {
+        Req {
+            conn: ConnId { index: 0, gen: 0 },
+            export: 0,
+            cookie: 0,
+            command: Command::Flush,
+            flags: 0,
+            offset: 0,
+            len: 0,
+            error: 0,
+            state: ReqState::Free,
+            structured: false,
+            meta_context: 0,
+            bufs: Vec::new(),
+            iov: Vec::new(),
+            pieces: Vec::new(),
+            hdr: Vec::with_capacity(64),
+            filled: 0,
+            started: 0,
+            pieces_live: 0,
+            t_start: 0,
+            t_submit: 0,
+            paced: false,
+            data_reply: false,
+        }
+    }
+}
+
+/// What a connection knows about the request it hands to a slot.
+pub struct ReqOrigin {
+    pub conn: ConnId,
+    pub export: u16,
+    pub structured: bool,
+    pub meta_context: u32,
+}
+
+impl Req {
+    pub fn reset(&mut self, origin: &ReqOrigin, request: &proto::Request, now: Nanos) {
+        debug_assert_eq!(self.state, ReqState::Free, "slot reused while live");
+        debug_assert!(self.bufs.is_empty() && self.pieces.is_empty());
+        self.conn = origin.conn;
+        self.export = origin.export;
+        self.structured = origin.structured;
+        self.meta_context = origin.meta_context;
+        self.cookie = request.cookie;
+        self.command = request.command;
+        self.flags = request.flags;
+        self.offset = request.offset;
+        self.len = request.length;
+        self.error = 0;
+        self.filled = 0;
+        self.started = 0;
+        self.pieces_live = 0;
+        self.t_start = now;
+        self.t_submit = now;
+        self.paced = false;
+        self.data_reply = false;
+        self.iov.clear();
+        self.hdr.clear();
+        self.state = ReqState::New;
+    }
+
+    /// Empties the slot; the caller has returned every buffer.
+    pub fn clear(&mut self) {
+        debug_assert!(self.bufs.is_empty(), "slot freed holding buffers");
+        debug_assert!(
+            self.pieces.iter().all(|p| p.buf.is_none()),
+            "slot freed holding payload buffers"
+        );
+        self.iov.clear();
+        self.pieces.clear();
+        self.hdr.clear();
+        self.state = ReqState::Free;
+        self.paced = false;
+        self.data_reply = false;
+    }
+
+    pub fn fua(&self) -> bool {
+        self.flags & proto::CMD_FLAG_FUA != 0
+    }
+
+    /// Takes ownership of a READ's `bufs` and lays `len` bytes across them.
+    pub fn attach_buffers(
+        &mut self,
+        bufs: Vec<BufId>,
+        buf_size: u32,
+        ptr: impl Fn(BufId) -> *mut u8,
+    ) {
+        let mut left = self.len as usize;
+        self.iov.clear();
+        for &id in &bufs {
+            let n = left.min(buf_size as usize);
+            self.iov.push(libc::iovec {
+                iov_base: ptr(id).cast(),
+                iov_len: n,
+            });
+            left -= n;
+        }
+        self.bufs = bufs;
+    }
+
+    /// Lays out a WRITE's pieces, none started. `iov` gets its final length
+    /// now, so the iovecs handed to the device never move.
+    pub fn plan_pieces(&mut self, buf_size: u32) {
+        let n = self.len.div_ceil(buf_size) as usize;
+        self.pieces.clear();
+        self.pieces.resize(
+            n,
+            Piece {
+                state: PieceState::Idle,
+                buf: None,
+                t_submit: 0,
+            },
+        );
+        self.iov.clear();
+        self.iov.resize(
+            n,
+            libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            },
+        );
+    }
+
+    /// Payload bytes of piece `k`.
+    pub fn piece_len(&self, k: u32, buf_size: u32) -> u32 {
+        let start = k * buf_size;
+        (self.len - start).min(buf_size)
+    }
+
+    /// The piece the next payload byte belongs to.
+    pub fn filling_piece(&self, buf_size: u32) -> u32 {
+        self.filled / buf_size
+    }
+
+    /// Where the next payload bytes go: the rest of the filling piece, if
+    /// that piece holds its buffer.
+    pub fn payload_target(&self, buf_size: u32) -> Option<(*mut u8, usize)> {
+        let k = self.filling_piece(buf_size);
+        let piece = self.pieces.get(k as usize)?;
+        if piece.state != PieceState::Filling {
+            return None;
+        }
+        let seg = self.iov[k as usize];
+        let off = (self.filled - k * buf_size) as usize;
+        debug_assert!(off < seg.iov_len);
+        // SAFETY: off < iov_len keeps the pointer inside the piece's buffer.
+        let p = unsafe { seg.iov_base.cast::<u8>().add(off) };
+        Some((p, seg.iov_len - off))
+    }
+
+    /// Copies received payload bytes into the filling piece; returns how many
+    /// it took (0 when that piece has no buffer yet).
+    pub fn fill_from(&mut self, src: &[u8], buf_size: u32) -> usize {
+        let Some((dst, room)) = self.payload_target(buf_size) else {
+            return 0;
+        };
+        let n = src.len().min(room);
+        // SAFETY: dst points at `room` writable bytes of a buffer this
+        // request owns, and n <= room.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+        self.filled += n as u32;
+        n
+    }
+
+    /// The device IO for the whole request, or for one WRITE piece.
+    pub fn io_request(&self, op: IoOp, piece: Option<u32>, buf_size: u32) -> IoRequest {
+        match piece {
+            None => IoRequest {
+                op,
+                offset: self.offset,
+                len: self.len,
+                iov: self.iov.as_ptr(),
+                iovcnt: self.iov.len() as u32,
+            },
+            Some(k) => IoRequest {
+                op,
+                offset: self.offset + u64::from(k) * u64::from(buf_size),
+                len: self.piece_len(k, buf_size),
+                // The piece's one iovec; `iov` never grows while pieces live.
+                iov: &self.iov[k as usize],
+                iovcnt: 1,
+            },
+        }
+    }
+
+    /// The device operation of this command; None for those answered
+    /// without the device.
+    pub fn io_op(&self) -> Option<IoOp> {
+        let flag = |f: u16| self.flags & f != 0;
+        Some(match self.command {
+            Command::Read => IoOp::Read,
+            Command::Write => IoOp::Write { fua: self.fua() },
+            Command::Flush => IoOp::Flush,
+            Command::Trim => IoOp::Trim { fua: self.fua() },
+            Command::WriteZeroes => IoOp::WriteZeroes {
+                may_trim: !flag(proto::CMD_FLAG_NO_HOLE),
+                fua: self.fua(),
+            },
+            Command::Cache => IoOp::Cache,
+            Command::BlockStatus | Command::Disc | Command::Unknown(_) => return None,
+        })
+    }
+
+    /// Encodes a BLOCK_STATUS reply as the whole response.
+    pub fn block_status(&mut self, extents: &[(u32, u32)]) {
+        self.hdr.clear();
+        proto::encode_block_status(&mut self.hdr, self.cookie, self.meta_context, extents, true);
+    }
+
+    /// Encodes the reply header, unless one was already encoded.
+    pub fn encode_reply(&mut self) {
+        if !self.hdr.is_empty() {
+            return;
+        }
+        let is_read = self.command == Command::Read;
+        if self.structured && is_read {
+            if self.error != 0 {
+                proto::encode_error_chunk(
+                    &mut self.hdr,
+                    self.cookie,
+                    self.error,
+                    "",
+                    Some(self.offset),
+                    true,
+                );
+            } else if self.len == 0 {
+                proto::encode_done(&mut self.hdr, self.cookie);
+            } else {
+                proto::encode_offset_data_header(
+                    &mut self.hdr,
+                    self.cookie,
+                    self.offset,
+                    self.len,
+                    true,
+                );
+                self.data_reply = true;
+            }
+        } else {
+            proto::encode_simple_reply(&mut self.hdr, self.cookie, self.error);
+            self.data_reply = is_read && self.error == 0 && self.len > 0;
+        }
+    }
+
+    pub fn reply_len(&self) -> usize {
+        self.hdr.len()
+            + if self.data_reply {
+                self.len as usize
+            } else {
+                0
+            }
+    }
+
+    /// Adds this reply's iovecs, leaving out its first `skip` bytes (already sent).
+    pub fn push_reply_iov(&self, out: &mut Vec<libc::iovec>, mut skip: usize) {
+        let hdr = libc::iovec {
+            iov_base: self.hdr.as_ptr() as *mut libc::c_void,
+            iov_len: self.hdr.len(),
+        };
+        let data: &[libc::iovec] = if self.data_reply { &self.iov } else { &[] };
+        for seg in std::iter::once(&hdr).chain(data) {
+            if skip >= seg.iov_len {
+                skip -= seg.iov_len;
+                continue;
+            }
+            out.push(libc::iovec {
+                // SAFETY: skip < iov_len keeps the pointer inside the segment.
+                iov_base: unsafe { seg.iov_base.cast::<u8>().add(skip).cast() },
+                iov_len: seg.iov_len - skip,
+            });
+            skip = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A WRITE whose pieces fill plain vectors standing in for pool buffers.
+    fn write_with_pieces(segs: &mut [Vec<u8>], buf_size: u32) -> Req {
+        let mut r = Req {
+            len: segs.iter().map(|s| s.len() as u32).sum(),
+            command: Command::Write,
+            ..Default::default()
+        };
+        r.plan_pieces(buf_size);
+        for (k, s) in segs.iter_mut().enumerate() {
+            r.iov[k] = libc::iovec {
+                iov_base: s.as_mut_ptr().cast(),
+                iov_len: s.len(),
+            };
+            r.pieces[k].state = PieceState::Filling;
+        }
+        r
+    }
+
+    #[test]
+    fn fill_stops_at_piece_end() {
+        let mut segs = vec![vec![0u8; 4], vec![0u8; 4], vec![0u8; 2]];
+        let mut r = write_with_pieces(&mut segs, 4);
+        assert_eq!(r.fill_from(&[1, 2, 3], 4), 3);
+        assert_eq!(r.fill_from(&[4, 5, 6, 7, 8], 4), 1);
+        assert_eq!(r.fill_from(&[5, 6, 7, 8, 9], 4), 4);
+        r.pieces[2].state = PieceState::NeedBuffer;
+        assert_eq!(r.fill_from(&[9], 4), 0, "the last piece has no buffer yet");
+        r.pieces[2].state = PieceState::Filling;
+        assert_eq!(r.fill_from(&[9, 10, 11], 4), 2);
+        assert_eq!(r.filled, 10);
+        r.pieces.clear();
+        drop(r);
+        assert_eq!(segs, vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8], vec![9, 10]]);
+    }
+
+    #[test]
+    fn piece_io_covers_its_range() {
+        let mut segs = vec![vec![0u8; 8], vec![0u8; 3]];
+        let mut r = write_with_pieces(&mut segs, 8);
+        r.offset = 100;
+        let io = r.io_request(IoOp::Write { fua: true }, Some(1), 8);
+        assert_eq!((io.offset, io.len, io.iovcnt), (108, 3, 1));
+        assert_eq!(r.payload_target(8).map(|t| t.1), Some(8));
+        r.pieces.clear();
+    }
+
+    #[test]
+    fn partial_send_skips_sent_bytes() {
+        let mut segs = [vec![7u8; 8], vec![9u8; 8]];
+        let mut r = Req {
+            len: 16,
+            command: Command::Read,
+            cookie: 42,
+            ..Default::default()
+        };
+        for s in segs.iter_mut() {
+            r.iov.push(libc::iovec {
+                iov_base: s.as_mut_ptr().cast(),
+                iov_len: s.len(),
+            });
+        }
+        r.encode_reply();
+        assert!(r.data_reply);
+        assert_eq!(r.reply_len(), 16 + 16);
+        let mut iov = Vec::new();
+        r.push_reply_iov(&mut iov, 20);
+        let lens: Vec<usize> = iov.iter().map(|v| v.iov_len).collect();
+        assert_eq!(lens, vec![4, 8]);
+    }
+
+    #[test]
+    fn structured_read_error_has_no_data() {
+        let mut r = Req {
+            command: Command::Read,
+            structured: true,
+            len: 4096,
+            error: proto::EIO,
+            ..Default::default()
+        };
+        r.encode_reply();
+        assert!(!r.data_reply);
+        assert_eq!(r.reply_len(), r.hdr.len());
+    }
+}

@@ -1,0 +1,454 @@
+//! The request state machine. Events (the pacer releases an IO, buffers
+//! arrive, the device finishes, a delay expires, a reply is sent) move a
+//! request into a transient state and call [`Engine::advance`], which takes
+//! it as far as it can go and stops in a waiting state:
+//!
+//! ```text
+//! New ──► Pacing ──► Released ──► NeedBuffers ──► Ready ──► Device ──► Executed ──► Delayed
+//!  │        (pacer)     │          (pool)          ▲  │                   │            │
+//!  │                    └──────────────────────────┘  │ (no device)       ▼            │
+//!  ├──► Payload (WRITE pieces) ───────────────────────┴──────────────► Answered ◄─────┘
+//!  └──► Ready (FLUSH, TRIM, ...)                                          │
+//!                                                    Free ◄── Sent ◄── Reply (send queue)
+//! ```
+
+use bdev::IoResult;
+use pace::pacer::{IoKind, PacedIo};
+use pace::pool::{Alloc, BufId};
+use proto::Command;
+
+use super::conn::{Input, Life, Phase};
+use super::ids::{ConnId, IoToken, Part, ReqId};
+use super::req::{ReqOrigin, ReqState};
+use super::{conn_at, Action, Engine};
+
+/// Rejected WRITE payloads up to this size are read and discarded, as the
+/// spec prefers; larger ones close the connection instead.
+const MAX_DISCARD_PAYLOAD: u32 = 64 << 20;
+
+/// Whether `from -> to` is a transition of the diagram above.
+fn legal(from: ReqState, to: ReqState) -> bool {
+    use ReqState::*;
+    matches!(
+        (from, to),
+        (Free, New)
+            | (New, Pacing | Payload | Ready | Answered)
+            | (Pacing, Released)
+            | (Released, NeedBuffers | Ready)
+            | (NeedBuffers, Ready)
+            | (Ready, Device | Answered)
+            | (Device, Executed)
+            | (Executed, Delayed | Answered)
+            | (Delayed, Answered)
+            | (Payload, Answered)
+            | (Answered, Reply)
+            | (Reply, Sent)
+            | (
+                Pacing | NeedBuffers | Payload | Answered | Reply | Sent,
+                Free
+            )
+    )
+}
+
+impl Engine {
+    pub(super) fn set_state(&mut self, id: ReqId, to: ReqState) {
+        let req = &mut self.reqs[id.index()];
+        debug_assert!(
+            legal(req.state, to),
+            "request {id:?}: {:?} -> {to:?}",
+            req.state
+        );
+        self.stats.transition(req.state.stat(), to.stat());
+        req.state = to;
+    }
+
+    /// Every request transition: moves `id` until it waits for something.
+    pub(super) fn advance(&mut self, id: ReqId) {
+        loop {
+            let next = match self.reqs[id.index()].state {
+                ReqState::New => self.start(id),
+                ReqState::Released => self.take_buffers(id),
+                ReqState::Ready => self.execute(id),
+                ReqState::Executed => self.executed(id),
+                ReqState::Answered => self.answered(id),
+                ReqState::Sent => {
+                    self.finish(id);
+                    return;
+                }
+                // Waiting: for the pacer, the pool, the device, a timer,
+                // payload pieces, or the send queue.
+                ReqState::Pacing
+                | ReqState::NeedBuffers
+                | ReqState::Device
+                | ReqState::Delayed
+                | ReqState::Payload
+                | ReqState::Reply
+                | ReqState::Free => return,
+            };
+            match next {
+                Some(state) => self.set_state(id, state),
+                None => return,
+            }
+        }
+    }
+
+    /// A request header arrived on `conn`, and `slot` is free for it.
+    pub(super) fn accept_request(&mut self, conn: ConnId, slot: ReqId, request: proto::Request) {
+        let now = self.now;
+        let Some(c) = conn_at(&mut self.conns, conn) else {
+            return;
+        };
+        let Phase::Transmission { export, neg } = &c.phase else {
+            return;
+        };
+        let origin = ReqOrigin {
+            conn,
+            export: *export,
+            structured: neg.structured_replies,
+            meta_context: neg.base_allocation.unwrap_or(0),
+        };
+        let info = &self.catalog.exports[origin.export as usize].info;
+        let verdict = proto::validate(&request, info, neg);
+        c.requests += 1;
+        self.reqs[slot.index()].reset(&origin, &request, now);
+        self.stats.enter(ReqState::New.stat());
+        let Err(errno) = verdict else {
+            self.advance(slot);
+            return;
+        };
+        self.reqs[slot.index()].error = errno;
+        self.stats.rejected += 1;
+        let payload = request.payload_len();
+        if payload > MAX_DISCARD_PAYLOAD {
+            // Discarding gigabytes of junk is not worth it: drop the client.
+            self.close(conn);
+        } else if payload > 0 {
+            if let Some(c) = conn_at(&mut self.conns, conn) {
+                c.input = Input::Discard(u64::from(payload));
+            }
+        }
+        self.set_state(slot, ReqState::Answered);
+        self.advance(slot);
+    }
+
+    /// New: a READ goes to the pacer, a WRITE takes its payload piece by
+    /// piece, other commands go to the device.
+    fn start(&mut self, id: ReqId) -> Option<ReqState> {
+        let buf_size = self.buf_size;
+        let req = &mut self.reqs[id.index()];
+        let conn = req.conn;
+        match req.command {
+            Command::Read if req.len > 0 => {
+                req.paced = true;
+                let io = self.paced_io(IoToken::whole(id), IoKind::Read);
+                let need = self.commitment(id);
+                self.commit(conn, need);
+                self.pacer.enqueue(io, self.now);
+                Some(ReqState::Pacing)
+            }
+            Command::Write if req.len > 0 => {
+                req.plan_pieces(buf_size);
+                let need = self.commitment(id);
+                self.commit(conn, need);
+                if let Some(c) = conn_at(&mut self.conns, conn) {
+                    c.input = Input::Payload(id);
+                }
+                // Settling the connection starts the first pieces.
+                self.touched.push(conn);
+                Some(ReqState::Payload)
+            }
+            // A zero-length WRITE has nothing to do but answer.
+            Command::Write => Some(ReqState::Answered),
+            _ => Some(ReqState::Ready),
+        }
+    }
+
+    /// The pacer's view of `io`: its device, tenant, size and flow.
+    pub(super) fn paced_io(&self, io: IoToken, kind: IoKind) -> PacedIo {
+        let req = &self.reqs[io.req.index()];
+        let export = &self.catalog.exports[req.export as usize];
+        let (offset, bytes) = match io.part {
+            Part::Whole => (req.offset, req.len),
+            Part::Piece(k) => (
+                req.offset + u64::from(k) * u64::from(self.buf_size),
+                req.piece_len(k, self.buf_size),
+            ),
+        };
+        let flow = self.conn_ref(req.conn).map_or(0, |c| c.flow);
+        PacedIo {
+            id: io.encode(),
+            flow,
+            device: export.device,
+            tenant: export.tenant,
+            bytes,
+            kind,
+            offset,
+        }
+    }
+
+    /// Buffers a request commits its connection to: a READ's whole length,
+    /// a WRITE's payload pieces held at once.
+    pub(super) fn commitment(&self, id: ReqId) -> u32 {
+        let req = &self.reqs[id.index()];
+        if req.paced {
+            self.bufs.buffers_for(req.len)
+        } else {
+            (req.pieces.len() as u32).min(self.payload_cap)
+        }
+    }
+
+    fn commit(&mut self, conn: ConnId, n: u32) {
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            c.committed += n;
+        }
+    }
+
+    /// Released: a READ takes its buffers, or queues for them.
+    fn take_buffers(&mut self, id: ReqId) -> Option<ReqState> {
+        let len = self.reqs[id.index()].len;
+        match self.bufs.alloc(len, IoToken::whole(id).encode()) {
+            Alloc::Ready(bufs) => {
+                self.attach(id, bufs);
+                Some(ReqState::Ready)
+            }
+            Alloc::Queued => {
+                self.stats.buffer_waits += 1;
+                Some(ReqState::NeedBuffers)
+            }
+        }
+    }
+
+    fn attach(&mut self, id: ReqId, bufs: Vec<BufId>) {
+        let pool = &self.pool;
+        self.reqs[id.index()].attach_buffers(bufs, self.buf_size, |b| pool.ptr(b));
+    }
+
+    /// Ready: to the device, or answered here (BLOCK_STATUS, unknown).
+    fn execute(&mut self, id: ReqId) -> Option<ReqState> {
+        let now = self.now;
+        let req = &mut self.reqs[id.index()];
+        let export = req.export;
+        let dev = &self.catalog.exports[export as usize].bdev;
+        let Some(op) = req.io_op() else {
+            if req.command == Command::BlockStatus {
+                let mut extents = dev.block_status(req.offset, req.len);
+                if req.flags & proto::CMD_FLAG_REQ_ONE != 0 {
+                    extents.truncate(1);
+                }
+                req.block_status(&extents);
+            } else {
+                req.error = proto::EINVAL;
+            }
+            return Some(ReqState::Answered);
+        };
+        req.t_submit = now;
+        let io = req.io_request(op, None, self.buf_size);
+        self.actions.push(Action::Submit {
+            io: IoToken::whole(id),
+            export,
+            req: io,
+        });
+        Some(ReqState::Device)
+    }
+
+    /// Executed: hold the completion for an emulated delay, or answer.
+    fn executed(&mut self, id: ReqId) -> Option<ReqState> {
+        let req = &self.reqs[id.index()];
+        let dev = &self.catalog.exports[req.export as usize].bdev;
+        if dev.has_delay() {
+            if let Some(op) = req.io_op() {
+                let release = req.t_submit + dev.sample_delay_ns(op, &mut self.rng);
+                if release > self.now {
+                    self.delayed
+                        .push(std::cmp::Reverse((release, IoToken::whole(id))));
+                    return Some(ReqState::Delayed);
+                }
+            }
+        }
+        self.device_finished(IoToken::whole(id));
+        Some(ReqState::Answered)
+    }
+
+    /// The device (with its emulated delay) has finished `io`: its time at
+    /// the device feeds the pacer's estimates and latency targets.
+    pub(super) fn device_finished(&mut self, io: IoToken) {
+        let req = &self.reqs[io.req.index()];
+        let (kind, t_submit) = match io.part {
+            Part::Whole if req.paced => (IoKind::Read, req.t_submit),
+            Part::Whole => return,
+            Part::Piece(k) => (IoKind::Write, req.pieces[k as usize].t_submit),
+        };
+        let device = self.catalog.exports[req.export as usize].device;
+        let latency = self.now.saturating_sub(t_submit);
+        self.pacer
+            .on_device_complete(device, kind, latency, self.now);
+    }
+
+    /// Answered: queue the reply, or drop it if the client is gone.
+    fn answered(&mut self, id: ReqId) -> Option<ReqState> {
+        let conn = self.reqs[id.index()].conn;
+        match conn_at(&mut self.conns, conn) {
+            Some(c) if c.life == Life::Open => {
+                c.out.push_back(id);
+                self.reqs[id.index()].encode_reply();
+                self.mark_send(conn);
+                Some(ReqState::Reply)
+            }
+            _ => {
+                self.release(id);
+                None
+            }
+        }
+    }
+
+    /// Sent: count it, tell the pacer its data has left, free the slot.
+    fn finish(&mut self, id: ReqId) {
+        let req = &self.reqs[id.index()];
+        self.stats.record_done(req, self.now);
+        if req.paced {
+            self.pacer
+                .on_complete(IoToken::whole(id).encode(), self.now);
+        }
+        self.release(id);
+    }
+
+    /// Frees the request's buffers and slot: the end of its life. A paced
+    /// READ that did not reach `finish` leaves the pacer here.
+    pub(super) fn release(&mut self, id: ReqId) {
+        let req = &self.reqs[id.index()];
+        debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
+        if req.paced && req.state != ReqState::Sent {
+            self.pacer.cancel(IoToken::whole(id).encode());
+        }
+        let (conn, need) = (req.conn, self.commitment(id));
+        let req = &mut self.reqs[id.index()];
+        if !req.bufs.is_empty() {
+            self.bufs.free(&req.bufs);
+            req.bufs.clear();
+        }
+        self.set_state(id, ReqState::Free);
+        self.stats.leave(ReqState::Free.stat());
+        self.reqs[id.index()].clear();
+        self.free_reqs.push(id);
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            debug_assert!(
+                c.requests > 0,
+                "connection {conn:?} releases more than it took"
+            );
+            debug_assert!(
+                c.committed >= need,
+                "connection {conn:?} uncommits too much"
+            );
+            c.requests -= 1;
+            c.committed -= need;
+            c.active_at = self.now;
+        }
+        self.touched.push(conn);
+        if let Some(waiter) = self.slot_waiters.pop_front() {
+            if let Some(c) = conn_at(&mut self.conns, waiter) {
+                debug_assert_eq!(c.input, Input::WaitSlot);
+                c.input = Input::Headers;
+            }
+            self.touched.push(waiter);
+        }
+    }
+
+    /// The connection is closing: take `id` out of whatever queue it waits
+    /// in. One at the device finishes first; its completion releases it.
+    pub(super) fn abort(&mut self, id: ReqId) {
+        let token = IoToken::whole(id).encode();
+        match self.reqs[id.index()].state {
+            ReqState::Pacing => {
+                self.pacer.cancel(token);
+                self.release(id);
+            }
+            ReqState::NeedBuffers => {
+                self.bufs.cancel(token);
+                self.release(id);
+            }
+            ReqState::Payload => self.abort_pieces(id),
+            // At the device or delayed: released when done. Replies: their
+            // connection's send queue releases them.
+            _ => {}
+        }
+    }
+
+    /// The pacer releases IOs it holds.
+    pub(super) fn poll_pacer(&mut self) -> bool {
+        if self.pacer.queued() == 0 {
+            return false;
+        }
+        self.pacer.poll(self.now, &mut self.released);
+        let released = std::mem::take(&mut self.released);
+        for &v in &released {
+            let io = IoToken::decode(v);
+            match io.part {
+                Part::Whole => {
+                    self.set_state(io.req, ReqState::Released);
+                    self.advance(io.req);
+                }
+                Part::Piece(k) => self.piece_released(io.req, k),
+            }
+        }
+        let any = !released.is_empty();
+        self.released = released;
+        self.released.clear();
+        any
+    }
+
+    /// Buffers granted to requests that queued for them.
+    pub(super) fn poll_grants(&mut self) {
+        self.bufs.poll(&mut self.grants);
+        let grants = std::mem::take(&mut self.grants);
+        for (token, bufs) in grants {
+            let io = IoToken::decode(token);
+            match io.part {
+                Part::Whole => {
+                    debug_assert_eq!(self.reqs[io.req.index()].state, ReqState::NeedBuffers);
+                    self.attach(io.req, bufs);
+                    self.set_state(io.req, ReqState::Ready);
+                    self.advance(io.req);
+                }
+                Part::Piece(k) => {
+                    debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
+                    self.piece_granted(io.req, k, bufs[0]);
+                }
+            }
+        }
+    }
+
+    /// The device finished `io` (as the bdev reads its completion).
+    pub(super) fn io_done(&mut self, io: IoToken, result: IoResult) {
+        if let IoResult::Err(errno) = result {
+            let req = &mut self.reqs[io.req.index()];
+            if req.error == 0 {
+                req.error = errno;
+            }
+        }
+        match io.part {
+            Part::Whole => {
+                self.set_state(io.req, ReqState::Executed);
+                self.advance(io.req);
+            }
+            Part::Piece(k) => self.piece_written(io.req, k),
+        }
+    }
+
+    /// Completions whose emulated delay has passed.
+    pub(super) fn fire_delayed(&mut self) {
+        while let Some(std::cmp::Reverse((t, io))) = self.delayed.peek().copied() {
+            if t > self.now {
+                break;
+            }
+            self.delayed.pop();
+            match io.part {
+                Part::Whole => {
+                    self.device_finished(io);
+                    self.set_state(io.req, ReqState::Answered);
+                    self.advance(io.req);
+                }
+                Part::Piece(k) => self.piece_done(io.req, k),
+            }
+        }
+    }
+}

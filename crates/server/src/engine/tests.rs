@@ -1,0 +1,342 @@
+//! Engine tests over the fake network: scripted cases, and a property test
+//! that drives random events and checks the engine's books after each.
+
+use proto::Command;
+
+use super::fake::*;
+use super::*;
+
+/// Drives every pending operation to completion, whole, until nothing moves.
+fn run_to_quiet(net: &mut Net) {
+    for _ in 0..10_000 {
+        let mut moved = false;
+        let conns: Vec<ConnId> = net.clients.keys().copied().collect();
+        for c in conns {
+            moved |= net.deliver(c, usize::MAX);
+            moved |= net.take_sent(c, usize::MAX);
+        }
+        while !net.ios.is_empty() {
+            net.complete_io(0);
+            moved = true;
+        }
+        net.advance(1_000);
+        if !moved {
+            return;
+        }
+    }
+    panic!("no quiet after 10000 rounds");
+}
+
+/// Simple replies in `bytes` after the handshake: (error, cookie) in order,
+/// given each cookie's READ length.
+fn replies(bytes: &[u8], read_len: impl Fn(u64) -> u32) -> Vec<(u32, u64)> {
+    // Greeting (18), then option replies until the final ACK (type 1).
+    let mut at = 18;
+    loop {
+        let typ = u32::from_be_bytes(bytes[at + 12..at + 16].try_into().unwrap());
+        let len = u32::from_be_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
+        at += 20 + len;
+        if typ == 1 {
+            break;
+        }
+    }
+    let mut out = Vec::new();
+    while at + 16 <= bytes.len() {
+        let err = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().unwrap());
+        let cookie = u64::from_be_bytes(bytes[at + 8..at + 16].try_into().unwrap());
+        at += 16;
+        if err == 0 {
+            at += read_len(cookie) as usize;
+        }
+        out.push((err, cookie));
+    }
+    out
+}
+
+#[test]
+fn write_then_read_round_trips() {
+    let mut net = Net::new(engine("none", 32, TIMEOUTS));
+    let c = net.connect();
+    let mut bytes = handshake_bytes();
+    bytes.extend(request_bytes(Command::Write, 1, 4096, 10_000));
+    bytes.extend((0..10_000u32).map(|i| i as u8));
+    net.write(c, &bytes);
+    run_to_quiet(&mut net);
+    net.write(c, &request_bytes(Command::Read, 2, 4096, 10_000));
+    run_to_quiet(&mut net);
+    let out = &net.clients[&c].from_server;
+    let got = replies(out, |cookie| if cookie == 2 { 10_000 } else { 0 });
+    assert_eq!(got, vec![(0, 1), (0, 2)]);
+    let data = &out[out.len() - 10_000..];
+    assert!(data.iter().enumerate().all(|(i, &b)| b == i as u8));
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    assert_eq!(net.engine.requests_in_use(), 0);
+}
+
+mod props {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Ev {
+        Connect,
+        /// A READ, WRITE (with `sent` per mille of its payload), FLUSH or junk.
+        Request {
+            conn: usize,
+            kind: u8,
+            block: u32,
+            len: u32,
+            sent: u16,
+        },
+        /// More of an unfinished WRITE payload.
+        Payload {
+            conn: usize,
+            n: usize,
+        },
+        Deliver {
+            conn: usize,
+            max: usize,
+        },
+        TakeSent {
+            conn: usize,
+            max: usize,
+        },
+        CompleteIo {
+            i: usize,
+            fail: bool,
+        },
+        Eof {
+            conn: usize,
+        },
+        Reset {
+            conn: usize,
+        },
+        Advance {
+            ms: u32,
+        },
+    }
+
+    fn ev() -> impl Strategy<Value = Ev> {
+        let conn = 0usize..8;
+        prop_oneof![
+            1 => Just(Ev::Connect),
+            4 => (conn.clone(), 0u8..8, 0u32..200, 0u32..20_000, 0u16..=1000)
+                .prop_map(|(conn, kind, block, len, sent)| Ev::Request { conn, kind, block, len, sent }),
+            2 => (conn.clone(), 1usize..9000).prop_map(|(conn, n)| Ev::Payload { conn, n }),
+            6 => (conn.clone(), 1usize..20_000).prop_map(|(conn, max)| Ev::Deliver { conn, max }),
+            5 => (conn.clone(), 1usize..20_000).prop_map(|(conn, max)| Ev::TakeSent { conn, max }),
+            5 => (0usize..64, proptest::bool::weighted(0.05)).prop_map(|(i, fail)| Ev::CompleteIo { i, fail }),
+            1 => conn.clone().prop_map(|conn| Ev::Eof { conn }),
+            1 => conn.prop_map(|conn| Ev::Reset { conn }),
+            1 => (0u32..40_000).prop_map(|ms| Ev::Advance { ms }),
+        ]
+    }
+
+    /// The test's side: which connections exist and what each still owes.
+    struct World {
+        net: Net,
+        order: Vec<ConnId>,
+        /// WRITE payload bytes each client still has to send.
+        owed: HashMap<ConnId, usize>,
+        cookie: u64,
+    }
+
+    impl World {
+        fn pick(&self, i: usize) -> Option<ConnId> {
+            let open: Vec<ConnId> = self
+                .order
+                .iter()
+                .copied()
+                .filter(|c| !self.net.clients[c].closed)
+                .collect();
+            (!open.is_empty()).then(|| open[i % open.len()])
+        }
+
+        fn request(&mut self, conn: ConnId, kind: u8, block: u32, len: u32, sent: u16) {
+            if self.owed.get(&conn).copied().unwrap_or(0) > 0 {
+                return;
+            }
+            self.cookie += 1;
+            let offset = u64::from(block) * 4096;
+            let bytes = match kind {
+                0..=2 => request_bytes(Command::Read, self.cookie, offset, len),
+                3..=5 => {
+                    let mut b = request_bytes(Command::Write, self.cookie, offset, len);
+                    let now = len as usize * usize::from(sent) / 1000;
+                    b.extend(std::iter::repeat_n(0xa5, now));
+                    self.owed.insert(conn, len as usize - now);
+                    b
+                }
+                6 => request_bytes(Command::Flush, self.cookie, 0, 0),
+                _ => vec![0xee; 28], // junk: a protocol error
+            };
+            let mut all = Vec::new();
+            if self.net.clients[&conn].to_server.is_empty() && self.cookie.is_multiple_of(7) {
+                all.extend(request_bytes(Command::BlockStatus, self.cookie, 0, 4096));
+            }
+            all.extend(bytes);
+            self.net.write(conn, &all);
+        }
+
+        fn apply(&mut self, ev: Ev) {
+            match ev {
+                Ev::Connect => {
+                    let c = self.net.connect();
+                    self.net.write(c, &handshake_bytes());
+                    self.order.push(c);
+                }
+                Ev::Request {
+                    conn,
+                    kind,
+                    block,
+                    len,
+                    sent,
+                } => {
+                    if let Some(c) = self.pick(conn) {
+                        self.request(c, kind, block, len, sent);
+                    }
+                }
+                Ev::Payload { conn, n } => {
+                    if let Some(c) = self.pick(conn) {
+                        let owed = self.owed.entry(c).or_default();
+                        let n = n.min(*owed);
+                        *owed -= n;
+                        self.net.write(c, &vec![0x5a; n]);
+                    }
+                }
+                Ev::Deliver { conn, max } => {
+                    if let Some(c) = self.pick(conn) {
+                        self.net.deliver(c, max);
+                    }
+                }
+                Ev::TakeSent { conn, max } => {
+                    if let Some(c) = self.pick(conn) {
+                        self.net.take_sent(c, max);
+                    }
+                }
+                Ev::CompleteIo { i, fail } => {
+                    if !self.net.ios.is_empty() {
+                        let i = i % self.net.ios.len();
+                        self.net.complete_io_as(i, fail.then_some(proto::EIO));
+                    }
+                }
+                Ev::Eof { conn } => {
+                    if let Some(c) = self.pick(conn) {
+                        if let Some(cl) = self.net.clients.get_mut(&c) {
+                            cl.eof = true;
+                        }
+                    }
+                }
+                Ev::Reset { conn } => {
+                    if let Some(c) = self.pick(conn) {
+                        self.net.reset(c);
+                    }
+                }
+                Ev::Advance { ms } => self.net.advance(u64::from(ms) * 1_000_000),
+            }
+        }
+    }
+
+    /// The engine's books balance: buffers, commitments, pieces, requests
+    /// and bytes, each counted twice, agree.
+    fn check(net: &Net) {
+        let e = &net.engine;
+        let mut bufs = 0u64;
+        let mut per_conn: HashMap<ConnId, (u32, u32, u32)> = HashMap::new();
+        for (i, r) in e.reqs.iter().enumerate() {
+            if r.state == ReqState::Free {
+                assert!(
+                    r.bufs.is_empty() && r.pieces.is_empty(),
+                    "free slot {i} holds data"
+                );
+                continue;
+            }
+            let held = r.pieces.iter().filter(|p| p.buf.is_some()).count();
+            bufs += (r.bufs.len() + held) as u64;
+            assert!(
+                e.conn_ref(r.conn).is_some(),
+                "request {i} outlived {:?}",
+                r.conn
+            );
+            let entry = per_conn.entry(r.conn).or_default();
+            entry.0 += 1;
+            entry.1 += e.commitment(ReqId(i as u32));
+            entry.2 += r.pieces_live;
+        }
+        assert_eq!(e.bufs.in_use(), bufs, "buffers held vs. buffers counted");
+        assert_eq!(e.free_reqs.len() + e.requests_in_use(), e.reqs.len());
+        let live = e.reqs.iter().filter(|r| r.state != ReqState::Free).count();
+        assert_eq!(e.requests_in_use(), live, "free list vs. slot states");
+        for c in e.conns.iter().flatten() {
+            let (n, committed, pieces) = per_conn.get(&c.id).copied().unwrap_or_default();
+            assert_eq!(c.requests, n, "{:?} requests", c.id);
+            assert_eq!(c.committed, committed, "{:?} commitments", c.id);
+            assert_eq!(c.payload_pieces, pieces, "{:?} payload pieces", c.id);
+            assert!(
+                c.payload_pieces <= e.payload_cap,
+                "{:?} over its payload cap",
+                c.id
+            );
+        }
+        assert_eq!(e.stats.bytes_in, net.bytes_delivered, "bytes received");
+        assert_eq!(e.stats.bytes_out, net.bytes_sent, "bytes sent");
+    }
+
+    /// Every client hangs up and everything pending completes: every
+    /// connection closes, with every buffer, slot and pacer entry returned.
+    fn wind_down(w: &mut World) {
+        for cl in w.net.clients.values_mut() {
+            cl.eof = true;
+        }
+        run_to_quiet(&mut w.net);
+        w.net.advance(400_000_000_000);
+        run_to_quiet(&mut w.net);
+        check(&w.net);
+        for (id, cl) in &w.net.clients {
+            assert!(
+                cl.closed,
+                "{id:?} never closed: {:?}",
+                w.net.engine.conn_state(*id)
+            );
+        }
+        assert_eq!(w.net.engine.buffers_in_use(), 0);
+        assert_eq!(w.net.engine.requests_in_use(), 0);
+        assert_eq!(w.net.engine.pacer.queued(), 0);
+    }
+
+    fn run(mode: &str, evs: Vec<Ev>) {
+        let mut w = World {
+            net: Net::new(engine(mode, 24, TIMEOUTS)),
+            order: Vec::new(),
+            owed: HashMap::new(),
+            cookie: 0,
+        };
+        for ev in evs {
+            w.apply(ev);
+            check(&w.net);
+        }
+        wind_down(&mut w);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn books_balance_unpaced(evs in proptest::collection::vec(ev(), 1..300)) {
+            run("none", evs);
+        }
+
+        #[test]
+        fn books_balance_buffers(evs in proptest::collection::vec(ev(), 1..300)) {
+            run("buffers", evs);
+        }
+
+        #[test]
+        fn books_balance_auto(evs in proptest::collection::vec(ev(), 1..300)) {
+            run("auto", evs);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! WRITE payloads, one buffer-sized piece at a time. A piece goes through the
+//! pacer, takes one buffer, receives its bytes and goes to the device as its
+//! own write; the reply goes when every piece is written. A connection holds
+//! at most `payload_cap` pieces at once, so a writer that stalls mid-payload
+//! holds at most that many buffers:
+//!
+//! ```text
+//! Idle ──► Pacing ──► NeedBuffer ──► Filling ──► Device ──► (Delayed) ──► Done
+//! ```
+
+use pace::pacer::IoKind;
+use pace::pool::{Alloc, BufId};
+
+use super::conn::{Input, Life};
+use super::ids::{IoToken, ReqId};
+use super::req::{PieceState, ReqState};
+use super::{conn_at, Action, Engine};
+
+impl Engine {
+    fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
+        use PieceState::*;
+        let piece = &mut self.reqs[id.index()].pieces[k as usize];
+        debug_assert!(
+            matches!(
+                (piece.state, to),
+                (Idle, Pacing)
+                    | (Pacing, NeedBuffer)
+                    | (NeedBuffer, Filling)
+                    | (Filling, Device)
+                    | (Device, Delayed | Done)
+                    | (Delayed, Done)
+                    | (Pacing | NeedBuffer | Filling, Done)
+            ),
+            "request {id:?} piece {k}: {:?} -> {to:?}",
+            piece.state
+        );
+        piece.state = to;
+    }
+
+    /// Starts the next pieces of `id`'s payload while its connection has room.
+    pub(super) fn start_pieces(&mut self, id: ReqId) {
+        let conn = self.reqs[id.index()].conn;
+        loop {
+            let req = &self.reqs[id.index()];
+            let k = req.started;
+            if k as usize >= req.pieces.len() || req.state != ReqState::Payload {
+                return;
+            }
+            let cap = self.payload_cap;
+            let Some(c) = conn_at(&mut self.conns, conn) else {
+                return;
+            };
+            if c.payload_pieces >= cap || c.input != Input::Payload(id) {
+                return;
+            }
+            c.payload_pieces += 1;
+            let req = &mut self.reqs[id.index()];
+            req.started += 1;
+            req.pieces_live += 1;
+            self.set_piece(id, k, PieceState::Pacing);
+            let io = self.paced_io(IoToken::piece(id, k), IoKind::Write);
+            self.pacer.enqueue(io, self.now);
+        }
+    }
+
+    /// The pacer released piece `k`: it takes its buffer, or queues for it.
+    pub(super) fn piece_released(&mut self, id: ReqId, k: u32) {
+        self.set_piece(id, k, PieceState::NeedBuffer);
+        let len = self.reqs[id.index()].piece_len(k, self.buf_size);
+        match self.bufs.alloc(len, IoToken::piece(id, k).encode()) {
+            Alloc::Ready(bufs) => {
+                debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
+                self.piece_granted(id, k, bufs[0]);
+            }
+            Alloc::Queued => self.stats.buffer_waits += 1,
+        }
+    }
+
+    /// Piece `k` holds its buffer: its bytes may arrive.
+    pub(super) fn piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
+        self.set_piece(id, k, PieceState::Filling);
+        let len = self.reqs[id.index()].piece_len(k, self.buf_size);
+        let req = &mut self.reqs[id.index()];
+        req.pieces[k as usize].buf = Some(buf);
+        req.iov[k as usize] = libc::iovec {
+            iov_base: self.pool.ptr(buf).cast(),
+            iov_len: len as usize,
+        };
+        let conn = req.conn;
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            // The stall clock runs only while the client's bytes can land.
+            c.active_at = self.now;
+        }
+        self.touched.push(conn);
+    }
+
+    /// `n` payload bytes landed in `id`'s filling piece (`filled` counts
+    /// them already): a full piece goes to the device, and a full payload
+    /// returns the connection to headers.
+    pub(super) fn payload_received(&mut self, id: ReqId, n: usize) {
+        let bs = self.buf_size;
+        let req = &self.reqs[id.index()];
+        debug_assert!(n > 0 && req.filled <= req.len);
+        // The bytes all went into one piece: fills never cross a piece's end.
+        let k = (req.filled - 1) / bs;
+        if req.filled == k * bs + req.piece_len(k, bs) {
+            self.submit_piece(id, k);
+        }
+        let req = &self.reqs[id.index()];
+        if req.filled == req.len {
+            let conn = req.conn;
+            if let Some(c) = conn_at(&mut self.conns, conn) {
+                debug_assert_eq!(c.input, Input::Payload(id));
+                c.input = Input::Headers;
+            }
+        }
+    }
+
+    fn submit_piece(&mut self, id: ReqId, k: u32) {
+        self.set_piece(id, k, PieceState::Device);
+        let req = &mut self.reqs[id.index()];
+        req.pieces[k as usize].t_submit = self.now;
+        let io = req.io_request(bdev::IoOp::Write { fua: req.fua() }, Some(k), self.buf_size);
+        let export = req.export;
+        self.actions.push(Action::Submit {
+            io: IoToken::piece(id, k),
+            export,
+            req: io,
+        });
+    }
+
+    /// The device wrote piece `k`; an emulated delay may hold it back.
+    pub(super) fn piece_written(&mut self, id: ReqId, k: u32) {
+        let req = &self.reqs[id.index()];
+        let dev = &self.catalog.exports[req.export as usize].bdev;
+        if dev.has_delay() {
+            let op = bdev::IoOp::Write { fua: req.fua() };
+            let release = req.pieces[k as usize].t_submit + dev.sample_delay_ns(op, &mut self.rng);
+            if release > self.now {
+                self.set_piece(id, k, PieceState::Delayed);
+                let token = IoToken::piece(id, k);
+                self.delayed.push(std::cmp::Reverse((release, token)));
+                return;
+            }
+        }
+        self.piece_done(id, k);
+    }
+
+    /// Piece `k` is written: its buffer and its place under the cap free.
+    pub(super) fn piece_done(&mut self, id: ReqId, k: u32) {
+        let token = IoToken::piece(id, k);
+        self.device_finished(token);
+        self.pacer.on_complete(token.encode(), self.now);
+        self.drop_piece(id, k);
+        self.write_progress(id);
+    }
+
+    /// Piece `k` ends (written or abandoned): returns its buffer.
+    fn drop_piece(&mut self, id: ReqId, k: u32) {
+        self.set_piece(id, k, PieceState::Done);
+        let req = &mut self.reqs[id.index()];
+        if let Some(buf) = req.pieces[k as usize].buf.take() {
+            self.bufs.free(&[buf]);
+        }
+        debug_assert!(req.pieces_live > 0);
+        req.pieces_live -= 1;
+        let conn = req.conn;
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            debug_assert!(
+                c.payload_pieces > 0,
+                "{conn:?} drops a piece it never started"
+            );
+            c.payload_pieces -= 1;
+        }
+        self.touched.push(conn);
+    }
+
+    /// A WRITE whose pieces are all written is answered; one whose payload
+    /// will never arrive is released once its pieces are off the device.
+    pub(super) fn write_progress(&mut self, id: ReqId) {
+        let req = &self.reqs[id.index()];
+        if req.state != ReqState::Payload || req.pieces_live > 0 {
+            return;
+        }
+        if req.filled == req.len {
+            self.set_state(id, ReqState::Answered);
+            self.advance(id);
+            return;
+        }
+        let receiving = self
+            .conn_ref(req.conn)
+            .is_some_and(|c| c.life == Life::Open && c.input == Input::Payload(id));
+        if !receiving {
+            self.release(id);
+        }
+    }
+
+    /// The connection will not deliver the rest of `id`'s payload: pieces
+    /// not at the device end now; the rest end as the device finishes.
+    pub(super) fn abort_pieces(&mut self, id: ReqId) {
+        for k in 0..self.reqs[id.index()].started {
+            let token = IoToken::piece(id, k);
+            match self.reqs[id.index()].pieces[k as usize].state {
+                PieceState::Pacing | PieceState::Filling => {
+                    self.pacer.cancel(token.encode());
+                }
+                PieceState::NeedBuffer => {
+                    self.pacer.cancel(token.encode());
+                    self.bufs.cancel(token.encode());
+                }
+                _ => continue,
+            }
+            self.drop_piece(id, k);
+        }
+        self.write_progress(id);
+    }
+}
