@@ -107,6 +107,8 @@ fn default_idle_timeout() -> u64 {
 fn default_payload_timeout() -> u64 {
     30
 }
+/// Longest connection timeout: a day.
+const MAX_CONN_TIMEOUT_S: u64 = 86_400;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -269,6 +271,13 @@ impl LoadedConfig {
             bounds::MAX_DRAIN_TIMEOUT_S,
         )
         .map_err(field)?;
+        for (name, value) in [
+            ("handshake_timeout_s", s.handshake_timeout_s),
+            ("idle_timeout_s", s.idle_timeout_s),
+            ("payload_timeout_s", s.payload_timeout_s),
+        ] {
+            bounds::in_range(name, value, 1, MAX_CONN_TIMEOUT_S).map_err(field)?;
+        }
         for addr in &s.tcp {
             check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "tcp", m))?;
         }
@@ -396,6 +405,9 @@ impl LoadedConfig {
             "max_requests_per_reactor": s.max_requests_per_reactor,
             "drain_timeout_s": s.drain_timeout_s,
             "metrics": s.metrics,
+            "handshake_timeout_s": s.handshake_timeout_s,
+            "idle_timeout_s": s.idle_timeout_s,
+            "payload_timeout_s": s.payload_timeout_s,
         });
         let b = &self.config.buffers;
         json["buffers"] = serde_json::json!({
@@ -603,6 +615,7 @@ mod tests {
             ),
             ("reactors = 100000", "server.reactors"),
             ("drain_timeout_s = 99999999", "server.drain_timeout_s"),
+            ("payload_timeout_s = 0", "server.payload_timeout_s"),
             ("tcp = [\"no.such.host.invalid:10809\"]", "server.tcp"),
         ] {
             let text = format!("[server]\n{line}\n{ONE_EXPORT}");
