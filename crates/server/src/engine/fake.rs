@@ -98,6 +98,7 @@ impl Net {
         self.engine.flush();
         let mut actions = Vec::new();
         self.engine.take_actions(&mut actions);
+        let mut shut = Vec::new();
         for a in actions {
             match a {
                 Action::Recv { conn, buf, len } => {
@@ -111,10 +112,11 @@ impl Net {
                     c.send = Some(msg);
                 }
                 Action::Submit { io, export, req } => self.ios.push((io, export, req)),
-                Action::Shutdown { conn, .. } => {
+                Action::Shutdown { conn, read_only } => {
                     if let Some(c) = self.clients.get_mut(&conn) {
                         c.eof = true;
                     }
+                    shut.push((conn, read_only));
                 }
                 Action::Close { conn } => {
                     let c = self.clients.get_mut(&conn).expect("close of a known conn");
@@ -126,6 +128,29 @@ impl Net {
                     c.closed = true;
                 }
             }
+        }
+        for (conn, read_only) in shut {
+            self.shut_down(conn, read_only);
+        }
+    }
+
+    /// As the kernel does on shutdown: a pending recv ends (EOF), and on a
+    /// full shutdown a pending send fails.
+    fn shut_down(&mut self, conn: ConnId, read_only: bool) {
+        let Some(c) = self.clients.get_mut(&conn) else {
+            return;
+        };
+        let recv = c.recv.take().is_some();
+        let send = !read_only && c.send.take().is_some();
+        if recv {
+            self.engine.on_recv(self.now, conn, Received::Eof);
+        }
+        if send {
+            self.engine
+                .on_send(self.now, conn, Sent::Error(libc::EPIPE));
+        }
+        if recv || send {
+            self.pump();
         }
     }
 

@@ -73,6 +73,108 @@ fn write_then_read_round_trips() {
     assert_eq!(net.engine.requests_in_use(), 0);
 }
 
+/// A connection through the handshake.
+fn ready_client(net: &mut Net) -> ConnId {
+    let c = net.connect();
+    net.write(c, &handshake_bytes());
+    while net.deliver(c, usize::MAX) || net.take_sent(c, usize::MAX) {}
+    c
+}
+
+/// Drives `c` alone: its bytes in, its replies out, its IOs done.
+fn serve(net: &mut Net, c: ConnId) {
+    for _ in 0..1000 {
+        let mut moved = net.deliver(c, usize::MAX) | net.take_sent(c, usize::MAX);
+        while !net.ios.is_empty() {
+            net.complete_io(0);
+            moved = true;
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+fn answered(net: &Net, c: ConnId, read_len: impl Fn(u64) -> u32) -> Vec<(u32, u64)> {
+    replies(&net.clients[&c].from_server, read_len)
+}
+
+#[test]
+fn stalled_writer_holds_at_most_its_cap_and_times_out() {
+    let mut net = Net::new(engine("buffers", 24, TIMEOUTS));
+    let stalled = ready_client(&mut net);
+    // A 64 KiB WRITE (16 pieces) with 100 bytes of payload, then silence.
+    let mut b = request_bytes(Command::Write, 1, 0, 64 << 10);
+    b.extend([7u8; 100]);
+    net.write(stalled, &b);
+    serve(&mut net, stalled);
+    let payload_cap = net.engine.payload_cap as u64;
+    assert!(net.engine.buffers_in_use() <= payload_cap);
+    // Another client's write then read are answered meanwhile.
+    let other = ready_client(&mut net);
+    let mut b = request_bytes(Command::Write, 2, 8192, 4096);
+    b.extend([9u8; 4096]);
+    b.extend(request_bytes(Command::Read, 3, 8192, 4096));
+    net.write(other, &b);
+    serve(&mut net, other);
+    let got = answered(&net, other, |c| if c == 3 { 4096 } else { 0 });
+    assert_eq!(got.len(), 2, "the other client is served: {got:?}");
+    // Past the payload timeout the stalled writer is closed, buffers back.
+    net.advance(31_000_000_000);
+    serve(&mut net, stalled);
+    assert!(
+        net.clients[&stalled].closed,
+        "{:?}",
+        net.engine.conn_state(stalled)
+    );
+    assert_eq!(net.engine.stats.timeouts, 1);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    assert!(!net.clients[&other].closed);
+}
+
+#[test]
+fn handshake_and_idle_timeouts_close() {
+    let mut net = Net::new(engine("none", 24, TIMEOUTS));
+    let silent = net.connect();
+    let idle = ready_client(&mut net);
+    net.advance(9_000_000_000);
+    assert!(!net.clients[&silent].closed);
+    net.advance(2_000_000_000);
+    assert!(net.clients[&silent].closed, "handshake timeout");
+    assert!(!net.clients[&idle].closed);
+    net.advance(300_000_000_000);
+    assert!(net.clients[&idle].closed, "idle timeout");
+    assert_eq!(net.engine.stats.timeouts, 2);
+}
+
+#[test]
+fn client_reading_no_replies_holds_only_its_share() {
+    let mut net = Net::new(engine("buffers", 24, TIMEOUTS));
+    let deaf = ready_client(&mut net);
+    let mut b = Vec::new();
+    for cookie in 0..12 {
+        b.extend(request_bytes(Command::Read, cookie, 0, 8192));
+    }
+    net.write(deaf, &b);
+    // Its bytes arrive and its IOs finish, but it never takes a reply.
+    for _ in 0..20 {
+        net.deliver(deaf, usize::MAX);
+        while !net.ios.is_empty() {
+            net.complete_io(0);
+        }
+    }
+    let cap = u64::from(net.engine.conn_cap);
+    assert!(
+        net.engine.buffers_in_use() <= cap + 1,
+        "holds {}",
+        net.engine.buffers_in_use()
+    );
+    let other = ready_client(&mut net);
+    net.write(other, &request_bytes(Command::Read, 99, 0, 4096));
+    serve(&mut net, other);
+    assert_eq!(answered(&net, other, |_| 4096), vec![(0, 99)]);
+}
+
 mod props {
     use std::collections::HashMap;
 
