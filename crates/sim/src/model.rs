@@ -163,7 +163,7 @@ pub(crate) struct Sim<'a> {
     pub issued: u64,
     pub completed: u64,
     /// Names the run in `--trace` lines.
-    trace_tag: String,
+    pub trace_tag: String,
 }
 
 impl<'a> Sim<'a> {
@@ -594,30 +594,6 @@ impl<'a> Sim<'a> {
         }
         self.now = end;
     }
-
-    /// One `--trace` line: time, buffers in use, and per reactor its
-    /// window, rate and latency estimates, bytes in flight and queue.
-    fn trace_line(&self, t: Nanos) {
-        let mib = |b: f64| b / f64::from(1u32 << 20);
-        let bufs = mib((self.in_use() * u64::from(self.sc.target.buffer_size)) as f64);
-        let mut line = format!(
-            "trace {} t_ms={} bufs_mib={bufs:.2}",
-            self.trace_tag,
-            t / 1_000_000
-        );
-        for (i, p) in self.pacers.iter().enumerate() {
-            let s = p.stats(t);
-            line += &format!(
-                " | r{i} window_mib={:.2} rate_gbps={:.1} min_lat_us={:.0} in_flight_mib={:.2} queued={}",
-                mib(s.window_bytes as f64),
-                s.rate_bps * 8e-9,
-                s.min_latency_us,
-                mib(s.bytes_in_flight as f64),
-                s.queued
-            );
-        }
-        eprintln!("{line}");
-    }
 }
 
 /// The hosts of every group, and their connections spread over the reactors
@@ -628,7 +604,7 @@ fn hosts_and_conns(
     qd: u32,
     devices: usize,
 ) -> (Vec<Host>, Vec<Conn>) {
-    let reactors = sc.target.reactors;
+    let reactors = run.reactors.unwrap_or(sc.target.reactors);
     let mut hosts = Vec::new();
     let mut conns = Vec::new();
     for (gi, g) in sc.hosts.iter().enumerate() {
@@ -657,7 +633,7 @@ fn hosts_and_conns(
                 },
                 tenant: g.tenant,
                 bssplit: run.bssplit.clone().unwrap_or_else(|| g.bssplit.clone()),
-                read_pct: g.read_pct,
+                read_pct: run.read_pct.unwrap_or(g.read_pct),
                 conn_base,
                 one_connection: g.one_connection,
                 delivered: 0,
@@ -676,7 +652,7 @@ fn pacers(
     devs: &[Dev],
     qos: &std::sync::Arc<DeviceQos>,
 ) -> Vec<Pacer> {
-    let reactors = sc.target.reactors;
+    let reactors = run.reactors.unwrap_or(sc.target.reactors);
     let clock = TenantClock::with_reactors(run.pacing.tenants.len().max(1), reactors);
     let link = LinkWindow::new(reactors);
     let ops = run

@@ -1,5 +1,6 @@
 //! A run's results: one row per QD, as the seed's sweep tables have them.
 
+use pace::Nanos;
 use serde::Serialize;
 
 use crate::model::{Sim, SLOT_NS};
@@ -61,6 +62,30 @@ impl Sim<'_> {
         } else {
             targeted.iter().sum::<f64>() / targeted.len() as f64
         }
+    }
+
+    /// One `--trace` line: time, buffers in use, and per reactor its
+    /// window, rate and latency estimates, bytes in flight and queue.
+    pub fn trace_line(&self, t: Nanos) {
+        let mib = |b: f64| b / f64::from(1u32 << 20);
+        let bufs = mib((self.in_use() * u64::from(self.sc.target.buffer_size)) as f64);
+        let mut line = format!(
+            "trace {} t_ms={} bufs_mib={bufs:.2}",
+            self.trace_tag,
+            t / 1_000_000
+        );
+        for (i, p) in self.pacers.iter().enumerate() {
+            let s = p.stats(t);
+            line += &format!(
+                " | r{i} window_mib={:.2} rate_gbps={:.1} min_lat_us={:.0} in_flight_mib={:.2} queued={}",
+                mib(s.window_bytes as f64),
+                s.rate_bps * 8e-9,
+                s.min_latency_us,
+                mib(s.bytes_in_flight as f64),
+                s.queued
+            );
+        }
+        eprintln!("{line}");
     }
 
     /// The row of the stretch just simulated.

@@ -47,12 +47,18 @@ pub struct RunConfig {
     pub pacing: PacingConfig,
     /// Overrides the target's buffer count for this run.
     pub num_shared_buffers: Option<u32>,
+    /// Overrides the target's reactor count for this run.
+    #[serde(default)]
+    pub reactors: Option<usize>,
     /// Overrides the target's per-reactor buffer cache for this run.
     #[serde(default)]
     pub buf_cache_size: Option<u32>,
     /// Overrides every host group's block-size split for this run.
     #[serde(default)]
     pub bssplit: Option<Vec<(u32, u32)>>,
+    /// Overrides every host group's percentage of reads for this run.
+    #[serde(default)]
+    pub read_pct: Option<u32>,
     /// Latency targets for every NVMe device in this run (overrides the groups').
     #[serde(default)]
     pub qos: Option<QosConfig>,

@@ -263,6 +263,14 @@ impl Check<'_> {
         let total = r.num_shared_buffers.unwrap_or(sc.target.num_shared_buffers);
         let cache = r.buf_cache_size.unwrap_or(sc.target.buf_cache_size);
         self.buffers(total, cache, ("runs", i))?;
+        if let Some(n) = r.reactors {
+            self.ensure((1..=MAX_REACTORS).contains(&n), at("reactors"), || {
+                format!("must be 1..={MAX_REACTORS}")
+            })?;
+        }
+        if let Some(pct) = r.read_pct {
+            self.ensure(pct <= 100, at("read_pct"), || "must be 0..=100".into())?;
+        }
         if let Some(split) = &r.bssplit {
             self.bssplit(split, at("bssplit"))?;
         }
