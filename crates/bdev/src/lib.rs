@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 mod delay;
 mod file;
+pub mod identity;
 mod memory;
 mod model;
 mod size;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod probe_cli;
 mod stats_report;
 
 #[derive(Parser)]
@@ -43,6 +44,10 @@ enum Cmd {
     /// iopace or a peer server; writes tables, results.json/csv, PNG plots
     /// and report.md.
     Bench(BenchArgs),
+    /// Measure devices on iopace's own bdev path: the cost model, IOPS and
+    /// latency against QD, the knee, scaling; writes report.md, result.json
+    /// and a [cost.NAME] snippet. `probe db` keeps results by model.
+    Probe(probe_cli::ProbeCmd),
 }
 
 #[derive(Args)]
@@ -185,6 +190,7 @@ fn main() -> ExitCode {
             ExitCode::from(sim::cli_main(&argv) as u8)
         }
         Cmd::Bench(args) => bench(args),
+        Cmd::Probe(args) => probe_cli::probe_or_db(args),
     }
 }
 

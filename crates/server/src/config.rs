@@ -43,6 +43,10 @@ pub struct Config {
     /// Per-bdev latency targets (iocost's QoS), by bdev name.
     #[serde(default)]
     pub qos: BTreeMap<String, QosConfig>,
+    /// A cost database (`iopace probe db`): bdevs without `[cost.NAME]`
+    /// take their model's entry from it.
+    #[serde(default)]
+    pub cost_db: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

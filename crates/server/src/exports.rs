@@ -106,21 +106,28 @@ impl Catalog {
                 pref_block: dev.block_size().max(4096),
                 max_block,
             };
-            let device = match devices.iter().position(|d| d.name == e.bdev) {
-                Some(d) => d,
-                None => {
-                    let cost = c.cost.get(&e.bdev).copied().unwrap_or(match dev.kind() {
-                        "file" => CostModel::nvme(),
-                        _ => CostModel::memory(),
-                    });
-                    devices.push(Device {
-                        name: e.bdev.clone(),
-                        cost,
-                        qos: c.qos.get(&e.bdev).copied(),
-                    });
-                    devices.len() - 1
-                }
-            };
+            let device =
+                match devices.iter().position(|d| d.name == e.bdev) {
+                    Some(d) => d,
+                    None => {
+                        let from_db = || {
+                            let db = c.cost_db.as_deref()?;
+                            crate::cost_db::cost_for(db, &c.bdevs, &e.bdev, &dev)
+                        };
+                        let cost = c.cost.get(&e.bdev).copied().or_else(from_db).unwrap_or(
+                            match dev.kind() {
+                                "file" => CostModel::nvme(),
+                                _ => CostModel::memory(),
+                            },
+                        );
+                        devices.push(Device {
+                            name: e.bdev.clone(),
+                            cost,
+                            qos: c.qos.get(&e.bdev).copied(),
+                        });
+                        devices.len() - 1
+                    }
+                };
             let tenant = match pacing
                 .tenants
                 .iter()

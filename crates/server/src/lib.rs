@@ -2,6 +2,7 @@
 
 pub mod bounds;
 pub mod config;
+pub mod cost_db;
 pub mod engine;
 pub mod exports;
 mod metrics;

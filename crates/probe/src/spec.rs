@@ -1,0 +1,124 @@
+//! The datasheet check: a vendor's rated numbers (SPEC.toml) against what
+//! the probe measured, as "% of spec".
+
+use std::path::Path;
+
+use crate::{DeviceResult, ProbeError};
+
+/// A datasheet's numbers; any may be left out.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rated {
+    /// Whose numbers these are, e.g. the drive's name on the datasheet.
+    #[serde(default)]
+    pub name: String,
+    pub seq_read_mbps: Option<f64>,
+    pub seq_write_mbps: Option<f64>,
+    pub rand_read_iops: Option<f64>,
+    pub rand_write_iops: Option<f64>,
+    /// 4 KiB random, 70% reads.
+    pub mixed_70_30_iops: Option<f64>,
+}
+
+/// One line of the "% of spec" table.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SpecRow {
+    pub metric: String,
+    pub rated: f64,
+    pub measured: Option<f64>,
+    pub percent: Option<f64>,
+}
+
+/// Reads and checks a SPEC.toml; errors name the file, line and field.
+pub fn load(path: &Path) -> Result<Rated, ProbeError> {
+    let text = server::config::read_text(path).map_err(|e| ProbeError::Usage(e.to_string()))?;
+    let rated: Rated = server::config::from_toml(&text, &path.display().to_string())
+        .map_err(|e| ProbeError::Usage(format!("spec error: {e}")))?;
+    for (field, v) in [
+        ("seq_read_mbps", rated.seq_read_mbps),
+        ("seq_write_mbps", rated.seq_write_mbps),
+        ("rand_read_iops", rated.rand_read_iops),
+        ("rand_write_iops", rated.rand_write_iops),
+        ("mixed_70_30_iops", rated.mixed_70_30_iops),
+    ] {
+        if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+            let line = text
+                .lines()
+                .position(|l| l.split_once('=').is_some_and(|(k, _)| k.trim() == field));
+            let at = line.map_or(String::new(), |l| format!(":{}", l + 1));
+            return Err(ProbeError::Usage(format!(
+                "spec error: {}{at}: field `{field}`: must be a positive number",
+                path.display()
+            )));
+        }
+    }
+    Ok(rated)
+}
+
+fn best(d: &DeviceResult, label: &str) -> Option<f64> {
+    let c = d.curves.iter().find(|c| c.label == label)?;
+    c.points.iter().map(|p| p.m.iops).reduce(f64::max)
+}
+
+/// The table: each rated number beside the measured one.
+pub fn compare(r: &Rated, d: &DeviceResult) -> Vec<SpecRow> {
+    let seq_write = d
+        .cost_points
+        .iter()
+        .find(|p| p.0 == "seq write 1MiB")
+        .map(|p| p.3.bytes_per_s / 1e6);
+    let seq_read = best(d, "128KiB sequential read").map(|iops| iops * 131072.0 / 1e6);
+    let rows = [
+        ("sequential read MB/s (128 KiB)", r.seq_read_mbps, seq_read),
+        ("sequential write MB/s (1 MiB)", r.seq_write_mbps, seq_write),
+        (
+            "4 KiB random read IOPS",
+            r.rand_read_iops,
+            best(d, "4KiB random read"),
+        ),
+        (
+            "4 KiB random write IOPS",
+            r.rand_write_iops,
+            best(d, "4KiB random write"),
+        ),
+        (
+            "4 KiB random 70/30 IOPS",
+            r.mixed_70_30_iops,
+            d.prediction.map(|p| p.measured.iops),
+        ),
+    ];
+    rows.into_iter()
+        .filter_map(|(metric, rated, measured)| {
+            let rated = rated?;
+            Some(SpecRow {
+                metric: metric.to_string(),
+                rated,
+                measured,
+                percent: measured.map(|m| 100.0 * m / rated),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_spec_names_file_line_and_field() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("spec.toml");
+        std::fs::write(&p, "name = \"x\"\nrand_read_iops = -5\n").expect("write");
+        let ProbeError::Usage(e) = load(&p).unwrap_err() else {
+            panic!("a usage error");
+        };
+        assert!(e.contains("spec.toml:2: field `rand_read_iops`"), "{e}");
+        std::fs::write(&p, "rand_reed_iops = 5\n").expect("write");
+        let ProbeError::Usage(e) = load(&p).unwrap_err() else {
+            panic!("a usage error");
+        };
+        assert!(e.contains("rand_reed_iops"), "{e}");
+        std::fs::write(&p, "seq_read_mbps = 3500\n").expect("write");
+        assert_eq!(load(&p).expect("valid").seq_read_mbps, Some(3500.0));
+    }
+}
