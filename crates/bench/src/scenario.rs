@@ -11,6 +11,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use server::config::{from_toml, locate, read_text, ConfigError};
 
+mod host_wire;
+mod validate;
+
+pub use host_wire::{parse_tc_rate, HostWire, PerHost};
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
@@ -144,73 +149,6 @@ impl Default for HostsSpec {
             nbd_port: default_nbd_port(),
         }
     }
-}
-
-/// A host setting given once for every host, or once per host.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum PerHost {
-    Same(String),
-    Each(Vec<String>),
-}
-
-impl PerHost {
-    /// Host `i`'s value (0-based).
-    pub fn host(&self, i: usize) -> Option<&str> {
-        match self {
-            PerHost::Same(v) => Some(v),
-            PerHost::Each(v) => v.get(i).map(String::as_str),
-        }
-    }
-
-    fn len_matches(&self, hosts: usize) -> bool {
-        match self {
-            PerHost::Same(_) => true,
-            PerHost::Each(v) => v.len() == hosts,
-        }
-    }
-}
-
-impl std::fmt::Display for PerHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PerHost::Same(v) => write!(f, "{v} each"),
-            PerHost::Each(v) => write!(f, "{} (one per host)", v.join(", ")),
-        }
-    }
-}
-
-/// One host's wire: tc rate and netem delay.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostWire {
-    pub rate: Option<String>,
-    pub delay: Option<String>,
-}
-
-impl HostWire {
-    /// The shaped rate in Gb/s, if it is set and reads as a tc rate.
-    pub fn rate_gbps(&self) -> Option<f64> {
-        parse_tc_rate(self.rate.as_deref()?).map(|bps| bps / 1e9)
-    }
-}
-
-/// A tc rate ("2gbit", "500mbit", "250kbit", "1000000bit") in bits/s.
-pub fn parse_tc_rate(s: &str) -> Option<f64> {
-    let s = s.trim().to_ascii_lowercase();
-    let digits = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(digits);
-    let v: f64 = num.parse().ok()?;
-    let mult = match unit {
-        "bit" | "" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        "tbit" => 1e12,
-        _ => return None,
-    };
-    (v > 0.0).then_some(v * mult)
 }
 
 fn one() -> usize {
@@ -366,163 +304,6 @@ impl Loaded {
             field: Some(format!("{table}.{field}")),
             message,
         }
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let s = &self.scenario;
-        let ok_name = |n: &str| {
-            !n.is_empty()
-                && n.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        };
-        if !ok_name(&s.test.name) {
-            return Err(self.error("test", 0, "name", "use letters, digits, - and _".into()));
-        }
-        if s.target.is_empty() {
-            return Err(self.error("target", 0, "name", "at least one [[target]]".into()));
-        }
-        for (i, t) in s.target.iter().enumerate() {
-            if !ok_name(&t.name) {
-                return Err(self.error("target", i, "name", "use letters, digits, - and _".into()));
-            }
-            if s.target[..i].iter().any(|o| o.name == t.name) {
-                return Err(self.error("target", i, "name", format!("`{}` twice", t.name)));
-            }
-            if t.kind != TargetKind::Iopace && (t.config.is_some() || t.config_file.is_some()) {
-                return Err(self.error(
-                    "target",
-                    i,
-                    "config",
-                    "only iopace targets take a config; peers take `args`".into(),
-                ));
-            }
-            if t.kind != TargetKind::Iopace && t.bin.is_some() {
-                return Err(self.error(
-                    "target",
-                    i,
-                    "bin",
-                    "only iopace targets take another binary".into(),
-                ));
-            }
-            if t.config.is_some() && t.config_file.is_some() {
-                return Err(self.error(
-                    "target",
-                    i,
-                    "config_file",
-                    "give `config` or `config_file`, not both".into(),
-                ));
-            }
-            if let Some(size) = &t.file_size {
-                if parse_size(size).is_none() {
-                    return Err(self.error(
-                        "target",
-                        i,
-                        "file_size",
-                        format!("`{size}` is not a size like 1GiB or 512m"),
-                    ));
-                }
-            }
-        }
-        let h = &s.hosts;
-        if h.count == 0 || h.count > 64 {
-            return Err(self.error("hosts", 0, "count", "1 to 64 hosts".into()));
-        }
-        if h.kind == HostKind::Remote {
-            if h.addresses.is_empty() {
-                return Err(self.error(
-                    "hosts",
-                    0,
-                    "addresses",
-                    "remote hosts need their fio --server addresses".into(),
-                ));
-            }
-            if h.target_address.is_none() {
-                return Err(self.error(
-                    "hosts",
-                    0,
-                    "target_address",
-                    "remote hosts need the target's address".into(),
-                ));
-            }
-        }
-        for (field, v) in [("rate", &h.rate), ("delay", &h.delay)] {
-            if v.as_ref().is_some_and(|v| !v.len_matches(h.count)) {
-                return Err(self.error(
-                    "hosts",
-                    0,
-                    field,
-                    format!("one value per host: count is {}", h.count),
-                ));
-            }
-        }
-        if let Some(bad) = (0..h.count)
-            .filter_map(|i| h.rate.as_ref()?.host(i))
-            .find(|r| parse_tc_rate(r).is_none())
-        {
-            return Err(self.error(
-                "hosts",
-                0,
-                "rate",
-                format!("`{bad}` is not a tc rate like 1gbit or 250mbit"),
-            ));
-        }
-        if h.kind != HostKind::Netns && (h.rate.is_some() || h.delay.is_some()) {
-            return Err(self.error(
-                "hosts",
-                0,
-                "rate",
-                "a shaped wire needs kind = \"netns\"".into(),
-            ));
-        }
-        if h.transport == Transport::Unix && h.kind != HostKind::Local {
-            return Err(self.error(
-                "hosts",
-                0,
-                "transport",
-                "Unix sockets only reach local hosts".into(),
-            ));
-        }
-        let w = &s.workload;
-        if w.bs.is_none() && w.bssplit.is_none() && !s.sweep.contains_key("bs") {
-            return Err(self.error("workload", 0, "bs", "give `bs` or `bssplit`".into()));
-        }
-        if w.exports.is_empty() {
-            return Err(self.error("workload", 0, "exports", "at least one export".into()));
-        }
-        if w.runtime == 0 {
-            return Err(self.error("workload", 0, "runtime", "at least 1 second".into()));
-        }
-        for (k, vals) in &s.sweep {
-            if vals.is_empty() {
-                return Err(self.error("sweep", 0, k, "an empty list".into()));
-            }
-            for v in vals {
-                if value_text(v).is_none() {
-                    return Err(self.error(
-                        "sweep",
-                        0,
-                        k,
-                        "values must be strings or numbers".into(),
-                    ));
-                }
-            }
-            if matches!(k.as_str(), "qd" | "iodepth" | "numjobs")
-                && vals.iter().any(|v| {
-                    value_text(v)
-                        .and_then(|t| t.parse::<u32>().ok())
-                        .unwrap_or(0)
-                        == 0
-                })
-            {
-                return Err(self.error("sweep", 0, k, "positive integers".into()));
-            }
-        }
-        if let Some(x) = &s.test.x {
-            if !s.sweep.contains_key(x) {
-                return Err(self.error("test", 0, "x", format!("`{x}` is not swept")));
-            }
-        }
-        Ok(())
     }
 
     /// Points the scenario at real hosts already running `fio --server`;
