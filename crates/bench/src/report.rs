@@ -67,46 +67,13 @@ impl TestReport {
     /// Renders the plots into `dir`; a plot that fails is reported, not fatal.
     pub fn plot(&mut self, dir: &Path) -> Vec<String> {
         let mut warnings = Vec::new();
-        let log_x = self.x.as_deref() == Some("qd");
+        let (bw, bufs) = self.bw_series();
         let x_label = match self.x.as_deref() {
             Some("qd") => "Total queue depth (QD)".to_string(),
             Some(k) => k.to_string(),
             None => "point".to_string(),
         };
-        let numeric = self.rows.iter().all(|r| r.x.parse::<f64>().is_ok());
-        let x_of = |r: &SweepRow, i: usize| -> f64 {
-            if self.x.as_deref() == Some("qd") {
-                f64::from(r.total_qd)
-            } else if numeric {
-                r.x.parse().unwrap_or(i as f64)
-            } else {
-                i as f64
-            }
-        };
-        let mut bw = Vec::<Series>::new();
-        let mut bufs = Vec::<Series>::new();
-        for (i, r) in self.rows.iter().enumerate() {
-            let idx = bw
-                .iter()
-                .position(|s| s.label == r.series)
-                .unwrap_or_else(|| {
-                    bw.push(Series {
-                        label: r.series.clone(),
-                        points: Vec::new(),
-                    });
-                    bufs.push(Series {
-                        label: r.series.clone(),
-                        points: Vec::new(),
-                    });
-                    bw.len() - 1
-                });
-            let x = x_of(r, i);
-            bw[idx].points.push((x, r.bw_gbps));
-            if let Some(b) = r.bufs_avg_mib {
-                bufs[idx].points.push((x, b));
-            }
-        }
-        bufs.retain(|s| !s.points.is_empty());
+        let log_x = self.x.as_deref() == Some("qd");
         let path = dir.join(format!("{}-bw.png", self.name));
         let title = format!("{}: {}", self.name, self.title);
         let res = if bufs.is_empty() {
@@ -125,7 +92,57 @@ impl TestReport {
             Ok(()) => self.plots.push(path),
             Err(e) => warnings.push(format!("{}: {e}", path.display())),
         }
-        // Latency CDF at the largest x of each series, first repetition.
+        let cdfs = self.cdf_series();
+        if !cdfs.is_empty() {
+            let path = dir.join(format!("{}-lat-cdf.png", self.name));
+            let title = format!("{}: completion latency CDF", self.name);
+            match plot::cdf_chart(&path, &title, &cdfs) {
+                Ok(()) => self.plots.push(path),
+                Err(e) => warnings.push(format!("{}: {e}", path.display())),
+            }
+        }
+        warnings
+    }
+
+    /// BW and buffers in flight per series against x.
+    fn bw_series(&self) -> (Vec<Series>, Vec<Series>) {
+        let numeric = self.rows.iter().all(|r| r.x.parse::<f64>().is_ok());
+        let x_of = |r: &SweepRow, i: usize| -> f64 {
+            if self.x.as_deref() == Some("qd") {
+                f64::from(r.total_qd)
+            } else if numeric {
+                r.x.parse().unwrap_or(i as f64)
+            } else {
+                i as f64
+            }
+        };
+        let mut bw = Vec::<Series>::new();
+        let mut bufs = Vec::<Series>::new();
+        for (i, r) in self.rows.iter().enumerate() {
+            let idx = bw
+                .iter()
+                .position(|s| s.label == r.series)
+                .unwrap_or_else(|| {
+                    for list in [&mut bw, &mut bufs] {
+                        list.push(Series {
+                            label: r.series.clone(),
+                            points: Vec::new(),
+                        });
+                    }
+                    bw.len() - 1
+                });
+            let x = x_of(r, i);
+            bw[idx].points.push((x, r.bw_gbps));
+            if let Some(b) = r.bufs_avg_mib {
+                bufs[idx].points.push((x, b));
+            }
+        }
+        bufs.retain(|s| !s.points.is_empty());
+        (bw, bufs)
+    }
+
+    /// Latency CDF at the largest x of each series, first repetition.
+    fn cdf_series(&self) -> Vec<Series> {
         let mut cdfs: Vec<Series> = Vec::new();
         for r in &self.runs {
             if r.rep != 0 || r.fio.lat_cdf.is_empty() {
@@ -154,15 +171,7 @@ impl TestReport {
                 });
             }
         }
-        if !cdfs.is_empty() {
-            let path = dir.join(format!("{}-lat-cdf.png", self.name));
-            let title = format!("{}: completion latency CDF", self.name);
-            match plot::cdf_chart(&path, &title, &cdfs) {
-                Ok(()) => self.plots.push(path),
-                Err(e) => warnings.push(format!("{}: {e}", path.display())),
-            }
-        }
-        warnings
+        cdfs
     }
 }
 

@@ -13,8 +13,10 @@ use serde_json::Value;
 
 use crate::fio::{self, FioResult};
 use crate::procs::{self, Proc};
-use crate::scenario::{HostKind, HostWire, Loaded, Point, RunId, Scenario, Transport};
-use crate::target_proc::{self, Listen, StartCtx};
+use crate::scenario::{
+    HostKind, HostWire, Loaded, Point, RunId, Scenario, TargetSpec, Transport, Workload,
+};
+use crate::target_proc::{self, Listen, Running, StartCtx};
 use crate::wire::{self, Wire};
 
 /// The target's side of a run.
@@ -282,7 +284,46 @@ fn one_run(
     let spec = &s.target[r.target];
     let work = s.workload_at(point);
     let n_hosts = hosts.clients.len();
-    let listen = match (s.hosts.kind, s.hosts.transport) {
+    let listen = listen_for(s, run_dir)?;
+    let vars = run_vars(spec, point, run_dir)?;
+    let ctx = StartCtx {
+        iopace_bin: &opts.iopace_bin,
+        scenario_dir,
+        run_dir,
+        listen: &listen,
+        vars: &vars,
+        exports: &work.exports,
+    };
+    let mut target = target_proc::start(spec, &ctx)?;
+    let iodepth = work.job_iodepth(n_hosts);
+    let fio_run = FioRun::start(hosts, &work, iodepth, &listen, run_dir)?;
+    let watched = fio_run.watch(hosts, &mut target, &work, &listen);
+    target.proc.stop();
+    let watched = watched?;
+    let mut result = fio::reduce(&fio::json_of(&watched.output)?)?;
+    let start = watched.window.unwrap_or_else(|| watched.end.clone());
+    let end = watched.end;
+    let secs = end.at.duration_since(start.at).as_secs_f64().max(1e-3);
+    wire_rates(s, point, hosts, &mut result, &start, &end, secs);
+    let stats = target_stats(watched.sampler, &start, &end, secs, result.total.ios);
+    Ok(RunResult {
+        test: s.test.name.clone(),
+        key: r.key(s),
+        point: point.index,
+        vars: point.vars.clone(),
+        target: spec.name.clone(),
+        rep: r.rep,
+        total_qd: work.total_qd(n_hosts),
+        job_iodepth: iodepth,
+        fio: result,
+        stats,
+        window_s: secs,
+    })
+}
+
+/// Where the target listens, as the hosts reach it.
+fn listen_for(s: &Scenario, run_dir: &Path) -> Result<Listen, String> {
+    Ok(match (s.hosts.kind, s.hosts.transport) {
         (HostKind::Local, Transport::Unix) => Listen::Unix(run_dir.join("nbd.sock")),
         (HostKind::Local, Transport::Tcp) => Listen::Tcp {
             addr: "127.0.0.1".into(),
@@ -296,7 +337,15 @@ fn one_run(
             addr: s.hosts.target_address.clone().unwrap_or_default(),
             port: s.hosts.nbd_port,
         },
-    };
+    })
+}
+
+/// The point's variables plus `scratch`, and `file` once it is created.
+fn run_vars(
+    spec: &TargetSpec,
+    point: &Point,
+    run_dir: &Path,
+) -> Result<BTreeMap<String, String>, String> {
     let mut vars = point.vars.clone();
     vars.insert("scratch".into(), run_dir.display().to_string());
     if let Some(size) = spec
@@ -310,90 +359,136 @@ fn one_run(
             .map_err(|e| format!("{}: {e}", file.display()))?;
         vars.insert("file".into(), file.display().to_string());
     }
-    let ctx = StartCtx {
-        iopace_bin: &opts.iopace_bin,
-        scenario_dir,
-        run_dir,
-        listen: &listen,
-        vars: &vars,
-        exports: &work.exports,
-    };
-    let mut target = target_proc::start(spec, &ctx)?;
-    let iodepth = work.job_iodepth(n_hosts);
-    // One job file per host, each naming the target's URI as the hosts see it.
-    let mut cmd = Command::new("fio");
-    cmd.arg("--output-format=json");
-    for (i, client) in hosts.clients.iter().enumerate() {
-        let host = format!("h{}", i + 1);
-        let job = fio::job_file(&host, &work, iodepth, &|e| listen.uri(e));
-        let path = run_dir.join(format!("{host}.fio"));
-        std::fs::write(&path, job).map_err(|e| e.to_string())?;
-        cmd.arg(format!("--client={client}")).arg(&path);
+    Ok(vars)
+}
+
+/// fio driving every host, and where its output goes.
+struct FioRun {
+    proc: std::process::Child,
+    out_path: PathBuf,
+    err_path: PathBuf,
+}
+
+/// What watching one fio run gave.
+struct Watched {
+    output: String,
+    window: Option<Snapshot>,
+    end: Snapshot,
+    sampler: Sampler,
+}
+
+impl FioRun {
+    /// One job file per host, each naming the target's URI as the hosts see it.
+    fn start(
+        hosts: &Hosts,
+        work: &Workload,
+        iodepth: u32,
+        listen: &Listen,
+        run_dir: &Path,
+    ) -> Result<FioRun, String> {
+        let mut cmd = Command::new("fio");
+        cmd.arg("--output-format=json");
+        for (i, client) in hosts.clients.iter().enumerate() {
+            let host = format!("h{}", i + 1);
+            let job = fio::job_file(&host, work, iodepth, &|e| listen.uri(e));
+            let path = run_dir.join(format!("{host}.fio"));
+            std::fs::write(&path, job).map_err(|e| e.to_string())?;
+            cmd.arg(format!("--client={client}")).arg(&path);
+        }
+        let out_path = run_dir.join("fio.json");
+        let stdout = std::fs::File::create(&out_path).map_err(|e| e.to_string())?;
+        let err_path = run_dir.join("fio-client.log");
+        let stderr = std::fs::File::create(&err_path).map_err(|e| e.to_string())?;
+        let proc = cmd
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("cannot start fio: {e}"))?;
+        Ok(FioRun {
+            proc,
+            out_path,
+            err_path,
+        })
     }
-    let out_path = run_dir.join("fio.json");
-    let stdout = std::fs::File::create(&out_path).map_err(|e| e.to_string())?;
-    let err_path = run_dir.join("fio-client.log");
-    let stderr = std::fs::File::create(&err_path).map_err(|e| e.to_string())?;
-    let mut fio_proc = cmd
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .map_err(|e| format!("cannot start fio: {e}"))?;
-    let started = Instant::now();
-    let ramp = Duration::from_secs(u64::from(work.ramp));
-    let runtime = Duration::from_secs(u64::from(work.runtime));
-    let deadline = started + ramp + runtime + Duration::from_secs(60);
-    // fio's clock starts when its jobs connect, which takes a while over
-    // `--client`; the window is timed from then, ending a little early so
-    // it lies inside fio's measured time.
-    let mut io_began: Option<Instant> = None;
-    let mut window: Option<Snapshot> = None;
-    let mut end: Option<Snapshot> = None;
-    let mut sampler = Sampler::default();
-    let status = loop {
-        if let Some(st) = fio_proc.try_wait().map_err(|e| e.to_string())? {
-            break st;
-        }
-        let now = Instant::now();
-        if procs::interrupted() || now > deadline || target.proc.check_alive().is_err() {
-            let _ = fio_proc.kill();
-            let _ = fio_proc.wait();
-            target.proc.check_alive()?;
-            procs::check_interrupt()?;
-            return Err(format!("fio did not finish by {:?}", deadline - started));
-        }
-        if io_began.is_none() && fio_connected(&out_path) {
-            io_began = Some(now);
-        }
-        let Some(began) = io_began else {
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        };
-        let elapsed = now - began;
-        if elapsed >= ramp && window.is_none() {
-            window = Some(Snapshot::take(hosts, &target));
-        }
-        if window.is_some() && end.is_none() {
-            if elapsed + Duration::from_millis(300) >= ramp + runtime {
-                end = Some(Snapshot::take(hosts, &target));
-            } else {
-                sampler.sample(target.rpc.as_ref(), &listen);
+
+    /// Waits for fio, taking snapshots at the measured window's ends and
+    /// sampling the target in between.
+    fn watch(
+        mut self,
+        hosts: &Hosts,
+        target: &mut Running,
+        work: &Workload,
+        listen: &Listen,
+    ) -> Result<Watched, String> {
+        let started = Instant::now();
+        let ramp = Duration::from_secs(u64::from(work.ramp));
+        let runtime = Duration::from_secs(u64::from(work.runtime));
+        let deadline = started + ramp + runtime + Duration::from_secs(60);
+        // fio's clock starts when its jobs connect, which takes a while over
+        // `--client`; the window is timed from then, ending a little early so
+        // it lies inside fio's measured time.
+        let mut io_began: Option<Instant> = None;
+        let mut window: Option<Snapshot> = None;
+        let mut end: Option<Snapshot> = None;
+        let mut sampler = Sampler::default();
+        let status = loop {
+            if let Some(st) = self.proc.try_wait().map_err(|e| e.to_string())? {
+                break st;
             }
+            let now = Instant::now();
+            if procs::interrupted() || now > deadline || target.proc.check_alive().is_err() {
+                let _ = self.proc.kill();
+                let _ = self.proc.wait();
+                target.proc.check_alive()?;
+                procs::check_interrupt()?;
+                return Err(format!("fio did not finish by {:?}", deadline - started));
+            }
+            if io_began.is_none() && fio_connected(&self.out_path) {
+                io_began = Some(now);
+            }
+            let Some(began) = io_began else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let elapsed = now - began;
+            if elapsed >= ramp && window.is_none() {
+                window = Some(Snapshot::take(hosts, target));
+            }
+            if window.is_some() && end.is_none() {
+                if elapsed + Duration::from_millis(300) >= ramp + runtime {
+                    end = Some(Snapshot::take(hosts, target));
+                } else {
+                    sampler.sample(target.rpc.as_ref(), listen);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let end = end.unwrap_or_else(|| Snapshot::take(hosts, target));
+        if !status.success() {
+            return Err(format!(
+                "fio failed ({status}): {}",
+                procs::log_tail(&self.err_path)
+            ));
         }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let end = end.unwrap_or_else(|| Snapshot::take(hosts, &target));
-    target.proc.stop();
-    let output = std::fs::read_to_string(&out_path).unwrap_or_default();
-    if !status.success() {
-        return Err(format!(
-            "fio failed ({status}): {}",
-            procs::log_tail(&err_path)
-        ));
+        Ok(Watched {
+            output: std::fs::read_to_string(&self.out_path).unwrap_or_default(),
+            window,
+            end,
+            sampler,
+        })
     }
-    let mut result = fio::reduce(&fio::json_of(&output)?)?;
-    let start = window.unwrap_or_else(|| end.clone());
-    let secs = end.at.duration_since(start.at).as_secs_f64().max(1e-3);
+}
+
+/// Each host's wire bandwidth and link rate from the interface counters.
+fn wire_rates(
+    s: &Scenario,
+    point: &Point,
+    hosts: &Hosts,
+    result: &mut FioResult,
+    start: &Snapshot,
+    end: &Snapshot,
+    secs: f64,
+) {
     let wire: Vec<f64> = end
         .link
         .iter()
@@ -412,6 +507,16 @@ fn one_run(
         // counts both directions of every packet once.
         result.total.wire_gbps = Some(wire[0] / 2.0);
     }
+}
+
+/// The target's own numbers over the measured window.
+fn target_stats(
+    sampler: Sampler,
+    start: &Snapshot,
+    end: &Snapshot,
+    secs: f64,
+    ios: u64,
+) -> TargetStats {
     let mut stats = sampler.finish();
     stats.bufs_max_mib = end.bufs_peak;
     stats.export_replies_per_s = end
@@ -427,22 +532,9 @@ fn one_run(
     }
     if let (Some(a), Some(b)) = (start.cpu, end.cpu) {
         stats.cpu_cores = (b - a) / secs;
-        let ios = result.total.ios.max(1) as f64;
-        stats.cpu_us_per_io = (b - a) * 1e6 / ios;
+        stats.cpu_us_per_io = (b - a) * 1e6 / ios.max(1) as f64;
     }
-    Ok(RunResult {
-        test: s.test.name.clone(),
-        key: r.key(s),
-        point: point.index,
-        vars: point.vars.clone(),
-        target: spec.name.clone(),
-        rep: r.rep,
-        total_qd: work.total_qd(n_hosts),
-        job_iodepth: iodepth,
-        fio: result,
-        stats,
-        window_s: secs,
-    })
+    stats
 }
 
 /// Counters at one instant.

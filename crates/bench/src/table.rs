@@ -104,42 +104,7 @@ pub fn aggregate(
     }
     let mut rows: Vec<SweepRow> = groups
         .into_iter()
-        .map(|((series, xv), runs)| {
-            let f = |g: &dyn Fn(&RunResult) -> f64| runs.iter().map(|r| g(r)).collect::<Vec<_>>();
-            let o = |g: &dyn Fn(&RunResult) -> Option<f64>| {
-                runs.iter().map(|r| g(r)).collect::<Vec<_>>()
-            };
-            let bw = f(&|r| r.fio.total.bw_gbps);
-            SweepRow {
-                series,
-                x: xv,
-                reps: runs.len(),
-                total_qd: runs[0].total_qd,
-                kiops: mean(&f(&|r| r.fio.total.kiops)),
-                bw_gbps: mean(&bw),
-                bw_rep_sd_gbps: sample_sd(&bw),
-                wire_gbps: mean_opt(&o(&|r| r.fio.total.wire_gbps)),
-                avg_lat_us: mean(&f(&|r| r.fio.total.avg_lat_us)),
-                p99_us: mean(&f(&|r| r.fio.total.p99_us)),
-                p999_us: mean(&f(&|r| percentile(&r.fio.lat_cdf, 0.999))),
-                bw_stddev_gbps: mean(&f(&|r| r.fio.total.bw_dev_gbps)),
-                bufs_avg_mib: mean_opt(&o(&|r| r.stats.bufs_avg_mib)),
-                bufs_max_mib: mean_opt(&o(&|r| r.stats.bufs_max_mib)),
-                sock_queue_mib: mean_opt(&o(&|r| r.stats.sock_queue_mib)),
-                pacer_period_us: mean_opt(&o(&|r| r.stats.pacer_period_us)),
-                cpu_us_per_io: mean(&f(&|r| r.stats.cpu_us_per_io)),
-                min_link_share: mean_opt(&o(&min_link_share)),
-                bw_by_group: {
-                    let mut m: BTreeMap<String, f64> = BTreeMap::new();
-                    for r in &runs {
-                        for (g, bw) in export_groups(r) {
-                            *m.entry(g).or_default() += bw / runs.len() as f64;
-                        }
-                    }
-                    m
-                },
-            }
-        })
+        .map(|((series, xv), runs)| sweep_row(series, xv, &runs))
         .collect();
     // Stable: variables keep their sweep order among equal keys.
     order.sort_by_key(|o| o.1);
@@ -160,6 +125,42 @@ pub fn aggregate(
             })
     });
     rows
+}
+
+/// One sweep row: the mean of a point's repetitions.
+fn sweep_row(series: String, xv: String, runs: &[&RunResult]) -> SweepRow {
+    let f = |g: &dyn Fn(&RunResult) -> f64| runs.iter().map(|r| g(r)).collect::<Vec<_>>();
+    let o = |g: &dyn Fn(&RunResult) -> Option<f64>| runs.iter().map(|r| g(r)).collect::<Vec<_>>();
+    let bw = f(&|r| r.fio.total.bw_gbps);
+    SweepRow {
+        series,
+        x: xv,
+        reps: runs.len(),
+        total_qd: runs[0].total_qd,
+        kiops: mean(&f(&|r| r.fio.total.kiops)),
+        bw_gbps: mean(&bw),
+        bw_rep_sd_gbps: sample_sd(&bw),
+        wire_gbps: mean_opt(&o(&|r| r.fio.total.wire_gbps)),
+        avg_lat_us: mean(&f(&|r| r.fio.total.avg_lat_us)),
+        p99_us: mean(&f(&|r| r.fio.total.p99_us)),
+        p999_us: mean(&f(&|r| percentile(&r.fio.lat_cdf, 0.999))),
+        bw_stddev_gbps: mean(&f(&|r| r.fio.total.bw_dev_gbps)),
+        bufs_avg_mib: mean_opt(&o(&|r| r.stats.bufs_avg_mib)),
+        bufs_max_mib: mean_opt(&o(&|r| r.stats.bufs_max_mib)),
+        sock_queue_mib: mean_opt(&o(&|r| r.stats.sock_queue_mib)),
+        pacer_period_us: mean_opt(&o(&|r| r.stats.pacer_period_us)),
+        cpu_us_per_io: mean(&f(&|r| r.stats.cpu_us_per_io)),
+        min_link_share: mean_opt(&o(&min_link_share)),
+        bw_by_group: {
+            let mut m: BTreeMap<String, f64> = BTreeMap::new();
+            for r in runs {
+                for (g, bw) in export_groups(r) {
+                    *m.entry(g).or_default() += bw / runs.len() as f64;
+                }
+            }
+            m
+        },
+    }
 }
 
 /// The lowest share of its own link any host of a run got.

@@ -62,6 +62,25 @@ pub fn preflight(spec: &TargetSpec) -> Result<(), String> {
     procs::require(tool, pkg)
 }
 
+/// How to start one target: its command, and the files that tell it is up.
+struct Launch {
+    cmd: Command,
+    /// iopace's admin socket.
+    rpc: Option<PathBuf>,
+    /// A daemon held by its pidfile.
+    pidfile: Option<PathBuf>,
+}
+
+impl Launch {
+    fn plain(cmd: Command) -> Launch {
+        Launch {
+            cmd,
+            rpc: None,
+            pidfile: None,
+        }
+    }
+}
+
 pub fn start(spec: &TargetSpec, ctx: &StartCtx) -> Result<Running, String> {
     let args: Vec<String> = spec
         .args
@@ -71,97 +90,112 @@ pub fn start(spec: &TargetSpec, ctx: &StartCtx) -> Result<Running, String> {
         .map_err(|e| format!("target `{}` args: {e}", spec.name))?;
     let log = ctx.run_dir.join(format!("{}.log", spec.name));
     let export = ctx.exports.first().map_or("default", String::as_str);
-    let mut rpc = None;
-    let mut daemon = None;
-    let cmd = match spec.kind {
-        TargetKind::Iopace => {
-            let rpc_path = ctx.run_dir.join("admin.sock");
-            let bin = match &spec.bin {
-                Some(b) => PathBuf::from(
-                    render(b, ctx.vars).map_err(|e| format!("target `{}` bin: {e}", spec.name))?,
-                ),
-                None => ctx.iopace_bin.to_path_buf(),
-            };
-            let mut cmd = Command::new(bin);
-            cmd.arg("serve");
-            if let Some(config) = iopace_config(spec, ctx)? {
-                let path = ctx.run_dir.join(format!("{}.toml", spec.name));
-                std::fs::write(&path, config).map_err(|e| format!("{}: {e}", path.display()))?;
-                cmd.arg("--config").arg(path);
-            }
-            match ctx.listen {
-                Listen::Tcp { addr, port } => {
-                    cmd.arg("--tcp").arg(format!("{addr}:{port}"));
-                    cmd.args(["--unix", "none"]);
-                }
-                Listen::Unix(p) => {
-                    cmd.args(["--tcp", "none", "--unix"]).arg(p);
-                }
-            }
-            cmd.arg("--rpc").arg(&rpc_path).args(&args);
-            rpc = Some(rpc_path);
-            cmd
-        }
-        TargetKind::Nbdkit => {
-            let mut cmd = Command::new("nbdkit");
-            cmd.args(["--foreground", "--exit-with-parent"]);
-            match ctx.listen {
-                Listen::Tcp { addr, port } => cmd.args(["-i", addr, "-p", &port.to_string()]),
-                Listen::Unix(p) => cmd.arg("-U").arg(p),
-            };
-            cmd.args(&args);
-            cmd
-        }
-        TargetKind::QemuNbd => {
-            let mut cmd = Command::new("qemu-nbd");
-            cmd.args(["--persistent", "--shared=64", "-x", export]);
-            match ctx.listen {
-                Listen::Tcp { addr, port } => cmd.args(["-b", addr, "-p", &port.to_string()]),
-                Listen::Unix(p) => cmd.arg("-k").arg(p),
-            };
-            cmd.args(&args);
-            cmd
-        }
-        TargetKind::NbdServer => {
-            let Listen::Tcp { addr, port } = ctx.listen else {
-                return Err("nbd-server is driven over TCP only here".into());
-            };
-            let file = args
-                .first()
-                .ok_or("nbd-server needs the file to export as its first arg")?;
-            let cfg = ctx.run_dir.join("nbd-server.conf");
-            let text = format!(
-                "[generic]\nlistenaddr = {addr}\nport = {port}\n\n[{export}]\nexportname = {file}\n"
-            );
-            std::fs::write(&cfg, text).map_err(|e| format!("{}: {e}", cfg.display()))?;
-            // It forks per connection only as a daemon: held by its pidfile.
-            let pidfile = ctx.run_dir.join("nbd-server.pid");
-            let mut cmd = Command::new("nbd-server");
-            cmd.arg("-C")
-                .arg(&cfg)
-                .arg("-p")
-                .arg(&pidfile)
-                .args(&args[1..]);
-            daemon = Some(pidfile);
-            cmd
-        }
+    let launch = match spec.kind {
+        TargetKind::Iopace => iopace_launch(spec, ctx, &args)?,
+        TargetKind::Nbdkit => Launch::plain(nbdkit_command(ctx.listen, &args)),
+        TargetKind::QemuNbd => Launch::plain(qemu_nbd_command(ctx.listen, export, &args)),
+        TargetKind::NbdServer => nbd_server_launch(ctx, export, &args)?,
     };
-    let mut proc = match daemon {
-        Some(pidfile) => Proc::spawn_daemon(&spec.name, cmd, &log, &pidfile)?,
-        None => Proc::spawn(&spec.name, cmd, &log)?,
+    let mut proc = match &launch.pidfile {
+        Some(pidfile) => Proc::spawn_daemon(&spec.name, launch.cmd, &log, pidfile)?,
+        None => Proc::spawn(&spec.name, launch.cmd, &log)?,
     };
     let listen = ctx.listen.clone();
     proc.wait_ready("listening", || match &listen {
         Listen::Tcp { addr, port } => procs::tcp_accepts(&format!("{addr}:{port}")),
         Listen::Unix(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
     })?;
-    if let Some(r) = &rpc {
+    if let Some(r) = &launch.rpc {
         let r = r.clone();
         proc.wait_ready("admin socket", move || {
             std::os::unix::net::UnixStream::connect(&r).is_ok()
         })?;
     }
-    Ok(Running { proc, rpc })
+    Ok(Running {
+        proc,
+        rpc: launch.rpc,
+    })
+}
+
+fn iopace_launch(spec: &TargetSpec, ctx: &StartCtx, args: &[String]) -> Result<Launch, String> {
+    let rpc_path = ctx.run_dir.join("admin.sock");
+    let bin = match &spec.bin {
+        Some(b) => PathBuf::from(
+            render(b, ctx.vars).map_err(|e| format!("target `{}` bin: {e}", spec.name))?,
+        ),
+        None => ctx.iopace_bin.to_path_buf(),
+    };
+    let mut cmd = Command::new(bin);
+    cmd.arg("serve");
+    if let Some(config) = iopace_config(spec, ctx)? {
+        let path = ctx.run_dir.join(format!("{}.toml", spec.name));
+        std::fs::write(&path, config).map_err(|e| format!("{}: {e}", path.display()))?;
+        cmd.arg("--config").arg(path);
+    }
+    match ctx.listen {
+        Listen::Tcp { addr, port } => {
+            cmd.arg("--tcp").arg(format!("{addr}:{port}"));
+            cmd.args(["--unix", "none"]);
+        }
+        Listen::Unix(p) => {
+            cmd.args(["--tcp", "none", "--unix"]).arg(p);
+        }
+    }
+    cmd.arg("--rpc").arg(&rpc_path).args(args);
+    Ok(Launch {
+        cmd,
+        rpc: Some(rpc_path),
+        pidfile: None,
+    })
+}
+
+fn nbdkit_command(listen: &Listen, args: &[String]) -> Command {
+    let mut cmd = Command::new("nbdkit");
+    cmd.args(["--foreground", "--exit-with-parent"]);
+    match listen {
+        Listen::Tcp { addr, port } => cmd.args(["-i", addr, "-p", &port.to_string()]),
+        Listen::Unix(p) => cmd.arg("-U").arg(p),
+    };
+    cmd.args(args);
+    cmd
+}
+
+fn qemu_nbd_command(listen: &Listen, export: &str, args: &[String]) -> Command {
+    let mut cmd = Command::new("qemu-nbd");
+    cmd.args(["--persistent", "--shared=64", "-x", export]);
+    match listen {
+        Listen::Tcp { addr, port } => cmd.args(["-b", addr, "-p", &port.to_string()]),
+        Listen::Unix(p) => cmd.arg("-k").arg(p),
+    };
+    cmd.args(args);
+    cmd
+}
+
+fn nbd_server_launch(ctx: &StartCtx, export: &str, args: &[String]) -> Result<Launch, String> {
+    let Listen::Tcp { addr, port } = ctx.listen else {
+        return Err("nbd-server is driven over TCP only here".into());
+    };
+    let file = args
+        .first()
+        .ok_or("nbd-server needs the file to export as its first arg")?;
+    let cfg = ctx.run_dir.join("nbd-server.conf");
+    let text = format!(
+        "[generic]\nlistenaddr = {addr}\nport = {port}\n\n[{export}]\nexportname = {file}\n"
+    );
+    std::fs::write(&cfg, text).map_err(|e| format!("{}: {e}", cfg.display()))?;
+    // It forks per connection only as a daemon: held by its pidfile.
+    let pidfile = ctx.run_dir.join("nbd-server.pid");
+    let mut cmd = Command::new("nbd-server");
+    cmd.arg("-C")
+        .arg(&cfg)
+        .arg("-p")
+        .arg(&pidfile)
+        .args(&args[1..]);
+    Ok(Launch {
+        cmd,
+        rpc: None,
+        pidfile: Some(pidfile),
+    })
 }
 
 /// The rendered config of an iopace target; None means the embedded default.
