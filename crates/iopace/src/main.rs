@@ -272,7 +272,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if check {
-        return match server::exports::Catalog::check(&loaded) {
+        let checked = server::exports::Catalog::check(&loaded).and_then(|_| loaded.tls_config());
+        return match checked {
             Ok(_) => {
                 println!("{:#}", loaded.to_json());
                 ExitCode::SUCCESS
@@ -301,7 +302,12 @@ fn serve(args: ServeArgs) -> ExitCode {
 fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result<(), String> {
     let server = &mut loaded.config.server;
     if !args.tcp.is_empty() {
-        server.tcp = args.tcp.into_iter().filter(|s| !is_none(s)).collect();
+        server.tcp = args
+            .tcp
+            .into_iter()
+            .filter(|s| !is_none(s))
+            .map(server::config::TcpListenerConfig::Addr)
+            .collect();
     }
     if !args.unix.is_empty() {
         server.unix = args
@@ -320,8 +326,8 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
     if let Some(n) = args.reactors {
         server.reactors = n;
     }
-    for addr in &server.tcp {
-        server::config::check_tcp_address(addr).map_err(|e| format!("--tcp: {e}"))?;
+    for listener in &server.tcp {
+        server::config::check_tcp_address(listener.addr()).map_err(|e| format!("--tcp: {e}"))?;
     }
     let max = server::bounds::MAX_REACTORS;
     if server.reactors > max {

@@ -130,6 +130,16 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
             vec!["--check"],
             "c.toml:9: field `cost.n.rbps`",
         ),
+        (
+            format!("{NULL_EXPORT}[tls]\ncert = \"/nonexistent.pem\"\nkey = \"/nonexistent.key\"\n"),
+            vec!["--check"],
+            "c.toml:9: field `tls.cert`",
+        ),
+        (
+            format!("[server]\ntls = \"require\"\n{NULL_EXPORT}"),
+            vec!["--check"],
+            "c.toml:2: field `server.tls`",
+        ),
     ] {
         let out = serve_once(&args, &config, dir.path());
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -24,6 +24,25 @@ pub enum HandshakeStatus {
     Done(Negotiated),
     /// The client aborted or broke the protocol: send the output, then close.
     Closed,
+    /// STARTTLS was acknowledged: send the output, run the TLS handshake,
+    /// then call [`Handshake::tls_started`]. Bytes the client sent before
+    /// the TLS handshake are a protocol violation.
+    StartTls,
+}
+
+/// Where a handshake stands with TLS (NBD_OPT_STARTTLS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tls {
+    /// The listener has no TLS: STARTTLS is unsupported.
+    Off,
+    /// STARTTLS is accepted; every option works without it too.
+    Offered,
+    /// Every option but STARTTLS and ABORT is refused with ERR_TLS_REQD
+    /// (the spec's "TLS-only" server); EXPORT_NAME, which has no error
+    /// reply, closes the connection.
+    Required,
+    /// TLS is up: another STARTTLS is invalid.
+    Active,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +61,7 @@ pub struct Handshake {
     out: Vec<u8>,
     stage: Stage,
     status: HandshakeStatus,
+    tls: Tls,
     no_zeroes: bool,
     structured: bool,
     /// Export for which base:allocation was selected by the last SET_META_CONTEXT.
@@ -82,14 +102,54 @@ impl Handshake {
             out,
             stage: Stage::ClientFlags,
             status: HandshakeStatus::Negotiating,
+            tls: Tls::Off,
             no_zeroes: false,
             structured: false,
             meta_export: None,
         }
     }
 
+    /// The same handshake with STARTTLS handled as `tls` says.
+    pub fn with_tls(mut self, tls: Tls) -> Handshake {
+        self.tls = tls;
+        self
+    }
+
+    pub fn tls(&self) -> Tls {
+        self.tls
+    }
+
+    /// The TLS session is up after [`HandshakeStatus::StartTls`]: options go on.
+    pub fn tls_started(&mut self) {
+        debug_assert_eq!(self.status, HandshakeStatus::StartTls);
+        self.status = HandshakeStatus::Negotiating;
+        self.tls = Tls::Active;
+        // Nothing said in plaintext carries over into the TLS session.
+        self.structured = false;
+        self.meta_export = None;
+    }
+
     pub fn status(&self) -> &HandshakeStatus {
         &self.status
+    }
+
+    /// How many bytes, counting the `buffered` ones, the next whole client
+    /// message needs; a driver that reads exactly this much never reads past
+    /// the handshake.
+    pub fn wanted(&self, buffered: &[u8]) -> usize {
+        match self.stage {
+            Stage::ClientFlags => 4,
+            Stage::Skip(left) => left.min(u64::from(MAX_OPTION_LEN)) as usize,
+            Stage::Options if buffered.len() < 16 => 16,
+            Stage::Options => {
+                let len = be32(buffered, 12);
+                if len > MAX_OPTION_LEN {
+                    16
+                } else {
+                    16 + len as usize
+                }
+            }
+        }
     }
 
     /// Bytes the driver must send, in order.
@@ -188,7 +248,40 @@ impl Handshake {
         }
     }
 
+    /// STARTTLS, and every option while TLS is required but not yet up;
+    /// returns whether the option was handled here.
+    fn tls_option(&mut self, opt: u32, data: &[u8]) -> bool {
+        match (self.tls, opt) {
+            (Tls::Off, _) | (Tls::Offered | Tls::Active, OPT_ABORT) => false,
+            (Tls::Offered | Tls::Required, OPT_STARTTLS) if !data.is_empty() => {
+                self.reply(opt, REP_ERR_INVALID, b"STARTTLS takes no data");
+                true
+            }
+            (Tls::Offered | Tls::Required, OPT_STARTTLS) => {
+                self.reply(opt, REP_ACK, &[]);
+                self.status = HandshakeStatus::StartTls;
+                true
+            }
+            (Tls::Active, OPT_STARTTLS) => {
+                self.reply(opt, REP_ERR_INVALID, b"TLS is already up");
+                true
+            }
+            (Tls::Required, OPT_ABORT) | (Tls::Offered | Tls::Active, _) => false,
+            (Tls::Required, OPT_EXPORT_NAME) => {
+                self.status = HandshakeStatus::Closed;
+                true
+            }
+            (Tls::Required, _) => {
+                self.reply(opt, REP_ERR_TLS_REQD, b"start TLS first (NBD_OPT_STARTTLS)");
+                true
+            }
+        }
+    }
+
     fn option(&mut self, opt: u32, data: &[u8]) {
+        if self.tls_option(opt, data) {
+            return;
+        }
         match opt {
             OPT_EXPORT_NAME => {
                 let idx = std::str::from_utf8(data).ok().and_then(|n| self.find(n));
@@ -404,6 +497,66 @@ mod tests {
 
     fn client(flags: u32) -> Vec<u8> {
         flags.to_be_bytes().to_vec()
+    }
+
+    #[test]
+    fn tls_required_refuses_options_until_starttls() {
+        let mut h = Handshake::new(exports(), Some(0)).with_tls(Tls::Required);
+        let _ = h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(OPT_LIST, &[]));
+        input.extend(option(OPT_GO, &go_data("default", &[])));
+        input.extend(option(OPT_STARTTLS, &[]));
+        let after = option(OPT_GO, &go_data("default", &[]));
+        input.extend(&after);
+        let used = h.feed(&input);
+        assert_eq!(
+            used,
+            input.len() - after.len(),
+            "nothing read past STARTTLS"
+        );
+        assert_eq!(*h.status(), HandshakeStatus::StartTls);
+        let r = replies(&h.take_output());
+        let types: Vec<u32> = r.iter().map(|x| x.1).collect();
+        assert_eq!(types, [REP_ERR_TLS_REQD, REP_ERR_TLS_REQD, REP_ACK]);
+        h.tls_started();
+        assert_eq!(h.feed(&after), after.len());
+        assert!(matches!(h.status(), HandshakeStatus::Done(_)));
+    }
+
+    #[test]
+    fn starttls_twice_or_when_off() {
+        let mut h = Handshake::new(exports(), Some(0)).with_tls(Tls::Active);
+        let _ = h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(OPT_STARTTLS, &[]));
+        h.feed(&input);
+        assert_eq!(replies(&h.take_output())[0].1, REP_ERR_INVALID);
+        let mut h = Handshake::new(exports(), Some(0));
+        let _ = h.take_output();
+        h.feed(&input);
+        assert_eq!(replies(&h.take_output())[0].1, REP_ERR_UNSUP);
+        assert_eq!(*h.status(), HandshakeStatus::Negotiating);
+    }
+
+    #[test]
+    fn tls_required_export_name_closes() {
+        let mut h = Handshake::new(exports(), Some(0)).with_tls(Tls::Required);
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(OPT_EXPORT_NAME, b"default"));
+        h.feed(&input);
+        assert_eq!(*h.status(), HandshakeStatus::Closed);
+    }
+
+    #[test]
+    fn wanted_never_reads_past_a_message() {
+        let h = Handshake::new(exports(), Some(0));
+        assert_eq!(h.wanted(&[]), 4);
+        let mut h = Handshake::new(exports(), Some(0));
+        h.feed(&client(FLAG_C_FIXED_NEWSTYLE));
+        let opt = option(OPT_LIST, b"abc");
+        assert_eq!(h.wanted(&opt[..3]), 16);
+        assert_eq!(h.wanted(&opt[..16]), 19);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
@@ -11,6 +12,7 @@ use std::io::Read as _;
 use bdev::{BdevSpec, ByteSize};
 
 use crate::bounds;
+use crate::tls::{TlsConfig, TlsMode};
 use pace::pacer::{CostModel, PacingConfig, QosConfig};
 use serde::Deserialize;
 
@@ -47,6 +49,9 @@ pub struct Config {
     /// take their model's entry from it.
     #[serde(default)]
     pub cost_db: Option<PathBuf>,
+    /// Certificates for TCP listeners with TLS.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -55,8 +60,12 @@ pub struct ServerConfig {
     /// Reactor threads, one per core. 0 means one per available CPU.
     #[serde(default)]
     pub reactors: usize,
+    /// TCP listeners: "ADDR:PORT", or { addr = "ADDR:PORT", tls = "require" }.
     #[serde(default = "default_tcp")]
-    pub tcp: Vec<String>,
+    pub tcp: Vec<TcpListenerConfig>,
+    /// TLS mode of the TCP listeners that do not name one (needs `[tls]`).
+    #[serde(default)]
+    pub tls: TlsMode,
     #[serde(default = "default_unix")]
     pub unix: Vec<PathBuf>,
     /// Admin JSON-RPC socket; empty disables it.
@@ -82,8 +91,36 @@ pub struct ServerConfig {
     pub payload_timeout_s: u64,
 }
 
-fn default_tcp() -> Vec<String> {
-    vec!["127.0.0.1:10809".into()]
+fn default_tcp() -> Vec<TcpListenerConfig> {
+    vec![TcpListenerConfig::Addr("127.0.0.1:10809".into())]
+}
+
+/// One TCP listener: an address, or an address with its own TLS mode.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(untagged)]
+pub enum TcpListenerConfig {
+    Addr(String),
+    Listener {
+        addr: String,
+        #[serde(default)]
+        tls: Option<TlsMode>,
+    },
+}
+
+impl TcpListenerConfig {
+    pub fn addr(&self) -> &str {
+        match self {
+            TcpListenerConfig::Addr(a) | TcpListenerConfig::Listener { addr: a, .. } => a,
+        }
+    }
+
+    /// This listener's TLS mode, `default` when it names none.
+    pub fn tls(&self, default: TlsMode) -> TlsMode {
+        match self {
+            TcpListenerConfig::Listener { tls: Some(t), .. } => *t,
+            _ => default,
+        }
+    }
 }
 fn default_unix() -> Vec<PathBuf> {
     vec![PathBuf::from("/tmp/iopace.sock")]
@@ -119,6 +156,7 @@ impl Default for ServerConfig {
         ServerConfig {
             reactors: 0,
             tcp: default_tcp(),
+            tls: TlsMode::Off,
             unix: default_unix(),
             rpc: default_rpc(),
             max_requests_per_reactor: default_max_requests(),
@@ -282,9 +320,10 @@ impl LoadedConfig {
         ] {
             bounds::in_range(name, value, 1, MAX_CONN_TIMEOUT_S).map_err(field)?;
         }
-        for addr in &s.tcp {
-            check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "tcp", m))?;
+        for listener in &s.tcp {
+            check_tcp_address(listener.addr()).map_err(|m| self.error_at("server", 0, "tcp", m))?;
         }
+        self.validate_tls()?;
         if let Some(addr) = &s.metrics {
             check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "metrics", m))?;
         }
@@ -297,6 +336,30 @@ impl LoadedConfig {
             ));
         }
         Ok(())
+    }
+
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let s = &self.config.server;
+        let wants_tls = s.tcp.iter().any(|l| l.tls(s.tls) != TlsMode::Off);
+        match &self.config.tls {
+            None if wants_tls => Err(self.error_at(
+                "server",
+                0,
+                "tls",
+                "a TLS listener needs a [tls] table with cert and key".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The rustls configuration of `[tls]`, with its files read and checked.
+    pub fn tls_config(&self) -> Result<Option<Arc<rustls::ServerConfig>>, ConfigError> {
+        let Some(t) = &self.config.tls else {
+            return Ok(None);
+        };
+        crate::tls::server_config(t)
+            .map(Some)
+            .map_err(|(field, m)| self.error_at("tls", 0, field, m))
     }
 
     fn validate_buffers(&self) -> Result<(), ConfigError> {
@@ -404,6 +467,7 @@ impl LoadedConfig {
         json["server"] = serde_json::json!({
             "reactors": s.reactors,
             "tcp": s.tcp,
+            "tls": s.tls,
             "unix": s.unix,
             "rpc": s.rpc,
             "max_requests_per_reactor": s.max_requests_per_reactor,

@@ -1,5 +1,6 @@
 //! The iopace target: config, io_uring reactors, connections, admin RPC.
 
+mod acceptor;
 pub mod bounds;
 pub mod config;
 pub mod cost_db;
@@ -12,6 +13,7 @@ pub mod rpc;
 pub mod server;
 mod sockets;
 pub mod stats;
+pub mod tls;
 
 pub use config::{Config, ConfigError, LoadedConfig};
 pub use server::{serve, ServeError};

@@ -24,6 +24,9 @@ use crate::stats::ReactorStats;
 /// Messages from other threads, delivered through the inbox and an eventfd.
 pub enum Msg {
     NewConn(OwnedFd),
+    /// A connection whose handshake began elsewhere (a TLS listener's
+    /// thread): resume it. The fd is plaintext (a TLS relay's socketpair end).
+    Resume(OwnedFd, Box<proto::Handshake>),
     Stats(mpsc::Sender<ReactorStats>),
     SetPacing(PacingConfig),
     Shutdown,
@@ -417,7 +420,8 @@ impl Reactor {
         };
         for msg in msgs {
             match msg {
-                Msg::NewConn(fd) => self.add_conn(fd),
+                Msg::NewConn(fd) => self.add_conn(fd, None),
+                Msg::Resume(fd, hs) => self.add_conn(fd, Some(hs)),
                 Msg::Stats(reply) => {
                     let snapshot = self.engine.snapshot(self.now);
                     let _ = reply.send(snapshot);
@@ -428,8 +432,8 @@ impl Reactor {
         }
     }
 
-    fn add_conn(&mut self, fd: OwnedFd) {
-        let Some(conn) = self.engine.accept(self.now, None) else {
+    fn add_conn(&mut self, fd: OwnedFd, handshake: Option<Box<proto::Handshake>>) {
+        let Some(conn) = self.engine.accept(self.now, handshake) else {
             // Draining: dropping the fd closes it.
             self.handle.conns.fetch_sub(1, Ordering::Relaxed);
             return;

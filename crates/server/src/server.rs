@@ -1,10 +1,7 @@
 //! `iopace serve`: builds the catalog and pool, starts reactors, listeners and
 //! the admin socket, and drains everything on SIGINT/SIGTERM.
 
-use std::net::TcpListener;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::net::UnixListener;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -12,6 +9,7 @@ use std::time::{Duration, Instant};
 use pace::pacer::{DeviceOps, DeviceQos, LinkWindow, TenantClock};
 use pace::pool::{PoolConfig, SharedPool};
 
+use crate::acceptor::{self, Acceptors};
 use crate::config::{ConfigError, LoadedConfig};
 use crate::engine::Timeouts;
 use crate::exports::Catalog;
@@ -36,40 +34,8 @@ impl std::fmt::Display for ServeError {
     }
 }
 
-fn runtime(what: impl std::fmt::Display) -> ServeError {
+pub(crate) fn runtime(what: impl std::fmt::Display) -> ServeError {
     ServeError::Runtime(what.to_string())
-}
-
-enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
-}
-
-impl Listener {
-    fn raw_fd(&self) -> i32 {
-        match self {
-            Listener::Tcp(l) => l.as_raw_fd(),
-            Listener::Unix(l) => l.as_raw_fd(),
-        }
-    }
-
-    /// Accepts one connection; returns it with a description of its peer.
-    fn accept(&self) -> std::io::Result<(OwnedFd, String)> {
-        match self {
-            Listener::Tcp(l) => {
-                let (s, peer) = l.accept()?;
-                // Replies are batched per loop already; Nagle would only add latency.
-                s.set_nodelay(true)?;
-                Ok((s.into(), peer.to_string()))
-            }
-            Listener::Unix(l) => {
-                let (s, _) = l.accept()?;
-                let peer = crate::sockets::peer_uid(&s)
-                    .map_or_else(|_| "unix".into(), |uid| format!("unix uid {uid}"));
-                Ok((s.into(), peer))
-            }
-        }
-    }
 }
 
 /// Signals the main thread waits for; blocked in every thread so only sigwait sees them.
@@ -83,35 +49,6 @@ fn blocked_signals() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGHUP);
         set
     }
-}
-
-/// Binds every configured listener; the Unix socket files go into `files`.
-fn bind_listeners(
-    cfg: &crate::config::ServerConfig,
-    files: &mut SocketFiles,
-) -> Result<Vec<Listener>, ServeError> {
-    let mut listeners = Vec::new();
-    for addr in &cfg.tcp {
-        let l = TcpListener::bind(addr)
-            .map_err(|e| runtime(format!("cannot listen on tcp {addr}: {e}")))?;
-        tracing::info!(
-            "listening on tcp {}",
-            l.local_addr().map_or(addr.clone(), |a| a.to_string())
-        );
-        listeners.push(Listener::Tcp(l));
-    }
-    for path in &cfg.unix {
-        let l = crate::sockets::bind(path).map_err(|e| {
-            runtime(format!(
-                "cannot listen on unix socket {}: {e}",
-                path.display()
-            ))
-        })?;
-        files.add(path);
-        tracing::info!("listening on unix {}", path.display());
-        listeners.push(Listener::Unix(l));
-    }
-    Ok(listeners)
 }
 
 /// The reactor threads and their handles.
@@ -232,113 +169,6 @@ fn spawn_reactor(
     Ok((handle, thread))
 }
 
-/// A warning repeated at most once per interval, with a count of the ones held back.
-struct RateLimitedWarning {
-    interval: Duration,
-    last: Option<Instant>,
-    held_back: u64,
-}
-
-impl RateLimitedWarning {
-    fn new(interval: Duration) -> Self {
-        RateLimitedWarning {
-            interval,
-            last: None,
-            held_back: 0,
-        }
-    }
-
-    fn warn(&mut self, what: &str, error: &std::io::Error) {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < self.interval)
-        {
-            self.held_back += 1;
-            return;
-        }
-        tracing::warn!(repeated = self.held_back, "{what}: {error}");
-        self.last = Some(now);
-        self.held_back = 0;
-    }
-}
-
-/// The reactor with the fewest live connections, ties broken round-robin:
-/// clients that open a probe connection before the real one still spread out.
-fn pick_reactor(handles: &[Arc<ReactorHandle>], next: &AtomicUsize) -> usize {
-    let start = next.fetch_add(1, Ordering::Relaxed);
-    let n = handles.len();
-    (0..n)
-        .map(|k| (start + k) % n)
-        .min_by_key(|&r| handles[r].conns.load(Ordering::Relaxed))
-        .unwrap_or(0)
-}
-
-fn accept_loop(
-    listener: &Listener,
-    handles: &[Arc<ReactorHandle>],
-    next: &AtomicUsize,
-    stopping: &AtomicBool,
-) {
-    let mut warning = RateLimitedWarning::new(Duration::from_secs(10));
-    loop {
-        let accepted = listener.accept();
-        if stopping.load(Ordering::Relaxed) {
-            return;
-        }
-        match accepted {
-            Ok((fd, peer)) => {
-                let r = pick_reactor(handles, next);
-                tracing::info!(%peer, reactor = r, "accepted a connection");
-                handles[r].conns.fetch_add(1, Ordering::Relaxed);
-                handles[r].send(Msg::NewConn(fd));
-            }
-            Err(e) => {
-                warning.warn("accept", &e);
-                // Out of descriptors (EMFILE): give connections time to close.
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-}
-
-fn start_acceptors(
-    listeners: &Arc<Vec<Listener>>,
-    handles: &[Arc<ReactorHandle>],
-    stopping: &Arc<AtomicBool>,
-) -> Result<Vec<JoinHandle<()>>, ServeError> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut acceptors = Vec::new();
-    for i in 0..listeners.len() {
-        let (mine, handles) = (listeners.clone(), handles.to_vec());
-        let (next, stop) = (next.clone(), stopping.clone());
-        let spawned = std::thread::Builder::new()
-            .name("iopace-accept".into())
-            .spawn(move || accept_loop(&mine[i], &handles, &next, &stop));
-        match spawned {
-            Ok(t) => acceptors.push(t),
-            Err(e) => {
-                stop_acceptors(listeners, stopping, acceptors);
-                return Err(runtime(format!("spawn acceptor: {e}")));
-            }
-        }
-    }
-    Ok(acceptors)
-}
-
-fn stop_acceptors(listeners: &[Listener], stopping: &AtomicBool, acceptors: Vec<JoinHandle<()>>) {
-    stopping.store(true, Ordering::Relaxed);
-    for l in listeners {
-        // SAFETY: wakes the blocked accept() on our own listening socket.
-        unsafe {
-            libc::shutdown(l.raw_fd(), libc::SHUT_RDWR);
-        }
-    }
-    for a in acceptors {
-        let _ = a.join();
-    }
-}
-
 /// Waits for SIGINT or SIGTERM; SIGHUP reloads the config meanwhile.
 fn wait_for_stop(set: &libc::sigset_t, loaded: &LoadedConfig, rpc_state: &rpc::RpcState) {
     loop {
@@ -396,7 +226,8 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     .map_err(|e| runtime(format!("cannot allocate the buffer pool: {e}")))?;
     // Dropped on every return: a failed start leaves no socket file behind.
     let mut files = SocketFiles::default();
-    let listeners = Arc::new(bind_listeners(&cfg.server, &mut files)?);
+    let tls = loaded.tls_config().map_err(ServeError::Config)?;
+    let listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
     let reactors = start_reactors(&loaded, &catalog, &pool)?;
     let rpc_state = Arc::new(rpc::RpcState::new(
         reactors.handles.clone(),
@@ -407,8 +238,8 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         reactors.stop();
         return Err(e);
     }
-    let stopping = Arc::new(AtomicBool::new(false));
-    let acceptors = match start_acceptors(&listeners, &reactors.handles, &stopping) {
+    let acceptors = Acceptors::new(listeners, reactors.handles.clone(), catalog.clone(), tls);
+    let accept_threads = match acceptor::start(&acceptors) {
         Ok(a) => a,
         Err(e) => {
             reactors.stop();
@@ -421,7 +252,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         "iopace serving"
     );
     wait_for_stop(&set, &loaded, &rpc_state);
-    stop_acceptors(&listeners, &stopping, acceptors);
+    acceptor::stop(&acceptors, accept_threads);
     reactors.stop();
     if let Err(e) = catalog.bdevs.flush_all_sync() {
         tracing::error!("flushing file bdevs at shutdown: {e}");

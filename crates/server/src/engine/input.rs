@@ -118,7 +118,8 @@ impl Engine {
                 c.input = Input::Headers;
                 Step::Again
             }
-            HandshakeStatus::Closed => {
+            // STARTTLS is answered only on a TLS listener's thread, never here.
+            HandshakeStatus::Closed | HandshakeStatus::StartTls => {
                 c.input = Input::Ended;
                 Step::Stop
             }

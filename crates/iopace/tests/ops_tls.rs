@@ -1,0 +1,155 @@
+//! TLS (NBD_OPT_STARTTLS) with real clients: libnbd's nbdinfo and qemu-img
+//! with X.509 certificates made here by openssl; a client without the right
+//! certificate, or without TLS on a `require` listener, is refused.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::*;
+
+const BUFFERS: &str = "num_shared_buffers = 256\nbuf_cache_size = 8";
+
+/// A CA, a server certificate for 127.0.0.1/localhost and a client
+/// certificate, in the file names GnuTLS clients (libnbd, qemu) look for.
+fn make_certs(dir: &Path) {
+    require("openssl", "openssl");
+    let script = r#"set -e
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca-cert.pem -days 2 -subj "/CN=iopace test CA" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr -subj "/CN=localhost"
+printf "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n" > server.ext
+openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out server-cert.pem -days 2 -extfile server.ext
+openssl req -newkey rsa:2048 -nodes -keyout client-key.pem -out client.csr -subj "/CN=client1"
+printf "extendedKeyUsage=clientAuth\n" > client.ext
+openssl x509 -req -in client.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out client-cert.pem -days 2 -extfile client.ext
+mkdir nocert && cp ca-cert.pem nocert/
+"#;
+    run(
+        Command::new("sh").arg("-c").arg(script).current_dir(dir),
+        Duration::from_secs(60),
+    );
+}
+
+fn tls_server(mode: &str, certs: &Path) -> Server {
+    let tls = format!(
+        "\n[tls]\ncert = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nca = \"{0}/ca-cert.pem\"\n",
+        certs.display()
+    );
+    Server::start_full(
+        &format!("tls = \"{mode}\""),
+        &format!("{MALLOC_EXPORTS}{tls}"),
+        BUFFERS,
+    )
+}
+
+fn nbdinfo(uri: &str) -> Output {
+    Command::new("timeout")
+        .args(["20", "nbdinfo", uri])
+        .output()
+        .expect("run nbdinfo")
+}
+
+#[test]
+fn libnbd_and_qemu_connect_with_tls_and_others_are_refused() {
+    require("nbdinfo", "libnbd-bin");
+    require("qemu-img", "qemu-utils");
+    let certs = tempfile::tempdir().expect("tempdir");
+    make_certs(certs.path());
+    let server = tls_server("require", certs.path());
+    let nbds = format!(
+        "nbds://127.0.0.1:{}/default?tls-certificates={}",
+        server.port,
+        certs.path().display()
+    );
+    let out = nbdinfo(&nbds);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("with TLS"), "{text}");
+
+    // No TLS on a `require` listener: every option is refused.
+    assert!(!nbdinfo(&server.tcp_uri("default")).status.success());
+    // TLS without a client certificate signed by the CA.
+    let nocert = format!(
+        "nbds://127.0.0.1:{}/default?tls-certificates={}/nocert",
+        server.port,
+        certs.path().display()
+    );
+    assert!(!nbdinfo(&nocert).status.success());
+
+    // qemu-img writes 4 MiB through TLS and reads them back.
+    let data = certs.path().join("data.raw");
+    random_file(&data, 4 << 20, 13);
+    let object = format!(
+        "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+        certs.path().display()
+    );
+    let target = format!(
+        "driver=nbd,host=127.0.0.1,port={},export=default,tls-creds=tls0",
+        server.port
+    );
+    run(
+        Command::new("qemu-img")
+            .args(["convert", "-n", "--object", &object, "-f", "raw"])
+            .arg(&data)
+            .args(["--target-image-opts", &target]),
+        Duration::from_secs(60),
+    );
+    let back = certs.path().join("back.raw");
+    run(
+        Command::new("qemu-img")
+            .args([
+                "convert",
+                "--object",
+                &object,
+                "--image-opts",
+                &target,
+                "-O",
+                "raw",
+            ])
+            .arg(&back),
+        Duration::from_secs(60),
+    );
+    let back = std::fs::read(&back).expect("read back");
+    assert_eq!(&back[..4 << 20], &std::fs::read(&data).expect("data")[..]);
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("TLS session up"), "{log}");
+    assert!(log.contains("TLS handshake failed"), "{log}");
+}
+
+#[test]
+fn require_answers_options_with_tls_reqd_and_on_serves_plaintext() {
+    require("nbdinfo", "libnbd-bin");
+    let certs = tempfile::tempdir().expect("tempdir");
+    make_certs(certs.path());
+    let server = tls_server("require", certs.path());
+    let s = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut c = RawClient { s };
+    c.greet();
+    c.option(3, &[]); // NBD_OPT_LIST
+    let (opt, typ, _) = c.option_reply();
+    assert_eq!((opt, typ), (3, 0x8000_0005), "NBD_REP_ERR_TLS_REQD");
+    c.option(5, &[]); // NBD_OPT_STARTTLS
+    let (opt, typ, _) = c.option_reply();
+    assert_eq!((opt, typ), (5, 1), "STARTTLS acknowledged");
+    drop(c);
+    drop(server);
+
+    let server = tls_server("on", certs.path());
+    assert!(nbdinfo(&server.tcp_uri("default")).status.success());
+    let nbds = format!(
+        "nbds://127.0.0.1:{}/default?tls-certificates={}",
+        server.port,
+        certs.path().display()
+    );
+    assert!(nbdinfo(&nbds).status.success());
+    roundtrip_ok(&server);
+}

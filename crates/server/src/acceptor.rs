@@ -1,0 +1,238 @@
+//! Listeners and their accept threads: each accepted connection goes to the
+//! least-loaded reactor, straight away or (TLS listeners) through a thread
+//! that negotiates STARTTLS and then relays (see [`crate::tls`]).
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use proto::Handshake;
+
+use crate::config::ServerConfig;
+use crate::exports::Catalog;
+use crate::reactor::{Msg, ReactorHandle};
+use crate::server::{runtime, ServeError};
+use crate::sockets::SocketFiles;
+use crate::tls::TlsMode;
+
+pub enum Listener {
+    Tcp(TcpListener, TlsMode),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    fn raw_fd(&self) -> i32 {
+        match self {
+            Listener::Tcp(l, _) => l.as_raw_fd(),
+            Listener::Unix(l) => l.as_raw_fd(),
+        }
+    }
+
+    fn tls(&self) -> TlsMode {
+        match self {
+            Listener::Tcp(_, mode) => *mode,
+            Listener::Unix(_) => TlsMode::Off,
+        }
+    }
+
+    /// Accepts one connection; returns it with a description of its peer.
+    fn accept(&self) -> std::io::Result<(OwnedFd, String)> {
+        match self {
+            Listener::Tcp(l, _) => {
+                let (s, peer) = l.accept()?;
+                // Replies are batched per loop already; Nagle would only add latency.
+                s.set_nodelay(true)?;
+                Ok((s.into(), peer.to_string()))
+            }
+            Listener::Unix(l) => {
+                let (s, _) = l.accept()?;
+                let peer = crate::sockets::peer_uid(&s)
+                    .map_or_else(|_| "unix".into(), |uid| format!("unix uid {uid}"));
+                Ok((s.into(), peer))
+            }
+        }
+    }
+}
+
+/// Binds every configured listener; the Unix socket files go into `files`.
+pub fn bind_listeners(
+    cfg: &ServerConfig,
+    files: &mut SocketFiles,
+) -> Result<Vec<Listener>, ServeError> {
+    let mut listeners = Vec::new();
+    for listener in &cfg.tcp {
+        let addr = listener.addr();
+        let l = TcpListener::bind(addr)
+            .map_err(|e| runtime(format!("cannot listen on tcp {addr}: {e}")))?;
+        let tls = listener.tls(cfg.tls);
+        tracing::info!(
+            ?tls,
+            "listening on tcp {}",
+            l.local_addr().map_or(addr.to_string(), |a| a.to_string())
+        );
+        listeners.push(Listener::Tcp(l, tls));
+    }
+    for path in &cfg.unix {
+        let l = crate::sockets::bind(path).map_err(|e| {
+            runtime(format!(
+                "cannot listen on unix socket {}: {e}",
+                path.display()
+            ))
+        })?;
+        files.add(path);
+        tracing::info!("listening on unix {}", path.display());
+        listeners.push(Listener::Unix(l));
+    }
+    Ok(listeners)
+}
+
+/// A warning repeated at most once per interval, with a count of the ones held back.
+struct RateLimitedWarning {
+    interval: Duration,
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+impl RateLimitedWarning {
+    fn new(interval: Duration) -> Self {
+        RateLimitedWarning {
+            interval,
+            last: None,
+            held_back: 0,
+        }
+    }
+
+    fn warn(&mut self, what: &str, error: &std::io::Error) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < self.interval)
+        {
+            self.held_back += 1;
+            return;
+        }
+        tracing::warn!(repeated = self.held_back, "{what}: {error}");
+        self.last = Some(now);
+        self.held_back = 0;
+    }
+}
+
+/// What every accept thread shares.
+pub struct Acceptors {
+    pub listeners: Arc<Vec<Listener>>,
+    pub handles: Vec<Arc<ReactorHandle>>,
+    pub catalog: Arc<Catalog>,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    next: AtomicUsize,
+    stopping: AtomicBool,
+}
+
+impl Acceptors {
+    pub fn new(
+        listeners: Vec<Listener>,
+        handles: Vec<Arc<ReactorHandle>>,
+        catalog: Arc<Catalog>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Arc<Acceptors> {
+        Arc::new(Acceptors {
+            listeners: Arc::new(listeners),
+            handles,
+            catalog,
+            tls,
+            next: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// The reactor with the fewest live connections, ties broken round-robin:
+    /// clients that open a probe connection before the real one still spread out.
+    fn pick_reactor(&self) -> &Arc<ReactorHandle> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = self.handles.len();
+        let r = (0..n)
+            .map(|k| (start + k) % n)
+            .min_by_key(|&r| self.handles[r].conns.load(Ordering::Relaxed))
+            .unwrap_or(0);
+        &self.handles[r]
+    }
+
+    fn accept_loop(&self, listener: &Listener) {
+        let mut warning = RateLimitedWarning::new(Duration::from_secs(10));
+        loop {
+            let accepted = listener.accept();
+            if self.stopping.load(Ordering::Relaxed) {
+                return;
+            }
+            match accepted {
+                Ok((fd, peer)) => self.dispatch(fd, peer, listener.tls()),
+                Err(e) => {
+                    warning.warn("accept", &e);
+                    // Out of descriptors (EMFILE): give connections time to close.
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    fn dispatch(&self, fd: OwnedFd, peer: String, tls: TlsMode) {
+        let reactor = self.pick_reactor().clone();
+        tracing::info!(%peer, ?tls, "accepted a connection");
+        let config = match (&self.tls, tls) {
+            (Some(config), TlsMode::On | TlsMode::Require) => config.clone(),
+            _ => {
+                reactor.conns.fetch_add(1, Ordering::Relaxed);
+                reactor.send(Msg::NewConn(fd));
+                return;
+            }
+        };
+        let c = &self.catalog;
+        let hs = Handshake::new(c.infos.clone(), c.default_export).with_tls(tls.handshake_tls());
+        let hand_off: crate::tls::HandOff = Box::new(move |fd, hs| {
+            reactor.conns.fetch_add(1, Ordering::Relaxed);
+            reactor.send(Msg::Resume(fd, Box::new(hs)));
+        });
+        let spawned = std::thread::Builder::new()
+            .name("iopace-tls".into())
+            .spawn(move || {
+                crate::tls::serve_connection(TcpStream::from(fd), &peer, hs, config, hand_off)
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("no thread for a TLS connection: {e}");
+        }
+    }
+}
+
+pub fn start(acceptors: &Arc<Acceptors>) -> Result<Vec<JoinHandle<()>>, ServeError> {
+    let mut threads = Vec::new();
+    for i in 0..acceptors.listeners.len() {
+        let mine = acceptors.clone();
+        let spawned = std::thread::Builder::new()
+            .name("iopace-accept".into())
+            .spawn(move || mine.accept_loop(&mine.listeners[i]));
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                stop(acceptors, threads);
+                return Err(runtime(format!("spawn acceptor: {e}")));
+            }
+        }
+    }
+    Ok(threads)
+}
+
+pub fn stop(acceptors: &Acceptors, threads: Vec<JoinHandle<()>>) {
+    acceptors.stopping.store(true, Ordering::Relaxed);
+    for l in acceptors.listeners.iter() {
+        // SAFETY: wakes the blocked accept() on our own listening socket.
+        unsafe {
+            libc::shutdown(l.raw_fd(), libc::SHUT_RDWR);
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+}

@@ -1,0 +1,358 @@
+//! TLS (NBD_OPT_STARTTLS) for TCP listeners with `tls = "on"` or `"require"`.
+//!
+//! The reactors only ever see plaintext: a connection from a TLS listener is
+//! negotiated on its own thread with the same sans-IO [`Handshake`] until
+//! STARTTLS (or, when TLS is optional and the client never asks, until the
+//! export is chosen). After the TLS handshake that thread becomes a relay
+//! between the TLS socket and one end of a socketpair; the reactor gets the
+//! other end with the handshake to resume. This costs one copy through the
+//! socketpair in each direction on top of rustls's own; kTLS would avoid it
+//! where the kernel has it (CONFIG_TLS), which this machine does not.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::{Handshake, HandshakeStatus};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ServerConfig, ServerConnection};
+use serde::{Deserialize, Serialize};
+
+/// `[tls]`: the server's certificate and how clients are verified.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, the server's own certificate first.
+    pub cert: String,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: String,
+    /// PEM CA certificates that sign client certificates.
+    #[serde(default)]
+    pub ca: Option<String>,
+    /// Client certificates: "none", "optional" or "require" (default:
+    /// "require" when `ca` is given, else "none").
+    #[serde(default)]
+    pub client_certs: Option<ClientCerts>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientCerts {
+    None,
+    Optional,
+    Require,
+}
+
+/// A listener's TLS mode, as nbdkit's `--tls`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    #[default]
+    Off,
+    On,
+    Require,
+}
+
+impl TlsMode {
+    /// How the handshake treats STARTTLS on such a listener.
+    pub fn handshake_tls(self) -> proto::Tls {
+        match self {
+            TlsMode::Off => proto::Tls::Off,
+            TlsMode::On => proto::Tls::Offered,
+            TlsMode::Require => proto::Tls::Required,
+        }
+    }
+}
+
+fn read_pem(path: &str) -> Result<Vec<u8>, (&'static str, String)> {
+    std::fs::read(Path::new(path)).map_err(|e| ("", format!("{path}: {e}")))
+}
+
+/// Builds the rustls server configuration; an error names the `[tls]` field.
+pub fn server_config(c: &TlsConfig) -> Result<Arc<ServerConfig>, (&'static str, String)> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let pem = read_pem(&c.cert).map_err(|(_, m)| ("cert", m))?;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut pem.as_slice())
+        .collect::<Result<_, _>>()
+        .map_err(|e| ("cert", format!("{}: {e}", c.cert)))?;
+    if certs.is_empty() {
+        return Err(("cert", format!("{}: no PEM certificate in it", c.cert)));
+    }
+    let pem = read_pem(&c.key).map_err(|(_, m)| ("key", m))?;
+    let key = rustls_pemfile::private_key(&mut pem.as_slice())
+        .map_err(|e| ("key", format!("{}: {e}", c.key)))?
+        .ok_or_else(|| ("key", format!("{}: no PEM private key in it", c.key)))?;
+    let mode = c.client_certs.unwrap_or(if c.ca.is_some() {
+        ClientCerts::Require
+    } else {
+        ClientCerts::None
+    });
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ("cert", e.to_string()))?;
+    let builder = match (mode, &c.ca) {
+        (ClientCerts::None, _) => builder.with_no_client_auth(),
+        (_, None) => return Err(("ca", "client certificates need a ca".into())),
+        (_, Some(ca)) => {
+            let mut roots = rustls::RootCertStore::empty();
+            let pem = read_pem(ca).map_err(|(_, m)| ("ca", m))?;
+            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+                let cert = cert.map_err(|e| ("ca", format!("{ca}: {e}")))?;
+                roots.add(cert).map_err(|e| ("ca", format!("{ca}: {e}")))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match mode {
+                ClientCerts::Optional => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            builder.with_client_cert_verifier(verifier.build().map_err(|e| ("ca", e.to_string()))?)
+        }
+    };
+    let config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| ("key", format!("{}: {e}", c.key)))?;
+    Ok(Arc::new(config))
+}
+
+/// Where a TLS listener's connection goes once negotiated far enough: a
+/// reactor, with the handshake to resume.
+pub type HandOff = Box<dyn FnOnce(OwnedFd, Handshake) + Send>;
+
+/// Longest a client may take over the handshake before TLS is up.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves one connection of a TLS listener on the calling thread.
+pub fn serve_connection(
+    tcp: TcpStream,
+    peer: &str,
+    mut hs: Handshake,
+    config: Arc<ServerConfig>,
+    hand_off: HandOff,
+) {
+    match negotiate(&tcp, &mut hs) {
+        Ok(HandshakeStatus::Done(_)) => {
+            // TLS was optional and the client went on without it.
+            tracing::info!(peer, "plaintext on a TLS listener: no STARTTLS");
+            if tcp.set_read_timeout(None).is_ok() {
+                hand_off(tcp.into(), hs);
+            }
+        }
+        Ok(HandshakeStatus::StartTls) => match start_tls(&tcp, config) {
+            Ok(tls) => {
+                log_session(peer, &tls);
+                hs.tls_started();
+                match UnixStream::pair() {
+                    Ok((mine, reactors)) => {
+                        hand_off(reactors.into(), hs);
+                        if let Err(e) = relay(tls, &tcp, &mine) {
+                            tracing::debug!(peer, "TLS relay ended: {e}");
+                        }
+                    }
+                    Err(e) => tracing::warn!(peer, "socketpair for TLS relay: {e}"),
+                }
+            }
+            Err(e) => tracing::info!(peer, "TLS handshake failed: {e}"),
+        },
+        Ok(_) => tracing::debug!(peer, "handshake closed before TLS"),
+        Err(e) => tracing::debug!(peer, "handshake before TLS: {e}"),
+    }
+}
+
+/// Drives the handshake over blocking IO, reading exactly one client message
+/// at a time so no byte past it is taken, until it is no longer negotiating.
+fn negotiate(mut tcp: &TcpStream, hs: &mut Handshake) -> io::Result<HandshakeStatus> {
+    tcp.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    tcp.write_all(&hs.take_output())?;
+    let mut buf = Vec::new();
+    while *hs.status() == HandshakeStatus::Negotiating {
+        let want = hs.wanted(&buf);
+        if buf.len() < want {
+            let start = buf.len();
+            buf.resize(want, 0);
+            tcp.read_exact(&mut buf[start..])?;
+        }
+        let used = hs.feed(&buf);
+        buf.drain(..used);
+        tcp.write_all(&hs.take_output())?;
+    }
+    Ok(hs.status().clone())
+}
+
+fn start_tls(tcp: &TcpStream, config: Arc<ServerConfig>) -> io::Result<ServerConnection> {
+    let mut tls = ServerConnection::new(config).map_err(io::Error::other)?;
+    let mut stream = tcp;
+    while tls.is_handshaking() {
+        tls.complete_io(&mut stream)?;
+    }
+    Ok(tls)
+}
+
+fn log_session(peer: &str, tls: &ServerConnection) {
+    let client_cert = tls.peer_certificates().is_some_and(|c| !c.is_empty());
+    tracing::info!(
+        peer,
+        version = ?tls.protocol_version(),
+        cipher = ?tls.negotiated_cipher_suite().map(|c| c.suite()),
+        client_cert,
+        "TLS session up"
+    );
+}
+
+/// Decrypted bytes held for the reactor before the relay stops reading TLS.
+const RELAY_LIMIT: usize = 1 << 20;
+
+/// Moves plaintext between the TLS session and the reactor's socket until
+/// either side closes.
+fn relay(mut tls: ServerConnection, tcp: &TcpStream, plain: &UnixStream) -> io::Result<()> {
+    tcp.set_read_timeout(None)?;
+    tcp.set_write_timeout(None)?;
+    tcp.set_nonblocking(true)?;
+    plain.set_nonblocking(true)?;
+    let mut to_reactor: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 256 << 10];
+    // The relay bounds what it reads from the reactor (only while no TLS
+    // records wait to be sent), so rustls need not: its limit would cut writes.
+    tls.set_buffer_limit(None);
+    let mut tcp_done = take_plaintext(&mut tls, &mut to_reactor, &mut buf)?;
+    let mut reactor_done = false;
+    loop {
+        flush_tls(&mut tls, tcp)?;
+        flush_plain(&mut to_reactor, plain)?;
+        if tcp_done && to_reactor.is_empty() {
+            // The client is gone and the reactor has every byte: let it see EOF.
+            let _ = plain.shutdown(std::net::Shutdown::Write);
+        }
+        if reactor_done && !tls.wants_write() {
+            return Ok(());
+        }
+        if tcp_done && reactor_done {
+            return Ok(());
+        }
+        let read_tcp = !tcp_done && to_reactor.len() < RELAY_LIMIT;
+        let read_plain = !reactor_done && !tls.wants_write();
+        let mut fds = [
+            poll_fd(tcp.as_raw_fd(), read_tcp, tls.wants_write()),
+            poll_fd(plain.as_raw_fd(), read_plain, !to_reactor.is_empty()),
+        ];
+        // SAFETY: polling two descriptors we own, with a correctly sized array.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if read_tcp && fds[0].revents != 0 {
+            tcp_done = from_client(&mut tls, tcp, &mut to_reactor, &mut buf)?;
+        }
+        if read_plain && fds[1].revents != 0 {
+            reactor_done = from_reactor(&mut tls, plain, &mut buf)?;
+        }
+    }
+}
+
+fn poll_fd(fd: i32, read: bool, write: bool) -> libc::pollfd {
+    let mut events = 0;
+    if read {
+        events |= libc::POLLIN;
+    }
+    if write {
+        events |= libc::POLLOUT;
+    }
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted
+}
+
+fn flush_tls(tls: &mut ServerConnection, mut tcp: &TcpStream) -> io::Result<()> {
+    while tls.wants_write() {
+        match tls.write_tls(&mut tcp) {
+            Ok(_) => {}
+            Err(e) if would_block(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn flush_plain(pending: &mut Vec<u8>, mut plain: &UnixStream) -> io::Result<()> {
+    while !pending.is_empty() {
+        match plain.write(pending) {
+            Ok(n) => {
+                pending.drain(..n);
+            }
+            Err(e) if would_block(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads TLS records from the client and queues their plaintext; returns
+/// whether the client has finished.
+fn from_client(
+    tls: &mut ServerConnection,
+    mut tcp: &TcpStream,
+    to_reactor: &mut Vec<u8>,
+    buf: &mut [u8],
+) -> io::Result<bool> {
+    match tls.read_tls(&mut tcp) {
+        Ok(0) => return Ok(true),
+        Ok(_) => {}
+        Err(e) if would_block(&e) => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    take_plaintext(tls, to_reactor, buf)
+}
+
+/// Queues the plaintext the session holds; returns whether the client has
+/// closed. The last handshake flight can carry the first options, so this
+/// runs once before the relay waits on the socket.
+fn take_plaintext(
+    tls: &mut ServerConnection,
+    to_reactor: &mut Vec<u8>,
+    buf: &mut [u8],
+) -> io::Result<bool> {
+    let state = tls.process_new_packets().map_err(io::Error::other)?;
+    loop {
+        match tls.reader().read(buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => to_reactor.extend_from_slice(&buf[..n]),
+            Err(e) if would_block(&e) => return Ok(state.peer_has_closed()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads plaintext replies from the reactor into the TLS session; returns
+/// whether the reactor has closed the connection.
+fn from_reactor(
+    tls: &mut ServerConnection,
+    mut plain: &UnixStream,
+    buf: &mut [u8],
+) -> io::Result<bool> {
+    match plain.read(buf) {
+        Ok(0) => {
+            tls.send_close_notify();
+            Ok(true)
+        }
+        Ok(n) => {
+            tls.writer().write_all(&buf[..n])?;
+            Ok(false)
+        }
+        Err(e) if would_block(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
