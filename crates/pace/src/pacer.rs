@@ -38,16 +38,20 @@ mod config;
 mod cost;
 mod device_ops;
 mod filter;
+mod flows;
 mod link_window;
 mod qos;
+mod queues;
 mod tenant_clock;
 
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 pub use cost::CostModel;
 pub use device_ops::DeviceOps;
 use filter::{LargeIoMin, WindowedMax, WindowedMin};
+use flows::{Flows, Sizing};
 pub use link_window::LinkWindow;
 pub use qos::{DeviceQos, QosConfig};
+use queues::{DeviceQueue, Slot};
 pub use tenant_clock::TenantClock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -72,9 +76,7 @@ pub struct PacedIo {
 
 #[derive(Debug, Default, Clone)]
 struct Device {
-    queue: VecDeque<PacedIo>,
-    /// When each queued IO arrived (parallel to `queue`).
-    queued_at: VecDeque<Nanos>,
+    queue: DeviceQueue,
     deficit: i64,
     in_flight_bytes: u64,
     in_flight_ios: u32,
@@ -85,13 +87,6 @@ struct Device {
     device_latency: WindowedMin,
     cost: CostModel,
     last_offset: u64,
-}
-
-impl Device {
-    /// Where tenant `t`'s oldest IO sits in this device's queue (FIFO).
-    fn head(&self, t: usize) -> Option<usize> {
-        self.queue.iter().position(|io| io.tenant == t)
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -112,6 +107,7 @@ struct Tenant {
 /// A released IO still counted in flight.
 #[derive(Debug, Clone, Copy)]
 struct Flight {
+    flow: u64,
     device: usize,
     tenant: usize,
     bytes: u64,
@@ -165,6 +161,8 @@ pub struct Pacer {
     /// Tenants with queued IOs.
     active_tenants: usize,
     flights: HashMap<u64, Flight>,
+    /// Each connection's drain rate and window (`auto`).
+    flows: Flows,
     /// IOs that bypass pacing, released at the next poll.
     bypassed: Vec<PacedIo>,
     skipped: Vec<bool>,
@@ -194,7 +192,6 @@ pub struct Pacer {
     /// counts as a large IO for the latency estimate.
     max_io: u64,
     released_total: u64,
-    rate_samples: u64,
     /// Tenants' virtual time: this pacer's own, or shared by all reactors.
     clock: Arc<TenantClock>,
     /// The last poll held a tenant back for one served on another reactor.
@@ -306,6 +303,7 @@ impl Pacer {
             tenants,
             active_tenants: 0,
             flights: HashMap::new(),
+            flows: Flows::default(),
             bypassed: Vec::new(),
             skipped: Vec::new(),
             bytes_in_flight: 0,
@@ -325,7 +323,6 @@ impl Pacer {
             link: None,
             max_io,
             released_total: 0,
-            rate_samples: 0,
             clock,
             held: false,
             qos: None,
@@ -430,6 +427,7 @@ impl Pacer {
             ..io
         };
         self.max_io = self.max_io.max(u64::from(io.bytes));
+        self.flows.queued(io.flow, self.max_io);
         if self.bypass(&io) {
             self.bypassed.push(io);
             return;
@@ -442,33 +440,31 @@ impl Pacer {
         }
         let tenant = &mut self.tenants[t];
         tenant.queued += 1;
-        if self.devices[d].queue.is_empty() || !tenant.active.contains(&d) {
+        if self.devices[d].queue.len() == 0 || !tenant.active.contains(&d) {
             tenant.active.push_back(d);
         }
-        self.devices[d].queue.push_back(io);
-        self.devices[d].queued_at.push_back(now);
+        self.devices[d].queue.push(io, now);
     }
 
     /// Forgets flow `flow`'s state (its connection closed). Its IOs were
     /// cancelled before.
     pub fn close_flow(&mut self, flow: u64) {
-        let _ = flow;
+        self.flows.close(flow);
     }
 
     /// Removes a queued IO (its connection died). False if not queued here.
     pub fn cancel(&mut self, id: u64) -> bool {
         for (di, d) in self.devices.iter_mut().enumerate() {
-            if let Some(pos) = d.queue.iter().position(|io| io.id == id) {
-                let io = d.queue.remove(pos).expect("position is valid");
-                d.queued_at.remove(pos);
+            if let Some(io) = d.queue.remove(id) {
                 self.clock.dequeued(io.tenant);
+                self.flows.unqueued(io.flow);
                 let t = &mut self.tenants[io.tenant];
                 t.queued_bytes = t.queued_bytes.saturating_sub(u64::from(io.bytes));
                 t.queued -= 1;
                 if t.queued == 0 {
                     self.active_tenants -= 1;
                 }
-                if !d.queue.iter().any(|x| x.tenant == io.tenant) {
+                if !d.queue.has(io.tenant) {
                     t.active.retain(|&x| x != di);
                 }
                 self.publish_link();
@@ -478,7 +474,8 @@ impl Pacer {
             }
         }
         if let Some(pos) = self.bypassed.iter().position(|io| io.id == id) {
-            self.bypassed.swap_remove(pos);
+            let io = self.bypassed.swap_remove(pos);
+            self.flows.unqueued(io.flow);
             return true;
         }
         if let Some(f) = self.flights.remove(&id) {
@@ -577,6 +574,7 @@ impl Pacer {
             self.refill_credit(now);
             self.tune(now);
         }
+        self.resize_window();
         self.window_now = self
             .link
             .as_ref()
@@ -636,12 +634,27 @@ impl Pacer {
                 skipped[t] = true;
                 continue;
             };
-            if !self.devices[front].queue.iter().any(|io| io.tenant == t) {
+            if !self.devices[front].queue.has(t) {
                 self.tenants[t].active.pop_front();
                 continue;
             }
-            let (d, pos) = self.turn_server(t, front, now);
-            let io = self.devices[d].queue[pos];
+            let Some((d, slot)) = self.turn_server(t, front, now) else {
+                // Every flow with IO at this turn's device waits for its
+                // window: the turn goes to the next device, if one may go.
+                // If none may, the tenant waits for its flows' links, and
+                // like one waiting for the shared window (below), holds
+                // back tenants ahead of it: a link it shares with them is
+                // theirs to take only by weight.
+                if self.tenant_has_other_device(t, front) && !self.all_windows_closed(t, now) {
+                    self.tenants[t].active.rotate_left(1);
+                } else {
+                    skipped[t] = true;
+                    let v = self.clock.vtime(t);
+                    window_waiter = Some(window_waiter.map_or(v, |w| w.min(v)));
+                }
+                continue;
+            };
+            let io = self.devices[d].queue.io(slot);
             let bytes = u64::from(io.bytes);
             // One hold ratio per release: the shared window, the charge and
             // the flight all use it.
@@ -706,9 +719,9 @@ impl Pacer {
                 // has waited too long: the debt is a share, not a stall.
                 let dev = &mut self.devices[front];
                 if dev
-                    .queued_at
-                    .front()
-                    .is_some_and(|&t0| now.saturating_sub(t0) > MAX_PACER_WAIT_NS)
+                    .queue
+                    .oldest()
+                    .is_some_and(|t0| now.saturating_sub(t0) > MAX_PACER_WAIT_NS)
                 {
                     dev.deficit = dev.deficit.max(0);
                 }
@@ -736,10 +749,9 @@ impl Pacer {
                 q.charge(d, cost, now);
             }
             let dev = &mut self.devices[d];
-            dev.queue.remove(pos);
-            dev.queued_at.remove(pos);
+            dev.queue.take(slot);
             dev.last_offset = io.offset + bytes;
-            if d != front && !dev.queue.iter().any(|x| x.tenant == t) {
+            if d != front && !dev.queue.has(t) {
                 self.tenants[t].active.retain(|&x| x != d);
             }
             let dev = &mut self.devices[front];
@@ -753,11 +765,11 @@ impl Pacer {
             if tenant.queued == 0 {
                 self.active_tenants -= 1;
             }
-            if dev.deficit <= 0 || !dev.queue.iter().any(|x| x.tenant == t) {
+            if dev.deficit <= 0 || !dev.queue.has(t) {
                 if self.cfg.mode != Mode::Auto {
                     dev.deficit += quantum;
                 }
-                let still = dev.queue.iter().any(|x| x.tenant == t);
+                let still = dev.queue.has(t);
                 tenant.active.pop_front();
                 if still {
                     tenant.active.push_back(front);
@@ -786,8 +798,8 @@ impl Pacer {
                 .active
                 .iter()
                 .filter_map(|&d| {
-                    let dev = &self.devices[d];
-                    dev.queued_at.get(dev.head(t)?).copied()
+                    let q = &self.devices[d].queue;
+                    q.head(t, |_| true).map(|s| q.arrived(s))
                 })
                 .min();
             self.clock.set_oldest(t, *r, oldest);
@@ -801,6 +813,7 @@ impl Pacer {
         dev.in_flight_bytes += bytes;
         dev.in_flight_ios += 1;
         self.tenants[io.tenant].in_flight += 1;
+        self.flows.released(io.flow, bytes);
         self.bytes_in_flight += bytes;
         self.paced_in_flight += paced;
         self.in_flight_avg.update(now, self.bytes_in_flight);
@@ -808,6 +821,7 @@ impl Pacer {
         self.flights.insert(
             io.id,
             Flight {
+                flow: io.flow,
                 device: io.device,
                 tenant: io.tenant,
                 bytes,
@@ -868,29 +882,53 @@ impl Pacer {
     /// random arrivals leave some queues much deeper than others while each
     /// gets the same rate, and their IOs wait several times longer. Slow
     /// devices keep their own turns and charges.
-    fn turn_server(&mut self, t: usize, front: usize, now: Nanos) -> (usize, usize) {
-        let front_pos = self.devices[front].head(t).unwrap_or(0);
+    fn turn_server(&mut self, t: usize, front: usize, now: Nanos) -> Option<(usize, Slot)> {
+        let front_slot = self.head(front, t);
         if self.cfg.mode != Mode::Auto || self.hold_ratio(front) >= FAST_HOLD_RATIO {
-            return (front, front_pos);
+            return front_slot.map(|s| (front, s));
         }
-        let mut best = (front, front_pos, Nanos::MAX);
+        let mut best = (front_slot.map(|s| (front, s)), Nanos::MAX);
         // By index: `qos_ready` notes when a device waiting for budget may
         // go, as the front's own check would.
         for i in 0..self.tenants[t].active.len() {
             let d = self.tenants[t].active[i];
-            let dev = &self.devices[d];
-            let Some(pos) = dev.head(t) else { continue };
-            let arrived = dev.queued_at[pos];
-            if arrived >= best.2
+            let Some(slot) = self.head(d, t) else {
+                continue;
+            };
+            let q = &self.devices[d].queue;
+            let arrived = q.arrived(slot);
+            if arrived >= best.1
                 || self.hold_ratio(d) >= FAST_HOLD_RATIO
-                || !self.device_window_open(d, t, u64::from(dev.queue[pos].bytes))
+                || !self.device_window_open(d, t, u64::from(q.io(slot).bytes))
                 || !self.qos_ready(d, now)
             {
                 continue;
             }
-            best = (d, pos, arrived);
+            best = (Some((d, slot)), arrived);
         }
-        (best.0, best.1)
+        best.0
+    }
+
+    /// Tenant `t`'s oldest IO at device `d` whose flow may take it now.
+    fn head(&self, d: usize, t: usize) -> Option<Slot> {
+        self.devices[d].queue.head(t, |io| self.flow_open(io))
+    }
+
+    /// The IO's flow has room in its window (in `auto`; a light tenant's IO
+    /// goes past full windows, see `light`).
+    fn flow_open(&self, io: &PacedIo) -> bool {
+        self.cfg.mode != Mode::Auto
+            || self.light(io.tenant)
+            || self.flows.open(io.flow, u64::from(io.bytes))
+    }
+
+    fn sizing(&self) -> Sizing {
+        Sizing {
+            gain: self.cfg.gain,
+            max_io: self.max_io,
+            max_window: self.cfg.max_window,
+            latency: self.latency.get(),
+        }
     }
 
     fn tenant_has_other_device(&self, t: usize, d: usize) -> bool {
@@ -904,11 +942,10 @@ impl Pacer {
         // that finds a window full, so no copy of the list is made.
         for i in 0..self.tenants[t].active.len() {
             let d = self.tenants[t].active[i];
-            let bytes = self.devices[d]
-                .queue
-                .iter()
-                .find(|io| io.tenant == t)
-                .map_or(0, |io| u64::from(io.bytes));
+            let Some(slot) = self.head(d, t) else {
+                continue;
+            };
+            let bytes = u64::from(self.devices[d].queue.io(slot).bytes);
             let windows = self.cfg.mode != Mode::Auto
                 || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
                     && self.device_window_open(d, t, bytes));
@@ -971,6 +1008,9 @@ impl Pacer {
         dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;
         self.land(f);
+        let sizing = self.sizing();
+        self.flows.delivered(f.flow, f.bytes, now, sizing);
+        self.resize_window();
         self.publish_link();
         self.completions_since_tune += 1;
         self.sample_rates(now);
@@ -978,6 +1018,7 @@ impl Pacer {
     }
 
     fn land(&mut self, f: Flight) {
+        self.flows.landed(f.flow, f.bytes);
         let dev = &mut self.devices[f.device];
         dev.in_flight_bytes = dev.in_flight_bytes.saturating_sub(f.bytes);
         dev.in_flight_ios = dev.in_flight_ios.saturating_sub(1);
@@ -998,26 +1039,20 @@ impl Pacer {
             d.rate.offer(now, d.delivered, RATE_SAMPLE_NS);
         }
         let delivered: u64 = self.devices.iter().map(|d| d.delivered).sum();
-        if self.rate.offer(now, delivered, RATE_SAMPLE_NS) {
-            self.resize_window();
-        }
+        self.rate.offer(now, delivered, RATE_SAMPLE_NS);
     }
 
+    /// `auto`'s window: the sum of its active flows' windows (see
+    /// [`flows`]), at least four of the largest IO.
     fn resize_window(&mut self) {
-        self.rate_samples += 1;
-        if let (Some(r), Some(l)) = (self.rate.get(), self.latency.get()) {
-            // The window only admits the rate already seen; one sample in
-            // PROBE_EVERY it admits a little more, to find a rate that has
-            // grown (as BBR probes for bandwidth).
-            let probe = if self.rate_samples.is_multiple_of(PROBE_EVERY) {
-                PROBE_GAIN
-            } else {
-                1.0
-            };
-            let w = (self.cfg.gain * probe * r * l as f64 / 1e9) as u64;
-            self.window = self.clamp_window(w, 4);
+        if self.cfg.mode != Mode::Auto {
+            return;
         }
-        self.publish_link();
+        let w = self.clamp_window(self.flows.window_sum(), 4);
+        if w != self.window {
+            self.window = w;
+            self.publish_link();
+        }
     }
 
     /// rate mode tuners, once per period's worth of completions.
@@ -1136,5 +1171,7 @@ impl Pacer {
     }
 }
 
+#[cfg(test)]
+mod flow_tests;
 #[cfg(test)]
 mod tests;

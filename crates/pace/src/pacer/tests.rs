@@ -552,34 +552,44 @@ fn fast_devices_release_their_oldest_io_first() {
 
 #[test]
 fn reactors_split_the_pooled_window_by_backlog() {
+    // A's IOs come on two flows, B's on one; each flow starts with a 4-IO
+    // window, and a reactor's window is its flows' sum: 8 and 4, 12 pooled.
+    let on_flow = |i: u64, flow: u64| PacedIo {
+        flow,
+        ..io(i, 0, 0, K128)
+    };
     let link = LinkWindow::new(2);
     let mut a = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
     let mut b = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
     a.share_link(link.clone(), 0);
     b.share_link(link.clone(), 1);
     for i in 0..30 {
-        a.enqueue(io(i, 0, 0, K128), 0);
+        a.enqueue(on_flow(i, i % 2), 0);
     }
     for i in 30..40 {
-        b.enqueue(io(i, 0, 0, K128), 0);
+        b.enqueue(on_flow(i, 0), 0);
     }
-    // Each starts with a 4-IO window: 8 pooled. A holds 3/4 of the backlog.
     let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
     a.poll(0, &mut out_a);
+    assert_eq!(out_a.len(), 8, "its flows' windows (its part is 9)");
     b.poll(0, &mut out_b);
-    assert_eq!(out_a.len(), 6);
-    assert_eq!(out_b.len(), 2, "what A leaves of the pooled window");
-    // B's connection dies, two IOs in flight and eight queued: A may use
-    // B's part of the window at once.
-    for id in (32..40).chain(30..32) {
+    assert_eq!(
+        out_b.len(),
+        3,
+        "B's part by backlog: 12 x 7/29, within its flow's 4"
+    );
+    let k = u64::from(K128);
+    assert_eq!(link.share(0), Some(9 * k), "what B holds is not A's");
+    // B's connection dies, three IOs in flight and seven queued: the whole
+    // pooled window is A's at once.
+    for id in (33..40).chain(30..33) {
         assert!(b.cancel(id));
     }
-    a.poll(1, &mut out_a);
-    assert_eq!(out_a.len(), 8, "A gets what B held");
-    // A reactor alone keeps its own window.
+    assert_eq!(link.share(0), Some(12 * k));
+    // A reactor alone keeps its own window: one flow's 4 IOs.
     let mut c = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
     for i in 0..30 {
-        c.enqueue(io(i, 0, 0, K128), 0);
+        c.enqueue(on_flow(i, 0), 0);
     }
     let mut out_c = Vec::new();
     c.poll(0, &mut out_c);
@@ -594,11 +604,19 @@ fn auto_drains_its_window_for_a_latency_probe_every_period() {
     let lat = 100_000;
     let probe = LATENCY_PROBE_EVERY_NS;
     let released = |now: Nanos| {
-        let mut p = Pacer::new(cfg(Mode::Auto), 1, K128, None, 0);
+        // One flow per IO: the flows' windows sum past `max_window`.
+        let sixteen = PacingConfig {
+            max_window: 16 * u64::from(K128),
+            ..cfg(Mode::Auto)
+        };
+        let mut p = Pacer::new(sixteen, 1, K128, None, 0);
         p.latency.update(lat, true, 0);
-        p.window = 16 * u64::from(K128);
         for i in 0..64 {
-            p.enqueue(io(i, 0, 0, K128), now);
+            let io = PacedIo {
+                flow: i,
+                ..io(i, 0, 0, K128)
+            };
+            p.enqueue(io, now);
         }
         let mut out = Vec::new();
         p.poll(now, &mut out);
