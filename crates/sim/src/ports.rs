@@ -12,7 +12,7 @@ pub const SEGMENT: u32 = 128 << 10;
 /// A message queued on a flow: a reply, or a write payload piece.
 #[derive(Debug, Clone, Copy)]
 struct Message {
-    token: u32,
+    token: u64,
     /// Bytes not yet sent.
     left: u32,
 }
@@ -58,7 +58,7 @@ pub enum Start {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segment {
     /// The message's token if this segment was its last.
-    pub finished: Option<u32>,
+    pub finished: Option<u64>,
     /// When the port has sent it.
     pub port_done: Nanos,
     /// When it has crossed the host link too.
@@ -103,7 +103,7 @@ impl Port {
         self.flows[flow].link_bps = link_bps;
     }
 
-    pub fn push(&mut self, flow: usize, token: u32, bytes: u32) {
+    pub fn push(&mut self, flow: usize, token: u64, bytes: u32) {
         if self.flows.len() <= flow {
             self.flows.resize_with(flow + 1, Flow::default);
         }
@@ -204,7 +204,7 @@ mod tests {
     use super::*;
 
     /// Sends until idle; returns the tokens in the order they finished.
-    fn drain(p: &mut Port) -> Vec<u32> {
+    fn drain(p: &mut Port) -> Vec<u64> {
         let mut now = 0;
         let mut order = Vec::new();
         loop {

@@ -264,6 +264,7 @@ proptest! {
         rc.buf_cache_size = Some(cache);
         let mut sc = small(vec![rc]);
         sc.hosts[0].read_pct = read_pct;
+        sc.hosts[0].bssplit = vec![(131072, 3), (1 << 20, 1)];
         sc.duration_ms = 20;
         sc.warmup_ms = 5;
         let r = simulate(&sc, &sc.runs[0], qd);
@@ -333,13 +334,21 @@ fn an_io_larger_than_the_pool_is_refused() {
 #[test]
 fn writes_fill_the_link_towards_the_target() {
     // All writes: the payload crosses the 10 Gb/s port inward, one buffer
-    // per piece, and the short replies go back.
+    // per piece (1 MiB: 8 pieces, at most PAYLOAD_CAP at once per
+    // connection), and the short replies go back.
     let mut sc = small(vec![run(Mode::None), run(Mode::Auto)]);
     sc.hosts[0].read_pct = 0;
-    for rc in &sc.runs {
-        let r = simulate(&sc, rc, 64);
-        assert!(r.bw_gbps > 0.95 * 10.0 && r.bw_gbps < 10.01, "{r:?}");
-        assert!(r.conserved);
+    for size in [128 << 10, 1 << 20] {
+        sc.hosts[0].bssplit = vec![(size, 1)];
+        for rc in &sc.runs {
+            let r = simulate(&sc, rc, 64);
+            // Up to one IO per connection more at the window's edges.
+            assert!(r.bw_gbps > 0.95 * 10.0 && r.bw_gbps < 1.1 * 10.0, "{r:?}");
+            assert!(r.conserved);
+            // Each of the 8 connections holds at most PAYLOAD_CAP pieces.
+            let cap = 8.0 * f64::from(server::engine::PAYLOAD_CAP) * 0.125;
+            assert!(r.bufs_mib_max <= cap, "{size}: {r:?}");
+        }
     }
 }
 

@@ -9,10 +9,13 @@
 //!   pool (the target's policy: cache, shared list, FIFO waiters), is
 //!   served by its device, then its reply leaves on its host's port; the
 //!   buffers are freed once the reply is sent.
-//! - WRITE: waits in the pacer, then takes one buffer per buffer-sized
-//!   piece of payload, each piece crossing the host's link and the port's
-//!   ingress before the next is taken; then the device; then the buffers
-//!   are freed and a short reply is sent.
+//! - WRITE: as the target's request engine does it (`server::engine`,
+//!   `write.rs`), its payload goes in buffer-sized pieces, at most
+//!   `PAYLOAD_CAP` live per connection: each piece waits in the pacer, takes
+//!   one buffer, receives its bytes across the host's link and the port's
+//!   ingress (in stream order), and is written to the device on its own,
+//!   which frees its buffer; the short reply goes when every piece is
+//!   written. The connection reads the next header once the payload is in.
 //!
 //! Each port direction shares its bytes fairly between hosts and lets each
 //! host's own link hold that host to its rate (see [`crate::ports`]). A port
@@ -23,20 +26,21 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use pace::pacer::{DeviceOps, DeviceQos, IoKind, LinkWindow, PacedIo, Pacer, TenantClock};
+use pace::pacer::{DeviceQos, IoKind, PacedIo, Pacer};
 use pace::pool::BufId;
 use pace::stats::{LatencyHist, TimeAvg};
 use pace::Nanos;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod setup;
+mod writes;
+
 use crate::buffers::SimPool;
 use crate::devices::Dev;
 use crate::ports::{Port, Start};
 use crate::scenario::{DeviceKind, RunConfig, Scenario};
 
-/// Bytes of an NBD simple reply header: all a WRITE's reply carries.
-const REPLY_HEADER: u32 = 16;
 /// Width of a slot of the BW STDDEV column.
 pub(crate) const SLOT_NS: Nanos = 10_000_000;
 
@@ -52,13 +56,36 @@ pub(crate) enum Dir {
 enum Ev {
     Arrive(u32),
     Poll(u32),
-    DeviceDone(u32),
+    DeviceDone(Token),
     TxDone(u32),
-    PieceIn(u32),
+    PieceIn(Token),
     PortFree(Dir, u32),
     PortWake(Dir, u32),
     Reply(u32),
     Rate(u32),
+}
+
+/// What the pacer, the pool and the device know an IO by, as the target's
+/// `IoToken`: a whole request (its slot), or piece k of a WRITE's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Token(u64);
+
+impl Token {
+    fn whole(id: u32) -> Token {
+        Token(u64::from(id))
+    }
+
+    fn piece(id: u32, k: u32) -> Token {
+        Token((u64::from(k) + 1) << 32 | u64::from(id))
+    }
+
+    fn id(self) -> u32 {
+        self.0 as u32
+    }
+
+    fn piece_index(self) -> Option<u32> {
+        ((self.0 >> 32) as u32).checked_sub(1)
+    }
 }
 
 /// Where an IO is in its life.
@@ -74,7 +101,7 @@ enum Stage {
     Paced,
     /// Waiting in the pool's FIFO for buffers.
     AwaitBuffers,
-    /// A WRITE's payload piece crossing the links.
+    /// A WRITE whose pieces are not all written.
     Payload,
     Device,
     /// Its reply queued on or leaving the port.
@@ -94,8 +121,8 @@ pub(crate) struct Io {
     /// When the device started it.
     started: Nanos,
     bufs: Vec<BufId>,
-    /// Payload bytes of a WRITE received so far.
-    received: u32,
+    /// A WRITE's payload pieces.
+    write: Option<Box<writes::Payload>>,
     /// When its reply has crossed the host's link.
     link_done: Nanos,
     stage: Stage,
@@ -133,6 +160,8 @@ struct Conn {
     reactor: usize,
     blocked: Option<u32>,
     backlog: VecDeque<u32>,
+    /// WRITE pieces started and not yet written.
+    payload_pieces: u32,
 }
 
 pub(crate) struct Sim<'a> {
@@ -169,7 +198,7 @@ pub(crate) struct Sim<'a> {
 impl<'a> Sim<'a> {
     pub fn new(sc: &'a Scenario, run: &RunConfig, qd: u32) -> Sim<'a> {
         let devs = Dev::all(&sc.devices);
-        let (hosts, conns) = hosts_and_conns(sc, run, qd, devs.len());
+        let (hosts, conns) = setup::hosts_and_conns(sc, run, qd, devs.len());
         let mut egress: Vec<Port> = sc
             .ports
             .iter()
@@ -193,7 +222,7 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let qos = DeviceQos::new(&qos_targets, 0);
-        let pacers = pacers(sc, run, &devs, &qos);
+        let pacers = setup::pacers(sc, run, &devs, &qos);
         let total = run
             .num_shared_buffers
             .unwrap_or(sc.target.num_shared_buffers);
@@ -321,13 +350,14 @@ impl<'a> Sim<'a> {
         let (now, speed) = (self.now, self.ddio_factor());
         match self.port(dir, p).start(now, speed) {
             Start::Sent(seg) => {
-                if let Some(id) = seg.finished {
+                if let Some(token) = seg.finished {
                     match dir {
                         Dir::Egress => {
+                            let id = Token(token).id();
                             self.ios[id as usize].link_done = seg.link_done;
                             self.at(seg.port_done, Ev::TxDone(id));
                         }
-                        Dir::Ingress => self.at(seg.link_done, Ev::PieceIn(id)),
+                        Dir::Ingress => self.at(seg.link_done, Ev::PieceIn(Token(token))),
                     }
                 }
                 self.at(seg.port_done, Ev::PortFree(dir, p as u32));
@@ -343,8 +373,8 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// A request's header is in: into the pacer, unless a WRITE ahead of it
-    /// on its connection still holds the stream.
+    /// A request's header is in: a READ goes into the pacer, a WRITE starts
+    /// its payload; unless a WRITE ahead of it still holds the stream.
     fn arrive(&mut self, id: u32) {
         let conn = self.ios[id as usize].conn;
         if self.conns[conn].blocked.is_some() {
@@ -352,23 +382,30 @@ impl<'a> Sim<'a> {
             self.set_stage(id, Stage::Backlogged);
             return;
         }
-        let io = &self.ios[id as usize];
-        let r = self.reactor_of(id);
+        match self.ios[id as usize].kind() {
+            IoKind::Read => {
+                self.set_stage(id, Stage::Paced);
+                let bytes = self.ios[id as usize].bytes;
+                self.enqueue(Token::whole(id), bytes);
+            }
+            IoKind::Write => self.start_write(id),
+        }
+    }
+
+    /// Hands the pacer IO `token` of `bytes`.
+    fn enqueue(&mut self, token: Token, bytes: u32) {
+        let io = &self.ios[token.id() as usize];
+        let r = self.reactor_of(token.id());
         let paced = PacedIo {
-            id: u64::from(id),
+            id: token.0,
             // The connection, as the target passes it: what drains at its own rate.
-            flow: conn as u64,
+            flow: io.conn as u64,
             device: io.device,
             tenant: self.hosts[io.host].tenant,
-            bytes: io.bytes,
+            bytes,
             kind: io.kind(),
             offset: self.rng.gen::<u32>() as u64 * 4096,
         };
-        if paced.kind == IoKind::Write {
-            // Its payload follows in the stream: nothing behind it is read.
-            self.conns[conn].blocked = Some(id);
-        }
-        self.set_stage(id, Stage::Paced);
         self.pacers[r].enqueue(paced, self.now);
         self.schedule_poll(r, self.now);
     }
@@ -380,8 +417,8 @@ impl<'a> Sim<'a> {
         self.poll_at[r] = None;
         let mut out = std::mem::take(&mut self.released);
         self.pacers[r].poll(self.now, &mut out);
-        for id in out.drain(..) {
-            self.release(id as u32);
+        for token in out.drain(..) {
+            self.release(Token(token));
         }
         self.released = out;
         if let Some(t) = self.pacers[r].next_wakeup(self.now) {
@@ -389,26 +426,32 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Released by the pacer: a READ takes all its buffers, a WRITE its
-    /// first piece's.
-    fn release(&mut self, id: u32) {
-        debug_assert_eq!(self.ios[id as usize].stage, Stage::Paced);
-        let io = &self.ios[id as usize];
-        let n = match io.kind() {
-            IoKind::Read => io.bytes.div_ceil(self.sc.target.buffer_size),
-            IoKind::Write => 1,
+    /// Released by the pacer: a READ takes all its buffers, a WRITE piece
+    /// its one.
+    fn release(&mut self, token: Token) {
+        let n = match token.piece_index() {
+            None => {
+                debug_assert_eq!(self.ios[token.id() as usize].stage, Stage::Paced);
+                self.ios[token.id() as usize]
+                    .bytes
+                    .div_ceil(self.sc.target.buffer_size)
+            }
+            Some(_) => 1,
         };
-        self.take_buffers(id, n);
+        self.take_buffers(token, n);
     }
 
-    fn take_buffers(&mut self, id: u32, n: u32) {
-        let r = self.reactor_of(id);
+    fn take_buffers(&mut self, token: Token, n: u32) {
+        let r = self.reactor_of(token.id());
         let mut granted = std::mem::take(&mut self.granted);
-        let got = self.pool.alloc(r, n, u64::from(id), &mut granted);
+        let got = self.pool.alloc(r, n, token.0, &mut granted);
         self.bufs_gauge.update(self.now, self.in_use());
         match got {
-            Some(bufs) => self.got_buffers(id, bufs),
-            None => self.set_stage(id, Stage::AwaitBuffers),
+            Some(bufs) => self.got_buffers(token, bufs),
+            None if token.piece_index().is_none() => {
+                self.set_stage(token.id(), Stage::AwaitBuffers)
+            }
+            None => {}
         }
         self.hand_out(granted);
     }
@@ -416,94 +459,84 @@ impl<'a> Sim<'a> {
     /// Starts the requests the pool just served, in its order.
     fn hand_out(&mut self, mut granted: Vec<(u64, Vec<BufId>)>) {
         for (token, bufs) in granted.drain(..) {
-            self.got_buffers(token as u32, bufs);
+            self.got_buffers(Token(token), bufs);
         }
         self.granted = granted;
     }
 
-    fn free_buffers(&mut self, id: u32) {
+    /// Returns buffers IO `id` held.
+    fn free_buffers(&mut self, id: u32, bufs: &[BufId]) {
         let r = self.reactor_of(id);
-        let bufs = std::mem::take(&mut self.ios[id as usize].bufs);
         let mut granted = std::mem::take(&mut self.granted);
-        self.pool.free(r, &bufs, &mut granted);
+        self.pool.free(r, bufs, &mut granted);
         self.bufs_gauge.update(self.now, self.in_use());
         self.hand_out(granted);
     }
 
-    fn got_buffers(&mut self, id: u32, bufs: Vec<BufId>) {
-        let io = &mut self.ios[id as usize];
-        io.bufs.extend(bufs);
-        match io.kind() {
-            IoKind::Read => self.start_device(id),
-            IoKind::Write => {
-                let piece = (io.bytes - io.received).min(self.sc.target.buffer_size);
-                let (host, port) = (io.host, self.hosts[io.host].port);
-                self.set_stage(id, Stage::Payload);
-                self.ingress[port].push(host, id, piece);
-                self.kick(Dir::Ingress, port);
+    fn got_buffers(&mut self, token: Token, bufs: Vec<BufId>) {
+        match token.piece_index() {
+            Some(_) => self.piece_granted(token, bufs),
+            None => {
+                self.ios[token.id() as usize].bufs.extend(bufs);
+                self.start_device(token);
             }
         }
     }
 
-    /// A WRITE's payload piece is in its buffer: take the next piece's, or
-    /// with all of it in, start the device and read on behind it.
-    fn piece_in(&mut self, id: u32) {
-        let io = &mut self.ios[id as usize];
-        io.received += (io.bytes - io.received).min(self.sc.target.buffer_size);
-        if io.received < io.bytes {
-            self.take_buffers(id, 1);
-            return;
-        }
-        let conn = io.conn;
-        debug_assert_eq!(self.conns[conn].blocked, Some(id));
-        self.conns[conn].blocked = None;
-        self.start_device(id);
-        while self.conns[conn].blocked.is_none() {
-            let Some(next) = self.conns[conn].backlog.pop_front() else {
-                break;
-            };
-            self.arrive(next);
-        }
+    fn start_device(&mut self, token: Token) {
+        let bytes = match token.piece_index() {
+            None => {
+                let io = &mut self.ios[token.id() as usize];
+                io.started = self.now;
+                io.stage = Stage::Device;
+                io.bytes
+            }
+            Some(k) => self.piece_started(token.id(), k),
+        };
+        let io = &self.ios[token.id() as usize];
+        let (kind, device) = (io.kind(), io.device);
+        let done = self.devs[device].start(self.now, kind, bytes);
+        self.at(done, Ev::DeviceDone(token));
     }
 
-    fn start_device(&mut self, id: u32) {
-        let io = &mut self.ios[id as usize];
-        io.started = self.now;
-        io.stage = Stage::Device;
-        let (kind, bytes) = (io.kind(), io.bytes);
-        let done = self.devs[io.device].start(self.now, kind, bytes);
-        self.at(done, Ev::DeviceDone(id));
-    }
-
-    fn device_done(&mut self, id: u32) {
+    fn device_done(&mut self, token: Token) {
+        let id = token.id();
         let io = &self.ios[id as usize];
-        let (device, kind, started, host) = (io.device, io.kind(), io.started, io.host);
+        let (device, kind) = (io.device, io.kind());
+        let started = match token.piece_index() {
+            None => io.started,
+            Some(k) => self.piece_start_time(id, k),
+        };
         let latency = self.now - started;
         if self.measuring {
             self.device_lat.record(latency);
         }
         let r = self.reactor_of(id);
         self.pacers[r].on_device_complete(device, kind, latency, self.now);
-        let reply = match kind {
-            IoKind::Read => self.ios[id as usize].bytes,
-            IoKind::Write => {
-                self.free_buffers(id);
-                REPLY_HEADER
-            }
-        };
+        match token.piece_index() {
+            None => self.send_reply(id, self.ios[id as usize].bytes),
+            Some(_) => self.piece_written(token),
+        }
+    }
+
+    /// Queues IO `id`'s reply (`bytes` on the wire) on its host's port.
+    fn send_reply(&mut self, id: u32, bytes: u32) {
         self.set_stage(id, Stage::Replying);
+        let host = self.ios[id as usize].host;
         let port = self.hosts[host].port;
-        self.egress[port].push(host, id, reply);
+        self.egress[port].push(host, Token::whole(id).0, bytes);
         self.kick(Dir::Egress, port);
     }
 
-    /// The reply has left the port: a READ's buffers come back.
+    /// The reply has left the port: a READ's buffers come back (a WRITE's
+    /// pieces returned theirs as each was written).
     fn tx_done(&mut self, id: u32) {
-        if self.ios[id as usize].kind() == IoKind::Read {
-            self.free_buffers(id);
-        }
         let r = self.reactor_of(id);
-        self.pacers[r].on_complete(u64::from(id), self.now);
+        if self.ios[id as usize].kind() == IoKind::Read {
+            let bufs = std::mem::take(&mut self.ios[id as usize].bufs);
+            self.free_buffers(id, &bufs);
+            self.pacers[r].on_complete(Token::whole(id).0, self.now);
+        }
         self.schedule_poll(r, self.now);
         let io = &self.ios[id as usize];
         let back = io.link_done + self.hosts[io.host].rtt / 2;
@@ -536,9 +569,9 @@ impl<'a> Sim<'a> {
         match ev {
             Ev::Arrive(id) => self.arrive(id),
             Ev::Poll(r) => self.poll(r as usize),
-            Ev::DeviceDone(id) => self.device_done(id),
+            Ev::DeviceDone(token) => self.device_done(token),
             Ev::TxDone(id) => self.tx_done(id),
-            Ev::PieceIn(id) => self.piece_in(id),
+            Ev::PieceIn(token) => self.piece_in(token),
             Ev::PortFree(dir, p) => {
                 self.port(dir, p as usize).done();
                 self.kick(dir, p as usize);
@@ -594,87 +627,4 @@ impl<'a> Sim<'a> {
         }
         self.now = end;
     }
-}
-
-/// The hosts of every group, and their connections spread over the reactors
-/// (a host's k-th connection on the reactor after its (k-1)-th).
-fn hosts_and_conns(
-    sc: &Scenario,
-    run: &RunConfig,
-    qd: u32,
-    devices: usize,
-) -> (Vec<Host>, Vec<Conn>) {
-    let reactors = run.reactors.unwrap_or(sc.target.reactors);
-    let mut hosts = Vec::new();
-    let mut conns = Vec::new();
-    for (gi, g) in sc.hosts.iter().enumerate() {
-        for _ in 0..g.count {
-            let i = hosts.len();
-            let port = g.port.unwrap_or(i % sc.ports.len());
-            let rtt_us = g.rtt_us.unwrap_or(sc.ports[port].rtt_us);
-            let n_conns = if g.one_connection { 1 } else { devices };
-            let conn_base = conns.len();
-            conns.extend((0..n_conns).map(|k| Conn {
-                reactor: (i + k) % reactors,
-                blocked: None,
-                backlog: VecDeque::new(),
-            }));
-            hosts.push(Host {
-                group: gi,
-                port,
-                rtt: (rtt_us * 1000.0) as Nanos,
-                qd: g
-                    .fixed_qd
-                    .unwrap_or((f64::from(qd) * g.qd_scale).round() as u32),
-                devices: if g.devices.is_empty() {
-                    (0..devices).collect()
-                } else {
-                    g.devices.clone()
-                },
-                tenant: g.tenant,
-                bssplit: run.bssplit.clone().unwrap_or_else(|| g.bssplit.clone()),
-                read_pct: run.read_pct.unwrap_or(g.read_pct),
-                conn_base,
-                one_connection: g.one_connection,
-                delivered: 0,
-                slots: Vec::new(),
-            });
-        }
-    }
-    (hosts, conns)
-}
-
-/// One pacer per reactor, sharing the tenant clock, latency targets, link
-/// window and device op limit as the target's reactors do.
-fn pacers(
-    sc: &Scenario,
-    run: &RunConfig,
-    devs: &[Dev],
-    qos: &std::sync::Arc<DeviceQos>,
-) -> Vec<Pacer> {
-    let reactors = run.reactors.unwrap_or(sc.target.reactors);
-    let clock = TenantClock::with_reactors(run.pacing.tenants.len().max(1), reactors);
-    let link = LinkWindow::new(reactors);
-    let ops = run
-        .pacing
-        .device_ops
-        .map(|limit| DeviceOps::new(devs.len(), limit));
-    (0..reactors)
-        .map(|r| {
-            let mut p = Pacer::new(
-                run.pacing.clone(),
-                devs.len(),
-                sc.target.buffer_size,
-                ops.clone(),
-                0,
-            );
-            for (i, d) in devs.iter().enumerate() {
-                p.set_cost_model(i, d.cost);
-            }
-            p.share_tenants(clock.clone());
-            p.share_qos(qos.clone());
-            p.share_link(link.clone(), r);
-            p
-        })
-        .collect()
 }
