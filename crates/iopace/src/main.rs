@@ -48,6 +48,9 @@ enum Cmd {
     /// latency against QD, the knee, scaling; writes report.md, result.json
     /// and a [cost.NAME] snippet. `probe db` keeps results by model.
     Probe(probe_cli::ProbeCmd),
+    /// Find a device's latency targets and vrate bounds: a QD 1 probe beside
+    /// a saturating reader throttled to vrate points; prints [qos.NAME].
+    Tune(probe_cli::TuneArgs),
 }
 
 #[derive(Args)]
@@ -191,6 +194,7 @@ fn main() -> ExitCode {
         }
         Cmd::Bench(args) => bench(args),
         Cmd::Probe(args) => probe_cli::probe_or_db(args),
+        Cmd::Tune(args) => probe_cli::tune(args),
     }
 }
 

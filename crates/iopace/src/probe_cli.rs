@@ -142,3 +142,94 @@ fn exit_with(what: &str, e: probe::ProbeError) -> ExitCode {
         probe::ProbeError::Run(_) => ExitCode::FAILURE,
     }
 }
+
+#[derive(Args)]
+pub struct TuneArgs {
+    /// The device: a block device or file, or a bdev name of --config.
+    #[arg(value_name = "BDEV-or-PATH")]
+    target: String,
+    /// An iopace config: its bdevs may be named; its [cost.NAME] or cost_db
+    /// gives the cost model (else the read cost points are measured first).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Time for the whole sweep, shared by its points: 10m, 90s, 2h.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    budget: std::time::Duration,
+    /// Keep the points already saved in --out and run the rest.
+    #[arg(long)]
+    resume: bool,
+    /// Output directory for report.md, result.json, tune.png and points/.
+    #[arg(long, value_name = "DIR", default_value = "tune-out")]
+    out: PathBuf,
+    /// Short points, for model devices and tests.
+    #[arg(long)]
+    quick: bool,
+    /// The isolation solution keeps the QD 1 probe's p99 within this factor of its solo p99.
+    #[arg(long, value_name = "X", default_value_t = 2.0)]
+    isolation_factor: f64,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: use 90s, 10m or 2h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("`{s}`: use 90s, 10m or 2h")),
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("`{s}`: must be positive"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+pub fn tune(args: TuneArgs) -> ExitCode {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let opts = probe::Options {
+        targets: vec![args.target],
+        config: args.config,
+        spec: None,
+        out: args.out.clone(),
+        destructive: Vec::new(),
+        quick: args.quick,
+        max_qd: 64,
+        threads: 1,
+        command: command.clone(),
+    };
+    let tune = probe::tune::TuneOptions {
+        out: args.out.clone(),
+        budget: args.budget,
+        resume: args.resume,
+        quick: args.quick,
+        isolation_factor: args.isolation_factor,
+        command,
+    };
+    let run = || -> Result<probe::tune::TuneResult, probe::ProbeError> {
+        let targets = probe::open_targets(&opts)?;
+        let t = &targets[0];
+        let (cost, from) = probe::cost_for_tune(&opts, t)?;
+        eprintln!("iopace tune: cost model from {from}");
+        probe::tune::tune(t, cost, &tune)
+    };
+    match run() {
+        Ok(r) => {
+            for s in &r.solutions {
+                println!(
+                    "{}",
+                    probe::tune::qos_snippet(&probe::report::slug(&r.device), s)
+                );
+            }
+            println!("report: {}", args.out.join("report.md").display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            if args.out.join("points").exists() {
+                eprintln!("finished points are saved; add --resume to continue");
+            }
+            exit_with("tune", e)
+        }
+    }
+}

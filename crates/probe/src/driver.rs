@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use bdev::{Bdev, IoOp, IoRequest, IoResult, Prep};
 use hdrhistogram::Histogram;
 use io_uring::{types, IoUring};
+use pace::pacer::IoKind;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -26,11 +27,32 @@ pub struct Workload {
     pub random: bool,
 }
 
-/// One worker thread: a device and the IOs it keeps in flight there.
+/// One worker thread: a device, the IOs it keeps in flight there, their
+/// shape, and optionally a budget of device time it may use.
 #[derive(Clone)]
 pub struct Job {
     pub dev: Arc<Bdev>,
     pub qd: u32,
+    pub workload: Workload,
+    pub throttle: Option<Throttle>,
+}
+
+/// iocost's budget: every IO costs its device time under `cost`, and the
+/// job may spend `vrate` (1.0: the model's full rate) device-seconds a second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Throttle {
+    pub cost: pace::pacer::CostModel,
+    pub vrate: f64,
+}
+
+/// What one job of a point did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobStats {
+    /// Completions per second: the median of the windows.
+    pub rate: f64,
+    pub bytes_per_s: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
 }
 
 /// What a point measured.
@@ -55,7 +77,8 @@ pub struct Measurement {
 /// Counters the workers share with the thread that times the windows.
 #[derive(Default)]
 struct Shared {
-    completed: AtomicU64,
+    /// Per job, completions.
+    measured: Vec<AtomicU64>,
     errors: AtomicU64,
     /// Workers set up (buffers, ring) and issuing.
     ready: AtomicU64,
@@ -63,17 +86,33 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// Runs `w` on every job at once until `rule` stops it.
+/// Runs `w` on every device of `jobs` at once until `rule` stops it.
 pub fn measure(jobs: &[Job], w: &Workload, rule: &StopRule) -> Result<Measurement, String> {
-    let shared = Shared::default();
-    let (samples, secs, hist) = std::thread::scope(|scope| {
+    let jobs: Vec<Job> = jobs
+        .iter()
+        .map(|j| Job {
+            workload: *w,
+            ..j.clone()
+        })
+        .collect();
+    Ok(measure_jobs(&jobs, rule)?.0)
+}
+
+/// Runs every job at once until `rule` stops it: the whole, and each job.
+pub fn measure_jobs(jobs: &[Job], rule: &StopRule) -> Result<(Measurement, Vec<JobStats>), String> {
+    let shared = Shared {
+        measured: jobs.iter().map(|_| AtomicU64::new(0)).collect(),
+        ..Shared::default()
+    };
+    let w = &jobs.first().ok_or("no jobs")?.workload;
+    let (windows, hist, per_job) = std::thread::scope(|scope| {
         let handles: Vec<_> = jobs
             .iter()
             .enumerate()
             .map(|(i, job)| {
                 let shared = &shared;
                 scope.spawn(move || {
-                    let r = Worker::new(job, w, i, jobs.len(), shared).and_then(Worker::run);
+                    let r = Worker::new(job, i, jobs.len(), shared).and_then(Worker::run);
                     if r.is_err() {
                         // The windows stop at once.
                         shared.errors.fetch_add(1, Ordering::AcqRel);
@@ -82,62 +121,95 @@ pub fn measure(jobs: &[Job], w: &Workload, rule: &StopRule) -> Result<Measuremen
                 })
             })
             .collect();
-        let (samples, secs) = time_windows(&shared, rule, jobs.len() as u64);
+        let windows = time_windows(&shared, rule, jobs.len() as u64);
         shared.stop.store(true, Ordering::Release);
         let mut hist = new_histogram();
-        for h in handles {
+        let mut per_job = Vec::new();
+        for (i, h) in handles.into_iter().enumerate() {
             let part = h
                 .join()
                 .map_err(|_| "a probe worker panicked".to_string())??;
             hist.add(&part).map_err(|e| e.to_string())?;
+            // The median window: robust to the probe being descheduled.
+            let rate = median(&windows.per_job[i]);
+            per_job.push(JobStats {
+                rate,
+                bytes_per_s: rate * f64::from(jobs[i].workload.bs),
+                p50_us: part.value_at_quantile(0.5) as f64 / 1000.0,
+                p99_us: part.value_at_quantile(0.99) as f64 / 1000.0,
+            });
         }
-        Ok::<_, String>((samples, secs, hist))
+        Ok::<_, String>((windows, hist, per_job))
     })?;
     let errors = shared.errors.load(Ordering::Acquire);
     if errors > 0 {
         return Err(format!("{errors} IOs failed"));
     }
-    let (_, rel_ci) = mean_and_rel_ci(&samples);
+    let (_, rel_ci) = mean_and_rel_ci(&windows.all);
     let p50_us = hist.value_at_quantile(0.5) as f64 / 1000.0;
     let in_flight: u32 = jobs.iter().map(|j| j.qd).sum();
     let iops = f64::from(in_flight) * 1e6 / p50_us.max(1e-3);
-    Ok(Measurement {
+    let m = Measurement {
         iops,
-        window_iops: median(&samples),
+        window_iops: median(&windows.all),
         mean_us: hist.mean() / 1000.0,
         bytes_per_s: iops * f64::from(w.bs),
         p50_us,
         p99_us: hist.value_at_quantile(0.99) as f64 / 1000.0,
         rel_ci,
         converged: rel_ci <= rule.ci,
-        secs,
-    })
+        secs: windows.secs,
+    };
+    Ok((m, per_job))
 }
 
 /// Samples the completion rate once a window until the rule stops the point.
-fn time_windows(shared: &Shared, rule: &StopRule, workers: u64) -> (Vec<f64>, f64) {
+/// Per-window completion rates: of all jobs, and of each job.
+#[derive(Default)]
+struct Windows {
+    all: Vec<f64>,
+    per_job: Vec<Vec<f64>>,
+    secs: f64,
+}
+
+fn time_windows(shared: &Shared, rule: &StopRule, workers: u64) -> Windows {
+    let mut w = Windows {
+        per_job: vec![Vec::new(); shared.measured.len()],
+        ..Windows::default()
+    };
     // Setting up a worker (buffers, ring) is no part of the point.
     while shared.ready.load(Ordering::Acquire) < workers {
         if shared.errors.load(Ordering::Acquire) > 0 {
-            return (Vec::new(), 0.0);
+            return w;
         }
         std::thread::sleep(Duration::from_millis(1));
     }
     std::thread::sleep(rule.warmup);
     shared.measuring.store(true, Ordering::Release);
     let start = Instant::now();
-    let mut last = (start, shared.completed.load(Ordering::Acquire));
-    let mut samples = Vec::new();
+    let counts = || -> Vec<u64> {
+        shared
+            .measured
+            .iter()
+            .map(|c| c.load(Ordering::Acquire))
+            .collect()
+    };
+    let mut last = (start, counts());
     loop {
         std::thread::sleep(rule.window);
         let now = Instant::now();
-        let done = shared.completed.load(Ordering::Acquire);
+        let done = counts();
         let dt = now.duration_since(last.0).as_secs_f64();
-        samples.push((done - last.1) as f64 / dt);
+        for (i, (d, l)) in done.iter().zip(&last.1).enumerate() {
+            w.per_job[i].push((d - l) as f64 / dt);
+        }
+        w.all
+            .push(done.iter().zip(&last.1).map(|(d, l)| d - l).sum::<u64>() as f64 / dt);
         last = (now, done);
-        let stop = verdict(&samples, now.duration_since(start), rule) != Verdict::Continue;
+        w.secs = now.duration_since(start).as_secs_f64();
+        let stop = verdict(&w.all, now.duration_since(start), rule) != Verdict::Continue;
         if stop || shared.errors.load(Ordering::Acquire) > 0 {
-            return (samples, now.duration_since(start).as_secs_f64());
+            return w;
         }
     }
 }
@@ -200,9 +272,17 @@ struct Slot {
 
 const LAST_SQE: u64 = 1 << 32;
 
+/// Device time a throttled job may catch up on after the machine
+/// descheduled it: its budget is a rate, not lost to the probe's stalls.
+const CATCH_UP_NS: f64 = 50e6;
+
 struct Worker<'a> {
     dev: &'a Bdev,
     w: Workload,
+    throttle: Option<Throttle>,
+    /// Throttled jobs: when the budget allows the next IO (virtual time).
+    next_issue_ns: f64,
+    index: usize,
     shared: &'a Shared,
     ring: IoUring,
     _buffers: Buffers,
@@ -221,11 +301,11 @@ struct Worker<'a> {
 impl<'a> Worker<'a> {
     fn new(
         job: &'a Job,
-        w: &Workload,
         index: usize,
         workers: usize,
         shared: &'a Shared,
     ) -> Result<Worker<'a>, String> {
+        let w = &job.workload;
         let bs = u64::from(w.bs);
         let size = job.dev.size() / bs * bs;
         if size < bs || job.qd == 0 {
@@ -254,6 +334,9 @@ impl<'a> Worker<'a> {
         Ok(Worker {
             dev: &job.dev,
             w: *w,
+            throttle: job.throttle,
+            next_issue_ns: 0.0,
+            index,
             shared,
             ring,
             _buffers: buffers,
@@ -284,7 +367,8 @@ impl<'a> Worker<'a> {
                 return Ok(self.hist);
             }
             if !stopping {
-                while let Some(slot) = self.free.pop() {
+                while self.may_issue(now) {
+                    let Some(slot) = self.free.pop() else { break };
                     self.issue(slot)?;
                 }
             }
@@ -297,9 +381,34 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Whether the budget allows another IO now; charges it if so.
+    fn may_issue(&mut self, now: u64) -> bool {
+        if self.free.is_empty() {
+            return false;
+        }
+        let Some(t) = self.throttle else { return true };
+        if self.next_issue_ns > now as f64 {
+            return false;
+        }
+        let kind = if self.w.read_pct >= 50 {
+            IoKind::Read
+        } else {
+            IoKind::Write
+        };
+        let cost = t.cost.cost(kind, self.w.bs, !self.w.random) / t.vrate.max(1e-6);
+        self.next_issue_ns = self.next_issue_ns.max(now as f64 - CATCH_UP_NS) + cost;
+        true
+    }
+
     /// Waits for a completion or the next timer, at most 10 ms (to see `stop`).
     fn wait(&mut self, now: u64) -> Result<(), String> {
+        let budget = (self.throttle.is_some() && !self.free.is_empty())
+            .then_some(self.next_issue_ns.ceil() as u64);
         let deadline = self.timers.peek().map(|Reverse((t, _))| *t);
+        let deadline = match (deadline, budget) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let wait = deadline.map_or(10_000_000, |t| t.saturating_sub(now).min(10_000_000));
         if self.in_ring == 0 && wait < 20_000 {
             // Sleeping costs more than this; spin.
@@ -436,7 +545,7 @@ impl<'a> Worker<'a> {
     fn finish(&mut self, slot: u32, now: u64) {
         let s = &mut self.slots[slot as usize];
         s.state = SlotState::Free;
-        self.shared.completed.fetch_add(1, Ordering::AcqRel);
+        self.shared.measured[self.index].fetch_add(1, Ordering::AcqRel);
         if s.measured {
             let _ = self.hist.record((now - s.t_submit).max(1));
         }

@@ -8,10 +8,11 @@ pub mod converge;
 pub mod db;
 pub mod driver;
 pub mod fit;
-mod report;
+pub mod report;
 mod run;
 pub mod safety;
 pub mod spec;
+pub mod tune;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -235,4 +236,28 @@ pub fn report_summary(d: &DeviceResult) -> String {
         d.name,
         report::cost_snippet(&report::slug(&d.name), &d.cost)
     )
+}
+
+/// The cost model `tune` throttles by: the config's `[cost.NAME]`, else its
+/// cost database's entry, else the read cost points measured now.
+pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), ProbeError> {
+    if let Some(path) = &opts.config {
+        let loaded = server::Config::load(Some(path))
+            .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
+        let c = &loaded.config;
+        if let Some(cost) = c.cost.get(&t.name) {
+            return Ok((*cost, format!("[cost.{}] of {}", t.name, path.display())));
+        }
+        if let Some(db) = &c.cost_db {
+            if let Some(cost) = server::cost_db::cost_for(db, &c.bdevs, &t.name, &t.bdev) {
+                return Ok((cost, format!("the cost database {}", db.display())));
+            }
+        }
+    }
+    let bar = indicatif::ProgressBar::hidden();
+    let read = run::cost_points(t, 100, opts, &bar, &mut Vec::new())?;
+    Ok((
+        fit::cost_model(&read, None),
+        "read cost points measured now".into(),
+    ))
 }

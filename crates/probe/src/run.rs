@@ -130,15 +130,22 @@ fn point(
     Ok(m)
 }
 
-fn single(t: &Target, qd: u32) -> Vec<Job> {
-    vec![Job {
+/// A job of `qd` IOs on `t`; `measure` gives it the point's workload.
+fn job(t: &Target, qd: u32) -> Job {
+    Job {
         dev: t.bdev.clone(),
         qd,
-    }]
+        workload: workload(100, SMALL, true),
+        throttle: None,
+    }
+}
+
+fn single(t: &Target, qd: u32) -> Vec<Job> {
+    vec![job(t, qd)]
 }
 
 /// One direction's three cost points.
-fn cost_points(
+pub(crate) fn cost_points(
     t: &Target,
     read_pct: u32,
     opts: &Options,
@@ -241,10 +248,7 @@ fn device(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<DeviceResult,
     let mut thread_scaling = Vec::new();
     for threads in thread_counts(opts) {
         let jobs: Vec<Job> = (0..threads)
-            .map(|_| Job {
-                dev: t.bdev.clone(),
-                qd: (COST_QD_SMALL / threads).max(1),
-            })
+            .map(|_| job(t, (COST_QD_SMALL / threads).max(1)))
             .collect();
         let label = format!("{}: 4KiB random read, {threads} threads", t.name);
         let m = point(bar, &jobs, &workload(100, SMALL, true), opts, &label)?;
@@ -284,13 +288,7 @@ fn together(
     bar: &ProgressBar,
 ) -> Result<MultiDevice, ProbeError> {
     bar.inc_length(1);
-    let jobs: Vec<Job> = targets
-        .iter()
-        .map(|t| Job {
-            dev: t.bdev.clone(),
-            qd: COST_QD_SMALL,
-        })
-        .collect();
+    let jobs: Vec<Job> = targets.iter().map(|t| job(t, COST_QD_SMALL)).collect();
     let w = workload(100, SMALL, true);
     let together = point(bar, &jobs, &w, opts, "all devices: 4KiB random read")?;
     let sum_alone_iops = devices

@@ -1,0 +1,111 @@
+//! The results database: `probe db add` keys runs by model and firmware,
+//! `merge` reports their spread, and `serve` takes a bdev's cost model from
+//! the database when its config has no `[cost.NAME]`, saying which entry.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{run, BIN};
+
+const CONFIG: &str = "[[bdev]]\nname = \"base\"\nkind = \"null\"\nsize = \"1GiB\"\n\n\
+[[bdev]]\nname = \"dev\"\nkind = \"model\"\nbase = \"base\"\n\
+cost = { rbps = 400e6, rseqiops = 20000, rrandiops = 10000, wbps = 200e6, wseqiops = 10000, wrandiops = 5000 }\n\
+latency_us = 100\n\n[[export]]\nname = \"dev\"\nbdev = \"dev\"\n";
+
+#[test]
+fn db_merges_runs_and_serve_uses_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("model.toml");
+    std::fs::write(&cfg, CONFIG).expect("config");
+    let out = dir.path().join("probe");
+    run(
+        Command::new(BIN)
+            .args(["probe", "--quick", "--max-qd", "2", "--threads", "1", "-c"])
+            .arg(&cfg)
+            .arg("dev")
+            .arg("--out")
+            .arg(&out),
+        Duration::from_secs(120),
+    );
+    let db = dir.path().join("db");
+    let result = out.join("result.json");
+    for _ in 0..2 {
+        run(
+            Command::new(BIN)
+                .args(["probe", "db", "add"])
+                .arg(&db)
+                .arg(&result),
+            Duration::from_secs(10),
+        );
+    }
+    // The second run saw 20% more read bandwidth.
+    let key = db.join("iopace_model");
+    let fw = std::fs::read_dir(&key)
+        .expect("model dir")
+        .next()
+        .expect("firmware dir")
+        .expect("entry")
+        .path();
+    let mut runs: Vec<_> = std::fs::read_dir(&fw)
+        .expect("runs")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    runs.sort();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let mut second: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&runs[1]).expect("run")).expect("json");
+    let rbps = second["cost"]["rbps"].as_f64().expect("rbps");
+    second["cost"]["rbps"] = serde_json::json!(rbps * 1.2);
+    std::fs::write(&runs[1], second.to_string()).expect("rewrite");
+
+    let merged = run(
+        Command::new(BIN).args(["probe", "db", "merge"]).arg(&db),
+        Duration::from_secs(10),
+    );
+    let text = String::from_utf8_lossy(&merged.stdout);
+    assert!(
+        text.contains("2 runs merged") && text.contains("rbps 18.2%"),
+        "{text}"
+    );
+    let shown = run(
+        Command::new(BIN).args(["probe", "db", "show"]).arg(&db),
+        Duration::from_secs(10),
+    );
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("iopace model"));
+
+    // Served without [cost.dev]: the merged entry, at 1.1x the first run's rbps.
+    let served = dir.path().join("serve.toml");
+    std::fs::write(
+        &served,
+        format!("cost_db = {:?}\n{CONFIG}", db.display().to_string()),
+    )
+    .expect("config");
+    let check = run(
+        Command::new(BIN)
+            .args(["serve", "--check", "-c"])
+            .arg(&served),
+        Duration::from_secs(10),
+    );
+    let log = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        log.contains("cost model from the database") && log.contains("merged.json"),
+        "{log}"
+    );
+
+    let missing = dir.path().join("empty-db");
+    std::fs::create_dir_all(&missing).expect("mkdir");
+    std::fs::write(
+        &served,
+        format!("cost_db = {:?}\n{CONFIG}", missing.display().to_string()),
+    )
+    .expect("config");
+    let check = run(
+        Command::new(BIN)
+            .args(["serve", "--check", "-c"])
+            .arg(&served),
+        Duration::from_secs(10),
+    );
+    assert!(String::from_utf8_lossy(&check.stderr).contains("no cost model in the database"));
+}

@@ -1,0 +1,72 @@
+//! `iopace tune` against a `model` bdev whose config cost model claims 80%
+//! of the device's rates: bandwidth stops rising at vrate 125%, and the
+//! bandwidth solution must find it within 10%. An interrupted sweep keeps
+//! its finished points and `--resume` completes it without redoing them.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{run, BIN};
+
+const CONFIG: &str = "[[bdev]]\nname = \"base\"\nkind = \"null\"\nsize = \"1GiB\"\n\n\
+[[bdev]]\nname = \"dev\"\nkind = \"model\"\nbase = \"base\"\n\
+cost = { rbps = 400e6, rseqiops = 10000, rrandiops = 5000, wbps = 200e6, wseqiops = 8000, wrandiops = 4000 }\n\
+latency_us = 200\n\n[[export]]\nname = \"dev\"\nbdev = \"dev\"\n\n\
+[cost.dev]\nrbps = 320e6\nrseqiops = 8000\nrrandiops = 4000\nwbps = 160e6\nwseqiops = 6400\nwrandiops = 3200\n";
+
+#[test]
+fn tune_finds_the_bandwidth_knee_and_resumes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("tune.toml");
+    std::fs::write(&cfg, CONFIG).expect("config");
+    let out = dir.path().join("tune");
+    let tune = || {
+        let mut c = Command::new(BIN);
+        c.args(["tune", "--quick", "-c"])
+            .arg(&cfg)
+            .arg("dev")
+            .arg("--out")
+            .arg(&out);
+        c
+    };
+    // Interrupted once its first vrate point is saved.
+    let mut child = tune()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn tune");
+    let first = out.join("points").join("vrate-200.0.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !first.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("kill tune");
+    child.wait().expect("reap tune");
+    let saved = std::fs::read_to_string(&first).expect("the first point survives");
+
+    let done = run(tune().arg("--resume"), Duration::from_secs(120));
+    assert_eq!(
+        std::fs::read_to_string(&first).expect("point"),
+        saved,
+        "resume kept the point"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).expect("result"))
+            .expect("json");
+    assert!(r["points"].as_array().expect("points").len() >= 4, "{r}");
+    let bandwidth = &r["solutions"][0];
+    assert_eq!(bandwidth["name"], "bandwidth");
+    let vrate = bandwidth["vrate"].as_f64().expect("vrate");
+    assert!(
+        (vrate / 125.0 - 1.0).abs() < 0.10,
+        "bandwidth solution at vrate {vrate}%, truth 125%"
+    );
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        stdout.contains("[qos.dev]") && stdout.contains("isolation solution"),
+        "{stdout}"
+    );
+    assert!(out.join("report.md").exists() && out.join("tune.png").exists());
+}
