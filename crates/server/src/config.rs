@@ -89,7 +89,34 @@ pub struct ServerConfig {
     /// Seconds a WRITE payload may stall (no bytes while the target can take them).
     #[serde(default = "default_payload_timeout")]
     pub payload_timeout_s: u64,
+    /// How an idle reactor waits for completions.
+    #[serde(default)]
+    pub poll: PollMode,
+    /// `adaptive`: how long a reactor keeps polling after its last completion.
+    #[serde(default = "default_poll_spin_us")]
+    pub poll_spin_us: u64,
 }
+
+/// How a reactor waits when it has nothing to do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PollMode {
+    /// Sleep in the kernel until a completion, a timer or a wake-up.
+    #[default]
+    Interrupt,
+    /// Poll for `poll_spin_us` after the last completion, then sleep: a
+    /// client's next request, when it follows at once, finds the reactor
+    /// awake; an idle reactor costs no CPU.
+    Adaptive,
+    /// Never sleep: a core per reactor for the lowest latency.
+    Busy,
+}
+
+fn default_poll_spin_us() -> u64 {
+    50
+}
+/// Longest adaptive spin: beyond this, `busy` is what is wanted.
+const MAX_POLL_SPIN_US: u64 = 100_000;
 
 fn default_tcp() -> Vec<TcpListenerConfig> {
     vec![TcpListenerConfig::Addr("127.0.0.1:10809".into())]
@@ -165,6 +192,8 @@ impl Default for ServerConfig {
             handshake_timeout_s: default_handshake_timeout(),
             idle_timeout_s: default_idle_timeout(),
             payload_timeout_s: default_payload_timeout(),
+            poll: PollMode::default(),
+            poll_spin_us: default_poll_spin_us(),
         }
     }
 }
@@ -320,6 +349,7 @@ impl LoadedConfig {
         ] {
             bounds::in_range(name, value, 1, MAX_CONN_TIMEOUT_S).map_err(field)?;
         }
+        bounds::in_range("poll_spin_us", s.poll_spin_us, 0, MAX_POLL_SPIN_US).map_err(field)?;
         for listener in &s.tcp {
             check_tcp_address(listener.addr()).map_err(|m| self.error_at("server", 0, "tcp", m))?;
         }
@@ -476,6 +506,8 @@ impl LoadedConfig {
             "handshake_timeout_s": s.handshake_timeout_s,
             "idle_timeout_s": s.idle_timeout_s,
             "payload_timeout_s": s.payload_timeout_s,
+            "poll": s.poll,
+            "poll_spin_us": s.poll_spin_us,
         });
         let b = &self.config.buffers;
         json["buffers"] = serde_json::json!({
@@ -684,6 +716,7 @@ mod tests {
             ("reactors = 100000", "server.reactors"),
             ("drain_timeout_s = 99999999", "server.drain_timeout_s"),
             ("payload_timeout_s = 0", "server.payload_timeout_s"),
+            ("poll_spin_us = 1000000", "server.poll_spin_us"),
             ("tcp = [\"no.such.host.invalid:10809\"]", "server.tcp"),
         ] {
             let text = format!("[server]\n{line}\n{ONE_EXPORT}");
@@ -691,6 +724,14 @@ mod tests {
             assert_eq!(e.field.as_deref(), Some(field), "{e}");
             assert_eq!(e.line, Some(2), "{e}");
         }
+    }
+
+    #[test]
+    fn an_unknown_poll_mode_lists_the_known_ones() {
+        let text = format!("[server]\npoll = \"spin\"\n{ONE_EXPORT}");
+        let e = Config::parse(&text, "x.toml").expect_err("no such mode");
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("adaptive"), "{e}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use pace::pacer::{DeviceOps, DeviceQos, LinkWindow, Pacer, PacingConfig, TenantC
 use pace::pool::SharedPool;
 use pace::Nanos;
 
+use crate::config::PollMode;
 use crate::engine::{
     Action, ConnId, Engine, EngineSettings, IoToken, Received, Sent, Timeouts, PAYLOAD_CAP,
 };
@@ -136,6 +137,8 @@ pub struct ReactorSettings {
     pub max_requests: u32,
     pub drain_timeout: Duration,
     pub timeouts: Timeouts,
+    pub poll: PollMode,
+    pub poll_spin: Duration,
 }
 
 /// This reactor's pacer, sharing the reactors' common state.
@@ -170,6 +173,11 @@ pub struct Reactor {
     chain_errors: Vec<(IoToken, IoResult)>,
     origin: Instant,
     now: Nanos,
+    poll: PollMode,
+    poll_spin: Nanos,
+    /// When the last completion arrived: `adaptive` polls until `poll_spin`
+    /// after it.
+    last_completion: Nanos,
 }
 
 impl Reactor {
@@ -214,6 +222,9 @@ impl Reactor {
             chain_errors: Vec::new(),
             origin,
             now,
+            poll: settings.poll,
+            poll_spin: settings.poll_spin.as_nanos() as Nanos,
+            last_completion: now,
         })
     }
 
@@ -233,12 +244,7 @@ impl Reactor {
             if self.engine.drained() {
                 break;
             }
-            let timeout = self.engine.next_deadline().map(|d| {
-                let wait = d.saturating_sub(self.now).max(1_000);
-                types::Timespec::new()
-                    .sec(wait / 1_000_000_000)
-                    .nsec((wait % 1_000_000_000) as u32)
-            });
+            let timeout = self.wait_timeout();
             let r = match &timeout {
                 Some(ts) => {
                     let args = types::SubmitArgs::new().timespec(ts);
@@ -256,11 +262,37 @@ impl Reactor {
             cqes.clear();
             cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             self.clock();
+            if !cqes.is_empty() {
+                self.last_completion = self.now;
+            }
             for &(user_data, res) in &cqes {
                 self.dispatch(user_data, res);
             }
         }
         Ok(())
+    }
+
+    /// How long the next submit may wait: until the engine's next deadline,
+    /// or not at all while polling.
+    fn wait_timeout(&self) -> Option<types::Timespec> {
+        let polling = match self.poll {
+            PollMode::Interrupt => false,
+            PollMode::Adaptive => self.now < self.last_completion + self.poll_spin,
+            PollMode::Busy => true,
+        };
+        let wait = if polling {
+            0
+        } else {
+            self.engine
+                .next_deadline()?
+                .saturating_sub(self.now)
+                .max(1_000)
+        };
+        Some(
+            types::Timespec::new()
+                .sec(wait / 1_000_000_000)
+                .nsec((wait % 1_000_000_000) as u32),
+        )
     }
 
     fn push_sqe(&mut self, sqe: squeue::Entry) {

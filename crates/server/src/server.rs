@@ -114,6 +114,8 @@ fn start_reactors(
                 idle: secs(cfg.server.idle_timeout_s),
                 payload: secs(cfg.server.payload_timeout_s),
             },
+            poll: cfg.server.poll,
+            poll_spin: Duration::from_micros(cfg.server.poll_spin_us),
         };
         let spawned = spawn_reactor(settings, catalog, pool, origin, ready_tx.clone());
         match spawned {
