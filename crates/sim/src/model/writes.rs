@@ -29,9 +29,11 @@ pub(crate) struct Payload {
 
 impl Sim<'_> {
     fn payload(&mut self, id: u32) -> &mut Payload {
-        let write = &mut self.ios[id as usize].write;
-        debug_assert!(write.is_some(), "IO {id} is a WRITE");
-        write.get_or_insert_with(Box::default)
+        // Only a WRITE's own pieces and events reach here, after start_write.
+        self.ios[id as usize]
+            .write
+            .as_mut()
+            .expect("a WRITE has its payload from its header on")
     }
 
     /// Bytes of piece `k` of IO `id`.
