@@ -109,3 +109,38 @@ fn db_merges_runs_and_serve_uses_it() {
     );
     assert!(String::from_utf8_lossy(&check.stderr).contains("no cost model in the database"));
 }
+
+/// A `model` bdev served over NBD holds each IO for its service time plus
+/// its latency: 1 ms + 10 us + 5 ms for a random 4 KiB read here, so no
+/// QD 1 read may run faster than 166 a second (a bound the machine's load
+/// can only keep: it only adds time).
+#[test]
+fn served_model_bdev_holds_each_io() {
+    common::require("qemu-io", "qemu-utils");
+    let body = "[[bdev]]\nname = \"base\"\nkind = \"null\"\nsize = \"1GiB\"\n\n\
+        [[bdev]]\nname = \"dev\"\nkind = \"model\"\nbase = \"base\"\n\
+        cost = { rbps = 400e6, rseqiops = 2000, rrandiops = 1000, wbps = 200e6, wseqiops = 1000, wrandiops = 500 }\n\
+        latency_us = 5000\n\n[[export]]\nname = \"dev\"\nbdev = \"dev\"\n";
+    let server = common::Server::start(body);
+    let mut cmd = Command::new("qemu-io");
+    cmd.args(["-f", "raw"]);
+    for i in 0..10 {
+        cmd.args(["-c", &format!("read {} 4k", i * 3 << 20)]);
+    }
+    cmd.arg(server.unix_uri("dev"));
+    let out = run(&mut cmd, Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // qemu-io prints "4 KiB, 1 ops; 00.01 sec (... and 158.6742 ops/sec)".
+    let rates: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split(" and ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(rates.len(), 10, "{text}");
+    for r in rates {
+        assert!(
+            r < 1e6 / 6010.0,
+            "a read ran at {r} ops/s: not held\n{text}"
+        );
+    }
+    server.stop();
+}
