@@ -125,7 +125,7 @@ fn served_model_bdev_holds_each_io() {
     let mut cmd = Command::new("qemu-io");
     cmd.args(["-f", "raw"]);
     for i in 0..10 {
-        cmd.args(["-c", &format!("read {} 4k", i * 3 << 20)]);
+        cmd.args(["-c", &format!("read {} 4k", (i * 3) << 20)]);
     }
     cmd.arg(server.unix_uri("dev"));
     let out = run(&mut cmd, Duration::from_secs(30));
