@@ -33,6 +33,10 @@ impl Engine {
             self.stats.bytes_in += n as u64;
         }
         if c.life == Life::Closing {
+            if let RecvOp::Direct(r) = op {
+                // Its piece's buffer was kept for this recv; now it may go.
+                self.abort_pieces(r);
+            }
             return;
         }
         match result {

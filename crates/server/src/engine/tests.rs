@@ -225,7 +225,7 @@ mod props {
         let conn = 0usize..8;
         prop_oneof![
             1 => Just(Ev::Connect),
-            4 => (conn.clone(), 0u8..8, 0u32..200, 0u32..20_000, 0u16..=1000)
+            4 => (conn.clone(), 0u8..8, 0u32..200, 0u32..40_000, 0u16..=1000)
                 .prop_map(|(conn, kind, block, len, sent)| Ev::Request { conn, kind, block, len, sent }),
             2 => (conn.clone(), 1usize..9000).prop_map(|(conn, n)| Ev::Payload { conn, n }),
             6 => (conn.clone(), 1usize..20_000).prop_map(|(conn, max)| Ev::Deliver { conn, max }),
@@ -373,6 +373,22 @@ mod props {
         let live = e.reqs.iter().filter(|r| r.state != ReqState::Free).count();
         assert_eq!(e.requests_in_use(), live, "free list vs. slot states");
         for c in e.conns.iter().flatten() {
+            if let RecvOp::Direct(r) = c.recv {
+                // The kernel writes into that buffer: it must still be ours.
+                let req = &e.reqs[r.index()];
+                let k = req.filling_piece(e.buf_size) as usize;
+                assert_eq!(
+                    req.state,
+                    ReqState::Payload,
+                    "{:?} receives into a dead write",
+                    c.id
+                );
+                assert!(
+                    req.pieces[k].buf.is_some(),
+                    "{:?} receives into a freed buffer",
+                    c.id
+                );
+            }
             let (n, committed, pieces) = per_conn.get(&c.id).copied().unwrap_or_default();
             assert_eq!(c.requests, n, "{:?} requests", c.id);
             assert_eq!(c.committed, committed, "{:?} commitments", c.id);

@@ -11,7 +11,7 @@
 use pace::pacer::IoKind;
 use pace::pool::{Alloc, BufId};
 
-use super::conn::{Input, Life};
+use super::conn::{Input, Life, RecvOp};
 use super::ids::{IoToken, ReqId};
 use super::req::{PieceState, ReqState};
 use super::{conn_at, Action, Engine};
@@ -198,7 +198,17 @@ impl Engine {
     /// The connection will not deliver the rest of `id`'s payload: pieces
     /// not at the device end now; the rest end as the device finishes.
     pub(super) fn abort_pieces(&mut self, id: ReqId) {
+        let conn = self.reqs[id.index()].conn;
+        // A recv in flight writes into the filling piece: it keeps its
+        // buffer until that recv completes (recv_done aborts again).
+        let receiving = self
+            .conn_ref(conn)
+            .is_some_and(|c| c.recv == RecvOp::Direct(id));
+        let filling = self.reqs[id.index()].filling_piece(self.buf_size);
         for k in 0..self.reqs[id.index()].started {
+            if receiving && k == filling {
+                continue;
+            }
             let token = IoToken::piece(id, k);
             match self.reqs[id.index()].pieces[k as usize].state {
                 PieceState::Pacing | PieceState::Filling => {
