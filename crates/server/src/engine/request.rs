@@ -58,7 +58,10 @@ impl Engine {
             "request {id:?}: {:?} -> {to:?}",
             req.state
         );
-        self.stats.transition(req.state.stat(), to.stat());
+        let (from, into) = (req.state.stat(), to.stat());
+        if from != into {
+            self.stats.transition(from, into);
+        }
         req.state = to;
     }
 
