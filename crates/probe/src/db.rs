@@ -62,28 +62,17 @@ pub fn add(db: &Path, result: &Path) -> Result<Vec<PathBuf>, ProbeError> {
     Ok(written)
 }
 
-fn params(c: &CostModel) -> [(&'static str, f64); 6] {
-    [
-        ("rbps", c.rbps),
-        ("rseqiops", c.rseqiops),
-        ("rrandiops", c.rrandiops),
-        ("wbps", c.wbps),
-        ("wseqiops", c.wseqiops),
-        ("wrandiops", c.wrandiops),
-    ]
-}
-
 /// The median of each parameter over runs of one model and firmware, with
 /// each parameter's spread, (max - min) / median.
 pub fn merge_entries(runs: &[DbEntry]) -> Option<DbEntry> {
     let first = runs.first()?;
     let mut values: [Vec<f64>; 6] = Default::default();
     for r in runs {
-        for (i, (_, v)) in params(&r.cost).into_iter().enumerate() {
+        for (i, (_, v)) in r.cost.named().into_iter().enumerate() {
             values[i].push(v);
         }
     }
-    let names = params(&first.cost).map(|p| p.0);
+    let names = first.cost.named().map(|p| p.0);
     let mut spread = BTreeMap::new();
     let mut m = [0.0; 6];
     for (i, v) in values.into_iter().enumerate() {

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use crate::driver::{measure, Job, Measurement, Workload};
 use crate::fit::{self, CostPoints, LARGE, SMALL};
@@ -31,7 +31,7 @@ pub fn probe(opts: &Options) -> Result<ProbeResult, ProbeError> {
     let rated = opts.spec.as_deref().map(spec::load).transpose()?;
     std::fs::create_dir_all(&opts.out)
         .map_err(|e| ProbeError::Usage(format!("{}: {e}", opts.out.display())))?;
-    let bar = progress(targets.iter().map(|t| points_of(t, opts)).sum::<u64>());
+    let bar = bench::run::progress(targets.iter().map(|t| points_of(t, opts)).sum::<u64>());
     for t in &targets {
         if let Some(why) = &t.write_refusal {
             bar.println(format!("{}: reads only. {why}", t.name));
@@ -61,17 +61,6 @@ pub fn probe(opts: &Options) -> Result<ProbeResult, ProbeError> {
     };
     report::write(&opts.out, &result).map_err(ProbeError::Run)?;
     Ok(result)
-}
-
-fn progress(total: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total);
-    let style = ProgressStyle::with_template(
-        "{elapsed_precise} [{bar:30}] {pos}/{len} points, ETA {eta} {msg}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar())
-    .progress_chars("=> ");
-    bar.set_style(style);
-    bar
 }
 
 fn qds(opts: &Options) -> Vec<u32> {

@@ -48,6 +48,18 @@ impl CostModel {
         }
     }
 
+    /// The six parameters with their config names, in config order.
+    pub fn named(&self) -> [(&'static str, f64); 6] {
+        [
+            ("rbps", self.rbps),
+            ("rseqiops", self.rseqiops),
+            ("rrandiops", self.rrandiops),
+            ("wbps", self.wbps),
+            ("wseqiops", self.wseqiops),
+            ("wrandiops", self.wrandiops),
+        ]
+    }
+
     /// Device nanoseconds for one IO. `sequential`: it starts where the
     /// previous one ended.
     pub fn cost(&self, kind: IoKind, bytes: u32, sequential: bool) -> f64 {
