@@ -11,7 +11,7 @@ mod stats_report;
 #[derive(Parser)]
 #[command(
     name = "iopace",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("IOPACE_GIT_COMMIT"), ")"),
     about = "A paced NBD block-storage target on io_uring"
 )]
 struct Cli {

@@ -153,3 +153,62 @@ fn require_answers_options_with_tls_reqd_and_on_serves_plaintext() {
     assert!(nbdinfo(&nbds).status.success());
     roundtrip_ok(&server);
 }
+
+#[test]
+fn access_rules_deny_and_narrow_by_address_and_certificate_name() {
+    require("nbdinfo", "libnbd-bin");
+    let certs = tempfile::tempdir().expect("tempdir");
+    make_certs(certs.path());
+    let tls = format!(
+        "\n[tls]\ncert = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nca = \"{0}/ca-cert.pem\"\n",
+        certs.path().display()
+    );
+    // `default`: TCP clients from 10/8 only (so not us), and Unix clients;
+    // `ro`: open, but read-only for the certificate `client1`.
+    let body = MALLOC_EXPORTS
+        .replace(
+            "name = \"default\"\nbdev = \"m0\"",
+            "name = \"default\"\nbdev = \"m0\"\nallow = [\"10.0.0.0/8\", \"unix\"]",
+        )
+        .replace(
+            "name = \"ro\"\nbdev = \"ro0\"\nread_only = true",
+            "name = \"ro\"\nbdev = \"ro0\"\nread_only_for = [\"cn:client1\"]",
+        );
+    let server = Server::start_full("tls = \"on\"", &format!("{body}{tls}"), BUFFERS);
+    // Denied over TCP: GO gets NBD_REP_ERR_POLICY; the list leaves it out.
+    let s = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut c = RawClient { s };
+    c.greet();
+    let mut go = 7u32.to_be_bytes().to_vec();
+    go.extend_from_slice(b"default\0\0");
+    c.option(7, &go);
+    let (_, typ, _) = c.option_reply();
+    assert_eq!(typ, 0x8000_0002, "NBD_REP_ERR_POLICY");
+    drop(c);
+    let list = Command::new("timeout")
+        .args(["20", "nbdinfo", "--list", &server.tcp_uri("")])
+        .output()
+        .expect("nbdinfo --list");
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(!text.contains("export=\"default\""), "{text}");
+    assert!(text.contains("export=\"ro\""), "{text}");
+    // Allowed over the Unix socket.
+    roundtrip_ok(&server);
+    // `ro` is writable in plaintext, read-only for the certificate client1.
+    let plain = nbdinfo(&server.tcp_uri("ro"));
+    assert!(String::from_utf8_lossy(&plain.stdout).contains("is_read_only: false"));
+    let nbds = format!(
+        "nbds://127.0.0.1:{}/ro?tls-certificates={}",
+        server.port,
+        certs.path().display()
+    );
+    let out = nbdinfo(&nbds);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("is_read_only: true"), "{text}");
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("denied=[\"default\"]"), "{log}");
+    assert!(log.contains("cert_name=\"client1\""), "{log}");
+}

@@ -44,6 +44,7 @@ pub fn run(data: &[u8]) {
             structured_replies: data.len().is_multiple_of(2),
             base_allocation: Some(1),
             no_zeroes: true,
+            read_only: data.len().is_multiple_of(3),
         },
     };
     let export = &exports[neg.export_index];

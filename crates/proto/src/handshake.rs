@@ -16,6 +16,17 @@ pub struct Negotiated {
     /// Metadata context id of `base:allocation`, if the client selected it.
     pub base_allocation: Option<u32>,
     pub no_zeroes: bool,
+    /// This client may only read the export, whatever the export allows.
+    pub read_only: bool,
+}
+
+/// What one client may do with one export (access control).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Not listed; INFO and GO get NBD_REP_ERR_POLICY, EXPORT_NAME closes.
+    Denied,
+    ReadOnly,
+    ReadWrite,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +73,8 @@ pub struct Handshake {
     stage: Stage,
     status: HandshakeStatus,
     tls: Tls,
+    /// Per export, parallel to `exports`; empty means every export is open.
+    access: Vec<Access>,
     no_zeroes: bool,
     structured: bool,
     /// Export for which base:allocation was selected by the last SET_META_CONTEXT.
@@ -103,6 +116,7 @@ impl Handshake {
             stage: Stage::ClientFlags,
             status: HandshakeStatus::Negotiating,
             tls: Tls::Off,
+            access: Vec::new(),
             no_zeroes: false,
             structured: false,
             meta_export: None,
@@ -117,6 +131,31 @@ impl Handshake {
 
     pub fn tls(&self) -> Tls {
         self.tls
+    }
+
+    /// What this client may do with each export (parallel to the exports);
+    /// may change while negotiating, e.g. once a TLS client certificate is known.
+    pub fn set_access(&mut self, access: Vec<Access>) {
+        debug_assert!(access.is_empty() || access.len() == self.exports.len());
+        self.access = access;
+    }
+
+    fn access(&self, idx: usize) -> Access {
+        self.access.get(idx).copied().unwrap_or(Access::ReadWrite)
+    }
+
+    /// Export `idx` as this client sees it: a read-only client gets no write flags.
+    fn view(&self, idx: usize) -> ExportInfo {
+        let mut e = self.exports[idx].clone();
+        if self.access(idx) == Access::ReadOnly {
+            e.read_only = true;
+            e.can_trim = false;
+            e.can_write_zeroes = false;
+            e.can_fast_zero = false;
+            e.can_fua = false;
+            e.can_flush = false;
+        }
+        e
     }
 
     /// The TLS session is up after [`HandshakeStatus::StartTls`]: options go on.
@@ -245,6 +284,7 @@ impl Handshake {
             structured_replies: self.structured,
             base_allocation: (self.meta_export == Some(export_index)).then_some(BASE_ALLOCATION_ID),
             no_zeroes: self.no_zeroes,
+            read_only: self.access(export_index) == Access::ReadOnly,
         }
     }
 
@@ -285,12 +325,12 @@ impl Handshake {
         match opt {
             OPT_EXPORT_NAME => {
                 let idx = std::str::from_utf8(data).ok().and_then(|n| self.find(n));
-                let Some(idx) = idx else {
+                let Some(idx) = idx.filter(|&i| self.access(i) != Access::Denied) else {
                     // "If the server does not know the export, it MUST terminate the session."
                     self.status = HandshakeStatus::Closed;
                     return;
                 };
-                let e = &self.exports[idx];
+                let e = &self.view(idx);
                 let flags = e.transmission_flags(self.structured);
                 self.out.extend_from_slice(&e.size.to_be_bytes());
                 self.out.extend_from_slice(&flags.to_be_bytes());
@@ -309,10 +349,13 @@ impl Handshake {
                     return;
                 }
                 let exports = self.exports.clone();
-                for e in exports.iter() {
-                    let mut d = Vec::with_capacity(4 + e.name.len());
+                let visible = (0..exports.len()).filter(|&i| self.access(i) != Access::Denied);
+                for e in visible.map(|i| &exports[i]).collect::<Vec<_>>() {
+                    // The bytes after the name are the export's description.
+                    let mut d = Vec::with_capacity(4 + e.name.len() + e.description.len());
                     d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
                     d.extend_from_slice(e.name.as_bytes());
+                    d.extend_from_slice(e.description.as_bytes());
                     self.reply(opt, REP_SERVER, &d);
                 }
                 self.reply(opt, REP_ACK, &[]);
@@ -355,7 +398,15 @@ impl Handshake {
             self.reply(opt, REP_ERR_UNKNOWN, b"unknown export");
             return;
         };
-        let e = self.exports[idx].clone();
+        if self.access(idx) == Access::Denied {
+            self.reply(
+                opt,
+                REP_ERR_POLICY,
+                b"this export is not open to this client",
+            );
+            return;
+        }
+        let e = self.view(idx);
         let mut d = Vec::with_capacity(12);
         d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
         d.extend_from_slice(&e.size.to_be_bytes());
@@ -419,6 +470,14 @@ impl Handshake {
             self.reply(opt, REP_ERR_UNKNOWN, b"unknown export");
             return;
         };
+        if self.access(idx) == Access::Denied {
+            self.reply(
+                opt,
+                REP_ERR_POLICY,
+                b"this export is not open to this client",
+            );
+            return;
+        }
         // Unknown namespaces are ignored, as the spec requires; "base:" lists
         // every base context.
         let matched = if set {
@@ -549,6 +608,29 @@ mod tests {
     }
 
     #[test]
+    fn access_hides_denies_and_narrows_exports() {
+        let mut h = Handshake::new(exports(), Some(0));
+        h.set_access(vec![Access::ReadOnly, Access::Denied]);
+        let _ = h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(OPT_LIST, &[]));
+        input.extend(option(OPT_GO, &go_data("other", &[])));
+        input.extend(option(OPT_GO, &go_data("default", &[])));
+        assert_eq!(h.feed(&input), input.len());
+        let r = replies(&h.take_output());
+        assert_eq!(r[0].1, REP_SERVER, "only `default` is listed");
+        assert_eq!(r[1].1, REP_ACK);
+        assert_eq!(r[2].1, REP_ERR_POLICY, "GO other is refused");
+        assert_eq!(r[3].1, REP_INFO);
+        let flags = be16(&r[3].2, 10);
+        assert_ne!(flags & FLAG_READ_ONLY, 0, "read-only for this client");
+        match h.status() {
+            HandshakeStatus::Done(n) => assert!(n.read_only),
+            s => panic!("{s:?}"),
+        }
+    }
+
+    #[test]
     fn wanted_never_reads_past_a_message() {
         let h = Handshake::new(exports(), Some(0));
         assert_eq!(h.wanted(&[]), 4);
@@ -618,6 +700,9 @@ mod tests {
         assert_eq!(r[2].1, REP_SERVER);
         assert_eq!(r[3].1, REP_ACK);
         assert_eq!(h.status(), &HandshakeStatus::Negotiating);
+        // Name length, name, then the description.
+        assert_eq!(&r[1].2[..], b"\0\0\0\x07defaultRAM");
+        assert_eq!(&r[2].2[..], b"\0\0\0\x05other");
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod handshake;
 mod transmission;
 
 pub use consts::*;
-pub use handshake::{Handshake, HandshakeStatus, Negotiated, Tls, MAX_OPTION_LEN};
+pub use handshake::{Access, Handshake, HandshakeStatus, Negotiated, Tls, MAX_OPTION_LEN};
 pub use transmission::{
     decode_request, encode_block_status, encode_done, encode_error_chunk,
     encode_offset_data_header, encode_request, encode_simple_reply, validate, Command, DecodeError,

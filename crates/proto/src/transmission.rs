@@ -157,7 +157,7 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
     }
     let writes = matches!(cmd, Command::Write | Command::Trim | Command::WriteZeroes);
     // "SHOULD return NBD_EPERM if it receives a write or trim request on a read-only export."
-    if writes && export.read_only {
+    if writes && (export.read_only || neg.read_only) {
         return Err(EPERM);
     }
     if matches!(cmd, Command::Flush | Command::Disc) {
@@ -296,6 +296,7 @@ mod tests {
             structured_replies: structured,
             base_allocation: ctx.then_some(1),
             no_zeroes: true,
+            read_only: false,
         }
     }
 
@@ -406,6 +407,16 @@ mod tests {
         assert_eq!(
             validate(&req(Command::Read, 0, 0, 4096), &e, &neg(true, true)),
             Ok(())
+        );
+        // A writable export, read-only for this client (access control).
+        e.read_only = false;
+        let client = Negotiated {
+            read_only: true,
+            ..neg(true, true)
+        };
+        assert_eq!(
+            validate(&req(Command::Write, 0, 0, 4096), &e, &client),
+            Err(EPERM)
         );
     }
 

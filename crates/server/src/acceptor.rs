@@ -2,7 +2,7 @@
 //! least-loaded reactor, straight away or (TLS listeners) through a thread
 //! that negotiates STARTTLS and then relays (see [`crate::tls`]).
 
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use proto::Handshake;
 
+use crate::access::Client;
 use crate::config::ServerConfig;
 use crate::exports::Catalog;
 use crate::reactor::{Msg, ReactorHandle};
@@ -39,20 +40,21 @@ impl Listener {
         }
     }
 
-    /// Accepts one connection; returns it with a description of its peer.
-    fn accept(&self) -> std::io::Result<(OwnedFd, String)> {
+    /// Accepts one connection; returns it with a description of its peer
+    /// and the peer's address (none on a Unix socket).
+    fn accept(&self) -> std::io::Result<(OwnedFd, String, Option<IpAddr>)> {
         match self {
             Listener::Tcp(l, _) => {
                 let (s, peer) = l.accept()?;
                 // Replies are batched per loop already; Nagle would only add latency.
                 s.set_nodelay(true)?;
-                Ok((s.into(), peer.to_string()))
+                Ok((s.into(), peer.to_string(), Some(peer.ip())))
             }
             Listener::Unix(l) => {
                 let (s, _) = l.accept()?;
                 let peer = crate::sockets::peer_uid(&s)
                     .map_or_else(|_| "unix".into(), |uid| format!("unix uid {uid}"));
-                Ok((s.into(), peer))
+                Ok((s.into(), peer, None))
             }
         }
     }
@@ -168,7 +170,7 @@ impl Acceptors {
                 return;
             }
             match accepted {
-                Ok((fd, peer)) => self.dispatch(fd, peer, listener.tls()),
+                Ok((fd, peer, addr)) => self.dispatch(fd, peer, addr, listener.tls()),
                 Err(e) => {
                     warning.warn("accept", &e);
                     // Out of descriptors (EMFILE): give connections time to close.
@@ -178,27 +180,47 @@ impl Acceptors {
         }
     }
 
-    fn dispatch(&self, fd: OwnedFd, peer: String, tls: TlsMode) {
+    fn dispatch(&self, fd: OwnedFd, peer: String, addr: Option<IpAddr>, tls: TlsMode) {
         let reactor = self.pick_reactor().clone();
         tracing::info!(%peer, ?tls, "accepted a connection");
+        let c = &self.catalog;
+        let mut hs =
+            Handshake::new(c.infos.clone(), c.default_export).with_tls(tls.handshake_tls());
+        let client = Client {
+            addr,
+            cert_name: None,
+        };
+        if !c.access.is_open() {
+            hs.set_access(c.access.for_client(&client, &peer));
+        }
         let config = match (&self.tls, tls) {
             (Some(config), TlsMode::On | TlsMode::Require) => config.clone(),
-            _ => {
+            _ if c.access.is_open() => {
                 reactor.conns.fetch_add(1, Ordering::Relaxed);
                 reactor.send(Msg::NewConn(fd));
                 return;
             }
+            _ => {
+                reactor.conns.fetch_add(1, Ordering::Relaxed);
+                reactor.send(Msg::Resume(fd, Box::new(hs)));
+                return;
+            }
         };
-        let c = &self.catalog;
-        let hs = Handshake::new(c.infos.clone(), c.default_export).with_tls(tls.handshake_tls());
         let hand_off: crate::tls::HandOff = Box::new(move |fd, hs| {
             reactor.conns.fetch_add(1, Ordering::Relaxed);
             reactor.send(Msg::Resume(fd, Box::new(hs)));
         });
+        let catalog = self.catalog.clone();
         let spawned = std::thread::Builder::new()
             .name("iopace-tls".into())
             .spawn(move || {
-                crate::tls::serve_connection(TcpStream::from(fd), &peer, hs, config, hand_off)
+                let session = crate::tls::Session {
+                    peer,
+                    client,
+                    catalog,
+                    config,
+                };
+                crate::tls::serve_connection(TcpStream::from(fd), session, hs, hand_off)
             });
         if let Err(e) = spawned {
             tracing::warn!("no thread for a TLS connection: {e}");

@@ -238,6 +238,32 @@ pub struct ExportConfig {
     pub read_only: bool,
     #[serde(default)]
     pub description: String,
+    /// Who may open it: address ranges, `unix`, `cn:NAME`; absent: everyone.
+    #[serde(default)]
+    pub allow: Option<Vec<String>>,
+    /// Who gets it read-only (the same rules).
+    #[serde(default)]
+    pub read_only_for: Vec<String>,
+}
+
+impl ExportConfig {
+    /// The export's access rules, or the field and message of the first bad one.
+    pub fn rules(&self) -> Result<crate::access::ExportRules, (&'static str, String)> {
+        let parse = |field: &'static str, list: &[String]| {
+            list.iter()
+                .map(|r| crate::access::Rule::parse(r))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|m| (field, m))
+        };
+        Ok(crate::access::ExportRules {
+            allow: self
+                .allow
+                .as_deref()
+                .map(|a| parse("allow", a))
+                .transpose()?,
+            read_only_for: parse("read_only_for", &self.read_only_for)?,
+        })
+    }
 }
 
 /// A configuration error: where it is and what is wrong.
@@ -466,6 +492,9 @@ impl LoadedConfig {
                     "description",
                     "longer than 4096 bytes".into(),
                 ));
+            }
+            if let Err((field, m)) = e.rules() {
+                return Err(self.error_at("export", i, field, m));
             }
             if c.exports[..i].iter().any(|o| o.name == e.name) {
                 return Err(self.error_at(

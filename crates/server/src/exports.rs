@@ -36,6 +36,8 @@ pub struct Catalog {
     pub devices: Vec<Device>,
     /// The pacing config, with a `default` tenant added for exports no tenant names.
     pub pacing: PacingConfig,
+    /// Who may open which export, in export order.
+    pub access: crate::access::Policy,
 }
 
 impl Catalog {
@@ -159,6 +161,13 @@ impl Catalog {
             .position(|e| e.info.name == "default")
             .or(if exports.len() == 1 { Some(0) } else { None });
         let infos: Arc<[ExportInfo]> = exports.iter().map(|e| e.info.clone()).collect();
+        let mut access = crate::access::Policy::default();
+        for (i, e) in c.exports.iter().enumerate() {
+            let rules = e
+                .rules()
+                .map_err(|(field, m)| cfg.error_at("export", i, field, m))?;
+            access.exports.push((e.name.clone(), rules));
+        }
         Ok(Catalog {
             exports,
             infos,
@@ -166,6 +175,7 @@ impl Catalog {
             default_export,
             devices,
             pacing,
+            access,
         })
     }
 }

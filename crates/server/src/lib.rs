@@ -1,6 +1,7 @@
 //! The iopace target: config, io_uring reactors, connections, admin RPC.
 
 mod acceptor;
+pub mod access;
 pub mod bounds;
 pub mod config;
 pub mod cost_db;

@@ -125,14 +125,29 @@ pub type HandOff = Box<dyn FnOnce(OwnedFd, Handshake) + Send>;
 /// Longest a client may take over the handshake before TLS is up.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// One TLS listener's connection: who it is and what it may reach.
+pub struct Session {
+    pub peer: String,
+    pub client: crate::access::Client,
+    pub catalog: Arc<crate::exports::Catalog>,
+    pub config: Arc<ServerConfig>,
+}
+
+/// The common name of a client certificate, for `cn:NAME` access rules.
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
 /// Serves one connection of a TLS listener on the calling thread.
 pub fn serve_connection(
     tcp: TcpStream,
-    peer: &str,
+    mut session: Session,
     mut hs: Handshake,
-    config: Arc<ServerConfig>,
     hand_off: HandOff,
 ) {
+    let peer = session.peer.as_str();
     match negotiate(&tcp, &mut hs) {
         Ok(HandshakeStatus::Done(_)) => {
             // TLS was optional and the client went on without it.
@@ -141,9 +156,17 @@ pub fn serve_connection(
                 hand_off(tcp.into(), hs);
             }
         }
-        Ok(HandshakeStatus::StartTls) => match start_tls(&tcp, config) {
+        Ok(HandshakeStatus::StartTls) => match start_tls(&tcp, session.config.clone()) {
             Ok(tls) => {
-                log_session(peer, &tls);
+                session.client.cert_name = tls
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|c| common_name(c));
+                log_session(peer, &tls, session.client.cert_name.as_deref());
+                let access = &session.catalog.access;
+                if !access.is_open() {
+                    hs.set_access(access.for_client(&session.client, peer));
+                }
                 hs.tls_started();
                 match UnixStream::pair() {
                     Ok((mine, reactors)) => {
@@ -192,13 +215,12 @@ fn start_tls(tcp: &TcpStream, config: Arc<ServerConfig>) -> io::Result<ServerCon
     Ok(tls)
 }
 
-fn log_session(peer: &str, tls: &ServerConnection) {
-    let client_cert = tls.peer_certificates().is_some_and(|c| !c.is_empty());
+fn log_session(peer: &str, tls: &ServerConnection, cert_name: Option<&str>) {
     tracing::info!(
         peer,
         version = ?tls.protocol_version(),
         cipher = ?tls.negotiated_cipher_suite().map(|c| c.suite()),
-        client_cert,
+        client_cert = cert_name.unwrap_or("-"),
         "TLS session up"
     );
 }
