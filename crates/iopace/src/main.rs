@@ -38,6 +38,10 @@ enum Cmd {
     Stats(StatsArgs),
     /// Call one admin JSON-RPC method of a running target and print its result.
     Rpc(RpcArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff), as `make install` installs it.
+    Manpage,
     /// Run simulation scenarios (TOML) through the pacer and print the seed's tables.
     Sim(SimArgs),
     /// Run benchmark scenarios (TOML) with real fio initiators against
@@ -182,6 +186,21 @@ fn main() -> ExitCode {
         Cmd::Serve(args) => serve(args),
         Cmd::Stats(args) => stats(args),
         Cmd::Rpc(args) => rpc(args),
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "iopace", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Cmd::Manpage => {
+            use clap::CommandFactory;
+            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("iopace manpage: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::Sim(args) => {
             let mut argv = args.scenarios;
             if args.json {
