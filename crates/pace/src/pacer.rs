@@ -639,13 +639,19 @@ impl Pacer {
                 continue;
             }
             let Some((d, slot)) = self.turn_server(t, front, now) else {
-                // Every flow with IO at this turn's device waits for its
-                // window: the turn goes to the next device, if one may go.
-                // If none may, the tenant waits for its flows' links, and
-                // like one waiting for the shared window (below), holds
-                // back tenants ahead of it: a link it shares with them is
-                // theirs to take only by weight.
-                if self.tenant_has_other_device(t, front) && !self.all_windows_closed(t, now) {
+                // Every flow with IO at this turn's device (and, for a fast
+                // device, at every fast device: see `turn_server`) waits for
+                // its window. A slow device's turn goes to the next device,
+                // if one may go. Otherwise the tenant waits for its flows'
+                // links, and like one waiting for the shared window (below)
+                // holds back tenants ahead of it: a link it shares with them
+                // is theirs to take only by weight, and its slow devices
+                // take no more than their DRR turns.
+                let slow_front = self.link_ratio(front) >= FAST_HOLD_RATIO;
+                if slow_front
+                    && self.tenant_has_other_device(t, front)
+                    && !self.all_windows_closed(t, now)
+                {
                     self.tenants[t].active.rotate_left(1);
                 } else {
                     skipped[t] = true;
