@@ -12,6 +12,7 @@ have qemu-img || need_pkgs+=(qemu-utils)
 have nbdkit || need_pkgs+=(nbdkit)
 have python3 || need_pkgs+=(python3)
 have ip || need_pkgs+=(iproute2)
+have openssl || need_pkgs+=(openssl)
 have tc || need_pkgs+=(iproute2)
 # The bench's PNG plots draw text with this font.
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
