@@ -431,11 +431,7 @@ impl FileLeaf {
                 (0, if hole < 0 { end } else { hole as u64 })
             };
             let next = next.clamp(pos + 1, end);
-            let n = (next - pos) as u32;
-            match out.last_mut() {
-                Some(last) if last.1 == flags => last.0 += n,
-                _ => out.push((n, flags)),
-            }
+            crate::push_extent(&mut out, (next - pos) as u32, flags);
             pos = next;
         }
         out

@@ -309,6 +309,15 @@ impl Bdev {
 /// (NBD_STATE_HOLE | NBD_STATE_ZERO).
 pub const EXTENT_HOLE: u32 = 1 | 2;
 
+/// Appends an extent of `len` bytes, merged into the last one when their
+/// flags match.
+fn push_extent(out: &mut Vec<(u32, u32)>, len: u32, flags: u32) {
+    match out.last_mut() {
+        Some(last) if last.1 == flags => last.0 += len,
+        _ => out.push((len, flags)),
+    }
+}
+
 /// Every bdev the config built, by name.
 #[derive(Debug)]
 pub struct BdevSet {

@@ -102,11 +102,7 @@ impl MallocMem {
             } else {
                 EXTENT_HOLE
             };
-            let n = (next - pos) as u32;
-            match out.last_mut() {
-                Some(last) if last.1 == flags => last.0 += n,
-                _ => out.push((n, flags)),
-            }
+            crate::push_extent(&mut out, (next - pos) as u32, flags);
             pos = next;
         }
         out
