@@ -236,10 +236,20 @@ pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String
     let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     writeln!(writer, "{req}").map_err(|e| e.to_string())?;
     let mut line = Vec::new();
-    BufReader::new(stream)
+    let read = BufReader::new(stream)
         .take(MAX_LINE as u64)
-        .read_until(b'\n', &mut line)
-        .map_err(|e| format!("reading reply from {}: {e}", path.display()))?;
+        .read_until(b'\n', &mut line);
+    if let Err(e) = read {
+        // Another server (an NBD socket, say) sends its own greeting and
+        // resets the connection on our JSON; the admin socket never resets.
+        if !line.is_empty() || e.kind() == std::io::ErrorKind::ConnectionReset {
+            return Err(format!(
+                "{} is not an iopace admin socket: it closed the connection instead of answering JSON-RPC ({e})",
+                path.display()
+            ));
+        }
+        return Err(format!("reading reply from {}: {e}", path.display()));
+    }
     let reply: Value = serde_json::from_slice(&line)
         .ok()
         .filter(|v: &Value| v.get("jsonrpc").is_some())
