@@ -183,6 +183,7 @@ impl Leaf {
     }
 }
 
+#[derive(Clone)]
 pub struct Bdev {
     name: String,
     size: u64,
@@ -509,162 +510,171 @@ impl Builder<'_> {
 
     fn make(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
         let s = &self.specs[i];
-        let block_size = match s.block_size {
-            None => 512,
-            Some(ByteSize(b)) if (512..=65536).contains(&b) && b.is_power_of_two() => b as u32,
-            Some(b) => {
-                return Err(err(
-                    i,
-                    "block_size",
-                    format!("must be a power of two from 512 to 64 KiB, got {b}"),
-                ))
-            }
-        };
-        let need_size = |field: &'static str| -> Result<u64, BuildError> {
-            match s.size {
-                Some(ByteSize(n)) if n >= u64::from(block_size) => {
-                    Ok(n / u64::from(block_size) * u64::from(block_size))
-                }
-                Some(n) => Err(err(
-                    i,
-                    field,
-                    format!("must be at least one block ({block_size} bytes), got {n}"),
-                )),
-                None => Err(err(
-                    i,
-                    field,
-                    format!("a {} bdev needs a size", kind_name(s.kind)),
-                )),
-            }
-        };
-        let leaf_bdev = |leaf: Leaf, size: u64, caps: Caps| -> Vec<Arc<Bdev>> {
-            vec![Arc::new(Bdev {
-                name: s.name.clone(),
-                size,
-                block_size,
-                offset: 0,
-                leaf: Arc::new(leaf),
-                delays: Vec::new(),
-                model: None,
-                caps,
-            })]
-        };
-        let mem_caps = Caps {
-            flush: true,
-            fua: true,
-            trim: true,
-            write_zeroes: true,
-            fast_zero: true,
-            rotational: false,
+        let block_size = block_size_of(s, i)?;
+        let one = |leaf: Leaf, size: u64, caps: Caps| {
+            Ok(vec![leaf_bdev(s, block_size, leaf, size, caps)])
         };
         match s.kind {
             BdevKindName::Null => {
-                let size = need_size("size")?;
+                let size = sized(s, i, block_size)?;
                 let pattern = s.pattern.unwrap_or(0xA5);
-                Ok(leaf_bdev(Leaf::Null { pattern }, size, mem_caps))
+                one(Leaf::Null { pattern }, size, MEM_CAPS)
             }
             BdevKindName::Malloc if self.mode == BuildMode::Check => {
-                let size = need_size("size")?;
-                Ok(leaf_bdev(Leaf::Null { pattern: 0 }, size, mem_caps))
+                let size = sized(s, i, block_size)?;
+                one(Leaf::Null { pattern: 0 }, size, MEM_CAPS)
             }
             BdevKindName::Malloc => {
-                let size = need_size("size")?;
+                let size = sized(s, i, block_size)?;
                 let mem = MallocMem::new(size)
                     .map_err(|e| err(i, "size", format!("cannot map {size} bytes: {e}")))?;
-                Ok(leaf_bdev(Leaf::Malloc(mem), size, mem_caps))
+                one(Leaf::Malloc(mem), size, MEM_CAPS)
             }
             BdevKindName::File => {
-                let Some(path) = &s.path else {
-                    return Err(err(i, "path", "a file bdev needs a path"));
-                };
-                let size = s.size.map(|b| b.0);
-                if let Some(current) = file::larger_than(path, size) {
-                    return Err(err(
-                        i,
-                        "size",
-                        format!(
-                            "{path} has {current} bytes, more than size: raise size or remove it"
-                        ),
-                    ));
-                }
-                let leaf = match self.mode {
-                    BuildMode::Check => file::planned_size(path, size)
-                        .map(|size| (Leaf::Null { pattern: 0 }, size, mem_caps)),
-                    BuildMode::Serve => FileLeaf::open(path, size, s.direct.unwrap_or_default())
-                        .map(|f| {
-                            let (size, caps) = (f.size(), f.caps());
-                            (Leaf::File(f), size, caps)
-                        }),
-                };
-                let (leaf, size, caps) =
-                    leaf.map_err(|e| err(i, "path", format!("{path}: {e}")))?;
-                let size = size / u64::from(block_size) * u64::from(block_size);
-                if size == 0 {
-                    return Err(err(
-                        i,
-                        "size",
-                        format!("{path} is empty: give a size to create it"),
-                    ));
-                }
-                Ok(leaf_bdev(leaf, size, caps))
+                let (leaf, size, caps) = self.file_leaf(i, block_size)?;
+                one(leaf, size, caps)
             }
-            BdevKindName::Split => {
-                let parts = match s.parts {
-                    Some(p) if p >= 1 => p,
-                    _ => return Err(err(i, "parts", "a split bdev needs parts >= 1")),
-                };
-                let base = self.base_of(i)?;
-                let bs = u64::from(base.block_size);
-                let part = base.size / u64::from(parts) / bs * bs;
-                if part == 0 {
-                    return Err(err(
-                        i,
-                        "parts",
-                        format!("{parts} parts of {} bytes leave nothing", base.size),
-                    ));
-                }
-                Ok((0..parts)
-                    .map(|p| {
-                        Arc::new(Bdev {
-                            name: format!("{}p{p}", s.name),
-                            size: part,
-                            block_size: base.block_size,
-                            offset: base.offset + u64::from(p) * part,
-                            leaf: base.leaf.clone(),
-                            delays: base.delays.clone(),
-                            model: base.model.clone(),
-                            caps: base.caps,
-                        })
-                    })
-                    .collect())
-            }
-            BdevKindName::Delay => {
-                let base = self.base_of(i)?;
-                let read_avg = s.read_avg_us.unwrap_or(0);
-                let write_avg = s.write_avg_us.unwrap_or(0);
-                let model = DelayModel::new(
-                    read_avg,
-                    s.read_p99_us.unwrap_or(read_avg),
-                    write_avg,
-                    s.write_p99_us.unwrap_or(write_avg),
-                )
-                .map_err(|(field, m)| err(i, field, m))?;
-                let mut delays = base.delays.clone();
-                delays.push(model);
-                Ok(vec![Arc::new(Bdev {
-                    name: s.name.clone(),
-                    size: base.size,
-                    block_size: base.block_size,
-                    offset: base.offset,
-                    leaf: base.leaf.clone(),
-                    delays,
-                    model: base.model.clone(),
-                    caps: base.caps,
-                })])
-            }
+            BdevKindName::Split => self.make_split(i),
+            BdevKindName::Delay => self.make_delay(i),
             BdevKindName::Model => self.make_model(i),
         }
     }
+
+    /// A file bdev's leaf (a null stand-in when only checking), size and caps.
+    fn file_leaf(&self, i: usize, block_size: u32) -> Result<(Leaf, u64, Caps), BuildError> {
+        let s = &self.specs[i];
+        let Some(path) = &s.path else {
+            return Err(err(i, "path", "a file bdev needs a path"));
+        };
+        let size = s.size.map(|b| b.0);
+        if let Some(current) = file::larger_than(path, size) {
+            return Err(err(
+                i,
+                "size",
+                format!("{path} has {current} bytes, more than size: raise size or remove it"),
+            ));
+        }
+        let leaf = match self.mode {
+            BuildMode::Check => file::planned_size(path, size)
+                .map(|size| (Leaf::Null { pattern: 0 }, size, MEM_CAPS)),
+            BuildMode::Serve => FileLeaf::open(path, size, s.direct.unwrap_or_default()).map(|f| {
+                let (size, caps) = (f.size(), f.caps());
+                (Leaf::File(f), size, caps)
+            }),
+        };
+        let (leaf, size, caps) = leaf.map_err(|e| err(i, "path", format!("{path}: {e}")))?;
+        let size = size / u64::from(block_size) * u64::from(block_size);
+        if size == 0 {
+            return Err(err(
+                i,
+                "size",
+                format!("{path} is empty: give a size to create it"),
+            ));
+        }
+        Ok((leaf, size, caps))
+    }
+
+    fn make_split(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
+        let parts = match self.specs[i].parts {
+            Some(p) if p >= 1 => p,
+            _ => return Err(err(i, "parts", "a split bdev needs parts >= 1")),
+        };
+        let base = self.base_of(i)?;
+        let bs = u64::from(base.block_size);
+        let part = base.size / u64::from(parts) / bs * bs;
+        if part == 0 {
+            return Err(err(
+                i,
+                "parts",
+                format!("{parts} parts of {} bytes leave nothing", base.size),
+            ));
+        }
+        let name = &self.specs[i].name;
+        Ok((0..parts)
+            .map(|p| {
+                Arc::new(Bdev {
+                    name: format!("{name}p{p}"),
+                    size: part,
+                    offset: base.offset + u64::from(p) * part,
+                    ..(*base).clone()
+                })
+            })
+            .collect())
+    }
+
+    fn make_delay(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
+        let base = self.base_of(i)?;
+        let s = &self.specs[i];
+        let read_avg = s.read_avg_us.unwrap_or(0);
+        let write_avg = s.write_avg_us.unwrap_or(0);
+        let model = DelayModel::new(
+            read_avg,
+            s.read_p99_us.unwrap_or(read_avg),
+            write_avg,
+            s.write_p99_us.unwrap_or(write_avg),
+        )
+        .map_err(|(field, m)| err(i, field, m))?;
+        let mut delays = base.delays.clone();
+        delays.push(model);
+        Ok(vec![Arc::new(Bdev {
+            name: s.name.clone(),
+            delays,
+            ..(*base).clone()
+        })])
+    }
+}
+
+/// RAM-like leaves (null, malloc, a checked file) do everything at once.
+const MEM_CAPS: Caps = Caps {
+    flush: true,
+    fua: true,
+    trim: true,
+    write_zeroes: true,
+    fast_zero: true,
+    rotational: false,
+};
+
+fn block_size_of(s: &BdevSpec, i: usize) -> Result<u32, BuildError> {
+    match s.block_size {
+        None => Ok(512),
+        Some(ByteSize(b)) if (512..=65536).contains(&b) && b.is_power_of_two() => Ok(b as u32),
+        Some(b) => Err(err(
+            i,
+            "block_size",
+            format!("must be a power of two from 512 to 64 KiB, got {b}"),
+        )),
+    }
+}
+
+/// The spec's size rounded down to whole blocks; at least one block.
+fn sized(s: &BdevSpec, i: usize, block_size: u32) -> Result<u64, BuildError> {
+    let bs = u64::from(block_size);
+    match s.size {
+        Some(ByteSize(n)) if n >= bs => Ok(n / bs * bs),
+        Some(n) => Err(err(
+            i,
+            "size",
+            format!("must be at least one block ({block_size} bytes), got {n}"),
+        )),
+        None => Err(err(
+            i,
+            "size",
+            format!("a {} bdev needs a size", kind_name(s.kind)),
+        )),
+    }
+}
+
+fn leaf_bdev(s: &BdevSpec, block_size: u32, leaf: Leaf, size: u64, caps: Caps) -> Arc<Bdev> {
+    Arc::new(Bdev {
+        name: s.name.clone(),
+        size,
+        block_size,
+        offset: 0,
+        leaf: Arc::new(leaf),
+        delays: Vec::new(),
+        model: None,
+        caps,
+    })
 }
 
 fn kind_name(k: BdevKindName) -> &'static str {
