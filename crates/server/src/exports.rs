@@ -61,21 +61,7 @@ impl Catalog {
         let max_block = cfg.max_request_bytes();
         let mut pacing = c.pacing.clone();
         let mut devices: Vec<Device> = Vec::new();
-        for (table, name) in c
-            .cost
-            .keys()
-            .map(|n| ("cost", n))
-            .chain(c.qos.keys().map(|n| ("qos", n)))
-        {
-            if bdevs.get(name).is_none() {
-                return Err(ConfigError {
-                    file: cfg.source_name.clone(),
-                    line: crate::config::locate(&cfg.text, &format!("{table}.{name}"), 0, ""),
-                    field: Some(format!("{table}.{name}")),
-                    message: format!("no bdev named `{name}`"),
-                });
-            }
-        }
+        check_model_names(cfg, &bdevs)?;
         let mut exports = Vec::with_capacity(c.exports.len());
         for (i, e) in c.exports.iter().enumerate() {
             let Some(dev) = bdevs.get(&e.bdev) else {
@@ -87,73 +73,11 @@ impl Catalog {
                     format!("no bdev named `{}` (bdevs: {known})", e.bdev),
                 ));
             };
-            let caps = dev.caps();
-            let writable = !e.read_only;
-            let info = ExportInfo {
-                name: e.name.clone(),
-                description: e.description.clone(),
-                size: dev.size(),
-                read_only: e.read_only,
-                can_flush: writable && caps.flush,
-                can_fua: writable && caps.fua,
-                can_trim: writable && caps.trim,
-                can_write_zeroes: writable && caps.write_zeroes,
-                can_fast_zero: writable && caps.fast_zero,
-                // Every bdev is coherent across connections: one memory image or
-                // one file whose fdatasync covers all writes.
-                can_multi_conn: true,
-                can_cache: true,
-                rotational: caps.rotational,
-                min_block: 1,
-                pref_block: dev.block_size().max(4096),
-                max_block,
-            };
-            let device =
-                match devices.iter().position(|d| d.name == e.bdev) {
-                    Some(d) => d,
-                    None => {
-                        let from_db = || {
-                            let db = c.cost_db.as_deref()?;
-                            crate::cost_db::cost_for(db, &c.bdevs, &e.bdev, &dev)
-                        };
-                        let cost = c.cost.get(&e.bdev).copied().or_else(from_db).unwrap_or(
-                            match dev.kind() {
-                                "file" => CostModel::nvme(),
-                                _ => CostModel::memory(),
-                            },
-                        );
-                        devices.push(Device {
-                            name: e.bdev.clone(),
-                            cost,
-                            qos: c.qos.get(&e.bdev).copied(),
-                        });
-                        devices.len() - 1
-                    }
-                };
-            let tenant = match pacing
-                .tenants
-                .iter()
-                .position(|t| t.exports.contains(&e.name))
-            {
-                Some(t) => t,
-                None if pacing.tenants.is_empty() => 0,
-                None => match pacing.tenants.iter().position(|t| t.name == "default") {
-                    Some(t) => t,
-                    None => {
-                        pacing.tenants.push(TenantConfig {
-                            name: "default".into(),
-                            weight: 1.0,
-                            exports: Vec::new(),
-                        });
-                        pacing.tenants.len() - 1
-                    }
-                },
-            };
             exports.push(Export {
-                info,
+                info: export_info(e, &dev, max_block),
+                device: device_index(cfg, &mut devices, &e.bdev, &dev),
+                tenant: tenant_index(&mut pacing, &e.name),
                 bdev: dev,
-                device,
-                tenant,
             });
         }
         let default_export = exports
@@ -178,4 +102,99 @@ impl Catalog {
             access,
         })
     }
+}
+
+/// Every `[cost.X]` and `[qos.X]` names a bdev.
+fn check_model_names(cfg: &LoadedConfig, bdevs: &BdevSet) -> Result<(), ConfigError> {
+    let c = &cfg.config;
+    let named = c.cost.keys().map(|n| ("cost", n));
+    for (table, name) in named.chain(c.qos.keys().map(|n| ("qos", n))) {
+        if bdevs.get(name).is_none() {
+            return Err(ConfigError {
+                file: cfg.source_name.clone(),
+                line: crate::config::locate(&cfg.text, &format!("{table}.{name}"), 0, ""),
+                field: Some(format!("{table}.{name}")),
+                message: format!("no bdev named `{name}`"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What the handshake tells clients about an export of `dev`.
+fn export_info(e: &crate::config::ExportConfig, dev: &Bdev, max_block: u32) -> ExportInfo {
+    let caps = dev.caps();
+    let writable = !e.read_only;
+    ExportInfo {
+        name: e.name.clone(),
+        description: e.description.clone(),
+        size: dev.size(),
+        read_only: e.read_only,
+        can_flush: writable && caps.flush,
+        can_fua: writable && caps.fua,
+        can_trim: writable && caps.trim,
+        can_write_zeroes: writable && caps.write_zeroes,
+        can_fast_zero: writable && caps.fast_zero,
+        // Every bdev is coherent across connections: one memory image or
+        // one file whose fdatasync covers all writes.
+        can_multi_conn: true,
+        can_cache: true,
+        rotational: caps.rotational,
+        min_block: 1,
+        pref_block: dev.block_size().max(4096),
+        max_block,
+    }
+}
+
+/// The pacer's device queue for bdev `name`: one per bdev, shared by its
+/// exports, with its cost model (config, then the results database, then
+/// the kind's default) and latency targets.
+fn device_index(cfg: &LoadedConfig, devices: &mut Vec<Device>, name: &str, dev: &Bdev) -> usize {
+    if let Some(d) = devices.iter().position(|d| d.name == name) {
+        return d;
+    }
+    let c = &cfg.config;
+    let from_db = || {
+        let db = c.cost_db.as_deref()?;
+        crate::cost_db::cost_for(db, &c.bdevs, name, dev)
+    };
+    let cost = c
+        .cost
+        .get(name)
+        .copied()
+        .or_else(from_db)
+        .unwrap_or(match dev.kind() {
+            "file" => CostModel::nvme(),
+            _ => CostModel::memory(),
+        });
+    devices.push(Device {
+        name: name.to_string(),
+        cost,
+        qos: c.qos.get(name).copied(),
+    });
+    devices.len() - 1
+}
+
+/// The tenant of export `name`: the one listing it, else `default`
+/// (added when tenants are configured but none is called that).
+fn tenant_index(pacing: &mut PacingConfig, name: &str) -> usize {
+    if let Some(t) = pacing
+        .tenants
+        .iter()
+        .position(|t| t.exports.iter().any(|x| x == name))
+    {
+        return t;
+    }
+    if pacing.tenants.is_empty() {
+        return 0;
+    }
+    if let Some(t) = pacing.tenants.iter().position(|t| t.name == "default") {
+        return t;
+    }
+    pacing.tenants.push(TenantConfig {
+        name: "default".into(),
+        weight: 1.0,
+        exports: Vec::new(),
+    });
+    pacing.tenants.len() - 1
 }
