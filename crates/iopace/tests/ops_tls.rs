@@ -212,3 +212,52 @@ fn access_rules_deny_and_narrow_by_address_and_certificate_name() {
     assert!(log.contains("denied=[\"default\"]"), "{log}");
     assert!(log.contains("cert_name=\"client1\""), "{log}");
 }
+
+#[test]
+fn tls_connections_beyond_max_sessions_are_closed_and_logged() {
+    let certs = tempfile::tempdir().expect("tempdir");
+    make_certs(certs.path());
+    let tls = format!(
+        "\n[tls]\ncert = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nmax_sessions = 1\n",
+        certs.path().display()
+    );
+    let server = Server::start_full(
+        "tls = \"require\"",
+        &format!("{MALLOC_EXPORTS}{tls}"),
+        BUFFERS,
+    );
+    let connect = || {
+        let s = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s
+    };
+    // A connection that got the greeting, once a session is free (the
+    // readiness probe's may still hold it for a moment).
+    let greeted = || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut s = connect();
+            let mut greeting = [0u8; 8];
+            if std::io::Read::read_exact(&mut s, &mut greeting).is_ok() {
+                assert_eq!(&greeting, b"NBDMAGIC");
+                return s;
+            }
+            assert!(std::time::Instant::now() < deadline, "no session freed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // The first connection holds the only session while it negotiates.
+    let first = greeted();
+    let mut second = connect();
+    let mut byte = [0u8; 1];
+    let n = std::io::Read::read(&mut second, &mut byte).expect("closed, not reset");
+    assert_eq!(n, 0, "beyond max_sessions the connection is closed at once");
+    // Once the first goes, its place is free again.
+    drop(first);
+    drop(greeted());
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("refused a TLS connection"), "{log}");
+    assert!(log.contains("max_sessions"), "{log}");
+}

@@ -108,7 +108,7 @@ impl RateLimitedWarning {
         }
     }
 
-    fn warn(&mut self, what: &str, error: &std::io::Error) {
+    fn warn(&mut self, what: &str, error: &dyn std::fmt::Display) {
         let now = Instant::now();
         if self
             .last
@@ -123,12 +123,19 @@ impl RateLimitedWarning {
     }
 }
 
+/// What TLS listeners' connections share: the rustls configuration and the
+/// bound on connections alive at once.
+pub struct TlsServer {
+    pub config: Arc<rustls::ServerConfig>,
+    pub sessions: Arc<crate::tls::SessionLimit>,
+}
+
 /// What every accept thread shares.
 pub struct Acceptors {
     pub listeners: Arc<Vec<Listener>>,
     pub handles: Vec<Arc<ReactorHandle>>,
     pub catalog: Arc<Catalog>,
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub tls: Option<TlsServer>,
     next: AtomicUsize,
     stopping: AtomicBool,
 }
@@ -138,7 +145,7 @@ impl Acceptors {
         listeners: Vec<Listener>,
         handles: Vec<Arc<ReactorHandle>>,
         catalog: Arc<Catalog>,
-        tls: Option<Arc<rustls::ServerConfig>>,
+        tls: Option<TlsServer>,
     ) -> Arc<Acceptors> {
         Arc::new(Acceptors {
             listeners: Arc::new(listeners),
@@ -164,13 +171,14 @@ impl Acceptors {
 
     fn accept_loop(&self, listener: &Listener) {
         let mut warning = RateLimitedWarning::new(Duration::from_secs(10));
+        let mut refusal = RateLimitedWarning::new(Duration::from_secs(10));
         loop {
             let accepted = listener.accept();
             if self.stopping.load(Ordering::Relaxed) {
                 return;
             }
             match accepted {
-                Ok((fd, peer, addr)) => self.dispatch(fd, peer, addr, listener.tls()),
+                Ok((fd, peer, addr)) => self.dispatch(fd, peer, addr, listener.tls(), &mut refusal),
                 Err(e) => {
                     warning.warn("accept", &e);
                     // Out of descriptors (EMFILE): give connections time to close.
@@ -180,7 +188,14 @@ impl Acceptors {
         }
     }
 
-    fn dispatch(&self, fd: OwnedFd, peer: String, addr: Option<IpAddr>, tls: TlsMode) {
+    fn dispatch(
+        &self,
+        fd: OwnedFd,
+        peer: String,
+        addr: Option<IpAddr>,
+        tls: TlsMode,
+        refusal: &mut RateLimitedWarning,
+    ) {
         let reactor = self.pick_reactor().clone();
         tracing::info!(%peer, ?tls, "accepted a connection");
         let c = &self.catalog;
@@ -193,27 +208,39 @@ impl Acceptors {
         if !c.access.is_open() {
             hs.set_access(c.access.for_client(&client, &peer));
         }
-        let config = match (&self.tls, tls) {
-            (Some(config), TlsMode::On | TlsMode::Require) => config.clone(),
+        let (config, slot) = match (&self.tls, tls) {
+            (Some(t), TlsMode::On | TlsMode::Require) => match t.sessions.try_enter() {
+                Some(slot) => (t.config.clone(), slot),
+                None => {
+                    let why = format!(
+                        "{} TLS connections alive ([tls] max_sessions)",
+                        t.sessions.max()
+                    );
+                    refusal.warn(&format!("refused a TLS connection from {peer}"), &why);
+                    return; // dropping fd closes it
+                }
+            },
             _ if c.access.is_open() => {
                 reactor.conns.fetch_add(1, Ordering::Relaxed);
-                reactor.send(Msg::NewConn(fd));
+                reactor.send(Msg::NewConn(fd, peer));
                 return;
             }
             _ => {
                 reactor.conns.fetch_add(1, Ordering::Relaxed);
-                reactor.send(Msg::Resume(fd, Box::new(hs)));
+                reactor.send(Msg::Resume(fd, Box::new(hs), peer));
                 return;
             }
         };
+        let tls_peer = format!("{peer} (TLS)");
         let hand_off: crate::tls::HandOff = Box::new(move |fd, hs| {
             reactor.conns.fetch_add(1, Ordering::Relaxed);
-            reactor.send(Msg::Resume(fd, Box::new(hs)));
+            reactor.send(Msg::Resume(fd, Box::new(hs), tls_peer));
         });
         let catalog = self.catalog.clone();
         let spawned = std::thread::Builder::new()
             .name("iopace-tls".into())
             .spawn(move || {
+                let _slot = slot;
                 let session = crate::tls::Session {
                     peer,
                     client,

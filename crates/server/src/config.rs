@@ -404,7 +404,11 @@ impl LoadedConfig {
                 "tls",
                 "a TLS listener needs a [tls] table with cert and key".into(),
             )),
-            _ => Ok(()),
+            Some(t) => {
+                bounds::in_range("max_sessions", t.max_sessions, 1, bounds::MAX_TLS_SESSIONS)
+                    .map_err(|e| self.field_error("tls", e))
+            }
+            None => Ok(()),
         }
     }
 

@@ -240,6 +240,10 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         reactors.stop();
         return Err(e);
     }
+    let tls = tls.map(|config| crate::acceptor::TlsServer {
+        config,
+        sessions: crate::tls::SessionLimit::new(cfg.tls.as_ref().map_or(1, |t| t.max_sessions)),
+    });
     let acceptors = Acceptors::new(listeners, reactors.handles.clone(), catalog.clone(), tls);
     let accept_threads = match acceptor::start(&acceptors) {
         Ok(a) => a,

@@ -14,6 +14,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,55 @@ pub struct TlsConfig {
     /// "require" when `ca` is given, else "none").
     #[serde(default)]
     pub client_certs: Option<ClientCerts>,
+    /// Most TLS connections at once (each holds a thread while it lives);
+    /// beyond it a new TLS listener's connection is closed at once, logged.
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: usize,
+}
+
+fn default_max_sessions() -> usize {
+    256
+}
+
+/// Counts the TLS connections alive, against `[tls] max_sessions`.
+#[derive(Debug)]
+pub struct SessionLimit {
+    max: usize,
+    live: AtomicUsize,
+}
+
+/// One TLS connection's place under the limit; dropping it frees the place.
+#[derive(Debug)]
+pub struct SessionSlot(Arc<SessionLimit>);
+
+impl SessionLimit {
+    pub fn new(max: usize) -> Arc<SessionLimit> {
+        Arc::new(SessionLimit {
+            max,
+            live: AtomicUsize::new(0),
+        })
+    }
+
+    /// A place for one more session, or None when `max` are alive.
+    pub fn try_enter(self: &Arc<Self>) -> Option<SessionSlot> {
+        self.live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| SessionSlot(self.clone()))
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        let was = self.0.live.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(was > 0, "TLS session slot freed twice");
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -376,5 +426,22 @@ fn from_reactor(
         }
         Err(e) if would_block(&e) => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_limit_refuses_beyond_max_and_frees_on_drop() {
+        let limit = SessionLimit::new(2);
+        let a = limit.try_enter().expect("first");
+        let b = limit.try_enter().expect("second");
+        assert!(limit.try_enter().is_none(), "a third beyond max 2");
+        drop(a);
+        let c = limit.try_enter().expect("a place was freed");
+        drop((b, c));
+        assert_eq!(limit.live.load(Ordering::Acquire), 0);
     }
 }
