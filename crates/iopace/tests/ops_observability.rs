@@ -108,7 +108,19 @@ fn json_logs_show_connection_lifecycle() {
         assert!(Instant::now() < deadline, "not serving");
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // One client that reads 4 KiB and says NBD_CMD_DISC, one that just goes.
+    let mut c = RawClient {
+        s: TcpStream::connect(("127.0.0.1", port)).expect("connect"),
+    };
+    c.greet();
+    c.go("default");
+    c.request(0, 0, 1, 0, 4096);
+    assert_eq!(c.simple_reply().0, 0);
+    c.read_exact(4096);
+    c.request(2, 0, 2, 0, 0);
+    drop(c);
+    drop(TcpStream::connect(("127.0.0.1", port)).expect("connect"));
+    std::thread::sleep(Duration::from_millis(300));
     // SAFETY: signalling our own child by its PID.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
@@ -130,6 +142,32 @@ fn json_logs_show_connection_lifecycle() {
         "{accepted}"
     );
     assert_eq!(accepted["level"], "INFO");
+    let closed: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["fields"]["message"] == "connection closed")
+        .collect();
+    let served = closed
+        .iter()
+        .find(|e| e["fields"]["export"] == "default")
+        .unwrap_or_else(|| panic!("no close event for the export: {text}"));
+    assert_eq!(served["level"], "INFO");
+    assert_eq!(served["fields"]["reason"], "Disconnect", "{served}");
+    assert_eq!(served["fields"]["replies"], 1, "{served}");
+    assert!(
+        served["fields"]["bytes_out"].as_u64().unwrap_or(0) >= 4096,
+        "{served}"
+    );
+    assert!(
+        served["fields"]["peer"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{served}"
+    );
+    // The second never chose an export.
+    assert!(
+        closed.iter().any(|e| e["fields"]["export"] == "-"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -24,10 +24,11 @@ use crate::stats::ReactorStats;
 
 /// Messages from other threads, delivered through the inbox and an eventfd.
 pub enum Msg {
-    NewConn(OwnedFd),
+    /// A connection and its peer's description.
+    NewConn(OwnedFd, String),
     /// A connection whose handshake began elsewhere (a TLS listener's
     /// thread): resume it. The fd is plaintext (a TLS relay's socketpair end).
-    Resume(OwnedFd, Box<proto::Handshake>),
+    Resume(OwnedFd, Box<proto::Handshake>, String),
     Stats(mpsc::Sender<ReactorStats>),
     SetPacing(PacingConfig),
     Shutdown,
@@ -452,8 +453,8 @@ impl Reactor {
         };
         for msg in msgs {
             match msg {
-                Msg::NewConn(fd) => self.add_conn(fd, None),
-                Msg::Resume(fd, hs) => self.add_conn(fd, Some(hs)),
+                Msg::NewConn(fd, peer) => self.add_conn(fd, None, &peer),
+                Msg::Resume(fd, hs, peer) => self.add_conn(fd, Some(hs), &peer),
                 Msg::Stats(reply) => {
                     let snapshot = self.engine.snapshot(self.now);
                     let _ = reply.send(snapshot);
@@ -464,12 +465,13 @@ impl Reactor {
         }
     }
 
-    fn add_conn(&mut self, fd: OwnedFd, handshake: Option<Box<proto::Handshake>>) {
+    fn add_conn(&mut self, fd: OwnedFd, handshake: Option<Box<proto::Handshake>>, peer: &str) {
         let Some(conn) = self.engine.accept(self.now, handshake) else {
             // Draining: dropping the fd closes it.
             self.handle.conns.fetch_sub(1, Ordering::Relaxed);
             return;
         };
+        self.engine.set_peer(conn, peer);
         let i = conn.index as usize;
         if self.socks.len() <= i {
             self.socks.resize_with(i + 1, || None);

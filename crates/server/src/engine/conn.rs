@@ -71,8 +71,46 @@ pub enum Life {
     Closing,
 }
 
+/// Why a connection ended, for its close log: the first cause seen stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// The client closed its side (EOF).
+    ClientClosed,
+    /// The client sent NBD_CMD_DISC.
+    Disconnect,
+    /// The handshake ended without an export (aborted, refused or failed).
+    HandshakeEnded,
+    /// A request the protocol does not allow.
+    ProtocolError,
+    /// A rejected WRITE with more payload than is worth discarding.
+    RejectedWrite,
+    /// The handshake, idle or payload timeout.
+    Timeout,
+    RecvError,
+    SendError,
+    /// The server shut down and drained it.
+    Draining,
+    /// The server's drain timeout closed it.
+    DrainTimeout,
+}
+
+/// What a connection did, for its close log.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Traffic {
+    /// Replies sent.
+    pub replies: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
 pub struct Conn {
     pub id: ConnId,
+    /// The client, as the acceptor describes it ("127.0.0.1:41234",
+    /// "unix uid 1000"); empty when not told.
+    pub peer: Box<str>,
+    /// Why it ended, once it has.
+    pub end: Option<EndReason>,
+    pub traffic: Traffic,
     /// Unique over the engine's life: the pacer's flow id.
     pub flow: u64,
     pub phase: Phase,
@@ -113,6 +151,9 @@ impl Conn {
         let msg: libc::msghdr = unsafe { std::mem::zeroed() };
         Conn {
             id,
+            peer: "".into(),
+            end: None,
+            traffic: Traffic::default(),
             flow,
             phase: Phase::Handshake(handshake),
             input: Input::Handshake,
@@ -135,6 +176,11 @@ impl Conn {
             active_at: now,
             timer_at: Nanos::MAX,
         }
+    }
+
+    /// Records why the connection ends, unless a cause was already seen.
+    pub fn ending(&mut self, reason: EndReason) {
+        self.end.get_or_insert(reason);
     }
 
     pub fn buffered(&self) -> usize {

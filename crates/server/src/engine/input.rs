@@ -3,7 +3,7 @@
 
 use proto::HandshakeStatus;
 
-use super::conn::{Input, Life, Phase, RecvOp, DIRECT_RECV_MIN};
+use super::conn::{EndReason, Input, Life, Phase, RecvOp, DIRECT_RECV_MIN};
 use super::ids::ConnId;
 use super::req::PieceState;
 use super::{conn_at, Action, Engine, Received};
@@ -31,6 +31,7 @@ impl Engine {
         self.touched.push(id);
         if let Received::Data(n) = result {
             self.stats.bytes_in += n as u64;
+            c.traffic.bytes_in += n as u64;
         }
         if c.life == Life::Closing {
             if let RecvOp::Direct(r) = op {
@@ -43,9 +44,13 @@ impl Engine {
             Received::Error(errno) => {
                 let e = std::io::Error::from_raw_os_error(errno);
                 tracing::debug!(reactor = self.id, conn = id.index, "recv: {e}");
+                c.ending(EndReason::RecvError);
                 self.close(id);
             }
-            Received::Eof | Received::Data(0) => self.input_ended(id),
+            Received::Eof | Received::Data(0) => {
+                c.ending(EndReason::ClientClosed);
+                self.input_ended(id);
+            }
             Received::Data(n) => {
                 c.active_at = now;
                 match op {
@@ -124,6 +129,7 @@ impl Engine {
             }
             // STARTTLS is answered only on a TLS listener's thread, never here.
             HandshakeStatus::Closed | HandshakeStatus::StartTls => {
+                c.ending(EndReason::HandshakeEnded);
                 c.input = Input::Ended;
                 Step::Stop
             }
@@ -154,6 +160,7 @@ impl Engine {
                     "closing connection: {e:?}"
                 );
                 self.stats.protocol_errors += 1;
+                c.ending(EndReason::ProtocolError);
                 self.close(id);
                 return Step::Stop;
             }
@@ -161,6 +168,7 @@ impl Engine {
         if request.command == proto::Command::Disc {
             // No reply; serve what is in flight, then close.
             c.rstart += proto::REQUEST_HEADER_LEN;
+            c.ending(EndReason::Disconnect);
             self.input_ended(id);
             return Step::Stop;
         }

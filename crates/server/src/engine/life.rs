@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use pace::Nanos;
 use proto::Handshake;
 
-use super::conn::{Conn, Input, Life, Phase, SendOp};
+use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, ReqId, GEN_MASK};
 use super::req::ReqState;
 use super::{conn_at, Action, Engine};
@@ -125,7 +125,7 @@ impl Engine {
         debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
         debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
         debug_assert!(c.out.is_empty(), "{id:?} freed with replies queued");
-        tracing::debug!(reactor = self.id, conn = id.index, flow = c.flow, "closed");
+        self.log_closed(c);
         // Its paced IOs were cancelled or completed before it went quiet.
         self.pacer.close_flow(c.flow);
         self.conns[id.index as usize] = None;
@@ -133,6 +133,40 @@ impl Engine {
         debug_assert!(self.stats.conns_now > 0);
         self.stats.conns_now -= 1;
         self.actions.push(Action::Close { conn: id });
+    }
+
+    /// The connection's close log: who, which export, why, and what it did.
+    fn log_closed(&self, c: &Conn) {
+        let export = match &c.phase {
+            Phase::Transmission { export, .. } => self
+                .catalog
+                .exports
+                .get(usize::from(*export))
+                .map_or("?", |e| e.info.name.as_str()),
+            Phase::Handshake(_) => "-",
+        };
+        let peer = if c.peer.is_empty() { "-" } else { &c.peer };
+        debug_assert!(c.end.is_some(), "{:?} closed with no reason recorded", c.id);
+        let reason = c.end.map_or_else(|| "unknown".into(), |r| format!("{r:?}"));
+        tracing::info!(
+            reactor = self.id,
+            conn = c.id.index,
+            peer,
+            export,
+            reason,
+            replies = c.traffic.replies,
+            bytes_in = c.traffic.bytes_in,
+            bytes_out = c.traffic.bytes_out,
+            seconds = (self.now.saturating_sub(c.accepted_at)) as f64 / 1e9,
+            "connection closed"
+        );
+    }
+
+    /// Names the client of a connection just accepted, for its logs.
+    pub fn set_peer(&mut self, id: ConnId, peer: &str) {
+        if let Some(c) = conn_at(&mut self.conns, id) {
+            c.peer = peer.into();
+        }
     }
 
     /// When the connection's current timeout fires, if one applies: the
@@ -185,6 +219,9 @@ impl Engine {
                 Some(d) if d <= self.now && c.life == Life::Open => {
                     tracing::info!(reactor = self.id, conn = id.index, input = ?c.input, "connection timed out");
                     self.stats.timeouts += 1;
+                    if let Some(c) = conn_at(&mut self.conns, id) {
+                        c.ending(EndReason::Timeout);
+                    }
                     self.close(id);
                 }
                 _ => self.arm_timer(id),
@@ -201,13 +238,14 @@ impl Engine {
         }
         self.draining_since = Some(now);
         for index in 0..self.conns.len() {
-            let Some(c) = self.conns[index].as_deref() else {
+            let Some(c) = self.conns[index].as_deref_mut() else {
                 continue;
             };
             let id = c.id;
             if c.life != Life::Open {
                 continue;
             }
+            c.ending(EndReason::Draining);
             self.actions.push(Action::Shutdown {
                 conn: id,
                 read_only: true,
@@ -231,10 +269,12 @@ impl Engine {
             return;
         }
         for index in 0..self.conns.len() {
-            if let Some(c) = self.conns[index].as_deref() {
+            if let Some(c) = self.conns[index].as_deref_mut() {
                 if c.life == Life::Open {
                     tracing::warn!(reactor = self.id, conn = index, "drain timed out; closing");
-                    self.close(c.id);
+                    c.end = Some(EndReason::DrainTimeout);
+                    let id = c.id;
+                    self.close(id);
                 }
             }
         }

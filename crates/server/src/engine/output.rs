@@ -1,7 +1,7 @@
 //! Replies: queued per connection in send order, and sent in batches, one
 //! sendmsg with many iovecs per connection per round.
 
-use super::conn::{Life, SendOp, MAX_SEND_IOV};
+use super::conn::{EndReason, Life, SendOp, MAX_SEND_IOV};
 use super::ids::ConnId;
 use super::req::ReqState;
 use super::{conn_at, Action, Engine, Sent};
@@ -74,6 +74,7 @@ impl Engine {
         self.touched.push(id);
         if let Sent::Bytes(n) = result {
             self.stats.bytes_out += n as u64;
+            c.traffic.bytes_out += n as u64;
         }
         if c.life == Life::Closing {
             // The replies the send covered may go now.
@@ -86,6 +87,7 @@ impl Engine {
             Sent::Error(errno) => {
                 let e = std::io::Error::from_raw_os_error(errno);
                 tracing::debug!(reactor = self.id, conn = id.index, "send: {e}");
+                c.ending(EndReason::SendError);
                 self.close(id);
                 return;
             }

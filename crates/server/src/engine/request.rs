@@ -17,7 +17,7 @@ use pace::pacer::{IoKind, PacedIo};
 use pace::pool::{Alloc, BufId};
 use proto::Command;
 
-use super::conn::{Input, Life, Phase};
+use super::conn::{EndReason, Input, Life, Phase};
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::req::{ReqOrigin, ReqState};
 use super::{conn_at, Action, Engine};
@@ -124,6 +124,9 @@ impl Engine {
         let payload = request.payload_len();
         if payload > MAX_DISCARD_PAYLOAD {
             // Discarding gigabytes of junk is not worth it: drop the client.
+            if let Some(c) = conn_at(&mut self.conns, conn) {
+                c.ending(EndReason::RejectedWrite);
+            }
             self.close(conn);
         } else if payload > 0 {
             if let Some(c) = conn_at(&mut self.conns, conn) {
@@ -308,6 +311,9 @@ impl Engine {
     fn finish(&mut self, id: ReqId) {
         let req = &self.reqs[id.index()];
         self.stats.record_done(req, self.now);
+        if let Some(c) = conn_at(&mut self.conns, req.conn) {
+            c.traffic.replies += 1;
+        }
         if req.paced {
             self.pacer
                 .on_complete(IoToken::whole(id).encode(), self.now);
