@@ -229,7 +229,10 @@ fn sighup_reloads_pacing_and_keeps_serving() {
     let server = Server::start(MALLOC_EXPORTS);
     let cfg = server.dir.path().join("iopace.toml");
     let text = std::fs::read_to_string(&cfg).expect("config");
-    std::fs::write(&cfg, format!("{text}\n[pacing]\ngain = 5.0\n")).expect("rewrite");
+    // Pacing changes live; a new export and a new reactor count need a restart.
+    let text = text.replace("reactors = 2", "reactors = 3");
+    let extra = "[[export]]\nname = \"extra\"\nbdev = \"m0\"\n";
+    std::fs::write(&cfg, format!("{text}\n{extra}\n[pacing]\ngain = 5.0\n")).expect("rewrite");
     // SAFETY: signalling our own child by its PID.
     unsafe {
         libc::kill(server.pid() as i32, libc::SIGHUP);
@@ -243,6 +246,14 @@ fn sighup_reloads_pacing_and_keeps_serving() {
     let (status, log) = server.stop();
     assert!(status.success(), "{log}");
     assert!(log.contains("SIGHUP: pacing reloaded"), "{log}");
+    assert!(
+        log.contains("SIGHUP: export `extra` added: needs a restart, not applied"),
+        "{log}"
+    );
+    assert!(
+        log.contains("SIGHUP: server: reactors: needs a restart"),
+        "{log}"
+    );
 }
 
 fn threads_of(pid: u32) -> usize {
