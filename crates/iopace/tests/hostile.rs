@@ -47,14 +47,14 @@ fn out_of_range_and_oversized_requests_get_spec_errors() {
     c.request(CMD_WRITE, 0, 2, EXPORT, 4096);
     c.s.write_all(&[0u8; 4096]).expect("payload");
     assert_eq!(c.simple_reply(), (ENOSPC, 2), "write past the end");
-    c.request(CMD_READ, 0, 3, 0, 64 << 20);
+    c.request(CMD_READ, 0, 3, 0, (64 << 20) + 4096);
     assert_eq!(
         c.simple_reply(),
         (EOVERFLOW, 3),
-        "read over the 32 MiB maximum"
+        "read over the 64 MiB maximum"
     );
-    c.request(CMD_WRITE, 0, 4, 0, (32 << 20) + 4096);
-    c.s.write_all(&vec![0u8; (32 << 20) + 4096])
+    c.request(CMD_WRITE, 0, 4, 0, (64 << 20) + 4096);
+    c.s.write_all(&vec![0u8; (64 << 20) + 4096])
         .expect("oversized payload is discarded");
     assert_eq!(c.simple_reply(), (EOVERFLOW, 4));
     c.request(99, 0, 5, 0, 0);

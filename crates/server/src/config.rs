@@ -22,8 +22,13 @@ pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 /// Name shown in errors for the embedded default.
 pub const DEFAULT_CONFIG_NAME: &str = "<embedded default config>";
 
-/// Largest request the target accepts (and advertises), as the issue asks.
-pub const MAX_REQUEST_BYTES: u32 = 32 << 20;
+/// Largest READ or WRITE the target accepts (and advertises) unless
+/// `[buffers] max_request_size` says otherwise.
+pub const DEFAULT_MAX_REQUEST_BYTES: u32 = 64 << 20;
+
+/// The most `max_request_size` may be: the 32-bit length of a compact
+/// request, rounded down to 4 KiB.
+pub const MAX_REQUEST_LIMIT: u32 = 0xffff_f000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -207,6 +212,11 @@ pub struct BufferConfig {
     pub buffer_size: ByteSize,
     #[serde(default = "default_cache")]
     pub buf_cache_size: u32,
+    /// Largest READ or WRITE a client may send (advertised as the maximum
+    /// block size). Large requests stream through a few buffers at a time,
+    /// so this does not have to fit in the pool.
+    #[serde(default = "default_max_request_size")]
+    pub max_request_size: ByteSize,
 }
 
 fn default_num_buffers() -> u32 {
@@ -218,6 +228,9 @@ fn default_buffer_size() -> ByteSize {
 fn default_cache() -> u32 {
     32
 }
+fn default_max_request_size() -> ByteSize {
+    ByteSize(u64::from(DEFAULT_MAX_REQUEST_BYTES))
+}
 
 impl Default for BufferConfig {
     fn default() -> Self {
@@ -225,6 +238,7 @@ impl Default for BufferConfig {
             num_shared_buffers: default_num_buffers(),
             buffer_size: default_buffer_size(),
             buf_cache_size: default_cache(),
+            max_request_size: default_max_request_size(),
         }
     }
 }
@@ -441,7 +455,20 @@ impl LoadedConfig {
             bounds::MAX_SHARED_BUFFERS,
         )
         .map_err(field)?;
-        bounds::in_range("buf_cache_size", b.buf_cache_size, 0, b.num_shared_buffers).map_err(field)
+        bounds::in_range("buf_cache_size", b.buf_cache_size, 0, b.num_shared_buffers)
+            .map_err(field)?;
+        let max = b.max_request_size.0;
+        if max < 4096 || !max.is_multiple_of(4096) || max > u64::from(MAX_REQUEST_LIMIT) {
+            return Err(self.error_at(
+                "buffers",
+                0,
+                "max_request_size",
+                format!(
+                    "must be a multiple of 4 KiB between 4 KiB and {MAX_REQUEST_LIMIT} bytes, got {max}"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn validate_pacing(&self) -> Result<(), ConfigError> {
@@ -512,12 +539,12 @@ impl LoadedConfig {
         Ok(())
     }
 
-    /// The largest request the pool can ever satisfy, capped at [`MAX_REQUEST_BYTES`]:
-    /// advertising more would let a client wait forever for buffers.
+    /// The largest READ or WRITE payload clients may send. It need not fit
+    /// in the pool: large requests stream through a few buffers at a time.
     pub fn max_request_bytes(&self) -> u32 {
-        let b = &self.config.buffers;
-        let pool = u64::from(b.num_shared_buffers) * b.buffer_size.0;
-        pool.min(u64::from(MAX_REQUEST_BYTES)) as u32
+        let max = self.config.buffers.max_request_size.0;
+        debug_assert!(max <= u64::from(MAX_REQUEST_LIMIT), "validated at load");
+        max.min(u64::from(MAX_REQUEST_LIMIT)) as u32
     }
 
     /// The effective configuration as JSON, for the `get_config` RPC.
@@ -547,6 +574,7 @@ impl LoadedConfig {
             "num_shared_buffers": b.num_shared_buffers,
             "buffer_size": b.buffer_size.0,
             "buf_cache_size": b.buf_cache_size,
+            "max_request_size": b.max_request_size.0,
         });
         json["pacing"] = serde_json::to_value(&self.config.pacing).unwrap_or_default();
         json["source"] = serde_json::Value::String(self.source_name.clone());
@@ -680,7 +708,7 @@ mod tests {
     fn embedded_default_parses() {
         let c = Config::load(None).expect("default config");
         assert_eq!(c.config.exports.len(), 3);
-        assert_eq!(c.max_request_bytes(), MAX_REQUEST_BYTES);
+        assert_eq!(c.max_request_bytes(), DEFAULT_MAX_REQUEST_BYTES);
     }
 
     #[test]
@@ -717,6 +745,28 @@ mod tests {
         let text = "[buffers]\nbuffer_size = 1000\n[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n[[export]]\nname = \"a\"\nbdev = \"m\"\n";
         let e = Config::parse(text, "x.toml").unwrap_err();
         assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn max_request_size_is_bounded_and_need_not_fit_the_pool() {
+        let cfg = |max: &str| {
+            format!(
+                "[buffers]\nnum_shared_buffers = 4\nbuf_cache_size = 0\nmax_request_size = {max}\n\
+                 [[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n\
+                 [[export]]\nname = \"a\"\nbdev = \"m\"\n"
+            )
+        };
+        let c = Config::parse(&cfg("\"1G\""), "x.toml").expect("1 GiB with a 512 KiB pool");
+        assert_eq!(c.max_request_bytes(), 1 << 30);
+        for bad in ["1000", "\"4G\"", "0"] {
+            let e = Config::parse(&cfg(bad), "x.toml").unwrap_err();
+            assert_eq!(
+                e.field.as_deref(),
+                Some("buffers.max_request_size"),
+                "{bad}: {e}"
+            );
+            assert_eq!(e.line, Some(4), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! - `input.rs`: received bytes: handshake, request headers, WRITE payload.
 //! - `request.rs`: the request state machine, [`Engine::advance`].
 //! - `write.rs`: WRITE payload pieces.
+//! - `stream.rs`: large READs, piece by piece.
 //! - `output.rs`: replies and sends.
 //! - `life.rs`: accepting, closing, timeouts, draining.
 
@@ -21,6 +22,7 @@ mod life;
 mod output;
 mod req;
 mod request;
+mod stream;
 mod write;
 
 use std::cmp::Reverse;
@@ -58,7 +60,8 @@ pub struct EngineSettings {
     /// At shutdown, how long to wait for in-flight requests before closing.
     pub drain_timeout: Nanos,
     pub timeouts: Timeouts,
-    /// WRITE payload buffers one connection may hold at once.
+    /// WRITE payload buffers one connection may hold at once, and buffers
+    /// one streamed READ may hold at once.
     pub payload_cap: u32,
 }
 

@@ -43,11 +43,15 @@ impl Engine {
             let mut skip = c.out_skip;
             for &r in c.out.iter() {
                 let req = &self.reqs[r.index()];
-                if c.send_iov.len() + 1 + req.iov.len() > MAX_SEND_IOV {
+                if c.send_iov.len() + req.reply_iov_len() > MAX_SEND_IOV {
                     break;
                 }
-                req.push_reply_iov(&mut c.send_iov, skip);
+                let whole = req.push_reply_iov(&mut c.send_iov, skip, self.buf_size);
                 skip = 0;
+                if !whole {
+                    // A streamed READ's later pieces come first: in order.
+                    break;
+                }
             }
         }
         if c.send_iov.is_empty() {
@@ -92,6 +96,8 @@ impl Engine {
                 return;
             }
         };
+        // A streamed READ partly sent: how far.
+        let mut partial = None;
         if !c.raw_sending.is_empty() {
             debug_assert!(sent <= c.raw_sending.len());
             c.raw_sending.drain(..sent.min(c.raw_sending.len()));
@@ -100,6 +106,7 @@ impl Engine {
                 let size = self.reqs[r.index()].reply_len() - c.out_skip;
                 if sent < size {
                     c.out_skip += sent;
+                    partial = Some((r, c.out_skip));
                     sent = 0;
                     break;
                 }
@@ -113,8 +120,14 @@ impl Engine {
         let more = !c.raw_out.is_empty() || !c.raw_sending.is_empty() || !c.out.is_empty();
         let sent = std::mem::take(&mut self.sent);
         for &r in &sent {
+            if self.reqs[r.index()].streamed() {
+                self.stream_sent(r, usize::MAX);
+            }
             self.set_state(r, ReqState::Sent);
             self.advance(r);
+        }
+        if let Some((r, bytes)) = partial.filter(|(r, _)| self.reqs[r.index()].streamed()) {
+            self.stream_sent(r, bytes);
         }
         self.sent = sent;
         self.sent.clear();
@@ -134,7 +147,11 @@ impl Engine {
         self.sent.extend(c.out.drain(..));
         let queued = std::mem::take(&mut self.sent);
         for &r in &queued {
-            self.release(r);
+            if self.reqs[r.index()].streamed() {
+                self.abandon_stream(r);
+            } else {
+                self.release(r);
+            }
         }
         self.sent = queued;
         self.sent.clear();

@@ -37,6 +37,12 @@ pub enum ReqState {
     /// Waiting: a WRITE whose payload is arriving or whose pieces are at the
     /// device; each piece has its own state.
     Payload,
+    /// Waiting: a READ too large for its buffers at once, read piece by
+    /// piece; it joins the send queue once its first piece is read.
+    Streaming,
+    /// Waiting: a streamed READ whose connection closed; its pieces still at
+    /// the device come back before the slot frees.
+    Dropping,
     /// Transient: the reply is decided (result or error).
     Answered,
     /// Waiting: the reply is queued on the connection or being sent.
@@ -53,18 +59,22 @@ impl ReqState {
             ReqState::New => StatState::New,
             ReqState::Pacing => StatState::Pacing,
             ReqState::Released | ReqState::NeedBuffers => StatState::NeedBuffer,
-            ReqState::Ready | ReqState::Device | ReqState::Executed | ReqState::Delayed => {
-                StatState::Executing
-            }
-            ReqState::Payload | ReqState::Answered | ReqState::Reply | ReqState::Sent => {
-                StatState::Transfer
-            }
+            ReqState::Ready
+            | ReqState::Device
+            | ReqState::Executed
+            | ReqState::Delayed
+            | ReqState::Streaming => StatState::Executing,
+            ReqState::Payload
+            | ReqState::Answered
+            | ReqState::Reply
+            | ReqState::Sent
+            | ReqState::Dropping => StatState::Transfer,
         }
     }
 }
 
-/// One buffer-sized piece of a WRITE payload. Pieces start in order; each
-/// takes one buffer and goes to the device as its own write.
+/// One buffer-sized piece of a WRITE payload or of a streamed READ. Pieces
+/// start in order; each takes one buffer and goes to the device as its own IO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PieceState {
     /// Not started: no pacer entry, no buffer.
@@ -73,13 +83,15 @@ pub enum PieceState {
     Pacing,
     /// Released by the pacer, queued in the pool for its buffer.
     NeedBuffer,
-    /// Holds its buffer; payload bytes arrive into it.
+    /// A WRITE piece holds its buffer; payload bytes arrive into it.
     Filling,
-    /// Its write is at the device.
+    /// Its IO is at the device.
     Device,
     /// The device is done; an emulated delay holds the completion back.
     Delayed,
-    /// Written (or failed); its buffer is back in the pool.
+    /// A READ piece's data is in its buffer, waiting for the socket.
+    Ready,
+    /// Written, sent (or failed, or abandoned); its buffer is back in the pool.
     Done,
 }
 
@@ -117,6 +129,8 @@ pub struct Req {
     pub started: u32,
     /// Pieces started and not yet done.
     pub pieces_live: u32,
+    /// A streamed READ's pieces whose data has wholly left (in order).
+    pub sent_pieces: u32,
     pub t_start: Nanos,
     pub t_submit: Nanos,
     /// A READ that went through the pacer: it leaves it when its reply is sent.
@@ -146,6 +160,7 @@ impl Default for Req {
             filled: 0,
             started: 0,
             pieces_live: 0,
+            sent_pieces: 0,
             t_start: 0,
             t_submit: 0,
             paced: false,
@@ -179,6 +194,7 @@ impl Req {
         self.filled = 0;
         self.started = 0;
         self.pieces_live = 0;
+        self.sent_pieces = 0;
         self.t_start = now;
         self.t_submit = now;
         self.paced = false;
@@ -227,7 +243,12 @@ impl Req {
         self.bufs = bufs;
     }
 
-    /// Lays out a WRITE's pieces, none started. `iov` gets its final length
+    /// A READ served piece by piece.
+    pub fn streamed(&self) -> bool {
+        self.command == Command::Read && !self.pieces.is_empty()
+    }
+
+    /// Lays out a WRITE's or streamed READ's pieces, none started. `iov` gets its final length
     /// now, so the iovecs handed to the device never move.
     pub fn plan_pieces(&mut self, buf_size: u32) {
         let n = self.len.div_ceil(buf_size) as usize;
@@ -370,6 +391,22 @@ impl Req {
         }
     }
 
+    /// Bytes of a streamed READ's reply up to the end of piece `k`'s data:
+    /// the header, then the pieces in order.
+    pub fn piece_end(&self, k: u32, buf_size: u32) -> usize {
+        let data = (u64::from(k) + 1) * u64::from(buf_size);
+        self.hdr.len() + data.min(u64::from(self.len)) as usize
+    }
+
+    /// Most iovecs [`Req::push_reply_iov`] adds.
+    pub fn reply_iov_len(&self) -> usize {
+        1 + if self.streamed() {
+            self.pieces_live as usize
+        } else {
+            self.iov.len()
+        }
+    }
+
     pub fn reply_len(&self) -> usize {
         self.hdr.len()
             + if self.data_reply {
@@ -379,25 +416,55 @@ impl Req {
             }
     }
 
-    /// Adds this reply's iovecs, leaving out its first `skip` bytes (already sent).
-    pub fn push_reply_iov(&self, out: &mut Vec<libc::iovec>, mut skip: usize) {
+    /// Adds this reply's iovecs, leaving out its first `skip` bytes (already
+    /// sent). A streamed READ adds only its pieces read so far, in order:
+    /// false when the rest of its reply is still to come.
+    pub fn push_reply_iov(&self, out: &mut Vec<libc::iovec>, skip: usize, buf_size: u32) -> bool {
         let hdr = libc::iovec {
             iov_base: self.hdr.as_ptr() as *mut libc::c_void,
             iov_len: self.hdr.len(),
         };
-        let data: &[libc::iovec] = if self.data_reply { &self.iov } else { &[] };
-        for seg in std::iter::once(&hdr).chain(data) {
-            if skip >= seg.iov_len {
-                skip -= seg.iov_len;
-                continue;
-            }
-            out.push(libc::iovec {
-                // SAFETY: skip < iov_len keeps the pointer inside the segment.
-                iov_base: unsafe { seg.iov_base.cast::<u8>().add(skip).cast() },
-                iov_len: seg.iov_len - skip,
-            });
-            skip = 0;
+        if !self.streamed() {
+            let data: &[libc::iovec] = if self.data_reply { &self.iov } else { &[] };
+            push_skipping(out, std::iter::once(&hdr).chain(data), skip);
+            return true;
         }
+        // Pieces before `sent_pieces` have left and freed their buffers.
+        let first = self.sent_pieces;
+        let (lead, skip) = match first {
+            0 => (Some(&hdr), skip),
+            k => {
+                let before = self.piece_end(k - 1, buf_size);
+                debug_assert!(skip >= before, "sent pieces were wholly sent");
+                (None, skip - before)
+            }
+        };
+        let ready = (first as usize..self.pieces.len())
+            .take_while(|&k| self.pieces[k].state == PieceState::Ready)
+            .count();
+        let data = &self.iov[first as usize..first as usize + ready];
+        push_skipping(out, lead.into_iter().chain(data), skip);
+        first as usize + ready == self.pieces.len()
+    }
+}
+
+/// Adds `segs` to `out`, leaving out their first `skip` bytes.
+fn push_skipping<'a>(
+    out: &mut Vec<libc::iovec>,
+    segs: impl Iterator<Item = &'a libc::iovec>,
+    mut skip: usize,
+) {
+    for seg in segs {
+        if skip >= seg.iov_len {
+            skip -= seg.iov_len;
+            continue;
+        }
+        out.push(libc::iovec {
+            // SAFETY: skip < iov_len keeps the pointer inside the segment.
+            iov_base: unsafe { seg.iov_base.cast::<u8>().add(skip).cast() },
+            iov_len: seg.iov_len - skip,
+        });
+        skip = 0;
     }
 }
 
@@ -470,7 +537,7 @@ mod tests {
         assert!(r.data_reply);
         assert_eq!(r.reply_len(), 16 + 16);
         let mut iov = Vec::new();
-        r.push_reply_iov(&mut iov, 20);
+        assert!(r.push_reply_iov(&mut iov, 20, 8));
         let lens: Vec<usize> = iov.iter().map(|v| v.iov_len).collect();
         assert_eq!(lens, vec![4, 8]);
     }

@@ -8,9 +8,14 @@
 //!  │        (pacer)     │          (pool)          ▲  │                   │            │
 //!  │                    └──────────────────────────┘  │ (no device)       ▼            │
 //!  ├──► Payload (WRITE pieces) ───────────────────────┴──────────────► Answered ◄─────┘
+//!  ├──► Streaming (large READ pieces) ──────────────────────────────────► │
 //!  └──► Ready (FLUSH, TRIM, ...)                                          │
 //!                                                    Free ◄── Sent ◄── Reply (send queue)
+//!  Streaming, Reply ──► Dropping (connection closed) ──► Free
 //! ```
+//!
+//!
+//! A streamed READ's pieces go on while it waits in `Reply` (`stream.rs`).
 
 use bdev::IoResult;
 use pace::pacer::{IoKind, PacedIo};
@@ -24,7 +29,7 @@ use super::{conn_at, Action, Engine};
 
 /// Rejected WRITE payloads up to this size are read and discarded, as the
 /// spec prefers; larger ones close the connection instead.
-const MAX_DISCARD_PAYLOAD: u32 = 64 << 20;
+const MAX_DISCARD_PAYLOAD: u32 = 128 << 20;
 
 /// Whether `from -> to` is a transition of the diagram above.
 fn legal(from: ReqState, to: ReqState) -> bool {
@@ -32,7 +37,9 @@ fn legal(from: ReqState, to: ReqState) -> bool {
     matches!(
         (from, to),
         (Free, New)
-            | (New, Pacing | Payload | Ready | Answered)
+            | (New, Pacing | Payload | Streaming | Ready | Answered)
+            | (Streaming | Answered | Reply, Dropping)
+            | (Streaming, Answered)
             | (Pacing, Released)
             | (Released, NeedBuffers | Ready)
             | (NeedBuffers, Ready)
@@ -44,7 +51,7 @@ fn legal(from: ReqState, to: ReqState) -> bool {
             | (Answered, Reply)
             | (Reply, Sent)
             | (
-                Pacing | NeedBuffers | Payload | Answered | Reply | Sent,
+                Pacing | NeedBuffers | Payload | Answered | Reply | Sent | Dropping,
                 Free
             )
     )
@@ -78,6 +85,10 @@ impl Engine {
                     self.finish(id);
                     return;
                 }
+                ReqState::Streaming => {
+                    self.start_stream_pieces(id);
+                    return;
+                }
                 // Waiting: for the pacer, the pool, the device, a timer,
                 // payload pieces, or the send queue.
                 ReqState::Pacing
@@ -86,6 +97,7 @@ impl Engine {
                 | ReqState::Delayed
                 | ReqState::Payload
                 | ReqState::Reply
+                | ReqState::Dropping
                 | ReqState::Free => return,
             };
             match next {
@@ -137,13 +149,20 @@ impl Engine {
         self.advance(slot);
     }
 
-    /// New: a READ goes to the pacer, a WRITE takes its payload piece by
-    /// piece, other commands go to the device.
+    /// New: a READ goes to the pacer (a large one piece by piece), a WRITE
+    /// takes its payload piece by piece, other commands go to the device.
     fn start(&mut self, id: ReqId) -> Option<ReqState> {
         let buf_size = self.buf_size;
+        let streams = self.streams(self.reqs[id.index()].len);
         let req = &mut self.reqs[id.index()];
         let conn = req.conn;
         match req.command {
+            Command::Read if req.len > 0 && streams => {
+                req.plan_pieces(buf_size);
+                let need = self.commitment(id);
+                self.commit(conn, need);
+                Some(ReqState::Streaming)
+            }
             Command::Read if req.len > 0 => {
                 req.paced = true;
                 let io = self.paced_io(IoToken::whole(id), IoKind::Read);
@@ -193,7 +212,7 @@ impl Engine {
     }
 
     /// Buffers a request commits its connection to: a READ's whole length,
-    /// a WRITE's payload pieces held at once.
+    /// a WRITE's or streamed READ's pieces held at once.
     pub(super) fn commitment(&self, id: ReqId) -> u32 {
         let req = &self.reqs[id.index()];
         if req.paced {
@@ -282,6 +301,7 @@ impl Engine {
         let (kind, t_submit) = match io.part {
             Part::Whole if req.paced => (IoKind::Read, req.t_submit),
             Part::Whole => return,
+            Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
             Part::Piece(k) => (IoKind::Write, req.pieces[k as usize].t_submit),
         };
         let device = self.catalog.exports[req.export as usize].device;
@@ -295,10 +315,20 @@ impl Engine {
         let conn = self.reqs[id.index()].conn;
         match conn_at(&mut self.conns, conn) {
             Some(c) if c.life == Life::Open => {
+                let reqs = &self.reqs;
+                if reqs[id.index()].paced && c.out.iter().any(|r| reqs[r.index()].streamed()) {
+                    // It waits for the stream ahead, not for its flow (stream.rs).
+                    self.pacer
+                        .on_complete(IoToken::whole(id).encode(), self.now);
+                }
                 c.out.push_back(id);
                 self.reqs[id.index()].encode_reply();
                 self.mark_send(conn);
                 Some(ReqState::Reply)
+            }
+            _ if self.reqs[id.index()].streamed() => {
+                self.abandon_stream(id);
+                None
             }
             _ => {
                 self.release(id);
@@ -376,8 +406,10 @@ impl Engine {
                 self.release(id);
             }
             ReqState::Payload => self.abort_pieces(id),
+            ReqState::Streaming => self.abandon_stream(id),
             // At the device or delayed: released when done. Replies: their
-            // connection's send queue releases them.
+            // connection's send queue releases them. Dropping: when its
+            // pieces are back.
             _ => {}
         }
     }
@@ -439,6 +471,9 @@ impl Engine {
                 self.set_state(io.req, ReqState::Executed);
                 self.advance(io.req);
             }
+            Part::Piece(k) if self.reqs[io.req.index()].streamed() => {
+                self.read_piece_done(io.req, k)
+            }
             Part::Piece(k) => self.piece_written(io.req, k),
         }
     }
@@ -455,6 +490,9 @@ impl Engine {
                     self.device_finished(io);
                     self.set_state(io.req, ReqState::Answered);
                     self.advance(io.req);
+                }
+                Part::Piece(k) if self.reqs[io.req.index()].streamed() => {
+                    self.read_piece_ready(io.req, k)
                 }
                 Part::Piece(k) => self.piece_done(io.req, k),
             }

@@ -175,6 +175,83 @@ fn client_reading_no_replies_holds_only_its_share() {
     assert_eq!(answered(&net, other, |_| 4096), vec![(0, 99)]);
 }
 
+/// A READ of many buffers streams through at most its window of them,
+/// with replies queued behind it, under chunked delivery and partial sends.
+#[test]
+fn large_read_streams_through_its_window() {
+    let mut net = Net::new(engine("auto", 24, TIMEOUTS));
+    let c = ready_client(&mut net);
+    let len = 40_000u32; // 10 pieces of 4 KiB; the window is 2
+    let mut b = request_bytes(Command::Write, 1, 8192, len);
+    b.extend((0..len).map(|i| (i % 251) as u8));
+    b.extend(request_bytes(Command::Flush, 2, 0, 0));
+    b.extend(request_bytes(Command::Read, 3, 8192, len));
+    b.extend(request_bytes(Command::Read, 4, 8192, 100));
+    net.write(c, &b);
+    let cap = u64::from(net.engine.payload_cap);
+    for _ in 0..10_000 {
+        let mut moved = net.deliver(c, 3000) | net.take_sent(c, 5000);
+        if !net.ios.is_empty() {
+            let last = net.ios.len() - 1;
+            net.complete_io(last); // out of order
+            moved = true;
+        }
+        // Two buffers for the WRITE's pieces, two for the READ's, and the
+        // small READ's one.
+        assert!(net.engine.buffers_in_use() <= 2 * cap + 1);
+        net.advance(1_000);
+        if !moved {
+            break;
+        }
+    }
+    let lens = |cookie| match cookie {
+        3 => len,
+        4 => 100,
+        _ => 0,
+    };
+    let mut got = answered(&net, c, lens);
+    got.sort_by_key(|r| r.1);
+    assert_eq!(got, vec![(0, 1), (0, 2), (0, 3), (0, 4)]);
+    let out = &net.clients[&c].from_server;
+    for (cookie, n) in [(3u64, len as usize), (4, 100)] {
+        let hdr = out
+            .windows(8)
+            .rposition(|w| w == cookie.to_be_bytes())
+            .expect("reply");
+        let data = &out[hdr + 8..hdr + 8 + n];
+        assert!(data.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+    }
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    assert_eq!(net.engine.requests_in_use(), 0);
+}
+
+/// A client that hangs up mid-stream gets every buffer back, whether the
+/// stream was sending or still waiting for its first piece.
+#[test]
+fn hang_up_mid_stream_returns_every_buffer() {
+    for sent in [0, 10_000] {
+        let mut net = Net::new(engine("none", 24, TIMEOUTS));
+        let c = ready_client(&mut net);
+        net.write(c, &request_bytes(Command::Read, 1, 0, 400_000));
+        net.deliver(c, usize::MAX);
+        if sent > 0 {
+            while !net.ios.is_empty() {
+                net.complete_io(0);
+            }
+            net.take_sent(c, sent);
+        }
+        assert!(net.engine.buffers_in_use() > 0);
+        net.reset(c);
+        while !net.ios.is_empty() {
+            net.complete_io(0);
+        }
+        assert!(net.clients[&c].closed, "{:?}", net.engine.conn_state(c));
+        assert_eq!(net.engine.buffers_in_use(), 0);
+        assert_eq!(net.engine.requests_in_use(), 0);
+        assert_eq!(net.engine.pacer.queued(), 0);
+    }
+}
+
 mod props {
     use std::collections::HashMap;
 
@@ -366,7 +443,16 @@ mod props {
             let entry = per_conn.entry(r.conn).or_default();
             entry.0 += 1;
             entry.1 += e.commitment(ReqId(i as u32));
-            entry.2 += r.pieces_live;
+            if r.streamed() {
+                // A streamed READ's window is its own.
+                assert!(
+                    r.pieces_live <= e.payload_cap,
+                    "request {i} over its window"
+                );
+                assert!(r.sent_pieces <= r.started && r.started as usize <= r.pieces.len());
+            } else {
+                entry.2 += r.pieces_live;
+            }
         }
         assert_eq!(e.bufs.in_use(), bufs, "buffers held vs. buffers counted");
         assert_eq!(e.free_reqs.len() + e.requests_in_use(), e.reqs.len());

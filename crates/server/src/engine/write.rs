@@ -17,7 +17,7 @@ use super::req::{PieceState, ReqState};
 use super::{conn_at, Action, Engine};
 
 impl Engine {
-    fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
+    pub(super) fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
         use PieceState::*;
         let piece = &mut self.reqs[id.index()].pieces[k as usize];
         debug_assert!(
@@ -25,11 +25,11 @@ impl Engine {
                 (piece.state, to),
                 (Idle, Pacing)
                     | (Pacing, NeedBuffer)
-                    | (NeedBuffer, Filling)
+                    | (NeedBuffer, Filling | Device)
                     | (Filling, Device)
-                    | (Device, Delayed | Done)
-                    | (Delayed, Done)
-                    | (Pacing | NeedBuffer | Filling, Done)
+                    | (Device, Delayed | Ready | Done)
+                    | (Delayed, Ready | Done)
+                    | (Pacing | NeedBuffer | Filling | Ready, Done)
             ),
             "request {id:?} piece {k}: {:?} -> {to:?}",
             piece.state
@@ -76,8 +76,13 @@ impl Engine {
         }
     }
 
-    /// Piece `k` holds its buffer: its bytes may arrive.
+    /// Piece `k` holds its buffer: a WRITE piece's bytes may arrive, a READ
+    /// piece goes to the device.
     pub(super) fn piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
+        if self.reqs[id.index()].command == proto::Command::Read {
+            self.read_piece_granted(id, k, buf);
+            return;
+        }
         self.set_piece(id, k, PieceState::Filling);
         let len = self.reqs[id.index()].piece_len(k, self.buf_size);
         let req = &mut self.reqs[id.index()];
@@ -155,8 +160,8 @@ impl Engine {
         self.write_progress(id);
     }
 
-    /// Piece `k` ends (written or abandoned): returns its buffer.
-    fn drop_piece(&mut self, id: ReqId, k: u32) {
+    /// Piece `k` ends (written, sent or abandoned): returns its buffer.
+    pub(super) fn drop_piece(&mut self, id: ReqId, k: u32) {
         self.set_piece(id, k, PieceState::Done);
         let req = &mut self.reqs[id.index()];
         if let Some(buf) = req.pieces[k as usize].buf.take() {
@@ -165,6 +170,10 @@ impl Engine {
         debug_assert!(req.pieces_live > 0);
         req.pieces_live -= 1;
         let conn = req.conn;
+        self.touched.push(conn);
+        if req.streamed() {
+            return; // a READ's window is its own, not the connection's
+        }
         if let Some(c) = conn_at(&mut self.conns, conn) {
             debug_assert!(
                 c.payload_pieces > 0,
@@ -172,7 +181,6 @@ impl Engine {
             );
             c.payload_pieces -= 1;
         }
-        self.touched.push(conn);
     }
 
     /// A WRITE whose pieces are all written is answered; one whose payload

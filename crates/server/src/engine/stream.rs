@@ -1,0 +1,175 @@
+//! READs larger than a stream window, one buffer-sized piece at a time. Each
+//! piece goes through the pacer, takes one buffer, is read by the device and
+//! waits for the socket; once its bytes have left, its buffer frees and the
+//! next piece starts. A READ holds at most `payload_cap` buffers however
+//! large it is:
+//!
+//! ```text
+//! Idle ──► Pacing ──► NeedBuffer ──► Device ──► (Delayed) ──► Ready ──► Done
+//! ```
+//!
+//! The reply is one header (a simple reply, or one OFFSET_DATA chunk) and
+//! the pieces' data in order. The request waits in `Streaming` until its
+//! first piece is read, then joins its connection's send queue (`Reply`)
+//! while the rest follow; nothing queued behind it is sent before it ends.
+//! A device error after that cannot be told in a reply whose header
+//! promised the data: the connection closes (a hard disconnect, as the spec
+//! asks of simple replies).
+//!
+//! Pieces leave the pacer when read, not when sent: the stream's own window
+//! bounds what waits for the socket. And a reply queued behind a stream
+//! leaves the pacer when queued (`answered`): it waits for the stream, not
+//! for its flow, so nothing the stream needs is held by what waits for it.
+
+use pace::pacer::IoKind;
+use pace::pool::BufId;
+
+use super::conn::Life;
+use super::ids::{IoToken, ReqId};
+use super::req::{PieceState, ReqState};
+use super::{Action, Engine};
+
+impl Engine {
+    /// A READ of `len` bytes streams when it needs more buffers than a
+    /// window (or than the pool has: a whole READ must fit in it).
+    pub(super) fn streams(&self, len: u32) -> bool {
+        self.bufs.buffers_for(len) > self.payload_cap.min(self.pool.total())
+    }
+
+    /// Starts the next pieces of streamed READ `id` while it holds fewer
+    /// than its window.
+    pub(super) fn start_stream_pieces(&mut self, id: ReqId) {
+        let window = self.payload_cap;
+        loop {
+            let req = &self.reqs[id.index()];
+            let k = req.started;
+            let serving = matches!(req.state, ReqState::Streaming | ReqState::Reply);
+            if !serving || k as usize >= req.pieces.len() || req.pieces_live >= window {
+                return;
+            }
+            if self.conn_ref(req.conn).is_none_or(|c| c.life != Life::Open) {
+                return;
+            }
+            let req = &mut self.reqs[id.index()];
+            req.started += 1;
+            req.pieces_live += 1;
+            self.set_piece(id, k, PieceState::Pacing);
+            let io = self.paced_io(IoToken::piece(id, k), IoKind::Read);
+            self.pacer.enqueue(io, self.now);
+        }
+    }
+
+    /// Piece `k` of a streamed READ holds its buffer: to the device.
+    pub(super) fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
+        self.set_piece(id, k, PieceState::Device);
+        let len = self.reqs[id.index()].piece_len(k, self.buf_size);
+        let req = &mut self.reqs[id.index()];
+        let piece = &mut req.pieces[k as usize];
+        piece.buf = Some(buf);
+        piece.t_submit = self.now;
+        req.iov[k as usize] = libc::iovec {
+            iov_base: self.pool.ptr(buf).cast(),
+            iov_len: len as usize,
+        };
+        let io = req.io_request(bdev::IoOp::Read, Some(k), self.buf_size);
+        let export = req.export;
+        self.actions.push(Action::Submit {
+            io: IoToken::piece(id, k),
+            export,
+            req: io,
+        });
+    }
+
+    /// The device read piece `k`; an emulated delay may hold it back.
+    pub(super) fn read_piece_done(&mut self, id: ReqId, k: u32) {
+        let req = &self.reqs[id.index()];
+        let dev = &self.catalog.exports[req.export as usize].bdev;
+        if dev.has_delay() {
+            let submitted = req.pieces[k as usize].t_submit;
+            let release = submitted + dev.sample_delay_ns(bdev::IoOp::Read, &mut self.rng);
+            if release > self.now {
+                self.set_piece(id, k, PieceState::Delayed);
+                let token = IoToken::piece(id, k);
+                self.delayed.push(std::cmp::Reverse((release, token)));
+                return;
+            }
+        }
+        self.read_piece_ready(id, k);
+    }
+
+    /// Piece `k`'s data is in its buffer (or the device failed it): the
+    /// first piece puts the reply in the send queue, later ones extend it.
+    pub(super) fn read_piece_ready(&mut self, id: ReqId, k: u32) {
+        let token = IoToken::piece(id, k);
+        self.device_finished(token);
+        self.pacer.on_complete(token.encode(), self.now);
+        let req = &self.reqs[id.index()];
+        let (conn, state, failed) = (req.conn, req.state, req.error != 0);
+        if state == ReqState::Dropping {
+            self.drop_piece(id, k);
+            self.release_dropped(id);
+            return;
+        }
+        self.set_piece(id, k, PieceState::Ready);
+        if failed {
+            tracing::info!(
+                reactor = self.id,
+                conn = conn.index,
+                "closing connection: a streamed READ failed after its header"
+            );
+            self.close(conn);
+        } else if state == ReqState::Streaming && k == 0 {
+            self.set_state(id, ReqState::Answered);
+            self.advance(id);
+        } else if state == ReqState::Reply {
+            self.mark_send(conn);
+        }
+    }
+
+    /// `sent` bytes of streamed READ `id`'s reply have left: pieces wholly
+    /// sent free their buffers, and the next pieces start.
+    pub(super) fn stream_sent(&mut self, id: ReqId, sent: usize) {
+        loop {
+            let req = &self.reqs[id.index()];
+            let k = req.sent_pieces;
+            if k as usize >= req.pieces.len() || req.piece_end(k, self.buf_size) > sent {
+                break;
+            }
+            debug_assert_eq!(req.pieces[k as usize].state, PieceState::Ready);
+            self.drop_piece(id, k);
+            self.reqs[id.index()].sent_pieces += 1;
+        }
+        self.start_stream_pieces(id);
+    }
+
+    /// The connection closed under streamed READ `id` (no send in flight
+    /// covers it): pieces not at the device end now, the rest as they come
+    /// back; then the slot frees.
+    pub(super) fn abandon_stream(&mut self, id: ReqId) {
+        self.set_state(id, ReqState::Dropping);
+        let req = &self.reqs[id.index()];
+        for k in req.sent_pieces..req.started {
+            let token = IoToken::piece(id, k).encode();
+            match self.reqs[id.index()].pieces[k as usize].state {
+                PieceState::Ready => {}
+                PieceState::Pacing => {
+                    self.pacer.cancel(token);
+                }
+                PieceState::NeedBuffer => {
+                    self.pacer.cancel(token);
+                    self.bufs.cancel(token);
+                }
+                _ => continue,
+            }
+            self.drop_piece(id, k);
+        }
+        self.release_dropped(id);
+    }
+
+    /// A dropping READ frees its slot once no piece is at the device.
+    fn release_dropped(&mut self, id: ReqId) {
+        if self.reqs[id.index()].pieces_live == 0 {
+            self.release(id);
+        }
+    }
+}
