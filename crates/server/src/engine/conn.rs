@@ -86,6 +86,8 @@ pub enum EndReason {
     RejectedWrite,
     /// The handshake, idle or payload timeout.
     Timeout,
+    /// A streamed READ failed at the device after its header promised the data.
+    StreamFailed,
     RecvError,
     SendError,
     /// The server shut down and drained it.

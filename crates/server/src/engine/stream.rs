@@ -24,10 +24,10 @@
 use pace::pacer::IoKind;
 use pace::pool::BufId;
 
-use super::conn::Life;
+use super::conn::{EndReason, Life};
 use super::ids::{IoToken, ReqId};
 use super::req::{PieceState, ReqState};
-use super::{Action, Engine};
+use super::{conn_at, Action, Engine};
 
 impl Engine {
     /// A READ of `len` bytes streams when it needs more buffers than a
@@ -112,11 +112,9 @@ impl Engine {
         }
         self.set_piece(id, k, PieceState::Ready);
         if failed {
-            tracing::info!(
-                reactor = self.id,
-                conn = conn.index,
-                "closing connection: a streamed READ failed after its header"
-            );
+            if let Some(c) = conn_at(&mut self.conns, conn) {
+                c.ending(EndReason::StreamFailed);
+            }
             self.close(conn);
         } else if state == ReqState::Streaming && k == 0 {
             self.set_state(id, ReqState::Answered);
