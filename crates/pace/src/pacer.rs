@@ -205,6 +205,41 @@ pub struct Pacer {
     ios: u64,
 }
 
+/// What `poll` does with a tenant's turn (see [`Pacer::admit`]).
+#[derive(Debug, Clone, Copy)]
+enum Verdict {
+    /// The IO goes now.
+    Release(Grant),
+    /// The turn's device cannot go now but another of the tenant's may:
+    /// the tenant's next device takes the turn.
+    NextDevice,
+    /// Nothing more of this tenant goes in this poll.
+    Skip,
+    /// The tenant waits for the shared window or its flows' links: nothing
+    /// more of it goes in this poll, and tenants ahead of it in virtual
+    /// time wait with it.
+    WaitForLink,
+    /// The tenant runs too far ahead of one busy on another reactor and
+    /// waits for it (rechecked soon, see `next_wakeup`).
+    HoldForPeers,
+}
+
+/// An IO `admit` lets go, with what its release charges.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    /// The device whose DRR turn it is.
+    front: usize,
+    /// The device that serves the turn (see `turn_server`).
+    device: usize,
+    slot: Slot,
+    io: PacedIo,
+    /// The device's hold ratio (see `link_ratio`).
+    ratio: f64,
+    /// What it counts against the shared window (see `link_share`).
+    paced: u64,
+    took_op: bool,
+}
+
 /// Rate samples are taken over this span of completions.
 const RATE_SAMPLE_NS: Nanos = 1_000_000;
 /// Windowed max of the rate over this many samples (tracks link changes in ~50 ms).
@@ -574,23 +609,8 @@ impl Pacer {
             self.refill_credit(now);
             self.tune(now);
         }
-        self.resize_window();
-        self.window_now = self
-            .link
-            .as_ref()
-            .and_then(|(l, r)| l.share(*r))
-            .map_or(self.window, |w| self.clamp_window(w, 2));
-        if self.probing_latency(now) {
-            // Half the path's rate x latency: the standing queue that gain
-            // builds drains, and the IOs released now see the bare latency.
-            let half_bdp = self.window_now as f64 / (2.0 * self.cfg.gain.max(1.0));
-            self.window_now = (half_bdp as u64).max(self.max_io);
-        }
-        for io in std::mem::take(&mut self.bypassed) {
-            self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
-            self.take_flight(io, false, u64::from(io.bytes), now);
-            out.push(io.id);
-        }
+        self.set_window_now(now);
+        self.release_bypassed(now, out);
         // Tenants that cannot release anything more in this poll (a reused
         // scratch vector: poll runs on every request).
         let mut skipped = std::mem::take(&mut self.skipped);
@@ -601,195 +621,294 @@ impl Pacer {
         }
         // The least virtual time of a tenant that waits for the shared
         // window: tenants further ahead than the slack wait with it.
-        let mut window_waiter: Option<f64> = None;
+        let mut link_waiter: Option<f64> = None;
         while let Some(t) = self.pick_tenant(&skipped) {
-            // The shared window is the link's, and a tenant waiting for it
-            // waits for the link; one that took the gap instead would take
-            // the link from it, whatever the weights. (A slow device's IO
-            // counts a fraction of its bytes in the window, so a tenant of
-            // slow devices always finds a gap.)
-            if let Some(v) = window_waiter.filter(|_| !self.light(t)) {
-                let ahead = self.clock.vtime(t) > v + TENANT_SLACK;
-                // Held to its share, the tenant's slots go to the reactor
-                // with its oldest IO, not to whichever polls first.
-                let elsewhere = self.link.as_ref().is_some_and(|(_, r)| {
-                    !self.clock.holds_oldest(t, *r, TENANT_FIFO_TOLERANCE_NS)
-                });
-                if ahead || elsewhere {
-                    skipped[t] = true;
-                    continue;
+            match self.admit(t, link_waiter, now) {
+                Verdict::Release(grant) => {
+                    self.release(t, grant, now);
+                    out.push(grant.io.id);
                 }
-            }
-            // Tenants queued here are arbitrated here; one busy only on other
-            // reactors is waited for if this one runs too far ahead of it.
-            if self.clock.lead(t, |u| self.tenants[u].queued > 0) > TENANT_SLACK {
-                skipped[t] = true;
-                self.held = true;
-                self.tenants[t].held = true;
-                continue;
-            }
-            // The device whose DRR turn it is (`front`), and the one that
-            // serves it (`d`: the same, or the fast device with the oldest IO).
-            let Some(front) = self.tenants[t].active.front().copied() else {
-                skipped[t] = true;
-                continue;
-            };
-            if !self.devices[front].queue.has(t) {
-                self.tenants[t].active.pop_front();
-                continue;
-            }
-            let Some((d, slot)) = self.turn_server(t, front, now) else {
-                // Every flow with IO at this turn's device (and, for a fast
-                // device, at every fast device: see `turn_server`) waits for
-                // its window. A slow device's turn goes to the next device,
-                // if one may go. Otherwise the tenant waits for its flows'
-                // links, and like one waiting for the shared window (below)
-                // holds back tenants ahead of it: a link it shares with them
-                // is theirs to take only by weight, and its slow devices
-                // take no more than their DRR turns.
-                let slow_front = self.link_ratio(front) >= FAST_HOLD_RATIO;
-                if slow_front
-                    && self.tenant_has_other_device(t, front)
-                    && !self.all_windows_closed(t, now)
-                {
-                    self.tenants[t].active.rotate_left(1);
-                } else {
+                Verdict::NextDevice => self.tenants[t].active.rotate_left(1),
+                Verdict::Skip => skipped[t] = true,
+                Verdict::WaitForLink => {
                     skipped[t] = true;
                     let v = self.clock.vtime(t);
-                    window_waiter = Some(window_waiter.map_or(v, |w| w.min(v)));
+                    link_waiter = Some(link_waiter.map_or(v, |w| w.min(v)));
                 }
-                continue;
-            };
-            let io = self.devices[d].queue.io(slot);
-            let bytes = u64::from(io.bytes);
-            // One hold ratio per release: the shared window, the charge and
-            // the flight all use it.
-            let ratio = self.link_ratio(d);
-            let paced = (bytes as f64 / ratio).ceil() as u64;
-            let may = match self.cfg.mode {
-                Mode::None | Mode::Buffers => true,
-                Mode::Rate => self.bypass(&io) || self.credit > 0.0,
-                Mode::Auto => {
-                    if !self.shared_window_open(t, paced, bytes) {
-                        // The shared window waits for the device whose turn
-                        // it is: a smaller-charged IO behind it must not
-                        // take the gap, or DRR's shares would not hold.
-                        skipped[t] = true;
-                        let v = self.clock.vtime(t);
-                        window_waiter = Some(window_waiter.map_or(v, |w| w.min(v)));
-                        continue;
-                    }
-                    self.device_window_open(d, t, bytes)
-                }
-            };
-            if !may {
-                if self.cfg.mode == Mode::Auto
-                    && self.tenant_has_other_device(t, d)
-                    && !self.all_windows_closed(t, now)
-                {
-                    // This device's window is full; give the turn to the next one.
-                    self.tenants[t].active.rotate_left(1);
-                } else {
+                Verdict::HoldForPeers => {
                     skipped[t] = true;
-                }
-                continue;
-            }
-            if !self.light(t) && !self.qos_ready(d, now) {
-                // This device waits for budget (its latency target); the
-                // tenant's other devices need not. A light tenant's IO is
-                // within its share, as iocost's per-cgroup budgets have it:
-                // it is charged but does not wait.
-                if self.tenant_has_other_device(t, d) && !self.all_windows_closed(t, now) {
-                    self.tenants[t].active.rotate_left(1);
-                } else {
-                    skipped[t] = true;
-                }
-                continue;
-            }
-            let took_op = self.cfg.mode == Mode::Rate && self.device_ops.is_some();
-            if took_op {
-                let ops = self.device_ops.as_ref().expect("checked above");
-                if !ops.try_take(d) {
-                    if self.tenant_has_other_device(t, d) && !self.all_ops_exhausted(t) {
-                        self.tenants[t].active.rotate_left(1);
-                    } else {
-                        skipped[t] = true;
-                    }
-                    continue;
+                    self.held = true;
+                    self.tenants[t].held = true;
                 }
             }
-            let quantum = self.max_io as i64;
-            if self.cfg.mode == Mode::Auto && self.devices[front].deficit <= 0 {
-                // A new turn: one more quantum. A device still in debt from
-                // an expensive IO gives the turn away, unless its oldest IO
-                // has waited too long: the debt is a share, not a stall.
-                let dev = &mut self.devices[front];
-                if dev
-                    .queue
-                    .oldest()
-                    .is_some_and(|t0| now.saturating_sub(t0) > MAX_PACER_WAIT_NS)
-                {
-                    dev.deficit = dev.deficit.max(0);
-                }
-                dev.deficit += quantum;
-                if self.devices[front].deficit <= 0 && self.tenant_has_other_device(t, front) {
-                    self.tenants[t].active.rotate_left(1);
-                    continue;
-                }
-                while self.devices[front].deficit <= 0 {
-                    self.devices[front].deficit += quantum;
-                }
-            }
-            // A device's bytes are charged by how long they hold buffers, so
-            // when the link is short each device's share falls as 1/latency,
-            // what Little's law gives devices at equal queue depth: a slow
-            // device neither starves nor crowds fast ones off the link.
-            let charge = (bytes as f64 * ratio) as i64;
-            // Deficit round robin by cost between this tenant's devices.
-            let cost = self.devices[d].cost.cost(
-                io.kind,
-                io.bytes,
-                io.offset == self.devices[d].last_offset,
-            );
-            if let Some(q) = &self.qos {
-                q.charge(d, cost, now);
-            }
-            let dev = &mut self.devices[d];
-            dev.queue.take(slot);
-            dev.last_offset = io.offset + bytes;
-            if d != front && !dev.queue.has(t) {
-                self.tenants[t].active.retain(|&x| x != d);
-            }
-            let dev = &mut self.devices[front];
-            dev.deficit -= charge;
-            let tenant = &mut self.tenants[t];
-            self.clock.advance(t, cost / tenant.weight);
-            self.clock.dequeued(t);
-            tenant.usage_bytes += bytes;
-            tenant.queued -= 1;
-            tenant.queued_bytes = tenant.queued_bytes.saturating_sub(bytes);
-            if tenant.queued == 0 {
-                self.active_tenants -= 1;
-            }
-            if dev.deficit <= 0 || !dev.queue.has(t) {
-                if self.cfg.mode != Mode::Auto {
-                    dev.deficit += quantum;
-                }
-                let still = dev.queue.has(t);
-                tenant.active.pop_front();
-                if still {
-                    tenant.active.push_back(front);
-                }
-            }
-            if self.cfg.mode == Mode::Rate {
-                self.credit -= bytes as f64;
-            }
-            self.take_flight(io, took_op, paced, now);
-            out.push(io.id);
         }
         self.skipped = skipped;
         self.publish_link();
         self.publish_oldest();
+    }
+
+    /// The window in effect for this poll: this reactor's own or its part of
+    /// the pooled one, and only half the path's rate x latency during a
+    /// latency probe (the standing queue that gain builds drains, and the
+    /// IOs released now see the bare latency).
+    fn set_window_now(&mut self, now: Nanos) {
+        self.resize_window();
+        self.window_now = self
+            .link
+            .as_ref()
+            .and_then(|(l, r)| l.share(*r))
+            .map_or(self.window, |w| self.clamp_window(w, 2));
+        if self.probing_latency(now) {
+            let half_bdp = self.window_now as f64 / (2.0 * self.cfg.gain.max(1.0));
+            self.window_now = (half_bdp as u64).max(self.max_io);
+        }
+    }
+
+    /// IOs that bypass pacing go at once.
+    fn release_bypassed(&mut self, now: Nanos, out: &mut Vec<u64>) {
+        for io in std::mem::take(&mut self.bypassed) {
+            self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
+            self.take_flight(io, false, u64::from(io.bytes), now);
+            out.push(io.id);
+        }
+    }
+
+    /// The verdict on tenant `t`'s turn: which IO goes, or why none does.
+    /// `link_waiter` is the least virtual time of a tenant waiting for the
+    /// shared window in this poll.
+    fn admit(&mut self, t: usize, link_waiter: Option<f64>, now: Nanos) -> Verdict {
+        if let Some(v) = self.tenant_gate(t, link_waiter) {
+            return v;
+        }
+        // The device whose DRR turn it is (`front`), and the one that
+        // serves it (`d`: the same, or the fast device with the oldest IO).
+        let Some(front) = self.front_device(t) else {
+            return Verdict::Skip;
+        };
+        let Some((d, slot)) = self.turn_server(t, front, now) else {
+            // Every flow with IO at this turn's device (and, for a fast
+            // device, at every fast device: see `turn_server`) waits for
+            // its window. A slow device's turn goes to the next device,
+            // if one may go. Otherwise the tenant waits for its flows'
+            // links, and like one waiting for the shared window holds back
+            // tenants ahead of it: a link it shares with them is theirs to
+            // take only by weight, and its slow devices take no more than
+            // their DRR turns.
+            if self.link_ratio(front) < FAST_HOLD_RATIO {
+                return Verdict::WaitForLink;
+            }
+            return self.next_device_or(t, front, Verdict::WaitForLink, |p| {
+                p.all_windows_closed(t, now)
+            });
+        };
+        let io = self.devices[d].queue.io(slot);
+        let bytes = u64::from(io.bytes);
+        // One hold ratio per release: the shared window, the charge and
+        // the flight all use it.
+        let ratio = self.link_ratio(d);
+        let paced = (bytes as f64 / ratio).ceil() as u64;
+        if let Some(v) = self.mode_gate(t, d, &io, paced, now) {
+            return v;
+        }
+        if !self.light(t) && !self.qos_ready(d, now) {
+            // This device waits for budget (its latency target); the
+            // tenant's other devices need not. A light tenant's IO is
+            // within its share, as iocost's per-cgroup budgets have it:
+            // it is charged but does not wait.
+            return self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now));
+        }
+        let took_op = match self.take_device_op(d) {
+            Some(true) => true,
+            Some(false) => {
+                return self.next_device_or(t, d, Verdict::Skip, |p| p.all_ops_exhausted(t))
+            }
+            None => false,
+        };
+        if self.cfg.mode == Mode::Auto && !self.drr_turn(t, front, now) {
+            return Verdict::NextDevice;
+        }
+        Verdict::Release(Grant {
+            front,
+            device: d,
+            slot,
+            io,
+            ratio,
+            paced,
+            took_op,
+        })
+    }
+
+    /// Whether tenant `t` waits for other tenants before its devices are
+    /// looked at (None: it need not).
+    fn tenant_gate(&self, t: usize, link_waiter: Option<f64>) -> Option<Verdict> {
+        // The shared window is the link's, and a tenant waiting for it
+        // waits for the link; one that took the gap instead would take
+        // the link from it, whatever the weights. (A slow device's IO
+        // counts a fraction of its bytes in the window, so a tenant of
+        // slow devices always finds a gap.)
+        if let Some(v) = link_waiter.filter(|_| !self.light(t)) {
+            let ahead = self.clock.vtime(t) > v + TENANT_SLACK;
+            // Held to its share, the tenant's slots go to the reactor
+            // with its oldest IO, not to whichever polls first.
+            let elsewhere = self
+                .link
+                .as_ref()
+                .is_some_and(|(_, r)| !self.clock.holds_oldest(t, *r, TENANT_FIFO_TOLERANCE_NS));
+            if ahead || elsewhere {
+                return Some(Verdict::Skip);
+            }
+        }
+        // Tenants queued here are arbitrated here; one busy only on other
+        // reactors is waited for if this one runs too far ahead of it.
+        if self.clock.lead(t, |u| self.tenants[u].queued > 0) > TENANT_SLACK {
+            return Some(Verdict::HoldForPeers);
+        }
+        None
+    }
+
+    /// The device whose DRR turn it is for tenant `t`; devices left with
+    /// no IO of `t` leave the rotation first.
+    fn front_device(&mut self, t: usize) -> Option<usize> {
+        loop {
+            let front = self.tenants[t].active.front().copied()?;
+            if self.devices[front].queue.has(t) {
+                return Some(front);
+            }
+            self.tenants[t].active.pop_front();
+        }
+    }
+
+    /// The mode's own limit on releasing `io` to device `d` (None: it
+    /// allows it). `paced` is the IO's link share (see `link_share`).
+    fn mode_gate(
+        &mut self,
+        t: usize,
+        d: usize,
+        io: &PacedIo,
+        paced: u64,
+        now: Nanos,
+    ) -> Option<Verdict> {
+        let bytes = u64::from(io.bytes);
+        match self.cfg.mode {
+            Mode::None | Mode::Buffers => None,
+            Mode::Rate => (!(self.bypass(io) || self.credit > 0.0)).then_some(Verdict::Skip),
+            // The shared window waits for the device whose turn it is: a
+            // smaller-charged IO behind it must not take the gap, or DRR's
+            // shares would not hold.
+            Mode::Auto if !self.shared_window_open(t, paced, bytes) => Some(Verdict::WaitForLink),
+            Mode::Auto if self.device_window_open(d, t, bytes) => None,
+            // This device's window is full; the turn goes to the next one.
+            Mode::Auto => {
+                Some(self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now)))
+            }
+        }
+    }
+
+    /// Device `d` cannot take tenant `t`'s IO now: its turn goes to the
+    /// tenant's next device if another has IO and `others_blocked` says one
+    /// of them may go; otherwise `otherwise`.
+    fn next_device_or(
+        &mut self,
+        t: usize,
+        d: usize,
+        otherwise: Verdict,
+        others_blocked: impl FnOnce(&mut Self) -> bool,
+    ) -> Verdict {
+        if self.tenant_has_other_device(t, d) && !others_blocked(self) {
+            Verdict::NextDevice
+        } else {
+            otherwise
+        }
+    }
+
+    /// `rate` with a device op limit: takes one of device `d`'s op slots
+    /// (Some(false): none is free). None: no limit applies.
+    fn take_device_op(&self, d: usize) -> Option<bool> {
+        if self.cfg.mode != Mode::Rate {
+            return None;
+        }
+        self.device_ops.as_ref().map(|ops| ops.try_take(d))
+    }
+
+    /// `auto`'s deficit round robin: a new turn for device `front` adds one
+    /// quantum. False: the device, still in debt from an expensive IO, gives
+    /// the turn to the tenant's next device. Unless its oldest IO has waited
+    /// too long: the debt is a share, not a stall.
+    fn drr_turn(&mut self, t: usize, front: usize, now: Nanos) -> bool {
+        let quantum = self.max_io as i64;
+        let dev = &mut self.devices[front];
+        if dev.deficit > 0 {
+            return true;
+        }
+        if dev
+            .queue
+            .oldest()
+            .is_some_and(|t0| now.saturating_sub(t0) > MAX_PACER_WAIT_NS)
+        {
+            dev.deficit = dev.deficit.max(0);
+        }
+        dev.deficit += quantum;
+        if self.devices[front].deficit <= 0 && self.tenant_has_other_device(t, front) {
+            return false;
+        }
+        let dev = &mut self.devices[front];
+        while dev.deficit <= 0 {
+            dev.deficit += quantum;
+        }
+        true
+    }
+
+    /// Releases the IO `admit` granted tenant `t`: out of its queue, charged
+    /// to the tenant's virtual time, the device's DRR turn and its budget,
+    /// and counted in flight.
+    fn release(&mut self, t: usize, g: Grant, now: Nanos) {
+        let (d, front, io) = (g.device, g.front, g.io);
+        let bytes = u64::from(io.bytes);
+        let quantum = self.max_io as i64;
+        // A device's bytes are charged by how long they hold buffers, so
+        // when the link is short each device's share falls as 1/latency,
+        // what Little's law gives devices at equal queue depth: a slow
+        // device neither starves nor crowds fast ones off the link.
+        let charge = (bytes as f64 * g.ratio) as i64;
+        // Deficit round robin by cost between this tenant's devices.
+        let cost =
+            self.devices[d]
+                .cost
+                .cost(io.kind, io.bytes, io.offset == self.devices[d].last_offset);
+        if let Some(q) = &self.qos {
+            q.charge(d, cost, now);
+        }
+        let dev = &mut self.devices[d];
+        dev.queue.take(g.slot);
+        dev.last_offset = io.offset + bytes;
+        if d != front && !dev.queue.has(t) {
+            self.tenants[t].active.retain(|&x| x != d);
+        }
+        let dev = &mut self.devices[front];
+        dev.deficit -= charge;
+        let tenant = &mut self.tenants[t];
+        self.clock.advance(t, cost / tenant.weight);
+        self.clock.dequeued(t);
+        tenant.usage_bytes += bytes;
+        tenant.queued -= 1;
+        tenant.queued_bytes = tenant.queued_bytes.saturating_sub(bytes);
+        if tenant.queued == 0 {
+            self.active_tenants -= 1;
+        }
+        if dev.deficit <= 0 || !dev.queue.has(t) {
+            if self.cfg.mode != Mode::Auto {
+                dev.deficit += quantum;
+            }
+            let still = dev.queue.has(t);
+            tenant.active.pop_front();
+            if still {
+                tenant.active.push_back(front);
+            }
+        }
+        if self.cfg.mode == Mode::Rate {
+            self.credit -= bytes as f64;
+        }
+        self.take_flight(io, g.took_op, g.paced, now);
     }
 
     /// Publishes when each tenant's oldest IO queued here arrived, for the
