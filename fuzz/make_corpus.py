@@ -29,6 +29,14 @@ def req(cmd, off, length, flags=0, cookie=1, payload=b""):
     return struct.pack(">IHHQQI", REQ, flags, cmd, cookie, off, length) + payload
 
 
+EXT_REQ = 0x21E41C71
+PAYLOAD_LEN = 1 << 5
+
+
+def ext_req(cmd, off, length, flags=0, cookie=1, payload=b""):
+    return struct.pack(">IHHQQQ", EXT_REQ, flags, cmd, cookie, off, length) + payload
+
+
 flags = struct.pack(">I", 3)
 full = flags + opt(8) + meta(10, b"default", [b"base:allocation"]) + go(b"default", [1, 2, 3])
 cases = {
@@ -46,6 +54,10 @@ cases = {
     "oversized_read": full + req(0, 0, 0xFFFFFFFF) + req(1, 0, 64 << 20),
     "read_only_export": flags + opt(8) + go(b"ro") + req(1, 0, 4, payload=b"abcd") + req(4, 0, 4096),
     "truncated": full[:37],
+    "extended_headers": flags + opt(11) + opt(8) + meta(10, b"default", [b"base:allocation"]) + go(b"default")
+    + ext_req(1, 0, 8, flags=PAYLOAD_LEN, payload=b"B" * 8) + ext_req(0, 0, 8) + ext_req(7, 0, 1 << 36)
+    + ext_req(4, 0, 1 << 33) + ext_req(4, 0, 16, flags=PAYLOAD_LEN, payload=b"\0" * 16) + ext_req(1, 0, 4) + ext_req(3, 0, 0),
+    "extended_then_export_name": flags + opt(11, b"x") + opt(11) + opt(1, b"default") + ext_req(0, 0, 512),
 }
 for name, data in cases.items():
     with open(os.path.join(out, name), "wb") as f:

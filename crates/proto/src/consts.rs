@@ -6,6 +6,8 @@ pub const REPLY_MAGIC_OPT: u64 = 0x0003_e889_0455_65a9;
 pub const REQUEST_MAGIC: u32 = 0x2560_9513;
 pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
 pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+pub const EXTENDED_REQUEST_MAGIC: u32 = 0x21e4_1c71;
+pub const EXTENDED_REPLY_MAGIC: u32 = 0x6e8a_278c;
 
 // Handshake flags (server) and client flags.
 pub const FLAG_FIXED_NEWSTYLE: u16 = 1 << 0;
@@ -23,6 +25,7 @@ pub const OPT_GO: u32 = 7;
 pub const OPT_STRUCTURED_REPLY: u32 = 8;
 pub const OPT_LIST_META_CONTEXT: u32 = 9;
 pub const OPT_SET_META_CONTEXT: u32 = 10;
+pub const OPT_EXTENDED_HEADERS: u32 = 11;
 
 // Option replies.
 pub const REP_ACK: u32 = 1;
@@ -38,6 +41,7 @@ pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
 pub const REP_ERR_SHUTDOWN: u32 = (1 << 31) + 7;
 pub const REP_ERR_BLOCK_SIZE_REQD: u32 = (1 << 31) + 8;
 pub const REP_ERR_TOO_BIG: u32 = (1 << 31) + 9;
+pub const REP_ERR_EXT_HEADER_REQD: u32 = (1 << 31) + 10;
 
 // NBD_REP_INFO types.
 pub const INFO_EXPORT: u16 = 0;
@@ -75,6 +79,8 @@ pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 pub const CMD_FLAG_DF: u16 = 1 << 2;
 pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
 pub const CMD_FLAG_FAST_ZERO: u16 = 1 << 4;
+/// Extended headers only: the length is a payload length (WRITE must set it).
+pub const CMD_FLAG_PAYLOAD_LEN: u16 = 1 << 5;
 /// Every command flag this server understands.
 pub const CMD_FLAGS_KNOWN: u16 =
     CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_DF | CMD_FLAG_REQ_ONE | CMD_FLAG_FAST_ZERO;
@@ -85,6 +91,7 @@ pub const REPLY_TYPE_NONE: u16 = 0;
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
 pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
 pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+pub const REPLY_TYPE_BLOCK_STATUS_EXT: u16 = 6;
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
 pub const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) + 2;
 

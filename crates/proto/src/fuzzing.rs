@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::{
-    decode_request, encode_block_status, encode_error_chunk, encode_offset_data_header,
-    encode_simple_reply, validate, ExportInfo, Handshake, HandshakeStatus, Negotiated,
-    REQUEST_HEADER_LEN,
+    decode_request, encode_block_status, encode_done, encode_error_chunk,
+    encode_offset_data_header, encode_simple_reply, request_header_len, validate, ExportInfo,
+    Framing, Handshake, HandshakeStatus, Negotiated,
 };
 
 /// Feeds `data` to a handshake in uneven pieces, then decodes and validates
@@ -42,33 +42,60 @@ pub fn run(data: &[u8]) {
         _ => Negotiated {
             export_index: 0,
             structured_replies: data.len().is_multiple_of(2),
+            extended_headers: data.len().is_multiple_of(5),
             base_allocation: Some(1),
             no_zeroes: true,
             read_only: data.len().is_multiple_of(3),
         },
     };
     let export = &exports[neg.export_index];
+    let ext = neg.extended_headers;
     let mut out = Vec::new();
     let mut rest = &data[pos..];
-    while let Ok(Some(req)) = decode_request(rest) {
-        rest = &rest[REQUEST_HEADER_LEN..];
+    while let Ok(Some(req)) = decode_request(rest, ext) {
+        rest = &rest[request_header_len(ext)..];
         let verdict = validate(&req, export, &neg);
-        // Anything accepted that addresses data lies inside the export.
+        // Anything accepted that addresses data lies inside the export, and
+        // a READ or WRITE within the advertised maximum.
         // (FLUSH and DISC carry no range: their offset and length are ignored.)
         let ranged = !matches!(req.command, crate::Command::Flush | crate::Command::Disc);
         if verdict.is_ok() && ranged && req.length > 0 {
-            let end = req.offset.checked_add(u64::from(req.length));
+            let end = req.offset.checked_add(req.length);
             assert!(
                 end.is_some_and(|e| e <= export.size),
                 "{req:?} accepted out of range"
             );
         }
+        if verdict.is_ok() && matches!(req.command, crate::Command::Read | crate::Command::Write) {
+            assert!(
+                req.length <= u64::from(export.max_block),
+                "{req:?} over the maximum"
+            );
+        }
+        let framing = if ext {
+            Framing::Extended {
+                request_offset: req.offset,
+            }
+        } else {
+            Framing::Structured
+        };
+        let len = req.length.min(crate::MAX_EFFECT_LEN) as u32;
         out.clear();
         encode_simple_reply(&mut out, req.cookie, verdict.err().unwrap_or(0));
-        encode_offset_data_header(&mut out, req.cookie, req.offset, req.length, true);
-        encode_error_chunk(&mut out, req.cookie, 22, "fuzz", Some(req.offset), true);
-        encode_block_status(&mut out, req.cookie, 1, &[(req.length, 0)], true);
-        let skip = (req.payload_len() as usize).min(rest.len());
+        encode_offset_data_header(&mut out, framing, req.cookie, req.offset, len, true);
+        encode_error_chunk(
+            &mut out,
+            framing,
+            req.cookie,
+            22,
+            "fuzz",
+            Some(req.offset),
+            true,
+        );
+        encode_block_status(&mut out, framing, req.cookie, 1, &[(len, 0)], true);
+        encode_done(&mut out, framing, req.cookie);
+        let payload = req.payload_len(ext);
+        let skip = usize::try_from(payload).map_or(rest.len(), |p| p.min(rest.len()));
         rest = &rest[skip..];
     }
 }

@@ -13,6 +13,9 @@ pub const MAX_OPTION_LEN: u32 = 64 << 10;
 pub struct Negotiated {
     pub export_index: usize,
     pub structured_replies: bool,
+    /// NBD_OPT_EXTENDED_HEADERS: 32-byte requests with 64-bit lengths, and
+    /// every reply an extended chunk.
+    pub extended_headers: bool,
     /// Metadata context id of `base:allocation`, if the client selected it.
     pub base_allocation: Option<u32>,
     pub no_zeroes: bool,
@@ -77,6 +80,7 @@ pub struct Handshake {
     access: Vec<Access>,
     no_zeroes: bool,
     structured: bool,
+    extended: bool,
     /// Export for which base:allocation was selected by the last SET_META_CONTEXT.
     meta_export: Option<usize>,
 }
@@ -119,6 +123,7 @@ impl Handshake {
             access: Vec::new(),
             no_zeroes: false,
             structured: false,
+            extended: false,
             meta_export: None,
         }
     }
@@ -165,6 +170,7 @@ impl Handshake {
         self.tls = Tls::Active;
         // Nothing said in plaintext carries over into the TLS session.
         self.structured = false;
+        self.extended = false;
         self.meta_export = None;
     }
 
@@ -282,6 +288,7 @@ impl Handshake {
         Negotiated {
             export_index,
             structured_replies: self.structured,
+            extended_headers: self.extended,
             base_allocation: (self.meta_export == Some(export_index)).then_some(BASE_ALLOCATION_ID),
             no_zeroes: self.no_zeroes,
             read_only: self.access(export_index) == Access::ReadOnly,
@@ -323,6 +330,9 @@ impl Handshake {
             return;
         }
         match opt {
+            // A client with extended headers "MUST NOT use NBD_OPT_EXPORT_NAME",
+            // which has no error reply: all we can do is close.
+            OPT_EXPORT_NAME if self.extended => self.status = HandshakeStatus::Closed,
             OPT_EXPORT_NAME => {
                 let idx = std::str::from_utf8(data).ok().and_then(|n| self.find(n));
                 let Some(idx) = idx.filter(|&i| self.access(i) != Access::Denied) else {
@@ -366,7 +376,21 @@ impl Handshake {
                     self.reply(opt, REP_ERR_INVALID, b"STRUCTURED_REPLY takes no data");
                     return;
                 }
+                if self.extended {
+                    // No downgrade from extended headers.
+                    let why = b"extended headers are already on";
+                    self.reply(opt, REP_ERR_EXT_HEADER_REQD, why);
+                    return;
+                }
                 self.structured = true;
+                self.reply(opt, REP_ACK, &[]);
+            }
+            OPT_EXTENDED_HEADERS => {
+                if !data.is_empty() {
+                    self.reply(opt, REP_ERR_INVALID, b"EXTENDED_HEADERS takes no data");
+                    return;
+                }
+                self.extended = true;
                 self.reply(opt, REP_ACK, &[]);
             }
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, data),
@@ -410,7 +434,8 @@ impl Handshake {
         let mut d = Vec::with_capacity(12);
         d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
         d.extend_from_slice(&e.size.to_be_bytes());
-        d.extend_from_slice(&e.transmission_flags(self.structured).to_be_bytes());
+        let flags = e.transmission_flags(self.structured || self.extended);
+        d.extend_from_slice(&flags.to_be_bytes());
         self.reply(opt, REP_INFO, &d);
         if requested.contains(&INFO_NAME) {
             let mut d = INFO_NAME.to_be_bytes().to_vec();
@@ -440,7 +465,7 @@ impl Handshake {
             // (including when this command fails)."
             self.meta_export = None;
         }
-        if !self.structured {
+        if !(self.structured || self.extended) {
             self.reply(opt, REP_ERR_INVALID, b"negotiate structured replies first");
             return;
         }
@@ -684,6 +709,52 @@ mod tests {
             }
             s => panic!("{s:?}"),
         }
+    }
+
+    #[test]
+    fn extended_headers_replace_structured_replies() {
+        let mut h = Handshake::new(exports(), Some(0));
+        h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+        input.extend(option(OPT_EXTENDED_HEADERS, b"x"));
+        input.extend(option(OPT_EXTENDED_HEADERS, &[]));
+        input.extend(option(OPT_STRUCTURED_REPLY, &[]));
+        input.extend(option(
+            OPT_SET_META_CONTEXT,
+            &meta_data("default", &["base:allocation"]),
+        ));
+        input.extend(option(OPT_GO, &go_data("default", &[])));
+        assert_eq!(h.feed(&input), input.len());
+        let r = replies(&h.take_output());
+        let types: Vec<u32> = r.iter().map(|x| x.1).collect();
+        assert_eq!(
+            types,
+            vec![
+                REP_ERR_INVALID,
+                REP_ACK,
+                REP_ERR_EXT_HEADER_REQD,
+                REP_META_CONTEXT,
+                REP_ACK,
+                REP_INFO,
+                REP_INFO,
+                REP_ACK
+            ]
+        );
+        assert_ne!(be16(&r[5].2, 10) & FLAG_SEND_DF, 0, "DF is offered");
+        match h.status() {
+            HandshakeStatus::Done(n) => {
+                assert!(n.extended_headers && !n.structured_replies);
+                assert_eq!(n.base_allocation, Some(1));
+            }
+            s => panic!("{s:?}"),
+        }
+        // EXPORT_NAME is not for clients with extended headers.
+        let mut h = Handshake::new(exports(), Some(0));
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(OPT_EXTENDED_HEADERS, &[]));
+        input.extend(option(OPT_EXPORT_NAME, b"default"));
+        h.feed(&input);
+        assert_eq!(h.status(), &HandshakeStatus::Closed);
     }
 
     #[test]

@@ -11,8 +11,9 @@ pub use consts::*;
 pub use handshake::{Access, Handshake, HandshakeStatus, Negotiated, Tls, MAX_OPTION_LEN};
 pub use transmission::{
     decode_request, encode_block_status, encode_done, encode_error_chunk,
-    encode_offset_data_header, encode_request, encode_simple_reply, validate, Command, DecodeError,
-    Request, REQUEST_HEADER_LEN,
+    encode_offset_data_header, encode_request, encode_simple_reply, request_header_len, validate,
+    Command, DecodeError, Framing, Request, EXTENDED_REQUEST_HEADER_LEN, MAX_EFFECT_LEN,
+    REQUEST_HEADER_LEN,
 };
 
 /// One export as the protocol describes it to clients.
@@ -57,7 +58,8 @@ impl ExportInfo {
         }
     }
 
-    /// Transmission flags; DF is only offered with structured replies, as the spec requires.
+    /// Transmission flags; DF is only offered with structured replies (or
+    /// extended headers), as the spec requires.
     pub fn transmission_flags(&self, structured: bool) -> u16 {
         let mut f = FLAG_HAS_FLAGS;
         let bits = [

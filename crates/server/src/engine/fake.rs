@@ -291,15 +291,57 @@ pub fn handshake_bytes() -> Vec<u8> {
 
 pub fn request_bytes(command: Command, cookie: u64, offset: u64, length: u32) -> Vec<u8> {
     let mut out = Vec::new();
-    proto::encode_request(
-        &mut out,
-        &Request {
-            flags: 0,
-            command,
-            cookie,
-            offset,
-            length,
-        },
-    );
+    let r = Request {
+        flags: 0,
+        command,
+        cookie,
+        offset,
+        length: u64::from(length),
+    };
+    proto::encode_request(&mut out, &r, false);
     out
+}
+
+/// An extended request header (NBD_OPT_EXTENDED_HEADERS); a WRITE says it
+/// carries its payload.
+pub fn ext_request_bytes(command: Command, cookie: u64, offset: u64, length: u64) -> Vec<u8> {
+    let flags = if command == Command::Write {
+        proto::CMD_FLAG_PAYLOAD_LEN
+    } else {
+        0
+    };
+    let r = Request {
+        flags,
+        command,
+        cookie,
+        offset,
+        length,
+    };
+    let mut out = Vec::new();
+    proto::encode_request(&mut out, &r, true);
+    out
+}
+
+/// The client's handshake with extended headers and base:allocation, then
+/// GO for the default export.
+pub fn ext_handshake_bytes() -> Vec<u8> {
+    let option = |m: &mut Vec<u8>, opt: u32, data: &[u8]| {
+        m.extend_from_slice(&0x4948_4156_454f_5054u64.to_be_bytes());
+        m.extend_from_slice(&opt.to_be_bytes());
+        m.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        m.extend_from_slice(data);
+    };
+    let mut m = 3u32.to_be_bytes().to_vec();
+    option(&mut m, proto::OPT_EXTENDED_HEADERS, &[]);
+    let mut meta = 7u32.to_be_bytes().to_vec();
+    meta.extend_from_slice(b"default");
+    meta.extend_from_slice(&1u32.to_be_bytes());
+    meta.extend_from_slice(&15u32.to_be_bytes());
+    meta.extend_from_slice(b"base:allocation");
+    option(&mut m, proto::OPT_SET_META_CONTEXT, &meta);
+    let mut go = 7u32.to_be_bytes().to_vec();
+    go.extend_from_slice(b"default");
+    go.extend_from_slice(&0u16.to_be_bytes());
+    option(&mut m, proto::OPT_GO, &go);
+    m
 }

@@ -150,7 +150,9 @@ impl Engine {
             // requests (and replies) to finish, and TCP holds the rest back.
             return Step::Stop;
         }
-        let request = match proto::decode_request(c.unparsed()) {
+        let extended = matches!(&c.phase, Phase::Transmission { neg, .. } if neg.extended_headers);
+        let header_len = proto::request_header_len(extended);
+        let request = match proto::decode_request(c.unparsed(), extended) {
             Ok(Some(r)) => r,
             Ok(None) => return Step::Stop,
             Err(e) => {
@@ -167,7 +169,7 @@ impl Engine {
         };
         if request.command == proto::Command::Disc {
             // No reply; serve what is in flight, then close.
-            c.rstart += proto::REQUEST_HEADER_LEN;
+            c.rstart += header_len;
             c.ending(EndReason::Disconnect);
             self.input_ended(id);
             return Step::Stop;
@@ -177,7 +179,7 @@ impl Engine {
             self.slot_waiters.push_back(id);
             return Step::Stop;
         };
-        c.rstart += proto::REQUEST_HEADER_LEN;
+        c.rstart += header_len;
         self.accept_request(id, slot, request);
         Step::Again
     }

@@ -95,6 +95,29 @@ pub enum PieceState {
     Done,
 }
 
+/// How a connection's replies are framed, as its handshake settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyStyle {
+    /// Simple replies only.
+    Simple,
+    /// Structured replies: chunks for READs, simple replies for the rest.
+    Structured,
+    /// Extended headers: every reply is extended chunks.
+    Extended,
+}
+
+impl ReplyStyle {
+    pub fn of(neg: &proto::Negotiated) -> ReplyStyle {
+        if neg.extended_headers {
+            ReplyStyle::Extended
+        } else if neg.structured_replies {
+            ReplyStyle::Structured
+        } else {
+            ReplyStyle::Simple
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Piece {
     pub state: PieceState,
@@ -113,7 +136,7 @@ pub struct Req {
     /// NBD errno of the reply, 0 for success.
     pub error: u32,
     pub state: ReqState,
-    pub structured: bool,
+    pub style: ReplyStyle,
     pub meta_context: u32,
     /// A READ's buffers.
     pub bufs: Vec<BufId>,
@@ -151,7 +174,7 @@ impl Default for Req {
             len: 0,
             error: 0,
             state: ReqState::Free,
-            structured: false,
+            style: ReplyStyle::Simple,
             meta_context: 0,
             bufs: Vec::new(),
             iov: Vec::new(),
@@ -173,7 +196,7 @@ impl Default for Req {
 pub struct ReqOrigin {
     pub conn: ConnId,
     pub export: u16,
-    pub structured: bool,
+    pub style: ReplyStyle,
     pub meta_context: u32,
 }
 
@@ -183,13 +206,16 @@ impl Req {
         debug_assert!(self.bufs.is_empty() && self.pieces.is_empty());
         self.conn = origin.conn;
         self.export = origin.export;
-        self.structured = origin.structured;
+        self.style = origin.style;
         self.meta_context = origin.meta_context;
         self.cookie = request.cookie;
         self.command = request.command;
         self.flags = request.flags;
         self.offset = request.offset;
-        self.len = request.length;
+        // Validation bounds READs and WRITEs by the maximum payload; a
+        // BLOCK_STATUS may ask about more than devices take, and is answered
+        // for less, as the spec allows.
+        self.len = request.length.min(proto::MAX_EFFECT_LEN) as u32;
         self.error = 0;
         self.filled = 0;
         self.started = 0;
@@ -354,7 +380,24 @@ impl Req {
     /// Encodes a BLOCK_STATUS reply as the whole response.
     pub fn block_status(&mut self, extents: &[(u32, u32)]) {
         self.hdr.clear();
-        proto::encode_block_status(&mut self.hdr, self.cookie, self.meta_context, extents, true);
+        let framing = self.framing().unwrap_or(proto::Framing::Structured);
+        let (cookie, context) = (self.cookie, self.meta_context);
+        proto::encode_block_status(&mut self.hdr, framing, cookie, context, extents, true);
+    }
+
+    /// The chunk framing of this reply; None for a simple reply.
+    fn framing(&self) -> Option<proto::Framing> {
+        match self.style {
+            ReplyStyle::Simple => None,
+            // Structured replies are for READs; the rest may stay simple.
+            ReplyStyle::Structured if self.command == Command::Read => {
+                Some(proto::Framing::Structured)
+            }
+            ReplyStyle::Structured => None,
+            ReplyStyle::Extended => Some(proto::Framing::Extended {
+                request_offset: self.offset,
+            }),
+        }
     }
 
     /// Encodes the reply header, unless one was already encoded.
@@ -363,31 +406,21 @@ impl Req {
             return;
         }
         let is_read = self.command == Command::Read;
-        if self.structured && is_read {
-            if self.error != 0 {
-                proto::encode_error_chunk(
-                    &mut self.hdr,
-                    self.cookie,
-                    self.error,
-                    "",
-                    Some(self.offset),
-                    true,
-                );
-            } else if self.len == 0 {
-                proto::encode_done(&mut self.hdr, self.cookie);
-            } else {
-                proto::encode_offset_data_header(
-                    &mut self.hdr,
-                    self.cookie,
-                    self.offset,
-                    self.len,
-                    true,
-                );
-                self.data_reply = true;
-            }
+        let (cookie, error) = (self.cookie, self.error);
+        let Some(framing) = self.framing() else {
+            proto::encode_simple_reply(&mut self.hdr, cookie, error);
+            self.data_reply = is_read && error == 0 && self.len > 0;
+            return;
+        };
+        if error != 0 {
+            let at = is_read.then_some(self.offset);
+            proto::encode_error_chunk(&mut self.hdr, framing, cookie, error, "", at, true);
+        } else if is_read && self.len > 0 {
+            let (offset, len) = (self.offset, self.len);
+            proto::encode_offset_data_header(&mut self.hdr, framing, cookie, offset, len, true);
+            self.data_reply = true;
         } else {
-            proto::encode_simple_reply(&mut self.hdr, self.cookie, self.error);
-            self.data_reply = is_read && self.error == 0 && self.len > 0;
+            proto::encode_done(&mut self.hdr, framing, cookie);
         }
     }
 
@@ -546,7 +579,7 @@ mod tests {
     fn structured_read_error_has_no_data() {
         let mut r = Req {
             command: Command::Read,
-            structured: true,
+            style: ReplyStyle::Structured,
             len: 4096,
             error: proto::EIO,
             ..Default::default()

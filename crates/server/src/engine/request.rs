@@ -24,12 +24,12 @@ use proto::Command;
 
 use super::conn::{EndReason, Input, Life, Phase};
 use super::ids::{ConnId, IoToken, Part, ReqId};
-use super::req::{ReqOrigin, ReqState};
+use super::req::{ReplyStyle, ReqOrigin, ReqState};
 use super::{conn_at, Action, Engine};
 
 /// Rejected WRITE payloads up to this size are read and discarded, as the
 /// spec prefers; larger ones close the connection instead.
-const MAX_DISCARD_PAYLOAD: u32 = 128 << 20;
+const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
 
 /// Whether `from -> to` is a transition of the diagram above.
 fn legal(from: ReqState, to: ReqState) -> bool {
@@ -119,11 +119,12 @@ impl Engine {
         let origin = ReqOrigin {
             conn,
             export: *export,
-            structured: neg.structured_replies,
+            style: ReplyStyle::of(neg),
             meta_context: neg.base_allocation.unwrap_or(0),
         };
         let info = &self.catalog.exports[origin.export as usize].info;
         let verdict = proto::validate(&request, info, neg);
+        let payload = request.payload_len(neg.extended_headers);
         c.requests += 1;
         self.reqs[slot.index()].reset(&origin, &request, now);
         self.stats.enter(ReqState::New.stat());
@@ -133,7 +134,6 @@ impl Engine {
         };
         self.reqs[slot.index()].error = errno;
         self.stats.rejected += 1;
-        let payload = request.payload_len();
         if payload > MAX_DISCARD_PAYLOAD {
             // Discarding gigabytes of junk is not worth it: drop the client.
             if let Some(c) = conn_at(&mut self.conns, conn) {
@@ -142,7 +142,7 @@ impl Engine {
             self.close(conn);
         } else if payload > 0 {
             if let Some(c) = conn_at(&mut self.conns, conn) {
-                c.input = Input::Discard(u64::from(payload));
+                c.input = Input::Discard(payload);
             }
         }
         self.set_state(slot, ReqState::Answered);

@@ -252,6 +252,92 @@ fn hang_up_mid_stream_returns_every_buffer() {
     }
 }
 
+/// Extended reply chunks after a handshake that ends with its `acks`-th
+/// ACK: (cookie, type, flags, payload).
+fn ext_chunks(bytes: &[u8], mut acks: usize) -> Vec<(u64, u16, u16, Vec<u8>)> {
+    let be = |at: usize, n: usize| {
+        bytes[at..at + n]
+            .iter()
+            .fold(0u64, |v, &b| v << 8 | u64::from(b))
+    };
+    let mut at = 18;
+    while acks > 0 {
+        if be(at + 12, 4) == 1 {
+            acks -= 1;
+        }
+        at += 20 + be(at + 16, 4) as usize;
+    }
+    let mut out = Vec::new();
+    while at + 32 <= bytes.len() {
+        assert_eq!(be(at, 4), u64::from(proto::EXTENDED_REPLY_MAGIC), "at {at}");
+        let len = be(at + 24, 8) as usize;
+        let payload = bytes[at + 32..at + 32 + len].to_vec();
+        out.push((
+            be(at + 8, 8),
+            be(at + 6, 2) as u16,
+            be(at + 4, 2) as u16,
+            payload,
+        ));
+        at += 32 + len;
+    }
+    out
+}
+
+#[test]
+fn extended_headers_stream_and_answer_every_command_in_chunks() {
+    let mut net = Net::new(engine("auto", 24, TIMEOUTS));
+    let c = net.connect();
+    let len = 40_000u64;
+    let mut b = ext_handshake_bytes();
+    b.extend(ext_request_bytes(Command::Write, 1, 4096, len));
+    b.extend((0..len).map(|i| (i % 253) as u8));
+    b.extend(ext_request_bytes(Command::Flush, 2, 0, 0));
+    b.extend(ext_request_bytes(Command::Read, 3, 4096, len));
+    // A 64-bit effect length: answered for what the device takes.
+    b.extend(ext_request_bytes(Command::BlockStatus, 4, 0, 1 << 20));
+    // A payload where none belongs: consumed, then EINVAL.
+    let mut trim = ext_request_bytes(Command::Trim, 5, 0, 16);
+    trim[5] |= proto::CMD_FLAG_PAYLOAD_LEN as u8;
+    b.extend(trim);
+    b.extend([0xee; 16]);
+    b.extend(ext_request_bytes(Command::Read, 6, 4096, 10));
+    net.write(c, &b);
+    run_to_quiet(&mut net);
+    let mut got = ext_chunks(&net.clients[&c].from_server, 3);
+    got.sort_by_key(|r| r.0);
+    let kinds: Vec<(u64, u16)> = got.iter().map(|r| (r.0, r.1)).collect();
+    use proto::{REPLY_TYPE_BLOCK_STATUS_EXT as BS, REPLY_TYPE_ERROR as ERR};
+    use proto::{REPLY_TYPE_NONE as NONE, REPLY_TYPE_OFFSET_DATA as DATA};
+    assert_eq!(
+        kinds,
+        vec![
+            (1, NONE),
+            (2, NONE),
+            (3, DATA),
+            (4, BS),
+            (5, ERR),
+            (6, DATA)
+        ]
+    );
+    assert!(got.iter().all(|r| r.2 == proto::REPLY_FLAG_DONE));
+    let data = &got[2].3;
+    assert_eq!(data.len(), 8 + len as usize);
+    assert!(data[8..]
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == (i % 253) as u8));
+    assert_eq!(&got[4].3[..4], &proto::EINVAL.to_be_bytes());
+    // 64-bit extents, counted, covering the 1 MiB export.
+    let status = &got[3].3;
+    let n = u32::from_be_bytes(status[4..8].try_into().unwrap()) as usize;
+    assert_eq!(status.len(), 8 + 16 * n);
+    let covered: u64 = (0..n)
+        .map(|i| u64::from_be_bytes(status[8 + 16 * i..16 + 16 * i].try_into().unwrap()))
+        .sum();
+    assert_eq!(covered, 1 << 20);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+}
+
 mod props {
     use std::collections::HashMap;
 
@@ -261,7 +347,10 @@ mod props {
 
     #[derive(Debug, Clone)]
     enum Ev {
-        Connect,
+        /// A client, with extended headers or not.
+        Connect {
+            ext: bool,
+        },
         /// A READ, WRITE (with `sent` per mille of its payload), FLUSH or junk.
         Request {
             conn: usize,
@@ -301,7 +390,7 @@ mod props {
     fn ev() -> impl Strategy<Value = Ev> {
         let conn = 0usize..8;
         prop_oneof![
-            1 => Just(Ev::Connect),
+            1 => any::<bool>().prop_map(|ext| Ev::Connect { ext }),
             4 => (conn.clone(), 0u8..8, 0u32..200, 0u32..40_000, 0u16..=1000)
                 .prop_map(|(conn, kind, block, len, sent)| Ev::Request { conn, kind, block, len, sent }),
             2 => (conn.clone(), 1usize..9000).prop_map(|(conn, n)| Ev::Payload { conn, n }),
@@ -318,6 +407,8 @@ mod props {
     struct World {
         net: Net,
         order: Vec<ConnId>,
+        /// Clients that negotiated extended headers.
+        ext: std::collections::HashSet<ConnId>,
         /// WRITE payload bytes each client still has to send.
         owed: HashMap<ConnId, usize>,
         cookie: u64,
@@ -340,21 +431,29 @@ mod props {
             }
             self.cookie += 1;
             let offset = u64::from(block) * 4096;
+            let ext = self.ext.contains(&conn);
+            let header = |cmd, cookie, offset, len: u32| {
+                if ext {
+                    ext_request_bytes(cmd, cookie, offset, u64::from(len))
+                } else {
+                    request_bytes(cmd, cookie, offset, len)
+                }
+            };
             let bytes = match kind {
-                0..=2 => request_bytes(Command::Read, self.cookie, offset, len),
+                0..=2 => header(Command::Read, self.cookie, offset, len),
                 3..=5 => {
-                    let mut b = request_bytes(Command::Write, self.cookie, offset, len);
+                    let mut b = header(Command::Write, self.cookie, offset, len);
                     let now = len as usize * usize::from(sent) / 1000;
                     b.extend(std::iter::repeat_n(0xa5, now));
                     self.owed.insert(conn, len as usize - now);
                     b
                 }
-                6 => request_bytes(Command::Flush, self.cookie, 0, 0),
+                6 => header(Command::Flush, self.cookie, 0, 0),
                 _ => vec![0xee; 28], // junk: a protocol error
             };
             let mut all = Vec::new();
             if self.net.clients[&conn].to_server.is_empty() && self.cookie.is_multiple_of(7) {
-                all.extend(request_bytes(Command::BlockStatus, self.cookie, 0, 4096));
+                all.extend(header(Command::BlockStatus, self.cookie, 0, 4096));
             }
             all.extend(bytes);
             self.net.write(conn, &all);
@@ -362,9 +461,14 @@ mod props {
 
         fn apply(&mut self, ev: Ev) {
             match ev {
-                Ev::Connect => {
+                Ev::Connect { ext } => {
                     let c = self.net.connect();
-                    self.net.write(c, &handshake_bytes());
+                    if ext {
+                        self.net.write(c, &ext_handshake_bytes());
+                        self.ext.insert(c);
+                    } else {
+                        self.net.write(c, &handshake_bytes());
+                    }
                     self.order.push(c);
                 }
                 Ev::Request {
@@ -515,6 +619,7 @@ mod props {
         let mut w = World {
             net: Net::new(engine(mode, 24, TIMEOUTS)),
             order: Vec::new(),
+            ext: Default::default(),
             owed: HashMap::new(),
             cookie: 0,
         };
