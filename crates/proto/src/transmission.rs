@@ -71,15 +71,14 @@ pub struct Request {
 }
 
 impl Request {
-    /// Bytes of payload that follow the header on the wire: a WRITE's in
-    /// compact headers; with extended headers, any request that says so
-    /// (NBD_CMD_FLAG_PAYLOAD_LEN), valid or not.
+    /// Bytes of payload that follow the header on the wire: a WRITE's; with
+    /// extended headers also any request that says so
+    /// (NBD_CMD_FLAG_PAYLOAD_LEN), valid or not. A WRITE carries its payload
+    /// with or without that flag (the spec wants it set; qemu 10 does not
+    /// set it), as qemu's own server reads it.
     pub fn payload_len(&self, extended: bool) -> u64 {
-        let has_payload = if extended {
-            self.flags & CMD_FLAG_PAYLOAD_LEN != 0
-        } else {
-            self.command == Command::Write
-        };
+        let flagged = extended && self.flags & CMD_FLAG_PAYLOAD_LEN != 0;
+        let has_payload = self.command == Command::Write || flagged;
         if has_payload {
             self.length
         } else {
@@ -180,9 +179,9 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
     if f & !known != 0 {
         return Err(EINVAL);
     }
-    // With extended headers "the flag MUST be set for NBD_CMD_WRITE; for other
-    // commands, the flag will trigger an NBD_EINVAL error".
-    if ext && (f & CMD_FLAG_PAYLOAD_LEN != 0) != (cmd == Command::Write) {
+    // With extended headers, "for other commands [than WRITE], the flag will
+    // trigger an NBD_EINVAL error" (BLOCK_STATUS's payload form is not offered).
+    if f & CMD_FLAG_PAYLOAD_LEN != 0 && cmd != Command::Write {
         return Err(EINVAL);
     }
     // FUA "is valid for all commands, provided NBD_FLAG_SEND_FUA has been negotiated".
@@ -651,10 +650,11 @@ mod tests {
         assert_eq!(r, w);
         assert_eq!(r.payload_len(true), 64 << 20);
         assert_eq!(validate(&r, &e, &ext), Ok(()));
-        // WRITE must say it carries a payload; nothing else may.
+        // WRITE carries its payload even when it does not say so (qemu 10);
+        // nothing else may carry one.
         let bare = req(Command::Write, 0, 0, 4096);
-        assert_eq!(validate(&bare, &e, &ext), Err(EINVAL));
-        assert_eq!(bare.payload_len(true), 0);
+        assert_eq!(validate(&bare, &e, &ext), Ok(()));
+        assert_eq!(bare.payload_len(true), 4096);
         let odd = req(Command::Trim, CMD_FLAG_PAYLOAD_LEN, 0, 16);
         assert_eq!(validate(&odd, &e, &ext), Err(EINVAL));
         assert_eq!(odd.payload_len(true), 16, "consumed before the error");

@@ -431,12 +431,13 @@ impl Req {
         self.hdr.len() + data.min(u64::from(self.len)) as usize
     }
 
-    /// Most iovecs [`Req::push_reply_iov`] adds.
+    /// Most iovecs [`Req::push_reply_iov`] adds (a WRITE's piece iovecs
+    /// are not part of its reply).
     pub fn reply_iov_len(&self) -> usize {
-        1 + if self.streamed() {
-            self.pieces_live as usize
-        } else {
-            self.iov.len()
+        1 + match (self.data_reply, self.streamed()) {
+            (false, _) => 0,
+            (true, true) => self.pieces_live as usize,
+            (true, false) => self.iov.len(),
         }
     }
 
@@ -573,6 +574,22 @@ mod tests {
         assert!(r.push_reply_iov(&mut iov, 20, 8));
         let lens: Vec<usize> = iov.iter().map(|v| v.iov_len).collect();
         assert_eq!(lens, vec![4, 8]);
+    }
+
+    #[test]
+    fn a_large_write_reply_is_one_iovec() {
+        let mut r = Req {
+            len: 1 << 20,
+            command: Command::Write,
+            ..Default::default()
+        };
+        r.plan_pieces(1024);
+        r.encode_reply();
+        assert_eq!(r.reply_iov_len(), 1, "not its 1024 piece iovecs");
+        let mut iov = Vec::new();
+        assert!(r.push_reply_iov(&mut iov, 0, 1024));
+        assert_eq!(iov.len(), 1);
+        r.pieces.clear();
     }
 
     #[test]
