@@ -68,6 +68,9 @@ pub fn job_file(host: &str, w: &Workload, iodepth: u32, uri_of: &dyn Fn(&str) ->
     for export in &w.exports {
         for n in 0..w.numjobs {
             let _ = writeln!(s, "\n[{host}.{export}.{n}]\nuri={}", uri_of(export));
+            if let Some(depth) = w.iodepth_of.get(export) {
+                let _ = writeln!(s, "iodepth={depth}");
+            }
         }
     }
     s
@@ -373,5 +376,14 @@ mod tests {
         assert!(f.contains("[h3.b.1]"));
         assert!(f.contains("iodepth=16"));
         assert_eq!(f.matches("\n[h3.").count(), 4);
+        let w: Workload =
+            toml::from_str("exports = [\"bulk\", \"probe\"]\niodepth_of = { probe = 1 }")
+                .expect("w");
+        let f = job_file("h1", &w, 64, &|e| format!("nbd://t/{e}"));
+        assert!(
+            f.contains("[h1.probe.0]\nuri=nbd://t/probe\niodepth=1\n"),
+            "{f}"
+        );
+        assert!(f.contains("[h1.bulk.0]\nuri=nbd://t/bulk\n") && !f.contains("bulk\niodepth"));
     }
 }

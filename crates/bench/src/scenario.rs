@@ -192,6 +192,10 @@ pub struct Workload {
     /// Any other fio options, passed through.
     #[serde(default)]
     pub fio: BTreeMap<String, String>,
+    /// The iodepth of each job on the exports named here, instead of the
+    /// point's: a QD 1 latency probe beside a saturating tenant.
+    #[serde(default)]
+    pub iodepth_of: BTreeMap<String, u32>,
 }
 
 fn default_rw() -> String {

@@ -72,6 +72,10 @@ pub struct ProbeArgs {
     /// Most worker threads in the scaling runs (default: CPUs, at most 8).
     #[arg(long, value_name = "N")]
     threads: Option<u32>,
+    /// Rounds of the cost, datasheet and held-out points, measured in turn
+    /// (0.5 s each); each point is its median round (default 10, quick 1).
+    #[arg(long, value_name = "N")]
+    rounds: Option<u32>,
 }
 
 pub fn probe_or_db(cmd: ProbeCmd) -> ExitCode {
@@ -121,6 +125,7 @@ fn probe(args: ProbeArgs) -> ExitCode {
         quick: args.quick,
         max_qd: args.max_qd.clamp(1, 512),
         threads: args.threads.unwrap_or(cpus.min(8)).max(1),
+        rounds: args.rounds.unwrap_or(0),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     match probe::probe(&opts) {
@@ -197,6 +202,7 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         quick: args.quick,
         max_qd: 64,
         threads: 1,
+        rounds: 0,
         command: command.clone(),
     };
     let tune = probe::tune::TuneOptions {

@@ -130,11 +130,88 @@ fn writes_are_refused_where_they_destroy_data() {
         data,
         "the image is untouched"
     );
+}
 
-    let out = Command::new(BIN)
-        .args(["probe", "--quick", "/nonexistent/disk"])
-        .output()
-        .expect("run probe");
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no such block device or file"));
+/// Runs iopace with `args`; it must exit 2 and say all of `says` on stderr.
+fn refused(args: &[&std::ffi::OsStr], says: &[&str]) {
+    let out = Command::new(BIN).args(args).output().expect("run iopace");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for s in says {
+        assert!(err.contains(s), "{args:?}: `{s}` not in: {err}");
+    }
+}
+
+/// Bad input gets a clear error and exit status 2 before any IO: an unknown
+/// device or bdev name, a bad spec file, a bad config. (A mounted block
+/// device is refused by `safety`'s unit test, which only reads.)
+#[test]
+fn bad_input_exits_2_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(dir.path());
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let (cfg, dir) = (cfg.into_os_string(), dir.path().to_path_buf());
+    for cmd in ["probe", "tune"] {
+        refused(
+            &[&os(cmd), &os("--quick"), &os("/nonexistent/disk")],
+            &["/nonexistent/disk", "no such block device or file"],
+        );
+        refused(
+            &[&os(cmd), &os("--quick"), &os("-c"), &cfg, &os("nosuch")],
+            &[
+                "nosuch",
+                "neither a bdev of the config nor an existing path",
+            ],
+        );
+    }
+    let spec = dir.join("spec.toml");
+    std::fs::write(&spec, "name = \"x\"\nrand_read_iops = -5\n").expect("write spec");
+    let out = dir.join("out").into_os_string();
+    refused(
+        &[
+            &os("probe"),
+            &os("--quick"),
+            &os("-c"),
+            &cfg,
+            &os("fast"),
+            &os("--spec"),
+            spec.as_os_str(),
+            &os("--out"),
+            &out,
+        ],
+        &["spec.toml:2", "rand_read_iops", "must be a positive number"],
+    );
+    std::fs::write(&spec, "rand_read_iop = 5\n").expect("write spec");
+    refused(
+        &[
+            &os("probe"),
+            &os("--quick"),
+            &os("-c"),
+            &cfg,
+            &os("fast"),
+            &os("--spec"),
+            spec.as_os_str(),
+            &os("--out"),
+            &out,
+        ],
+        &["spec error", "rand_read_iop"],
+    );
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[bdev]]\nname = \"m\"\nkind = \"model\"\nbase = \"none\"\n",
+    )
+    .expect("write config");
+    for cmd in ["probe", "tune"] {
+        refused(
+            &[
+                &os(cmd),
+                &os("--quick"),
+                &os("-c"),
+                bad.as_os_str(),
+                &os("m"),
+            ],
+            &["config error", "bad.toml"],
+        );
+    }
 }

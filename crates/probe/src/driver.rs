@@ -25,6 +25,41 @@ pub struct Workload {
     pub read_pct: u32,
     pub bs: u32,
     pub random: bool,
+    /// Half the IOs are this size instead of `bs` (fio's `bssplit=4k/50:64k/50`).
+    #[serde(default)]
+    pub alt_bs: Option<u32>,
+}
+
+impl Workload {
+    /// The largest IO: what a slot's buffer holds and offsets align to.
+    pub fn max_bs(&self) -> u32 {
+        self.alt_bs.map_or(self.bs, |a| a.max(self.bs))
+    }
+
+    /// The mean IO size.
+    pub fn mean_bs(&self) -> f64 {
+        self.alt_bs.map_or(f64::from(self.bs), |a| {
+            (f64::from(a) + f64::from(self.bs)) / 2.0
+        })
+    }
+
+    /// The IO sizes, each issued equally often.
+    pub fn sizes(&self) -> Vec<u32> {
+        std::iter::once(self.bs).chain(self.alt_bs).collect()
+    }
+}
+
+/// How a point's IOPS is taken from what it saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RateBasis {
+    /// Completions a second: what a real device gave.
+    #[default]
+    Completions,
+    /// IOs in flight over the median latency (Little's law for the typical
+    /// IO), for timer-paced devices (`model`, `delay`): their hold time is
+    /// exact, so the probe's own descheduling on a busy machine, which
+    /// lowers the completion rate but not the median, is left out.
+    QdOverMedian,
 }
 
 /// One worker thread: a device, the IOs it keeps in flight there, their
@@ -58,10 +93,10 @@ pub struct JobStats {
 /// What a point measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Measurement {
-    /// IOs in flight over the median latency (Little's law for the typical
-    /// IO): what the device gives a submitter that keeps them in flight,
-    /// robust to the probe itself being descheduled on a busy machine.
+    /// The point's IOPS, by `basis`.
     pub iops: f64,
+    #[serde(default)]
+    pub basis: RateBasis,
     /// The median of the per-window completion rates.
     pub window_iops: f64,
     pub mean_us: f64,
@@ -134,7 +169,7 @@ pub fn measure_jobs(jobs: &[Job], rule: &StopRule) -> Result<(Measurement, Vec<J
             let rate = median(&windows.per_job[i]);
             per_job.push(JobStats {
                 rate,
-                bytes_per_s: rate * f64::from(jobs[i].workload.bs),
+                bytes_per_s: rate * jobs[i].workload.mean_bs(),
                 p50_us: part.value_at_quantile(0.5) as f64 / 1000.0,
                 p99_us: part.value_at_quantile(0.99) as f64 / 1000.0,
             });
@@ -145,15 +180,24 @@ pub fn measure_jobs(jobs: &[Job], rule: &StopRule) -> Result<(Measurement, Vec<J
     if errors > 0 {
         return Err(format!("{errors} IOs failed"));
     }
-    let (_, rel_ci) = mean_and_rel_ci(&windows.all);
+    let (completions, rel_ci) = mean_and_rel_ci(&windows.all);
     let p50_us = hist.value_at_quantile(0.5) as f64 / 1000.0;
     let in_flight: u32 = jobs.iter().map(|j| j.qd).sum();
-    let iops = f64::from(in_flight) * 1e6 / p50_us.max(1e-3);
+    let basis = if jobs.iter().all(|j| j.dev.has_delay()) {
+        RateBasis::QdOverMedian
+    } else {
+        RateBasis::Completions
+    };
+    let iops = match basis {
+        RateBasis::Completions => completions,
+        RateBasis::QdOverMedian => f64::from(in_flight) * 1e6 / p50_us.max(1e-3),
+    };
     let m = Measurement {
         iops,
+        basis,
         window_iops: median(&windows.all),
         mean_us: hist.mean() / 1000.0,
-        bytes_per_s: iops * f64::from(w.bs),
+        bytes_per_s: iops * w.mean_bs(),
         p50_us,
         p99_us: hist.value_at_quantile(0.99) as f64 / 1000.0,
         rel_ci,
@@ -306,20 +350,20 @@ impl<'a> Worker<'a> {
         shared: &'a Shared,
     ) -> Result<Worker<'a>, String> {
         let w = &job.workload;
-        let bs = u64::from(w.bs);
+        let bs = u64::from(w.max_bs());
         let size = job.dev.size() / bs * bs;
         if size < bs || job.qd == 0 {
-            return Err(format!("{}: too small for {} B IOs", job.dev.name(), w.bs));
+            return Err(format!("{}: too small for {bs} B IOs", job.dev.name()));
         }
         // Sequential streams of different workers start apart, so each stays sequential.
         let share = (size / workers as u64 / bs).max(1) * bs;
         let start = (share * index as u64).min(size - bs);
-        let buffers = Buffers::new(job.qd as usize * w.bs as usize)?;
+        let buffers = Buffers::new(job.qd as usize * bs as usize)?;
         let slots: Box<[Slot]> = (0..job.qd as usize)
             .map(|i| Slot {
                 iov: libc::iovec {
                     // SAFETY: inside the buffer allocation of qd * bs bytes.
-                    iov_base: unsafe { buffers.ptr.add(i * w.bs as usize) }.cast(),
+                    iov_base: unsafe { buffers.ptr.add(i * bs as usize) }.cast(),
                     iov_len: w.bs as usize,
                 },
                 op: IoOp::Read,
@@ -436,8 +480,8 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn next_offset(&mut self) -> u64 {
-        let bs = u64::from(self.w.bs);
+    fn next_offset(&mut self, bs: u32) -> u64 {
+        let bs = u64::from(bs);
         let (lo, hi) = self.range;
         if self.w.random {
             lo + self.rng.gen_range(0..(hi - lo) / bs) * bs
@@ -458,11 +502,16 @@ impl<'a> Worker<'a> {
         } else {
             IoOp::Read
         };
-        let offset = self.next_offset();
+        let bs = match self.w.alt_bs {
+            Some(alt) if self.rng.gen_bool(0.5) => alt,
+            _ => self.w.bs,
+        };
+        let offset = self.next_offset(bs);
         let now = self.now();
         let measured = self.shared.measuring.load(Ordering::Relaxed);
         let s = &mut self.slots[slot as usize];
         (s.op, s.offset, s.t_submit, s.measured) = (op, offset, now, measured);
+        s.iov.iov_len = bs as usize;
         let io = request(s);
         // SAFETY: the iovec points at this worker's buffer for the slot,
         // which lives (unmoved) until the worker ends after its last IO.

@@ -57,11 +57,19 @@ pub fn cost_model(read: &CostPoints, write: Option<&CostPoints>) -> CostModel {
     }
 }
 
-/// IOPS the model predicts for a mix of random IOs of `bs` bytes, `read_pct`
-/// percent reads, on a saturated device.
-pub fn predicted_iops(m: &CostModel, read_pct: u32, bs: u32) -> f64 {
+/// IOPS the model predicts for a mix of random IOs, `read_pct` percent
+/// reads, each of the `sizes` equally often, on a saturated device: one
+/// over the mean device time of an IO.
+pub fn predicted_iops(m: &CostModel, read_pct: u32, sizes: &[u32]) -> f64 {
+    debug_assert!(!sizes.is_empty(), "a mix of no IO sizes");
     let r = f64::from(read_pct) / 100.0;
-    let ns = r * m.cost(IoKind::Read, bs, false) + (1.0 - r) * m.cost(IoKind::Write, bs, false);
+    let ns: f64 = sizes
+        .iter()
+        .map(|&bs| {
+            r * m.cost(IoKind::Read, bs, false) + (1.0 - r) * m.cost(IoKind::Write, bs, false)
+        })
+        .sum::<f64>()
+        / sizes.len() as f64;
     1e9 / ns
 }
 
@@ -112,11 +120,16 @@ mod tests {
         ] {
             assert!((a / b - 1.0).abs() < 1e-6, "{a} vs {b}");
         }
-        let mix = predicted_iops(&truth, 70, 4096);
+        let mix = predicted_iops(&truth, 70, &[4096]);
         let by_hand = 1e9
             / (0.7 * truth.cost(IoKind::Read, 4096, false)
                 + 0.3 * truth.cost(IoKind::Write, 4096, false));
         assert!((mix - by_hand).abs() < 1e-6);
+        // Two sizes: one over the mean of their times, not the mean of their rates.
+        let split = predicted_iops(&truth, 100, &[4096, 65536]);
+        let ns =
+            (truth.cost(IoKind::Read, 4096, false) + truth.cost(IoKind::Read, 65536, false)) / 2.0;
+        assert!((split - 1e9 / ns).abs() < 1e-6);
     }
 
     #[test]

@@ -9,7 +9,7 @@ pub mod db;
 pub mod driver;
 pub mod fit;
 pub mod report;
-mod run;
+pub mod run;
 pub mod safety;
 pub mod spec;
 pub mod tune;
@@ -58,6 +58,9 @@ pub struct Options {
     pub max_qd: u32,
     /// Most worker threads of the scaling runs.
     pub threads: u32,
+    /// Rounds of the alternated points (cost, datasheet, held-out); 0: the
+    /// default, 10 (1 in quick mode, whose timer-paced devices do not drift).
+    pub rounds: u32,
     pub command: String,
 }
 
@@ -67,6 +70,32 @@ impl Options {
             StopRule::quick()
         } else {
             StopRule::device()
+        }
+    }
+
+    pub fn rounds(&self) -> u32 {
+        match (self.rounds, self.quick) {
+            (0, true) => 1,
+            (0, false) => 10,
+            (n, _) => n,
+        }
+    }
+
+    /// A round of an alternated point. With several rounds, each is short
+    /// and of fixed length (five windows): the points take turns often, so
+    /// a disk whose rate drifts over seconds drifts under all of them alike,
+    /// and the rounds, not the windows, are the samples of the point.
+    pub fn round_rule(&self) -> StopRule {
+        let rule = self.rule();
+        if self.rounds() > 1 {
+            StopRule {
+                warmup: rule.warmup.min(rule.window),
+                min_windows: 5,
+                cap: rule.window * 5,
+                ..rule
+            }
+        } else {
+            rule
         }
     }
 }
@@ -110,13 +139,22 @@ pub struct DeviceResult {
     pub name: String,
     pub identity: Identity,
     pub cost: CostModel,
-    /// The cost points: label, workload, QD and measurement.
-    pub cost_points: Vec<(String, driver::Workload, u32, Measurement)>,
+    /// The cost, datasheet and held-out points: label, workload, QD and
+    /// measurement (the median of its rounds).
+    pub cost_points: Vec<run::Row>,
+    /// Each of those points' IOPS in every round, in the order measured.
+    #[serde(default)]
+    pub round_iops: Vec<run::Rounds>,
     pub write_refusal: Option<String>,
     pub curves: Vec<Curve>,
     pub thread_scaling: Vec<Point>,
-    pub prediction: Option<Prediction>,
+    /// The held-out mixes: what the cost model predicts against what they did.
+    #[serde(default)]
+    pub predictions: Vec<Prediction>,
     pub spec: Option<Vec<spec::SpecRow>>,
+    /// Seconds to the cost model (its points and the held-out mixes, every round).
+    #[serde(default)]
+    pub cost_s: f64,
     pub elapsed_s: f64,
 }
 
@@ -254,8 +292,7 @@ pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), 
             }
         }
     }
-    let bar = indicatif::ProgressBar::hidden();
-    let read = run::cost_points(t, 100, opts, &bar, &mut Vec::new())?;
+    let read = run::read_cost_points(t, opts)?;
     Ok((
         fit::cost_model(&read, None),
         "read cost points measured now".into(),

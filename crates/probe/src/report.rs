@@ -7,6 +7,7 @@ use std::path::Path;
 use bench::plot::{line_chart, two_panel_chart, Series};
 use pace::pacer::CostModel;
 
+use crate::driver::RateBasis;
 use crate::{DeviceResult, ProbeResult};
 
 /// A name usable in file names and as a TOML key.
@@ -87,26 +88,9 @@ fn device_section(md: &mut String, d: &DeviceResult, snippet: &str) {
             "Writes not measured: {why}. The write parameters repeat the read ones.\n"
         );
     }
-    md.push_str("### Cost model\n\nIOPS is QD over the median latency; the window rate (median of the windows) and the mean latency show how far the probe was disturbed.\n\n| point | QD | IOPS | window IOPS | MB/s | p50 us | mean us | p99 us | ±95% CI | converged | s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (label, _, qd, m) in &d.cost_points {
-        let _ = writeln!(
-            md,
-            "| {label} | {qd} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1}% | {} | {:.1} |",
-            m.iops, m.window_iops, m.bytes_per_s / 1e6, m.p50_us, m.mean_us, m.p99_us, 100.0 * m.rel_ci,
-            if m.converged { "yes" } else { "no (capped)" }, m.secs
-        );
-    }
-    let _ = writeln!(md, "\n```toml\n{snippet}```\n");
+    cost_section(md, d, snippet);
     curves_section(md, d);
-    if let Some(p) = &d.prediction {
-        let err = 100.0 * (p.measured.iops / p.predicted_iops - 1.0);
-        let _ = writeln!(
-            md,
-            "### Held-out mix\n\n4 KiB random, {}% reads, QD {}: the cost model predicts {:.0} IOPS, \
-             measured {:.0} ({err:+.1}%).\n",
-            p.workload.read_pct, p.qd, p.predicted_iops, p.measured.iops
-        );
-    }
+    predictions_section(md, d);
     if let Some(rows) = &d.spec {
         md.push_str(
             "### % of spec\n\n| metric | rated | measured | % of spec |\n|---|---|---|---|\n",
@@ -118,6 +102,66 @@ fn device_section(md: &mut String, d: &DeviceResult, snippet: &str) {
         }
         md.push('\n');
     }
+}
+
+/// The alternated points, each with its rounds, and the `[cost.NAME]`.
+fn cost_section(md: &mut String, d: &DeviceResult, snippet: &str) {
+    let basis = match d.cost_points.first().map(|r| r.3.basis) {
+        Some(RateBasis::QdOverMedian) => "IOPS is QD over the median latency (a timer-paced device: the probe's own scheduling left out); the window rate (median of the windows) and the mean latency show how far the probe was disturbed.",
+        _ => "IOPS is completions a second; the window rate is the median of the windows.",
+    };
+    let _ = writeln!(
+        md,
+        "### Cost model\n\nThe cost model in {:.1} s. Each point below ran {} round(s), in turn with the others: its IOPS is the median round, its latencies the median round's, its ±95% CI that of the round rates' mean (with one round, of its windows'). {basis}\n",
+        d.cost_s,
+        d.round_iops.first().map_or(1, |r| r.1.len())
+    );
+    md.push_str("| point | QD | IOPS | window IOPS | MB/s | p50 us | mean us | p99 us | ±95% CI | converged | s | IOPS of each round | spread |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (label, _, qd, m) in &d.cost_points {
+        let rounds = d
+            .round_iops
+            .iter()
+            .find(|r| &r.0 == label)
+            .map(|r| r.1.as_slice());
+        let rounds = rounds.unwrap_or_default();
+        let (lo, hi) = rounds
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+        let each: Vec<String> = rounds.iter().map(|x| format!("{x:.0}")).collect();
+        let _ = writeln!(
+            md,
+            "| {label} | {qd} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1}% | {} | {:.1} | {} | {:.1}% |",
+            m.iops, m.window_iops, m.bytes_per_s / 1e6, m.p50_us, m.mean_us, m.p99_us, 100.0 * m.rel_ci,
+            if m.converged { "yes" } else { "no (capped)" }, m.secs, each.join(" / "),
+            if rounds.is_empty() { 0.0 } else { 100.0 * (hi / lo - 1.0) }
+        );
+    }
+    let _ = writeln!(md, "\n```toml\n{snippet}```\n");
+}
+
+fn predictions_section(md: &mut String, d: &DeviceResult) {
+    if !d.predictions.is_empty() {
+        md.push_str("### Held-out mixes\n\nNot used by the fit: what the cost model predicts (one over the mean device time of an IO) against what the probe measured.\n\n| workload | QD | predicted IOPS | measured IOPS | error |\n|---|---|---|---|---|\n");
+    }
+    for p in &d.predictions {
+        let err = 100.0 * (p.measured.iops / p.predicted_iops - 1.0);
+        let sizes: Vec<String> = p
+            .workload
+            .sizes()
+            .iter()
+            .map(|b| format!("{}KiB", b >> 10))
+            .collect();
+        let _ = writeln!(
+            md,
+            "| random, {}% reads, {} | {} | {:.0} | {:.0} | {err:+.1}% |",
+            p.workload.read_pct,
+            sizes.join("/"),
+            p.qd,
+            p.predicted_iops,
+            p.measured.iops
+        );
+    }
+    md.push('\n');
 }
 
 fn curves_section(md: &mut String, d: &DeviceResult) {

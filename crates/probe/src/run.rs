@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 
+use crate::converge::StopRule;
 use crate::driver::{measure, Job, Measurement, Workload};
 use crate::fit::{self, CostPoints, LARGE, SMALL};
 use crate::{
@@ -17,12 +18,89 @@ pub const COST_QD_SMALL: u32 = 64;
 /// IOs in flight for the large sequential cost points.
 pub const COST_QD_LARGE: u32 = 16;
 
+/// IOs in flight for the 4 KiB/64 KiB held-out mix (issue 12's example).
+pub const MIX_QD: u32 = 32;
+
 const fn workload(read_pct: u32, bs: u32, random: bool) -> Workload {
     Workload {
         read_pct,
         bs,
         random,
+        alt_bs: None,
     }
+}
+
+/// A cost point, datasheet point or held-out mix: label, workload, QD and
+/// the measurement (the median of its rounds).
+pub type Row = (String, Workload, u32, Measurement);
+/// A point's label and its IOPS in every round.
+pub type Rounds = (String, Vec<f64>);
+
+/// A point measured once in every round of alternation.
+struct Fixed {
+    label: String,
+    w: Workload,
+    qd: u32,
+}
+
+fn direction(read_pct: u32) -> &'static str {
+    if read_pct == 100 {
+        "read"
+    } else {
+        "write"
+    }
+}
+
+/// One direction's three cost points.
+fn cost_plan(read_pct: u32) -> [Fixed; 3] {
+    let dir = direction(read_pct);
+    [
+        (
+            format!("seq {dir} 1MiB"),
+            workload(read_pct, LARGE, false),
+            COST_QD_LARGE,
+        ),
+        (
+            format!("seq {dir} 4KiB"),
+            workload(read_pct, SMALL, false),
+            COST_QD_SMALL,
+        ),
+        (
+            format!("rand {dir} 4KiB"),
+            workload(read_pct, SMALL, true),
+            COST_QD_SMALL,
+        ),
+    ]
+    .map(|(label, w, qd)| Fixed { label, w, qd })
+}
+
+/// The cost points, the datasheet's 8 KiB random points and the held-out
+/// mixes the cost model is checked against.
+fn fixed_plan(writes: bool) -> Vec<Fixed> {
+    // Writes first: they also fill a fresh file, so the reads that follow reach the disk.
+    let dirs: &[u32] = if writes { &[0, 100] } else { &[100] };
+    let mut plan: Vec<Fixed> = dirs.iter().flat_map(|d| cost_plan(*d)).collect();
+    plan.extend(dirs.iter().map(|d| Fixed {
+        label: format!("rand {} 8KiB", direction(*d)),
+        w: workload(*d, 8192, true),
+        qd: COST_QD_SMALL,
+    }));
+    if writes {
+        plan.push(Fixed {
+            label: "70/30 random 4KiB".into(),
+            w: workload(70, SMALL, true),
+            qd: COST_QD_SMALL,
+        });
+        plan.push(Fixed {
+            label: "70/30 random 4KiB/64KiB".into(),
+            w: Workload {
+                alt_bs: Some(64 << 10),
+                ..workload(70, SMALL, true)
+            },
+            qd: MIX_QD,
+        });
+    }
+    plan
 }
 
 /// Probes every target and writes the report; returns what it measured.
@@ -42,15 +120,16 @@ pub fn probe(opts: &Options) -> Result<ProbeResult, ProbeError> {
     }
     let mut devices = Vec::new();
     for t in &targets {
-        let mut d = device(t, opts, &bar)?;
-        d.spec = rated.as_ref().map(|r| spec::compare(r, &d));
-        devices.push(d);
+        devices.push(device(t, opts, &bar)?);
     }
     let multi = if targets.len() > 1 {
         Some(together(&targets, &devices, opts, &bar)?)
     } else {
         None
     };
+    for d in &mut devices {
+        d.spec = rated.as_ref().map(|r| spec::compare(r, d, multi.as_ref()));
+    }
     bar.finish_and_clear();
     let result = ProbeResult {
         command: opts.command.clone(),
@@ -84,10 +163,9 @@ fn thread_counts(opts: &Options) -> Vec<u32> {
 
 fn points_of(t: &Target, opts: &Options) -> u64 {
     let writes = t.write_refusal.is_none();
-    let cost = if writes { 6 } else { 3 };
+    let fixed = fixed_plan(writes).len() as u64 * u64::from(opts.rounds());
     let curves = if writes { 3 } else { 2 };
-    let mix = u64::from(writes);
-    cost + curves * qds(opts).len() as u64 + thread_counts(opts).len() as u64 + mix
+    fixed + curves * qds(opts).len() as u64 + thread_counts(opts).len() as u64
 }
 
 /// A file with holes reads zeros without touching the disk.
@@ -110,11 +188,11 @@ fn point(
     bar: &ProgressBar,
     jobs: &[Job],
     w: &Workload,
-    opts: &Options,
+    rule: &StopRule,
     label: &str,
 ) -> Result<Measurement, ProbeError> {
     bar.set_message(label.to_string());
-    let m = measure(jobs, w, &opts.rule()).map_err(|e| ProbeError::Run(format!("{label}: {e}")))?;
+    let m = measure(jobs, w, rule).map_err(|e| ProbeError::Run(format!("{label}: {e}")))?;
     bar.inc(1);
     Ok(m)
 }
@@ -133,43 +211,85 @@ fn single(t: &Target, qd: u32) -> Vec<Job> {
     vec![job(t, qd)]
 }
 
-/// One direction's three cost points.
-pub(crate) fn cost_points(
+/// Measures every point of `plan` once a round, alternating, so a drift of
+/// the device or the machine spreads over all points instead of skewing
+/// one; each point is the median of its rounds. Returns the rows and every
+/// round's IOPS.
+fn measure_plan(
     t: &Target,
-    read_pct: u32,
+    plan: &[Fixed],
     opts: &Options,
     bar: &ProgressBar,
-    out: &mut Vec<(String, Workload, u32, Measurement)>,
-) -> Result<CostPoints, ProbeError> {
-    let dir = if read_pct == 100 { "read" } else { "write" };
-    let mut rate = |label: String, w: Workload, qd| {
-        let m = point(
-            bar,
-            &single(t, qd),
-            &w,
-            opts,
-            &format!("{}: {label}", t.name),
-        )?;
-        out.push((label, w, qd, m));
-        Ok::<f64, ProbeError>(m.iops)
+) -> Result<(Vec<Row>, Vec<Rounds>), ProbeError> {
+    let rule = opts.round_rule();
+    let mut seen: Vec<Vec<Measurement>> = plan.iter().map(|_| Vec::new()).collect();
+    for _ in 0..opts.rounds() {
+        for (f, seen) in plan.iter().zip(&mut seen) {
+            let label = format!("{}: {}", t.name, f.label);
+            seen.push(point(bar, &single(t, f.qd), &f.w, &rule, &label)?);
+        }
+    }
+    let rounds = plan
+        .iter()
+        .zip(&seen)
+        .map(|(f, ms)| (f.label.clone(), ms.iter().map(|m| m.iops).collect()))
+        .collect();
+    let rows = plan
+        .iter()
+        .zip(seen)
+        .map(|(f, ms)| (f.label.clone(), f.w, f.qd, median_round(ms, &rule)))
+        .collect();
+    Ok((rows, rounds))
+}
+
+/// A point from its rounds: the median round's IOPS (robust to a round
+/// the disk stalled in) and latencies, the 95% interval of the round rates,
+/// and the time of all rounds. One round is the point itself.
+fn median_round(mut rounds: Vec<Measurement>, rule: &StopRule) -> Measurement {
+    debug_assert!(!rounds.is_empty(), "a point of no rounds");
+    if rounds.len() == 1 {
+        return rounds[0];
+    }
+    let rates: Vec<f64> = rounds.iter().map(|m| m.iops).collect();
+    let (_, rel_ci) = crate::converge::mean_and_rel_ci(&rates);
+    let secs = rounds.iter().map(|m| m.secs).sum();
+    rounds.sort_by(|a, b| a.iops.total_cmp(&b.iops));
+    let mid = rounds.len() / 2;
+    let mut m = rounds[mid];
+    if rounds.len().is_multiple_of(2) {
+        // The median of an even count: the middle two's mean.
+        let low = rounds[mid - 1];
+        m.iops = (m.iops + low.iops) / 2.0;
+        m.bytes_per_s = (m.bytes_per_s + low.bytes_per_s) / 2.0;
+    }
+    Measurement {
+        rel_ci,
+        converged: rel_ci <= rule.ci,
+        secs,
+        ..m
+    }
+}
+
+/// One direction's cost points out of the measured rows.
+fn cost_points(rows: &[Row], read_pct: u32) -> Option<CostPoints> {
+    let rate = |f: &Fixed| {
+        rows.iter()
+            .find(|r| r.1 == f.w && r.2 == f.qd)
+            .map(|r| r.3.iops)
     };
-    Ok(CostPoints {
-        seq_large_iops: rate(
-            format!("seq {dir} 1MiB"),
-            workload(read_pct, LARGE, false),
-            COST_QD_LARGE,
-        )?,
-        seq_small_iops: rate(
-            format!("seq {dir} 4KiB"),
-            workload(read_pct, SMALL, false),
-            COST_QD_SMALL,
-        )?,
-        rand_small_iops: rate(
-            format!("rand {dir} 4KiB"),
-            workload(read_pct, SMALL, true),
-            COST_QD_SMALL,
-        )?,
+    let [large, small, rand] = cost_plan(read_pct);
+    Some(CostPoints {
+        seq_large_iops: rate(&large)?,
+        seq_small_iops: rate(&small)?,
+        rand_small_iops: rate(&rand)?,
     })
+}
+
+/// The read cost points alone, measured now (for `tune` without a cost model).
+pub(crate) fn read_cost_points(t: &Target, opts: &Options) -> Result<CostPoints, ProbeError> {
+    let bar = ProgressBar::hidden();
+    let (rows, _) = measure_plan(t, &cost_plan(100), opts, &bar)?;
+    cost_points(&rows, 100).ok_or_else(|| ProbeError::Run("read cost points missing".into()))
 }
 
 fn curve(
@@ -185,7 +305,7 @@ fn curve(
             bar,
             &single(t, qd),
             &w,
-            opts,
+            &opts.rule(),
             &format!("{}: {label} QD {qd}", t.name),
         )?;
         points.push(crate::Point { x: qd, m });
@@ -202,15 +322,64 @@ fn curve(
 fn device(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<DeviceResult, ProbeError> {
     let start = Instant::now();
     let writes = t.write_refusal.is_none();
-    let mut cost_rows = Vec::new();
-    // Writes first: they also fill a fresh file, so the reads that follow reach the disk.
+    let (cost_rows, round_iops) = measure_plan(t, &fixed_plan(writes), opts, bar)?;
+    let missing = || ProbeError::Run(format!("{}: cost points missing", t.name));
+    let read = cost_points(&cost_rows, 100).ok_or_else(missing)?;
     let write = if writes {
-        Some(cost_points(t, 0, opts, bar, &mut cost_rows)?)
+        Some(cost_points(&cost_rows, 0).ok_or_else(missing)?)
     } else {
         None
     };
-    let read = cost_points(t, 100, opts, bar, &mut cost_rows)?;
     let cost = fit::cost_model(&read, write.as_ref());
+    let cost_s = start.elapsed().as_secs_f64();
+    let predictions = cost_rows
+        .iter()
+        .filter(|r| r.1.read_pct != 0 && r.1.read_pct != 100)
+        .map(|r| Prediction {
+            workload: r.1,
+            qd: r.2,
+            predicted_iops: fit::predicted_iops(&cost, r.1.read_pct, &r.1.sizes()),
+            measured: r.3,
+        })
+        .collect();
+    let curves = curves(t, writes, opts, bar)?;
+    let mut thread_scaling = Vec::new();
+    for threads in thread_counts(opts) {
+        let jobs: Vec<Job> = (0..threads)
+            .map(|_| job(t, (COST_QD_SMALL / threads).max(1)))
+            .collect();
+        let label = format!("{}: 4KiB random read, {threads} threads", t.name);
+        let m = point(
+            bar,
+            &jobs,
+            &workload(100, SMALL, true),
+            &opts.rule(),
+            &label,
+        )?;
+        thread_scaling.push(Point { x: threads, m });
+    }
+    Ok(DeviceResult {
+        name: t.name.clone(),
+        identity: t.identity.clone(),
+        cost,
+        cost_points: cost_rows,
+        round_iops,
+        write_refusal: t.write_refusal.clone(),
+        curves,
+        thread_scaling,
+        predictions,
+        spec: None,
+        cost_s,
+        elapsed_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn curves(
+    t: &Target,
+    writes: bool,
+    opts: &Options,
+    bar: &ProgressBar,
+) -> Result<Vec<Curve>, ProbeError> {
     let mut curves = vec![curve(
         t,
         "4KiB random read",
@@ -234,39 +403,7 @@ fn device(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<DeviceResult,
         opts,
         bar,
     )?);
-    let mut thread_scaling = Vec::new();
-    for threads in thread_counts(opts) {
-        let jobs: Vec<Job> = (0..threads)
-            .map(|_| job(t, (COST_QD_SMALL / threads).max(1)))
-            .collect();
-        let label = format!("{}: 4KiB random read, {threads} threads", t.name);
-        let m = point(bar, &jobs, &workload(100, SMALL, true), opts, &label)?;
-        thread_scaling.push(Point { x: threads, m });
-    }
-    let prediction = if writes {
-        let w = workload(70, SMALL, true);
-        let label = format!("{}: 70/30 random 4KiB", t.name);
-        Some(Prediction {
-            workload: w,
-            qd: COST_QD_SMALL,
-            predicted_iops: fit::predicted_iops(&cost, 70, SMALL),
-            measured: point(bar, &single(t, COST_QD_SMALL), &w, opts, &label)?,
-        })
-    } else {
-        None
-    };
-    Ok(DeviceResult {
-        name: t.name.clone(),
-        identity: t.identity.clone(),
-        cost,
-        cost_points: cost_rows,
-        write_refusal: t.write_refusal.clone(),
-        curves,
-        thread_scaling,
-        prediction,
-        spec: None,
-        elapsed_s: start.elapsed().as_secs_f64(),
-    })
+    Ok(curves)
 }
 
 /// 4 KiB random reads on every device at once, against the sum alone.
@@ -279,7 +416,13 @@ fn together(
     bar.inc_length(1);
     let jobs: Vec<Job> = targets.iter().map(|t| job(t, COST_QD_SMALL)).collect();
     let w = workload(100, SMALL, true);
-    let together = point(bar, &jobs, &w, opts, "all devices: 4KiB random read")?;
+    let together = point(
+        bar,
+        &jobs,
+        &w,
+        &opts.rule(),
+        "all devices: 4KiB random read",
+    )?;
     let sum_alone_iops = devices
         .iter()
         .filter_map(|d| {
@@ -294,4 +437,63 @@ fn together(
         sum_alone_iops,
         together,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(iops: f64, p99_us: f64) -> Measurement {
+        Measurement {
+            iops,
+            p99_us,
+            secs: 0.5,
+            ..Measurement::default()
+        }
+    }
+
+    #[test]
+    fn a_point_is_its_median_round_with_the_rounds_interval() {
+        let rule = StopRule::device();
+        // A round the disk stalled in (10) moves the median, not the mean, little.
+        let m = median_round(
+            vec![round(100.0, 1.0), round(10.0, 9.0), round(104.0, 2.0)],
+            &rule,
+        );
+        assert_eq!((m.iops, m.p99_us, m.secs), (100.0, 1.0, 1.5));
+        let (_, ci) = crate::converge::mean_and_rel_ci(&[100.0, 10.0, 104.0]);
+        assert_eq!(m.rel_ci, ci);
+        assert!(!m.converged);
+        let even = [98.0, 102.0, 101.0, 99.0].map(|x| round(x, 1.0)).to_vec();
+        let m = median_round(even, &rule);
+        assert_eq!(m.iops, 100.0);
+        assert!(m.converged, "±{:.1}%", 100.0 * m.rel_ci);
+        let one = round(7.0, 3.0);
+        assert_eq!(median_round(vec![one], &rule), one);
+    }
+
+    #[test]
+    fn the_plan_holds_cost_datasheet_and_held_out_points() {
+        let plan = fixed_plan(true);
+        let labels: Vec<&str> = plan.iter().map(|f| f.label.as_str()).collect();
+        assert_eq!(
+            labels[0], "seq write 1MiB",
+            "writes first: they fill a fresh file"
+        );
+        for l in [
+            "rand read 8KiB",
+            "rand write 8KiB",
+            "70/30 random 4KiB",
+            "70/30 random 4KiB/64KiB",
+        ] {
+            assert!(labels.contains(&l), "{l} in {labels:?}");
+        }
+        let mix = plan.last().expect("a mix");
+        assert_eq!((mix.w.alt_bs, mix.qd), (Some(64 << 10), MIX_QD));
+        assert_eq!(
+            fixed_plan(false).len(),
+            4,
+            "reads only: 3 cost points and 8 KiB"
+        );
+    }
 }

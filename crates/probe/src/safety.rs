@@ -147,4 +147,25 @@ mod tests {
         };
         assert!(why.contains("XFS"), "{why}");
     }
+
+    /// The block device of a mounted filesystem (the root's, on most
+    /// machines) is refused as mounted, even when named. Only reads.
+    #[test]
+    fn a_mounted_block_device_is_refused() {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let mounted = mounts.lines().find_map(|l| {
+            let source = l.split(" - ").nth(1)?.split(' ').nth(1)?;
+            let path = PathBuf::from(source);
+            let is_block = device_numbers(&path).is_ok_and(|d| d.2);
+            (source.starts_with("/dev/") && is_block).then_some(path)
+        });
+        let Some(dev) = mounted else {
+            eprintln!("skipped: no mounted block device visible here");
+            return;
+        };
+        let Writes::Unsafe(why) = check_writes(&dev, std::slice::from_ref(&dev)) else {
+            panic!("{}: a mounted device must be refused", dev.display());
+        };
+        assert!(why.contains("is mounted at"), "{why}");
+    }
 }

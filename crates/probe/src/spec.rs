@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::{DeviceResult, ProbeError};
+use crate::{DeviceResult, MultiDevice, ProbeError};
 
 /// A datasheet's numbers; any may be left out.
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
@@ -18,6 +18,8 @@ pub struct Rated {
     pub rand_write_iops: Option<f64>,
     /// 4 KiB random, 70% reads.
     pub mixed_70_30_iops: Option<f64>,
+    pub rand_read_8k_iops: Option<f64>,
+    pub rand_write_8k_iops: Option<f64>,
 }
 
 /// One line of the "% of spec" table.
@@ -40,6 +42,8 @@ pub fn load(path: &Path) -> Result<Rated, ProbeError> {
         ("rand_read_iops", rated.rand_read_iops),
         ("rand_write_iops", rated.rand_write_iops),
         ("mixed_70_30_iops", rated.mixed_70_30_iops),
+        ("rand_read_8k_iops", rated.rand_read_8k_iops),
+        ("rand_write_8k_iops", rated.rand_write_8k_iops),
     ] {
         if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
             let line = text
@@ -60,38 +64,75 @@ fn best(d: &DeviceResult, label: &str) -> Option<f64> {
     c.points.iter().map(|p| p.m.iops).reduce(f64::max)
 }
 
-/// The table: each rated number beside the measured one.
-pub fn compare(r: &Rated, d: &DeviceResult) -> Vec<SpecRow> {
+fn row(d: &DeviceResult, label: &str) -> Option<f64> {
+    d.cost_points
+        .iter()
+        .find(|p| p.0 == label)
+        .map(|p| p.3.iops)
+}
+
+/// The table: each rated number beside the measured one, and with several
+/// devices probed, their 4 KiB random reads at once against the rated sum.
+pub fn compare(r: &Rated, d: &DeviceResult, many: Option<&MultiDevice>) -> Vec<SpecRow> {
     let seq_write = d
         .cost_points
         .iter()
         .find(|p| p.0 == "seq write 1MiB")
         .map(|p| p.3.bytes_per_s / 1e6);
     let seq_read = best(d, "128KiB sequential read").map(|iops| iops * 131072.0 / 1e6);
-    let rows = [
-        ("sequential read MB/s (128 KiB)", r.seq_read_mbps, seq_read),
-        ("sequential write MB/s (1 MiB)", r.seq_write_mbps, seq_write),
+    let many_row = many.map(|m| {
         (
-            "4 KiB random read IOPS",
+            format!(
+                "4 KiB random read IOPS, {} devices at once",
+                m.devices.len()
+            ),
+            r.rand_read_iops.map(|x| x * m.devices.len() as f64),
+            Some(m.together.iops),
+        )
+    });
+    let rows = [
+        (
+            "sequential read MB/s (128 KiB)".to_string(),
+            r.seq_read_mbps,
+            seq_read,
+        ),
+        (
+            "sequential write MB/s (1 MiB)".into(),
+            r.seq_write_mbps,
+            seq_write,
+        ),
+        (
+            "4 KiB random read IOPS".into(),
             r.rand_read_iops,
             best(d, "4KiB random read"),
         ),
         (
-            "4 KiB random write IOPS",
+            "4 KiB random write IOPS".into(),
             r.rand_write_iops,
             best(d, "4KiB random write"),
         ),
         (
-            "4 KiB random 70/30 IOPS",
+            "8 KiB random read IOPS (QD 64)".into(),
+            r.rand_read_8k_iops,
+            row(d, "rand read 8KiB"),
+        ),
+        (
+            "8 KiB random write IOPS (QD 64)".into(),
+            r.rand_write_8k_iops,
+            row(d, "rand write 8KiB"),
+        ),
+        (
+            "4 KiB random 70/30 IOPS (QD 64)".into(),
             r.mixed_70_30_iops,
-            d.prediction.map(|p| p.measured.iops),
+            row(d, "70/30 random 4KiB"),
         ),
     ];
     rows.into_iter()
+        .chain(many_row)
         .filter_map(|(metric, rated, measured)| {
             let rated = rated?;
             Some(SpecRow {
-                metric: metric.to_string(),
+                metric,
                 rated,
                 measured,
                 percent: measured.map(|m| 100.0 * m / rated),

@@ -68,6 +68,7 @@ const fn rand4k() -> Workload {
         read_pct: 100,
         bs: 4096,
         random: true,
+        alt_bs: None,
     }
 }
 
