@@ -2,7 +2,7 @@
 //! sendmsg with many iovecs per connection per round.
 
 use super::conn::{EndReason, Life, SendOp, MAX_SEND_IOV};
-use super::ids::ConnId;
+use super::ids::{ConnId, ReqId};
 use super::req::ReqState;
 use super::{conn_at, Action, Engine, Sent};
 
@@ -118,6 +118,15 @@ impl Engine {
             debug_assert_eq!(sent, 0, "{id:?}: sent more than was queued");
         }
         let more = !c.raw_out.is_empty() || !c.raw_sending.is_empty() || !c.out.is_empty();
+        self.replies_left(partial);
+        if more {
+            self.mark_send(id);
+        }
+    }
+
+    /// The replies in `self.sent` have wholly left; a streamed READ's
+    /// `partial` reply has left up to its byte count.
+    fn replies_left(&mut self, partial: Option<(ReqId, usize)>) {
         let sent = std::mem::take(&mut self.sent);
         for &r in &sent {
             if self.reqs[r.index()].streamed() {
@@ -131,9 +140,6 @@ impl Engine {
         }
         self.sent = sent;
         self.sent.clear();
-        if more {
-            self.mark_send(id);
-        }
     }
 
     /// Releases the replies queued on a closing connection: no send covers

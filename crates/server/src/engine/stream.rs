@@ -82,19 +82,9 @@ impl Engine {
 
     /// The device read piece `k`; an emulated delay may hold it back.
     pub(super) fn read_piece_done(&mut self, id: ReqId, k: u32) {
-        let req = &self.reqs[id.index()];
-        let dev = &self.catalog.exports[req.export as usize].bdev;
-        if dev.has_delay() {
-            let submitted = req.pieces[k as usize].t_submit;
-            let release = submitted + dev.sample_delay_ns(bdev::IoOp::Read, &mut self.rng);
-            if release > self.now {
-                self.set_piece(id, k, PieceState::Delayed);
-                let token = IoToken::piece(id, k);
-                self.delayed.push(std::cmp::Reverse((release, token)));
-                return;
-            }
+        if !self.delay_piece(id, k, bdev::IoOp::Read) {
+            self.read_piece_ready(id, k);
         }
-        self.read_piece_ready(id, k);
     }
 
     /// Piece `k`'s data is in its buffer (or the device failed it): the

@@ -136,19 +136,30 @@ impl Engine {
 
     /// The device wrote piece `k`; an emulated delay may hold it back.
     pub(super) fn piece_written(&mut self, id: ReqId, k: u32) {
+        let op = bdev::IoOp::Write {
+            fua: self.reqs[id.index()].fua(),
+        };
+        if !self.delay_piece(id, k, op) {
+            self.piece_done(id, k);
+        }
+    }
+
+    /// Holds piece `k`'s completion back for its device's emulated delay,
+    /// if it has one still to run: true when it did.
+    pub(super) fn delay_piece(&mut self, id: ReqId, k: u32, op: bdev::IoOp) -> bool {
         let req = &self.reqs[id.index()];
         let dev = &self.catalog.exports[req.export as usize].bdev;
-        if dev.has_delay() {
-            let op = bdev::IoOp::Write { fua: req.fua() };
-            let release = req.pieces[k as usize].t_submit + dev.sample_delay_ns(op, &mut self.rng);
-            if release > self.now {
-                self.set_piece(id, k, PieceState::Delayed);
-                let token = IoToken::piece(id, k);
-                self.delayed.push(std::cmp::Reverse((release, token)));
-                return;
-            }
+        if !dev.has_delay() {
+            return false;
         }
-        self.piece_done(id, k);
+        let release = req.pieces[k as usize].t_submit + dev.sample_delay_ns(op, &mut self.rng);
+        if release <= self.now {
+            return false;
+        }
+        self.set_piece(id, k, PieceState::Delayed);
+        let token = IoToken::piece(id, k);
+        self.delayed.push(std::cmp::Reverse((release, token)));
+        true
     }
 
     /// Piece `k` is written: its buffer and its place under the cap free.
