@@ -23,10 +23,8 @@ pub use size::ByteSize;
 use file::FileLeaf;
 use memory::MallocMem;
 
-pub const EIO: u32 = 5;
-pub const EINVAL: u32 = 22;
-pub const ENOSPC: u32 = 28;
-pub const ENOTSUP: u32 = 95;
+/// Backends fail with NBD error values, from the protocol's one table.
+pub use proto::{EINVAL, EIO, ENOSPC, ENOTSUP};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

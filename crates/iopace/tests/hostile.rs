@@ -8,11 +8,8 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use common::*;
+use proto::{EINVAL, ENOSPC, EOVERFLOW, EPERM};
 
-const EPERM: u32 = 1;
-const EINVAL: u32 = 22;
-const ENOSPC: u32 = 28;
-const EOVERFLOW: u32 = 75;
 const CMD_READ: u16 = 0;
 const CMD_WRITE: u16 = 1;
 const CMD_TRIM: u16 = 4;
