@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use server::stats::PacerStats;
 
 use crate::fio::{self, FioResult};
 use crate::procs::{self, Proc};
@@ -556,40 +556,18 @@ impl Snapshot {
         let stats = target
             .rpc
             .as_ref()
-            .and_then(|p| server::rpc::call(p, "get_stats", Value::Null).ok());
+            .and_then(|p| server::rpc::get_stats(p).ok());
+        let reactors = stats.as_ref().map_or(&[][..], |st| &st.reactors[..]);
         let mut export_replies = BTreeMap::new();
-        let reactors = stats.as_ref().and_then(|st| st.get("reactors")?.as_array());
-        for r in reactors.into_iter().flatten() {
-            for e in r
-                .get("exports")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let name = e.get("name").and_then(Value::as_str);
-                let count = e.get("latency").and_then(|l| l.get("count")?.as_u64());
-                if let (Some(name), Some(count)) = (name, count) {
-                    *export_replies.entry(name.to_string()).or_default() += count;
-                }
-            }
+        for e in reactors.iter().flat_map(|r| &r.exports) {
+            *export_replies.entry(e.name.clone()).or_default() += e.latency.count;
         }
-        let bufs_peak = stats.as_ref().and_then(|st| {
-            let reactors = st.get("reactors")?.as_array()?;
-            Some(
-                reactors
-                    .iter()
-                    .filter_map(|r| r.get("buffers")?.get("in_use_max_mib")?.as_f64())
-                    .sum(),
-            )
-        });
-        let bufs = stats.and_then(|st| {
-            let reactors = st.get("reactors")?.as_array()?.clone();
-            let up = reactors.first()?.get("uptime_s")?.as_f64()?;
-            let avg: f64 = reactors
-                .iter()
-                .filter_map(|r| r.get("buffers")?.get("in_use_avg_mib")?.as_f64())
-                .sum();
-            Some((avg, up))
+        let bufs_peak = stats
+            .as_ref()
+            .map(|_| reactors.iter().map(|r| r.buffers.in_use_max_mib).sum());
+        let bufs = reactors.first().map(|first| {
+            let avg: f64 = reactors.iter().map(|r| r.buffers.in_use_avg_mib).sum();
+            (avg, first.uptime_s)
         });
         Snapshot {
             export_replies,
@@ -618,33 +596,29 @@ impl Sampler {
             self.sock_queue
                 .push(procs::tcp_send_queue(*port) as f64 / (1u64 << 20) as f64);
         }
-        let Some(Ok(st)) = rpc.map(|r| server::rpc::call(r, "get_stats", Value::Null)) else {
-            return;
-        };
-        let Some(reactors) = st.get("reactors").and_then(Value::as_array) else {
+        let Some(Ok(st)) = rpc.map(server::rpc::get_stats) else {
             return;
         };
         self.n += 1;
-        let active: Vec<&Value> = reactors
+        let active: Vec<&PacerStats> = st
+            .reactors
             .iter()
-            .filter_map(|r| r.get("pacer"))
-            .filter(|p| p.get("ios").and_then(Value::as_u64).unwrap_or(0) > 0)
+            .map(|r| &r.pacer)
+            .filter(|p| p.ios > 0)
             .collect();
-        let mean = |f: &dyn Fn(&Value) -> Option<f64>| {
+        let mean = |f: &dyn Fn(&PacerStats) -> Option<f64>| {
             let v: Vec<f64> = active.iter().filter_map(|p| f(p)).collect();
             (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
         };
-        if let Some(p) = mean(&|p| p.get("period_us")?.as_f64().filter(|x| *x > 0.0)) {
+        if let Some(p) = mean(&|p| Some(p.period_us).filter(|x| *x > 0.0)) {
             self.periods.push(p);
         }
-        if let Some(w) = mean(&|p| p.get("window_bytes")?.as_f64()) {
+        if let Some(w) = mean(&|p| Some(p.window_bytes as f64)) {
             self.windows.push(w / (1u64 << 20) as f64);
         }
-        for r in reactors {
-            if let Some(m) = r.get("req_states").and_then(Value::as_object) {
-                for (k, v) in m {
-                    *self.states.entry(k.clone()).or_default() += v.as_f64().unwrap_or(0.0);
-                }
+        for r in &st.reactors {
+            for (k, v) in &r.req_states {
+                *self.states.entry(k.clone()).or_default() += *v as f64;
             }
         }
     }

@@ -387,21 +387,14 @@ fn stats(args: StatsArgs) -> ExitCode {
 }
 
 fn stats_once(args: &StatsArgs) -> ExitCode {
-    match server::rpc::call(&args.rpc, "get_stats", serde_json::Value::Null) {
-        Ok(v) => {
-            if args.json {
-                println!("{v:#}");
-            } else {
-                match serde_json::from_value::<stats_report::StatsReply>(v) {
-                    Ok(reply) => print!("{}", stats_report::render(&reply)),
-                    Err(e) => {
-                        eprintln!("iopace: unexpected stats reply: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-            ExitCode::SUCCESS
-        }
+    let printed = if args.json {
+        server::rpc::call(&args.rpc, "get_stats", serde_json::Value::Null)
+            .map(|v| println!("{v:#}"))
+    } else {
+        server::rpc::get_stats(&args.rpc).map(|reply| print!("{}", stats_report::render(&reply)))
+    };
+    match printed {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("iopace: {e}");
             ExitCode::FAILURE

@@ -4,13 +4,8 @@
 
 use std::fmt::Write;
 
-use serde::Deserialize;
-use server::stats::{ExportStats, ReactorStats, RECENT_WINDOW_S};
-
-#[derive(Deserialize)]
-pub struct StatsReply {
-    pub reactors: Vec<ReactorStats>,
-}
+use pace::pacer::PacerStats;
+use server::stats::{ExportStats, ReactorStats, StatsReply, RECENT_WINDOW_S};
 
 fn mib(bytes: impl Into<f64>) -> f64 {
     bytes.into() / 1048576.0
@@ -176,43 +171,56 @@ fn render_reactor(s: &mut String, r: &ReactorStats) {
     }
 }
 
-fn render_pacer(s: &mut String, p: &serde_json::Value) {
-    let Some(mode) = p["mode"].as_str() else {
-        return;
-    };
-    let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
+fn render_pacer(s: &mut String, p: &PacerStats) {
+    let mode = format!("{:?}", p.mode).to_lowercase();
     let _ = writeln!(
         s,
         "  Pacer {mode}: calls, polls, ios: {}, {}, {}; period {:.2} us; rate {:.1} MiB/s; window {:.2} MiB; queued {}",
-        f("calls"),
-        f("polls"),
-        f("ios"),
-        f("period_us"),
-        mib(f("rate_bps")),
-        mib(f("window_bytes")),
-        f("queued")
+        p.calls,
+        p.polls,
+        p.ios,
+        p.period_us,
+        mib(p.rate_bps),
+        mib(p.window_bytes as f64),
+        p.queued
     );
     let _ = writeln!(
         s,
         "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us; vrate {:.2}",
-        mib(f("bytes_in_flight")),
-        mib(f("bytes_in_flight_avg")),
-        mib(f("bytes_in_flight_max")),
-        f("min_latency_us"),
-        f("vrate")
+        mib(p.bytes_in_flight as f64),
+        mib(p.bytes_in_flight_avg),
+        mib(p.bytes_in_flight_max as f64),
+        p.min_latency_us,
+        p.vrate
     );
-    if let Some(tenants) = p["tenants"].as_array().filter(|t| t.len() > 1) {
-        for t in tenants {
+    if p.tenants.len() > 1 {
+        for t in &p.tenants {
             let _ = writeln!(
                 s,
                 "    Tenant {}: weight {}, share {:.3}, {:.1} MiB, vtime lag {:.0}, queued {}",
-                t["name"].as_str().unwrap_or("?"),
-                t["weight"],
-                t["share"].as_f64().unwrap_or(0.0),
-                mib(t["usage_bytes"].as_f64().unwrap_or(0.0)),
-                t["vtime_lag"].as_f64().unwrap_or(0.0),
-                t["queued"]
+                t.name,
+                t.weight,
+                t.share,
+                mib(t.usage_bytes as f64),
+                t.vtime_lag,
+                t.queued
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pacer_line_shows_its_typed_fields_in_mib() {
+        let mut r = ReactorStats::default();
+        r.pacer.mode = pace::pacer::Mode::Rate;
+        r.pacer.window_bytes = 3 << 20;
+        r.pacer.rate_bps = 2.0 * 1048576.0;
+        let text = render(&StatsReply { reactors: vec![r] });
+        assert!(text.contains("Pacer rate:"), "{text}");
+        assert!(text.contains("rate 2.0 MiB/s; window 3.00 MiB"), "{text}");
     }
 }

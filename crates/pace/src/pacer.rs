@@ -30,7 +30,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Nanos;
 
@@ -117,7 +117,7 @@ struct Flight {
     paced: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TenantStats {
     pub name: String,
     pub weight: f64,
@@ -129,7 +129,7 @@ pub struct TenantStats {
     pub vtime_lag: f64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PacerStats {
     pub mode: Mode,
     pub calls: u64,

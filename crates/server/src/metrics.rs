@@ -314,50 +314,48 @@ impl Snapshot {
 
     fn encode_pacer(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let s = &self.0;
-        let field =
-            |name: &'static str| move |r: &ReactorStats| r.pacer[name].as_f64().unwrap_or(0.0);
         gauge(
             enc,
             "pacer_window_bytes",
             "Bytes the pacer lets in flight.",
-            &per_reactor(s, field("window_bytes")),
+            &per_reactor(s, |r| r.pacer.window_bytes as f64),
         )?;
         gauge(
             enc,
             "pacer_bytes_in_flight",
             "Bytes released by the pacer and not yet done.",
-            &per_reactor(s, field("bytes_in_flight")),
+            &per_reactor(s, |r| r.pacer.bytes_in_flight as f64),
         )?;
         gauge(
             enc,
             "pacer_rate_bytes_per_second",
             "Delivery rate the window is sized for.",
-            &per_reactor(s, field("rate_bps")),
+            &per_reactor(s, |r| r.pacer.rate_bps),
         )?;
         gauge(
             enc,
             "pacer_period_seconds",
             "Effective pacing period.",
-            &per_reactor(s, |r| field("period_us")(r) / 1e6),
+            &per_reactor(s, |r| r.pacer.period_us / 1e6),
         )?;
         gauge(
             enc,
             "pacer_queued",
             "IOs waiting in the pacer.",
-            &per_reactor(s, field("queued")),
+            &per_reactor(s, |r| r.pacer.queued as f64),
         )?;
         gauge(
             enc,
             "pacer_vrate",
             "Lowest device vrate (1: the cost model's rate).",
-            &per_reactor(s, field("vrate")),
+            &per_reactor(s, |r| r.pacer.vrate),
         )?;
         let mut usage = Vec::new();
         for r in s {
-            for t in r.pacer["tenants"].as_array().into_iter().flatten() {
+            for t in &r.pacer.tenants {
                 let mut l = reactor_label(r);
-                l.push(("tenant", escaped(t["name"].as_str().unwrap_or("?"))));
-                usage.push((l, t["usage_bytes"].as_u64().unwrap_or(0)));
+                l.push(("tenant", escaped(&t.name)));
+                usage.push((l, t.usage_bytes));
             }
         }
         counter(enc, "tenant_bytes", "Bytes released per tenant.", &usage)

@@ -221,6 +221,12 @@ fn admit(state: &Arc<RpcState>, mut stream: UnixStream) {
     }
 }
 
+/// Client side: `get_stats`, typed.
+pub fn get_stats(path: &PathBuf) -> Result<crate::stats::StatsReply, String> {
+    let reply = call(path, "get_stats", Value::Null)?;
+    serde_json::from_value(reply).map_err(|e| format!("unexpected get_stats reply: {e}"))
+}
+
 /// Client side: one call, for `iopace stats` and tests.
 pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String> {
     let stream = UnixStream::connect(path).map_err(|e| {

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+pub use pace::pacer::PacerStats;
 use pace::pool::PoolStats;
 use pace::stats::{LatencyHist, LatencySummary, ReqState, StateCounts, TimeAvg};
 use pace::Nanos;
@@ -158,9 +159,15 @@ pub struct ReactorStats {
     pub buffers: BufferStats,
     pub delayed_completions: u64,
     pub exports: Vec<ExportStats>,
-    /// The pacer's counters and estimates (pace::pacer::PacerStats).
+    /// The pacer's counters and estimates.
     #[serde(default)]
-    pub pacer: serde_json::Value,
+    pub pacer: PacerStats,
+}
+
+/// The `get_stats` reply: one entry per reactor.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StatsReply {
+    pub reactors: Vec<ReactorStats>,
 }
 
 pub struct StatsCollector {
@@ -315,7 +322,34 @@ impl StatsCollector {
             },
             delayed_completions: timers as u64,
             exports: self.exports.iter_mut().map(|e| e.snapshot(now)).collect(),
-            pacer: serde_json::Value::Null,
+            pacer: PacerStats::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reply crosses the RPC as JSON and comes back typed, pacer included.
+    #[test]
+    fn stats_reply_round_trips_typed() {
+        let mut r = ReactorStats {
+            reactor: 1,
+            ..ReactorStats::default()
+        };
+        r.pacer.mode = pace::pacer::Mode::Rate;
+        r.pacer.window_bytes = 7 << 20;
+        r.pacer.tenants.push(pace::pacer::TenantStats {
+            name: "a".into(),
+            weight: 2.0,
+            usage_bytes: 9,
+            ..Default::default()
+        });
+        let reply = StatsReply { reactors: vec![r] };
+        let json = serde_json::to_string(&reply).expect("serialize");
+        let back: StatsReply = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back.reactors[0].pacer, reply.reactors[0].pacer);
+        assert_eq!(back.reactors[0].reactor, 1);
     }
 }

@@ -294,7 +294,7 @@ impl Engine {
         let mut snap = self
             .stats
             .snapshot(now, pool, self.pool.free_total(), self.delayed.len());
-        snap.pacer = serde_json::to_value(self.pacer.stats(now)).unwrap_or_default();
+        snap.pacer = self.pacer.stats(now);
         snap
     }
 
