@@ -104,6 +104,19 @@ struct Tenant {
     held: bool,
 }
 
+impl Tenant {
+    /// One IO of `bytes` left the tenant's queue (released or cancelled).
+    fn unqueue(&mut self, bytes: u64) {
+        debug_assert!(
+            self.queued > 0 && self.queued_bytes >= bytes,
+            "tenant {}: leaves its queue more than it joined",
+            self.name
+        );
+        self.queued -= 1;
+        self.queued_bytes -= bytes;
+    }
+}
+
 /// A released IO still counted in flight.
 #[derive(Debug, Clone, Copy)]
 struct Flight {
@@ -158,8 +171,6 @@ pub struct Pacer {
     cfg: PacingConfig,
     devices: Vec<Device>,
     tenants: Vec<Tenant>,
-    /// Tenants with queued IOs.
-    active_tenants: usize,
     flights: HashMap<u64, Flight>,
     /// Each connection's drain rate and window (`auto`).
     flows: Flows,
@@ -336,7 +347,6 @@ impl Pacer {
                 devices.max(1)
             ],
             tenants,
-            active_tenants: 0,
             flights: HashMap::new(),
             flows: Flows::default(),
             bypassed: Vec::new(),
@@ -439,6 +449,11 @@ impl Pacer {
         self.tenants.iter().map(|t| t.queued).sum::<usize>() + self.bypassed.len()
     }
 
+    /// IO `id` was released and is not yet done.
+    pub fn in_flight(&self, id: u64) -> bool {
+        self.flights.contains_key(&id)
+    }
+
     pub fn bytes_in_flight(&self) -> u64 {
         self.bytes_in_flight
     }
@@ -461,6 +476,11 @@ impl Pacer {
             device: d,
             ..io
         };
+        debug_assert!(
+            !self.flights.contains_key(&io.id),
+            "IO {} queued while in flight",
+            io.id
+        );
         self.max_io = self.max_io.max(u64::from(io.bytes));
         self.flows.queued(io.flow, self.max_io);
         if self.bypass(&io) {
@@ -470,9 +490,6 @@ impl Pacer {
         self.clock.queued(t);
         self.tenants[t].queued_bytes += u64::from(io.bytes);
         self.publish_link();
-        if self.tenants[t].queued == 0 {
-            self.active_tenants += 1;
-        }
         let tenant = &mut self.tenants[t];
         tenant.queued += 1;
         if self.devices[d].queue.len() == 0 || !tenant.active.contains(&d) {
@@ -494,11 +511,7 @@ impl Pacer {
                 self.clock.dequeued(io.tenant);
                 self.flows.unqueued(io.flow);
                 let t = &mut self.tenants[io.tenant];
-                t.queued_bytes = t.queued_bytes.saturating_sub(u64::from(io.bytes));
-                t.queued -= 1;
-                if t.queued == 0 {
-                    self.active_tenants -= 1;
-                }
+                t.unqueue(u64::from(io.bytes));
                 if !d.queue.has(io.tenant) {
                     t.active.retain(|&x| x != di);
                 }
@@ -524,7 +537,8 @@ impl Pacer {
     }
 
     fn refill_credit(&mut self, now: Nanos) {
-        let elapsed = now.saturating_sub(self.last_credit) as f64;
+        debug_assert!(now >= self.last_credit, "the clock went back");
+        let elapsed = (now - self.last_credit) as f64;
         self.last_credit = now;
         let per_ns = self.credit_bytes / self.period_ns.max(1.0);
         let cap = self.credit_bytes * self.cfg.burst;
@@ -840,11 +854,10 @@ impl Pacer {
         if dev.deficit > 0 {
             return true;
         }
-        if dev
-            .queue
-            .oldest()
-            .is_some_and(|t0| now.saturating_sub(t0) > MAX_PACER_WAIT_NS)
-        {
+        if dev.queue.oldest().is_some_and(|t0| {
+            debug_assert!(now >= t0, "IO queued in the future");
+            now - t0 > MAX_PACER_WAIT_NS
+        }) {
             dev.deficit = dev.deficit.max(0);
         }
         dev.deficit += quantum;
@@ -890,11 +903,7 @@ impl Pacer {
         self.clock.advance(t, cost / tenant.weight);
         self.clock.dequeued(t);
         tenant.usage_bytes += bytes;
-        tenant.queued -= 1;
-        tenant.queued_bytes = tenant.queued_bytes.saturating_sub(bytes);
-        if tenant.queued == 0 {
-            self.active_tenants -= 1;
-        }
+        tenant.unqueue(bytes);
         if dev.deficit <= 0 || !dev.queue.has(t) {
             if self.cfg.mode != Mode::Auto {
                 dev.deficit += quantum;
@@ -943,7 +952,7 @@ impl Pacer {
         self.paced_in_flight += paced;
         self.in_flight_avg.update(now, self.bytes_in_flight);
         self.released_total += bytes;
-        self.flights.insert(
+        let earlier = self.flights.insert(
             io.id,
             Flight {
                 flow: io.flow,
@@ -955,6 +964,7 @@ impl Pacer {
                 paced,
             },
         );
+        debug_assert!(earlier.is_none(), "IO {} released twice", io.id);
         self.ios += 1;
     }
 
@@ -1123,10 +1133,11 @@ impl Pacer {
     /// The IO is done and its data has left (reply sent): its window frees,
     /// and its release-to-done time and bytes feed the estimators.
     pub fn on_complete(&mut self, id: u64, now: Nanos) {
-        let Some(f) = self.flights.remove(&id) else {
-            return;
-        };
-        let latency = now.saturating_sub(f.released_at).max(1);
+        let flight = self.flights.remove(&id);
+        debug_assert!(flight.is_some(), "IO {id} done but not in flight");
+        let Some(f) = flight else { return };
+        debug_assert!(now >= f.released_at, "IO done before its release");
+        let latency = (now - f.released_at).max(1);
         let large = f.bytes >= self.max_io / 2;
         self.latency.update(latency, large, now);
         let dev = &mut self.devices[f.device];
@@ -1145,13 +1156,26 @@ impl Pacer {
     fn land(&mut self, f: Flight) {
         self.flows.landed(f.flow, f.bytes);
         let dev = &mut self.devices[f.device];
-        dev.in_flight_bytes = dev.in_flight_bytes.saturating_sub(f.bytes);
-        dev.in_flight_ios = dev.in_flight_ios.saturating_sub(1);
-        if let Some(t) = self.tenants.get_mut(f.tenant) {
-            t.in_flight = t.in_flight.saturating_sub(1);
-        }
-        self.bytes_in_flight = self.bytes_in_flight.saturating_sub(f.bytes);
-        self.paced_in_flight = self.paced_in_flight.saturating_sub(f.paced);
+        debug_assert!(
+            dev.in_flight_ios > 0 && dev.in_flight_bytes >= f.bytes,
+            "device {}: lands more than it has in flight",
+            f.device
+        );
+        dev.in_flight_bytes -= f.bytes;
+        dev.in_flight_ios -= 1;
+        let t = &mut self.tenants[f.tenant];
+        debug_assert!(
+            t.in_flight > 0,
+            "tenant {}: lands more than it has in flight",
+            t.name
+        );
+        t.in_flight -= 1;
+        debug_assert!(
+            self.bytes_in_flight >= f.bytes && self.paced_in_flight >= f.paced,
+            "lands more than is in flight"
+        );
+        self.bytes_in_flight -= f.bytes;
+        self.paced_in_flight -= f.paced;
         if f.took_op {
             if let Some(ops) = &self.device_ops {
                 ops.give(f.device);
@@ -1184,7 +1208,8 @@ impl Pacer {
     fn tune(&mut self, now: Nanos) {
         let Some(tuner) = self.cfg.tuner else { return };
         let base = self.cfg.period_ns();
-        let elapsed = now.saturating_sub(self.tuner_last);
+        debug_assert!(now >= self.tuner_last, "the clock went back");
+        let elapsed = now - self.tuner_last;
         if elapsed < 1_000_000 {
             return;
         }

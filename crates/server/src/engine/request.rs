@@ -344,9 +344,10 @@ impl Engine {
         if let Some(c) = conn_at(&mut self.conns, req.conn) {
             c.traffic.replies += 1;
         }
-        if req.paced {
-            self.pacer
-                .on_complete(IoToken::whole(id).encode(), self.now);
+        // A reply queued behind a stream left the pacer then (`answered`).
+        let token = IoToken::whole(id).encode();
+        if req.paced && self.pacer.in_flight(token) {
+            self.pacer.on_complete(token, self.now);
         }
         self.release(id);
     }
