@@ -301,3 +301,24 @@ fn qemu_io_with_extended_headers_reads_back_large_requests() {
     assert_eq!(stdout.matches("read ").count(), 4, "{stdout}");
     server.assert_quiescent(64);
 }
+
+#[test]
+fn clients_vanishing_mid_stream_return_every_buffer() {
+    let server = Server::start_with(MALLOC_EXPORTS, SMALL_POOL);
+    for style in [Style::Simple, Style::Extended] {
+        // Mid-READ: a few bytes of a 64 MiB reply taken, then gone.
+        let mut c = Client::connect(&server, style);
+        c.send(CMD_READ, 1, 0, 64 * MIB, 0);
+        let mut some = [0u8; 4096];
+        c.s.read_exact(&mut some).expect("the reply starts");
+        drop(c);
+        // Mid-WRITE: half of a 64 MiB payload, then gone.
+        let mut c = Client::connect(&server, style);
+        c.send(CMD_WRITE, 2, 0, 64 * MIB, 1);
+        c.s.write_all(&vec![7u8; 32 << 20])
+            .expect("half the payload");
+        drop(c);
+    }
+    server.assert_quiescent(64);
+    roundtrip_ok(&server);
+}
