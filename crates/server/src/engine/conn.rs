@@ -129,6 +129,8 @@ pub struct Conn {
     /// Requests whose replies are ready, in send order. While a send is in
     /// flight it covers a prefix of this queue.
     pub out: VecDeque<ReqId>,
+    /// Streamed READs in `out`: replies queued behind one wait for it.
+    pub streams_out: u32,
     /// Bytes of `out[0]`'s reply already sent (partial sends).
     pub out_skip: usize,
     pub send_iov: Vec<libc::iovec>,
@@ -168,6 +170,7 @@ impl Conn {
             raw_out: Vec::new(),
             raw_sending: Vec::new(),
             out: VecDeque::new(),
+            streams_out: 0,
             out_skip: 0,
             send_iov: Vec::with_capacity(MAX_SEND_IOV),
             msg: Box::new(msg),

@@ -113,6 +113,7 @@ impl Engine {
                 sent -= size;
                 c.out_skip = 0;
                 c.out.pop_front();
+                c.streams_out -= u32::from(self.reqs[r.index()].streamed());
                 self.sent.push(r);
             }
             debug_assert_eq!(sent, 0, "{id:?}: sent more than was queued");
@@ -151,6 +152,7 @@ impl Engine {
         debug_assert_ne!(c.send, SendOp::InFlight);
         c.out_skip = 0;
         self.sent.extend(c.out.drain(..));
+        c.streams_out = 0;
         let queued = std::mem::take(&mut self.sent);
         for &r in &queued {
             if self.reqs[r.index()].streamed() {

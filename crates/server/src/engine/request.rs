@@ -315,12 +315,13 @@ impl Engine {
         let conn = self.reqs[id.index()].conn;
         match conn_at(&mut self.conns, conn) {
             Some(c) if c.life == Life::Open => {
-                let reqs = &self.reqs;
-                if reqs[id.index()].paced && c.out.iter().any(|r| reqs[r.index()].streamed()) {
+                let req = &self.reqs[id.index()];
+                if req.paced && c.streams_out > 0 {
                     // It waits for the stream ahead, not for its flow (stream.rs).
                     self.pacer
                         .on_complete(IoToken::whole(id).encode(), self.now);
                 }
+                c.streams_out += u32::from(req.streamed());
                 c.out.push_back(id);
                 self.reqs[id.index()].encode_reply();
                 self.mark_send(conn);

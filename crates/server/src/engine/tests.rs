@@ -579,6 +579,12 @@ mod props {
                     c.id
                 );
             }
+            let streams = c
+                .out
+                .iter()
+                .filter(|r| e.reqs[r.index()].streamed())
+                .count();
+            assert_eq!(c.streams_out as usize, streams, "{:?} streams queued", c.id);
             let (n, committed, pieces) = per_conn.get(&c.id).copied().unwrap_or_default();
             assert_eq!(c.requests, n, "{:?} requests", c.id);
             assert_eq!(c.committed, committed, "{:?} commitments", c.id);
