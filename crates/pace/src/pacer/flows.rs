@@ -15,8 +15,8 @@
 
 use std::collections::HashMap;
 
+use super::auto_window::{rate_filter, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_NS};
 use super::filter::WindowedMax;
-use super::{rate_filter, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_NS};
 use crate::Nanos;
 
 /// A flow's window holds at least this many of the largest IO: one being

@@ -1,3 +1,7 @@
+use std::collections::VecDeque;
+
+use super::auto_window::{LATENCY_PROBE_EVERY_NS, LATENCY_PROBE_LATENCIES, LATENCY_PROBE_MAX_NS};
+use super::drr::MAX_PACER_WAIT_NS;
 use super::*;
 
 fn io(id: u64, device: usize, tenant: usize, bytes: u32) -> PacedIo {

@@ -1,0 +1,210 @@
+//! `admit`: the verdict on a tenant's turn. Which IO goes, or why none
+//! does: its tenant waits for others, the mode's own limit (`rate`'s credit,
+//! `auto`'s windows), the device's latency budget, `rate`'s device op limit
+//! or `auto`'s DRR debt. [`Pacer::poll`] acts on the verdict; `release`
+//! carries out a release.
+
+use super::drr::FAST_HOLD_RATIO;
+use super::queues::Slot;
+use super::{Mode, PacedIo, Pacer};
+use crate::Nanos;
+
+/// What `poll` does with a tenant's turn (see `Pacer::admit`).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Verdict {
+    /// The IO goes now.
+    Release(Grant),
+    /// The turn's device cannot go now but another of the tenant's may:
+    /// the tenant's next device takes the turn.
+    NextDevice,
+    /// Nothing more of this tenant goes in this poll.
+    Skip,
+    /// The tenant waits for the shared window or its flows' links: nothing
+    /// more of it goes in this poll, and tenants ahead of it in virtual
+    /// time wait with it.
+    WaitForLink,
+    /// The tenant runs too far ahead of one busy on another reactor and
+    /// waits for it (rechecked soon, see `next_wakeup`).
+    HoldForPeers,
+}
+
+/// An IO `admit` lets go, with what its release charges.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Grant {
+    /// The device whose DRR turn it is.
+    pub front: usize,
+    /// The device that serves the turn (see `turn_server`).
+    pub device: usize,
+    pub slot: Slot,
+    pub io: PacedIo,
+    /// The device's hold ratio (see `link_ratio`).
+    pub ratio: f64,
+    /// What it counts against the shared window (see `link_share`).
+    pub paced: u64,
+    pub took_op: bool,
+}
+
+impl Pacer {
+    /// The verdict on tenant `t`'s turn: which IO goes, or why none does.
+    /// `link_waiter` is the least virtual time of a tenant waiting for the
+    /// shared window in this poll.
+    pub(super) fn admit(&mut self, t: usize, link_waiter: Option<f64>, now: Nanos) -> Verdict {
+        if let Some(v) = self.tenant_gate(t, link_waiter) {
+            return v;
+        }
+        // The device whose DRR turn it is (`front`), and the one that
+        // serves it (`d`: the same, or the fast device with the oldest IO).
+        let Some(front) = self.front_device(t) else {
+            return Verdict::Skip;
+        };
+        let Some((d, slot)) = self.turn_server(t, front, now) else {
+            // Every flow with IO at this turn's device (and, for a fast
+            // device, at every fast device: see `turn_server`) waits for
+            // its window. A slow device's turn goes to the next device,
+            // if one may go. Otherwise the tenant waits for its flows'
+            // links, and like one waiting for the shared window holds back
+            // tenants ahead of it: a link it shares with them is theirs to
+            // take only by weight, and its slow devices take no more than
+            // their DRR turns.
+            if self.link_ratio(front) < FAST_HOLD_RATIO {
+                return Verdict::WaitForLink;
+            }
+            return self.next_device_or(t, front, Verdict::WaitForLink, |p| {
+                p.all_windows_closed(t, now)
+            });
+        };
+        let io = self.devices[d].queue.io(slot);
+        let bytes = u64::from(io.bytes);
+        // One hold ratio per release: the shared window, the charge and
+        // the flight all use it.
+        let ratio = self.link_ratio(d);
+        let paced = (bytes as f64 / ratio).ceil() as u64;
+        if let Some(v) = self.mode_gate(t, d, &io, paced, now) {
+            return v;
+        }
+        if !self.light(t) && !self.qos_ready(d, now) {
+            // This device waits for budget (its latency target); the
+            // tenant's other devices need not. A light tenant's IO is
+            // within its share, as iocost's per-cgroup budgets have it:
+            // it is charged but does not wait.
+            return self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now));
+        }
+        let took_op = match self.take_device_op(d) {
+            Some(true) => true,
+            Some(false) => {
+                return self.next_device_or(t, d, Verdict::Skip, |p| p.all_ops_exhausted(t))
+            }
+            None => false,
+        };
+        if self.cfg.mode == Mode::Auto && !self.drr_turn(t, front, now) {
+            return Verdict::NextDevice;
+        }
+        Verdict::Release(Grant {
+            front,
+            device: d,
+            slot,
+            io,
+            ratio,
+            paced,
+            took_op,
+        })
+    }
+
+    /// The mode's own limit on releasing `io` to device `d` (None: it
+    /// allows it). `paced` is the IO's link share (see `link_share`).
+    pub(super) fn mode_gate(
+        &mut self,
+        t: usize,
+        d: usize,
+        io: &PacedIo,
+        paced: u64,
+        now: Nanos,
+    ) -> Option<Verdict> {
+        let bytes = u64::from(io.bytes);
+        match self.cfg.mode {
+            Mode::None | Mode::Buffers => None,
+            Mode::Rate => {
+                (!(self.bypass(io) || self.rate_credit.has_credit())).then_some(Verdict::Skip)
+            }
+            // The shared window waits for the device whose turn it is: a
+            // smaller-charged IO behind it must not take the gap, or DRR's
+            // shares would not hold.
+            Mode::Auto if !self.shared_window_open(t, paced, bytes) => Some(Verdict::WaitForLink),
+            Mode::Auto if self.device_window_open(d, t, bytes) => None,
+            // This device's window is full; the turn goes to the next one.
+            Mode::Auto => {
+                Some(self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now)))
+            }
+        }
+    }
+
+    /// Device `d` has budget under its latency target (always, without one);
+    /// if not, the next poll is due when it will.
+    pub(super) fn qos_ready(&mut self, d: usize, now: Nanos) -> bool {
+        let Some(q) = &self.qos else { return true };
+        let at = q.ready_at(d, now);
+        if at <= now {
+            return true;
+        }
+        self.qos_wake = Some(self.qos_wake.map_or(at, |w| w.min(at)));
+        false
+    }
+
+    /// `rate` with a device op limit: takes one of device `d`'s op slots
+    /// (Some(false): none is free). None: no limit applies.
+    pub(super) fn take_device_op(&self, d: usize) -> Option<bool> {
+        if self.cfg.mode != Mode::Rate {
+            return None;
+        }
+        self.device_ops.as_ref().map(|ops| ops.try_take(d))
+    }
+
+    /// Releases the IO `admit` granted tenant `t`: out of its queue, charged
+    /// to the tenant's virtual time, the device's DRR turn and its budget,
+    /// and counted in flight.
+    pub(super) fn release(&mut self, t: usize, g: Grant, now: Nanos) {
+        let (d, front, io) = (g.device, g.front, g.io);
+        let bytes = u64::from(io.bytes);
+        let quantum = self.max_io as i64;
+        // A device's bytes are charged by how long they hold buffers, so
+        // when the link is short each device's share falls as 1/latency,
+        // what Little's law gives devices at equal queue depth: a slow
+        // device neither starves nor crowds fast ones off the link.
+        let charge = (bytes as f64 * g.ratio) as i64;
+        // Deficit round robin by cost between this tenant's devices.
+        let cost =
+            self.devices[d]
+                .cost
+                .cost(io.kind, io.bytes, io.offset == self.devices[d].last_offset);
+        if let Some(q) = &self.qos {
+            q.charge(d, cost, now);
+        }
+        let dev = &mut self.devices[d];
+        dev.queue.take(g.slot);
+        dev.last_offset = io.offset + bytes;
+        if d != front && !dev.queue.has(t) {
+            self.tenants[t].active.retain(|&x| x != d);
+        }
+        let dev = &mut self.devices[front];
+        dev.deficit -= charge;
+        let tenant = &mut self.tenants[t];
+        self.clock.advance(t, cost / tenant.weight);
+        self.clock.dequeued(t);
+        tenant.usage_bytes += bytes;
+        tenant.unqueue(bytes);
+        if dev.deficit <= 0 || !dev.queue.has(t) {
+            if self.cfg.mode != Mode::Auto {
+                dev.deficit += quantum;
+            }
+            let still = dev.queue.has(t);
+            tenant.active.pop_front();
+            if still {
+                tenant.active.push_back(front);
+            }
+        }
+        if self.cfg.mode == Mode::Rate {
+            self.rate_credit.spend(bytes);
+        }
+        self.take_flight(io, g.took_op, g.paced, now);
+    }
+}

@@ -1,0 +1,225 @@
+//! `auto` mode's window: bytes in flight are held near what the pipeline
+//! needs, `gain x (max delivered rate) x (min release-to-done latency)`,
+//! measured from completions, with one window per device so a slow device
+//! cannot take the buffers fast ones need, and the reactors' windows pooled
+//! (see [`LinkWindow`](super::LinkWindow)). Every `LATENCY_PROBE_EVERY_NS`
+//! the window drains briefly, so the min latency is measured on an empty
+//! pipeline and not on the queue the window itself keeps.
+
+use std::sync::Arc;
+
+use super::filter::WindowedMax;
+use super::flows::Sizing;
+use super::{LinkWindow, Mode, Pacer};
+use crate::Nanos;
+
+/// Rate samples are taken over this span of completions.
+pub(super) const RATE_SAMPLE_NS: Nanos = 1_000_000;
+
+/// Windowed max of the rate over this many samples (tracks link changes in ~50 ms).
+const RATE_WINDOW: usize = 50;
+
+/// A rate sample spans at least this many of the largest IOs.
+const RATE_SAMPLE_IOS: u64 = 16;
+
+/// Every this many rate samples, one is taken with the window enlarged...
+pub(super) const PROBE_EVERY: u64 = 8;
+
+/// ...by this factor.
+pub(super) const PROBE_GAIN: f64 = 1.25;
+
+/// Min-latency window: how long an old minimum is trusted.
+pub(super) const LATENCY_WINDOW_NS: Nanos = 200_000_000;
+
+/// How often `auto` drains its window to re-measure the unqueued latency:
+/// twice per min-latency window, so every window holds a drained sample.
+pub(super) const LATENCY_PROBE_EVERY_NS: Nanos = LATENCY_WINDOW_NS / 2;
+
+/// The drain lasts this many min latencies (the queue empties, then IOs
+/// released into the empty pipeline complete), within these bounds.
+pub(super) const LATENCY_PROBE_LATENCIES: u64 = 4;
+
+const LATENCY_PROBE_MIN_NS: Nanos = 50_000;
+
+pub(super) const LATENCY_PROBE_MAX_NS: Nanos = 2_000_000;
+
+/// The delivered-rate estimator for a reactor or a device: the max of recent
+/// samples of at least `RATE_SAMPLE_IOS` IOs, over the last
+/// `RATE_WINDOW` sample spans.
+pub(super) fn rate_filter(max_io: u64) -> WindowedMax {
+    WindowedMax::new(RATE_WINDOW)
+        .with_min_bytes(RATE_SAMPLE_IOS * max_io)
+        .with_max_age(RATE_WINDOW as Nanos * RATE_SAMPLE_NS)
+}
+
+impl Pacer {
+    /// The window in effect for this poll: this reactor's own or its part of
+    /// the pooled one, and only half the path's rate x latency during a
+    /// latency probe (the standing queue that gain builds drains, and the
+    /// IOs released now see the bare latency).
+    pub(super) fn set_window_now(&mut self, now: Nanos) {
+        self.resize_window();
+        self.window_now = self
+            .link
+            .as_ref()
+            .and_then(|(l, r)| l.share(*r))
+            .map_or(self.window, |w| self.clamp_window(w, 2));
+        if self.probing_latency(now) {
+            let half_bdp = self.window_now as f64 / (2.0 * self.cfg.gain.max(1.0));
+            self.window_now = (half_bdp as u64).max(self.max_io);
+        }
+    }
+
+    /// `auto`'s window: the sum of its active flows' windows (see
+    /// [`flows`]), at least four of the largest IO.
+    pub(super) fn resize_window(&mut self) {
+        if self.cfg.mode != Mode::Auto {
+            return;
+        }
+        let w = self.clamp_window(self.flows.window_sum(), 4);
+        if w != self.window {
+            self.window = w;
+            self.publish_link();
+        }
+    }
+
+    /// A window of at least `min_ios` of the largest IO and at most
+    /// `max_window` (unless that is smaller than the minimum).
+    pub(super) fn clamp_window(&self, w: u64, min_ios: u64) -> u64 {
+        let min = min_ios * self.max_io;
+        w.clamp(min, self.cfg.max_window.max(min))
+    }
+
+    /// `auto` is in a latency probe: the window drains for a moment so the
+    /// min-latency estimate sees an empty pipeline. Without it, a window of
+    /// gain x rate x latency keeps a standing queue, each min-latency epoch
+    /// measures that queue, and the window it sizes grows with it. Every
+    /// reactor reads the same clock, so they drain together and the queue
+    /// they share empties.
+    pub(super) fn probing_latency(&self, now: Nanos) -> bool {
+        self.probe_end(now).is_some()
+    }
+
+    /// When the latency probe under way ends (None: none is under way, or
+    /// `auto` has no latency to size one with yet).
+    pub(super) fn probe_end(&self, now: Nanos) -> Option<Nanos> {
+        if self.cfg.mode != Mode::Auto {
+            return None;
+        }
+        let lat = self.latency.get()?;
+        let len = (LATENCY_PROBE_LATENCIES * lat).clamp(LATENCY_PROBE_MIN_NS, LATENCY_PROBE_MAX_NS);
+        let end = now - now % LATENCY_PROBE_EVERY_NS + len;
+        (now < end).then_some(end)
+    }
+
+    /// The shared window has room for one more IO of `bytes` to device `d`.
+    /// `paced` is its link share (see `link_share`).
+    pub(super) fn shared_window_open(&self, t: usize, paced: u64, bytes: u64) -> bool {
+        self.paced_in_flight == 0
+            || self.light(t)
+            || (self.paced_in_flight + paced <= self.window_now
+                && self.bytes_in_flight + bytes <= self.cfg.max_window)
+    }
+
+    /// Device `d`'s own window has room for one more IO of `bytes`.
+    pub(super) fn device_window_open(&self, d: usize, t: usize, bytes: u64) -> bool {
+        let dev = &self.devices[d];
+        dev.in_flight_bytes == 0
+            || self.light(t)
+            || dev.in_flight_bytes + bytes <= self.device_window(d)
+    }
+
+    pub(super) fn device_window(&self, d: usize) -> u64 {
+        let dev = &self.devices[d];
+        match (dev.rate.get(), self.hold_time(d)) {
+            (Some(r), Some(l)) => {
+                let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
+                self.clamp_window(w, 2)
+            }
+            // Until it has delivered, a device may fill the whole window.
+            _ => self.window_now,
+        }
+    }
+
+    /// Pools this pacer's window with the other reactors' (one
+    /// [`LinkWindow`] for all of them; `reactor` is this one's index).
+    pub fn share_link(&mut self, link: Arc<LinkWindow>, reactor: usize) {
+        // One reactor has nothing to pool with: no shared writes per IO.
+        if reactor < link.reactors() && link.reactors() > 1 {
+            self.link = Some((link, reactor));
+            self.publish_link();
+        }
+    }
+
+    /// Publishes this reactor's window and the bytes it could release: a
+    /// tenant held back for another reactor's does not claim link.
+    pub(super) fn publish_link(&self) {
+        if let Some((link, r)) = &self.link {
+            let backlog = self
+                .tenants
+                .iter()
+                .filter(|t| !t.held)
+                .map(|t| t.queued_bytes)
+                .sum();
+            link.publish(*r, self.window, backlog, self.paced_in_flight);
+        }
+    }
+
+    /// The shared window is sized as the link's rate x the fastest device's
+    /// latency, so it bounds the *rate* released: a device that holds its
+    /// buffers k times longer delivers its bytes k times more slowly, and
+    /// counts 1/k of them. (Its real bytes are bounded by `max_window` and
+    /// its own window.)
+    pub(super) fn link_share(&self, d: usize, bytes: u64) -> u64 {
+        (bytes as f64 / self.link_ratio(d)).ceil() as u64
+    }
+
+    /// The hold ratio in `auto`; 1 in the modes without windows.
+    pub(super) fn link_ratio(&self, d: usize) -> f64 {
+        if self.cfg.mode == Mode::Auto {
+            self.hold_ratio(d)
+        } else {
+            1.0
+        }
+    }
+
+    /// How long device `d`'s IOs need their buffers: the min release-to-done
+    /// time, but no more than its time at the device plus the fastest
+    /// release-to-done (the send path). A flow whose replies always queue
+    /// behind a slow wire never sees its unqueued latency; without the bound,
+    /// its window would grow with the queue it makes.
+    pub(super) fn hold_time(&self, d: usize) -> Option<u64> {
+        let dev = &self.devices[d];
+        let measured = dev.latency.get()?;
+        match (dev.device_latency.get(), self.latency.get()) {
+            (Some(at_device), Some(fastest)) => Some(measured.min(at_device + fastest)),
+            _ => Some(measured),
+        }
+    }
+
+    /// How much longer than the fastest device this device holds its
+    /// buffers (the reactor's min latency is the fastest device's).
+    pub(super) fn hold_ratio(&self, d: usize) -> f64 {
+        match (self.hold_time(d), self.latency.get()) {
+            (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
+            _ => 1.0,
+        }
+    }
+
+    pub(super) fn sizing(&self) -> Sizing {
+        Sizing {
+            gain: self.cfg.gain,
+            max_io: self.max_io,
+            max_window: self.cfg.max_window,
+            latency: self.latency.get(),
+        }
+    }
+
+    pub(super) fn sample_rates(&mut self, now: Nanos) {
+        for d in &mut self.devices {
+            d.rate.offer(now, d.delivered, RATE_SAMPLE_NS);
+        }
+        let delivered: u64 = self.devices.iter().map(|d| d.delivered).sum();
+        self.rate.offer(now, delivered, RATE_SAMPLE_NS);
+    }
+}

@@ -1,0 +1,175 @@
+//! Devices within a tenant share its turns by deficit round robin, each
+//! IO charged by its bytes times how long its device holds buffers; in
+//! `auto`, fast devices serve their turns oldest IO first (see
+//! `turn_server`). A device that cannot go passes its turn on.
+
+use super::filter::{LargeIoMin, WindowedMax, WindowedMin};
+use super::queues::{DeviceQueue, Slot};
+use super::{CostModel, Mode, PacedIo, Pacer, Verdict};
+use crate::Nanos;
+
+#[derive(Debug, Default, Clone)]
+pub(super) struct Device {
+    pub queue: DeviceQueue,
+    pub deficit: i64,
+    pub in_flight_bytes: u64,
+    pub in_flight_ios: u32,
+    pub delivered: u64,
+    pub rate: WindowedMax,
+    pub latency: LargeIoMin,
+    /// Min time at the device alone (submit to device completion).
+    pub device_latency: WindowedMin,
+    pub cost: CostModel,
+    pub last_offset: u64,
+}
+
+/// Past this wait in the pacer, a device's DRR debt is forgiven, so a slow
+/// device's share bounds its IOs' waits instead of starving them.
+pub(super) const MAX_PACER_WAIT_NS: Nanos = 100_000_000;
+
+/// Devices holding buffers under this many times the fastest's time share
+/// DRR turns oldest IO first (see `turn_server`).
+pub(super) const FAST_HOLD_RATIO: f64 = 2.0;
+
+impl Pacer {
+    /// The device whose DRR turn it is for tenant `t`; devices left with
+    /// no IO of `t` leave the rotation first.
+    pub(super) fn front_device(&mut self, t: usize) -> Option<usize> {
+        loop {
+            let front = self.tenants[t].active.front().copied()?;
+            if self.devices[front].queue.has(t) {
+                return Some(front);
+            }
+            self.tenants[t].active.pop_front();
+        }
+    }
+
+    /// Which device serves tenant `t`'s turn at `front`, and the position of
+    /// its IO there. In `auto`, a fast device's turn goes to the fast device
+    /// (one holding buffers under twice the fastest's time) whose oldest IO
+    /// of this tenant has waited longest and that may take it now: fast
+    /// devices then drain as one FIFO queue. With turns kept per device,
+    /// random arrivals leave some queues much deeper than others while each
+    /// gets the same rate, and their IOs wait several times longer. Slow
+    /// devices keep their own turns and charges.
+    pub(super) fn turn_server(
+        &mut self,
+        t: usize,
+        front: usize,
+        now: Nanos,
+    ) -> Option<(usize, Slot)> {
+        let front_slot = self.head(front, t);
+        if self.cfg.mode != Mode::Auto || self.hold_ratio(front) >= FAST_HOLD_RATIO {
+            return front_slot.map(|s| (front, s));
+        }
+        let mut best = (front_slot.map(|s| (front, s)), Nanos::MAX);
+        // By index: `qos_ready` notes when a device waiting for budget may
+        // go, as the front's own check would.
+        for i in 0..self.tenants[t].active.len() {
+            let d = self.tenants[t].active[i];
+            let Some(slot) = self.head(d, t) else {
+                continue;
+            };
+            let q = &self.devices[d].queue;
+            let arrived = q.arrived(slot);
+            if arrived >= best.1
+                || self.hold_ratio(d) >= FAST_HOLD_RATIO
+                || !self.device_window_open(d, t, u64::from(q.io(slot).bytes))
+                || !self.qos_ready(d, now)
+            {
+                continue;
+            }
+            best = (Some((d, slot)), arrived);
+        }
+        best.0
+    }
+
+    /// Tenant `t`'s oldest IO at device `d` whose flow may take it now.
+    pub(super) fn head(&self, d: usize, t: usize) -> Option<Slot> {
+        self.devices[d].queue.head(t, |io| self.flow_open(io))
+    }
+
+    /// The IO's flow has room in its window (in `auto`; a light tenant's IO
+    /// goes past full windows, see `light`).
+    pub(super) fn flow_open(&self, io: &PacedIo) -> bool {
+        self.cfg.mode != Mode::Auto
+            || self.light(io.tenant)
+            || self.flows.open(io.flow, u64::from(io.bytes))
+    }
+
+    /// `auto`'s deficit round robin: a new turn for device `front` adds one
+    /// quantum. False: the device, still in debt from an expensive IO, gives
+    /// the turn to the tenant's next device. Unless its oldest IO has waited
+    /// too long: the debt is a share, not a stall.
+    pub(super) fn drr_turn(&mut self, t: usize, front: usize, now: Nanos) -> bool {
+        let quantum = self.max_io as i64;
+        let dev = &mut self.devices[front];
+        if dev.deficit > 0 {
+            return true;
+        }
+        if dev.queue.oldest().is_some_and(|t0| {
+            debug_assert!(now >= t0, "IO queued in the future");
+            now - t0 > MAX_PACER_WAIT_NS
+        }) {
+            dev.deficit = dev.deficit.max(0);
+        }
+        dev.deficit += quantum;
+        if self.devices[front].deficit <= 0 && self.tenant_has_other_device(t, front) {
+            return false;
+        }
+        let dev = &mut self.devices[front];
+        while dev.deficit <= 0 {
+            dev.deficit += quantum;
+        }
+        true
+    }
+
+    pub(super) fn tenant_has_other_device(&self, t: usize, d: usize) -> bool {
+        self.tenants[t].active.iter().any(|&x| x != d)
+    }
+
+    /// Device `d` cannot take tenant `t`'s IO now: its turn goes to the
+    /// tenant's next device if another has IO and `others_blocked` says one
+    /// of them may go; otherwise `otherwise`.
+    pub(super) fn next_device_or(
+        &mut self,
+        t: usize,
+        d: usize,
+        otherwise: Verdict,
+        others_blocked: impl FnOnce(&mut Self) -> bool,
+    ) -> Verdict {
+        if self.tenant_has_other_device(t, d) && !others_blocked(self) {
+            Verdict::NextDevice
+        } else {
+            otherwise
+        }
+    }
+
+    /// No device of tenant `t` can take its next IO now: its windows (in
+    /// `auto`) are full or it waits for budget.
+    pub(super) fn all_windows_closed(&mut self, t: usize, now: Nanos) -> bool {
+        // By index: `qos_ready` notes wakeups, and this runs on every poll
+        // that finds a window full, so no copy of the list is made.
+        for i in 0..self.tenants[t].active.len() {
+            let d = self.tenants[t].active[i];
+            let Some(slot) = self.head(d, t) else {
+                continue;
+            };
+            let bytes = u64::from(self.devices[d].queue.io(slot).bytes);
+            let windows = self.cfg.mode != Mode::Auto
+                || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
+                    && self.device_window_open(d, t, bytes));
+            if windows && self.qos_ready(d, now) {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub(super) fn all_ops_exhausted(&self, t: usize) -> bool {
+        let Some(ops) = &self.device_ops else {
+            return false;
+        };
+        self.tenants[t].active.iter().all(|&d| ops.exhausted(d))
+    }
+}

@@ -1,0 +1,97 @@
+//! [`PacerStats`]: what a pacer reports of itself (RPC, metrics, the
+//! simulator's tables).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Mode, Pacer};
+use crate::Nanos;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TenantStats {
+    pub name: String,
+    pub weight: f64,
+    pub queued: usize,
+    pub usage_bytes: u64,
+    /// Share of all bytes released so far.
+    pub share: f64,
+    /// Virtual time behind the most advanced tenant, in cost units.
+    pub vtime_lag: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PacerStats {
+    pub mode: Mode,
+    pub calls: u64,
+    pub polls: u64,
+    pub ios: u64,
+    /// rate: the effective period in microseconds; auto: the time one buffer
+    /// of credit takes at the window's rate.
+    pub period_us: f64,
+    /// auto: the delivery rate the window is sized for, bytes/s.
+    pub rate_bps: f64,
+    pub window_bytes: u64,
+    pub queued: usize,
+    pub queue_lengths: Vec<usize>,
+    pub bytes_in_flight: u64,
+    pub bytes_in_flight_avg: f64,
+    pub bytes_in_flight_max: u64,
+    pub min_latency_us: f64,
+    /// The lowest device vrate (1.0: the cost model's rate, or no targets).
+    pub vrate: f64,
+    /// Each device's vrate.
+    pub vrates: Vec<f64>,
+    pub tenants: Vec<TenantStats>,
+}
+
+impl Pacer {
+    pub fn stats(&self, now: Nanos) -> PacerStats {
+        let vtimes: Vec<f64> = (0..self.tenants.len())
+            .map(|t| self.clock.vtime(t))
+            .collect();
+        let max_v = vtimes.iter().copied().fold(0.0, f64::max);
+        let vrates: Vec<f64> = (0..self.devices.len())
+            .map(|d| self.qos.as_ref().map_or(1.0, |q| q.vrate(d)))
+            .collect();
+        let total = self.released_total.max(1) as f64;
+        let rate = self.rate.get().unwrap_or(0.0);
+        let period_us = match self.cfg.mode {
+            Mode::Rate => self.rate_credit.period_ns() / 1000.0,
+            Mode::Auto if rate > 0.0 => self.max_io as f64 / rate * 1e6,
+            _ => 0.0,
+        };
+        PacerStats {
+            mode: self.cfg.mode,
+            calls: self.calls,
+            polls: self.polls,
+            ios: self.ios,
+            period_us,
+            rate_bps: rate,
+            window_bytes: if self.cfg.mode == Mode::Auto {
+                self.window
+            } else {
+                0
+            },
+            queued: self.queued(),
+            queue_lengths: self.devices.iter().map(|d| d.queue.len()).collect(),
+            bytes_in_flight: self.bytes_in_flight,
+            bytes_in_flight_avg: self.in_flight_avg.avg(now),
+            bytes_in_flight_max: self.in_flight_avg.max(),
+            min_latency_us: self.latency.get().map_or(0.0, |l| l as f64 / 1e3),
+            vrate: vrates.iter().copied().fold(1.0, f64::min),
+            vrates,
+            tenants: self
+                .tenants
+                .iter()
+                .zip(&vtimes)
+                .map(|(t, v)| TenantStats {
+                    name: t.name.clone(),
+                    weight: t.weight,
+                    queued: t.queued,
+                    usage_bytes: t.usage_bytes,
+                    share: t.usage_bytes as f64 / total,
+                    vtime_lag: max_v - v,
+                })
+                .collect(),
+        }
+    }
+}
