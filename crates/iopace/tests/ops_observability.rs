@@ -202,3 +202,23 @@ fn stats_has_totals_and_export_rows() {
         .expect("export row with the IOs")["recent"];
     assert_eq!(recent["count"], 2, "{recent}");
 }
+
+#[test]
+fn stats_watch_repeats_until_interrupted() {
+    let server = Server::malloc();
+    let child = Command::new(BIN)
+        .args(["stats", "--watch", "0.2", "--rpc"])
+        .arg(&server.rpc)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("iopace stats --watch");
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling our own child by its PID.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().expect("wait");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let reports = text.matches("iopace target:").count();
+    assert!(reports >= 3, "{reports} reports in 1.5 s at 0.2 s: {text}");
+}

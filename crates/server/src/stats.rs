@@ -331,6 +331,26 @@ impl StatsCollector {
 mod tests {
     use super::*;
 
+    /// "Recent" latency covers the last one to two windows; older IOs only
+    /// count since start.
+    #[test]
+    fn recent_latency_forgets_old_windows() {
+        let s = 1_000_000_000;
+        let mut e = ExportCounters::new("a".into());
+        e.record(0, 1_000_000);
+        e.record(s, 2_000_000);
+        assert_eq!(e.snapshot(5 * s).recent.count, 2);
+        // One window on: the previous window still counts.
+        assert_eq!(e.snapshot(RECENT_WINDOW_S * s + s).recent.count, 2);
+        e.record(RECENT_WINDOW_S * s + 2 * s, 3_000_000);
+        // Two windows on, only the newest IO is recent; all three since start.
+        let snap = e.snapshot(2 * RECENT_WINDOW_S * s + 3 * s);
+        assert_eq!(snap.recent.count, 1);
+        assert_eq!(snap.latency.count, 3);
+        // Nothing for two whole windows: nothing recent.
+        assert_eq!(e.snapshot(5 * RECENT_WINDOW_S * s).recent.count, 0);
+    }
+
     /// The reply crosses the RPC as JSON and comes back typed, pacer included.
     #[test]
     fn stats_reply_round_trips_typed() {
