@@ -333,3 +333,77 @@ fn stats_on_a_wrong_socket_says_so() {
         stderr(&out)
     );
 }
+
+#[test]
+fn export_descriptions_are_in_the_list() {
+    require("nbdinfo", "libnbd-bin");
+    let body = MALLOC_EXPORTS.replace(
+        "name = \"default\"\nbdev = \"m0\"",
+        "name = \"default\"\nbdev = \"m0\"\ndescription = \"scratch disk for tests\"",
+    );
+    let server = Server::start(&body);
+    let out = Command::new("timeout")
+        .args(["20", "nbdinfo", "--list", &server.tcp_uri("")])
+        .output()
+        .expect("nbdinfo --list");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("description: scratch disk for tests"),
+        "{text}"
+    );
+}
+
+#[test]
+fn running_out_of_descriptors_logs_at_a_bounded_rate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!("[server]\nreactors = 1\ntcp = [\"127.0.0.1:{port}\"]\nunix = []\nrpc = \"\"\n{NULL_EXPORT}"),
+    )
+    .expect("write");
+    let log = dir.path().join("log");
+    // Few descriptors: the server starts, and its accepts soon fail with EMFILE.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 40 && exec {BIN} serve --config {}",
+            cfg.display()
+        ))
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut held = Vec::new();
+    while held.is_empty() {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => held.push(s),
+            Err(_) => {
+                assert!(Instant::now() < deadline, "not serving");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    for _ in 0..60 {
+        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            held.push(s);
+        }
+    }
+    // About 40 retries a second while the backlog waits.
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling our own child by its PID.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    drop(held);
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).expect("log");
+    let warnings = text.lines().filter(|l| l.contains("accept: ")).count();
+    assert!(text.contains("Too many open files"), "{text}");
+    assert!(
+        warnings <= 2,
+        "{warnings} accept warnings in 1.5 s:\n{text}"
+    );
+}
