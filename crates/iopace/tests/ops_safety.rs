@@ -407,3 +407,42 @@ fn running_out_of_descriptors_logs_at_a_bounded_rate() {
         "{warnings} accept warnings in 1.5 s:\n{text}"
     );
 }
+
+#[test]
+fn admin_socket_refuses_other_users_by_peer_credentials() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to connect as another user");
+        return;
+    }
+    require("python3", "python3");
+    let server = Server::malloc();
+    // Open the path to everyone, so only SO_PEERCRED stands in the way.
+    for p in [server.dir.path(), server.rpc.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    }
+    // Refused: the server closes without a word (a reset or a broken pipe).
+    let script = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\ntry:\n  s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"get_config\"}\\n')\n  sys.stdout.write(s.recv(65536).decode())\nexcept OSError:\n  pass\n";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&server.rpc)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("python3 as nobody");
+    let reply = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!reply.contains("result"), "nobody got an answer: {reply}");
+    // Our own user still gets one.
+    assert!(server.rpc("get_config")["server"].is_object());
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("admin socket: refused a client of another user"),
+        "{log}"
+    );
+}
