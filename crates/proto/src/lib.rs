@@ -10,10 +10,10 @@ mod transmission;
 pub use consts::*;
 pub use handshake::{Access, Handshake, HandshakeStatus, Negotiated, Tls, MAX_OPTION_LEN};
 pub use transmission::{
-    decode_request, encode_block_status, encode_done, encode_error_chunk,
+    decode_request, decode_simple_reply, encode_block_status, encode_done, encode_error_chunk,
     encode_offset_data_header, encode_request, encode_simple_reply, request_header_len, validate,
     Command, DecodeError, Framing, Request, EXTENDED_REQUEST_HEADER_LEN, MAX_EFFECT_LEN,
-    REQUEST_HEADER_LEN,
+    REQUEST_HEADER_LEN, SIMPLE_REPLY_LEN,
 };
 
 /// One export as the protocol describes it to clients.

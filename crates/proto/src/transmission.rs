@@ -245,6 +245,22 @@ pub fn encode_simple_reply(out: &mut Vec<u8>, cookie: u64, error: u32) {
     out.extend_from_slice(&cookie.to_be_bytes());
 }
 
+/// Bytes of a simple reply header.
+pub const SIMPLE_REPLY_LEN: usize = 16;
+
+/// Decodes a simple reply header (for clients): `(cookie, error)`.
+/// `Ok(None)`: fewer than 16 bytes so far.
+pub fn decode_simple_reply(buf: &[u8]) -> Result<Option<(u64, u32)>, DecodeError> {
+    if buf.len() < SIMPLE_REPLY_LEN {
+        return Ok(None);
+    }
+    let magic = be32(buf, 0);
+    if magic != SIMPLE_REPLY_MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    Ok(Some((be64(buf, 8), be32(buf, 4))))
+}
+
 /// How reply chunks are framed: structured replies (20-byte header, 32-bit
 /// length) or extended headers (32 bytes, with the request's offset and a
 /// 64-bit length).
@@ -395,6 +411,17 @@ mod tests {
             offset,
             length,
         }
+    }
+
+    #[test]
+    fn simple_reply_round_trips() {
+        let mut out = Vec::new();
+        encode_simple_reply(&mut out, 0xfeed, EIO);
+        assert_eq!(out.len(), SIMPLE_REPLY_LEN);
+        assert_eq!(decode_simple_reply(&out[..15]), Ok(None));
+        assert_eq!(decode_simple_reply(&out), Ok(Some((0xfeed, EIO))));
+        out[0] ^= 1;
+        assert!(decode_simple_reply(&out).is_err());
     }
 
     fn check(r: Request) -> Result<(), u32> {

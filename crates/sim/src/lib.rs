@@ -1,15 +1,18 @@
-//! Deterministic discrete-event simulator driving the `pace` crate's pacer
-//! and buffer pool policy — the same code the target runs — at data-centre
-//! scale. [`model`] says what is simulated; a scenario file says at what
-//! scale ([`scenario`]); [`report`] prints the seed's sweep tables.
+//! Deterministic discrete-event simulator running the target's own request
+//! engine (`server::engine`: connections, requests, buffer pool, pacers) at
+//! data-centre scale: simulated sockets, links and devices replace its IO.
+//! [`world`] says what is simulated; a scenario file says at what scale
+//! ([`scenario`]); [`report`] prints the seed's sweep tables.
 
-mod buffers;
 mod devices;
-mod model;
+mod hosts;
 mod ports;
 pub mod report;
 pub mod scenario;
+mod socket;
+mod target;
 mod validate;
+mod world;
 
 pub use report::{render, Row};
 pub use scenario::{
@@ -19,7 +22,7 @@ pub use validate::{load, parse};
 
 /// Runs one configuration at one QD.
 pub fn simulate(sc: &Scenario, run: &RunConfig, qd: u32) -> Row {
-    let mut sim = model::Sim::new(sc, run, qd);
+    let mut sim = world::Sim::new(sc, run, qd);
     sim.run_events();
     sim.row(qd)
 }

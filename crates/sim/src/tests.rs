@@ -127,8 +127,9 @@ fn weights_split_a_saturated_link() {
     for reactors in [1, 2] {
         let r = two_tenants(reactors);
         let ratio = r.per_group_gbps[0] / r.per_group_gbps[1];
+        // Each host has a connection (a pacer flow) per drive, four here.
         assert!(
-            (ratio - 2.0).abs() < 0.1,
+            (ratio - 2.0).abs() < 0.15,
             "{reactors} reactors: ratio {ratio}: {r:?}"
         );
         assert!(r.bw_gbps > 0.95 * 10.0, "{reactors} reactors: {r:?}");
@@ -364,6 +365,8 @@ fn a_slow_host_link_holds_only_its_own_host() {
     slow.link_gbps = Some(2.0);
     sc.hosts.push(slow);
     let r = simulate(&sc, &sc.runs[0], 64);
-    assert!((1.9..=2.0).contains(&r.per_group_gbps[1]), "{r:?}");
+    // At most the link's rate, and the one reply already on it when the
+    // measured stretch began (128 KiB in 40 ms: 0.026 Gb/s).
+    assert!((1.9..=2.03).contains(&r.per_group_gbps[1]), "{r:?}");
     assert!(r.bw_gbps > 0.97 * 10.0, "{r:?}");
 }

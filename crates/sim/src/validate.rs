@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use server::config::{from_toml, locate, read_text, ConfigError};
+use server::config::{from_toml, locate, read_text, ConfigError, DEFAULT_MAX_REQUEST_BYTES};
 
 use crate::scenario::{HostGroup, RunConfig, Scenario};
 
@@ -232,17 +232,18 @@ impl Check<'_> {
         Ok(())
     }
 
-    /// A block-size split: sizes 512-byte multiples up to 64 MiB, weights not all 0.
+    /// A block-size split: sizes 512-byte multiples up to the largest
+    /// request the target accepts, weights not all 0.
     fn bssplit(&self, split: &[(u32, u32)], at: (&str, usize, &str)) -> Checked {
         self.ensure(!split.is_empty(), at, || {
             "needs at least one [bytes, weight] pair".into()
         })?;
         let bad = split
             .iter()
-            .find(|(b, _)| *b == 0 || b % 512 != 0 || *b > 64 << 20);
+            .find(|(b, _)| *b == 0 || b % 512 != 0 || *b > DEFAULT_MAX_REQUEST_BYTES);
         self.ensure(bad.is_none(), at, || {
             format!(
-                "size {:?} must be a multiple of 512, 512..=64 MiB",
+                "size {:?} must be a multiple of 512, 512..={DEFAULT_MAX_REQUEST_BYTES}",
                 bad.map(|b| b.0)
             )
         })?;

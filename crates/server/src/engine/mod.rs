@@ -312,6 +312,11 @@ impl Engine {
         self.bufs.in_use()
     }
 
+    /// The pacer, read-only: its estimates for a driver's own reports.
+    pub fn pacer(&self) -> &Pacer {
+        &self.pacer
+    }
+
     pub fn requests_in_use(&self) -> usize {
         self.reqs.len() - self.free_reqs.len()
     }

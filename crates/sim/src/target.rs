@@ -1,0 +1,211 @@
+//! The simulated target: the server's request engines, one per reactor,
+//! over the real shared buffer pool, serving one null export per (device,
+//! tenant). The simulator replaces only the IO around them: sockets, links
+//! and devices.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bdev::{BdevKindName, BdevSpec, ByteSize};
+use pace::pacer::{DeviceOps, DeviceQos, LinkWindow, Pacer, TenantClock};
+use pace::pool::{PoolConfig, SharedPool};
+use server::config::{BufferConfig, Config, ExportConfig, ServerConfig};
+use server::engine::{Engine, EngineSettings, Timeouts, PAYLOAD_CAP};
+use server::exports::Catalog;
+use server::LoadedConfig;
+
+use crate::devices::Dev;
+use crate::scenario::{DeviceKind, RunConfig, Scenario};
+
+/// Size of every export: past the farthest offset a host draws (2^32 4 KiB blocks).
+const EXPORT_SIZE: u64 = 1 << 46;
+
+pub struct Target {
+    pub engines: Vec<Engine>,
+    catalog: Arc<Catalog>,
+    /// Set by the pool's waker when a reactor has grants or must drain its
+    /// cache: the simulator ticks that reactor's engine at once, as a woken
+    /// reactor's next loop does.
+    woken: Arc<[AtomicBool]>,
+    /// Tenants the exports are split by (at least one).
+    tenants: usize,
+    pub qos: Arc<DeviceQos>,
+}
+
+impl Target {
+    /// The target of `run`: its reactors, pool and exports; `slots` request
+    /// slots per reactor.
+    pub fn new(sc: &Scenario, run: &RunConfig, devs: &[Dev], slots: u32) -> Target {
+        let reactors = run.reactors.unwrap_or(sc.target.reactors);
+        let tenants = run.pacing.tenants.len().max(1);
+        let catalog = Arc::new(catalog(sc, run, devs.len(), tenants));
+        let pool = SharedPool::new(catalog_pool(sc, run))
+            // Scenario validation checks the buffer size and count.
+            .unwrap_or_else(|e| panic!("scenario {}: buffer pool: {e}", sc.name));
+        let woken: Arc<[AtomicBool]> = (0..reactors).map(|_| AtomicBool::new(false)).collect();
+        let qos_targets: Vec<_> = devs
+            .iter()
+            .map(|d| match d.kind {
+                DeviceKind::Nvme => run.qos.or(d.qos),
+                DeviceKind::Delay => d.qos,
+            })
+            .collect();
+        let qos = DeviceQos::new(&qos_targets, 0);
+        let pacers = pacers(sc, run, &catalog, devs, &qos);
+        let server = ServerConfig::default();
+        let secs = |s: u64| s * 1_000_000_000;
+        let engines = pacers
+            .into_iter()
+            .enumerate()
+            .map(|(id, pacer)| {
+                let flags = woken.clone();
+                let bufs = pool.register_reactor(Box::new(move || {
+                    flags[id].store(true, Ordering::Relaxed);
+                }));
+                let settings = EngineSettings {
+                    id,
+                    max_requests: slots.max(server.max_requests_per_reactor),
+                    drain_timeout: secs(server.drain_timeout_s),
+                    timeouts: Timeouts {
+                        handshake: secs(server.handshake_timeout_s),
+                        idle: secs(server.idle_timeout_s),
+                        payload: secs(server.payload_timeout_s),
+                    },
+                    payload_cap: PAYLOAD_CAP,
+                };
+                Engine::new(settings, catalog.clone(), bufs, pacer, 0)
+            })
+            .collect();
+        Target {
+            engines,
+            catalog,
+            woken,
+            tenants,
+            qos,
+        }
+    }
+
+    /// The export serving `device` to `tenant` (one past the run's last is
+    /// its last, as in the pacer).
+    pub fn export(&self, device: usize, tenant: usize) -> String {
+        export_name(device, tenant.min(self.tenants - 1))
+    }
+
+    /// The pacer's device queue (the simulated drive) of `export`.
+    pub fn device(&self, export: u16) -> usize {
+        self.catalog.exports[export as usize].device
+    }
+
+    /// Whether the pool woke `reactor` since the last call.
+    pub fn take_woken(&self, reactor: usize) -> bool {
+        self.woken[reactor].swap(false, Ordering::Relaxed)
+    }
+
+    /// Buffers held by requests, over every reactor.
+    pub fn buffers_in_use(&self) -> u64 {
+        self.engines.iter().map(|e| e.buffers_in_use()).sum()
+    }
+}
+
+fn export_name(device: usize, tenant: usize) -> String {
+    format!("d{device}.t{tenant}")
+}
+
+fn catalog_pool(sc: &Scenario, run: &RunConfig) -> PoolConfig {
+    PoolConfig {
+        num_shared_buffers: run
+            .num_shared_buffers
+            .unwrap_or(sc.target.num_shared_buffers),
+        buffer_size: sc.target.buffer_size,
+        buf_cache_size: run.buf_cache_size.unwrap_or(sc.target.buf_cache_size),
+    }
+}
+
+/// The server's catalog for the run: a null bdev per device, an export per
+/// (device, tenant), each tenant listing its exports.
+fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Catalog {
+    let bdevs = (0..devices)
+        .map(|d| BdevSpec {
+            size: Some(ByteSize(EXPORT_SIZE)),
+            ..BdevSpec::new(&format!("d{d}"), BdevKindName::Null)
+        })
+        .collect();
+    let exports = (0..devices)
+        .flat_map(|d| (0..tenants).map(move |t| (d, t)))
+        .map(|(d, t)| ExportConfig {
+            name: export_name(d, t),
+            bdev: format!("d{d}"),
+            read_only: false,
+            description: String::new(),
+            allow: None,
+            read_only_for: Vec::new(),
+        })
+        .collect();
+    let mut pacing = run.pacing.clone();
+    for (t, tenant) in pacing.tenants.iter_mut().enumerate() {
+        tenant.exports = (0..devices).map(|d| export_name(d, t)).collect();
+    }
+    let pool = catalog_pool(sc, run);
+    let config = Config {
+        server: ServerConfig::default(),
+        buffers: BufferConfig {
+            num_shared_buffers: pool.num_shared_buffers,
+            buffer_size: ByteSize(u64::from(pool.buffer_size)),
+            buf_cache_size: pool.buf_cache_size,
+            ..BufferConfig::default()
+        },
+        bdevs,
+        exports,
+        pacing,
+        cost: BTreeMap::new(),
+        qos: BTreeMap::new(),
+        cost_db: None,
+        tls: None,
+    };
+    let loaded = LoadedConfig {
+        config,
+        source_name: sc.name.clone(),
+        text: String::new(),
+        path: None,
+    };
+    // Null bdevs of a fixed size and generated names cannot fail to build.
+    Catalog::build(&loaded).unwrap_or_else(|e| panic!("scenario {}: catalog: {e}", sc.name))
+}
+
+/// One pacer per reactor, sharing the tenant clock, latency targets, link
+/// window and device op limit as the target's reactors do, with each
+/// device's cost model from the scenario.
+fn pacers(
+    sc: &Scenario,
+    run: &RunConfig,
+    catalog: &Catalog,
+    devs: &[Dev],
+    qos: &Arc<DeviceQos>,
+) -> Vec<Pacer> {
+    let reactors = run.reactors.unwrap_or(sc.target.reactors);
+    let pacing = &catalog.pacing;
+    let clock = TenantClock::with_reactors(pacing.tenants.len().max(1), reactors);
+    let link = LinkWindow::new(reactors);
+    let ops = pacing
+        .device_ops
+        .map(|limit| DeviceOps::new(devs.len(), limit));
+    (0..reactors)
+        .map(|r| {
+            let mut p = Pacer::new(
+                pacing.clone(),
+                devs.len(),
+                sc.target.buffer_size,
+                ops.clone(),
+                0,
+            );
+            for (i, d) in devs.iter().enumerate() {
+                p.set_cost_model(i, d.cost);
+            }
+            p.share_tenants(clock.clone());
+            p.share_qos(qos.clone());
+            p.share_link(link.clone(), r);
+            p
+        })
+        .collect()
+}

@@ -1,0 +1,207 @@
+//! Driving the engines: their events from the simulated world, and their
+//! actions carried out in it.
+
+use bdev::{IoOp, IoResult};
+use pace::pacer::IoKind;
+use server::engine::{Action, ConnId, Input, IoToken, Received, Sent};
+
+use super::{Dir, Ev, Sim};
+use crate::hosts::{self, Dial};
+use crate::socket::{send_len, Feed, Sock};
+
+impl Sim<'_> {
+    /// Opens a host's connection: the target accepts it and the handshake
+    /// runs to its end at once (its round trips are not simulated).
+    pub(super) fn connect(&mut self, dial: Dial) {
+        let r = dial.reactor;
+        let tenant = self.hosts[dial.host].tenant;
+        let export = self.target.export(dial.device, tenant);
+        let Some(conn) = self.target.engines[r].accept(self.now, None) else {
+            debug_assert!(false, "a new engine is not draining");
+            return;
+        };
+        let s = self.socks.len();
+        let slots = &mut self.sock_of[r];
+        if slots.len() <= conn.index as usize {
+            slots.resize(conn.index as usize + 1, u32::MAX);
+        }
+        slots[conn.index as usize] = s as u32;
+        let mut sock = Sock::new(r, conn, dial.host);
+        sock.send_in(self.now, hosts::handshake(&export), 0);
+        self.socks.push(sock);
+        self.pump(r);
+        let state = self.target.engines[r].conn_state(conn).map(|c| c.0);
+        debug_assert_eq!(state, Some(Input::Headers), "{export}: handshake failed");
+        self.socks[s].negotiated = true;
+    }
+
+    fn sock(&self, r: usize, conn: ConnId) -> usize {
+        self.sock_of[r][conn.index as usize] as usize
+    }
+
+    /// Carries out reactor `r`'s actions until it has none.
+    fn pump(&mut self, r: usize) {
+        self.touched[r] = true;
+        loop {
+            self.target.engines[r].flush();
+            let mut actions = std::mem::take(&mut self.actions);
+            self.target.engines[r].take_actions(&mut actions);
+            if actions.is_empty() {
+                self.actions = actions;
+                return;
+            }
+            for a in actions.drain(..) {
+                self.apply(r, a);
+            }
+            self.actions = actions;
+        }
+    }
+
+    fn apply(&mut self, r: usize, action: Action) {
+        match action {
+            Action::Recv { conn, buf, len } => {
+                let s = self.sock(r, conn);
+                self.socks[s].post_recv(buf, len);
+                self.feed(s);
+            }
+            Action::Send { conn, msg } => self.post_send(r, conn, msg),
+            Action::Submit { io, export, req } => {
+                let device = self.target.device(export);
+                let kind = match req.op {
+                    IoOp::Read => IoKind::Read,
+                    _ => IoKind::Write,
+                };
+                let done = self.devs[device].start(self.now, kind, req.len);
+                self.at(done, Ev::DeviceDone(r as u32, io, self.now));
+            }
+            // Hosts never hang up and nothing times out within a run.
+            Action::Shutdown { conn, .. } | Action::Close { conn } => {
+                debug_assert!(false, "reactor {r} closes {conn:?}");
+            }
+        }
+    }
+
+    /// Hands socket `s`'s arrived bytes to its posted recv, or starts its
+    /// payload across the links.
+    pub(super) fn feed(&mut self, s: usize) {
+        let now = self.now;
+        match self.socks[s].feed(now) {
+            Feed::Wait => {}
+            Feed::Copied(n) => {
+                let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
+                self.target.engines[r].on_recv(now, conn, Received::Data(n));
+                self.pump(r);
+            }
+            Feed::Cross(n) => {
+                let host = self.socks[s].host;
+                let port = self.hosts[host].port;
+                self.ingress[port].push(host, s as u64, n);
+                self.kick(Dir::Ingress, port);
+            }
+        }
+    }
+
+    pub(super) fn crossed(&mut self, s: usize) {
+        let n = self.socks[s].crossed();
+        let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
+        self.target.engines[r].on_recv(self.now, conn, Received::Data(n));
+        self.pump(r);
+    }
+
+    /// The engine posted a send: during the handshake it goes at once;
+    /// after it, its new replies queue on the host's port.
+    fn post_send(&mut self, r: usize, conn: ConnId, msg: *const libc::msghdr) {
+        let s = self.sock(r, conn);
+        if !self.socks[s].negotiated {
+            let n = send_len(msg);
+            self.target.engines[r].on_send(self.now, conn, Sent::Bytes(n));
+            return;
+        }
+        let mut replies = std::mem::take(&mut self.replies);
+        let ios = &self.ios;
+        let data_len = |cookie: u64, error: u32| {
+            let io = &ios[cookie as usize];
+            if io.read && error == 0 {
+                io.bytes
+            } else {
+                0
+            }
+        };
+        self.socks[s].post_send(msg, data_len, &mut replies);
+        let host = self.socks[s].host;
+        let port = self.hosts[host].port;
+        for (cookie, wire) in replies.drain(..) {
+            self.ios[cookie as usize].wire = wire;
+            self.egress[port].push(host, cookie, wire);
+        }
+        self.replies = replies;
+        self.kick(Dir::Egress, port);
+    }
+
+    /// The port carried IO `id`'s reply: the engine's send reports it, and
+    /// the reply crosses back to the host.
+    pub(super) fn tx_done(&mut self, id: u32) {
+        let io = &self.ios[id as usize];
+        let (s, wire) = (io.sock, io.wire);
+        let back = io.link_done + self.hosts[io.host].rtt / 2;
+        self.at(back, Ev::Reply(id));
+        let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
+        if let Some(n) = self.socks[s].carried(wire) {
+            self.target.engines[r].on_send(self.now, conn, Sent::Bytes(n));
+            self.pump(r);
+        }
+    }
+
+    pub(super) fn device_done(&mut self, r: usize, io: IoToken, submitted: pace::Nanos) {
+        if self.measuring {
+            self.device_lat.record(self.now - submitted);
+        }
+        self.target.engines[r].on_io_done(self.now, io, IoResult::Ok);
+        self.pump(r);
+    }
+
+    pub(super) fn tick(&mut self, r: usize) {
+        if self.tick_at[r] != Some(self.now) {
+            return; // superseded by an earlier tick
+        }
+        self.tick_at[r] = None;
+        self.target.engines[r].tick(self.now);
+        self.pump(r);
+    }
+
+    /// After an event: reactors the pool woke run at once, each touched
+    /// reactor's next tick is due when its engine asks, and the buffer
+    /// gauge moves.
+    pub(super) fn settle(&mut self) {
+        loop {
+            let mut any = false;
+            for r in 0..self.target.engines.len() {
+                if self.target.take_woken(r) {
+                    self.target.engines[r].tick(self.now);
+                    self.pump(r);
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        for r in 0..self.touched.len() {
+            if std::mem::take(&mut self.touched[r]) {
+                self.schedule_tick(r);
+            }
+        }
+        self.bufs_gauge.update(self.now, self.in_use());
+    }
+
+    fn schedule_tick(&mut self, r: usize) {
+        let Some(t) = self.target.engines[r].next_deadline() else {
+            return;
+        };
+        let t = t.max(self.now + 1);
+        if self.tick_at[r].is_none_or(|p| p > t) {
+            self.tick_at[r] = Some(t);
+            self.at(t, Ev::Tick(r as u32));
+        }
+    }
+}
