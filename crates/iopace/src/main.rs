@@ -202,14 +202,11 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Sim(args) => {
-            let mut argv = args.scenarios;
-            if args.json {
-                argv.push("--json".into());
-            }
-            if args.trace {
-                argv.push("--trace".into());
-            }
-            ExitCode::from(sim::cli_main(&argv) as u8)
+            let out = sim::Output {
+                json: args.json,
+                trace: args.trace,
+            };
+            ExitCode::from(sim::run(&args.scenarios, out) as u8)
         }
         Cmd::Bench(args) => bench(args),
         Cmd::Probe(args) => probe_cli::probe_or_db(args),

@@ -40,25 +40,31 @@ pub fn run_scenario(sc: &Scenario) -> Vec<(String, Vec<Row>)> {
         .collect()
 }
 
-/// `iopace sim SCENARIO.toml [--json]`.
-pub fn cli_main(args: &[String]) -> i32 {
-    let json = args.iter().any(|a| a == "--json");
-    let trace = args.iter().any(|a| a == "--trace");
-    let paths: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
-    if paths.is_empty() {
-        eprintln!("usage: iopace sim SCENARIO.toml... [--json] [--trace]");
-        return 2;
-    }
+/// How `iopace sim` prints its results.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Output {
+    /// JSON instead of tables.
+    pub json: bool,
+    /// Each reactor's pacer state every simulated millisecond, to stderr.
+    pub trace: bool,
+}
+
+/// `iopace sim SCENARIO.toml...`: runs each scenario and prints its
+/// results; a scenario that does not load ends it with exit status 2.
+pub fn run(paths: &[String], out: Output) -> i32 {
     for p in paths {
         let sc = match load(p) {
-            Ok(s) => Scenario { trace, ..s },
+            Ok(s) => Scenario {
+                trace: out.trace,
+                ..s
+            },
             Err(e) => {
                 eprintln!("iopace sim: {e}");
                 return 2;
             }
         };
         let results = run_scenario(&sc);
-        if json {
+        if out.json {
             let v: Vec<_> = results
                 .iter()
                 .map(|(l, rows)| serde_json::json!({"scenario": sc.name, "run": l, "rows": rows}))

@@ -5,10 +5,10 @@
 //! posted for them, as TCP's window holds them), and the bytes on their way
 //! out (the engine's sends, split into the replies the host reads).
 //!
-//! A send completes as the port carries its replies: after each reply the
-//! engine hears of the bytes carried so far (a partial send) and posts the
-//! rest with whatever it queued since. A reply's buffers thus return when
-//! its last byte has left the port.
+//! A send completes as the port carries its replies: after each reply (or
+//! part of a streamed one) the engine hears of the bytes carried so far (a
+//! partial send) and posts the rest with whatever it queued since. A
+//! reply's buffers thus return when its last byte has left the port.
 
 use std::collections::VecDeque;
 
@@ -37,11 +37,23 @@ pub enum Feed {
     Cross(u32),
 }
 
+/// Bytes of one reply handed to the port at once: the whole reply, or the
+/// part of a streamed one that a send held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub cookie: u64,
+    pub bytes: u32,
+    /// The reply ends with it.
+    pub last: bool,
+}
+
 /// The reply being read from the send stream.
 #[derive(Default)]
 struct ReplyParser {
     header: [u8; proto::SIMPLE_REPLY_LEN],
     have: usize,
+    /// Bytes of the current reply read and not yet in a chunk.
+    pending: u32,
     /// The reply whose header is read: its cookie, its data bytes and
     /// those still to come.
     body: Option<(u64, u32, u64)>,
@@ -66,6 +78,8 @@ pub struct Sock {
     /// The engine's posted send is in flight.
     sending: bool,
     parser: ReplyParser,
+    /// Chunks on the port, in order.
+    in_port: VecDeque<Chunk>,
 }
 
 impl Sock {
@@ -83,6 +97,7 @@ impl Sock {
             reported: 0,
             sending: false,
             parser: ReplyParser::default(),
+            in_port: VecDeque::new(),
         }
     }
 
@@ -157,17 +172,19 @@ impl Sock {
         n as usize
     }
 
-    /// The engine posted `msg`: the replies in it not yet handed to the
-    /// port go into `out` as (cookie, wire bytes). `data_len` says how many
-    /// data bytes follow a reply header (cookie, error).
+    /// The engine posted `msg`: its bytes not yet handed to the port go
+    /// into `out` as chunks, one per reply (or part of one: a streamed
+    /// READ's data follows its header over several sends). `data_len` says
+    /// how many data bytes follow a reply header (cookie, error).
     pub fn post_send(
         &mut self,
         msg: *const libc::msghdr,
         data_len: impl Fn(u64, u32) -> u32,
-        out: &mut Vec<(u64, u32)>,
+        out: &mut Vec<Chunk>,
     ) {
         debug_assert!(!self.sending, "two sends posted on {:?}", self.conn);
         self.sending = true;
+        let first = out.len();
         // SAFETY: the engine keeps the msghdr and its iovecs in place until
         // the send completes.
         let iovs = unsafe { std::slice::from_raw_parts((*msg).msg_iov, (*msg).msg_iovlen) };
@@ -182,11 +199,26 @@ impl Sock {
             self.parse(&bytes[skip..], &data_len, out);
             skip = 0;
         }
-        debug_assert!(
-            self.parser.have == 0 && self.parser.body.is_none(),
-            "{:?}: a send ends inside a reply",
+        // What the send holds of a reply still being read goes too.
+        if let Some((cookie, _, _)) = self.parser.body {
+            if self.parser.pending > 0 {
+                out.push(Chunk {
+                    cookie,
+                    bytes: self.parser.pending,
+                    last: false,
+                });
+                self.parser.pending = 0;
+            }
+        }
+        debug_assert_eq!(
+            self.parser.have, 0,
+            "{:?}: a send ends inside a reply header",
             self.conn
         );
+        for c in &out[first..] {
+            self.queued += u64::from(c.bytes);
+            self.in_port.push_back(*c);
+        }
     }
 
     /// Reads replies out of `bytes`, reading only their headers.
@@ -194,13 +226,14 @@ impl Sock {
         &mut self,
         mut bytes: &[u8],
         data_len: &impl Fn(u64, u32) -> u32,
-        out: &mut Vec<(u64, u32)>,
+        out: &mut Vec<Chunk>,
     ) {
         let p = &mut self.parser;
         while !bytes.is_empty() {
             if let Some((_, _, left)) = &mut p.body {
                 let k = (bytes.len() as u64).min(*left);
                 *left -= k;
+                p.pending += k as u32;
                 bytes = &bytes[k as usize..];
             } else {
                 let k = (p.header.len() - p.have).min(bytes.len());
@@ -211,6 +244,7 @@ impl Sock {
                     continue;
                 }
                 p.have = 0;
+                p.pending += p.header.len() as u32;
                 match proto::decode_simple_reply(&p.header) {
                     Ok(Some((cookie, error))) => {
                         let data = data_len(cookie, error);
@@ -219,28 +253,36 @@ impl Sock {
                     _ => debug_assert!(false, "{:?}: not a simple reply", self.conn),
                 }
             }
-            if let Some((cookie, data, 0)) = p.body {
+            if let Some((cookie, _, 0)) = p.body {
                 p.body = None;
-                let wire = proto::SIMPLE_REPLY_LEN as u32 + data;
-                self.queued += u64::from(wire);
-                out.push((cookie, wire));
+                out.push(Chunk {
+                    cookie,
+                    bytes: p.pending,
+                    last: true,
+                });
+                p.pending = 0;
             }
         }
     }
 
-    /// The port carried a reply of `wire` bytes: the engine's send reports
-    /// what has gone since it was posted (bytes, or None if no send waits).
-    pub fn carried(&mut self, wire: u32) -> Option<usize> {
-        self.carried += u64::from(wire);
+    /// The port carried this socket's oldest chunk: it is returned, with
+    /// the bytes the engine's send has seen go since it was posted (None if
+    /// no send waits).
+    pub fn carried(&mut self) -> (Option<Chunk>, Option<usize>) {
+        let Some(chunk) = self.in_port.pop_front() else {
+            debug_assert!(false, "{:?}: carried a chunk never queued", self.conn);
+            return (None, None);
+        };
+        self.carried += u64::from(chunk.bytes);
         debug_assert!(self.carried <= self.queued);
         if !self.sending {
             debug_assert!(false, "{:?}: bytes carried with no send", self.conn);
-            return None;
+            return (Some(chunk), None);
         }
         self.sending = false;
         let n = self.carried - self.reported;
         self.reported = self.carried;
-        Some(n as usize)
+        (Some(chunk), Some(n as usize))
     }
 }
 
@@ -258,6 +300,14 @@ mod tests {
 
     fn sock() -> Sock {
         Sock::new(0, ConnId { index: 0, gen: 1 }, 0)
+    }
+
+    fn chunk(cookie: u64, bytes: u32, last: bool) -> Chunk {
+        Chunk {
+            cookie,
+            bytes,
+            last,
+        }
     }
 
     fn msg(iovs: &mut [libc::iovec]) -> libc::msghdr {
@@ -290,17 +340,33 @@ mod tests {
         let mut out = Vec::new();
         let mut first = [iov(&mut h1), iov(&mut d1), iov(&mut d2), iov(&mut h2)];
         s.post_send(&msg(&mut first), data_len, &mut out);
-        assert_eq!(out, vec![(1, 24), (2, 16)]);
-        assert_eq!(s.carried(24), Some(24));
+        assert_eq!(out, vec![chunk(1, 24, true), chunk(2, 16, true)]);
+        assert_eq!(s.carried(), (Some(chunk(1, 24, true)), Some(24)));
         out.clear();
         let mut second = [iov(&mut h2), iov(&mut h3)];
         s.post_send(&msg(&mut second), data_len, &mut out);
-        assert_eq!(
-            out,
-            vec![(3, 16)],
-            "the WRITE's reply is on the port already"
-        );
-        assert_eq!(s.carried(16), Some(16));
+        let on_port = "the WRITE's reply is on the port already";
+        assert_eq!(out, vec![chunk(3, 16, true)], "{on_port}");
+        assert_eq!(s.carried(), (Some(chunk(2, 16, true)), Some(16)));
+    }
+
+    #[test]
+    fn a_streamed_reply_goes_in_chunks_over_sends() {
+        let mut h = Vec::new();
+        proto::encode_simple_reply(&mut h, 5, 0);
+        let (mut d1, mut d2) = ([0u8; 6], [0u8; 4]);
+        let data_len = |_, _| 10;
+        let mut s = sock();
+        let mut out = Vec::new();
+        let mut first = [iov(&mut h), iov(&mut d1)];
+        s.post_send(&msg(&mut first), data_len, &mut out);
+        assert_eq!(out, vec![chunk(5, 22, false)]);
+        assert_eq!(s.carried(), (Some(chunk(5, 22, false)), Some(22)));
+        out.clear();
+        let mut second = [iov(&mut d2)];
+        s.post_send(&msg(&mut second), data_len, &mut out);
+        assert_eq!(out, vec![chunk(5, 4, true)]);
+        assert_eq!(s.carried(), (Some(chunk(5, 4, true)), Some(4)));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use bdev::{IoOp, IoResult};
 use pace::pacer::IoKind;
+use pace::Nanos;
 use server::engine::{Action, ConnId, Input, IoToken, Received, Sent};
 
 use super::{Dir, Ev, Sim};
@@ -117,7 +118,7 @@ impl Sim<'_> {
             self.target.engines[r].on_send(self.now, conn, Sent::Bytes(n));
             return;
         }
-        let mut replies = std::mem::take(&mut self.replies);
+        let mut chunks = std::mem::take(&mut self.chunks);
         let ios = &self.ios;
         let data_len = |cookie: u64, error: u32| {
             let io = &ios[cookie as usize];
@@ -127,32 +128,32 @@ impl Sim<'_> {
                 0
             }
         };
-        self.socks[s].post_send(msg, data_len, &mut replies);
+        self.socks[s].post_send(msg, data_len, &mut chunks);
         let host = self.socks[s].host;
         let port = self.hosts[host].port;
-        for (cookie, wire) in replies.drain(..) {
-            self.ios[cookie as usize].wire = wire;
-            self.egress[port].push(host, cookie, wire);
+        for c in chunks.drain(..) {
+            self.egress[port].push(host, s as u64, c.bytes);
         }
-        self.replies = replies;
+        self.chunks = chunks;
         self.kick(Dir::Egress, port);
     }
 
-    /// The port carried IO `id`'s reply: the engine's send reports it, and
-    /// the reply crosses back to the host.
-    pub(super) fn tx_done(&mut self, id: u32) {
-        let io = &self.ios[id as usize];
-        let (s, wire) = (io.sock, io.wire);
-        let back = io.link_done + self.hosts[io.host].rtt / 2;
-        self.at(back, Ev::Reply(id));
-        let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
-        if let Some(n) = self.socks[s].carried(wire) {
+    /// The port carried socket `s`'s oldest chunk: the engine's send
+    /// reports it, and a reply's last chunk crosses back to the host.
+    pub(super) fn tx_done(&mut self, s: usize, link_done: Nanos) {
+        let (chunk, sent) = self.socks[s].carried();
+        if let Some(c) = chunk.filter(|c| c.last) {
+            let rtt = self.hosts[self.socks[s].host].rtt;
+            self.at(link_done + rtt / 2, Ev::Reply(c.cookie as u32));
+        }
+        if let Some(n) = sent {
+            let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
             self.target.engines[r].on_send(self.now, conn, Sent::Bytes(n));
             self.pump(r);
         }
     }
 
-    pub(super) fn device_done(&mut self, r: usize, io: IoToken, submitted: pace::Nanos) {
+    pub(super) fn device_done(&mut self, r: usize, io: IoToken, submitted: Nanos) {
         if self.measuring {
             self.device_lat.record(self.now - submitted);
         }

@@ -37,7 +37,7 @@ use crate::devices::Dev;
 use crate::hosts::{self, Host};
 use crate::ports::{Port, Start};
 use crate::scenario::{RunConfig, Scenario};
-use crate::socket::Sock;
+use crate::socket::{Chunk, Sock};
 use crate::target::Target;
 
 /// Width of a slot of the BW STDDEV column.
@@ -61,8 +61,9 @@ enum Ev {
     DeviceDone(u32, IoToken, Nanos),
     /// A reactor's engine asked for a tick now.
     Tick(u32),
-    /// The port carried IO `id`'s reply.
-    TxDone(u32),
+    /// The port carried a socket's oldest chunk of replies; it crossed the
+    /// host's link at the given time.
+    TxDone(u32, Nanos),
     PortFree(Dir, u32),
     PortWake(Dir, u32),
     /// IO `id`'s reply reached its host.
@@ -74,13 +75,9 @@ enum Ev {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Io {
     pub host: usize,
-    sock: usize,
     read: bool,
     pub bytes: u32,
     pub issued: Nanos,
-    /// Its reply's bytes on the wire, and when they crossed the host's link.
-    wire: u32,
-    link_done: Nanos,
     pub live: bool,
 }
 
@@ -95,7 +92,7 @@ pub(crate) struct Sim<'a> {
     /// Reactors an event touched: their next tick is recomputed.
     touched: Vec<bool>,
     actions: Vec<Action>,
-    replies: Vec<(u64, u32)>,
+    chunks: Vec<Chunk>,
     pub ios: Vec<Io>,
     free_ios: Vec<u32>,
     pub hosts: Vec<Host>,
@@ -153,7 +150,7 @@ impl<'a> Sim<'a> {
             tick_at: vec![None; reactors],
             touched: vec![false; reactors],
             actions: Vec::new(),
-            replies: Vec::new(),
+            chunks: Vec::new(),
             ios: Vec::new(),
             free_ios: Vec::new(),
             hosts,
@@ -213,12 +210,10 @@ impl<'a> Sim<'a> {
         let arrive = self.now + h.rtt / 2;
         let io = Io {
             host,
-            sock,
             read,
             bytes,
             issued: self.now,
             live: true,
-            ..Io::default()
         };
         let id = match self.free_ios.pop() {
             Some(i) => {
@@ -261,8 +256,7 @@ impl<'a> Sim<'a> {
                 if let Some(token) = seg.finished {
                     match dir {
                         Dir::Egress => {
-                            self.ios[token as usize].link_done = seg.link_done;
-                            self.at(seg.port_done, Ev::TxDone(token as u32));
+                            self.at(seg.port_done, Ev::TxDone(token as u32, seg.link_done))
                         }
                         Dir::Ingress => self.at(seg.link_done, Ev::Crossed(token as u32)),
                     }
@@ -309,7 +303,7 @@ impl<'a> Sim<'a> {
             Ev::Crossed(s) => self.crossed(s as usize),
             Ev::DeviceDone(r, io, submitted) => self.device_done(r as usize, io, submitted),
             Ev::Tick(r) => self.tick(r as usize),
-            Ev::TxDone(id) => self.tx_done(id),
+            Ev::TxDone(s, link_done) => self.tx_done(s as usize, link_done),
             Ev::PortFree(dir, p) => {
                 self.port(dir, p as usize).done();
                 self.kick(dir, p as usize);
