@@ -265,7 +265,9 @@ proptest! {
         rc.buf_cache_size = Some(cache);
         let mut sc = small(vec![rc]);
         sc.hosts[0].read_pct = read_pct;
-        sc.hosts[0].bssplit = vec![(131072, 3), (1 << 20, 1)];
+        // 512 KiB: the largest READ the engine serves whole (4 buffers);
+        // larger ones stream, see `streamed_reads_keep_moving`.
+        sc.hosts[0].bssplit = vec![(131072, 3), (512 << 10, 1)];
         sc.duration_ms = 20;
         sc.warmup_ms = 5;
         let r = simulate(&sc, &sc.runs[0], qd);
@@ -274,6 +276,25 @@ proptest! {
         prop_assert!(r.per_group_gbps.iter().all(|g| *g > 0.0), "{:?}", r);
         prop_assert!(r.bufs_mib_max <= f64::from(bufs) * 0.125 + 1e-9);
     }
+}
+
+/// 1 MiB READs stream piece by piece (`engine/stream.rs`). Found by the
+/// property test above: with 44 buffers, streams that cannot send yet (a
+/// reply ahead of them on their connection) and READs queued behind
+/// streams hold every buffer, while the streams that could send wait in the
+/// pool's queue for their next piece's buffer; nothing moves again.
+#[test]
+#[ignore = "streamed READs deadlock the pool (docs/results/sim-engine-2026-11-23.md, cause 7)"]
+fn streamed_reads_keep_moving() {
+    let mut rc = run(Mode::None);
+    rc.num_shared_buffers = Some(44);
+    rc.buf_cache_size = Some(0);
+    let mut sc = small(vec![rc]);
+    sc.hosts[0].bssplit = vec![(131072, 3), (1 << 20, 1)];
+    sc.duration_ms = 20;
+    sc.warmup_ms = 5;
+    let r = simulate(&sc, &sc.runs[0], 51);
+    assert!(r.bw_gbps > 1.0, "{r:?}");
 }
 
 /// The `small` scenario's text with `from` replaced by `to`.
