@@ -265,9 +265,8 @@ proptest! {
         rc.buf_cache_size = Some(cache);
         let mut sc = small(vec![rc]);
         sc.hosts[0].read_pct = read_pct;
-        // 512 KiB: the largest READ the engine serves whole (4 buffers);
-        // larger ones stream, see `streamed_reads_keep_moving`.
-        sc.hosts[0].bssplit = vec![(131072, 3), (512 << 10, 1)];
+        // 1 MiB READs stream (`engine/stream.rs`), see `streamed_reads_keep_moving`.
+        sc.hosts[0].bssplit = vec![(131072, 3), (1 << 20, 1)];
         sc.duration_ms = 20;
         sc.warmup_ms = 5;
         let r = simulate(&sc, &sc.runs[0], qd);
@@ -281,10 +280,10 @@ proptest! {
 /// 1 MiB READs stream piece by piece (`engine/stream.rs`). Found by the
 /// property test above: with 44 buffers, streams that cannot send yet (a
 /// reply ahead of them on their connection) and READs queued behind
-/// streams hold every buffer, while the streams that could send wait in the
-/// pool's queue for their next piece's buffer; nothing moves again.
+/// streams held every buffer, while the streams that could send waited in
+/// the pool's queue for their next piece's buffer; nothing moved again. A
+/// stream now takes its window's buffers at once and keeps them.
 #[test]
-#[ignore = "streamed READs deadlock the pool (docs/results/sim-engine-2026-11-23.md, cause 7)"]
 fn streamed_reads_keep_moving() {
     let mut rc = run(Mode::None);
     rc.num_shared_buffers = Some(44);

@@ -37,12 +37,15 @@ fn legal(from: ReqState, to: ReqState) -> bool {
     matches!(
         (from, to),
         (Free, New)
-            | (New, Pacing | Payload | Streaming | Ready | Answered)
+            | (
+                New,
+                Pacing | Payload | Streaming | NeedBuffers | Ready | Answered
+            )
             | (Streaming | Answered | Reply, Dropping)
             | (Streaming, Answered)
             | (Pacing, Released)
             | (Released, NeedBuffers | Ready)
-            | (NeedBuffers, Ready)
+            | (NeedBuffers, Ready | Streaming)
             | (Ready, Device | Answered)
             | (Device, Executed)
             | (Executed, Delayed | Answered)
@@ -161,7 +164,7 @@ impl Engine {
                 req.plan_pieces(buf_size);
                 let need = self.commitment(id);
                 self.commit(conn, need);
-                Some(ReqState::Streaming)
+                Some(self.reserve_stream(id))
             }
             Command::Read if req.len > 0 => {
                 req.paced = true;
@@ -212,11 +215,13 @@ impl Engine {
     }
 
     /// Buffers a request commits its connection to: a READ's whole length,
-    /// a WRITE's or streamed READ's pieces held at once.
+    /// a streamed READ's window, a WRITE's pieces held at once.
     pub(super) fn commitment(&self, id: ReqId) -> u32 {
         let req = &self.reqs[id.index()];
         if req.paced {
             self.bufs.buffers_for(req.len)
+        } else if req.streamed() {
+            self.stream_window()
         } else {
             (req.pieces.len() as u32).min(self.payload_cap)
         }
@@ -446,6 +451,12 @@ impl Engine {
         for (token, bufs) in grants {
             let io = IoToken::decode(token);
             match io.part {
+                Part::Whole if self.reqs[io.req.index()].streamed() => {
+                    debug_assert_eq!(self.reqs[io.req.index()].state, ReqState::NeedBuffers);
+                    self.reqs[io.req.index()].bufs = bufs;
+                    self.set_state(io.req, ReqState::Streaming);
+                    self.advance(io.req);
+                }
                 Part::Whole => {
                     debug_assert_eq!(self.reqs[io.req.index()].state, ReqState::NeedBuffers);
                     self.attach(io.req, bufs);

@@ -1,11 +1,12 @@
-//! READs larger than a stream window, one buffer-sized piece at a time. Each
-//! piece goes through the pacer, takes one buffer, is read by the device and
-//! waits for the socket; once its bytes have left, its buffer frees and the
-//! next piece starts. A READ holds at most `payload_cap` buffers however
+//! READs larger than a stream window, one buffer-sized piece at a time. The
+//! READ first takes its window's buffers (`payload_cap`) at once, and keeps
+//! them to the end. Each piece goes through the pacer, takes one of them,
+//! is read by the device and waits for the socket; once its bytes have
+//! left, its buffer serves the next piece. A READ holds its window however
 //! large it is:
 //!
 //! ```text
-//! Idle ──► Pacing ──► NeedBuffer ──► Device ──► (Delayed) ──► Ready ──► Done
+//! Idle ──► Pacing ──► Device ──► (Delayed) ──► Ready ──► Done
 //! ```
 //!
 //! The reply is one header (a simple reply, or one OFFSET_DATA chunk) and
@@ -22,7 +23,7 @@
 //! for its flow, so nothing the stream needs is held by what waits for it.
 
 use pace::pacer::IoKind;
-use pace::pool::BufId;
+use pace::pool::{Alloc, BufId};
 
 use super::conn::{EndReason, Life};
 use super::ids::{IoToken, ReqId};
@@ -31,15 +32,40 @@ use super::{conn_at, Action, Engine};
 
 impl Engine {
     /// A READ of `len` bytes streams when it needs more buffers than a
-    /// window (or than the pool has: a whole READ must fit in it).
+    /// stream's window.
     pub(super) fn streams(&self, len: u32) -> bool {
-        self.bufs.buffers_for(len) > self.payload_cap.min(self.pool.total())
+        self.bufs.buffers_for(len) > self.stream_window()
+    }
+
+    /// Buffers a streamed READ holds for its life, and pieces it has live:
+    /// `payload_cap`, or the whole pool when that is smaller.
+    pub(super) fn stream_window(&self) -> u32 {
+        self.payload_cap.min(self.pool.total())
+    }
+
+    /// New: a streamed READ takes its window's buffers all at once, or
+    /// queues for them. Its pieces then cycle through these only, so once
+    /// it has them it never waits for the pool again: a stream at the head
+    /// of its connection's queue always moves, and whatever waits behind it
+    /// waits for something that moves.
+    pub(super) fn reserve_stream(&mut self, id: ReqId) -> ReqState {
+        let bytes = self.stream_window() * self.buf_size;
+        match self.bufs.alloc(bytes, IoToken::whole(id).encode()) {
+            Alloc::Ready(bufs) => {
+                self.reqs[id.index()].bufs = bufs;
+                ReqState::Streaming
+            }
+            Alloc::Queued => {
+                self.stats.buffer_waits += 1;
+                ReqState::NeedBuffers
+            }
+        }
     }
 
     /// Starts the next pieces of streamed READ `id` while it holds fewer
     /// than its window.
     pub(super) fn start_stream_pieces(&mut self, id: ReqId) {
-        let window = self.payload_cap;
+        let window = self.stream_window();
         loop {
             let req = &self.reqs[id.index()];
             let k = req.started;
@@ -59,8 +85,18 @@ impl Engine {
         }
     }
 
+    /// The pacer released piece `k`: it takes one of its READ's buffers
+    /// (one is free: no more pieces live than buffers held) to the device.
+    pub(super) fn read_piece_released(&mut self, id: ReqId, k: u32) {
+        let Some(buf) = self.reqs[id.index()].bufs.pop() else {
+            debug_assert!(false, "request {id:?}: piece {k} finds no buffer");
+            return;
+        };
+        self.read_piece_granted(id, k, buf);
+    }
+
     /// Piece `k` of a streamed READ holds its buffer: to the device.
-    pub(super) fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
+    fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
         self.set_piece(id, k, PieceState::Device);
         let len = self.reqs[id.index()].piece_len(k, self.buf_size);
         let req = &mut self.reqs[id.index()];
@@ -142,10 +178,6 @@ impl Engine {
                 PieceState::Ready => {}
                 PieceState::Pacing => {
                     self.pacer.cancel(token);
-                }
-                PieceState::NeedBuffer => {
-                    self.pacer.cancel(token);
-                    self.bufs.cancel(token);
                 }
                 _ => continue,
             }

@@ -24,8 +24,8 @@ impl Engine {
             matches!(
                 (piece.state, to),
                 (Idle, Pacing)
-                    | (Pacing, NeedBuffer)
-                    | (NeedBuffer, Filling | Device)
+                    | (Pacing, NeedBuffer | Device)
+                    | (NeedBuffer, Filling)
                     | (Filling, Device)
                     | (Device, Delayed | Ready | Done)
                     | (Delayed, Ready | Done)
@@ -65,6 +65,10 @@ impl Engine {
 
     /// The pacer released piece `k`: it takes its buffer, or queues for it.
     pub(super) fn piece_released(&mut self, id: ReqId, k: u32) {
+        if self.reqs[id.index()].streamed() {
+            self.read_piece_released(id, k);
+            return;
+        }
         self.set_piece(id, k, PieceState::NeedBuffer);
         let len = self.reqs[id.index()].piece_len(k, self.buf_size);
         match self.bufs.alloc(len, IoToken::piece(id, k).encode()) {
@@ -76,13 +80,8 @@ impl Engine {
         }
     }
 
-    /// Piece `k` holds its buffer: a WRITE piece's bytes may arrive, a READ
-    /// piece goes to the device.
+    /// WRITE piece `k` holds its buffer: its bytes may arrive.
     pub(super) fn piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
-        if self.reqs[id.index()].command == proto::Command::Read {
-            self.read_piece_granted(id, k, buf);
-            return;
-        }
         self.set_piece(id, k, PieceState::Filling);
         let len = self.reqs[id.index()].piece_len(k, self.buf_size);
         let req = &mut self.reqs[id.index()];
@@ -171,12 +170,18 @@ impl Engine {
         self.write_progress(id);
     }
 
-    /// Piece `k` ends (written, sent or abandoned): returns its buffer.
+    /// Piece `k` ends (written, sent or abandoned): returns its buffer, to
+    /// the pool, or to its streamed READ's own.
     pub(super) fn drop_piece(&mut self, id: ReqId, k: u32) {
         self.set_piece(id, k, PieceState::Done);
         let req = &mut self.reqs[id.index()];
+        let streamed = req.streamed();
         if let Some(buf) = req.pieces[k as usize].buf.take() {
-            self.bufs.free(&[buf]);
+            if streamed {
+                req.bufs.push(buf);
+            } else {
+                self.bufs.free(&[buf]);
+            }
         }
         debug_assert!(req.pieces_live > 0);
         req.pieces_live -= 1;
