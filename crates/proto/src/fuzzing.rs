@@ -99,3 +99,52 @@ pub fn run(data: &[u8]) {
         rest = &rest[skip..];
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    /// A client that negotiates extended headers, base:allocation and GO.
+    fn extended_handshake() -> Vec<u8> {
+        let option = |m: &mut Vec<u8>, opt: u32, data: &[u8]| {
+            m.extend_from_slice(&crate::IHAVEOPT.to_be_bytes());
+            m.extend_from_slice(&opt.to_be_bytes());
+            m.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            m.extend_from_slice(data);
+        };
+        let mut m = 3u32.to_be_bytes().to_vec();
+        option(&mut m, crate::OPT_EXTENDED_HEADERS, &[]);
+        let mut meta = 7u32.to_be_bytes().to_vec();
+        meta.extend_from_slice(b"default\0\0\0\x01\0\0\0\x0fbase:allocation");
+        option(&mut m, crate::OPT_SET_META_CONTEXT, &meta);
+        option(&mut m, crate::OPT_GO, b"\0\0\0\x07default\0\0");
+        m
+    }
+
+    proptest! {
+        /// Random extended request headers (valid magic, any flags, command,
+        /// offset and 64-bit length) and payload bytes never panic the
+        /// decoder, the validator or the encoders.
+        #[test]
+        fn extended_requests_never_panic(
+            reqs in proptest::collection::vec(
+                (any::<u16>(), 0u16..10, any::<u64>(), any::<u64>(), 0usize..64),
+                1..20,
+            )
+        ) {
+            let mut data = extended_handshake();
+            for (flags, cmd, offset, length, junk) in reqs {
+                let r = crate::Request {
+                    flags,
+                    command: crate::Command::from_u16(cmd),
+                    cookie: 1,
+                    offset,
+                    length,
+                };
+                crate::encode_request(&mut data, &r, true);
+                data.extend(std::iter::repeat_n(0x5a, junk));
+            }
+            super::run(&data);
+        }
+    }
+}
