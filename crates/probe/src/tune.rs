@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pace::pacer::CostModel;
+use pace::pacer::{CostModel, IoKind};
 
 use crate::converge::StopRule;
 use crate::driver::{measure_jobs, Job, JobStats, Throttle, Workload};
@@ -36,6 +36,9 @@ pub struct TuneOptions {
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TunePoint {
     pub vrate: f64,
+    /// IOPS the adversary's budget allows at this vrate.
+    #[serde(default)]
+    pub budget_iops: f64,
     pub adversary: JobStats,
     pub probe: JobStats,
     /// The probe's p99 over its solo p99.
@@ -117,8 +120,11 @@ pub fn tune(t: &Target, cost: CostModel, o: &TuneOptions) -> Result<TuneResult, 
     let mut points: Vec<TunePoint> = Vec::new();
     for vrate in VRATES {
         let path = dir.join(format!("vrate-{vrate:05.1}.json"));
-        let point = match saved(&path) {
-            Some(p) => p,
+        let point = match saved::<TunePoint>(&path) {
+            Some(p) => TunePoint {
+                budget_iops: budget_iops(cost, p.vrate),
+                ..p
+            },
             None => {
                 bar.set_message(format!("vrate {vrate}%"));
                 let p = sweep_point(t, &probe_job, cost, vrate, solo, &rule)?;
@@ -178,45 +184,87 @@ fn sweep_point(
     let (_, jobs) = measure_jobs(&[adversary, probe.clone()], rule).map_err(ProbeError::Run)?;
     Ok(TunePoint {
         vrate,
+        budget_iops: budget_iops(cost, vrate),
         adversary: jobs[0],
         probe: jobs[1],
         isolation: jobs[1].p99_us / solo.p99_us.max(1e-3),
     })
 }
 
-/// Lower vrates only give less bandwidth: stop once bandwidth has fallen
-/// off its plateau and two points in a row isolate.
-fn done_early(points: &[TunePoint], factor: f64) -> bool {
-    let max = points.iter().map(|p| p.adversary.rate).fold(0.0, f64::max);
-    let n = points.len();
-    n >= 3
-        && points[n - 1].adversary.rate < 0.8 * max
-        && points[n - 2..].iter().all(|p| p.isolation <= factor)
+/// IOPS of the adversary's 4 KiB random reads that `vrate` (percent) of
+/// `cost`'s rate allows.
+pub fn budget_iops(cost: CostModel, vrate: f64) -> f64 {
+    vrate / 100.0 * 1e9 / cost.cost(IoKind::Read, rand4k().bs, false)
 }
 
-/// The vrate where bandwidth stops rising: the rising line through the
-/// origin (fitted to points well below the plateau) meets the plateau.
-pub fn bandwidth_knee(points: &[(f64, f64)]) -> Option<f64> {
-    let max = points.iter().map(|p| p.1).fold(0.0, f64::max);
-    let slopes: Vec<f64> = points
+/// The plateau: the median rate of the points at and above the vrate of
+/// the fastest one (a median, so one noisy point does not set it).
+fn plateau(points: &[(f64, f64)]) -> Option<f64> {
+    let top = points.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let above: Vec<f64> = points
         .iter()
-        .filter(|p| p.1 < 0.9 * max && p.0 > 0.0)
-        .map(|p| p.1 / p.0)
+        .filter(|p| p.0 >= top.0)
+        .map(|p| p.1)
         .collect();
-    if slopes.is_empty() {
-        // Flat everywhere measured: the lowest vrate already saturates.
-        return points
+    Some(crate::converge::median(&above))
+}
+
+/// The adversary used (nearly) all its budget: a point on the rising line.
+fn on_line(p: &TunePoint) -> bool {
+    p.adversary.rate >= 0.9 * p.budget_iops
+}
+
+/// Lower vrates only give less bandwidth: stop once a point off the line
+/// (the plateau) has been seen and the last two are on the line and
+/// isolate. A disk whose rate drifts may dip below its plateau for a point
+/// or two; only its budget holds a point on the line. (On a machine so busy
+/// that no point reaches its budget, the sweep runs to the end.)
+fn done_early(points: &[TunePoint], factor: f64) -> bool {
+    let n = points.len();
+    n >= 3
+        && points.iter().any(|p| !on_line(p))
+        && points[n - 2..]
             .iter()
-            .filter(|p| p.1 >= 0.95 * max)
-            .map(|p| p.0)
-            .reduce(f64::min);
+            .all(|p| on_line(p) && p.isolation <= factor)
+}
+
+/// The vrate where bandwidth stops rising: where the rising line through
+/// the origin meets the plateau. Points are (vrate, IOPS, budget IOPS).
+/// The line's points are those that used their budget; if none did (a
+/// busy machine slows the probe, the line and the plateau alike), those
+/// well below the plateau. The line's slope and the plateau are medians,
+/// so one point of a noisy disk moves neither.
+pub fn bandwidth_knee(points: &[(f64, f64, f64)]) -> Option<f64> {
+    let curve: Vec<(f64, f64)> = points.iter().map(|p| (p.0, p.1)).collect();
+    let top = plateau(&curve)?;
+    let by_budget = |p: &&(f64, f64, f64)| p.1 >= 0.9 * p.2;
+    let below_top = |p: &&(f64, f64, f64)| p.1 < 0.9 * top;
+    let on_line: &dyn Fn(&&(f64, f64, f64)) -> bool = if points.iter().any(|p| by_budget(&p)) {
+        &by_budget
+    } else {
+        &below_top
+    };
+    let (line, flat): (Vec<&(f64, f64, f64)>, Vec<_>) =
+        points.iter().filter(|p| p.0 > 0.0).partition(on_line);
+    if line.is_empty() {
+        // Flat everywhere measured: the lowest vrate already saturates.
+        return points.iter().map(|p| p.0).reduce(f64::min);
     }
-    Some(max / crate::converge::median(&slopes))
+    let slope = crate::converge::median(&line.iter().map(|p| p.1 / p.0).collect::<Vec<_>>());
+    let level = if flat.is_empty() {
+        top
+    } else {
+        crate::converge::median(&flat.iter().map(|p| p.1).collect::<Vec<_>>())
+    };
+    Some(level / slope)
 }
 
 /// The bandwidth, isolation and balanced solutions.
 pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solution> {
-    let curve: Vec<(f64, f64)> = points.iter().map(|p| (p.vrate, p.adversary.rate)).collect();
+    let curve: Vec<(f64, f64, f64)> = points
+        .iter()
+        .map(|p| (p.vrate, p.adversary.rate, p.budget_iops))
+        .collect();
     let Some(bw) = bandwidth_knee(&curve) else {
         return Vec::new();
     };
@@ -276,14 +324,15 @@ fn write(out: &Path, r: &TuneResult) -> Result<(), String> {
     let name = slug(&r.device);
     let mut md = format!(
         "# iopace tune: {}\n\nCommand: `{}`\n\nSolo QD 1 probe: p50 {:.0} us, p99 {:.0} us. Tuned in {:.1} s.\n\n\
-         | vrate % | adversary IOPS | MB/s | probe p50 us | probe p99 us | isolation (p99 / solo) |\n|---|---|---|---|---|---|\n",
+         | vrate % | adversary budget IOPS | adversary IOPS | MB/s | probe p50 us | probe p99 us | isolation (p99 / solo) |\n|---|---|---|---|---|---|---|\n",
         r.device, r.command, r.solo.p50_us, r.solo.p99_us, r.elapsed_s
     );
     for p in &r.points {
         let _ = writeln!(
             md,
-            "| {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.2} |",
+            "| {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.2} |",
             p.vrate,
+            p.budget_iops,
             p.adversary.rate,
             p.adversary.bytes_per_s / 1e6,
             p.probe.p50_us,
@@ -332,14 +381,31 @@ mod tests {
 
     #[test]
     fn bandwidth_knee_meets_line_and_plateau() {
-        // Rises as 10/percent up to 125%, flat at 1250 after.
-        let pts: Vec<(f64, f64)> = VRATES
+        // The budget allows 10 IOPS a percent, the device 1250: knee 125%.
+        let pts: Vec<(f64, f64, f64)> = VRATES
             .iter()
-            .map(|v| (*v, (v * 10.0).min(1250.0)))
+            .map(|v| (*v, (v * 10.0).min(1250.0), v * 10.0))
             .collect();
         let knee = bandwidth_knee(&pts).expect("a knee");
         assert!((knee - 125.0).abs() < 1e-6, "{knee}");
-        assert_eq!(bandwidth_knee(&[(50.0, 10.0), (100.0, 10.0)]), Some(50.0));
+        // A busy machine slows line and plateau alike (no point reaches its budget).
+        let slow: Vec<_> = pts.iter().map(|p| (p.0, 0.7 * p.1, p.2)).collect();
+        let knee = bandwidth_knee(&slow).expect("a knee");
+        assert!((knee - 125.0).abs() < 1e-6, "{knee}");
+        // A noisy disk: slow and fast plateau points, one a line point missed.
+        let noisy = [
+            (200.0, 1250.0, 2000.0),
+            (160.0, 1400.0, 1600.0),
+            (130.0, 1300.0, 1300.0),
+            (115.0, 800.0, 1150.0),
+            (100.0, 1000.0, 1000.0),
+            (80.0, 800.0, 800.0),
+        ];
+        assert_eq!(bandwidth_knee(&noisy), Some(125.0));
+        assert_eq!(
+            bandwidth_knee(&[(50.0, 10.0, 500.0), (100.0, 10.0, 1000.0)]),
+            Some(50.0)
+        );
         assert_eq!(bandwidth_knee(&[]), None);
     }
 
@@ -362,6 +428,7 @@ mod tests {
         .into_iter()
         .map(|(v, rate, p99)| TunePoint {
             vrate: v,
+            budget_iops: v * 10.0,
             adversary: stats(rate, 1.0),
             probe: stats(1.0, p99),
             isolation: p99 / 100.0,
