@@ -63,7 +63,7 @@ pub struct ProbeArgs {
     /// (repeatable). A device holding a filesystem is refused anyway.
     #[arg(long, value_name = "PATH")]
     destructive: Vec<PathBuf>,
-    /// Short points (20 ms windows, 0.4 s cap) and QD up to 64.
+    /// Short points (20 ms windows; 3 rounds of 0.1 s, curves 0.4 s) and QD up to 64.
     #[arg(long)]
     quick: bool,
     /// Highest queue depth of the curves.
@@ -73,7 +73,7 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N")]
     threads: Option<u32>,
     /// Rounds of the cost, datasheet and held-out points, measured in turn
-    /// (0.5 s each); each point is its median round (default 10, quick 1).
+    /// (0.5 s each); each point is its median round (default 10, quick 3).
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
 }
