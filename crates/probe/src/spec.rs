@@ -162,4 +162,56 @@ mod tests {
         std::fs::write(&p, "seq_read_mbps = 3500\n").expect("write");
         assert_eq!(load(&p).expect("valid").seq_read_mbps, Some(3500.0));
     }
+
+    #[test]
+    fn the_table_has_the_datasheet_points_and_many_devices() {
+        use crate::driver::{Measurement, Workload};
+        let w = Workload {
+            read_pct: 100,
+            bs: 8192,
+            random: true,
+            alt_bs: None,
+        };
+        let at = |iops: f64| Measurement {
+            iops,
+            ..Measurement::default()
+        };
+        let d = DeviceResult {
+            name: "d".into(),
+            identity: Default::default(),
+            cost: Default::default(),
+            cost_points: vec![
+                ("rand read 8KiB".into(), w, 64, at(500.0)),
+                ("70/30 random 4KiB".into(), w, 64, at(900.0)),
+            ],
+            round_iops: Vec::new(),
+            write_refusal: None,
+            curves: Vec::new(),
+            thread_scaling: Vec::new(),
+            predictions: Vec::new(),
+            spec: None,
+            cost_s: 0.0,
+            elapsed_s: 0.0,
+        };
+        let rated = Rated {
+            rand_read_iops: Some(1000.0),
+            rand_read_8k_iops: Some(1000.0),
+            rand_write_8k_iops: Some(800.0),
+            mixed_70_30_iops: Some(1000.0),
+            ..Rated::default()
+        };
+        let many = MultiDevice {
+            devices: vec!["d".into(), "e".into()],
+            sum_alone_iops: 2000.0,
+            together: at(1500.0),
+        };
+        let rows = compare(&rated, &d, Some(&many));
+        let get = |m: &str| rows.iter().find(|r| r.metric.starts_with(m)).expect(m);
+        assert_eq!(get("8 KiB random read").percent, Some(50.0));
+        assert_eq!(get("8 KiB random write").measured, None, "not measured");
+        assert_eq!(get("4 KiB random 70/30").percent, Some(90.0));
+        let all = get("4 KiB random read IOPS, 2 devices at once");
+        assert_eq!((all.rated, all.percent), (2000.0, Some(75.0)));
+        assert_eq!(compare(&rated, &d, None).len(), rows.len() - 1);
+    }
 }
