@@ -371,30 +371,26 @@ impl Handshake {
                 self.reply(opt, REP_ACK, &[]);
             }
             OPT_INFO | OPT_GO => self.info_or_go(opt, data),
-            OPT_STRUCTURED_REPLY => {
-                if !data.is_empty() {
-                    self.reply(opt, REP_ERR_INVALID, b"STRUCTURED_REPLY takes no data");
-                    return;
-                }
-                if self.extended {
-                    // No downgrade from extended headers.
-                    let why = b"extended headers are already on";
-                    self.reply(opt, REP_ERR_EXT_HEADER_REQD, why);
-                    return;
-                }
-                self.structured = true;
-                self.reply(opt, REP_ACK, &[]);
-            }
-            OPT_EXTENDED_HEADERS => {
-                if !data.is_empty() {
-                    self.reply(opt, REP_ERR_INVALID, b"EXTENDED_HEADERS takes no data");
-                    return;
-                }
-                self.extended = true;
-                self.reply(opt, REP_ACK, &[]);
-            }
+            OPT_STRUCTURED_REPLY | OPT_EXTENDED_HEADERS => self.reply_format(opt, data),
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, data),
             _ => self.reply(opt, REP_ERR_UNSUP, b"option not supported"),
+        }
+    }
+
+    /// STRUCTURED_REPLY or EXTENDED_HEADERS: how replies will be framed.
+    fn reply_format(&mut self, opt: u32, data: &[u8]) {
+        if !data.is_empty() {
+            self.reply(opt, REP_ERR_INVALID, b"this option takes no data");
+        } else if opt == OPT_EXTENDED_HEADERS {
+            self.extended = true;
+            self.reply(opt, REP_ACK, &[]);
+        } else if self.extended {
+            // No downgrade from extended headers.
+            let why = b"extended headers are already on";
+            self.reply(opt, REP_ERR_EXT_HEADER_REQD, why);
+        } else {
+            self.structured = true;
+            self.reply(opt, REP_ACK, &[]);
         }
     }
 

@@ -563,40 +563,45 @@ mod props {
         let live = e.reqs.iter().filter(|r| r.state != ReqState::Free).count();
         assert_eq!(e.requests_in_use(), live, "free list vs. slot states");
         for c in e.conns.iter().flatten() {
-            if let RecvOp::Direct(r) = c.recv {
-                // The kernel writes into that buffer: it must still be ours.
-                let req = &e.reqs[r.index()];
-                let k = req.filling_piece(e.buf_size) as usize;
-                assert_eq!(
-                    req.state,
-                    ReqState::Payload,
-                    "{:?} receives into a dead write",
-                    c.id
-                );
-                assert!(
-                    req.pieces[k].buf.is_some(),
-                    "{:?} receives into a freed buffer",
-                    c.id
-                );
-            }
-            let streams = c
-                .out
-                .iter()
-                .filter(|r| e.reqs[r.index()].streamed())
-                .count();
-            assert_eq!(c.streams_out as usize, streams, "{:?} streams queued", c.id);
-            let (n, committed, pieces) = per_conn.get(&c.id).copied().unwrap_or_default();
-            assert_eq!(c.requests, n, "{:?} requests", c.id);
-            assert_eq!(c.committed, committed, "{:?} commitments", c.id);
-            assert_eq!(c.payload_pieces, pieces, "{:?} payload pieces", c.id);
-            assert!(
-                c.payload_pieces <= e.payload_cap,
-                "{:?} over its payload cap",
-                c.id
-            );
+            check_conn(e, c, per_conn.get(&c.id).copied().unwrap_or_default());
         }
         assert_eq!(e.stats.bytes_in, net.bytes_delivered, "bytes received");
         assert_eq!(e.stats.bytes_out, net.bytes_sent, "bytes sent");
+    }
+
+    /// One connection's books against what its requests hold: (requests,
+    /// commitments, WRITE pieces).
+    fn check_conn(e: &Engine, c: &conn::Conn, (n, committed, pieces): (u32, u32, u32)) {
+        if let RecvOp::Direct(r) = c.recv {
+            // The kernel writes into that buffer: it must still be ours.
+            let req = &e.reqs[r.index()];
+            let k = req.filling_piece(e.buf_size) as usize;
+            assert_eq!(
+                req.state,
+                ReqState::Payload,
+                "{:?} receives into a dead write",
+                c.id
+            );
+            assert!(
+                req.pieces[k].buf.is_some(),
+                "{:?} receives into a freed buffer",
+                c.id
+            );
+        }
+        let streams = c
+            .out
+            .iter()
+            .filter(|r| e.reqs[r.index()].streamed())
+            .count();
+        assert_eq!(c.streams_out as usize, streams, "{:?} streams queued", c.id);
+        assert_eq!(c.requests, n, "{:?} requests", c.id);
+        assert_eq!(c.committed, committed, "{:?} commitments", c.id);
+        assert_eq!(c.payload_pieces, pieces, "{:?} payload pieces", c.id);
+        assert!(
+            c.payload_pieces <= e.payload_cap,
+            "{:?} over its payload cap",
+            c.id
+        );
     }
 
     /// Every client hangs up and everything pending completes: every
