@@ -482,9 +482,15 @@ impl Workload {
         }
     }
 
-    /// The total queue depth actually offered.
+    /// The total queue depth actually offered (`iodepth_of` included).
     pub fn total_qd(&self, hosts: usize) -> u32 {
-        self.job_iodepth(hosts) * self.jobs_per_host() * hosts as u32
+        let depth = self.job_iodepth(hosts);
+        let per_round: u32 = self
+            .exports
+            .iter()
+            .map(|e| self.iodepth_of.get(e).copied().unwrap_or(depth))
+            .sum();
+        per_round * self.numjobs * hosts as u32
     }
 }
 
@@ -601,6 +607,9 @@ mode = ["none", "auto"]
         w.exports = vec!["a".into(), "b".into()];
         assert_eq!(w.job_iodepth(2), 8);
         assert_eq!(w.total_qd(2), 32);
+        w.iodepth_of.insert("b".into(), 1);
+        assert_eq!(w.total_qd(2), 18, "2 hosts x (8 + 1)");
+        w.iodepth_of.clear();
         w.qd = Some(1);
         assert_eq!(w.job_iodepth(2), 1, "never below one");
     }
