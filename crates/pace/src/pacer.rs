@@ -42,6 +42,7 @@ mod device_ops;
 mod drr;
 mod filter;
 mod flows;
+mod group;
 mod link_window;
 mod qos;
 mod queues;
@@ -58,13 +59,13 @@ pub use device_ops::DeviceOps;
 use drr::Device;
 use filter::{LargeIoMin, WindowedMax, WindowedMin};
 use flows::Flows;
+pub use group::{PacedDevice, PacerGroup};
 pub use link_window::LinkWindow;
 pub use qos::{DeviceQos, QosConfig};
 use rate::RateCredit;
 pub use report::{PacerStats, TenantStats};
 pub use tenant_clock::TenantClock;
-use tenants::Tenant;
-use tenants::HOLD_RECHECK_NS;
+use tenants::{Tenant, HOLD_RECHECK_NS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum IoKind {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bdev::{IoResult, Prep};
 use io_uring::{opcode, squeue, types, IoUring};
-use pace::pacer::{DeviceOps, DeviceQos, LinkWindow, Pacer, PacingConfig, TenantClock};
+use pace::pacer::{PacerGroup, PacingConfig};
 use pace::pool::SharedPool;
 use pace::Nanos;
 
@@ -127,37 +127,14 @@ impl Op {
 
 pub struct ReactorSettings {
     pub id: usize,
-    /// Per-device op credit shared by every reactor (rate mode).
-    pub device_ops: Option<Arc<DeviceOps>>,
-    /// Tenants' virtual time, one clock for every reactor.
-    pub tenant_clock: Arc<TenantClock>,
-    /// Devices' latency targets and budgets, one for every reactor.
-    pub device_qos: Arc<DeviceQos>,
-    /// Every reactor's pacing window, pooled (`auto`).
-    pub link_window: Arc<LinkWindow>,
+    /// Every reactor's pacer is built from these, over what they share
+    /// (tenant clock, latency targets, pooled window, device op limit).
+    pub pacers: Arc<PacerGroup>,
     pub max_requests: u32,
     pub drain_timeout: Duration,
     pub timeouts: Timeouts,
     pub poll: PollMode,
     pub poll_spin: Duration,
-}
-
-/// This reactor's pacer, sharing the reactors' common state.
-fn build_pacer(settings: &ReactorSettings, catalog: &Catalog, buf_size: u32, now: Nanos) -> Pacer {
-    let mut pacer = Pacer::new(
-        catalog.pacing.clone(),
-        catalog.devices.len(),
-        buf_size,
-        settings.device_ops.clone(),
-        now,
-    );
-    for (i, model) in catalog.devices.iter().enumerate() {
-        pacer.set_cost_model(i, model.cost);
-    }
-    pacer.share_tenants(settings.tenant_clock.clone());
-    pacer.share_qos(settings.device_qos.clone());
-    pacer.share_link(settings.link_window.clone(), settings.id);
-    pacer
 }
 
 pub struct Reactor {
@@ -202,7 +179,7 @@ impl Reactor {
         let waker_handle = handle.clone();
         let bufs = pool.register_reactor(Box::new(move || waker_handle.wake()));
         let now = origin.elapsed().as_nanos() as Nanos;
-        let pacer = build_pacer(&settings, &catalog, pool.buffer_size(), now);
+        let pacer = settings.pacers.pacer(settings.id, now);
         let engine_settings = EngineSettings {
             id: settings.id,
             max_requests: settings.max_requests,

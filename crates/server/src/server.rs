@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pace::pacer::{DeviceOps, DeviceQos, LinkWindow, TenantClock};
+use pace::pacer::{PacedDevice, PacerGroup};
 use pace::pool::{PoolConfig, SharedPool};
 
 use crate::acceptor::{self, Acceptors};
@@ -87,14 +87,21 @@ fn start_reactors(
     let cfg = &loaded.config;
     let n = reactor_count(&cfg.server);
     let origin = Instant::now();
-    let device_ops = catalog
-        .pacing
-        .device_ops
-        .map(|limit| DeviceOps::new(catalog.devices.len(), limit));
-    let tenant_clock = TenantClock::with_reactors(catalog.pacing.tenants.len().max(1), n);
-    let qos_targets: Vec<_> = catalog.devices.iter().map(|d| d.qos).collect();
-    let device_qos = DeviceQos::new(&qos_targets, origin.elapsed().as_nanos() as u64);
-    let link_window = LinkWindow::new(n);
+    let devices: Vec<PacedDevice> = catalog
+        .devices
+        .iter()
+        .map(|d| PacedDevice {
+            cost: d.cost,
+            qos: d.qos,
+        })
+        .collect();
+    let pacers = Arc::new(PacerGroup::new(
+        &catalog.pacing,
+        &devices,
+        n,
+        pool.buffer_size(),
+        origin.elapsed().as_nanos() as u64,
+    ));
     let mut reactors = Reactors {
         handles: Vec::with_capacity(n),
         threads: Vec::with_capacity(n),
@@ -103,10 +110,7 @@ fn start_reactors(
     for id in 0..n {
         let settings = ReactorSettings {
             id,
-            device_ops: device_ops.clone(),
-            tenant_clock: tenant_clock.clone(),
-            device_qos: device_qos.clone(),
-            link_window: link_window.clone(),
+            pacers: pacers.clone(),
             max_requests: cfg.server.max_requests_per_reactor,
             drain_timeout: Duration::from_secs(cfg.server.drain_timeout_s),
             timeouts: Timeouts {

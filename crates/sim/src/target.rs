@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bdev::{BdevKindName, BdevSpec, ByteSize};
-use pace::pacer::{DeviceOps, DeviceQos, LinkWindow, Pacer, TenantClock};
+use pace::pacer::{DeviceQos, PacedDevice, Pacer, PacerGroup, QosConfig};
 use pace::pool::{PoolConfig, SharedPool};
 use server::config::{BufferConfig, Config, ExportConfig, ServerConfig};
 use server::engine::{Engine, EngineSettings, Timeouts, PAYLOAD_CAP};
@@ -51,8 +51,7 @@ impl Target {
                 DeviceKind::Delay => d.qos,
             })
             .collect();
-        let qos = DeviceQos::new(&qos_targets, 0);
-        let pacers = pacers(sc, run, &catalog, devs, &qos);
+        let (pacers, qos) = pacers(sc, run, &catalog, devs, &qos_targets);
         let server = ServerConfig::default();
         let secs = |s: u64| s * 1_000_000_000;
         let engines = pacers
@@ -175,37 +174,27 @@ fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Ca
 
 /// One pacer per reactor, sharing the tenant clock, latency targets, link
 /// window and device op limit as the target's reactors do, with each
-/// device's cost model from the scenario.
+/// device's cost model from the scenario; and the latency targets' state.
 fn pacers(
     sc: &Scenario,
     run: &RunConfig,
     catalog: &Catalog,
     devs: &[Dev],
-    qos: &Arc<DeviceQos>,
-) -> Vec<Pacer> {
+    qos_targets: &[Option<QosConfig>],
+) -> (Vec<Pacer>, Arc<DeviceQos>) {
     let reactors = run.reactors.unwrap_or(sc.target.reactors);
-    let pacing = &catalog.pacing;
-    let clock = TenantClock::with_reactors(pacing.tenants.len().max(1), reactors);
-    let link = LinkWindow::new(reactors);
-    let ops = pacing
-        .device_ops
-        .map(|limit| DeviceOps::new(devs.len(), limit));
-    (0..reactors)
-        .map(|r| {
-            let mut p = Pacer::new(
-                pacing.clone(),
-                devs.len(),
-                sc.target.buffer_size,
-                ops.clone(),
-                0,
-            );
-            for (i, d) in devs.iter().enumerate() {
-                p.set_cost_model(i, d.cost);
-            }
-            p.share_tenants(clock.clone());
-            p.share_qos(qos.clone());
-            p.share_link(link.clone(), r);
-            p
-        })
-        .collect()
+    let devices: Vec<PacedDevice> = devs
+        .iter()
+        .zip(qos_targets)
+        .map(|(d, &qos)| PacedDevice { cost: d.cost, qos })
+        .collect();
+    let group = PacerGroup::new(
+        &catalog.pacing,
+        &devices,
+        reactors,
+        sc.target.buffer_size,
+        0,
+    );
+    let pacers = (0..reactors).map(|r| group.pacer(r, 0)).collect();
+    (pacers, group.qos().clone())
 }

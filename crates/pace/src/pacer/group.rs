@@ -1,0 +1,116 @@
+//! One target's pacers, one per reactor, and what they share: the
+//! tenants' virtual time, the devices' latency targets and budgets, the
+//! pooled link window and `rate`'s device op limit. The server and the
+//! simulator both build their pacers here, so they share the same state.
+
+use std::sync::Arc;
+
+use super::TenantClock;
+use super::{CostModel, DeviceOps, DeviceQos, LinkWindow, Pacer, PacingConfig, QosConfig};
+use crate::Nanos;
+
+/// What a pacer knows of one device.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PacedDevice {
+    pub cost: CostModel,
+    /// Its latency target, if it has one.
+    pub qos: Option<QosConfig>,
+}
+
+/// Builds each reactor's [`Pacer`] over the state they share.
+#[derive(Debug)]
+pub struct PacerGroup {
+    cfg: PacingConfig,
+    costs: Vec<CostModel>,
+    buffer_size: u32,
+    device_ops: Option<Arc<DeviceOps>>,
+    tenants: Arc<TenantClock>,
+    qos: Arc<DeviceQos>,
+    link: Arc<LinkWindow>,
+}
+
+impl PacerGroup {
+    /// The shared state for `reactors` pacers over `devices`, pacing by
+    /// `cfg`; `buffer_size` is the pool's (see [`Pacer::new`]).
+    pub fn new(
+        cfg: &PacingConfig,
+        devices: &[PacedDevice],
+        reactors: usize,
+        buffer_size: u32,
+        now: Nanos,
+    ) -> PacerGroup {
+        let targets: Vec<Option<QosConfig>> = devices.iter().map(|d| d.qos).collect();
+        PacerGroup {
+            cfg: cfg.clone(),
+            costs: devices.iter().map(|d| d.cost).collect(),
+            buffer_size,
+            device_ops: cfg
+                .device_ops
+                .map(|limit| DeviceOps::new(devices.len(), limit)),
+            // Tenant 0 is the default when none is configured.
+            tenants: TenantClock::with_reactors(cfg.tenants.len().max(1), reactors),
+            qos: DeviceQos::new(&targets, now),
+            link: LinkWindow::new(reactors),
+        }
+    }
+
+    /// Reactor `reactor`'s pacer.
+    pub fn pacer(&self, reactor: usize, now: Nanos) -> Pacer {
+        let mut p = Pacer::new(
+            self.cfg.clone(),
+            self.costs.len(),
+            self.buffer_size,
+            self.device_ops.clone(),
+            now,
+        );
+        for (i, cost) in self.costs.iter().enumerate() {
+            p.set_cost_model(i, *cost);
+        }
+        p.share_tenants(self.tenants.clone());
+        p.share_qos(self.qos.clone());
+        p.share_link(self.link.clone(), reactor);
+        p
+    }
+
+    /// The devices' latency targets and budgets (their vrates for reports).
+    pub fn qos(&self) -> &Arc<DeviceQos> {
+        &self.qos
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pacer::{IoKind, Mode, PacedIo};
+
+    #[test]
+    fn a_groups_pacers_share_the_device_op_limit_and_the_tenant_clock() {
+        let cfg = PacingConfig {
+            mode: Mode::Rate,
+            period_us: Some(1.0),
+            device_ops: Some(1),
+            ..PacingConfig::default()
+        };
+        let group = PacerGroup::new(&cfg, &[PacedDevice::default()], 2, 4096, 0);
+        let mut pacers = [group.pacer(0, 0), group.pacer(1, 0)];
+        let mut out = Vec::new();
+        for (r, p) in pacers.iter_mut().enumerate() {
+            let io = PacedIo {
+                id: r as u64,
+                flow: r as u64,
+                device: 0,
+                tenant: 0,
+                bytes: 4096,
+                kind: IoKind::Read,
+                offset: 0,
+            };
+            p.enqueue(io, 0);
+            p.poll(1_000, &mut out);
+        }
+        assert_eq!(out, [0], "one op slot for both reactors");
+        assert_eq!(group.tenants.tenants(), 1);
+        pacers[0].on_complete(0, 2_000);
+        pacers[1].poll(3_000, &mut out);
+        assert_eq!(out, [0, 1], "the slot freed on reactor 0 serves reactor 1");
+    }
+}
