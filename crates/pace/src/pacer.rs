@@ -26,6 +26,14 @@
 //! In every mode, tenants share each release opportunity by weighted fair
 //! queuing on virtual time over IO cost, and devices within a tenant by
 //! deficit round robin.
+//!
+//! Where each part is: `poll` asks `admit` for the verdict on each
+//! tenant's turn and `admit::release` carries a release out; `tenants`
+//! picks the tenant (WFQ), `drr` the device (DRR), `rate` keeps `rate`'s
+//! credit and tuners, `auto_window` `auto`'s windows and latency probe,
+//! `flows` each connection's window, `queues` a device's per-flow FIFOs,
+//! [`qos`] the latency targets; [`PacerGroup`] builds one target's pacers
+//! over what they share, and `report` their [`PacerStats`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
