@@ -1,0 +1,126 @@
+#!/bin/sh
+# Soak: iopace under 4 fio verify clients for DURATION seconds (default 600),
+# with random client disconnects (fio killed mid-run, no NBD_CMD_DISC), a
+# pacing mode change every 10 s and a SIGHUP every 30 s. At the end it counts
+# verify errors, leaked buffers (requests or buffers still held once every
+# client is gone) and RSS growth after the first minute (warm-up), and prints
+# one summary; exit status 0 only if all three meet issue 13's goals
+# (0 verify errors, 0 leaked buffers, RSS growth under 5%).
+#
+# Usage: scripts/soak.sh IOPACE_BINARY [DURATION_S]
+# Run it under the shared bench lock: flock /work/wt/bench.lock timeout 900 ...
+set -u
+BIN=$1
+DURATION=${2:-600}
+WORK=$(mktemp -d /tmp/iopace-soak.XXXXXX)
+SOCK=$WORK/nbd.sock
+RPC=$WORK/admin.sock
+BUFFERS=512
+cat > "$WORK/iopace.toml" <<TOML
+[server]
+reactors = 2
+tcp = []
+unix = ["$SOCK"]
+rpc = "$RPC"
+[buffers]
+num_shared_buffers = $BUFFERS
+buffer_size = "128KiB"
+buf_cache_size = 16
+[[bdev]]
+name = "disk"
+kind = "file"
+path = "$WORK/disk.img"
+size = "1GiB"
+[[export]]
+name = "default"
+bdev = "disk"
+[pacing]
+mode = "auto"
+TOML
+"$BIN" serve --config "$WORK/iopace.toml" 2> "$WORK/iopace.log" &
+PID=$!
+for _ in $(seq 100); do [ -S "$RPC" ] && break; sleep 0.1; done
+rpc() { "$BIN" rpc --rpc "$RPC" "$@"; }
+rss_kib() { awk '/^VmRSS:/ {print $2}' /proc/$PID/status; }
+
+# One client: short fio runs, each writing its own 256 MiB region with
+# checksums and reading back what it wrote (verify_backlog), over and over.
+# A run is killed at random (about one in three) to disconnect abruptly;
+# every run that finishes must have verified clean.
+client() {
+  i=$1; runs=0; killed=0; failed=0
+  while [ ! -e "$WORK/stop" ]; do
+    runs=$((runs + 1))
+    log="$WORK/fio$i.$runs.log"
+    fio --name=soak$i --thread --ioengine=nbd --uri="nbd+unix:///default?socket=$SOCK" \
+      --offset=$((i * 256))M --size=256M --rw=randwrite --bsrange=4k-256k \
+      --iodepth=16 --verify=crc32c --verify_backlog=256 --verify_fatal=1 \
+      --randseed=$((i * 1000 + runs)) --runtime=20 --output="$log" > /dev/null 2>&1 &
+    FIO=$!
+    kill_it=no
+    if [ $(( $(od -An -N1 -tu1 /dev/urandom) % 3 )) -eq 0 ]; then
+      sleep $(( $(od -An -N1 -tu1 /dev/urandom) % 8 + 1 ))
+      kill -9 $FIO 2> /dev/null && kill_it=yes && killed=$((killed + 1))
+    fi
+    # A run that was not killed must end clean (verify included).
+    if ! wait $FIO 2> /dev/null && [ $kill_it = no ]; then
+      failed=$((failed + 1))
+      cp "$log" "$WORK/failed-fio$i.$runs.log"
+    fi
+    rm -f "$log"
+  done
+  echo "$runs $killed $failed" > "$WORK/client$i"
+}
+
+CLIENTS=""
+for i in 0 1 2 3; do client $i 2> /dev/null & CLIENTS="$CLIENTS $!"; done
+START=$(date +%s)
+RSS_WARM=""
+RSS_MAX=0
+MODES="rate auto buffers none"
+t=0
+while [ $t -lt "$DURATION" ]; do
+  sleep 10
+  t=$(( $(date +%s) - START ))
+  mode=$(echo $MODES | cut -d' ' -f$(( (t / 10) % 4 + 1 )))
+  params="{\"mode\":\"$mode\"}"
+  [ "$mode" = rate ] && params="{\"mode\":\"rate\",\"period_us\":20}"
+  rpc set_pacing "$params" > /dev/null || echo "set_pacing $mode failed at ${t}s"
+  if [ $(( (t / 10) % 3 )) -eq 0 ]; then kill -HUP $PID; fi
+  rss=$(rss_kib)
+  [ -z "$RSS_WARM" ] && [ $t -ge 60 ] && RSS_WARM=$rss
+  [ "$rss" -gt "$RSS_MAX" ] && RSS_MAX=$rss
+  echo "t=${t}s mode=$mode rss=${rss}KiB"
+done
+touch "$WORK/stop"
+wait $CLIENTS
+# Every client is gone: nothing may still be held.
+sleep 2
+STATS=$(rpc get_stats)
+LEAK=$(echo "$STATS" | python3 -c '
+import json, sys
+st = json.load(sys.stdin)
+rs = st["reactors"]
+held = sum(r["buffers"]["in_use"] for r in rs)
+flight = sum(r["requests_in_flight"] for r in rs)
+free = rs[0]["buffers"]["pool_free"]
+conns = sum(r["connections"] for r in rs)
+print(held, flight, '"$BUFFERS"' - free, conns)')
+RSS_END=$(rss_kib)
+kill -TERM $PID; wait $PID; STATUS=$?
+RUNS=0; KILLED=0; FAILED=0
+for i in 0 1 2 3; do
+  set -- $(cat "$WORK/client$i"); RUNS=$((RUNS + $1)); KILLED=$((KILLED + $2)); FAILED=$((FAILED + $3))
+done
+set -- $LEAK
+GROWTH=$(awk -v a="$RSS_WARM" -v b="$RSS_END" 'BEGIN { printf "%.1f", (b - a) * 100 / a }')
+echo "duration ${DURATION}s; fio runs $RUNS, killed mid-run $KILLED, failed (verify or IO errors) $FAILED"
+echo "after all clients left: buffers held $1, requests in flight $2, buffers missing from the pool $3, connections $4"
+echo "RSS: ${RSS_WARM} KiB at 60 s, ${RSS_MAX} KiB max, ${RSS_END} KiB at the end: growth ${GROWTH}%"
+echo "SIGHUPs: $(grep -c 'SIGHUP' "$WORK/iopace.log") log lines; server exit status $STATUS"
+echo "server warnings/errors: $(grep -c -E 'WARN|ERROR' "$WORK/iopace.log")"
+ok=$(awk -v f="$FAILED" -v h="$1" -v r="$2" -v m="$3" -v g="$GROWTH" -v s="$STATUS" \
+  'BEGIN { print (f == 0 && h == 0 && r == 0 && m == 0 && g < 5 && s == 0) ? "yes" : "no" }')
+echo "goals met: $ok (log and failed fio outputs kept in $WORK)"
+[ "$ok" = yes ] && rm -rf "$WORK" && exit 0
+exit 1
