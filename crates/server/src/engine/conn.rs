@@ -12,13 +12,6 @@ use super::ids::{ConnId, ReqId};
 /// and to hold small write payloads without a second syscall.
 pub const RECV_BUF: usize = 256 << 10;
 
-/// Receive buffers kept from closed connections for new ones. Allocating
-/// and freeing 256 KiB per connection lets the allocator's heap grow in
-/// steps under connection churn (glibc raises its mmap threshold after the
-/// first free, so later buffers come from the heap); reusing them keeps a
-/// reactor's memory flat.
-pub const SPARE_RECV_BUFS: usize = 16;
-
 /// Write payloads at least this large are received straight into the data
 /// buffers instead of through the receive buffer (saves a copy).
 pub const DIRECT_RECV_MIN: u32 = 16 << 10;
@@ -157,16 +150,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// `rbuf`: a [`RECV_BUF`]-sized receive buffer, new or reused (its
-    /// old bytes are never read: the window starts empty).
-    pub fn new(
-        id: ConnId,
-        flow: u64,
-        handshake: Box<Handshake>,
-        now: Nanos,
-        rbuf: Box<[u8]>,
-    ) -> Conn {
-        debug_assert_eq!(rbuf.len(), RECV_BUF);
+    pub fn new(id: ConnId, flow: u64, handshake: Box<Handshake>, now: Nanos) -> Conn {
         // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
         let msg: libc::msghdr = unsafe { std::mem::zeroed() };
         Conn {
@@ -180,7 +164,7 @@ impl Conn {
             recv: RecvOp::Idle,
             send: SendOp::Idle,
             life: Life::Open,
-            rbuf,
+            rbuf: vec![0u8; RECV_BUF].into_boxed_slice(),
             rstart: 0,
             rend: 0,
             raw_out: Vec::new(),

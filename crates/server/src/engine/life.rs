@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use pace::Nanos;
 use proto::Handshake;
 
-use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp, RECV_BUF, SPARE_RECV_BUFS};
+use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, ReqId, GEN_MASK};
 use super::req::ReqState;
 use super::{conn_at, Action, Engine};
@@ -34,11 +34,7 @@ impl Engine {
         let gen = self.conn_gens[index as usize].wrapping_add(1) & GEN_MASK;
         self.conn_gens[index as usize] = gen;
         let id = ConnId { index, gen };
-        let rbuf = self
-            .spare_rbufs
-            .pop()
-            .unwrap_or_else(|| vec![0u8; RECV_BUF].into_boxed_slice());
-        let mut conn = Box::new(Conn::new(id, self.next_flow, handshake, now, rbuf));
+        let mut conn = Box::new(Conn::new(id, self.next_flow, handshake, now));
         self.next_flow += 1;
         if let Phase::Handshake(h) = &mut conn.phase {
             conn.raw_out = h.take_output();
@@ -132,11 +128,7 @@ impl Engine {
         self.log_closed(c);
         // Its paced IOs were cancelled or completed before it went quiet.
         self.pacer.close_flow(c.flow);
-        if let Some(c) = self.conns[id.index as usize].take() {
-            if self.spare_rbufs.len() < SPARE_RECV_BUFS {
-                self.spare_rbufs.push(c.rbuf);
-            }
-        }
+        self.conns[id.index as usize] = None;
         self.free_conns.push(id.index);
         debug_assert!(self.stats.conns_now > 0);
         self.stats.conns_now -= 1;

@@ -126,9 +126,6 @@ pub struct Engine {
     conns: Vec<Option<Box<Conn>>>,
     conn_gens: Vec<u32>,
     free_conns: Vec<u32>,
-    /// Receive buffers of closed connections, for the next ones (see
-    /// [`SPARE_RECV_BUFS`]).
-    spare_rbufs: Vec<Box<[u8]>>,
     next_flow: u64,
     reqs: Vec<Req>,
     free_reqs: Vec<ReqId>,
@@ -181,7 +178,6 @@ impl Engine {
             conns: Vec::new(),
             conn_gens: Vec::new(),
             free_conns: Vec::new(),
-            spare_rbufs: Vec::new(),
             next_flow: 1,
             reqs: (0..settings.max_requests).map(|_| Req::default()).collect(),
             free_reqs: (0..settings.max_requests).rev().map(ReqId).collect(),

@@ -660,24 +660,3 @@ mod props {
         }
     }
 }
-
-/// Connection churn reuses receive buffers instead of allocating new ones,
-/// and keeps at most `SPARE_RECV_BUFS` of them.
-#[test]
-fn closed_connections_leave_their_receive_buffers_for_new_ones() {
-    let mut net = Net::new(engine("none", 24, TIMEOUTS));
-    let first = net.connect();
-    let rbuf = net.engine.conn_ref(first).map(|c| c.rbuf.as_ptr());
-    net.reset(first);
-    assert_eq!(net.engine.spare_rbufs.len(), 1);
-    let second = net.connect();
-    assert_eq!(net.engine.conn_ref(second).map(|c| c.rbuf.as_ptr()), rbuf);
-    assert!(net.engine.spare_rbufs.is_empty());
-    let many: Vec<ConnId> = (0..conn::SPARE_RECV_BUFS + 4)
-        .map(|_| net.connect())
-        .collect();
-    for c in many {
-        net.reset(c);
-    }
-    assert_eq!(net.engine.spare_rbufs.len(), conn::SPARE_RECV_BUFS);
-}
