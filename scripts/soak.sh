@@ -6,6 +6,11 @@
 # client is gone) and RSS growth after the first minute (warm-up), and prints
 # one summary; exit status 0 only if all three meet issue 13's goals
 # (0 verify errors, 0 leaked buffers, RSS growth under 5%).
+# RSS is split in two: the data buffer pool is one mapping allocated at
+# start, whose pages count once first used, so it grows (up to its size,
+# 62.5 MiB here: a size no other mapping has) each time more buffers are
+# in use at once than ever before;
+# the growth goal applies to the rest, where a leak would show.
 #
 # Usage: scripts/soak.sh IOPACE_BINARY [DURATION_S]
 # Run it under the shared bench lock: flock /work/wt/bench.lock timeout 900 ...
@@ -15,7 +20,7 @@ DURATION=${2:-600}
 WORK=$(mktemp -d /tmp/iopace-soak.XXXXXX)
 SOCK=$WORK/nbd.sock
 RPC=$WORK/admin.sock
-BUFFERS=512
+BUFFERS=500
 cat > "$WORK/iopace.toml" <<TOML
 [server]
 reactors = 2
@@ -41,7 +46,12 @@ TOML
 PID=$!
 for _ in $(seq 100); do [ -S "$RPC" ] && break; sleep 0.1; done
 rpc() { "$BIN" rpc --rpc "$RPC" "$@"; }
-rss_kib() { awk '/^VmRSS:/ {print $2}' /proc/$PID/status; }
+POOL_KIB=$((BUFFERS * 128))
+# "TOTAL POOL" RSS in KiB: the whole process, and the pool's mapping.
+rss_kib() {
+  awk -v pool=$POOL_KIB '/^Size:/ {size = $2} /^Rss:/ {total += $2; if (size == pool) p += $2}
+    END {print total, p + 0}' /proc/$PID/smaps
+}
 
 # One client: short fio runs, each writing its own 256 MiB region with
 # checksums and reading back what it wrote (verify_backlog), over and over.
@@ -76,6 +86,7 @@ CLIENTS=""
 for i in 0 1 2 3; do client $i 2> /dev/null & CLIENTS="$CLIENTS $!"; done
 START=$(date +%s)
 RSS_WARM=""
+POOL_WARM=0
 RSS_MAX=0
 MODES="rate auto buffers none"
 t=0
@@ -87,10 +98,10 @@ while [ $t -lt "$DURATION" ]; do
   [ "$mode" = rate ] && params="{\"mode\":\"rate\",\"period_us\":20}"
   rpc set_pacing "$params" > /dev/null || echo "set_pacing $mode failed at ${t}s"
   if [ $(( (t / 10) % 3 )) -eq 0 ]; then kill -HUP $PID; fi
-  rss=$(rss_kib)
-  [ -z "$RSS_WARM" ] && [ $t -ge 60 ] && RSS_WARM=$rss
+  set -- $(rss_kib); total=$1; pool=$2; rss=$((total - pool))
+  [ -z "$RSS_WARM" ] && [ $t -ge 60 ] && RSS_WARM=$rss && POOL_WARM=$pool
   [ "$rss" -gt "$RSS_MAX" ] && RSS_MAX=$rss
-  echo "t=${t}s mode=$mode rss=${rss}KiB"
+  echo "t=${t}s mode=$mode rss=${total}KiB pool=${pool}KiB rest=${rss}KiB"
 done
 touch "$WORK/stop"
 wait $CLIENTS
@@ -106,7 +117,7 @@ flight = sum(r["requests_in_flight"] for r in rs)
 free = rs[0]["buffers"]["pool_free"]
 conns = sum(r["connections"] for r in rs)
 print(held, flight, '"$BUFFERS"' - free, conns)')
-RSS_END=$(rss_kib)
+set -- $(rss_kib); RSS_END=$(($1 - $2)); POOL_END=$2
 kill -TERM $PID; wait $PID; STATUS=$?
 RUNS=0; KILLED=0; FAILED=0
 for i in 0 1 2 3; do
@@ -116,7 +127,8 @@ set -- $LEAK
 GROWTH=$(awk -v a="$RSS_WARM" -v b="$RSS_END" 'BEGIN { printf "%.1f", (b - a) * 100 / a }')
 echo "duration ${DURATION}s; fio runs $RUNS, killed mid-run $KILLED, failed (verify or IO errors) $FAILED"
 echo "after all clients left: buffers held $1, requests in flight $2, buffers missing from the pool $3, connections $4"
-echo "RSS: ${RSS_WARM} KiB at 60 s, ${RSS_MAX} KiB max, ${RSS_END} KiB at the end: growth ${GROWTH}%"
+echo "RSS outside the buffer pool: ${RSS_WARM} KiB at 60 s, ${RSS_MAX} KiB max, ${RSS_END} KiB at the end: growth ${GROWTH}%"
+echo "buffer pool pages touched: ${POOL_WARM} KiB at 60 s, ${POOL_END} KiB at the end (of ${POOL_KIB} KiB)"
 echo "SIGHUPs: $(grep -c 'SIGHUP' "$WORK/iopace.log") log lines; server exit status $STATUS"
 echo "server warnings/errors: $(grep -c -E 'WARN|ERROR' "$WORK/iopace.log")"
 ok=$(awk -v f="$FAILED" -v h="$1" -v r="$2" -v m="$3" -v g="$GROWTH" -v s="$STATUS" \
