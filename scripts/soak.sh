@@ -64,7 +64,7 @@ client() {
     log="$WORK/fio$i.$runs.log"
     fio --name=soak$i --thread --ioengine=nbd --uri="nbd+unix:///default?socket=$SOCK" \
       --offset=$((i * 256))M --size=256M --rw=randwrite --bsrange=4k-256k \
-      --iodepth=16 --verify=crc32c --verify_backlog=256 --verify_fatal=1 \
+      --iodepth=16 --verify=crc32c --verify_backlog=256 --verify_fatal=1 --verify_state_save=0 \
       --randseed=$((i * 1000 + runs)) --runtime=20 --output="$log" > /dev/null 2>&1 &
     FIO=$!
     kill_it=no
