@@ -75,6 +75,9 @@ pub use report::{PacerStats, TenantStats};
 pub use tenant_clock::TenantClock;
 use tenants::{Tenant, HOLD_RECHECK_NS};
 
+/// How often `auto` looks for flows that stopped draining (see [`flows`]).
+const STALL_CHECK_NS: Nanos = 1_000_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum IoKind {
     Read,
@@ -95,10 +98,24 @@ pub struct PacedIo {
     pub offset: u64,
 }
 
+/// Where a released IO is relative to its device: only IO at the device
+/// counts against the device's window, so replies waiting for a slow wire
+/// (or a write's payload waiting for a slow sender) hold their flow's
+/// window, not the device's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeviceStage {
+    /// A write piece whose payload is still arriving.
+    Before,
+    At,
+    /// The device is done; the data may still be leaving.
+    After,
+}
+
 /// A released IO still counted in flight.
 #[derive(Debug, Clone, Copy)]
 struct Flight {
     flow: u64,
+    stage: DeviceStage,
     device: usize,
     tenant: usize,
     bytes: u64,
@@ -119,9 +136,8 @@ pub struct Pacer {
     bypassed: Vec<PacedIo>,
     skipped: Vec<bool>,
     bytes_in_flight: u64,
-    /// Bytes in flight counted at each device's link share: what the shared
-    /// window bounds.
-    paced_in_flight: u64,
+    /// When flows are next checked for stalls.
+    stall_check_at: Nanos,
     in_flight_avg: crate::stats::TimeAvg,
     /// `rate` mode's credit and period.
     rate_credit: RateCredit,
@@ -182,7 +198,7 @@ impl Pacer {
             bypassed: Vec::new(),
             skipped: Vec::new(),
             bytes_in_flight: 0,
-            paced_in_flight: 0,
+            stall_check_at: now,
             in_flight_avg: crate::stats::TimeAvg::new(now),
             rate_credit: RateCredit::new(&cfg, buffer_size, now),
             device_ops,
@@ -278,7 +294,8 @@ impl Pacer {
             io.id
         );
         self.max_io = self.max_io.max(u64::from(io.bytes));
-        self.flows.queued(io.flow, self.max_io);
+        self.flows
+            .queued(io.flow, u64::from(io.bytes), self.max_io, now);
         if self.bypass(&io) {
             self.bypassed.push(io);
             return;
@@ -292,6 +309,14 @@ impl Pacer {
             tenant.active.push_back(d);
         }
         self.devices[d].queue.push(io, now);
+        self.publish_hosts();
+    }
+
+    /// Flow `flow` (a connection) comes from `host` (an id of its peer's
+    /// address): the host's connections share its link. A flow never opened
+    /// is a host of its own.
+    pub fn open_flow(&mut self, flow: u64, host: u64) {
+        self.flows.join(flow, host);
     }
 
     /// Forgets flow `flow`'s state (its connection closed). Its IOs were
@@ -305,7 +330,7 @@ impl Pacer {
         for (di, d) in self.devices.iter_mut().enumerate() {
             if let Some(io) = d.queue.remove(id) {
                 self.clock.dequeued(io.tenant);
-                self.flows.unqueued(io.flow);
+                self.flows.unqueued(io.flow, u64::from(io.bytes));
                 let t = &mut self.tenants[io.tenant];
                 t.unqueue(u64::from(io.bytes));
                 if !d.queue.has(io.tenant) {
@@ -313,13 +338,14 @@ impl Pacer {
                 }
                 self.publish_link();
                 // A reactor whose last connection died may poll no more.
+                self.publish_hosts();
                 self.publish_oldest();
                 return true;
             }
         }
         if let Some(pos) = self.bypassed.iter().position(|io| io.id == id) {
             let io = self.bypassed.swap_remove(pos);
-            self.flows.unqueued(io.flow);
+            self.flows.unqueued(io.flow, u64::from(io.bytes));
             return true;
         }
         if let Some(f) = self.flights.remove(&id) {
@@ -344,6 +370,10 @@ impl Pacer {
             self.rate_credit.refill(&self.cfg, now);
             let in_flight = self.bytes_in_flight;
             self.rate_credit.tune(&self.cfg, in_flight, now);
+        }
+        if self.cfg.mode == Mode::Auto && now >= self.stall_check_at {
+            self.flows.mark_stalls(now);
+            self.stall_check_at = now + STALL_CHECK_NS;
         }
         self.set_window_now(now);
         self.release_bypassed(now, out);
@@ -380,6 +410,7 @@ impl Pacer {
         }
         self.skipped = skipped;
         self.publish_link();
+        self.publish_hosts();
         self.publish_oldest();
     }
 
@@ -395,19 +426,26 @@ impl Pacer {
     /// Counts a released IO as in flight until `on_complete` or `cancel`.
     fn take_flight(&mut self, io: PacedIo, took_op: bool, paced: u64, now: Nanos) {
         let bytes = u64::from(io.bytes);
-        let dev = &mut self.devices[io.device];
-        dev.in_flight_bytes += bytes;
-        dev.in_flight_ios += 1;
-        self.tenants[io.tenant].in_flight += 1;
         self.flows.released(io.flow, bytes);
+        // A read goes to its device as it is released; a write piece when
+        // its payload has arrived (`on_device_start`).
+        let stage = match io.kind {
+            IoKind::Read => {
+                self.devices[io.device].arrive(bytes);
+                self.flows.enter_pipe(io.flow, bytes, paced, now);
+                DeviceStage::At
+            }
+            IoKind::Write => DeviceStage::Before,
+        };
+        self.tenants[io.tenant].in_flight += 1;
         self.bytes_in_flight += bytes;
-        self.paced_in_flight += paced;
         self.in_flight_avg.update(now, self.bytes_in_flight);
         self.released_total += bytes;
         let earlier = self.flights.insert(
             io.id,
             Flight {
                 flow: io.flow,
+                stage,
                 device: io.device,
                 tenant: io.tenant,
                 bytes,
@@ -420,11 +458,35 @@ impl Pacer {
         self.ios += 1;
     }
 
-    /// The device finished an IO after `latency_ns` at the device.
-    pub fn on_device_complete(&mut self, device: usize, kind: IoKind, latency_ns: u64, now: Nanos) {
-        if let Some(d) = self.devices.get_mut(device) {
-            d.device_latency.update(latency_ns.max(1), now);
+    /// Released IO `id` (a write piece whose payload has arrived) goes to
+    /// its device now.
+    pub fn on_device_start(&mut self, id: u64, now: Nanos) {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        if f.stage == DeviceStage::Before {
+            f.stage = DeviceStage::At;
+            self.devices[f.device].arrive(f.bytes);
+            self.flows.enter_pipe(f.flow, f.bytes, f.paced, now);
         }
+    }
+
+    /// The device finished IO `id` after `latency_ns` at the device: it no
+    /// longer counts against the device's window.
+    pub fn on_device_complete(&mut self, id: u64, kind: IoKind, latency_ns: u64, now: Nanos) {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        let device = f.device;
+        debug_assert!(f.stage != DeviceStage::After, "IO {id} done at its device twice");
+        if f.stage == DeviceStage::At {
+            f.stage = DeviceStage::After;
+            let bytes = f.bytes;
+            self.devices[device].leave(bytes);
+        }
+        self.devices[device]
+            .device_latency
+            .update(latency_ns.max(1), now);
         if let Some(q) = &self.qos {
             q.record(device, kind, latency_ns, now);
         }
@@ -448,21 +510,20 @@ impl Pacer {
         self.flows.delivered(f.flow, f.bytes, now, sizing);
         self.resize_window();
         self.publish_link();
+        self.publish_hosts();
         self.rate_credit.completed();
         self.sample_rates(now);
         self.in_flight_avg.update(now, self.bytes_in_flight);
     }
 
     fn land(&mut self, f: Flight) {
+        if f.stage != DeviceStage::Before {
+            self.flows.leave_pipe(f.flow, f.bytes, f.paced);
+        }
         self.flows.landed(f.flow, f.bytes);
-        let dev = &mut self.devices[f.device];
-        debug_assert!(
-            dev.in_flight_ios > 0 && dev.in_flight_bytes >= f.bytes,
-            "device {}: lands more than it has in flight",
-            f.device
-        );
-        dev.in_flight_bytes -= f.bytes;
-        dev.in_flight_ios -= 1;
+        if f.stage == DeviceStage::At {
+            self.devices[f.device].leave(f.bytes);
+        }
         let t = &mut self.tenants[f.tenant];
         debug_assert!(
             t.in_flight > 0,
@@ -471,11 +532,10 @@ impl Pacer {
         );
         t.in_flight -= 1;
         debug_assert!(
-            self.bytes_in_flight >= f.bytes && self.paced_in_flight >= f.paced,
+            self.bytes_in_flight >= f.bytes,
             "lands more than is in flight"
         );
         self.bytes_in_flight -= f.bytes;
-        self.paced_in_flight -= f.paced;
         if f.took_op {
             if let Some(ops) = &self.device_ops {
                 ops.give(f.device);
@@ -499,6 +559,13 @@ impl Pacer {
         if let Some(end) = self.probe_end(now) {
             // The window reopens when the latency probe ends.
             at(end);
+        }
+        if self.cfg.mode == Mode::Auto {
+            // A flow that stalls frees its host's and the reactor's windows,
+            // with no completion to say so.
+            if let Some(t) = self.flows.next_stall() {
+                at(t.max(self.stall_check_at));
+            }
         }
         if self.cfg.mode == Mode::Rate {
             match self.rate_credit.credit_at(now) {

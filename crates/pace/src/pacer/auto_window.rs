@@ -70,13 +70,14 @@ impl Pacer {
         }
     }
 
-    /// `auto`'s window: the sum of its active flows' windows (see
+    /// `auto`'s window: the sum of its active hosts' windows (see
     /// [`flows`]), at least four of the largest IO.
     pub(super) fn resize_window(&mut self) {
         if self.cfg.mode != Mode::Auto {
             return;
         }
-        let w = self.clamp_window(self.flows.window_sum(), 4);
+        let w = self.flows.window_sum(self.max_io);
+        let w = self.clamp_window(w, 4);
         if w != self.window {
             self.window = w;
             self.publish_link();
@@ -115,9 +116,10 @@ impl Pacer {
     /// The shared window has room for one more IO of `bytes` to device `d`.
     /// `paced` is its link share (see `link_share`).
     pub(super) fn shared_window_open(&self, t: usize, paced: u64, bytes: u64) -> bool {
-        self.paced_in_flight == 0
+        let piped = self.flows.paced_total();
+        piped == 0
             || self.light(t)
-            || (self.paced_in_flight + paced <= self.window_now
+            || (piped + paced <= self.window_now
                 && self.bytes_in_flight + bytes <= self.cfg.max_window)
     }
 
@@ -161,7 +163,16 @@ impl Pacer {
                 .filter(|t| !t.held)
                 .map(|t| t.queued_bytes)
                 .sum();
-            link.publish(*r, self.window, backlog, self.paced_in_flight);
+            link.publish(*r, self.window, backlog, self.flows.paced_total());
+        }
+    }
+
+    /// Publishes each host's window and queued bytes here, for pooling
+    /// with the other reactors' (see [`LinkWindow::host_share`]).
+    pub(super) fn publish_hosts(&mut self) {
+        if let Some((link, r)) = &self.link {
+            self.flows
+                .each_host(|host, window, queued| link.publish_host(*r, host, window, queued));
         }
     }
 

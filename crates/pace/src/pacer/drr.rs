@@ -23,6 +23,24 @@ pub(super) struct Device {
     pub last_offset: u64,
 }
 
+impl Device {
+    /// An IO of `bytes` is at the device.
+    pub fn arrive(&mut self, bytes: u64) {
+        self.in_flight_bytes += bytes;
+        self.in_flight_ios += 1;
+    }
+
+    /// An IO of `bytes` left the device.
+    pub fn leave(&mut self, bytes: u64) {
+        debug_assert!(
+            self.in_flight_ios > 0 && self.in_flight_bytes >= bytes,
+            "a device lands more than it has in flight"
+        );
+        self.in_flight_bytes -= bytes;
+        self.in_flight_ios -= 1;
+    }
+}
+
 /// Past this wait in the pacer, a device's DRR debt is forgiven, so a slow
 /// device's share bounds its IOs' waits instead of starving them.
 pub(super) const MAX_PACER_WAIT_NS: Nanos = 100_000_000;
@@ -94,7 +112,11 @@ impl Pacer {
     pub(super) fn flow_open(&self, io: &PacedIo) -> bool {
         self.cfg.mode != Mode::Auto
             || self.light(io.tenant)
-            || self.flows.open(io.flow, u64::from(io.bytes))
+            || self.flows.open(io.flow, u64::from(io.bytes), |host, own| {
+                self.link
+                    .as_ref()
+                    .map_or(own, |(link, r)| link.host_share(*r, host, own))
+            })
     }
 
     /// `auto`'s deficit round robin: a new turn for device `front` adds one

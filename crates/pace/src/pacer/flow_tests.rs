@@ -13,9 +13,20 @@ const WARMUP_NS: Nanos = 5_000_000;
 const END_NS: Nanos = 25_000_000;
 
 struct FlowSpec {
-    /// Link rate, bytes per ns; 0: the flow stops draining (a stalled client).
+    /// Its host's link rate, bytes per ns; 0: the flow stops draining (a
+    /// stalled client).
     rate: f64,
     qd: u32,
+    /// Flows of one host share its link (`None`: a link of its own).
+    host: Option<usize>,
+}
+
+fn flow(rate: f64, qd: u32) -> FlowSpec {
+    FlowSpec {
+        rate,
+        qd,
+        host: None,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,14 +84,15 @@ impl Loop {
         match ev {
             Ev::DeviceDone(id) => {
                 let io = self.ios[&id];
-                self.pacer
-                    .on_device_complete(io.device, io.kind, DEVICE_NS, now);
+                self.pacer.on_device_complete(id, io.kind, DEVICE_NS, now);
                 let f = io.flow as usize;
                 let rate = self.specs[f].rate;
+                // Links: one per flow, then one per host.
+                let link = self.specs[f].host.map_or(f, |h| self.specs.len() + h);
                 if rate > 0.0 {
-                    let start = self.link_free[f].max(now);
+                    let start = self.link_free[link].max(now);
                     let done = start + (f64::from(io.bytes) / rate) as Nanos;
-                    self.link_free[f] = done;
+                    self.link_free[link] = done;
                     self.at(done, Ev::Sent(id));
                 }
             }
@@ -104,7 +116,7 @@ fn run(specs: Vec<FlowSpec>) -> Vec<f64> {
     let mut l = Loop {
         pacer: Pacer::new(PacingConfig::default(), 4, K128, None, 0),
         specs,
-        link_free: vec![0; n],
+        link_free: vec![0; n + 8],
         ios: HashMap::new(),
         next_id: 0,
         events: BinaryHeap::new(),
@@ -112,6 +124,10 @@ fn run(specs: Vec<FlowSpec>) -> Vec<f64> {
         delivered: vec![0; n],
     };
     for f in 0..n {
+        if let Some(h) = l.specs[f].host {
+            assert!(h < 8, "a host past the test's links");
+            l.pacer.open_flow(f as u64, h as u64);
+        }
         for _ in 0..l.specs[f].qd {
             l.issue(f, 0);
         }
@@ -131,16 +147,13 @@ fn run(specs: Vec<FlowSpec>) -> Vec<f64> {
 
 #[test]
 fn a_fast_flow_keeps_its_rate_beside_a_flow_four_times_slower() {
-    let fast = || FlowSpec {
-        rate: 10.0,
-        qd: 256,
-    };
+    let fast = || flow(10.0, 256);
     let solo = run(vec![fast()])[0];
     assert!(
         solo > 0.9 * 10.0,
         "alone, the fast flow fills its link: {solo}"
     );
-    let both = run(vec![fast(), FlowSpec { rate: 2.5, qd: 256 }]);
+    let both = run(vec![fast(), flow(2.5, 256)]);
     assert!(
         both[0] >= 0.95 * solo,
         "fast flow beside the slow one: {} of {solo} bytes/ns",
@@ -155,13 +168,87 @@ fn a_fast_flow_keeps_its_rate_beside_a_flow_four_times_slower() {
 
 #[test]
 fn a_flow_that_stops_draining_stops_no_other() {
-    let live = || FlowSpec { rate: 10.0, qd: 32 };
+    let live = || flow(10.0, 32);
     let solo = run(vec![live()])[0];
-    let beside = run(vec![FlowSpec { rate: 0.0, qd: 64 }, live()]);
+    let beside = run(vec![flow(0.0, 64), live()]);
     assert_eq!(beside[0], 0.0);
     assert!(
         beside[1] >= 0.9 * solo,
         "beside a stalled flow: {} of {solo} bytes/ns",
         beside[1]
     );
+}
+
+#[test]
+fn a_slow_host_with_many_connections_leaves_a_fast_host_its_link() {
+    let on = |rate, host| FlowSpec {
+        rate,
+        qd: 64,
+        host: Some(host),
+    };
+    let solo = run(vec![on(10.0, 1)])[0];
+    // Host 0: eight connections behind one link four times slower.
+    let mut specs: Vec<FlowSpec> = (0..8).map(|_| on(2.5, 0)).collect();
+    specs.push(on(10.0, 1));
+    let rates = run(specs);
+    assert!(
+        rates[8] >= 0.95 * solo,
+        "fast host beside the slow one's 8 connections: {} of {solo}",
+        rates[8]
+    );
+    let slow: f64 = rates[..8].iter().sum();
+    assert!(slow > 0.9 * 2.5, "the slow host fills its own link: {slow}");
+}
+
+#[test]
+fn a_stalled_connection_does_not_hold_its_hosts_other_connections() {
+    let on = |rate, qd| FlowSpec {
+        rate,
+        qd,
+        host: Some(0),
+    };
+    let solo = run(vec![on(10.0, 32)])[0];
+    let beside = run(vec![on(0.0, 64), on(10.0, 32)]);
+    assert_eq!(beside[0], 0.0);
+    assert!(
+        beside[1] >= 0.9 * solo,
+        "beside a stalled connection of its host: {} of {solo}",
+        beside[1]
+    );
+}
+
+#[test]
+fn a_write_waiting_for_its_payload_holds_only_its_own_flows_window() {
+    let mut p = Pacer::new(PacingConfig::default(), 1, K128, None, 0);
+    p.open_flow(1, 7);
+    p.open_flow(2, 7);
+    let io = |id, flow, kind| PacedIo {
+        id,
+        flow,
+        device: 0,
+        tenant: 0,
+        bytes: K128,
+        kind,
+        offset: id * u64::from(K128),
+    };
+    // A writer whose payload never comes: its pieces go as far as its own
+    // window lets them, and no further.
+    for id in 1..=16 {
+        p.enqueue(io(id, 1, IoKind::Write), 0);
+    }
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    let held = out.len();
+    assert!((1..16).contains(&held), "{held} pieces released");
+    // A reader on the same host still gets the whole window.
+    out.clear();
+    for id in 101..=104 {
+        p.enqueue(io(id, 2, IoKind::Read), 1);
+    }
+    p.poll(1, &mut out);
+    assert_eq!(out, vec![101, 102, 103, 104]);
+    // Once its payload arrives, a piece is in the pipeline like a read.
+    p.on_device_start(1, 2);
+    p.on_device_complete(1, IoKind::Write, 1_000, 3);
+    p.on_complete(1, 3);
 }

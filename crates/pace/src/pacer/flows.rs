@@ -1,17 +1,24 @@
-//! Flows: each connection drains at its own rate (its socket, its host's
-//! link), so `auto` admits each flow's IO only as fast as that flow drains.
+//! Flows and hosts: each connection drains at its own rate (its socket,
+//! its host's link), so `auto` admits each flow's IO only as fast as that
+//! flow drains, and each host's IO only as fast as its link drains.
 //!
-//! A flow's window is near its bandwidth-delay product: gain x (max rate
-//! its own completions delivered) x (the reactor's min latency), and at
-//! least `FLOW_MIN_IOS` of the largest IO. A reactor's window is the sum of
-//! its active flows' bandwidth-delay products, floors left out: a flow that
-//! needs less than its floor (a host behind a slow device) uses its floor
-//! from what fast flows leave, not a window of its own that would let it
-//! past the other tenants' weights, and many small flows do not add up
-//! their floors. Replies queued for a slow host then fill only
-//! that host's window, and a fast host's IO never waits behind them; a flow
-//! that stops draining (a stalled client) holds its own window and nothing
-//! more.
+//! - A flow's window is near its bandwidth-delay product: gain x (max rate
+//!   its own completions delivered) x (the reactor's min latency), and at
+//!   least `FLOW_MIN_IOS` of the largest IO.
+//! - A host (a peer address; its connections share its link) has a window
+//!   of its flows' bandwidth-delay products, and at least `HOST_MIN_IOS` of
+//!   the largest IO: a host behind a slow wire keeps its link busy with a
+//!   few IOs, however many connections it opens, and a host with many
+//!   connections does not add up their floors.
+//! - A reactor's window is the sum of its hosts' windows, so replies queued
+//!   for a slow host fill only that host's window, and a fast host's IO never
+//!   waits behind them.
+//!
+//! What counts against a host's and the reactor's window is IO in the
+//! pipeline: a read from its release, a write piece once its payload has
+//! arrived. A write piece waiting for its payload, and every IO of a flow
+//! that has stopped draining (a stalled client, one that reads no replies),
+//! hold only their own flow's window.
 
 use std::collections::HashMap;
 
@@ -22,20 +29,54 @@ use crate::Nanos;
 /// A flow's window holds at least this many of the largest IO: one being
 /// sent while the next is read from the device.
 const FLOW_MIN_IOS: u64 = 2;
+/// A host's window holds at least this many of the largest IO.
+const HOST_MIN_IOS: u64 = 2;
 /// A new flow starts with this many IOs of window, and grows from there as
 /// its completions show the rate.
 const FLOW_START_IOS: u64 = 4;
+/// A flow with IO in the pipeline and no progress for this long has
+/// stalled: its IO leaves its host's and the reactor's windows.
+pub(super) const STALL_NS: Nanos = 20_000_000;
+
+/// Whether a flow's IO in the pipeline counts against its host's and the
+/// reactor's windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    Draining,
+    Stalled,
+}
 
 #[derive(Debug, Clone)]
 struct Flow {
+    host: u64,
+    drain: Drain,
     queued: usize,
+    /// Bytes released and not landed: what its own window bounds.
     in_flight: u64,
+    /// Of those, bytes in the pipeline, and their link share (see
+    /// `Pacer::link_share`).
+    piped: u64,
+    piped_paced: u64,
+    /// When it last delivered, or last entered the pipeline from empty.
+    progress_at: Nanos,
     delivered: u64,
     rate: WindowedMax,
     window: u64,
     /// gain x rate x latency, without the floor (None until measured).
     bdp: Option<u64>,
     samples: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Host {
+    /// Named by `join` (a peer address): its windows on every reactor are
+    /// pooled. A flow never joined is a host of its own, here alone.
+    pooled: bool,
+    /// Bytes in the pipeline of its draining flows.
+    piped: u64,
+    window: u64,
+    /// Bytes of its IO queued here.
+    queued: u64,
 }
 
 /// What the window formula needs from the pacer.
@@ -51,13 +92,40 @@ pub(super) struct Sizing {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Flows {
     map: HashMap<u64, Flow>,
+    hosts: HashMap<u64, Host>,
+    /// Each flow's host, from `open` (a flow never opened is its own host).
+    host_of: HashMap<u64, u64>,
+    /// The link share of every draining flow's bytes in the pipeline.
+    paced_total: u64,
+    /// Hosts forgotten since `each_host` last ran.
+    gone: Vec<u64>,
+}
+
+/// A flow never opened gets a host id of its own, apart from peer ids.
+fn own_host(flow: u64) -> u64 {
+    flow | 1 << 63
 }
 
 impl Flows {
-    fn flow(&mut self, flow: u64, max_io: u64) -> &mut Flow {
+    /// Flow `flow` is a connection from `host` (a peer address's id).
+    pub fn join(&mut self, flow: u64, host: u64) {
+        debug_assert!(!self.map.contains_key(&flow), "flow {flow} opened twice");
+        self.host_of.insert(flow, host & !(1 << 63));
+    }
+
+    fn flow(&mut self, flow: u64, max_io: u64, now: Nanos) -> &mut Flow {
+        let host = self.host_of.get(&flow).copied();
+        if let Some(h) = host {
+            self.hosts.entry(h).or_default().pooled = true;
+        }
         self.map.entry(flow).or_insert_with(|| Flow {
+            host: host.unwrap_or_else(|| own_host(flow)),
+            drain: Drain::Draining,
             queued: 0,
             in_flight: 0,
+            piped: 0,
+            piped_paced: 0,
+            progress_at: now,
             delivered: 0,
             rate: rate_filter(max_io),
             window: FLOW_START_IOS * max_io,
@@ -66,29 +134,84 @@ impl Flows {
         })
     }
 
-    /// One IO of `flow` was queued.
-    pub fn queued(&mut self, flow: u64, max_io: u64) {
-        self.flow(flow, max_io).queued += 1;
+    /// One IO of `flow`, `bytes` long, was queued.
+    pub fn queued(&mut self, flow: u64, bytes: u64, max_io: u64, now: Nanos) {
+        let f = self.flow(flow, max_io, now);
+        f.queued += 1;
+        let host = f.host;
+        self.hosts.entry(host).or_default().queued += bytes;
     }
 
-    /// One queued IO of `flow` left its queue without release (cancelled).
-    pub fn unqueued(&mut self, flow: u64) {
-        if let Some(f) = self.map.get_mut(&flow) {
-            debug_assert!(f.queued > 0, "flow {flow}: cancel of an IO never queued");
-            f.queued -= 1;
-        }
+    /// A queued IO of `flow`, `bytes` long, left its queue: released or
+    /// cancelled.
+    fn dequeued(&mut self, flow: u64, bytes: u64) -> Option<&mut Flow> {
+        let f = self.map.get_mut(&flow)?;
+        debug_assert!(f.queued > 0, "flow {flow}: dequeue of an IO never queued");
+        f.queued -= 1;
+        let host = self.hosts.entry(f.host).or_default();
+        debug_assert!(host.queued >= bytes);
+        host.queued -= bytes;
+        Some(f)
+    }
+
+    /// One queued IO of `flow`, `bytes` long, was cancelled.
+    pub fn unqueued(&mut self, flow: u64, bytes: u64) {
+        self.dequeued(flow, bytes);
     }
 
     /// One IO of `flow`, `bytes` long, was released.
     pub fn released(&mut self, flow: u64, bytes: u64) {
-        if let Some(f) = self.map.get_mut(&flow) {
-            debug_assert!(f.queued > 0, "flow {flow}: release of an IO never queued");
-            f.queued -= 1;
+        if let Some(f) = self.dequeued(flow, bytes) {
             f.in_flight += bytes;
         }
     }
 
-    /// A released IO of `flow` left the flight (done or cancelled).
+    /// Each host's window and queued bytes here, for pooling with the other
+    /// reactors (hosts gone since the last call report zeros once).
+    pub fn each_host(&mut self, mut publish: impl FnMut(u64, u64, u64)) {
+        for host in self.gone.drain(..) {
+            publish(host, 0, 0);
+        }
+        for (&id, h) in self.hosts.iter().filter(|(_, h)| h.pooled) {
+            publish(id, h.window, h.queued);
+        }
+    }
+
+    /// `bytes` of `flow` (`paced` of them by link share) entered the
+    /// pipeline.
+    pub fn enter_pipe(&mut self, flow: u64, bytes: u64, paced: u64, now: Nanos) {
+        let Some(f) = self.map.get_mut(&flow) else {
+            return;
+        };
+        if f.piped == 0 {
+            f.progress_at = now;
+        }
+        f.piped += bytes;
+        f.piped_paced += paced;
+        if f.drain == Drain::Draining {
+            self.hosts.entry(f.host).or_default().piped += bytes;
+            self.paced_total += paced;
+        }
+    }
+
+    /// `bytes` of `flow` (`paced` by link share) left the pipeline.
+    pub fn leave_pipe(&mut self, flow: u64, bytes: u64, paced: u64) {
+        let Some(f) = self.map.get_mut(&flow) else {
+            return;
+        };
+        debug_assert!(f.piped >= bytes && f.piped_paced >= paced);
+        f.piped -= bytes;
+        f.piped_paced -= paced;
+        if f.drain == Drain::Draining {
+            let host = self.hosts.entry(f.host).or_default();
+            debug_assert!(host.piped >= bytes && self.paced_total >= paced);
+            host.piped -= bytes;
+            self.paced_total -= paced;
+        }
+    }
+
+    /// A released IO of `flow` left the flight (done or cancelled), after
+    /// `leave_pipe` if it had entered it.
     pub fn landed(&mut self, flow: u64, bytes: u64) {
         if let Some(f) = self.map.get_mut(&flow) {
             debug_assert!(
@@ -99,12 +222,24 @@ impl Flows {
         }
     }
 
+    /// The link share of every draining flow's bytes in the pipeline: what
+    /// the reactor's window bounds.
+    pub fn paced_total(&self) -> u64 {
+        self.paced_total
+    }
+
     /// A released IO's data has left (after `landed`): the flow's rate
-    /// and window learn it.
+    /// and window learn it, and a stalled flow drains again.
     pub fn delivered(&mut self, flow: u64, bytes: u64, now: Nanos, sizing: Sizing) {
         let Some(f) = self.map.get_mut(&flow) else {
             return;
         };
+        f.progress_at = now;
+        if f.drain == Drain::Stalled {
+            f.drain = Drain::Draining;
+            self.hosts.entry(f.host).or_default().piped += f.piped;
+            self.paced_total += f.piped_paced;
+        }
         f.delivered += bytes;
         if !f.rate.offer(now, f.delivered, RATE_SAMPLE_NS) {
             return;
@@ -125,31 +260,91 @@ impl Flows {
         }
     }
 
-    /// `flow` may release one more IO of `bytes`: its window has room, or
-    /// it has nothing in flight.
-    pub fn open(&self, flow: u64, bytes: u64) -> bool {
-        self.map
-            .get(&flow)
-            .is_none_or(|f| f.in_flight == 0 || f.in_flight + bytes <= f.window)
+    /// Flows with IO in the pipeline and no progress for `STALL_NS` have
+    /// stalled: their IO leaves their hosts' and the reactor's windows.
+    /// True if one did.
+    pub fn mark_stalls(&mut self, now: Nanos) -> bool {
+        let mut any = false;
+        for f in self.map.values_mut() {
+            if f.drain == Drain::Draining && f.piped > 0 && now - f.progress_at > STALL_NS {
+                f.drain = Drain::Stalled;
+                let host = self.hosts.entry(f.host).or_default();
+                debug_assert!(host.piped >= f.piped && self.paced_total >= f.piped_paced);
+                host.piped -= f.piped;
+                self.paced_total -= f.piped_paced;
+                any = true;
+            }
+        }
+        any
     }
 
-    /// The sum of the bandwidth-delay products of the flows with IO queued
-    /// or in flight (a flow not yet measured counts its window).
-    pub fn window_sum(&self) -> u64 {
+    /// When the next flow would stall if nothing moves (None: no draining
+    /// flow has IO in the pipeline).
+    pub fn next_stall(&self) -> Option<Nanos> {
         self.map
             .values()
-            .filter(|f| f.queued > 0 || f.in_flight > 0)
-            .map(|f| f.bdp.unwrap_or(f.window))
+            .filter(|f| f.drain == Drain::Draining && f.piped > 0)
+            .map(|f| f.progress_at + STALL_NS + 1)
+            .min()
+    }
+
+    /// `flow` may release one more IO of `bytes`: its window has room, or
+    /// it has nothing in flight; and its host's window has room, or its
+    /// host has nothing in the pipeline.
+    /// `host_window` gives a host's window here from its own (pooled with
+    /// the other reactors').
+    pub fn open(&self, flow: u64, bytes: u64, host_window: impl Fn(u64, u64) -> u64) -> bool {
+        let Some(f) = self.map.get(&flow) else {
+            return true;
+        };
+        let own = f.in_flight == 0 || f.in_flight + bytes <= f.window;
+        own && self.hosts.get(&f.host).is_none_or(|h| {
+            let window = if h.pooled {
+                host_window(f.host, h.window)
+            } else {
+                h.window
+            };
+            h.piped == 0 || h.piped + bytes <= window
+        })
+    }
+
+    /// Sizes each host's window from its active flows (those with IO queued
+    /// or in flight), and returns their sum: the reactor's window.
+    pub fn window_sum(&mut self, max_io: u64) -> u64 {
+        for h in self.hosts.values_mut() {
+            h.window = 0;
+        }
+        for f in self.map.values() {
+            if f.queued > 0 || f.in_flight > 0 {
+                // A flow not yet measured counts its starting window.
+                self.hosts.entry(f.host).or_default().window += f.bdp.unwrap_or(f.window);
+            }
+        }
+        let floor = HOST_MIN_IOS * max_io;
+        self.hosts
+            .values_mut()
+            .filter(|h| h.window > 0)
+            .map(|h| {
+                h.window = h.window.max(floor);
+                h.window
+            })
             .sum()
     }
 
     /// Forgets `flow` (its connection closed, its IOs cancelled before).
     pub fn close(&mut self, flow: u64) {
+        self.host_of.remove(&flow);
         if let Some(f) = self.map.remove(&flow) {
             debug_assert!(
-                f.queued == 0 && f.in_flight == 0,
+                f.queued == 0 && f.in_flight == 0 && f.piped == 0,
                 "flow {flow} closed with IO still queued or in flight"
             );
+            let idle = self.map.values().all(|g| g.host != f.host);
+            if idle {
+                if self.hosts.remove(&f.host).is_some_and(|h| h.pooled) {
+                    self.gone.push(f.host);
+                }
+            }
         }
     }
 }

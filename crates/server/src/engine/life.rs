@@ -162,10 +162,17 @@ impl Engine {
         );
     }
 
-    /// Names the client of a connection just accepted, for its logs.
+    /// Names the client of a connection just accepted, for its logs, and
+    /// tells the pacer its host: connections from one address share that
+    /// host's link (a Unix client is a host of its own).
     pub fn set_peer(&mut self, id: ConnId, peer: &str) {
         if let Some(c) = conn_at(&mut self.conns, id) {
             c.peer = peer.into();
+            if let Ok(addr) = peer.parse::<std::net::SocketAddr>() {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::hash::Hash::hash(&addr.ip(), &mut h);
+                self.pacer.open_flow(c.flow, std::hash::Hasher::finish(&h));
+            }
         }
     }
 

@@ -309,10 +309,9 @@ impl Engine {
             Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
             Part::Piece(k) => (IoKind::Write, req.pieces[k as usize].t_submit),
         };
-        let device = self.catalog.exports[req.export as usize].device;
         let latency = self.now.saturating_sub(t_submit);
         self.pacer
-            .on_device_complete(device, kind, latency, self.now);
+            .on_device_complete(io.encode(), kind, latency, self.now);
     }
 
     /// Answered: queue the reply, or drop it if the client is gone.

@@ -124,6 +124,8 @@ impl Engine {
         self.set_piece(id, k, PieceState::Device);
         let req = &mut self.reqs[id.index()];
         req.pieces[k as usize].t_submit = self.now;
+        self.pacer
+            .on_device_start(IoToken::piece(id, k).encode(), self.now);
         let io = req.io_request(bdev::IoOp::Write { fua: req.fua() }, Some(k), self.buf_size);
         let export = req.export;
         self.actions.push(Action::Submit {

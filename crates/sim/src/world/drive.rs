@@ -22,6 +22,15 @@ impl Sim<'_> {
             return;
         };
         let s = self.socks.len();
+        // Each host has an address of its own: the target's pacer pools the
+        // windows of one host's connections, as it does for a real peer.
+        let peer = format!(
+            "10.{}.{}.1:{}",
+            dial.host / 256,
+            dial.host % 256,
+            40_000 + s % 20_000
+        );
+        self.target.engines[r].set_peer(conn, &peer);
         let slots = &mut self.sock_of[r];
         if slots.len() <= conn.index as usize {
             slots.resize(conn.index as usize + 1, u32::MAX);
