@@ -478,7 +478,10 @@ impl Pacer {
             return;
         };
         let device = f.device;
-        debug_assert!(f.stage != DeviceStage::After, "IO {id} done at its device twice");
+        debug_assert!(
+            f.stage != DeviceStage::After,
+            "IO {id} done at its device twice"
+        );
         if f.stage == DeviceStage::At {
             f.stage = DeviceStage::After;
             let bytes = f.bytes;

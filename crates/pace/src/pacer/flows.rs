@@ -340,10 +340,8 @@ impl Flows {
                 "flow {flow} closed with IO still queued or in flight"
             );
             let idle = self.map.values().all(|g| g.host != f.host);
-            if idle {
-                if self.hosts.remove(&f.host).is_some_and(|h| h.pooled) {
-                    self.gone.push(f.host);
-                }
+            if idle && self.hosts.remove(&f.host).is_some_and(|h| h.pooled) {
+                self.gone.push(f.host);
             }
         }
     }
