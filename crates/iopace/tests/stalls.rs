@@ -92,9 +92,7 @@ fn stalled_clients_delay_nobody<S: Stream>(
     let deaf = deaf_reader(connect(&server, "default"));
     // Let the stalls settle into whatever they hold.
     std::thread::sleep(Duration::from_millis(300));
-    let times: Vec<Duration> = (0..3)
-        .map(|_| probe(connect(&server, "default")))
-        .collect();
+    let times: Vec<Duration> = (0..3).map(|_| probe(connect(&server, "default"))).collect();
     let best = times.iter().min().copied().unwrap_or_default();
     assert!(
         best <= Duration::from_millis(100),
