@@ -16,38 +16,7 @@ pub fn run(data: &[u8]) {
     let mut ro = ExportInfo::simple("ro", 1 << 20);
     ro.read_only = true;
     let exports: Arc<[ExportInfo]> = vec![ExportInfo::simple("default", 1 << 30), ro].into();
-    let mut h = Handshake::new(exports.clone(), Some(0));
-    let mut pos = 0;
-    // Cut sizes come from the data itself so the fuzzer explores splits.
-    let mut step = 1 + data.first().map_or(0, |b| *b as usize % 61);
-    while pos < data.len() && *h.status() == HandshakeStatus::Negotiating {
-        let end = (pos + step).min(data.len());
-        let used = h.feed(&data[pos..end]);
-        assert!(
-            used <= end - pos,
-            "handshake consumed more than it was given"
-        );
-        if used == 0 {
-            if end == data.len() {
-                break;
-            }
-            step *= 2; // needs a bigger window
-            continue;
-        }
-        pos += used;
-    }
-    let _ = h.take_output();
-    let neg = match h.status().clone() {
-        HandshakeStatus::Done(n) => n,
-        _ => Negotiated {
-            export_index: 0,
-            structured_replies: data.len().is_multiple_of(2),
-            extended_headers: data.len().is_multiple_of(5),
-            base_allocation: Some(1),
-            no_zeroes: true,
-            read_only: data.len().is_multiple_of(3),
-        },
-    };
+    let (neg, pos) = negotiate(data, &exports);
     let export = &exports[neg.export_index];
     let ext = neg.extended_headers;
     let mut out = Vec::new();
@@ -98,6 +67,45 @@ pub fn run(data: &[u8]) {
         let skip = usize::try_from(payload).map_or(rest.len(), |p| p.min(rest.len()));
         rest = &rest[skip..];
     }
+}
+
+/// Feeds the handshake the data in cuts the data chooses; returns what it
+/// negotiated (or a set drawn from the data if it did not finish) and where
+/// the transmission bytes begin.
+fn negotiate(data: &[u8], exports: &Arc<[ExportInfo]>) -> (Negotiated, usize) {
+    let mut h = Handshake::new(exports.clone(), Some(0));
+    let mut pos = 0;
+    // Cut sizes come from the data itself so the fuzzer explores splits.
+    let mut step = 1 + data.first().map_or(0, |b| *b as usize % 61);
+    while pos < data.len() && *h.status() == HandshakeStatus::Negotiating {
+        let end = (pos + step).min(data.len());
+        let used = h.feed(&data[pos..end]);
+        assert!(
+            used <= end - pos,
+            "handshake consumed more than it was given"
+        );
+        if used == 0 {
+            if end == data.len() {
+                break;
+            }
+            step *= 2; // needs a bigger window
+            continue;
+        }
+        pos += used;
+    }
+    let _ = h.take_output();
+    let neg = match h.status().clone() {
+        HandshakeStatus::Done(n) => n,
+        _ => Negotiated {
+            export_index: 0,
+            structured_replies: data.len().is_multiple_of(2),
+            extended_headers: data.len().is_multiple_of(5),
+            base_allocation: Some(1),
+            no_zeroes: true,
+            read_only: data.len().is_multiple_of(3),
+        },
+    };
+    (neg, pos)
 }
 
 #[cfg(test)]

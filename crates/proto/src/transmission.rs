@@ -157,7 +157,6 @@ pub const MAX_EFFECT_LEN: u64 = 0xffff_f000;
 /// Checks a request against its export and the negotiated options.
 /// `Err` carries the error value the spec asks for.
 pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<(), u32> {
-    let f = req.flags;
     let cmd = req.command;
     // "The server SHOULD return NBD_EINVAL if it receives an unknown command."
     let advertised = match cmd {
@@ -172,35 +171,7 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
     if !advertised {
         return Err(EINVAL);
     }
-    let ext = neg.extended_headers;
-    let known = CMD_FLAGS_KNOWN | if ext { CMD_FLAG_PAYLOAD_LEN } else { 0 };
-    // "...SHOULD return NBD_EINVAL if it receives an unknown command flag [or]
-    // a flag not explicitly documented as applicable to the given request."
-    if f & !known != 0 {
-        return Err(EINVAL);
-    }
-    // With extended headers, "for other commands [than WRITE], the flag will
-    // trigger an NBD_EINVAL error" (BLOCK_STATUS's payload form is not offered).
-    if f & CMD_FLAG_PAYLOAD_LEN != 0 && cmd != Command::Write {
-        return Err(EINVAL);
-    }
-    // FUA "is valid for all commands, provided NBD_FLAG_SEND_FUA has been negotiated".
-    if f & CMD_FLAG_FUA != 0 && !export.can_fua {
-        return Err(EINVAL);
-    }
-    if f & CMD_FLAG_NO_HOLE != 0 && cmd != Command::WriteZeroes {
-        return Err(EINVAL);
-    }
-    // DF: valid during READ; "MUST NOT be set unless the transmission flags include NBD_FLAG_SEND_DF".
-    if f & CMD_FLAG_DF != 0 && (cmd != Command::Read || !(neg.structured_replies || ext)) {
-        return Err(EINVAL);
-    }
-    if f & CMD_FLAG_REQ_ONE != 0 && cmd != Command::BlockStatus {
-        return Err(EINVAL);
-    }
-    if f & CMD_FLAG_FAST_ZERO != 0 && (cmd != Command::WriteZeroes || !export.can_fast_zero) {
-        return Err(EINVAL);
-    }
+    check_flags(req, export, neg)?;
     let writes = matches!(cmd, Command::Write | Command::Trim | Command::WriteZeroes);
     // "SHOULD return NBD_EPERM if it receives a write or trim request on a read-only export."
     if writes && (export.read_only || neg.read_only) {
@@ -234,6 +205,41 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
             Command::Write | Command::WriteZeroes => ENOSPC,
             _ => EINVAL,
         });
+    }
+    Ok(())
+}
+
+/// The request's flags are known, negotiated and apply to its command.
+fn check_flags(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<(), u32> {
+    let (f, cmd) = (req.flags, req.command);
+    let ext = neg.extended_headers;
+    let known = CMD_FLAGS_KNOWN | if ext { CMD_FLAG_PAYLOAD_LEN } else { 0 };
+    // "...SHOULD return NBD_EINVAL if it receives an unknown command flag [or]
+    // a flag not explicitly documented as applicable to the given request."
+    if f & !known != 0 {
+        return Err(EINVAL);
+    }
+    // With extended headers, "for other commands [than WRITE], the flag will
+    // trigger an NBD_EINVAL error" (BLOCK_STATUS's payload form is not offered).
+    if f & CMD_FLAG_PAYLOAD_LEN != 0 && cmd != Command::Write {
+        return Err(EINVAL);
+    }
+    // FUA "is valid for all commands, provided NBD_FLAG_SEND_FUA has been negotiated".
+    if f & CMD_FLAG_FUA != 0 && !export.can_fua {
+        return Err(EINVAL);
+    }
+    if f & CMD_FLAG_NO_HOLE != 0 && cmd != Command::WriteZeroes {
+        return Err(EINVAL);
+    }
+    // DF: valid during READ; "MUST NOT be set unless the transmission flags include NBD_FLAG_SEND_DF".
+    if f & CMD_FLAG_DF != 0 && (cmd != Command::Read || !(neg.structured_replies || ext)) {
+        return Err(EINVAL);
+    }
+    if f & CMD_FLAG_REQ_ONE != 0 && cmd != Command::BlockStatus {
+        return Err(EINVAL);
+    }
+    if f & CMD_FLAG_FAST_ZERO != 0 && (cmd != Command::WriteZeroes || !export.can_fast_zero) {
+        return Err(EINVAL);
     }
     Ok(())
 }

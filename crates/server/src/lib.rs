@@ -15,6 +15,7 @@ pub mod server;
 mod sockets;
 pub mod stats;
 pub mod tls;
+mod toml_locate;
 
 pub use config::{Config, ConfigError, LoadedConfig};
 pub use server::{serve, ServeError};
