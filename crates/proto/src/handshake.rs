@@ -277,6 +277,21 @@ impl Handshake {
         self.out.extend_from_slice(data);
     }
 
+    /// Export `name`'s index if this client may use it; if not, the
+    /// option's error reply is sent.
+    fn export_for(&mut self, opt: u32, name: &str) -> Option<usize> {
+        let Some(idx) = self.find(name) else {
+            self.reply(opt, REP_ERR_UNKNOWN, b"unknown export");
+            return None;
+        };
+        if self.access(idx) == Access::Denied {
+            let why = b"this export is not open to this client";
+            self.reply(opt, REP_ERR_POLICY, why);
+            return None;
+        }
+        Some(idx)
+    }
+
     fn find(&self, name: &str) -> Option<usize> {
         if name.is_empty() {
             return self.default_export;
@@ -414,18 +429,9 @@ impl Handshake {
             return;
         }
         let requested: Vec<u16> = (0..n).map(|i| be16(data, pos + 2 * i)).collect();
-        let Some(idx) = self.find(name) else {
-            self.reply(opt, REP_ERR_UNKNOWN, b"unknown export");
+        let Some(idx) = self.export_for(opt, name) else {
             return;
         };
-        if self.access(idx) == Access::Denied {
-            self.reply(
-                opt,
-                REP_ERR_POLICY,
-                b"this export is not open to this client",
-            );
-            return;
-        }
         let e = self.view(idx);
         let mut d = Vec::with_capacity(12);
         d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
@@ -487,18 +493,9 @@ impl Handshake {
             self.reply(opt, REP_ERR_INVALID, b"trailing data");
             return;
         }
-        let Some(idx) = self.find(name) else {
-            self.reply(opt, REP_ERR_UNKNOWN, b"unknown export");
+        let Some(idx) = self.export_for(opt, name) else {
             return;
         };
-        if self.access(idx) == Access::Denied {
-            self.reply(
-                opt,
-                REP_ERR_POLICY,
-                b"this export is not open to this client",
-            );
-            return;
-        }
         // Unknown namespaces are ignored, as the spec requires; "base:" lists
         // every base context.
         let matched = if set {
