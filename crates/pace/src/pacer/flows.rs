@@ -266,7 +266,7 @@ impl Flows {
     pub fn mark_stalls(&mut self, now: Nanos) -> bool {
         let mut any = false;
         for f in self.map.values_mut() {
-            if f.drain == Drain::Draining && f.piped > 0 && now - f.progress_at > STALL_NS {
+            if f.drain == Drain::Draining && f.piped > 0 && now > f.progress_at + STALL_NS {
                 f.drain = Drain::Stalled;
                 let host = self.hosts.entry(f.host).or_default();
                 debug_assert!(host.piped >= f.piped && self.paced_total >= f.piped_paced);
