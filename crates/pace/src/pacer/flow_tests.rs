@@ -29,6 +29,14 @@ fn flow(rate: f64, qd: u32) -> FlowSpec {
     }
 }
 
+/// A connection of `host`, whose connections share one link.
+fn on_host(host: usize, rate: f64, qd: u32) -> FlowSpec {
+    FlowSpec {
+        host: Some(host),
+        ..flow(rate, qd)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     DeviceDone(u64),
@@ -181,11 +189,7 @@ fn a_flow_that_stops_draining_stops_no_other() {
 
 #[test]
 fn a_slow_host_with_many_connections_leaves_a_fast_host_its_link() {
-    let on = |rate, host| FlowSpec {
-        rate,
-        qd: 64,
-        host: Some(host),
-    };
+    let on = |rate, host| on_host(host, rate, 64);
     let solo = run(vec![on(10.0, 1)])[0];
     // Host 0: eight connections behind one link four times slower.
     let mut specs: Vec<FlowSpec> = (0..8).map(|_| on(2.5, 0)).collect();
@@ -202,11 +206,7 @@ fn a_slow_host_with_many_connections_leaves_a_fast_host_its_link() {
 
 #[test]
 fn a_stalled_connection_does_not_hold_its_hosts_other_connections() {
-    let on = |rate, qd| FlowSpec {
-        rate,
-        qd,
-        host: Some(0),
-    };
+    let on = |rate, qd| on_host(0, rate, qd);
     let solo = run(vec![on(10.0, 32)])[0];
     let beside = run(vec![on(0.0, 64), on(10.0, 32)]);
     assert_eq!(beside[0], 0.0);
