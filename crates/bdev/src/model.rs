@@ -89,6 +89,7 @@ impl ModelParams {
     pub fn expected_iops(&self, kind: IoKind, bytes: u32, sequential: bool, qd: u32) -> f64 {
         let service = self.service_ns(kind, bytes, sequential);
         let inflight = qd.min(self.channels);
+        // Each IO past the knee adds queueing; below it, none (a clamp).
         let extra = u64::from(inflight.saturating_sub(self.knee_qd)) * self.knee_ns;
         let per_io_ns =
             service + (self.latency_ns + if self.knee_qd > 0 { extra } else { 0 }) as f64;
@@ -135,6 +136,7 @@ impl ModelState {
         };
         self.capacity_free_ns = self.capacity_free_ns.max(start as f64) + service;
         let extra = if p.knee_qd > 0 {
+            // IOs past the knee, none below it (a clamp).
             u64::from(in_flight.saturating_sub(p.knee_qd)) * p.knee_ns
         } else {
             0

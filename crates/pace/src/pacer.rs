@@ -125,6 +125,21 @@ struct Flight {
     paced: u64,
 }
 
+impl Flight {
+    /// Before the device, at it, after it: in that order, once each. False
+    /// (and a failed assertion) for a double start or a double completion,
+    /// which then changes nothing.
+    fn enter(&mut self, to: DeviceStage) -> bool {
+        use DeviceStage::*;
+        let next = matches!((self.stage, to), (Before, At) | (At, After));
+        debug_assert!(next, "IO at its device: {:?} -> {to:?}", self.stage);
+        if next {
+            self.stage = to;
+        }
+        next
+    }
+}
+
 pub struct Pacer {
     cfg: PacingConfig,
     devices: Vec<Device>,
@@ -462,10 +477,10 @@ impl Pacer {
     /// its device now.
     pub fn on_device_start(&mut self, id: u64, now: Nanos) {
         let Some(f) = self.flights.get_mut(&id) else {
+            debug_assert!(false, "IO {id} starts at its device, never released");
             return;
         };
-        if f.stage == DeviceStage::Before {
-            f.stage = DeviceStage::At;
+        if f.enter(DeviceStage::At) {
             self.devices[f.device].arrive(f.bytes);
             self.flows.enter_pipe(f.flow, f.bytes, f.paced, now);
         }
@@ -478,12 +493,7 @@ impl Pacer {
             return;
         };
         let device = f.device;
-        debug_assert!(
-            f.stage != DeviceStage::After,
-            "IO {id} done at its device twice"
-        );
-        if f.stage == DeviceStage::At {
-            f.stage = DeviceStage::After;
+        if f.enter(DeviceStage::After) {
             let bytes = f.bytes;
             self.devices[device].leave(bytes);
         }

@@ -263,6 +263,7 @@ impl Reactor {
         } else {
             self.engine
                 .next_deadline()?
+                // A deadline already past waits the minimum (a clamp).
                 .saturating_sub(self.now)
                 .max(1_000)
         };
@@ -365,11 +366,11 @@ impl Reactor {
         match unsafe { dev.prepare(&req) } {
             Prep::Done(result) => self.engine.on_io_done(self.now, io, result),
             Prep::Sqes(sqes) => {
-                let last = sqes.len().saturating_sub(1);
+                let n = sqes.len();
                 for (i, sqe) in sqes.into_iter().enumerate() {
                     let op = Op::Io {
                         io,
-                        link: i != last,
+                        link: i + 1 < n,
                     };
                     self.push_sqe(sqe.user_data(op.encode()));
                 }

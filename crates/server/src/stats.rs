@@ -272,7 +272,7 @@ impl StatsCollector {
             e.ios += 1;
             e.bytes += bytes;
             e.errors += u64::from(req.error != 0);
-            e.record(now, now.saturating_sub(req.t_start));
+            e.record(now, now - req.t_start);
         }
     }
 

@@ -49,11 +49,13 @@ impl WindowedMax {
             self.last_bytes = cumulative;
             return false;
         };
-        let dt = now.saturating_sub(t);
-        if dt < span || cumulative.saturating_sub(self.last_bytes) < self.min_bytes {
+        debug_assert!(now >= t, "rate sampled back in time");
+        debug_assert!(cumulative >= self.last_bytes, "cumulative bytes went down");
+        let (dt, bytes) = (now - t, cumulative - self.last_bytes);
+        if dt < span || bytes < self.min_bytes {
             return false;
         }
-        let rate = cumulative.saturating_sub(self.last_bytes) as f64 * 1e9 / dt as f64;
+        let rate = bytes as f64 * 1e9 / dt as f64;
         if self.n == 0 {
             self.n = 50;
         }
@@ -98,7 +100,8 @@ impl WindowedMin {
     }
 
     pub fn update(&mut self, value: u64, now: Nanos) {
-        if now.saturating_sub(self.epoch_start) >= self.span.max(1) {
+        debug_assert!(now >= self.epoch_start, "minimum sampled back in time");
+        if now - self.epoch_start >= self.span.max(1) {
             self.previous = self.current.take();
             self.epoch_start = now;
         }

@@ -116,6 +116,8 @@ impl LinkWindow {
         }
         let others: u64 = self.in_flight.iter().map(load).sum::<u64>() - load(&self.in_flight[r]);
         let part = (total_window as f64 * own_queued as f64 / total_queued as f64) as u64;
+        // The others' IO in flight may exceed every window: windows shrink
+        // while IO is out, and each reactor publishes on its own.
         Some(part.min(total_window.saturating_sub(others)))
     }
 }

@@ -128,6 +128,8 @@ impl State {
     }
 
     fn adjust(&mut self, now: Nanos) {
+        // Reactors share this state under a lock, each with its own clock
+        // reading: another's `now` may be a little ahead of ours.
         if now.saturating_sub(self.period_start) < self.period {
             return;
         }

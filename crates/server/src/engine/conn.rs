@@ -183,6 +183,59 @@ impl Conn {
         }
     }
 
+    /// Moves the input parser to `to` and returns where it was: the one
+    /// place its transitions are checked.
+    pub fn set_input(&mut self, to: Input) -> Input {
+        use Input::*;
+        let from = std::mem::replace(&mut self.input, to);
+        debug_assert!(
+            matches!(
+                (from, to),
+                (_, Ended)
+                    | (Handshake, Headers)
+                    | (Headers, WaitSlot | Payload(_) | Discard(_))
+                    | (WaitSlot | Payload(_) | Discard(_), Headers)
+                    | (Discard(_), Discard(_))
+            ),
+            "{:?}: input {from:?} -> {to:?}",
+            self.id
+        );
+        from
+    }
+
+    /// Moves the receive side to `to` and returns its previous operation:
+    /// a recv is posted from idle, and completes back to idle.
+    pub fn set_recv(&mut self, to: RecvOp) -> RecvOp {
+        let from = std::mem::replace(&mut self.recv, to);
+        debug_assert!(
+            (from == RecvOp::Idle) != (to == RecvOp::Idle),
+            "{:?}: recv {from:?} -> {to:?}",
+            self.id
+        );
+        from
+    }
+
+    /// Moves the send side to `to`: idle, marked ready, posted, completed.
+    pub fn set_send(&mut self, to: SendOp) {
+        use SendOp::*;
+        debug_assert!(
+            matches!(
+                (self.send, to),
+                (Idle, Ready) | (Ready, Idle | InFlight) | (InFlight, Idle)
+            ),
+            "{:?}: send {:?} -> {to:?}",
+            self.id,
+            self.send
+        );
+        self.send = to;
+    }
+
+    /// Open to closing, once.
+    pub fn set_closing(&mut self) {
+        debug_assert_eq!(self.life, Life::Open, "{:?} closed twice", self.id);
+        self.life = Life::Closing;
+    }
+
     /// Records why the connection ends, unless a cause was already seen.
     pub fn ending(&mut self, reason: EndReason) {
         self.end.get_or_insert(reason);

@@ -22,12 +22,7 @@ impl Engine {
         let Some(c) = conn_at(&mut self.conns, id) else {
             return;
         };
-        let op = std::mem::replace(&mut c.recv, RecvOp::Idle);
-        debug_assert_ne!(
-            op,
-            RecvOp::Idle,
-            "{id:?}: a recv completed that was never posted"
-        );
+        let op = c.set_recv(RecvOp::Idle);
         self.touched.push(id);
         if let Received::Data(n) = result {
             self.stats.bytes_in += n as u64;
@@ -72,7 +67,7 @@ impl Engine {
         let Some(c) = conn_at(&mut self.conns, id) else {
             return;
         };
-        let was = std::mem::replace(&mut c.input, Input::Ended);
+        let was = c.set_input(Input::Ended);
         match was {
             // A WRITE whose payload will never arrive: nothing to execute.
             Input::Payload(r) => self.abort_pieces(r),
@@ -110,7 +105,7 @@ impl Engine {
             return Step::Stop;
         };
         let Phase::Handshake(h) = &mut c.phase else {
-            c.input = Input::Headers;
+            c.set_input(Input::Headers);
             return Step::Again;
         };
         let consumed = h.feed(&c.rbuf[c.rstart..c.rend]);
@@ -124,13 +119,13 @@ impl Engine {
             HandshakeStatus::Done(neg) => {
                 let export = neg.export_index as u16;
                 c.phase = Phase::Transmission { export, neg };
-                c.input = Input::Headers;
+                c.set_input(Input::Headers);
                 Step::Again
             }
             // STARTTLS is answered only on a TLS listener's thread, never here.
             HandshakeStatus::Closed | HandshakeStatus::StartTls => {
                 c.ending(EndReason::HandshakeEnded);
-                c.input = Input::Ended;
+                c.set_input(Input::Ended);
                 Step::Stop
             }
         };
@@ -175,7 +170,7 @@ impl Engine {
             return Step::Stop;
         }
         let Some(slot) = self.free_reqs.pop() else {
-            c.input = Input::WaitSlot;
+            c.set_input(Input::WaitSlot);
             self.slot_waiters.push_back(id);
             return Step::Stop;
         };
@@ -211,10 +206,10 @@ impl Engine {
             return Step::Stop;
         }
         c.rstart += n as usize;
-        c.input = match left - n {
+        c.set_input(match left - n {
             0 => Input::Headers,
             rest => Input::Discard(rest),
-        };
+        });
         Step::Again
     }
 
@@ -254,7 +249,7 @@ impl Engine {
         if len == 0 {
             return;
         }
-        c.recv = op;
+        c.set_recv(op);
         self.actions.push(Action::Recv { conn: id, buf, len });
     }
 }

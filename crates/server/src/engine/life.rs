@@ -16,7 +16,7 @@ impl Engine {
     /// handed over mid-negotiation); None starts a fresh one. None back means
     /// the engine is draining: the driver closes the socket.
     pub fn accept(&mut self, now: Nanos, handshake: Option<Box<Handshake>>) -> Option<ConnId> {
-        self.now = now;
+        self.set_now(now);
         if self.draining_since.is_some() {
             return None;
         }
@@ -94,11 +94,11 @@ impl Engine {
         if c.life == Life::Closing {
             return;
         }
-        c.life = Life::Closing;
-        let input = std::mem::replace(&mut c.input, Input::Ended);
+        c.set_closing();
+        let input = c.set_input(Input::Ended);
         let sending = c.send == SendOp::InFlight;
         if c.send == SendOp::Ready {
-            c.send = SendOp::Idle;
+            c.set_send(SendOp::Idle);
         }
         self.actions.push(Action::Shutdown {
             conn: id,
@@ -157,7 +157,7 @@ impl Engine {
             replies = c.traffic.replies,
             bytes_in = c.traffic.bytes_in,
             bytes_out = c.traffic.bytes_out,
-            seconds = (self.now.saturating_sub(c.accepted_at)) as f64 / 1e9,
+            seconds = (self.now - c.accepted_at) as f64 / 1e9,
             "connection closed"
         );
     }
@@ -239,7 +239,7 @@ impl Engine {
 
     /// Stops taking input everywhere; requests in flight still get answers.
     pub fn begin_drain(&mut self, now: Nanos) {
-        self.now = now;
+        self.set_now(now);
         if self.draining_since.is_some() {
             return;
         }
@@ -272,7 +272,7 @@ impl Engine {
         let Some(since) = self.draining_since else {
             return;
         };
-        if self.now.saturating_sub(since) <= self.drain_timeout {
+        if self.now - since <= self.drain_timeout {
             return;
         }
         for index in 0..self.conns.len() {
@@ -293,7 +293,6 @@ impl Engine {
         let Some(since) = self.draining_since else {
             return false;
         };
-        self.conns.iter().all(Option::is_none)
-            || self.now.saturating_sub(since) > 2 * self.drain_timeout
+        self.conns.iter().all(Option::is_none) || self.now - since > 2 * self.drain_timeout
     }
 }

@@ -200,6 +200,13 @@ impl Engine {
         }
     }
 
+    /// The driver's clock at an event. It never goes back, so the engine's
+    /// time differences are exact.
+    fn set_now(&mut self, now: Nanos) {
+        debug_assert!(now >= self.now, "time went back: {} -> {now}", self.now);
+        self.now = now;
+    }
+
     /// Moves the actions produced so far into `out` (which should be empty).
     pub fn take_actions(&mut self, out: &mut Vec<Action>) {
         std::mem::swap(&mut self.actions, out);
@@ -211,21 +218,21 @@ impl Engine {
 
     /// Bytes received on `conn`'s posted recv.
     pub fn on_recv(&mut self, now: Nanos, conn: ConnId, result: Received) {
-        self.now = now;
+        self.set_now(now);
         self.recv_done(conn, result);
         self.settle();
     }
 
     /// `conn`'s posted send finished.
     pub fn on_send(&mut self, now: Nanos, conn: ConnId, result: Sent) {
-        self.now = now;
+        self.set_now(now);
         self.send_done(conn, result);
         self.settle();
     }
 
     /// The device finished `io`.
     pub fn on_io_done(&mut self, now: Nanos, io: IoToken, result: IoResult) {
-        self.now = now;
+        self.set_now(now);
         self.io_done(io, result);
         self.settle();
     }
@@ -244,7 +251,7 @@ impl Engine {
     /// Time passes: buffer grants, delayed completions, the pacer, timeouts;
     /// then the sends this round produced.
     pub fn tick(&mut self, now: Nanos) {
-        self.now = now;
+        self.set_now(now);
         self.poll_grants();
         self.fire_delayed();
         self.poll_pacer();
@@ -284,12 +291,12 @@ impl Engine {
     }
 
     pub fn set_pacing(&mut self, cfg: PacingConfig, now: Nanos) {
-        self.now = now;
+        self.set_now(now);
         self.pacer.reconfigure(cfg, now);
     }
 
     pub fn snapshot(&mut self, now: Nanos) -> ReactorStats {
-        self.now = now;
+        self.set_now(now);
         let pool = self.bufs.stats();
         let mut snap = self
             .stats

@@ -11,7 +11,7 @@ impl Engine {
     pub(super) fn mark_send(&mut self, id: ConnId) {
         if let Some(c) = conn_at(&mut self.conns, id) {
             if c.send == SendOp::Idle {
-                c.send = SendOp::Ready;
+                c.set_send(SendOp::Ready);
                 self.send_ready.push(id);
             }
         }
@@ -26,8 +26,8 @@ impl Engine {
         if c.send != SendOp::Ready {
             return;
         }
-        c.send = SendOp::Idle;
         if c.life != Life::Open {
+            c.set_send(SendOp::Idle);
             return;
         }
         c.send_iov.clear();
@@ -55,12 +55,13 @@ impl Engine {
             }
         }
         if c.send_iov.is_empty() {
+            c.set_send(SendOp::Idle);
             self.touched.push(id);
             return;
         }
         c.msg.msg_iov = c.send_iov.as_mut_ptr();
         c.msg.msg_iovlen = c.send_iov.len();
-        c.send = SendOp::InFlight;
+        c.set_send(SendOp::InFlight);
         let msg = &*c.msg as *const libc::msghdr;
         self.actions.push(Action::Send { conn: id, msg });
     }
@@ -74,7 +75,7 @@ impl Engine {
             SendOp::InFlight,
             "{id:?}: a send completed never posted"
         );
-        c.send = SendOp::Idle;
+        c.set_send(SendOp::Idle);
         self.touched.push(id);
         if let Sent::Bytes(n) = result {
             self.stats.bytes_out += n as u64;

@@ -145,7 +145,7 @@ impl Engine {
             self.close(conn);
         } else if payload > 0 {
             if let Some(c) = conn_at(&mut self.conns, conn) {
-                c.input = Input::Discard(payload);
+                c.set_input(Input::Discard(payload));
             }
         }
         self.set_state(slot, ReqState::Answered);
@@ -179,7 +179,7 @@ impl Engine {
                 let need = self.commitment(id);
                 self.commit(conn, need);
                 if let Some(c) = conn_at(&mut self.conns, conn) {
-                    c.input = Input::Payload(id);
+                    c.set_input(Input::Payload(id));
                 }
                 // Settling the connection starts the first pieces.
                 self.touched.push(conn);
@@ -309,7 +309,7 @@ impl Engine {
             Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
             Part::Piece(k) => (IoKind::Write, req.pieces[k as usize].t_submit),
         };
-        let latency = self.now.saturating_sub(t_submit);
+        let latency = self.now - t_submit;
         self.pacer
             .on_device_complete(io.encode(), kind, latency, self.now);
     }
@@ -391,8 +391,7 @@ impl Engine {
         self.touched.push(conn);
         if let Some(waiter) = self.slot_waiters.pop_front() {
             if let Some(c) = conn_at(&mut self.conns, waiter) {
-                debug_assert_eq!(c.input, Input::WaitSlot);
-                c.input = Input::Headers;
+                c.set_input(Input::Headers);
             }
             self.touched.push(waiter);
         }

@@ -115,7 +115,7 @@ impl Engine {
             let conn = req.conn;
             if let Some(c) = conn_at(&mut self.conns, conn) {
                 debug_assert_eq!(c.input, Input::Payload(id));
-                c.input = Input::Headers;
+                c.set_input(Input::Headers);
             }
         }
     }
