@@ -35,7 +35,7 @@
 //! [`qos`] the latency targets; [`PacerGroup`] builds one target's pacers
 //! over what they share, and `report` their [`PacerStats`].
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -144,7 +144,7 @@ pub struct Pacer {
     cfg: PacingConfig,
     devices: Vec<Device>,
     tenants: Vec<Tenant>,
-    flights: HashMap<u64, Flight>,
+    flights: FxHashMap<u64, Flight>,
     /// Each connection's drain rate and window (`auto`).
     flows: Flows,
     /// IOs that bypass pacing, released at the next poll.
@@ -208,7 +208,7 @@ impl Pacer {
                 devices.max(1)
             ],
             tenants,
-            flights: HashMap::new(),
+            flights: FxHashMap::default(),
             flows: Flows::default(),
             bypassed: Vec::new(),
             skipped: Vec::new(),

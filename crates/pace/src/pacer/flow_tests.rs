@@ -2,7 +2,7 @@
 //! replies leave over a link of its own, one at a time at the link's rate.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 use super::*;
 

@@ -20,7 +20,7 @@
 //! that has stopped draining (a stalled client, one that reads no replies),
 //! hold only their own flow's window.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::auto_window::{rate_filter, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_NS};
 use super::filter::WindowedMax;
@@ -91,10 +91,10 @@ pub(super) struct Sizing {
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct Flows {
-    map: HashMap<u64, Flow>,
-    hosts: HashMap<u64, Host>,
+    map: FxHashMap<u64, Flow>,
+    hosts: FxHashMap<u64, Host>,
     /// Each flow's host, from `open` (a flow never opened is its own host).
-    host_of: HashMap<u64, u64>,
+    host_of: FxHashMap<u64, u64>,
     /// The link share of every draining flow's bytes in the pipeline.
     paced_total: u64,
     /// Hosts forgotten since `each_host` last ran.

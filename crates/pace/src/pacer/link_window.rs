@@ -21,66 +21,81 @@ use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct LinkWindow {
-    /// Each reactor's own window, bytes.
-    windows: Vec<AtomicU64>,
-    /// Each reactor's queued bytes.
-    queued: Vec<AtomicU64>,
-    /// Each reactor's bytes in flight, as its window counts them.
-    in_flight: Vec<AtomicU64>,
-    /// Per host slot and reactor: the host's window there and its queued
-    /// bytes there.
-    host_windows: Vec<AtomicU64>,
-    host_queued: Vec<AtomicU64>,
+    reactors: Vec<ReactorPart>,
+}
+
+/// What one reactor publishes. Only that reactor writes it; aligned to a
+/// cache line so its stores do not take another reactor's part from the
+/// readers.
+#[derive(Debug)]
+#[repr(align(64))]
+struct ReactorPart {
+    /// Its own window, bytes.
+    window: AtomicU64,
+    /// Its queued bytes.
+    queued: AtomicU64,
+    /// Its bytes in flight, as its window counts them.
+    in_flight: AtomicU64,
+    /// Per host slot: the host's window here and its queued bytes here.
+    host_windows: [AtomicU64; HOST_SLOTS],
+    host_queued: [AtomicU64; HOST_SLOTS],
 }
 
 /// Host slots in a [`LinkWindow`].
 const HOST_SLOTS: usize = 64;
 
+/// Stores `v` only if it changed: every reactor publishes on every request,
+/// and a store, even of the same value, takes the cache line from the
+/// reactors that read it.
+fn store_changed(a: &AtomicU64, v: u64) {
+    if a.load(Ordering::Relaxed) != v {
+        a.store(v, Ordering::Relaxed);
+    }
+}
+
+fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// A host's slot. Host ids are hashes or small indices: mix before taking
+/// the slot.
+fn host_slot(host: u64) -> usize {
+    (host.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % HOST_SLOTS
+}
+
 impl LinkWindow {
     pub fn new(reactors: usize) -> Arc<LinkWindow> {
-        let zeros = || (0..reactors.max(1)).map(|_| AtomicU64::new(0)).collect();
-        let host_zeros = || {
-            (0..reactors.max(1) * HOST_SLOTS)
-                .map(|_| AtomicU64::new(0))
-                .collect()
+        let part = || ReactorPart {
+            window: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            host_windows: std::array::from_fn(|_| AtomicU64::new(0)),
+            host_queued: std::array::from_fn(|_| AtomicU64::new(0)),
         };
         Arc::new(LinkWindow {
-            windows: zeros(),
-            queued: zeros(),
-            in_flight: zeros(),
-            host_windows: host_zeros(),
-            host_queued: host_zeros(),
+            reactors: (0..reactors.max(1)).map(|_| part()).collect(),
         })
     }
 
     pub fn reactors(&self) -> usize {
-        self.windows.len()
+        self.reactors.len()
     }
 
     /// Reactor `r`'s own window, queued bytes and bytes in flight now.
     pub fn publish(&self, r: usize, window: u64, queued: u64, in_flight: u64) {
-        if let (Some(w), Some(q), Some(f)) = (
-            self.windows.get(r),
-            self.queued.get(r),
-            self.in_flight.get(r),
-        ) {
-            w.store(window, Ordering::Relaxed);
-            q.store(queued, Ordering::Relaxed);
-            f.store(in_flight, Ordering::Relaxed);
+        if let Some(p) = self.reactors.get(r) {
+            store_changed(&p.window, window);
+            store_changed(&p.queued, queued);
+            store_changed(&p.in_flight, in_flight);
         }
-    }
-
-    fn host_slot(&self, host: u64) -> usize {
-        // Host ids are hashes or small indices: mix before taking the slot.
-        (host.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % HOST_SLOTS
     }
 
     /// Host `host`'s window and queued bytes on reactor `r` now.
     pub fn publish_host(&self, r: usize, host: u64, window: u64, queued: u64) {
-        let i = self.host_slot(host) * self.reactors() + r;
-        if let (Some(w), Some(q)) = (self.host_windows.get(i), self.host_queued.get(i)) {
-            w.store(window, Ordering::Relaxed);
-            q.store(queued, Ordering::Relaxed);
+        if let Some(p) = self.reactors.get(r) {
+            let i = host_slot(host);
+            store_changed(&p.host_windows[i], window);
+            store_changed(&p.host_queued[i], queued);
         }
     }
 
@@ -88,18 +103,16 @@ impl LinkWindow {
     /// in proportion to its queued bytes there (`own`, its window on `r`,
     /// while it has nothing queued anywhere).
     pub fn host_share(&self, r: usize, host: u64, own: u64) -> u64 {
-        let n = self.reactors();
-        if r >= n {
+        let Some(mine) = self.reactors.get(r) else {
             return own;
-        }
-        let base = self.host_slot(host) * n;
-        let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let total_queued: u64 = self.host_queued[base..base + n].iter().map(load).sum();
+        };
+        let i = host_slot(host);
+        let total_queued: u64 = self.reactors.iter().map(|p| load(&p.host_queued[i])).sum();
         if total_queued == 0 {
             return own;
         }
-        let total_window: u64 = self.host_windows[base..base + n].iter().map(load).sum();
-        let own_queued = load(&self.host_queued[base + r]);
+        let total_window: u64 = self.reactors.iter().map(|p| load(&p.host_windows[i])).sum();
+        let own_queued = load(&mine.host_queued[i]);
         (total_window as f64 * own_queued as f64 / total_queued as f64) as u64
     }
 
@@ -107,15 +120,15 @@ impl LinkWindow {
     /// the queued bytes (its own window while nothing is queued anywhere),
     /// and no more than the others leave free.
     pub fn share(&self, r: usize) -> Option<u64> {
-        let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let total_queued: u64 = self.queued.iter().map(load).sum();
-        let own_queued = load(self.queued.get(r)?);
-        let total_window: u64 = self.windows.iter().map(load).sum();
+        let mine = self.reactors.get(r)?;
+        let total_queued: u64 = self.reactors.iter().map(|p| load(&p.queued)).sum();
+        let total_window: u64 = self.reactors.iter().map(|p| load(&p.window)).sum();
         if total_queued == 0 {
-            return self.windows.get(r).map(load);
+            return Some(load(&mine.window));
         }
-        let others: u64 = self.in_flight.iter().map(load).sum::<u64>() - load(&self.in_flight[r]);
-        let part = (total_window as f64 * own_queued as f64 / total_queued as f64) as u64;
+        let in_flight: u64 = self.reactors.iter().map(|p| load(&p.in_flight)).sum();
+        let others = in_flight - load(&mine.in_flight);
+        let part = (total_window as f64 * load(&mine.queued) as f64 / total_queued as f64) as u64;
         // The others' IO in flight may exceed every window: windows shrink
         // while IO is out, and each reactor publishes on its own.
         Some(part.min(total_window.saturating_sub(others)))

@@ -1,4 +1,4 @@
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use super::auto_window::{LATENCY_PROBE_EVERY_NS, LATENCY_PROBE_LATENCIES, LATENCY_PROBE_MAX_NS};
 use super::drr::MAX_PACER_WAIT_NS;
