@@ -251,6 +251,11 @@ impl StatsCollector {
         self.states.enter(to);
     }
 
+    /// Requests counted in a state other than done.
+    pub fn requests_in_flight(&self) -> u64 {
+        self.states.in_flight()
+    }
+
     pub fn sample_buffers(&mut self, now: Nanos, in_use: u64) {
         self.buffers_in_use.update(now, in_use);
     }

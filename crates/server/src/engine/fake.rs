@@ -17,9 +17,25 @@ pub const BUF_SIZE: u32 = 4096;
 
 /// An engine over a small pool and one 1 MiB malloc export.
 pub fn engine(mode: &str, buffers: u32, timeouts: Timeouts) -> Engine {
+    engine_with(mode, buffers, timeouts, 0)
+}
+
+/// As [`engine`], with an emulated device delay of `delay_us` on average
+/// (none for 0): completions wait in the engine's delay timers.
+pub fn engine_with(mode: &str, buffers: u32, timeouts: Timeouts, delay_us: u32) -> Engine {
+    let (bdev, delay) = match delay_us {
+        0 => ("m0", String::new()),
+        us => (
+            "slow",
+            format!(
+                "[[bdev]]\nname = \"slow\"\nkind = \"delay\"\nbase = \"m0\"\n\
+                 read_avg_us = {us}\nwrite_avg_us = {us}\n\n"
+            ),
+        ),
+    };
     let text = format!(
-        "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n\
-         [[export]]\nname = \"default\"\nbdev = \"m0\"\n\n\
+        "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n{delay}\
+         [[export]]\nname = \"default\"\nbdev = \"{bdev}\"\n\n\
          [buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"{BUF_SIZE}\"\nbuf_cache_size = 2\n\n\
          [pacing]\nmode = \"{mode}\"\n"
     );
@@ -79,6 +95,8 @@ pub struct Net {
     pub ios: Vec<(IoToken, u16, IoRequest)>,
     pub bytes_delivered: u64,
     pub bytes_sent: u64,
+    /// Run after every event the engine handles (a property test's books).
+    pub after_event: Option<fn(&Net)>,
 }
 
 impl Net {
@@ -90,6 +108,7 @@ impl Net {
             ios: Vec::new(),
             bytes_delivered: 0,
             bytes_sent: 0,
+            after_event: None,
         }
     }
 
@@ -132,6 +151,35 @@ impl Net {
         for (conn, read_only) in shut {
             self.shut_down(conn, read_only);
         }
+        if let Some(check) = self.after_event {
+            check(self);
+        }
+    }
+
+    /// Drives every pending operation to completion, whole, until nothing
+    /// moves (time runs on to emulated delays, not to timeouts).
+    pub fn run_to_quiet(&mut self) {
+        for _ in 0..10_000 {
+            let mut moved = false;
+            let conns: Vec<ConnId> = self.clients.keys().copied().collect();
+            for c in conns {
+                moved |= self.deliver(c, usize::MAX);
+                moved |= self.take_sent(c, usize::MAX);
+            }
+            while !self.ios.is_empty() {
+                self.complete_io(0);
+                moved = true;
+            }
+            let delayed = self.engine.delayed.peek().map(|d| (d.0).0);
+            match delayed {
+                Some(t) if !moved => self.advance(t.max(self.now) - self.now),
+                _ => self.advance(1_000),
+            }
+            if !moved && delayed.is_none() {
+                return;
+            }
+        }
+        panic!("no quiet after 10000 rounds");
     }
 
     /// As the kernel does on shutdown: a pending recv ends (EOF), and on a
