@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -74,11 +76,36 @@ fn title_size(title: &str) -> u32 {
     (1800 / len).clamp(14, 26)
 }
 
-fn finite(series: &[Series]) -> impl Iterator<Item = (f64, f64)> + '_ {
-    series
+/// The points a chart can place: finite, and with x above 0 on a log axis.
+fn plottable(points: &[(f64, f64)], log_x: bool) -> impl Iterator<Item = (f64, f64)> + '_ {
+    points
         .iter()
-        .flat_map(|s| s.points.iter().copied())
-        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .copied()
+        .filter(move |(x, y)| x.is_finite() && y.is_finite() && (!log_x || *x > 0.0))
+}
+
+fn all_plottable(series: &[Series], log_x: bool) -> impl Iterator<Item = (f64, f64)> + '_ {
+    series.iter().flat_map(move |s| plottable(&s.points, log_x))
+}
+
+/// Room for the axes' labels around a chart.
+fn chart_builder<'a, 'b>(area: &'a Area<'b>) -> ChartBuilder<'a, 'b, BitMapBackend<'b>> {
+    let mut b = ChartBuilder::on(area);
+    b.margin(20).x_label_area_size(55).y_label_area_size(80);
+    b
+}
+
+/// The look every chart's axes share: label fonts, no light grid lines.
+fn draw_mesh<X, Y>(mesh: &mut MeshStyle<'_, '_, X, Y, BitMapBackend<'_>>) -> Result<(), String>
+where
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged + ValueFormatter<Y::ValueType>,
+{
+    mesh.label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(err)
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -147,7 +174,7 @@ fn panel(
     legend: SeriesLabelPosition,
 ) -> Result<(), String> {
     let tx = |x: f64| if log_x { x.max(1e-9).log2() } else { x };
-    let pts: Vec<(f64, f64)> = finite(series).filter(|(x, _)| !log_x || *x > 0.0).collect();
+    let pts: Vec<(f64, f64)> = all_plottable(series, log_x).collect();
     let (mut x0, mut x1) = pts
         .iter()
         .map(|p| tx(p.0))
@@ -161,10 +188,7 @@ fn panel(
     let pad = (x1 - x0) * 0.05;
     let y1 = pts.iter().map(|p| p.1).fold(0.0, f64::max);
     let y1 = if y1 > 0.0 { y1 * 1.1 } else { 1.0 };
-    let mut chart = ChartBuilder::on(area)
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(80)
+    let mut chart = chart_builder(area)
         .build_cartesian_2d((x0 - pad)..(x1 + pad), 0.0..y1)
         .map_err(err)?;
     let x_fmt = |v: &f64| {
@@ -184,23 +208,18 @@ fn panel(
     } else {
         10
     };
-    chart
-        .configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .x_labels(ticks.clamp(2, 16))
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(&|v| y_tick(*v, y1))
-        .label_style(("sans-serif", 16))
-        .axis_desc_style(("sans-serif", 18))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(err)?;
+    draw_mesh(
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .x_labels(ticks.clamp(2, 16))
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&|v| y_tick(*v, y1)),
+    )?;
     let points = |s: &Series| -> Vec<(f64, f64)> {
-        s.points
-            .iter()
-            .filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_x || *x > 0.0))
-            .map(|&(x, y)| (tx(x), y))
+        plottable(&s.points, log_x)
+            .map(|(x, y)| (tx(x), y))
             .collect()
     };
     draw_series(&mut chart, series, &points, true, legend)
@@ -287,7 +306,7 @@ fn format_num(v: f64) -> String {
 /// A latency CDF: points are (latency_us, fraction 0..=1); x is log10.
 pub fn cdf_chart(path: &Path, title: &str, series: &[Series]) -> Result<(), String> {
     let (root, area) = canvas(path, (1000, 700), title)?;
-    let pts: Vec<(f64, f64)> = finite(series).filter(|(x, _)| *x > 0.0).collect();
+    let pts: Vec<(f64, f64)> = all_plottable(series, true).collect();
     let lo = pts.iter().map(|p| p.0).fold(f64::MAX, f64::min);
     let hi = pts.iter().map(|p| p.0).fold(0.0, f64::max);
     let (lo, hi) = if pts.is_empty() {
@@ -295,39 +314,27 @@ pub fn cdf_chart(path: &Path, title: &str, series: &[Series]) -> Result<(), Stri
     } else {
         (lo / 1.5, hi * 1.5)
     };
-    let mut chart = ChartBuilder::on(&area)
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(80)
+    let mut chart = chart_builder(&area)
         .build_cartesian_2d(
             (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
             0.0..1.02,
         )
         .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("Completion latency, us (log scale)")
-        .y_desc("Fraction of IOs")
-        .x_label_formatter(&|v| {
-            if *v >= 1e4 {
-                format!("{}k", format_num(v / 1e3))
-            } else {
-                format_num(*v)
-            }
-        })
-        .y_label_formatter(&|v| format!("{v:.1}"))
-        .label_style(("sans-serif", 16))
-        .axis_desc_style(("sans-serif", 18))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(err)?;
-    let points = |s: &Series| -> Vec<(f64, f64)> {
-        s.points
-            .iter()
-            .copied()
-            .filter(|(x, y)| x.is_finite() && y.is_finite() && *x > 0.0)
-            .collect()
-    };
+    draw_mesh(
+        chart
+            .configure_mesh()
+            .x_desc("Completion latency, us (log scale)")
+            .y_desc("Fraction of IOs")
+            .x_label_formatter(&|v| {
+                if *v >= 1e4 {
+                    format!("{}k", format_num(v / 1e3))
+                } else {
+                    format_num(*v)
+                }
+            })
+            .y_label_formatter(&|v| format!("{v:.1}")),
+    )?;
+    let points = |s: &Series| -> Vec<(f64, f64)> { plottable(&s.points, true).collect() };
     draw_series(
         &mut chart,
         series,

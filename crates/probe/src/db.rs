@@ -166,7 +166,11 @@ pub fn merge(db: &Path) -> Result<Vec<DbEntry>, ProbeError> {
 
 /// A table of every key: its runs, its merged (or only) model, the widest spread.
 pub fn show(db: &Path) -> Result<String, ProbeError> {
-    let mut t = String::from("model | firmware | runs | rbps | rseqiops | rrandiops | wbps | wseqiops | wrandiops | knee QD | widest spread\n");
+    let costs = CostModel::default()
+        .named()
+        .map(|(name, _)| name)
+        .join(" | ");
+    let mut t = format!("model | firmware | runs | {costs} | knee QD | widest spread\n");
     for (_, runs) in keys(db)? {
         let Some(m) = merge_entries(&runs) else {
             continue;
@@ -176,19 +180,13 @@ pub fn show(db: &Path) -> Result<String, ProbeError> {
             .iter()
             .max_by(|a, b| a.1.total_cmp(b.1))
             .map_or(("-", 0.0), |(k, v)| (k.as_str(), *v));
-        let c = &m.cost;
+        let costs = m.cost.named().map(|(_, v)| format!("{v:.0}")).join(" | ");
         let _ = writeln!(
             t,
-            "{} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {worst} {:.1}%",
+            "{} | {} | {} | {costs} | {} | {worst} {:.1}%",
             m.model,
             m.firmware,
             m.runs,
-            c.rbps,
-            c.rseqiops,
-            c.rrandiops,
-            c.wbps,
-            c.wseqiops,
-            c.wrandiops,
             m.knee_qd.map_or("-".into(), |k| k.to_string()),
             100.0 * s
         );

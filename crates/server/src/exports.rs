@@ -191,10 +191,6 @@ fn tenant_index(pacing: &mut PacingConfig, name: &str) -> usize {
     if let Some(t) = pacing.tenants.iter().position(|t| t.name == "default") {
         return t;
     }
-    pacing.tenants.push(TenantConfig {
-        name: "default".into(),
-        weight: 1.0,
-        exports: Vec::new(),
-    });
+    pacing.tenants.push(TenantConfig::new("default", 1.0));
     pacing.tenants.len() - 1
 }

@@ -142,9 +142,8 @@ mod tests {
 
     fn tenant(name: &str, weight: f64) -> TenantConfig {
         TenantConfig {
-            name: name.into(),
-            weight,
             exports: vec![name.into()],
+            ..TenantConfig::new(name, weight)
         }
     }
 

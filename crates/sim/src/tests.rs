@@ -95,29 +95,15 @@ fn two_tenants(reactors: usize) -> Row {
     let pacing = PacingConfig {
         mode: Mode::Auto,
         tenants: vec![
-            TenantConfig {
-                name: "gold".into(),
-                weight: 2.0,
-                exports: vec![],
-            },
-            TenantConfig {
-                name: "bronze".into(),
-                weight: 1.0,
-                exports: vec![],
-            },
+            TenantConfig::new("gold", 2.0),
+            TenantConfig::new("bronze", 1.0),
         ],
         ..Default::default()
     };
     sc.runs = vec![RunConfig {
         label: "2:1".into(),
         pacing,
-        num_shared_buffers: None,
-        buf_cache_size: None,
-        read_pct: None,
-        reactors: None,
-        bssplit: None,
-        qos: None,
-        seed_rows: vec![],
+        ..run(Mode::Auto)
     }];
     simulate(&sc, &sc.runs[0], 256)
 }
@@ -159,11 +145,7 @@ fn weights_hold_when_one_tenant_reads_slow_devices() {
     rc.pacing.tenants = ["fast", "slow"]
         .iter()
         .zip([4.0, 1.0])
-        .map(|(name, weight)| TenantConfig {
-            name: (*name).into(),
-            weight,
-            exports: vec![],
-        })
+        .map(|(name, weight)| TenantConfig::new(name, weight))
         .collect();
     let r = simulate(&sc, &rc, 256);
     let ratio = r.per_group_gbps[0] / r.per_group_gbps[1];

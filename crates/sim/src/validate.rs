@@ -173,19 +173,11 @@ impl Check<'_> {
                 "must be 1..=65536".into()
             })?;
             if let Some(c) = &g.cost {
-                let rates = [
-                    c.rbps,
-                    c.rseqiops,
-                    c.rrandiops,
-                    c.wbps,
-                    c.wseqiops,
-                    c.wrandiops,
-                ];
-                self.ensure(
-                    rates.iter().all(|r| r.is_finite() && *r >= 0.0),
-                    at("cost"),
-                    || "every rate must be a finite number, 0 or more".into(),
-                )?;
+                for (name, rate) in c.named() {
+                    self.ensure(rate.is_finite() && rate >= 0.0, at("cost"), || {
+                        format!("{name} must be a finite number, 0 or more")
+                    })?;
+                }
             }
             if let Some(q) = &g.qos {
                 q.validate()

@@ -34,6 +34,17 @@ fn one() -> f64 {
     1.0
 }
 
+impl TenantConfig {
+    /// A tenant of `weight`, with no export of its own yet.
+    pub fn new(name: &str, weight: f64) -> TenantConfig {
+        TenantConfig {
+            name: name.into(),
+            weight,
+            exports: Vec::new(),
+        }
+    }
+}
+
 /// `[pacing]` in the target's config and in simulator scenarios.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

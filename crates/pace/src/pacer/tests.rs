@@ -267,16 +267,8 @@ fn weights_split_bandwidth() {
         mode: Mode::Rate,
         period_us: Some(10.0),
         tenants: vec![
-            TenantConfig {
-                name: "gold".into(),
-                weight: 2.0,
-                exports: vec![],
-            },
-            TenantConfig {
-                name: "bronze".into(),
-                weight: 1.0,
-                exports: vec![],
-            },
+            TenantConfig::new("gold", 2.0),
+            TenantConfig::new("bronze", 1.0),
         ],
         ..Default::default()
     };
@@ -311,18 +303,7 @@ fn idle_tenant_gets_no_hoarded_credit() {
     let c = PacingConfig {
         mode: Mode::Rate,
         period_us: Some(10.0),
-        tenants: vec![
-            TenantConfig {
-                name: "a".into(),
-                weight: 1.0,
-                exports: vec![],
-            },
-            TenantConfig {
-                name: "b".into(),
-                weight: 1.0,
-                exports: vec![],
-            },
-        ],
+        tenants: vec![TenantConfig::new("a", 1.0), TenantConfig::new("b", 1.0)],
         ..Default::default()
     };
     let mut p = Pacer::new(c, 1, 4096, None, 0);
@@ -408,16 +389,8 @@ fn two_tenants(mode: Mode) -> PacingConfig {
     PacingConfig {
         mode,
         tenants: vec![
-            TenantConfig {
-                name: "light".into(),
-                weight: 1.0,
-                exports: vec![],
-            },
-            TenantConfig {
-                name: "heavy".into(),
-                weight: 1.0,
-                exports: vec![],
-            },
+            TenantConfig::new("light", 1.0),
+            TenantConfig::new("heavy", 1.0),
         ],
         ..Default::default()
     }
