@@ -96,14 +96,7 @@ fn sigterm_with_io_in_flight_drains_and_exits_0() {
 #[test]
 fn stats_command_prints_reactor_report() {
     let server = Server::malloc();
-    roundtrip_ok(&server);
-    let out = Command::new(BIN)
-        .args(["stats", "--rpc"])
-        .arg(&server.rpc)
-        .output()
-        .expect("iopace stats");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = stats_after_roundtrip(&server);
     assert!(
         text.contains("Reactor 0") && text.contains("Bufs in-flight"),
         "{text}"

@@ -173,14 +173,7 @@ fn json_logs_show_connection_lifecycle() {
 #[test]
 fn stats_has_totals_and_export_rows() {
     let server = Server::malloc();
-    roundtrip_ok(&server);
-    let out = Command::new(BIN)
-        .args(["stats", "--rpc"])
-        .arg(&server.rpc)
-        .output()
-        .expect("iopace stats");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = stats_after_roundtrip(&server);
     assert!(
         text.contains("Total IOs: read 1 (0.0 MiB), write 1 (0.0 MiB)"),
         "{text}"

@@ -77,18 +77,21 @@ fn db_merges_runs_and_serve_uses_it() {
 
     // Served without [cost.dev]: the merged entry, at 1.1x the first run's rbps.
     let served = dir.path().join("serve.toml");
-    std::fs::write(
-        &served,
-        format!("cost_db = {:?}\n{CONFIG}", db.display().to_string()),
-    )
-    .expect("config");
-    let check = run(
-        Command::new(BIN)
-            .args(["serve", "--check", "-c"])
-            .arg(&served),
-        Duration::from_secs(10),
-    );
-    let log = String::from_utf8_lossy(&check.stderr);
+    let check_with = |db: &std::path::Path| {
+        std::fs::write(
+            &served,
+            format!("cost_db = {:?}\n{CONFIG}", db.display().to_string()),
+        )
+        .expect("config");
+        let check = run(
+            Command::new(BIN)
+                .args(["serve", "--check", "-c"])
+                .arg(&served),
+            Duration::from_secs(10),
+        );
+        String::from_utf8_lossy(&check.stderr).into_owned()
+    };
+    let log = check_with(&db);
     assert!(
         log.contains("cost model from the database") && log.contains("merged.json"),
         "{log}"
@@ -96,18 +99,7 @@ fn db_merges_runs_and_serve_uses_it() {
 
     let missing = dir.path().join("empty-db");
     std::fs::create_dir_all(&missing).expect("mkdir");
-    std::fs::write(
-        &served,
-        format!("cost_db = {:?}\n{CONFIG}", missing.display().to_string()),
-    )
-    .expect("config");
-    let check = run(
-        Command::new(BIN)
-            .args(["serve", "--check", "-c"])
-            .arg(&served),
-        Duration::from_secs(10),
-    );
-    assert!(String::from_utf8_lossy(&check.stderr).contains("no cost model in the database"));
+    assert!(check_with(&missing).contains("no cost model in the database"));
 }
 
 /// A `model` bdev served over NBD holds each IO for its service time plus

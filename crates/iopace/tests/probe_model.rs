@@ -167,35 +167,24 @@ fn bad_input_exits_2_with_a_clear_error() {
     let spec = dir.join("spec.toml");
     std::fs::write(&spec, "name = \"x\"\nrand_read_iops = -5\n").expect("write spec");
     let out = dir.join("out").into_os_string();
+    let with_spec = [
+        os("probe"),
+        os("--quick"),
+        os("-c"),
+        cfg.clone(),
+        os("fast"),
+        os("--spec"),
+        spec.clone().into_os_string(),
+        os("--out"),
+        out,
+    ];
+    let with_spec: Vec<_> = with_spec.iter().map(|s| s.as_os_str()).collect();
     refused(
-        &[
-            &os("probe"),
-            &os("--quick"),
-            &os("-c"),
-            &cfg,
-            &os("fast"),
-            &os("--spec"),
-            spec.as_os_str(),
-            &os("--out"),
-            &out,
-        ],
+        &with_spec,
         &["spec.toml:2", "rand_read_iops", "must be a positive number"],
     );
     std::fs::write(&spec, "rand_read_iop = 5\n").expect("write spec");
-    refused(
-        &[
-            &os("probe"),
-            &os("--quick"),
-            &os("-c"),
-            &cfg,
-            &os("fast"),
-            &os("--spec"),
-            spec.as_os_str(),
-            &os("--out"),
-            &out,
-        ],
-        &["spec error", "rand_read_iop"],
-    );
+    refused(&with_spec, &["spec error", "rand_read_iop"]);
     let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,

@@ -576,6 +576,14 @@ mod tests {
         flags.to_be_bytes().to_vec()
     }
 
+    /// A handshake past its greeting, and a fixed-newstyle client's opening
+    /// bytes, for the options a test adds.
+    fn opened(default_export: Option<usize>) -> (Handshake, Vec<u8>) {
+        let mut h = Handshake::new(exports(), default_export);
+        h.take_output();
+        (h, client(FLAG_C_FIXED_NEWSTYLE))
+    }
+
     #[test]
     fn tls_required_refuses_options_until_starttls() {
         let mut h = Handshake::new(exports(), Some(0)).with_tls(Tls::Required);
@@ -752,9 +760,7 @@ mod tests {
 
     #[test]
     fn unknown_option_is_unsup_and_next_still_parsed() {
-        let mut h = Handshake::new(exports(), Some(0));
-        h.take_output();
-        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        let (mut h, mut input) = opened(Some(0));
         input.extend(option(999, b"junk"));
         input.extend(option(OPT_LIST, &[]));
         assert_eq!(h.feed(&input), input.len());
@@ -789,9 +795,7 @@ mod tests {
 
     #[test]
     fn unknown_export_errors() {
-        let mut h = Handshake::new(exports(), None);
-        h.take_output();
-        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        let (mut h, mut input) = opened(None);
         input.extend(option(OPT_GO, &go_data("nope", &[])));
         input.extend(option(OPT_GO, &go_data("", &[]))); // no default export either
         h.feed(&input);
@@ -805,9 +809,7 @@ mod tests {
 
     #[test]
     fn malformed_options_get_err_invalid() {
-        let mut h = Handshake::new(exports(), Some(0));
-        h.take_output();
-        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        let (mut h, mut input) = opened(Some(0));
         input.extend(option(OPT_GO, &[0, 0, 0, 200, b'x'])); // name longer than data
         input.extend(option(OPT_LIST, b"x"));
         input.extend(option(
@@ -822,9 +824,7 @@ mod tests {
 
     #[test]
     fn oversized_option_is_skipped_across_feeds() {
-        let mut h = Handshake::new(exports(), Some(0));
-        h.take_output();
-        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        let (mut h, mut input) = opened(Some(0));
         let big = MAX_OPTION_LEN + 10;
         input.extend_from_slice(&IHAVEOPT.to_be_bytes());
         input.extend_from_slice(&OPT_INFO.to_be_bytes());
@@ -855,9 +855,7 @@ mod tests {
 
     #[test]
     fn abort_acks_and_closes() {
-        let mut h = Handshake::new(exports(), Some(0));
-        h.take_output();
-        let mut input = client(1);
+        let (mut h, mut input) = opened(Some(0));
         input.extend(option(OPT_ABORT, &[]));
         h.feed(&input);
         assert_eq!(replies(&h.take_output())[0].1, REP_ACK);
@@ -866,9 +864,7 @@ mod tests {
 
     #[test]
     fn list_meta_context_lists_base_allocation() {
-        let mut h = Handshake::new(exports(), Some(0));
-        h.take_output();
-        let mut input = client(1);
+        let (mut h, mut input) = opened(Some(0));
         input.extend(option(OPT_STRUCTURED_REPLY, &[]));
         input.extend(option(OPT_LIST_META_CONTEXT, &meta_data("default", &[])));
         input.extend(option(

@@ -378,30 +378,44 @@ impl<S: Read + Write> RawClient<S> {
     }
 }
 
-pub fn raw_unix(server: &Server, export: &str) -> RawClient<UnixStream> {
-    let s = UnixStream::connect(&server.sock).expect("connect");
+/// A socket whose reads and writes can be given a time limit.
+pub trait Bounded: Read + Write {
+    fn bound(&self, limit: Duration);
+}
+
+impl Bounded for UnixStream {
+    fn bound(&self, limit: Duration) {
+        self.set_read_timeout(Some(limit)).expect("timeout");
+        self.set_write_timeout(Some(limit)).expect("timeout");
+    }
+}
+
+impl Bounded for TcpStream {
+    fn bound(&self, limit: Duration) {
+        self.set_read_timeout(Some(limit)).expect("timeout");
+        self.set_write_timeout(Some(limit)).expect("timeout");
+    }
+}
+
+/// A raw client on `s`, through the handshake into `export`.
+fn raw<S: Bounded>(s: S, export: &str) -> RawClient<S> {
     // A stuck server fails the test instead of hanging it.
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    s.set_write_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    s.bound(Duration::from_secs(10));
     let mut c = RawClient { s };
     c.greet();
     c.go(export);
     c
 }
 
+pub fn raw_unix(server: &Server, export: &str) -> RawClient<UnixStream> {
+    raw(UnixStream::connect(&server.sock).expect("connect"), export)
+}
+
 pub fn raw_tcp(server: &Server, export: &str) -> RawClient<TcpStream> {
-    let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-    // A stuck server fails the test instead of hanging it.
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    s.set_write_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut c = RawClient { s };
-    c.greet();
-    c.go(export);
-    c
+    raw(
+        TcpStream::connect(("127.0.0.1", server.port)).expect("connect"),
+        export,
+    )
 }
 
 /// A full write-then-read check through a fresh raw connection.
@@ -414,4 +428,17 @@ pub fn roundtrip_ok(server: &Server) {
     c.request(0, 0, 78, 1 << 20, 4096);
     assert_eq!(c.simple_reply(), (0, 78));
     assert_eq!(c.read_exact(4096), data);
+}
+
+/// One write and one read through `server`, then its `iopace stats` report.
+pub fn stats_after_roundtrip(server: &Server) -> String {
+    roundtrip_ok(server);
+    let out = Command::new(BIN)
+        .args(["stats", "--rpc"])
+        .arg(&server.rpc)
+        .output()
+        .expect("iopace stats");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    text
 }
