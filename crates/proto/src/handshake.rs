@@ -586,9 +586,8 @@ mod tests {
 
     #[test]
     fn tls_required_refuses_options_until_starttls() {
-        let mut h = Handshake::new(exports(), Some(0)).with_tls(Tls::Required);
-        let _ = h.take_output();
-        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        let (h, mut input) = opened(Some(0));
+        let mut h = h.with_tls(Tls::Required);
         input.extend(option(OPT_LIST, &[]));
         input.extend(option(OPT_GO, &go_data("default", &[])));
         input.extend(option(OPT_STARTTLS, &[]));
@@ -611,14 +610,12 @@ mod tests {
 
     #[test]
     fn starttls_twice_or_when_off() {
-        let mut h = Handshake::new(exports(), Some(0)).with_tls(Tls::Active);
-        let _ = h.take_output();
-        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        let (h, mut input) = opened(Some(0));
+        let mut h = h.with_tls(Tls::Active);
         input.extend(option(OPT_STARTTLS, &[]));
         h.feed(&input);
         assert_eq!(replies(&h.take_output())[0].1, REP_ERR_INVALID);
-        let mut h = Handshake::new(exports(), Some(0));
-        let _ = h.take_output();
+        let mut h = opened(Some(0)).0;
         h.feed(&input);
         assert_eq!(replies(&h.take_output())[0].1, REP_ERR_UNSUP);
         assert_eq!(*h.status(), HandshakeStatus::Negotiating);
