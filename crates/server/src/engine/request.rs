@@ -11,11 +11,13 @@
 //!  ├──► Streaming (large READ pieces) ──────────────────────────────────► │
 //!  └──► Ready (FLUSH, TRIM, ...)                                          │
 //!                                                    Free ◄── Sent ◄── Reply (send queue)
-//!  Streaming, Reply ──► Dropping (connection closed) ──► Free
+//!  Streaming, Answered, Reply ──► Dropping (connection closed) ──► Free
+//!  Pacing, NeedBuffers, Payload, Answered, Reply ──► Free (connection closed)
 //! ```
 //!
-//!
-//! A streamed READ's pieces go on while it waits in `Reply` (`stream.rs`).
+//! Every change goes through [`Engine::set_state`], which asserts it is an
+//! arrow above. A streamed READ's pieces go on while it waits in `Reply`
+//! (`stream.rs`).
 
 use bdev::IoResult;
 use pace::pacer::{IoKind, PacedIo};
