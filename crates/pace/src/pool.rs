@@ -341,9 +341,11 @@ impl ReactorBufs {
         if self.me.has_grants.swap(false, Ordering::AcqRel) {
             let grants = std::mem::take(&mut *self.me.grants());
             for (token, bufs) in grants {
-                self.me
+                let pending = self
+                    .me
                     .granted_pending
                     .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
+                debug_assert!(pending >= bufs.len() as u32, "grants polled twice");
                 self.in_use += bufs.len() as u64;
                 debug_assert!(self.queued > 0, "a grant for a request never queued");
                 self.queued -= 1;
@@ -368,8 +370,10 @@ impl ReactorBufs {
             };
             let (_, bufs) = grants.remove(pos);
             drop(grants);
-            me.granted_pending
+            let pending = me
+                .granted_pending
                 .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
+            debug_assert!(pending >= bufs.len() as u32, "a grant cancelled twice");
             p.give_back(bufs, cached, out);
             true
         });

@@ -354,9 +354,15 @@ impl Reactor {
                 if self.sock(conn).is_some() {
                     self.socks[conn.index as usize] = None; // drops and closes the fd
                 }
-                self.handle.conns.fetch_sub(1, Ordering::Relaxed);
+                self.conn_gone();
             }
         }
+    }
+
+    /// One connection fewer for the acceptor's count (it counted it in).
+    fn conn_gone(&self) {
+        let was = self.handle.conns.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(was > 0, "reactor {}: a connection left twice", self.id);
     }
 
     fn submit(&mut self, io: IoToken, export: u16, req: bdev::IoRequest) {
@@ -446,7 +452,7 @@ impl Reactor {
     fn add_conn(&mut self, fd: OwnedFd, handshake: Option<Box<proto::Handshake>>, peer: &str) {
         let Some(conn) = self.engine.accept(self.now, handshake) else {
             // Draining: dropping the fd closes it.
-            self.handle.conns.fetch_sub(1, Ordering::Relaxed);
+            self.conn_gone();
             return;
         };
         self.engine.set_peer(conn, peer);

@@ -32,7 +32,11 @@ impl DeviceOps {
 
     pub(super) fn give(&self, device: usize) {
         if let Some(c) = self.in_flight.get(device) {
-            let _ = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+            let gave = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+            debug_assert!(
+                gave.is_ok(),
+                "device {device}: an op given back never taken"
+            );
         }
     }
 

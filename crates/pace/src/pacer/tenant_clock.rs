@@ -116,7 +116,8 @@ impl TenantClock {
     /// One IO of tenant `t` left its queue (released or cancelled).
     pub fn dequeued(&self, t: usize) {
         if let Some(q) = self.queued.get(t) {
-            let _ = q.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+            let left = q.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+            debug_assert!(left.is_ok(), "tenant {t}: dequeued more than it queued");
         }
     }
 
