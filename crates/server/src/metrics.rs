@@ -302,7 +302,9 @@ impl Snapshot {
             buckets.push((f64::MAX, *count));
             // prometheus-client takes per-bucket counts and sums them itself.
             for i in (1..buckets.len()).rev() {
-                buckets[i].1 = buckets[i].1.saturating_sub(buckets[i - 1].1);
+                // Cumulative counts of one histogram, and the total last.
+                debug_assert!(buckets[i].1 >= buckets[i - 1].1, "{name}: buckets go down");
+                buckets[i].1 -= buckets[i - 1].1;
             }
             let labels = label(name);
             metric
