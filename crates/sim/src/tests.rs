@@ -278,6 +278,27 @@ fn streamed_reads_keep_moving() {
     assert!(r.bw_gbps > 1.0, "{r:?}");
 }
 
+/// Mixed 4 KiB, 128 KiB and 1 MiB READs under `auto` at a QD whose
+/// requests need more buffers than the pool has. Streams that reserved
+/// their window outside the pacer took the pool, and whole READs the pacer
+/// had released waited for buffers holding the windows the streams' pieces
+/// needed: nothing moved (`mixed_sizes_slow` at QD 341+). Every buffer is
+/// now taken at the pacer's release and no READ waits behind a stream.
+#[test]
+fn mixed_reads_keep_moving_when_streams_could_take_the_pool() {
+    let mut rc = run(Mode::Auto);
+    rc.num_shared_buffers = Some(300);
+    let mut sc = small(vec![rc]);
+    sc.hosts[0].bssplit = vec![(4096, 20), (131072, 60), (1 << 20, 20)];
+    for qd in [64, 512] {
+        let r = simulate(&sc, &sc.runs[0], qd);
+        assert!(r.bw_gbps > 0.95 * 10.0, "QD {qd}: {r:?}");
+        assert!(r.conserved, "QD {qd}: {r:?}");
+        // Near the link's window, not the pool (37.5 MiB).
+        assert!(r.bufs_mib_max < 8.0, "QD {qd}: {r:?}");
+    }
+}
+
 /// The `small` scenario's text with `from` replaced by `to`.
 fn small_with(from: &str, to: &str) -> String {
     let text = SMALL.replace(from, to);

@@ -129,8 +129,16 @@ pub struct Conn {
     /// Requests whose replies are ready, in send order. While a send is in
     /// flight it covers a prefix of this queue.
     pub out: VecDeque<ReqId>,
-    /// Streamed READs in `out`: replies queued behind one wait for it.
+    /// Streamed READs in `out`.
     pub streams_out: u32,
+    /// READs started whose data is not yet queued to send (a streamed
+    /// READ's until it ends), and the streamed READ among them: a stream
+    /// starts alone and nothing starts beside it, so no READ's data ever
+    /// waits behind a stream holding buffers (`stream.rs`).
+    pub reads_pending: u32,
+    pub stream: Option<ReqId>,
+    /// READs waiting for their turn around a stream, in arrival order.
+    pub deferred: VecDeque<ReqId>,
     /// Bytes of `out[0]`'s reply already sent (partial sends).
     pub out_skip: usize,
     pub send_iov: Vec<libc::iovec>,
@@ -171,6 +179,9 @@ impl Conn {
             raw_sending: Vec::new(),
             out: VecDeque::new(),
             streams_out: 0,
+            reads_pending: 0,
+            stream: None,
+            deferred: VecDeque::new(),
             out_skip: 0,
             send_iov: Vec::with_capacity(MAX_SEND_IOV),
             msg: Box::new(msg),

@@ -12,6 +12,7 @@
 //! - `request.rs`: the request state machine, [`Engine::advance`].
 //! - `write.rs`: WRITE payload pieces.
 //! - `stream.rs`: large READs, piece by piece.
+//! - `turns.rs`: when a READ may start: a stream runs alone on its connection.
 //! - `output.rs`: replies and sends.
 //! - `life.rs`: accepting, closing, timeouts, draining.
 
@@ -23,6 +24,7 @@ mod output;
 mod req;
 mod request;
 mod stream;
+mod turns;
 mod write;
 
 use std::cmp::Reverse;

@@ -20,6 +20,9 @@ pub enum ReqState {
     Free,
     /// Transient: header decoded and valid.
     New,
+    /// Waiting: a READ whose connection serves a streamed READ, or one
+    /// that waits for the READs before it to finish (`stream.rs`).
+    Deferred,
     /// Waiting: a READ queued in the pacer; no buffer held yet.
     Pacing,
     /// Transient: the pacer released the READ.
@@ -57,7 +60,7 @@ impl ReqState {
         match self {
             ReqState::Free => StatState::Done,
             ReqState::New => StatState::New,
-            ReqState::Pacing => StatState::Pacing,
+            ReqState::Deferred | ReqState::Pacing => StatState::Pacing,
             ReqState::Released | ReqState::NeedBuffers => StatState::NeedBuffer,
             ReqState::Ready
             | ReqState::Device

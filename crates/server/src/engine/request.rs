@@ -9,6 +9,7 @@
 //!  │                    └──────────────────────────┘  │ (no device)       ▼            │
 //!  ├──► Payload (WRITE pieces) ───────────────────────┴──────────────► Answered ◄─────┘
 //!  ├──► Streaming (large READ pieces) ──────────────────────────────────► │
+//!  ├──► Deferred (a READ waiting for its turn around a stream) ──► Pacing, Streaming
 //!  └──► Ready (FLUSH, TRIM, ...)                                          │
 //!                                                    Free ◄── Sent ◄── Reply (send queue)
 //!  Streaming, Answered, Reply ──► Dropping (connection closed) ──► Free
@@ -41,13 +42,14 @@ fn legal(from: ReqState, to: ReqState) -> bool {
         (Free, New)
             | (
                 New,
-                Pacing | Payload | Streaming | NeedBuffers | Ready | Answered
+                Deferred | Pacing | Payload | Streaming | Ready | Answered
             )
+            | (Deferred, Pacing | Streaming)
             | (Streaming | Answered | Reply, Dropping)
             | (Streaming, Answered)
             | (Pacing, Released)
             | (Released, NeedBuffers | Ready)
-            | (NeedBuffers, Ready | Streaming)
+            | (NeedBuffers, Ready)
             | (Ready, Device | Answered)
             | (Device, Executed)
             | (Executed, Delayed | Answered)
@@ -56,7 +58,7 @@ fn legal(from: ReqState, to: ReqState) -> bool {
             | (Answered, Reply)
             | (Reply, Sent)
             | (
-                Pacing | NeedBuffers | Payload | Answered | Reply | Sent | Dropping,
+                Deferred | Pacing | NeedBuffers | Payload | Answered | Reply | Sent | Dropping,
                 Free
             )
     )
@@ -96,7 +98,8 @@ impl Engine {
                 }
                 // Waiting: for the pacer, the pool, the device, a timer,
                 // payload pieces, or the send queue.
-                ReqState::Pacing
+                ReqState::Deferred
+                | ReqState::Pacing
                 | ReqState::NeedBuffers
                 | ReqState::Device
                 | ReqState::Delayed
@@ -154,27 +157,24 @@ impl Engine {
         self.advance(slot);
     }
 
-    /// New: a READ goes to the pacer (a large one piece by piece), a WRITE
-    /// takes its payload piece by piece, other commands go to the device.
+    /// New: a READ goes to the pacer (a large one piece by piece) when its
+    /// turn around streams has come, a WRITE takes its payload piece by
+    /// piece, other commands go to the device.
     fn start(&mut self, id: ReqId) -> Option<ReqState> {
         let buf_size = self.buf_size;
         let streams = self.streams(self.reqs[id.index()].len);
         let req = &mut self.reqs[id.index()];
         let conn = req.conn;
         match req.command {
-            Command::Read if req.len > 0 && streams => {
-                req.plan_pieces(buf_size);
-                let need = self.commitment(id);
-                self.commit(conn, need);
-                Some(self.reserve_stream(id))
-            }
             Command::Read if req.len > 0 => {
-                req.paced = true;
-                let io = self.paced_io(IoToken::whole(id), IoKind::Read);
+                if streams {
+                    req.plan_pieces(buf_size);
+                } else {
+                    req.paced = true;
+                }
                 let need = self.commitment(id);
                 self.commit(conn, need);
-                self.pacer.enqueue(io, self.now);
-                Some(ReqState::Pacing)
+                Some(self.read_turn(id))
             }
             Command::Write if req.len > 0 => {
                 req.plan_pieces(buf_size);
@@ -322,15 +322,18 @@ impl Engine {
         match conn_at(&mut self.conns, conn) {
             Some(c) if c.life == Life::Open => {
                 let req = &self.reqs[id.index()];
-                if req.paced && c.streams_out > 0 {
-                    // It waits for the stream ahead, not for its flow (stream.rs).
-                    self.pacer
-                        .on_complete(IoToken::whole(id).encode(), self.now);
-                }
+                let paced = req.paced;
+                debug_assert!(
+                    !(paced && c.streams_out > 0),
+                    "request {id:?}: a READ's data queued behind a stream"
+                );
                 c.streams_out += u32::from(req.streamed());
                 c.out.push_back(id);
                 self.reqs[id.index()].encode_reply();
                 self.mark_send(conn);
+                if paced {
+                    self.read_queued(conn);
+                }
                 Some(ReqState::Reply)
             }
             _ if self.reqs[id.index()].streamed() => {
@@ -351,10 +354,9 @@ impl Engine {
         if let Some(c) = conn_at(&mut self.conns, req.conn) {
             c.traffic.replies += 1;
         }
-        // A reply queued behind a stream left the pacer then (`answered`).
-        let token = IoToken::whole(id).encode();
-        if req.paced && self.pacer.in_flight(token) {
-            self.pacer.on_complete(token, self.now);
+        if req.paced {
+            self.pacer
+                .on_complete(IoToken::whole(id).encode(), self.now);
         }
         self.release(id);
     }
@@ -364,10 +366,11 @@ impl Engine {
     pub(super) fn release(&mut self, id: ReqId) {
         let req = &self.reqs[id.index()];
         debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
-        if req.paced && req.state != ReqState::Sent {
+        if req.paced && !matches!(req.state, ReqState::Sent | ReqState::Deferred) {
             self.pacer.cancel(IoToken::whole(id).encode());
         }
         let (conn, need) = (req.conn, self.commitment(id));
+        let pending = self.read_pending(id);
         let req = &mut self.reqs[id.index()];
         if !req.bufs.is_empty() {
             self.bufs.free(&req.bufs);
@@ -390,6 +393,9 @@ impl Engine {
             c.committed -= need;
             c.active_at = self.now;
         }
+        if pending {
+            self.read_ended(conn, id);
+        }
         self.touched.push(conn);
         if let Some(waiter) = self.slot_waiters.pop_front() {
             if let Some(c) = conn_at(&mut self.conns, waiter) {
@@ -410,6 +416,13 @@ impl Engine {
             }
             ReqState::NeedBuffers => {
                 self.bufs.cancel(token);
+                self.release(id);
+            }
+            ReqState::Deferred => {
+                let conn = self.reqs[id.index()].conn;
+                if let Some(c) = conn_at(&mut self.conns, conn) {
+                    c.deferred.retain(|&r| r != id);
+                }
                 self.release(id);
             }
             ReqState::Payload => self.abort_pieces(id),
@@ -451,12 +464,6 @@ impl Engine {
         for (token, bufs) in grants {
             let io = IoToken::decode(token);
             match io.part {
-                Part::Whole if self.reqs[io.req.index()].streamed() => {
-                    debug_assert_eq!(self.reqs[io.req.index()].state, ReqState::NeedBuffers);
-                    self.reqs[io.req.index()].bufs = bufs;
-                    self.set_state(io.req, ReqState::Streaming);
-                    self.advance(io.req);
-                }
                 Part::Whole => {
                     debug_assert_eq!(self.reqs[io.req.index()].state, ReqState::NeedBuffers);
                     self.attach(io.req, bufs);

@@ -1,12 +1,11 @@
-//! READs larger than a stream window, one buffer-sized piece at a time. The
-//! READ first takes its window's buffers (`payload_cap`) at once, and keeps
-//! them to the end. Each piece goes through the pacer, takes one of them,
-//! is read by the device and waits for the socket; once its bytes have
-//! left, its buffer serves the next piece. A READ holds its window however
-//! large it is:
+//! READs larger than a stream window, one buffer-sized piece at a time.
+//! Each piece goes through the pacer, takes one buffer when the pacer
+//! releases it, is read by the device and waits for the socket; once its
+//! bytes have left, its buffer frees and the next piece starts. A READ
+//! holds at most its window (`payload_cap`) of pieces however large it is:
 //!
 //! ```text
-//! Idle ──► Pacing ──► Device ──► (Delayed) ──► Ready ──► Done
+//! Idle ──► Pacing ──► NeedBuffer ──► Device ──► (Delayed) ──► Ready ──► Done
 //! ```
 //!
 //! The reply is one header (a simple reply, or one OFFSET_DATA chunk) and
@@ -17,13 +16,13 @@
 //! promised the data: the connection closes (a hard disconnect, as the spec
 //! asks of simple replies).
 //!
-//! Pieces leave the pacer when read, not when sent: the stream's own window
-//! bounds what waits for the socket. And a reply queued behind a stream
-//! leaves the pacer when queued (`answered`): it waits for the stream, not
-//! for its flow, so nothing the stream needs is held by what waits for it.
+//! A piece leaves the pacer when its bytes are sent, as a whole READ does,
+//! so the flow's window bounds what waits for the socket. A stream runs
+//! alone on its connection (`turns.rs`): no READ's data waits behind it,
+//! so what holds its flow's windows and the pool moves.
 
 use pace::pacer::IoKind;
-use pace::pool::{Alloc, BufId};
+use pace::pool::BufId;
 
 use super::conn::{EndReason, Life};
 use super::ids::{IoToken, ReqId};
@@ -37,29 +36,10 @@ impl Engine {
         self.bufs.buffers_for(len) > self.stream_window()
     }
 
-    /// Buffers a streamed READ holds for its life, and pieces it has live:
-    /// `payload_cap`, or the whole pool when that is smaller.
+    /// Pieces a streamed READ has live at most: `payload_cap`, or the whole
+    /// pool when that is smaller.
     pub(super) fn stream_window(&self) -> u32 {
         self.payload_cap.min(self.pool.total())
-    }
-
-    /// New: a streamed READ takes its window's buffers all at once, or
-    /// queues for them. Its pieces then cycle through these only, so once
-    /// it has them it never waits for the pool again: a stream at the head
-    /// of its connection's queue always moves, and whatever waits behind it
-    /// waits for something that moves.
-    pub(super) fn reserve_stream(&mut self, id: ReqId) -> ReqState {
-        let bytes = self.stream_window() * self.buf_size;
-        match self.bufs.alloc(bytes, IoToken::whole(id).encode()) {
-            Alloc::Ready(bufs) => {
-                self.reqs[id.index()].bufs = bufs;
-                ReqState::Streaming
-            }
-            Alloc::Queued => {
-                self.stats.buffer_waits += 1;
-                ReqState::NeedBuffers
-            }
-        }
     }
 
     /// Starts the next pieces of streamed READ `id` while it holds fewer
@@ -85,18 +65,8 @@ impl Engine {
         }
     }
 
-    /// The pacer released piece `k`: it takes one of its READ's buffers
-    /// (one is free: no more pieces live than buffers held) to the device.
-    pub(super) fn read_piece_released(&mut self, id: ReqId, k: u32) {
-        let Some(buf) = self.reqs[id.index()].bufs.pop() else {
-            debug_assert!(false, "request {id:?}: piece {k} finds no buffer");
-            return;
-        };
-        self.read_piece_granted(id, k, buf);
-    }
-
     /// Piece `k` of a streamed READ holds its buffer: to the device.
-    fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
+    pub(super) fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
         self.set_piece(id, k, PieceState::Device);
         let len = self.reqs[id.index()].piece_len(k, self.buf_size);
         let req = &mut self.reqs[id.index()];
@@ -126,9 +96,7 @@ impl Engine {
     /// Piece `k`'s data is in its buffer (or the device failed it): the
     /// first piece puts the reply in the send queue, later ones extend it.
     pub(super) fn read_piece_ready(&mut self, id: ReqId, k: u32) {
-        let token = IoToken::piece(id, k);
-        self.device_finished(token);
-        self.pacer.on_complete(token.encode(), self.now);
+        self.device_finished(IoToken::piece(id, k));
         let req = &self.reqs[id.index()];
         let (conn, state, failed) = (req.conn, req.state, req.error != 0);
         if state == ReqState::Dropping {
@@ -178,6 +146,10 @@ impl Engine {
                 PieceState::Ready => {}
                 PieceState::Pacing => {
                     self.pacer.cancel(token);
+                }
+                PieceState::NeedBuffer => {
+                    self.pacer.cancel(token);
+                    self.bufs.cancel(token);
                 }
                 _ => continue,
             }

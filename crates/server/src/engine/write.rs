@@ -24,8 +24,8 @@ impl Engine {
             matches!(
                 (piece.state, to),
                 (Idle, Pacing)
-                    | (Pacing, NeedBuffer | Device)
-                    | (NeedBuffer, Filling)
+                    | (Pacing, NeedBuffer)
+                    | (NeedBuffer, Filling | Device)
                     | (Filling, Device)
                     | (Device, Delayed | Ready | Done)
                     | (Delayed, Ready | Done)
@@ -65,10 +65,6 @@ impl Engine {
 
     /// The pacer released piece `k`: it takes its buffer, or queues for it.
     pub(super) fn piece_released(&mut self, id: ReqId, k: u32) {
-        if self.reqs[id.index()].streamed() {
-            self.read_piece_released(id, k);
-            return;
-        }
         self.set_piece(id, k, PieceState::NeedBuffer);
         let len = self.reqs[id.index()].piece_len(k, self.buf_size);
         match self.bufs.alloc(len, IoToken::piece(id, k).encode()) {
@@ -80,8 +76,13 @@ impl Engine {
         }
     }
 
-    /// WRITE piece `k` holds its buffer: its bytes may arrive.
+    /// Piece `k` holds its buffer: a WRITE piece's bytes may arrive, a
+    /// streamed READ's piece goes to the device.
     pub(super) fn piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
+        if self.reqs[id.index()].streamed() {
+            self.read_piece_granted(id, k, buf);
+            return;
+        }
         self.set_piece(id, k, PieceState::Filling);
         let len = self.reqs[id.index()].piece_len(k, self.buf_size);
         let req = &mut self.reqs[id.index()];
@@ -172,25 +173,27 @@ impl Engine {
         self.write_progress(id);
     }
 
-    /// Piece `k` ends (written, sent or abandoned): returns its buffer, to
-    /// the pool, or to its streamed READ's own.
+    /// Piece `k` ends (written, sent or abandoned): returns its buffer. A
+    /// streamed READ's piece leaves the pacer here: sent, or abandoned.
     pub(super) fn drop_piece(&mut self, id: ReqId, k: u32) {
         self.set_piece(id, k, PieceState::Done);
         let req = &mut self.reqs[id.index()];
-        let streamed = req.streamed();
         if let Some(buf) = req.pieces[k as usize].buf.take() {
-            if streamed {
-                req.bufs.push(buf);
-            } else {
-                self.bufs.free(&[buf]);
-            }
+            self.bufs.free(&[buf]);
         }
         debug_assert!(req.pieces_live > 0);
         req.pieces_live -= 1;
         let conn = req.conn;
         self.touched.push(conn);
         if req.streamed() {
-            return; // a READ's window is its own, not the connection's
+            // A READ's window is its own, not the connection's.
+            let token = IoToken::piece(id, k).encode();
+            if req.state == ReqState::Dropping {
+                self.pacer.cancel(token);
+            } else {
+                self.pacer.on_complete(token, self.now);
+            }
+            return;
         }
         if let Some(c) = conn_at(&mut self.conns, conn) {
             debug_assert!(
