@@ -282,6 +282,7 @@ fn check_conn(e: &Engine, c: &conn::Conn, (n, committed, pieces): (u32, u32, u32
         .filter(|r| e.reqs[r.index()].streamed())
         .count();
     assert_eq!(c.streams_out as usize, streams, "{:?} streams queued", c.id);
+    check_turns(e, c);
     assert_eq!(c.requests, n, "{:?} requests", c.id);
     assert_eq!(c.committed, committed, "{:?} commitments", c.id);
     assert_eq!(c.payload_pieces, pieces, "{:?} payload pieces", c.id);
@@ -292,14 +293,55 @@ fn check_conn(e: &Engine, c: &conn::Conn, (n, committed, pieces): (u32, u32, u32
     );
 }
 
+/// A connection's READ turns (`turns.rs`) against its requests: the
+/// waiting ones are in its queue in order, the pending ones counted, and a
+/// stream runs alone.
+fn check_turns(e: &Engine, c: &conn::Conn) {
+    let ids = (0..e.reqs.len() as u32).map(ReqId);
+    let mine: Vec<ReqId> = ids.filter(|r| e.reqs[r.index()].conn == c.id).collect();
+    let live = |r: &&ReqId| e.reqs[r.index()].state != ReqState::Free;
+    let deferred = mine
+        .iter()
+        .filter(live)
+        .filter(|r| e.reqs[r.index()].state == ReqState::Deferred)
+        .count();
+    assert_eq!(c.deferred.len(), deferred, "{:?} READs deferred", c.id);
+    for r in &c.deferred {
+        assert_eq!(e.reqs[r.index()].state, ReqState::Deferred, "{:?}", c.id);
+    }
+    let pending: Vec<&ReqId> = mine
+        .iter()
+        .filter(live)
+        .filter(|r| e.read_pending(**r))
+        .collect();
+    assert_eq!(
+        c.reads_pending as usize,
+        pending.len(),
+        "{:?} READs pending",
+        c.id
+    );
+    let streams: Vec<ReqId> = pending
+        .iter()
+        .filter(|r| e.reqs[r.index()].streamed())
+        .map(|r| **r)
+        .collect();
+    assert_eq!(
+        c.stream.into_iter().collect::<Vec<_>>(),
+        streams,
+        "{:?} stream",
+        c.id
+    );
+    if c.stream.is_some() {
+        assert_eq!(pending.len(), 1, "{:?}: a stream beside other READs", c.id);
+    }
+}
+
 /// Where an IO should be, as the pacer sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Paced {
     Queued,
     InFlight,
     Out,
-    /// A reply queued behind a stream left the pacer early; others not yet.
-    Either,
 }
 
 /// The pacer's books against the requests': what each request's state says
@@ -311,7 +353,6 @@ fn check_pacer(e: &Engine) {
         let flying = e.pacer.in_flight(token.encode());
         match want {
             Paced::Queued => queued += 1,
-            Paced::Either => {}
             _ => assert_eq!(flying, want == Paced::InFlight, "{token:?} in the pacer"),
         }
         bytes += if flying { u64::from(len) } else { 0 };
@@ -320,9 +361,8 @@ fn check_pacer(e: &Engine) {
         let id = ReqId(i as u32);
         if r.paced {
             let want = match r.state {
-                ReqState::Free => Paced::Out,
+                ReqState::Free | ReqState::Deferred => Paced::Out,
                 ReqState::Pacing => Paced::Queued,
-                ReqState::Reply => Paced::Either,
                 _ => Paced::InFlight,
             };
             see(IoToken::whole(id), want, r.len);
@@ -330,6 +370,8 @@ fn check_pacer(e: &Engine) {
         for (k, p) in r.pieces.iter().enumerate() {
             let want = match p.state {
                 PieceState::Pacing => Paced::Queued,
+                // A streamed READ's piece leaves the pacer when sent.
+                PieceState::Ready if r.streamed() => Paced::InFlight,
                 PieceState::Idle | PieceState::Ready | PieceState::Done => Paced::Out,
                 _ => Paced::InFlight,
             };
