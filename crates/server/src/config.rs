@@ -102,6 +102,12 @@ pub struct ServerConfig {
     /// `adaptive`: how long a reactor keeps polling after its last completion.
     #[serde(default = "default_poll_spin_us")]
     pub poll_spin_us: u64,
+    /// How long a reactor that served several requests in its last turn
+    /// waits to gather more completions before it serves them: fewer
+    /// wake-ups and syscalls per IO at high queue depths, for at most this
+    /// much latency. 0 turns gathering off.
+    #[serde(default = "default_batch_wait_us")]
+    pub batch_wait_us: u64,
 }
 
 /// How a reactor waits when it has nothing to do.
@@ -122,6 +128,12 @@ pub enum PollMode {
 fn default_poll_spin_us() -> u64 {
     50
 }
+
+fn default_batch_wait_us() -> u64 {
+    20
+}
+/// Longest gathering wait: beyond this it is a delay, not a batch.
+const MAX_BATCH_WAIT_US: u64 = 1_000;
 /// Longest adaptive spin: beyond this, `busy` is what is wanted.
 const MAX_POLL_SPIN_US: u64 = 100_000;
 
@@ -201,6 +213,7 @@ impl Default for ServerConfig {
             payload_timeout_s: default_payload_timeout(),
             poll: PollMode::default(),
             poll_spin_us: default_poll_spin_us(),
+            batch_wait_us: default_batch_wait_us(),
         }
     }
 }
@@ -392,6 +405,7 @@ impl LoadedConfig {
             bounds::in_range(name, value, 1, MAX_CONN_TIMEOUT_S).map_err(field)?;
         }
         bounds::in_range("poll_spin_us", s.poll_spin_us, 0, MAX_POLL_SPIN_US).map_err(field)?;
+        bounds::in_range("batch_wait_us", s.batch_wait_us, 0, MAX_BATCH_WAIT_US).map_err(field)?;
         for listener in &s.tcp {
             check_tcp_address(listener.addr()).map_err(|m| self.error_at("server", 0, "tcp", m))?;
         }
@@ -570,6 +584,7 @@ impl LoadedConfig {
             "payload_timeout_s": s.payload_timeout_s,
             "poll": s.poll,
             "poll_spin_us": s.poll_spin_us,
+            "batch_wait_us": s.batch_wait_us,
         });
         let b = &self.config.buffers;
         json["buffers"] = serde_json::json!({
@@ -746,6 +761,7 @@ mod tests {
             ("drain_timeout_s = 99999999", "server.drain_timeout_s"),
             ("payload_timeout_s = 0", "server.payload_timeout_s"),
             ("poll_spin_us = 1000000", "server.poll_spin_us"),
+            ("batch_wait_us = 5000", "server.batch_wait_us"),
             ("tcp = [\"no.such.host.invalid:10809\"]", "server.tcp"),
         ] {
             let text = format!("[server]\n{line}\n{ONE_EXPORT}");

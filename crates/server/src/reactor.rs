@@ -135,6 +135,8 @@ pub struct ReactorSettings {
     pub timeouts: Timeouts,
     pub poll: PollMode,
     pub poll_spin: Duration,
+    /// How long a busy reactor waits to gather completions; zero: never.
+    pub batch_wait: Duration,
 }
 
 pub struct Reactor {
@@ -156,7 +158,23 @@ pub struct Reactor {
     /// When the last completion arrived: `adaptive` polls until `poll_spin`
     /// after it.
     last_completion: Nanos,
+    /// Microseconds a busy reactor's wait gathers completions; zero when
+    /// off or when the kernel cannot (no `IORING_FEAT_MIN_TIMEOUT`).
+    batch_wait_us: u32,
+    /// Requests the last loop turn served: the sign of a busy reactor.
+    served: u64,
+    /// Bytes the last loop turn that completed receives received.
+    received: usize,
 }
+
+/// A loop turn that served this many requests makes the next wait gather:
+/// one request at a time (QD 1) never waits longer than it must.
+const BATCH_MIN_SERVED: u64 = 2;
+/// A turn that received more than this carried payload: gathering would
+/// let the clients' socket buffers fill and stall them, so it does not.
+const BATCH_MAX_RECEIVED: usize = 4 << 10;
+/// Completions a gathering wait asks for; its time limit usually ends it.
+const BATCH_WANT: usize = 64;
 
 impl Reactor {
     pub fn new(
@@ -176,6 +194,11 @@ impl Reactor {
             .setup_defer_taskrun()
             .build(entries)
             .or_else(|_| IoUring::builder().setup_cqsize(entries * 2).build(entries))?;
+        let batch_wait_us = if ring.params().is_feature_min_timeout() {
+            settings.batch_wait.as_micros().min(u128::from(u32::MAX)) as u32
+        } else {
+            0
+        };
         let waker_handle = handle.clone();
         let bufs = pool.register_reactor(Box::new(move || waker_handle.wake()));
         let now = origin.elapsed().as_nanos() as Nanos;
@@ -203,6 +226,9 @@ impl Reactor {
             poll: settings.poll,
             poll_spin: settings.poll_spin.as_nanos() as Nanos,
             last_completion: now,
+            batch_wait_us,
+            served: 0,
+            received: 0,
         })
     }
 
@@ -222,20 +248,8 @@ impl Reactor {
             if self.engine.drained() {
                 break;
             }
-            let timeout = self.wait_timeout();
-            let r = match &timeout {
-                Some(ts) => {
-                    let args = types::SubmitArgs::new().timespec(ts);
-                    self.ring.submitter().submit_with_args(1, &args)
-                }
-                None => self.ring.submitter().submit_and_wait(1),
-            };
-            if let Err(e) = r {
-                match e.raw_os_error() {
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => {}
-                    _ => return Err(e),
-                }
-            }
+            let served_before = self.engine.ios_done();
+            self.submit_and_wait()?;
             self.engine.count_loop();
             cqes.clear();
             cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
@@ -243,34 +257,81 @@ impl Reactor {
             if !cqes.is_empty() {
                 self.last_completion = self.now;
             }
+            // What the latest receives brought; a turn with only sends
+            // completing keeps the last one's.
+            if cqes
+                .iter()
+                .any(|&(u, _)| matches!(Op::decode(u), Some(Op::Recv(_))))
+            {
+                self.received = 0;
+            }
             for &(user_data, res) in &cqes {
                 self.dispatch(user_data, res);
             }
+            self.served = self.engine.ios_done() - served_before;
         }
         Ok(())
     }
 
-    /// How long the next submit may wait: until the engine's next deadline,
-    /// or not at all while polling.
-    fn wait_timeout(&self) -> Option<types::Timespec> {
-        let polling = match self.poll {
+    /// Submits the queued SQEs and waits for a completion, the engine's next
+    /// deadline or, polling, not at all. A reactor that served several
+    /// requests last turn gathers: it sleeps up to `batch_wait_us` for more
+    /// completions (the kernel's min-wait), so one wake-up, recv and send
+    /// serve many requests.
+    fn submit_and_wait(&mut self) -> io::Result<()> {
+        let wait = self.wait_timeout();
+        let timeout = wait.map(|ns| {
+            types::Timespec::new()
+                .sec(ns / 1_000_000_000)
+                .nsec((ns % 1_000_000_000) as u32)
+        });
+        let gather = gather_wait(self.batch_wait_us, self.served, self.received, wait);
+        let submitter = self.ring.submitter();
+        let r = match (&timeout, gather) {
+            (Some(ts), None) => {
+                submitter.submit_with_args(1, &types::SubmitArgs::new().timespec(ts))
+            }
+            (None, None) => submitter.submit_and_wait(1),
+            (Some(ts), Some(min_wait)) => {
+                let args = types::SubmitArgs::new()
+                    .timespec(ts)
+                    .min_wait_usec(min_wait);
+                submitter.submit_with_args(BATCH_WANT, &args)
+            }
+            (None, Some(min_wait)) => {
+                let args = types::SubmitArgs::new().min_wait_usec(min_wait);
+                submitter.submit_with_args(BATCH_WANT, &args)
+            }
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => Ok(()),
+                _ => Err(e),
+            },
+        }
+    }
+
+    fn polling(&self) -> bool {
+        match self.poll {
             PollMode::Interrupt => false,
             PollMode::Adaptive => self.now < self.last_completion + self.poll_spin,
             PollMode::Busy => true,
-        };
-        let wait = if polling {
-            0
-        } else {
+        }
+    }
+
+    /// How long the next submit may wait: until the engine's next deadline,
+    /// or not at all while polling.
+    fn wait_timeout(&self) -> Option<Nanos> {
+        if self.polling() {
+            return Some(0);
+        }
+        Some(
             self.engine
                 .next_deadline()?
                 // A deadline already past waits the minimum (a clamp).
                 .saturating_sub(self.now)
-                .max(1_000)
-        };
-        Some(
-            types::Timespec::new()
-                .sec(wait / 1_000_000_000)
-                .nsec((wait % 1_000_000_000) as u32),
+                .max(1_000),
         )
     }
 
@@ -395,7 +456,10 @@ impl Reactor {
                 let result = match res {
                     r if r < 0 => Received::Error(-r),
                     0 => Received::Eof,
-                    r => Received::Data(r as usize),
+                    r => {
+                        self.received += r as usize;
+                        Received::Data(r as usize)
+                    }
                 };
                 self.engine.on_recv(now, conn, result);
             }
@@ -466,10 +530,46 @@ impl Reactor {
     }
 }
 
+/// How long, in microseconds, the next wait gathers completions, if at
+/// all: only after a turn that served `served` requests and received no
+/// payload (`received` bytes), only when the reactor may sleep (`wait` is
+/// not zero), and never past the engine's deadline, which the kernel would
+/// overshoot.
+fn gather_wait(
+    batch_wait_us: u32,
+    served: u64,
+    received: usize,
+    wait: Option<Nanos>,
+) -> Option<u32> {
+    if batch_wait_us == 0 || served < BATCH_MIN_SERVED || received > BATCH_MAX_RECEIVED {
+        return None;
+    }
+    match wait {
+        Some(0) => None,
+        Some(ns) => Some(u64::from(batch_wait_us).min((ns / 1_000).max(1)) as u32),
+        None => Some(batch_wait_us),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::ReqId;
+
+    #[test]
+    fn only_a_busy_reactor_without_payload_gathers() {
+        // One request a turn (QD 1) is answered at once.
+        assert_eq!(gather_wait(20, 1, 28, None), None);
+        assert_eq!(gather_wait(20, 8, 8 * 28, None), Some(20));
+        // Streaming payload: the client's socket buffer must keep draining.
+        assert_eq!(gather_wait(20, 8, 64 << 10, None), None);
+        // Off, or polling (a zero wait).
+        assert_eq!(gather_wait(0, 8, 0, None), None);
+        assert_eq!(gather_wait(20, 8, 0, Some(0)), None);
+        // A pacer deadline 5 us away caps it; a later one does not.
+        assert_eq!(gather_wait(20, 8, 0, Some(5_500)), Some(5));
+        assert_eq!(gather_wait(20, 8, 0, Some(1_000_000)), Some(20));
+    }
 
     #[test]
     fn op_round_trips() {

@@ -120,6 +120,7 @@ fn start_reactors(
             },
             poll: cfg.server.poll,
             poll_spin: Duration::from_micros(cfg.server.poll_spin_us),
+            batch_wait: Duration::from_micros(cfg.server.batch_wait_us),
         };
         let spawned = spawn_reactor(settings, catalog, pool, origin, ready_tx.clone());
         match spawned {

@@ -260,6 +260,11 @@ impl StatsCollector {
         self.buffers_in_use.update(now, in_use);
     }
 
+    /// Requests whose replies were fully sent, since the start.
+    pub fn ios_done(&self) -> u64 {
+        self.ops.iter().map(|o| o.ios).sum()
+    }
+
     /// A reply was fully sent: count the IO, its data bytes and its latency.
     pub fn record_done(&mut self, req: &Req, now: Nanos) {
         let op = &mut self.ops[op_index(req.command)];

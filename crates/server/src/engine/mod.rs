@@ -312,6 +312,11 @@ impl Engine {
         self.stats.loops += 1;
     }
 
+    /// Requests served (replies wholly sent) since the start.
+    pub fn ios_done(&self) -> u64 {
+        self.stats.ios_done()
+    }
+
     /// Live connections.
     pub fn conns_open(&self) -> usize {
         self.conns.iter().filter(|c| c.is_some()).count()
