@@ -252,3 +252,20 @@ fn a_write_waiting_for_its_payload_holds_only_its_own_flows_window() {
     p.on_device_complete(1, IoKind::Write, 1_000, 3);
     p.on_complete(1, 3);
 }
+
+#[test]
+fn host_floors_pooled_over_many_reactors_add_up_to_four_reactors_at_most() {
+    // Each reactor's host floor is its part of at most four reactors'
+    // floors: 16 reactors held 8-10 MiB for ~1 MiB links when each kept its own.
+    let k128 = 128u64 << 10;
+    for (reactors, total_ios) in [(1, 2), (2, 4), (4, 8), (16, 8), (64, 8)] {
+        let cfg = PacingConfig {
+            mode: Mode::Auto,
+            ..Default::default()
+        };
+        let mut p = Pacer::new(cfg, 1, 128 << 10, None, 0);
+        p.share_link(LinkWindow::new(reactors), 0);
+        let total = p.pooled_floor(2) * reactors as u64;
+        assert_eq!(total, total_ios * k128, "{reactors} reactors");
+    }
+}

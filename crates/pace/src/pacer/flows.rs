@@ -30,7 +30,7 @@ use crate::Nanos;
 /// sent while the next is read from the device.
 const FLOW_MIN_IOS: u64 = 2;
 /// A host's window holds at least this many of the largest IO.
-const HOST_MIN_IOS: u64 = 2;
+pub(super) const HOST_MIN_IOS: u64 = 2;
 /// A new flow starts with this many IOs of window, and grows from there as
 /// its completions show the rate.
 const FLOW_START_IOS: u64 = 4;
@@ -310,7 +310,8 @@ impl Flows {
 
     /// Sizes each host's window from its active flows (those with IO queued
     /// or in flight), and returns their sum: the reactor's window.
-    pub fn window_sum(&mut self, max_io: u64) -> u64 {
+    /// `floor` is a host's least window here (see `Pacer::pooled_floor`).
+    pub fn window_sum(&mut self, floor: u64) -> u64 {
         for h in self.hosts.values_mut() {
             h.window = 0;
         }
@@ -320,7 +321,6 @@ impl Flows {
                 self.hosts.entry(f.host).or_default().window += f.bdp.unwrap_or(f.window);
             }
         }
-        let floor = HOST_MIN_IOS * max_io;
         self.hosts
             .values_mut()
             .filter(|h| h.window > 0)
