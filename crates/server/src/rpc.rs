@@ -240,19 +240,35 @@ pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String
         .map_err(|e| e.to_string())?;
     let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
     let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    writeln!(writer, "{req}").map_err(|e| e.to_string())?;
+    // Another server (an NBD socket, say) sends its own greeting and closes
+    // or resets the connection on our JSON, before or after we finish
+    // writing it; the admin socket never does.
+    let not_admin = |e: std::io::Error| {
+        format!(
+            "{} is not an iopace admin socket: it closed the connection instead of answering JSON-RPC ({e})",
+            path.display()
+        )
+    };
+    let closed = |e: &std::io::Error| {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
+        matches!(e.kind(), BrokenPipe | ConnectionReset)
+    };
+    // One write: `writeln!` on the socket may split the line, and a peer
+    // that rejects the first part closes before the rest.
+    if let Err(e) = writer.write_all(format!("{req}\n").as_bytes()) {
+        return Err(if closed(&e) {
+            not_admin(e)
+        } else {
+            e.to_string()
+        });
+    }
     let mut line = Vec::new();
     let read = BufReader::new(stream)
         .take(MAX_LINE as u64)
         .read_until(b'\n', &mut line);
     if let Err(e) = read {
-        // Another server (an NBD socket, say) sends its own greeting and
-        // resets the connection on our JSON; the admin socket never resets.
-        if !line.is_empty() || e.kind() == std::io::ErrorKind::ConnectionReset {
-            return Err(format!(
-                "{} is not an iopace admin socket: it closed the connection instead of answering JSON-RPC ({e})",
-                path.display()
-            ));
+        if !line.is_empty() || closed(&e) {
+            return Err(not_admin(e));
         }
         return Err(format!("reading reply from {}: {e}", path.display()));
     }
