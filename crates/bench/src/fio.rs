@@ -1,5 +1,5 @@
 //! fio: job files for `fio --client`, and its JSON output reduced to
-//! per-host rows and totals in the seed's units.
+//! per-host rows and totals in the tables' units (Gb/s, us, MiB).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::scenario::Workload;
 
-/// What one host's jobs did, in the seed's table units.
+/// What one host's jobs did, in the tables' units.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostRow {
     pub host: String,
@@ -169,7 +169,7 @@ impl Acc {
 ///
 /// Totals: IOPS and bandwidth add up, latency is the IO-weighted mean, p99
 /// is the worst host's, and BW STDDEV is the root mean square of the
-/// hosts' bw_dev as in the seed.
+/// hosts' bw_dev.
 pub fn reduce(doc: &Value) -> Result<FioResult, String> {
     let jobs = jobs(doc);
     if jobs.is_empty() {

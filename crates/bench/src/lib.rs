@@ -1,6 +1,6 @@
 //! `iopace bench`: drives real initiators (fio's nbd engine, one `fio
 //! --server` per host) against iopace or a peer server, over loopback, a
-//! Unix socket or shaped network namespaces, and reports the seed's tables,
+//! Unix socket or shaped network namespaces, and reports per-host and sweep tables,
 //! JSON, CSV, plots and a markdown report.
 
 pub mod fio;

@@ -1,5 +1,5 @@
 //! Outputs of a bench: results.json, results.csv, PNG plots and report.md
-//! laid out like the seed's README (a test index, then a section per test).
+//! laid out as a test index, then a section per test.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

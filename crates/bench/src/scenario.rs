@@ -170,7 +170,7 @@ pub struct Workload {
     pub bs: Option<String>,
     #[serde(default)]
     pub bssplit: Option<String>,
-    /// Total queue depth over all hosts, jobs and exports (the seed's QD).
+    /// Total queue depth over all hosts, jobs and exports (the QD column of the tables).
     #[serde(default)]
     pub qd: Option<u32>,
     /// Queue depth per fio job; used when `qd` is not given.

@@ -1,4 +1,4 @@
-//! The seed's tables: per host and total for a run, and sweep tables over
+//! The result tables: per host and total for a run, and sweep tables over
 //! the x variable with one block per series (target and other variables).
 
 use std::collections::BTreeMap;
@@ -274,7 +274,7 @@ fn markdown(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The seed's per-run table: Host | kIOPS | BW | AVG_LAT | Wire BW.
+/// The per-run table: Host | kIOPS | BW | AVG_LAT | Wire BW.
 pub fn host_table(r: &RunResult, swept: &[String]) -> String {
     let vars: Vec<String> = swept
         .iter()
@@ -330,7 +330,7 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
     )
 }
 
-/// The seed's sweep table, one block of rows per series.
+/// The sweep table, one block of rows per series.
 pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
     let x_head = match x {
         Some("qd") | None => "QD".to_string(),

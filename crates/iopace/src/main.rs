@@ -42,7 +42,7 @@ enum Cmd {
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff), as `make install` installs it.
     Manpage,
-    /// Run simulation scenarios (TOML) through the pacer and print the seed's tables.
+    /// Run simulation scenarios (TOML) through the target's engine and pacer, and print one sweep table per run.
     Sim(SimArgs),
     /// Run benchmark scenarios (TOML) with real fio initiators against
     /// iopace or a peer server; writes tables, results.json/csv, PNG plots

@@ -1,5 +1,5 @@
-//! Text report for `iopace stats`, in the spirit of the seed's
-//! "Detailed NVMf target statistics": totals first, then one row per export,
+//! Text report for `iopace stats`, laid out as an NVMe-oF
+//! target's detailed statistics: totals first, then one row per export,
 //! then each reactor. Sizes are MiB, rates MiB/s, latencies microseconds.
 
 use std::fmt::Write;

@@ -40,7 +40,7 @@ fn quick_scenario_on_shaped_namespaces_writes_every_output() {
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "bench failed:\n{stdout}\n{stderr}");
-    // The seed's tables on the console.
+    // The sweep tables on the console.
     assert!(stdout.contains(" Host | kIOPS |"), "{stdout}");
     assert!(stdout.contains("| Total |"), "{stdout}");
     assert!(stdout.contains("Bufs in-flight"), "{stdout}");

@@ -8,8 +8,8 @@
 //!
 //! Modes:
 //! - `none` and `buffers`: every IO is released at once (`buffers` relies on
-//!   the buffer pool's limit alone, the seed's method 1).
-//! - `rate`: the seed's method 2 — a byte credit every `period`, round robin
+//!   the buffer pool's limit alone).
+//! - `rate`: a byte credit every `period`, round robin
 //!   over device queues, optional size threshold, per-device op credit, and
 //!   the `io-rate` / `bytes-in-flight` period tuners. Credit from late polls
 //!   is kept up to `burst` periods; queued IOs always leave eventually.

@@ -1,6 +1,6 @@
-//! The data buffer pool: SPDK's shared pool with per-reactor caches, without
-//! the prototype's defects. The policy (who gets which buffers, who waits,
-//! when caches drain) is [`PoolPolicy`], sans-IO and shared with the
+//! The data buffer pool: one shared pool with per-reactor caches, as SPDK
+//! has, where a waiter is served in turn and idle caches drain back. The
+//! policy (who gets which buffers, who waits, when caches drain) is [`PoolPolicy`], sans-IO and shared with the
 //! simulator; this module is its threaded driver:
 //!
 //! - The fast path (cache hit, cache free, nobody waiting) takes no lock.

@@ -26,7 +26,7 @@ pub struct BufferStats {
     /// Time-averaged and maximum buffers in use since start.
     pub in_use_avg: f64,
     pub in_use_max: u64,
-    /// The same in MiB, the seed's "Bufs in-flight (MiB)".
+    /// The same in MiB, the sweep tables' "Bufs in-flight (MiB)".
     pub in_use_avg_mib: f64,
     pub in_use_max_mib: f64,
     /// Requests that had to wait for buffers.

@@ -2,7 +2,7 @@
 //! engine (`server::engine`: connections, requests, buffer pool, pacers) at
 //! data-centre scale: simulated sockets, links and devices replace its IO.
 //! [`world`] says what is simulated; a scenario file says at what scale
-//! ([`scenario`]); [`report`] prints the seed's sweep tables.
+//! ([`scenario`]); [`report`] prints a sweep table per run (one row per QD).
 
 mod devices;
 mod hosts;

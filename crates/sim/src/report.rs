@@ -1,4 +1,4 @@
-//! A run's results: one row per QD, as the seed's sweep tables have them.
+//! A run's results: one row per QD (the sweep table).
 
 use serde::Serialize;
 
@@ -32,7 +32,7 @@ pub(crate) fn gbps(bytes: u64, secs: f64) -> f64 {
     bytes as f64 * 8.0 / secs / 1e9
 }
 
-/// The table header for a run: the seed's columns, then per-group and QoS ones.
+/// The table header for a run: bandwidth, latency, spread and buffers, then per-group and QoS columns.
 fn header(groups: bool, qos: bool) -> String {
     let mut s = String::from(
         "| QD | BW | WIRE BW | AVG LAT, us | p99, us | BW STDDEV | Bufs in-flight (MiB) | Pacer period, us | seed BW | seed Bufs (MiB) |",
@@ -85,7 +85,7 @@ fn line(r: &Row, run: &RunConfig, groups: bool, qos: bool) -> String {
     s + "\n"
 }
 
-/// The seed's sweep table, with the seed's measured rows beside ours.
+/// The sweep table, with the SPDK target's measured rows (`seed_rows`) beside ours.
 pub fn render(sc: &Scenario, results: &[(String, Vec<Row>)]) -> String {
     let mut s = format!("### {}\n\n", sc.name);
     if !sc.description.is_empty() {

@@ -62,7 +62,8 @@ pub struct RunConfig {
     /// Latency targets for every NVMe device in this run (overrides the groups').
     #[serde(default)]
     pub qos: Option<QosConfig>,
-    /// The seed's measured rows for the same settings, for the side-by-side table:
+    /// Rows measured on the SPDK pacing target with the same settings, printed
+    /// beside the simulated ones:
     /// (qd, BW Gb/s, bufs MiB).
     #[serde(default)]
     pub seed_rows: Vec<(u32, f64, f64)>,
@@ -153,7 +154,7 @@ pub struct HostGroup {
     #[serde(default)]
     pub fixed_qd: Option<u32>,
     /// One connection per host (all its IO on one reactor), as an NBD client
-    /// has; by default one per (host, device), spread like the seed's qpairs.
+    /// has; by default one per (host, device), spread as NVMe-oF qpairs are.
     #[serde(default)]
     pub one_connection: bool,
     /// The target port these hosts reach (default: hosts spread round robin).

@@ -18,7 +18,7 @@ pub struct CostModel {
 }
 
 impl Default for CostModel {
-    /// A data-centre NVMe drive of the seed's class.
+    /// A data-centre NVMe drive: 2.8 GB/s and 550k random IOPS for reads.
     fn default() -> Self {
         CostModel::nvme()
     }

@@ -6,7 +6,7 @@ use super::{Sim, SLOT_NS};
 use crate::report::{gbps, Row};
 
 impl Sim<'_> {
-    /// The seed's BW STDDEV: RMS over hosts of each host's bandwidth stddev over time.
+    /// BW STDDEV: the RMS over hosts of each host's bandwidth stddev over time.
     fn bw_stddev(&self) -> f64 {
         let mut sq = 0.0;
         for h in &self.hosts {
