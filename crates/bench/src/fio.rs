@@ -27,6 +27,11 @@ pub struct HostRow {
     pub link_gbps: Option<f64>,
 }
 
+/// The most of a shaped link's rate that can be payload: tc tbf counts
+/// whole Ethernet frames (1514 bytes at MTU 1500), of which TCP with
+/// timestamps carries 1448 bytes of data.
+pub const TCP_PAYLOAD_CEILING: f64 = 1448.0 / 1514.0;
+
 impl HostRow {
     /// Payload bandwidth as a share of the host's own link.
     pub fn link_share(&self) -> Option<f64> {

@@ -361,6 +361,11 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
                 opt(r.pacer_period_us, 1),
                 format!("{:.2}", r.cpu_us_per_io),
                 opt(r.min_link_share.map(|x| x * 100.0), 1),
+                opt(
+                    r.min_link_share
+                        .map(|x| x * 100.0 / crate::fio::TCP_PAYLOAD_CEILING),
+                    1,
+                ),
             ]
         })
         .collect();
@@ -369,7 +374,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
         .into_iter()
         .map(|mut c| {
             if !shaped {
-                c.pop();
+                c.truncate(c.len() - 2);
             }
             c
         })
@@ -391,6 +396,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
     ];
     if shaped {
         head.push("MIN HOST % LINK");
+        head.push("MIN HOST % PAYLOAD CEILING");
     }
     markdown(&head, &cells)
 }
