@@ -513,7 +513,12 @@ impl Pacer {
         let Some(f) = flight else { return };
         debug_assert!(now >= f.released_at, "IO done before its release");
         let latency = (now - f.released_at).max(1);
-        let large = f.bytes >= self.max_io / 2;
+        // Only the largest IOs size the window: they hold their buffers
+        // longest, and with half-size IOs counted too (64 KiB beside 128
+        // KiB pieces) the min latency was theirs, the windows too small
+        // for the bytes the large ones move, and mixed sizes beside slow
+        // devices kept 88-92% of the link.
+        let large = f.bytes >= self.max_io;
         self.latency.update(latency, large, now);
         let dev = &mut self.devices[f.device];
         dev.latency.update(latency, large, now);

@@ -609,3 +609,21 @@ fn auto_drains_its_window_for_a_latency_probe_every_period() {
         "after it"
     );
 }
+
+#[test]
+fn the_min_latency_is_the_largest_ios() {
+    // 64 KiB IOs done in 40 us beside 128 KiB ones done in 80 us: the
+    // window is sized by the 128 KiB IOs' latency (they hold their
+    // buffers longest), not by the half-size ones'.
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    p.enqueue(io(1, 0, 0, K128 / 2), 0);
+    p.enqueue(io(2, 1, 0, K128), 0);
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    assert_eq!(out, [1, 2]);
+    p.on_device_complete(1, IoKind::Read, 30_000, 30_000);
+    p.on_complete(1, 40_000);
+    p.on_device_complete(2, IoKind::Read, 60_000, 60_000);
+    p.on_complete(2, 80_000);
+    assert_eq!(p.latency.get(), Some(80_000));
+}
