@@ -115,11 +115,12 @@ pub struct ServerConfig {
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
     /// Sleep in the kernel until a completion, a timer or a wake-up.
-    #[default]
     Interrupt,
-    /// Poll for `poll_spin_us` after the last completion, then sleep: a
-    /// client's next request, when it follows at once, finds the reactor
-    /// awake; an idle reactor costs no CPU.
+    /// A lightly loaded reactor polls for `poll_spin_us` after the last
+    /// completion, then sleeps: a client's next request, when it follows at
+    /// once, finds the reactor awake; a busy reactor gathers instead, and
+    /// an idle one costs no CPU.
+    #[default]
     Adaptive,
     /// Never sleep: a core per reactor for the lowest latency.
     Busy,

@@ -315,7 +315,13 @@ impl Reactor {
     fn polling(&self) -> bool {
         match self.poll {
             PollMode::Interrupt => false,
-            PollMode::Adaptive => self.now < self.last_completion + self.poll_spin,
+            // Only a lightly loaded reactor spins: its next request is one
+            // client's next, which a sleep would delay by a wake-up. A busy
+            // one gathers instead, and spinning would take the core its
+            // clients need.
+            PollMode::Adaptive => {
+                self.served < BATCH_MIN_SERVED && self.now < self.last_completion + self.poll_spin
+            }
             PollMode::Busy => true,
         }
     }
