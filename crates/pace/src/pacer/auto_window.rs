@@ -9,13 +9,17 @@
 use std::sync::Arc;
 
 use super::filter::WindowedMax;
-use super::flows::{Sizing, HOST_MIN_IOS};
+use super::flows::{Floors, Sizing, HOST_MIN_IOS};
 use super::{LinkWindow, Mode, Pacer};
 use crate::Nanos;
 
 /// A host's window floor grows with the reactors pooling it up to this
 /// many of them (see `Pacer::pooled_floor`).
 const FLOOR_REACTORS: u64 = 4;
+
+/// The network hosts active on all the reactors hold at least this many of
+/// the largest IO between them (see [`flows`](super::flows)).
+const SHARED_MIN_IOS: u64 = 8;
 
 /// Rate samples are taken over this span of completions.
 pub(super) const RATE_SAMPLE_NS: Nanos = 1_000_000;
@@ -81,7 +85,11 @@ impl Pacer {
         if self.cfg.mode != Mode::Auto {
             return;
         }
-        let w = self.flows.window_sum(self.pooled_floor(HOST_MIN_IOS));
+        let floors = Floors {
+            host: self.pooled_floor(HOST_MIN_IOS),
+            shared: self.spread_floor(SHARED_MIN_IOS),
+        };
+        let w = self.flows.window_sum(floors);
         let w = self.clamp_window(w, 4);
         if w != self.window {
             self.window = w;
@@ -98,6 +106,14 @@ impl Pacer {
     pub(super) fn pooled_floor(&self, ios: u64) -> u64 {
         let reactors = self.link.as_ref().map_or(1, |(l, _)| l.reactors() as u64);
         ios * self.max_io * reactors.min(FLOOR_REACTORS) / reactors
+    }
+
+    /// `ios` of the largest IO spread over the reactors that have IO queued
+    /// or in flight, so the whole target holds that many, however many
+    /// reactors serve its hosts.
+    pub(super) fn spread_floor(&self, ios: u64) -> u64 {
+        let busy = self.link.as_ref().map_or(1, |(l, _)| l.busy_reactors());
+        ios * self.max_io / busy.max(1) as u64
     }
 
     /// A window of at least `min_ios` of the largest IO and at most

@@ -269,3 +269,63 @@ fn host_floors_pooled_over_many_reactors_add_up_to_four_reactors_at_most() {
         assert_eq!(total, total_ios * k128, "{reactors} reactors");
     }
 }
+
+/// IOs one poll releases for a flow with 32 reads of 128 KiB queued, after
+/// a first poll's IOs came back; `host`: its peer's id (None: a Unix
+/// client); `busy_other`: a second reactor has IO queued.
+fn released_for_one_flow(host: Option<u64>, busy_other: bool) -> usize {
+    const NOW: Nanos = 10_000_000;
+    let cfg = PacingConfig {
+        mode: Mode::Auto,
+        ..Default::default()
+    };
+    let mut p = Pacer::new(cfg, 1, K128, None, 0);
+    let link = LinkWindow::new(2);
+    if busy_other {
+        link.publish(1, 4 * u64::from(K128), u64::from(K128), 0);
+    }
+    p.share_link(link, 0);
+    if let Some(h) = host {
+        p.open_flow(1, h);
+    }
+    for id in 1..=32 {
+        let io = PacedIo {
+            id,
+            flow: 1,
+            device: 0,
+            tenant: 0,
+            bytes: K128,
+            kind: IoKind::Read,
+            offset: id * u64::from(K128),
+        };
+        p.enqueue(io, NOW);
+    }
+    let mut first = Vec::new();
+    p.poll(NOW, &mut first);
+    for &id in &first {
+        p.on_device_complete(id, IoKind::Read, DEVICE_NS, NOW + DEVICE_NS);
+        p.on_complete(id, NOW + DEVICE_NS);
+    }
+    let mut out = Vec::new();
+    p.poll(NOW + DEVICE_NS, &mut out);
+    out.len()
+}
+
+#[test]
+fn a_lone_network_host_gets_the_shared_floor_and_a_local_client_the_host_floor() {
+    assert_eq!(
+        released_for_one_flow(Some(7), false),
+        8,
+        "a TCP host alone keeps the whole shared floor in flight"
+    );
+    assert_eq!(
+        released_for_one_flow(Some(7), true),
+        4,
+        "with another reactor busy, each reactor holds half of it"
+    );
+    assert_eq!(
+        released_for_one_flow(None, false),
+        4,
+        "a Unix client keeps its flow's starting window"
+    );
+}

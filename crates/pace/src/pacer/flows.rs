@@ -13,6 +13,16 @@
 //! - A reactor's window is the sum of its hosts' windows, so replies queued
 //!   for a slow host fill only that host's window, and a fast host's IO never
 //!   waits behind them.
+//! - The network hosts active on a reactor share a floor of a few of the
+//!   largest IO (`Floors::shared`), split among them, and a host's part is
+//!   split among its active flows. A TCP socket takes a reply's bytes only as
+//!   fast as the peer acks them, so a fast wire with a short measured latency
+//!   still needs several large IOs in flight to stay busy: over loopback,
+//!   128 KiB reads at 2 IOs per host ran at 3.0-3.5 GiB/s, at 8 IOs
+//!   4.0-4.2 GiB/s. A Unix client is not a network host and keeps
+//!   `HOST_MIN_IOS`: its socket buffer holds about 2 such replies
+//!   (wmem_default 208 KiB), and 8 IOs ran slower there (3.3 against
+//!   4.6-5.7 GiB/s), the extra IOs waiting on a full socket.
 //!
 //! What counts against a host's and the reactor's window is IO in the
 //! pipeline: a read from its release, a write piece once its payload has
@@ -77,6 +87,19 @@ struct Host {
     window: u64,
     /// Bytes of its IO queued here.
     queued: u64,
+    /// Its flows with IO queued or in flight, and each one's least window:
+    /// its part of this host's part of the shared floor.
+    flows: u64,
+    flow_floor: u64,
+}
+
+/// The least windows `window_sum` gives.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Floors {
+    /// Any active host's least window here.
+    pub host: u64,
+    /// What the active network hosts here hold at least, between them.
+    pub shared: u64,
 }
 
 /// What the window formula needs from the pacer.
@@ -297,8 +320,10 @@ impl Flows {
         let Some(f) = self.map.get(&flow) else {
             return true;
         };
-        let own = f.in_flight == 0 || f.in_flight + bytes <= f.window;
-        own && self.hosts.get(&f.host).is_none_or(|h| {
+        let host = self.hosts.get(&f.host);
+        let window = f.window.max(host.map_or(0, |h| h.flow_floor));
+        let own = f.in_flight == 0 || f.in_flight + bytes <= window;
+        own && host.is_none_or(|h| {
             let window = if h.pooled {
                 host_window(f.host, h.window)
             } else {
@@ -310,21 +335,29 @@ impl Flows {
 
     /// Sizes each host's window from its active flows (those with IO queued
     /// or in flight), and returns their sum: the reactor's window.
-    /// `floor` is a host's least window here (see `Pacer::pooled_floor`).
-    pub fn window_sum(&mut self, floor: u64) -> u64 {
+    pub fn window_sum(&mut self, floors: Floors) -> u64 {
         for h in self.hosts.values_mut() {
-            h.window = 0;
+            (h.window, h.flows, h.flow_floor) = (0, 0, 0);
         }
         for f in self.map.values() {
             if f.queued > 0 || f.in_flight > 0 {
+                let h = self.hosts.entry(f.host).or_default();
                 // A flow not yet measured counts its starting window.
-                self.hosts.entry(f.host).or_default().window += f.bdp.unwrap_or(f.window);
+                h.window += f.bdp.unwrap_or(f.window);
+                h.flows += 1;
             }
         }
+        let network = self.hosts.values().filter(|h| h.flows > 0 && h.pooled);
+        let shared_part = floors.shared / network.count().max(1) as u64;
         self.hosts
             .values_mut()
-            .filter(|h| h.window > 0)
+            .filter(|h| h.flows > 0)
             .map(|h| {
+                let mut floor = floors.host;
+                if h.pooled {
+                    floor = floor.max(shared_part);
+                    h.flow_floor = shared_part / h.flows;
+                }
                 h.window = h.window.max(floor);
                 h.window
             })

@@ -81,6 +81,14 @@ impl LinkWindow {
         self.reactors.len()
     }
 
+    /// How many reactors have IO queued or in flight now.
+    pub fn busy_reactors(&self) -> usize {
+        self.reactors
+            .iter()
+            .filter(|p| load(&p.queued) > 0 || load(&p.in_flight) > 0)
+            .count()
+    }
+
     /// Reactor `r`'s own window, queued bytes and bytes in flight now.
     pub fn publish(&self, r: usize, window: u64, queued: u64, in_flight: u64) {
         if let Some(p) = self.reactors.get(r) {
@@ -153,6 +161,9 @@ mod tests {
         l.publish(1, 1000, 100, 800);
         assert_eq!(l.share(0), Some(1200));
         assert_eq!(l.share(2), None, "an unknown reactor has no share");
+        assert_eq!(l.busy_reactors(), 2);
+        l.publish(1, 1000, 0, 0);
+        assert_eq!(l.busy_reactors(), 1, "nothing queued or in flight: idle");
         l.publish(7, 1, 1, 1);
     }
 
