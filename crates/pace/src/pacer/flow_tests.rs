@@ -302,6 +302,7 @@ fn released_for_one_flow(host: Option<u64>, busy_other: bool) -> usize {
     }
     let mut first = Vec::new();
     p.poll(NOW, &mut first);
+    assert!(first.len() > 1, "a first burst goes out at once: {first:?}");
     for &id in &first {
         p.on_device_complete(id, IoKind::Read, DEVICE_NS, NOW + DEVICE_NS);
         p.on_complete(id, NOW + DEVICE_NS);
