@@ -45,6 +45,14 @@ pub struct TargetStats {
     /// (iopace): its own count, to check fio's per-job numbers against.
     #[serde(default)]
     pub export_replies_per_s: BTreeMap<String, f64>,
+    /// Replies each reactor finished over the window, per second (iopace):
+    /// how the load split between reactors, not only how the connections did.
+    #[serde(default)]
+    pub reactor_replies_per_s: Vec<f64>,
+    /// Open connections per reactor, the larger of the counts at the
+    /// window's start and end (iopace): how the acceptor spread them.
+    #[serde(default)]
+    pub reactor_connections: Vec<u64>,
 }
 
 /// One run's result, saved as `runs/KEY.json`.
@@ -527,6 +535,13 @@ fn target_stats(
             (name.clone(), n.saturating_sub(before) as f64 / secs)
         })
         .collect();
+    stats.reactor_replies_per_s = per_reactor_rates(&start.reactors, &end.reactors, secs);
+    stats.reactor_connections = start
+        .reactors
+        .iter()
+        .zip(&end.reactors)
+        .map(|(a, b)| a.connections.max(b.connections))
+        .collect();
     if let (Some(a), Some(b)) = (start.bufs, end.bufs) {
         stats.bufs_avg_mib = Some(((b.0 * b.1 - a.0 * a.1) / (b.1 - a.1).max(1e-9)).max(0.0));
     }
@@ -549,6 +564,44 @@ struct Snapshot {
     bufs_peak: Option<f64>,
     /// Replies finished since start per export, summed over reactors.
     export_replies: BTreeMap<String, u64>,
+    /// Each reactor's counts, in reactor order.
+    reactors: Vec<ReactorCounts>,
+}
+
+/// One reactor's counts at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ReactorCounts {
+    /// Replies sent since start, every command.
+    replies: u64,
+    /// Connections open now.
+    connections: u64,
+}
+
+/// Each reactor's counts from a `get_stats` reply, in reactor order (the
+/// reply's order is not promised, so sort by the reactor's index).
+fn reactor_counts(reactors: &[server::stats::ReactorStats]) -> Vec<ReactorCounts> {
+    let mut sorted: Vec<_> = reactors.iter().collect();
+    sorted.sort_by_key(|r| r.reactor);
+    sorted
+        .iter()
+        .map(|r| ReactorCounts {
+            replies: r.io.values().map(|c| c.ios).sum(),
+            connections: r.connections,
+        })
+        .collect()
+}
+
+/// Replies per second of each reactor between two snapshots; empty when
+/// the snapshots disagree on the reactors (one of them failed).
+fn per_reactor_rates(start: &[ReactorCounts], end: &[ReactorCounts], secs: f64) -> Vec<f64> {
+    if start.len() != end.len() {
+        return Vec::new();
+    }
+    start
+        .iter()
+        .zip(end)
+        .map(|(a, b)| b.replies.saturating_sub(a.replies) as f64 / secs.max(1e-9))
+        .collect()
 }
 
 impl Snapshot {
@@ -571,6 +624,7 @@ impl Snapshot {
         });
         Snapshot {
             export_replies,
+            reactors: reactor_counts(reactors),
             at: Instant::now(),
             link: hosts.counters(),
             cpu: procs::cpu_seconds_tree(target.proc.pid()),
@@ -637,6 +691,8 @@ impl Sampler {
             cpu_cores: 0.0,
             cpu_us_per_io: 0.0,
             export_replies_per_s: BTreeMap::new(),
+            reactor_replies_per_s: Vec::new(),
+            reactor_connections: Vec::new(),
         }
     }
 }
@@ -661,4 +717,66 @@ pub fn progress(total: u64) -> ProgressBar {
     .progress_chars("=> ");
     bar.set_style(style);
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use server::stats::{OpCount, ReactorStats, StatsReply};
+
+    fn reactor(index: usize, reads: u64, writes: u64, connections: u64) -> ReactorStats {
+        let mut r = ReactorStats {
+            reactor: index,
+            connections,
+            ..ReactorStats::default()
+        };
+        for (op, ios) in [("read", reads), ("write", writes)] {
+            r.io.insert(op.into(), OpCount { ios, bytes: 0 });
+        }
+        r
+    }
+
+    /// Parsed from the JSON the admin socket sends, out of reactor order:
+    /// replies count every command, connections are the open ones.
+    #[test]
+    fn reactor_counts_come_from_the_stats_reply() {
+        let reply = StatsReply {
+            reactors: vec![reactor(1, 50, 5, 2), reactor(0, 100, 0, 1)],
+        };
+        let json = serde_json::to_value(&reply).expect("serialize");
+        let back: StatsReply = serde_json::from_value(json).expect("parse");
+        let counts = reactor_counts(&back.reactors);
+        let want = [
+            ReactorCounts {
+                replies: 100,
+                connections: 1,
+            },
+            ReactorCounts {
+                replies: 55,
+                connections: 2,
+            },
+        ];
+        assert_eq!(counts, want);
+    }
+
+    #[test]
+    fn reactor_rates_are_per_second_over_the_window() {
+        let at = |replies| ReactorCounts {
+            replies,
+            connections: 1,
+        };
+        let rates = per_reactor_rates(&[at(100), at(0)], &[at(300), at(50)], 2.0);
+        assert_eq!(rates, vec![100.0, 25.0]);
+        // A failed snapshot on one end: no numbers rather than wrong ones.
+        assert!(per_reactor_rates(&[], &[at(5)], 1.0).is_empty());
+    }
+
+    /// Results saved before these fields existed still load.
+    #[test]
+    fn old_target_stats_load_without_reactor_fields() {
+        let old = r#"{"req_states":{},"samples":3,"cpu_cores":1.0,"cpu_us_per_io":2.0}"#;
+        let s: TargetStats = serde_json::from_str(old).expect("old json");
+        assert!(s.reactor_replies_per_s.is_empty());
+        assert!(s.reactor_connections.is_empty());
+    }
 }
