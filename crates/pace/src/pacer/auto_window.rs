@@ -90,10 +90,9 @@ impl Pacer {
             shared: self.spread_floor(SHARED_MIN_IOS),
         };
         let w = self.flows.window_sum(floors);
-        // The other reactors pool each host's window as published: a host
-        // that just became active would otherwise count as 0 until its next
-        // IO completes, and its first burst would go out one IO at a time.
-        self.publish_hosts();
+        if self.flows.unpublished() {
+            self.publish_hosts();
+        }
         let w = self.clamp_window(w, 4);
         if w != self.window {
             self.window = w;

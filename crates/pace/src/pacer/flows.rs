@@ -91,6 +91,8 @@ struct Host {
     /// its part of this host's part of the shared floor.
     flows: u64,
     flow_floor: u64,
+    /// Its window as last published to the other reactors.
+    published: u64,
 }
 
 /// The least windows `window_sum` gives.
@@ -122,6 +124,9 @@ pub(super) struct Flows {
     paced_total: u64,
     /// Hosts forgotten since `each_host` last ran.
     gone: Vec<u64>,
+    /// An active pooled host's window was last published as 0: the other
+    /// reactors would pool it as 0 (see `window_sum`).
+    unpublished: bool,
 }
 
 /// A flow never opened gets a host id of its own, apart from peer ids.
@@ -195,9 +200,11 @@ impl Flows {
         for host in self.gone.drain(..) {
             publish(host, 0, 0);
         }
-        for (&id, h) in self.hosts.iter().filter(|(_, h)| h.pooled) {
+        for (&id, h) in self.hosts.iter_mut().filter(|(_, h)| h.pooled) {
             publish(id, h.window, h.queued);
+            h.published = h.window;
         }
+        self.unpublished = false;
     }
 
     /// `bytes` of `flow` (`paced` of them by link share) entered the
@@ -349,19 +356,25 @@ impl Flows {
         }
         let network = self.hosts.values().filter(|h| h.flows > 0 && h.pooled);
         let shared_part = floors.shared / network.count().max(1) as u64;
-        self.hosts
-            .values_mut()
-            .filter(|h| h.flows > 0)
-            .map(|h| {
-                let mut floor = floors.host;
-                if h.pooled {
-                    floor = floor.max(shared_part);
-                    h.flow_floor = shared_part / h.flows;
-                }
-                h.window = h.window.max(floor);
-                h.window
-            })
-            .sum()
+        let mut sum = 0;
+        for h in self.hosts.values_mut().filter(|h| h.flows > 0) {
+            let mut floor = floors.host;
+            if h.pooled {
+                floor = floor.max(shared_part);
+                h.flow_floor = shared_part / h.flows;
+                self.unpublished |= h.published == 0;
+            }
+            h.window = h.window.max(floor);
+            sum += h.window;
+        }
+        sum
+    }
+
+    /// A host that just became active has a window the other reactors have
+    /// not seen: they would pool it as 0, and its first burst would go out
+    /// one IO at a time until one of its IOs completes.
+    pub fn unpublished(&self) -> bool {
+        self.unpublished
     }
 
     /// Forgets `flow` (its connection closed, its IOs cancelled before).
