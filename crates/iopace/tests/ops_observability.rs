@@ -199,12 +199,21 @@ fn stats_has_totals_and_export_rows() {
 #[test]
 fn stats_watch_repeats_until_interrupted() {
     let server = Server::malloc();
-    let child = Command::new(BIN)
-        .args(["stats", "--watch", "0.2", "--rpc"])
+    let mut cmd = Command::new(BIN);
+    cmd.args(["stats", "--watch", "0.2", "--rpc"])
         .arg(&server.rpc)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("iopace stats --watch");
+        .stdout(Stdio::piped());
+    // A test run started in the background by a non-interactive shell
+    // ignores SIGINT, and the child would inherit that and never stop: it
+    // gets the default action, as an interactive user's `iopace stats` has.
+    // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("iopace stats --watch");
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: signalling our own child by its PID.
     unsafe {
