@@ -73,6 +73,79 @@ pub fn predicted_iops(m: &CostModel, read_pct: u32, sizes: &[u32]) -> f64 {
     1e9 / ns
 }
 
+/// Seconds of device time the model gives the mean IO of a random mix,
+/// `read_pct` percent reads, each of the `sizes` equally often.
+pub fn mix_cost_s(m: &CostModel, read_pct: u32, sizes: &[u32]) -> f64 {
+    1.0 / predicted_iops(m, read_pct, sizes)
+}
+
+/// An IO's latency alone on the device (QD 1), linear in its size:
+/// `base_s + bytes * per_byte_s`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Unloaded {
+    pub base_s: f64,
+    pub per_byte_s: f64,
+}
+
+impl Unloaded {
+    /// The line through a small and a large IO's latency alone (seconds);
+    /// a large IO measured no slower than a small one gives a flat line.
+    pub fn through(small_s: f64, large_s: f64) -> Unloaded {
+        let per_byte_s = ((large_s - small_s) / f64::from(LARGE - SMALL)).max(0.0);
+        Unloaded {
+            base_s: (small_s - f64::from(SMALL) * per_byte_s).max(0.0),
+            per_byte_s,
+        }
+    }
+
+    pub fn of(&self, bytes: u32) -> f64 {
+        self.base_s + f64::from(bytes) * self.per_byte_s
+    }
+}
+
+/// The mean latency alone of a mix's IOs, `read_pct` percent reads, each
+/// of the `sizes` equally often.
+pub fn mix_unloaded_s(read: &Unloaded, write: &Unloaded, read_pct: u32, sizes: &[u32]) -> f64 {
+    let r = f64::from(read_pct) / 100.0;
+    sizes
+        .iter()
+        .map(|&bs| r * read.of(bs) + (1.0 - r) * write.of(bs))
+        .sum::<f64>()
+        / sizes.len().max(1) as f64
+}
+
+/// A closed loop of `qd` IOs on a device where an IO alone takes
+/// `alone_s` (its latency at QD 1) and the busy device serves one IO every
+/// `cost_s`: an IO waits for the `qd - 1` ahead of it, so its latency is
+/// `alone_s + (qd - 1) * cost_s`, and by Little's law the rate is `qd` over
+/// that. It rises as `qd / alone_s` (latency-bound) and bends over to
+/// `1 / cost_s` (capacity-bound).
+pub fn iops_at_qd(cost_s: f64, alone_s: f64, qd: u32) -> f64 {
+    let qd = f64::from(qd.max(1));
+    qd / (alone_s.max(cost_s) + (qd - 1.0) * cost_s)
+}
+
+/// The device time per IO at saturation of a point that did `rate` IOs a
+/// second at `qd`, an IO alone taking `alone_s`: `iops_at_qd` solved for
+/// `cost_s`, so a point measured below its knee is not taken for the
+/// device's capacity. At most half of the point's time is taken away (a
+/// point that far below its knee says little about the capacity); QD 1
+/// says nothing about it.
+pub fn saturated_cost_s(rate: f64, qd: u32, alone_s: f64) -> f64 {
+    let t = 1.0 / rate;
+    if qd <= 1 {
+        return t;
+    }
+    let q = f64::from(qd);
+    ((q * t - alone_s.max(0.0)) / (q - 1.0)).clamp(t / 2.0, t)
+}
+
+/// Which bound a workload at a QD is under: the share of the capacity
+/// `iops_at_qd` reaches there.
+pub fn share_of_capacity(cost_s: f64, unloaded_s: f64, qd: u32) -> f64 {
+    iops_at_qd(cost_s, unloaded_s, qd) * cost_s
+}
+
 /// The knee: the smallest QD whose IOPS reach 95% of the curve's maximum.
 pub fn knee(curve: &[(u32, f64)]) -> Option<u32> {
     let max = curve.iter().map(|p| p.1).fold(0.0, f64::max);
@@ -143,6 +216,58 @@ mod tests {
         let (bps, seq, rand) = solve_direction(&p);
         assert!((bps - 1000.0 * f64::from(LARGE)).abs() < 1.0);
         assert!(seq > 0.0 && rand > 0.0 && rand < seq);
+    }
+
+    #[test]
+    fn unloaded_latency_is_a_line_in_the_size() {
+        let u = Unloaded::through(100e-6, 100e-6 + f64::from(LARGE - SMALL) * 1e-9);
+        assert!((u.per_byte_s - 1e-9).abs() < 1e-15);
+        assert!((u.of(SMALL) - 100e-6).abs() < 1e-12);
+        assert!((u.of(65536) - (100e-6 + 61440e-9)).abs() < 1e-12);
+        // A large IO no slower than a small one: flat.
+        let flat = Unloaded::through(100e-6, 90e-6);
+        assert_eq!((flat.per_byte_s, flat.of(LARGE)), (0.0, 100e-6));
+        // A mix: the mean over its directions and sizes.
+        let w = Unloaded::through(200e-6, 200e-6);
+        let mix = mix_unloaded_s(&u, &w, 70, &[SMALL, 65536]);
+        let by_hand = 0.7 * (u.of(SMALL) + u.of(65536)) / 2.0 + 0.3 * 200e-6;
+        assert!((mix - by_hand).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_qd_below_the_knee_is_latency_bound_and_above_it_capacity_bound() {
+        // 25 us an IO when busy (40k IOPS), 225 us alone: half the capacity at QD 8.
+        let (cost, alone) = (25e-6, 225e-6);
+        assert!((iops_at_qd(cost, alone, 1) - 1.0 / alone).abs() < 1e-6);
+        assert!((iops_at_qd(cost, alone, 8) - 20_000.0).abs() < 1e-6);
+        assert!((share_of_capacity(cost, alone, 8) - 0.5).abs() < 1e-12);
+        // Never above either bound, and approaching the capacity.
+        for qd in [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024] {
+            let x = iops_at_qd(cost, alone, qd);
+            assert!(
+                x <= 1.0 / cost && x <= f64::from(qd) / alone + 1e-9,
+                "QD {qd}: {x}"
+            );
+        }
+        assert!(share_of_capacity(cost, alone, 1024) > 0.99);
+        // An IO alone no slower than the busy device's rate: the capacity at every QD.
+        assert!((iops_at_qd(cost, 0.0, 1) - 40_000.0).abs() < 1e-6);
+        assert!((iops_at_qd(cost, 0.0, 64) - 40_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_point_below_its_knee_is_taken_back_to_its_capacity() {
+        let (cost, alone) = (25e-6, 225e-6);
+        for qd in [16, 64, 256] {
+            let rate = iops_at_qd(cost, alone, qd);
+            let back = saturated_cost_s(rate, qd, alone);
+            assert!((back - cost).abs() < 1e-12, "QD {qd}: {back}");
+        }
+        // Saturated where measured: the point's own time.
+        assert_eq!(saturated_cost_s(1000.0, 64, 1e-3), 1e-3);
+        assert_eq!(saturated_cost_s(1000.0, 1, 5e-3), 1e-3);
+        // Far below the knee: at most half taken away.
+        assert_eq!(saturated_cost_s(1000.0, 2, 1.9e-3), 0.5e-3);
     }
 
     #[test]

@@ -130,7 +130,18 @@ pub struct Curve {
 pub struct Prediction {
     pub workload: driver::Workload,
     pub qd: u32,
+    /// At its QD: `fit::iops_at_qd` of `capacity_iops` and `unloaded_us`.
     pub predicted_iops: f64,
+    /// One over the mean device time of an IO under the cost model as
+    /// measured (its points at their QD): the prediction before QD counted.
+    #[serde(default)]
+    pub linear_iops: f64,
+    /// The same under the cost points taken to saturation.
+    #[serde(default)]
+    pub capacity_iops: f64,
+    /// The mean latency of the mix's IOs alone (QD 1 lines); 0: not measured.
+    #[serde(default)]
+    pub unloaded_us: f64,
     pub measured: Measurement,
 }
 

@@ -141,7 +141,7 @@ fn cost_section(md: &mut String, d: &DeviceResult, snippet: &str) {
 
 fn predictions_section(md: &mut String, d: &DeviceResult) {
     if !d.predictions.is_empty() {
-        md.push_str("### Held-out mixes\n\nNot used by the fit: what the cost model predicts (one over the mean device time of an IO) against what the probe measured.\n\n| workload | QD | predicted IOPS | measured IOPS | error |\n|---|---|---|---|---|\n");
+        md.push_str("### Held-out mixes\n\nNot used by the fit. `linear`: one over the mean device time of an IO under the cost model as measured (its points at their QD). `capacity`: the same with each cost point taken to saturation by its latency alone (QD 1). `predicted`: at the mix's QD, an IO waiting for the QD - 1 ahead of it, QD / (latency alone + (QD - 1) / capacity); `bound` is the share of the capacity that QD reaches (latency-bound below 90%).\n\n| workload | QD | linear | capacity | latency alone us | bound | predicted IOPS | measured IOPS | error |\n|---|---|---|---|---|---|---|---|---|\n");
     }
     for p in &d.predictions {
         let err = 100.0 * (p.measured.iops / p.predicted_iops - 1.0);
@@ -151,12 +151,22 @@ fn predictions_section(md: &mut String, d: &DeviceResult) {
             .iter()
             .map(|b| format!("{}KiB", b >> 10))
             .collect();
+        let share = if p.capacity_iops > 0.0 {
+            p.predicted_iops / p.capacity_iops
+        } else {
+            1.0
+        };
+        let bound = if share < 0.9 { "latency" } else { "capacity" };
         let _ = writeln!(
             md,
-            "| random, {}% reads, {} | {} | {:.0} | {:.0} | {err:+.1}% |",
+            "| random, {}% reads, {} | {} | {:.0} | {:.0} | {:.0} | {bound} ({:.0}%) | {:.0} | {:.0} | {err:+.1}% |",
             p.workload.read_pct,
             sizes.join("/"),
             p.qd,
+            p.linear_iops,
+            p.capacity_iops,
+            p.unloaded_us,
+            100.0 * share,
             p.predicted_iops,
             p.measured.iops
         );

@@ -21,6 +21,10 @@ pub const COST_QD_LARGE: u32 = 16;
 /// IOs in flight for the 4 KiB/64 KiB held-out mix (issue 12's example).
 pub const MIX_QD: u32 = 32;
 
+/// The sizes whose latency alone (QD 1) gives each direction's unloaded
+/// latency line: the small random and the large sequential cost point's.
+const UNLOADED: [(u32, bool); 2] = [(SMALL, true), (LARGE, false)];
+
 const fn workload(read_pct: u32, bs: u32, random: bool) -> Workload {
     Workload {
         read_pct,
@@ -80,6 +84,21 @@ fn fixed_plan(writes: bool) -> Vec<Fixed> {
     // Writes first: they also fill a fresh file, so the reads that follow reach the disk.
     let dirs: &[u32] = if writes { &[0, 100] } else { &[100] };
     let mut plan: Vec<Fixed> = dirs.iter().flat_map(|d| cost_plan(*d)).collect();
+    // Each IO alone: what the prediction at a QD below the knee needs.
+    for d in dirs {
+        for (bs, random) in UNLOADED {
+            plan.push(Fixed {
+                label: format!(
+                    "{} {} {}KiB QD 1",
+                    if random { "rand" } else { "seq" },
+                    direction(*d),
+                    bs >> 10
+                ),
+                w: workload(*d, bs, random),
+                qd: 1,
+            });
+        }
+    }
     plan.extend(dirs.iter().map(|d| Fixed {
         label: format!("rand {} 8KiB", direction(*d)),
         w: workload(*d, 8192, true),
@@ -285,6 +304,83 @@ fn cost_points(rows: &[Row], read_pct: u32) -> Option<CostPoints> {
     })
 }
 
+/// One direction's latency alone out of the measured QD 1 rows (the mean
+/// latency: one over the rate at QD 1); none if they were not measured.
+fn unloaded(rows: &[Row], read_pct: u32) -> Option<fit::Unloaded> {
+    let alone = |(bs, random): (u32, bool)| {
+        rows.iter()
+            .find(|r| r.1 == workload(read_pct, bs, random) && r.2 == 1)
+            .map(|r| 1.0 / r.3.iops)
+    };
+    let [small, large] = UNLOADED.map(alone);
+    Some(fit::Unloaded::through(small?, large?))
+}
+
+/// One direction's cost points at saturation: each point's time less the
+/// share of its latency alone its QD did not hide (`fit::saturated_cost_s`).
+fn saturated(p: &CostPoints, u: &fit::Unloaded) -> CostPoints {
+    let at = |rate: f64, qd: u32, bs: u32| 1.0 / fit::saturated_cost_s(rate, qd, u.of(bs));
+    CostPoints {
+        seq_large_iops: at(p.seq_large_iops, COST_QD_LARGE, LARGE),
+        seq_small_iops: at(p.seq_small_iops, COST_QD_SMALL, SMALL),
+        rand_small_iops: at(p.rand_small_iops, COST_QD_SMALL, SMALL),
+    }
+}
+
+/// The held-out mixes predicted at their QD: the linear model of the
+/// saturated cost points gives the capacity, each IO's latency alone the
+/// rate below the knee (`fit::iops_at_qd`). Without QD 1 points, the
+/// capacity of the cost model as measured.
+fn predictions(
+    rows: &[Row],
+    cost: &pace::pacer::CostModel,
+    read: &CostPoints,
+    write: Option<&CostPoints>,
+) -> Vec<Prediction> {
+    let read_u = unloaded(rows, 100);
+    let write_u = if write.is_some() {
+        unloaded(rows, 0)
+    } else {
+        read_u
+    };
+    let lat = read_u.zip(write_u);
+    let capacity = lat.map(|(ru, wu)| {
+        fit::cost_model(
+            &saturated(read, &ru),
+            write.map(|w| saturated(w, &wu)).as_ref(),
+        )
+    });
+    rows.iter()
+        .filter(|r| r.1.read_pct != 0 && r.1.read_pct != 100)
+        .map(|r| {
+            let (w, qd) = (r.1, r.2);
+            let sizes = w.sizes();
+            let linear_iops = fit::predicted_iops(cost, w.read_pct, &sizes);
+            let (capacity_iops, unloaded_us, predicted_iops) = match (capacity, lat) {
+                (Some(c), Some((ru, wu))) => {
+                    let cost_s = fit::mix_cost_s(&c, w.read_pct, &sizes);
+                    let alone_s = fit::mix_unloaded_s(&ru, &wu, w.read_pct, &sizes);
+                    (
+                        1.0 / cost_s,
+                        alone_s * 1e6,
+                        fit::iops_at_qd(cost_s, alone_s, qd),
+                    )
+                }
+                _ => (linear_iops, 0.0, linear_iops),
+            };
+            Prediction {
+                workload: w,
+                qd,
+                predicted_iops,
+                linear_iops,
+                capacity_iops,
+                unloaded_us,
+                measured: r.3,
+            }
+        })
+        .collect()
+}
+
 /// The read cost points alone, measured now (for `tune` without a cost model).
 pub(crate) fn read_cost_points(t: &Target, opts: &Options) -> Result<CostPoints, ProbeError> {
     let bar = ProgressBar::hidden();
@@ -332,16 +428,7 @@ fn device(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<DeviceResult,
     };
     let cost = fit::cost_model(&read, write.as_ref());
     let cost_s = start.elapsed().as_secs_f64();
-    let predictions = cost_rows
-        .iter()
-        .filter(|r| r.1.read_pct != 0 && r.1.read_pct != 100)
-        .map(|r| Prediction {
-            workload: r.1,
-            qd: r.2,
-            predicted_iops: fit::predicted_iops(&cost, r.1.read_pct, &r.1.sizes()),
-            measured: r.3,
-        })
-        .collect();
+    let predictions = predictions(&cost_rows, &cost, &read, write.as_ref());
     let curves = curves(t, writes, opts, bar)?;
     let mut thread_scaling = Vec::new();
     for threads in thread_counts(opts) {
@@ -492,8 +579,65 @@ mod tests {
         assert_eq!((mix.w.alt_bs, mix.qd), (Some(64 << 10), MIX_QD));
         assert_eq!(
             fixed_plan(false).len(),
-            4,
-            "reads only: 3 cost points and 8 KiB"
+            6,
+            "reads only: 3 cost points, 2 alone and 8 KiB"
         );
+        for l in [
+            "rand read 4KiB QD 1",
+            "seq read 1024KiB QD 1",
+            "rand write 4KiB QD 1",
+            "seq write 1024KiB QD 1",
+        ] {
+            let f = plan.iter().find(|f| f.label == l);
+            assert_eq!(f.map(|f| f.qd), Some(1), "{l} in {labels:?}");
+        }
+    }
+
+    fn row(w: Workload, qd: u32, iops: f64) -> Row {
+        (String::new(), w, qd, round(iops, 0.0))
+    }
+
+    #[test]
+    fn held_out_mixes_are_predicted_at_their_qd() {
+        // A linear device, 30 us and 1 ns a byte an IO when busy, both
+        // ways; an IO alone takes 300 us whatever its size.
+        let cost_s = |bs: u32| 30e-6 + f64::from(bs) * 1e-9;
+        let alone_s = 300e-6;
+        let mix = Workload {
+            alt_bs: Some(64 << 10),
+            ..workload(70, SMALL, true)
+        };
+        let mut rows = vec![row(mix, 8, 1.0)];
+        for d in [0, 100] {
+            // The cost points as measured at their QD: below the knee.
+            for (bs, random, qd) in [
+                (LARGE, false, COST_QD_LARGE),
+                (SMALL, false, COST_QD_SMALL),
+                (SMALL, true, COST_QD_SMALL),
+            ] {
+                let rate = fit::iops_at_qd(cost_s(bs), alone_s, qd);
+                rows.push(row(workload(d, bs, random), qd, rate));
+            }
+            for (bs, random) in UNLOADED {
+                rows.push(row(workload(d, bs, random), 1, 1.0 / alone_s));
+            }
+        }
+        let read = cost_points(&rows, 100).expect("read points");
+        let write = cost_points(&rows, 0).expect("write points");
+        let cost = fit::cost_model(&read, Some(&write));
+        let p = predictions(&rows, &cost, &read, Some(&write));
+        assert_eq!(p.len(), 1);
+        let p = p[0];
+        assert!((p.unloaded_us - 300.0).abs() < 1e-6, "{}", p.unloaded_us);
+        // The capacity is the device's, not the cost points' rate below their knee.
+        let mix_cost_s = (cost_s(SMALL) + cost_s(64 << 10)) / 2.0;
+        assert!((p.capacity_iops * mix_cost_s - 1.0).abs() < 1e-6);
+        assert!(p.linear_iops < p.capacity_iops);
+        let at_8 = fit::iops_at_qd(mix_cost_s, alone_s, 8);
+        assert!((p.predicted_iops / at_8 - 1.0).abs() < 1e-6);
+        // Without the QD 1 points: the linear model as it was.
+        rows.retain(|r| r.2 != 1);
+        let p = predictions(&rows, &cost, &read, Some(&write))[0];
+        assert_eq!((p.predicted_iops, p.unloaded_us), (p.linear_iops, 0.0));
     }
 }
