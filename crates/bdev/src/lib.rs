@@ -269,6 +269,21 @@ impl Bdev {
         }
     }
 
+    /// A READ's data where it already lies, to send from there instead of
+    /// running `prepare` (a malloc bdev's written RAM; nothing with a model
+    /// or delays, whose timing `prepare` carries). The memory lives as long
+    /// as the bdev; a write to it meanwhile races the send, as overlapping
+    /// IO in flight may on any disk.
+    pub fn lend_read(&self, io: &IoRequest) -> Option<libc::iovec> {
+        if io.op != IoOp::Read || self.model.is_some() || !self.delays.is_empty() {
+            return None;
+        }
+        match &*self.leaf {
+            Leaf::Malloc(m) => m.lend(self.offset + io.offset, io.len),
+            _ => None,
+        }
+    }
+
     /// Result of an IO from the CQE result of its last SQE.
     pub fn complete(&self, io: &IoRequest, cqe_result: i32) -> IoResult {
         match &*self.leaf {

@@ -162,6 +162,23 @@ impl MallocMem {
         }
     }
 
+    /// The mapped bytes `offset..offset + len`, if every chunk they touch
+    /// was written: a reply may send them from here instead of copying them
+    /// into a buffer first. Holes are not lent: sending them would fault in
+    /// zero pages, and a copy writes their zeros for free.
+    pub fn lend(&self, offset: u64, len: u32) -> Option<libc::iovec> {
+        let at = usize::try_from(offset).ok()?;
+        let end = at.checked_add(len as usize).filter(|&e| e <= self.len)?;
+        if len == 0 || !(at / CHUNK..end.div_ceil(CHUNK)).all(|c| self.is_written(c)) {
+            return None;
+        }
+        Some(libc::iovec {
+            // SAFETY: at < end <= len keeps the pointer inside the mapping.
+            iov_base: unsafe { self.base.add(at) }.cast(),
+            iov_len: len as usize,
+        })
+    }
+
     pub fn execute(&self, op: IoOp, offset: u64, len: u32, iov: &[libc::iovec]) -> IoResult {
         let Ok(mut at) = usize::try_from(offset) else {
             return IoResult::Err(crate::EINVAL);
@@ -207,6 +224,23 @@ mod tests {
             iov_len: data.len(),
         }];
         m.execute(IoOp::Write { fua: false }, offset, data.len() as u32, &iov)
+    }
+
+    #[test]
+    fn only_wholly_written_ranges_are_lent() {
+        let m = MallocMem::new(1 << 20).expect("map");
+        let chunk = CHUNK as u32;
+        assert!(m.lend(0, 4096).is_none(), "a hole");
+        let mut data = vec![9u8; CHUNK];
+        assert_eq!(write(&m, u64::from(chunk), &mut data), IoResult::Ok);
+        let lent = m.lend(u64::from(chunk) + 10, 100).expect("written");
+        assert_eq!(lent.iov_len, 100);
+        // SAFETY: the lent range is inside the mapping.
+        assert_eq!(unsafe { *lent.iov_base.cast::<u8>() }, 9);
+        assert!(m.lend(u64::from(chunk) - 1, 2).is_none(), "half a hole");
+        assert!(m.lend(u64::from(2 * chunk), 1).is_none());
+        assert!(m.lend(u64::from(chunk), 0).is_none(), "nothing to lend");
+        assert!(m.lend(1 << 20, 1).is_none(), "past the end");
     }
 
     #[test]

@@ -239,6 +239,34 @@ impl Engine {
         self.settle();
     }
 
+    /// A READ (or a streamed READ's piece) whose data the bdev lends
+    /// (`Bdev::lend_read`): its reply sends `data` instead of its buffer,
+    /// which it keeps until sent, as every READ does, so the pool's books do
+    /// not change. False for anything else: the driver submits it as usual.
+    pub fn lend_read(&mut self, io: IoToken, data: libc::iovec) -> bool {
+        let Some(req) = self.reqs.get_mut(io.req.index()) else {
+            return false;
+        };
+        if req.command != proto::Command::Read {
+            return false;
+        }
+        match io.part {
+            Part::Whole if !req.streamed() && data.iov_len == req.len as usize => {
+                req.iov.clear();
+                req.iov.push(data);
+                true
+            }
+            Part::Piece(k) => match req.iov.get_mut(k as usize) {
+                Some(seg) if seg.iov_len == data.iov_len => {
+                    *seg = data;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// The IO `io` as submitted, for the driver to interpret its completion.
     pub fn io_request(&self, io: IoToken) -> Option<(u16, IoRequest)> {
         let req = self.reqs.get(io.req.index())?;
