@@ -436,11 +436,8 @@ impl Reactor {
         let dev = self.catalog.exports[export as usize].bdev.clone();
         // A RAM export's written data goes out from where it lies: one copy
         // (into the socket) instead of two.
-        if let Some(data) = dev.lend_read(&req) {
-            if self.engine.lend_read(io, data) {
-                self.engine.on_io_done(self.now, io, IoResult::Ok);
-                return;
-            }
+        if self.engine.try_lend(self.now, io, &dev, &req) {
+            return;
         }
         // SAFETY: the iovecs point at pool buffers the request owns until the
         // engine hears the IO is done.

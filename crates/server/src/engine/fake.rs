@@ -310,12 +310,9 @@ impl Net {
         }
         let dev = self.engine.catalog.exports[export as usize].bdev.clone();
         // As the reactor: written RAM is lent to the reply, not copied.
-        if let Some(data) = dev.lend_read(&req) {
-            if self.engine.lend_read(io, data) {
-                self.engine.on_io_done(self.now, io, bdev::IoResult::Ok);
-                self.pump();
-                return;
-            }
+        if self.engine.try_lend(self.now, io, &dev, &req) {
+            self.pump();
+            return;
         }
         // SAFETY: the engine keeps the IO's iovecs and buffers until it
         // hears the IO is done, which is below.

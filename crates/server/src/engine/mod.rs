@@ -242,8 +242,21 @@ impl Engine {
     /// A READ (or a streamed READ's piece) whose data the bdev lends
     /// (`Bdev::lend_read`): its reply sends `data` instead of its buffer,
     /// which it keeps until sent, as every READ does, so the pool's books do
-    /// not change. False for anything else: the driver submits it as usual.
-    pub fn lend_read(&mut self, io: IoToken, data: libc::iovec) -> bool {
+    /// not change. False for anything else.
+    /// Serves `io` (submitted as `req` to `dev`) from the bdev's own memory
+    /// if it lends it (see `lend_read`): done now, nothing to submit. False:
+    /// the driver submits it as usual.
+    pub fn try_lend(&mut self, now: Nanos, io: IoToken, dev: &bdev::Bdev, req: &IoRequest) -> bool {
+        let lent = dev
+            .lend_read(req)
+            .is_some_and(|data| self.lend_read(io, data));
+        if lent {
+            self.on_io_done(now, io, IoResult::Ok);
+        }
+        lent
+    }
+
+    fn lend_read(&mut self, io: IoToken, data: libc::iovec) -> bool {
         let Some(req) = self.reqs.get_mut(io.req.index()) else {
             return false;
         };
