@@ -199,6 +199,10 @@ impl Pacer {
                 .map(|t| t.queued_bytes)
                 .sum();
             link.publish(*r, self.window, backlog, self.flows.paced_total());
+            if self.tenants.len() > 1 {
+                let queued = self.tenants.iter();
+                link.publish_tenants(*r, queued.map(|t| if t.held { 0 } else { t.queued_bytes }));
+            }
         }
     }
 

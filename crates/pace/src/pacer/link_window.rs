@@ -11,17 +11,33 @@
 //! (its tenant is held back) keeps what it has in flight, and the others
 //! wait for it to land.
 //!
+//! With tenants, the backlog speaks for each tenant only among its own
+//! reactors: the windows are first split between the tenants by where
+//! each reactor's backlog comes from, then each tenant's part between the
+//! reactors by its bytes queued there. A tenant's backlog grows with its
+//! clients' queue depth (one of 64 KiB READs at QD 1024 queues 64 MiB per
+//! reactor) while a tenant of streamed 1 MiB READs queues a few pieces per
+//! connection at any depth; split by bytes queued alone, the deep tenant's
+//! reactors took nearly all the windows, the other's fell to the 2-IO
+//! floor, and the tenant clock then held the deep tenant to its weight
+//! times that: the link ran at 93% (`tenants_mixed_sizes`, QD 1024). The
+//! tenants' shares of the link are the tenant clock's to set, not the
+//! depth of their queues'. Tenants spread alike over the reactors get the
+//! split by bytes queued, as one tenant does.
+//!
 //! Each host's window is pooled the same way: a host's connections spread
 //! over the reactors, and its window on each is its part of the sum of its
 //! windows on all of them, by the bytes it has queued there. Hosts are kept
 //! in `HOST_SLOTS` slots by id; two hosts in one slot pool their windows.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct LinkWindow {
     reactors: Vec<ReactorPart>,
+    /// Some reactor serves two or more tenants' IO (see `tenant_part`).
+    tenants: AtomicBool,
 }
 
 /// What one reactor publishes. Only that reactor writes it; aligned to a
@@ -39,7 +55,13 @@ struct ReactorPart {
     /// Per host slot: the host's window here and its queued bytes here.
     host_windows: [AtomicU64; HOST_SLOTS],
     host_queued: [AtomicU64; HOST_SLOTS],
+    /// Per tenant slot: the tenant's part of `queued`.
+    tenant_queued: [AtomicU64; TENANT_SLOTS],
 }
+
+/// Tenant slots in a [`LinkWindow`]: tenant `t` is slot `t % TENANT_SLOTS`
+/// (two tenants in one slot split the windows as one).
+const TENANT_SLOTS: usize = 8;
 
 /// Host slots in a [`LinkWindow`].
 const HOST_SLOTS: usize = 64;
@@ -71,9 +93,11 @@ impl LinkWindow {
             in_flight: AtomicU64::new(0),
             host_windows: std::array::from_fn(|_| AtomicU64::new(0)),
             host_queued: std::array::from_fn(|_| AtomicU64::new(0)),
+            tenant_queued: std::array::from_fn(|_| AtomicU64::new(0)),
         };
         Arc::new(LinkWindow {
             reactors: (0..reactors.max(1)).map(|_| part()).collect(),
+            tenants: AtomicBool::new(false),
         })
     }
 
@@ -95,6 +119,24 @@ impl LinkWindow {
             store_changed(&p.window, window);
             store_changed(&p.queued, queued);
             store_changed(&p.in_flight, in_flight);
+        }
+    }
+
+    /// Tenant `t`'s part of the bytes reactor `r` published as queued
+    /// (see `publish`), tenant by tenant in order.
+    pub fn publish_tenants(&self, r: usize, queued: impl IntoIterator<Item = u64>) {
+        let Some(p) = self.reactors.get(r) else {
+            return;
+        };
+        if !self.tenants.load(Ordering::Relaxed) {
+            self.tenants.store(true, Ordering::Relaxed);
+        }
+        let mut slots = [0u64; TENANT_SLOTS];
+        for (t, q) in queued.into_iter().enumerate() {
+            slots[t % TENANT_SLOTS] += q;
+        }
+        for (a, v) in p.tenant_queued.iter().zip(slots) {
+            store_changed(a, v);
         }
     }
 
@@ -136,10 +178,54 @@ impl LinkWindow {
         }
         let in_flight: u64 = self.reactors.iter().map(|p| load(&p.in_flight)).sum();
         let others = in_flight - load(&mine.in_flight);
-        let part = (total_window as f64 * load(&mine.queued) as f64 / total_queued as f64) as u64;
+        let part = self
+            .tenant_part(load(&mine.queued), &mine.tenant_queued, total_queued)
+            .unwrap_or(total_window as f64 * load(&mine.queued) as f64 / total_queued as f64)
+            as u64;
         // The others' IO in flight may exceed every window: windows shrink
         // while IO is out, and each reactor publishes on its own.
         Some(part.min(total_window.saturating_sub(others)))
+    }
+
+    /// A reactor's part of the windows with two or more tenants queued
+    /// (None with fewer: then it is its part by bytes queued), from its
+    /// queued bytes, `mine` of them per tenant. Each reactor's window goes
+    /// to its tenants by their bytes queued there, each tenant's windows so
+    /// summed to the reactors by its bytes queued on each, and an idle
+    /// reactor's window to all by bytes queued.
+    fn tenant_part(
+        &self,
+        own: u64,
+        mine: &[AtomicU64; TENANT_SLOTS],
+        total_queued: u64,
+    ) -> Option<f64> {
+        if !self.tenants.load(Ordering::Relaxed) {
+            return None;
+        }
+        let (mut queued, mut windows, mut idle) = ([0.0; TENANT_SLOTS], [0.0; TENANT_SLOTS], 0.0);
+        for p in &self.reactors {
+            let (all, window) = (load(&p.queued), load(&p.window) as f64);
+            if all == 0 {
+                idle += window;
+                continue;
+            }
+            for (s, q) in p.tenant_queued.iter().map(load).enumerate() {
+                // Published one store at a time: a reader may see a
+                // tenant's bytes before the reactor's total that holds them.
+                queued[s] += q as f64;
+                windows[s] += window * q.min(all) as f64 / all as f64;
+            }
+        }
+        if queued.iter().filter(|&&q| q > 0.0).count() < 2 {
+            return None;
+        }
+        let mut part = idle * own as f64 / total_queued as f64;
+        for (s, q) in mine.iter().map(load).enumerate() {
+            if q > 0 && queued[s] > 0.0 {
+                part += windows[s] * q as f64 / queued[s];
+            }
+        }
+        Some(part)
     }
 }
 
@@ -165,6 +251,38 @@ mod tests {
         l.publish(1, 1000, 0, 0);
         assert_eq!(l.busy_reactors(), 1, "nothing queued or in flight: idle");
         l.publish(7, 1, 1, 1);
+    }
+
+    #[test]
+    fn tenants_on_their_own_reactors_keep_their_windows_at_any_depth() {
+        let l = LinkWindow::new(3);
+        // Tenant 0 on reactors 0 and 1 (deep queues), tenant 1 on 2 (a few
+        // streamed pieces).
+        l.publish(0, 1000, 64_000, 0);
+        l.publish_tenants(0, [64_000, 0]);
+        l.publish(1, 1000, 32_000, 0);
+        l.publish_tenants(1, [32_000, 0]);
+        l.publish(2, 600, 500, 0);
+        l.publish_tenants(2, [0, 500]);
+        assert_eq!(
+            l.share(2),
+            Some(600),
+            "its own window, not 600 x 500 / 96500"
+        );
+        assert_eq!(l.share(0), Some(1333), "tenant 0's 2000, by its backlog");
+        assert_eq!(l.share(1), Some(666));
+        // Both tenants on reactors 1 and 2: the deeper queue, the larger part.
+        l.publish(2, 600, 16_500, 0);
+        l.publish_tenants(2, [16_000, 500]);
+        l.publish(1, 1000, 32_500, 0);
+        l.publish_tenants(1, [32_000, 500]);
+        let (a, b) = (l.share(0).unwrap_or(0), l.share(2).unwrap_or(0));
+        assert!(a > 2 * b, "{a} vs {b}");
+        // An idle reactor's window goes to the others.
+        l.publish(1, 1000, 0, 0);
+        l.publish_tenants(1, [0, 0]);
+        let sum = l.share(0).unwrap_or(0) + l.share(2).unwrap_or(0);
+        assert!(sum.abs_diff(2600) <= 1, "every window handed out: {sum}");
     }
 
     #[test]
