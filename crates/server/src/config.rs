@@ -105,7 +105,8 @@ pub struct ServerConfig {
     /// How long a reactor that served several requests in its last turn
     /// waits to gather more completions before it serves them: fewer
     /// wake-ups and syscalls per IO at high queue depths, for at most this
-    /// much latency. 0 turns gathering off.
+    /// much latency. Each reactor keeps trying its clients without it and
+    /// stops gathering while that serves clearly more. 0 turns gathering off.
     #[serde(default = "default_batch_wait_us")]
     pub batch_wait_us: u64,
 }

@@ -20,6 +20,7 @@ use crate::engine::{
     Action, ConnId, Engine, EngineSettings, IoToken, Received, Sent, Timeouts, PAYLOAD_CAP,
 };
 use crate::exports::Catalog;
+use crate::gather::GatherTrial;
 use crate::stats::ReactorStats;
 
 /// Messages from other threads, delivered through the inbox and an eventfd.
@@ -165,6 +166,8 @@ pub struct Reactor {
     served: u64,
     /// Bytes the last loop turn that completed receives received.
     received: usize,
+    /// Whether gathering pays for this reactor's clients.
+    gather: GatherTrial,
 }
 
 /// A loop turn that served this many requests makes the next wait gather:
@@ -229,6 +232,7 @@ impl Reactor {
             batch_wait_us,
             served: 0,
             received: 0,
+            gather: GatherTrial::new(now),
         })
     }
 
@@ -269,6 +273,7 @@ impl Reactor {
                 self.dispatch(user_data, res);
             }
             self.served = self.engine.ios_done() - served_before;
+            self.gather.on_turn(self.now, self.served);
         }
         Ok(())
     }
@@ -285,7 +290,12 @@ impl Reactor {
                 .sec(ns / 1_000_000_000)
                 .nsec((ns % 1_000_000_000) as u32)
         });
-        let gather = gather_wait(self.batch_wait_us, self.served, self.received, wait);
+        let batch_wait_us = if self.gather.gathering() {
+            self.batch_wait_us
+        } else {
+            0
+        };
+        let gather = gather_wait(batch_wait_us, self.served, self.received, wait);
         let submitter = self.ring.submitter();
         let r = match (&timeout, gather) {
             (Some(ts), None) => {
