@@ -127,8 +127,11 @@ fn render_reactor(s: &mut String, r: &ReactorStats) {
     let _ = writeln!(s, "Reactor {}", r.reactor);
     let _ = writeln!(
         s,
-        "  Connections: {} now, {} accepted; loop iterations {}",
-        r.connections, r.connections_total, r.loop_iterations
+        "  Connections: {} now, {} accepted; loop iterations {}; gathering {}",
+        r.connections,
+        r.connections_total,
+        r.loop_iterations,
+        if r.gathering { "on" } else { "off" }
     );
     let _ = writeln!(
         s,

@@ -150,6 +150,13 @@ impl Snapshot {
         let s = &self.0;
         let conns = per_reactor(s, |r| r.connections as f64);
         gauge(enc, "connections", "Open NBD connections.", &conns)?;
+        let gathering = per_reactor(s, |r| f64::from(u8::from(r.gathering)));
+        gauge(
+            enc,
+            "reactor_gathering",
+            "1 while a busy reactor's waits gather completions.",
+            &gathering,
+        )?;
         let accepted = per_reactor(s, |r| r.connections_total);
         counter(
             enc,
@@ -374,6 +381,7 @@ mod tests {
         let mut r = ReactorStats {
             reactor: 1,
             connections: 2,
+            gathering: true,
             ..ReactorStats::default()
         };
         r.io.insert(
@@ -394,6 +402,10 @@ mod tests {
         let text = render(vec![r]);
         assert!(
             text.contains("iopace_connections{reactor=\"1\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("iopace_reactor_gathering{reactor=\"1\"} 1"),
             "{text}"
         );
         assert!(

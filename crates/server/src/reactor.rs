@@ -525,7 +525,8 @@ impl Reactor {
                 Msg::NewConn(fd, peer) => self.add_conn(fd, None, &peer),
                 Msg::Resume(fd, hs, peer) => self.add_conn(fd, Some(hs), &peer),
                 Msg::Stats(reply) => {
-                    let snapshot = self.engine.snapshot(self.now);
+                    let mut snapshot = self.engine.snapshot(self.now);
+                    snapshot.gathering = self.batch_wait_us > 0 && self.gather.gathering();
                     let _ = reply.send(snapshot);
                 }
                 Msg::SetPacing(cfg) => self.engine.set_pacing(cfg, self.now),

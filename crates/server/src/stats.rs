@@ -162,6 +162,10 @@ pub struct ReactorStats {
     /// The pacer's counters and estimates.
     #[serde(default)]
     pub pacer: PacerStats,
+    /// Whether the reactor's waits gather completions when it is busy:
+    /// off where its trials find that gathering costs its clients IOPS.
+    #[serde(default)]
+    pub gathering: bool,
 }
 
 /// The `get_stats` reply: one entry per reactor.
@@ -333,6 +337,7 @@ impl StatsCollector {
             delayed_completions: timers as u64,
             exports: self.exports.iter_mut().map(|e| e.snapshot(now)).collect(),
             pacer: PacerStats::default(),
+            gathering: false,
         }
     }
 }
