@@ -44,7 +44,6 @@ use crate::Nanos;
 
 mod admit;
 mod auto_window;
-mod channels;
 mod config;
 mod cost;
 mod device_ops;
@@ -62,7 +61,6 @@ mod tenants;
 
 use admit::Verdict;
 use auto_window::{rate_filter, LATENCY_WINDOW_NS};
-pub use channels::DeviceChannels;
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 pub use cost::CostModel;
 pub use device_ops::DeviceOps;
@@ -180,8 +178,6 @@ pub struct Pacer {
     qos: Option<Arc<DeviceQos>>,
     /// The last poll left IO waiting for device budget until then.
     qos_wake: Option<Nanos>,
-    /// Devices' channels, shared by all reactors (`auto` with tenants).
-    channels: Option<Arc<DeviceChannels>>,
     calls: u64,
     polls: u64,
     ios: u64,
@@ -232,7 +228,6 @@ impl Pacer {
             held: false,
             qos: None,
             qos_wake: None,
-            channels: None,
             calls: 0,
             polls: 0,
             ios: 0,
@@ -265,12 +260,6 @@ impl Pacer {
     /// for all reactors).
     pub fn share_qos(&mut self, qos: Arc<DeviceQos>) {
         self.qos = Some(qos);
-    }
-
-    /// Shares the devices' channel clocks with the other reactors' pacers:
-    /// heavy IOs wait for them while a light tenant is about.
-    pub fn share_channels(&mut self, channels: Arc<DeviceChannels>) {
-        self.channels = Some(channels);
     }
 
     pub fn set_cost_model(&mut self, device: usize, model: CostModel) {
@@ -560,9 +549,6 @@ impl Pacer {
             t.name
         );
         t.in_flight -= 1;
-        if let Some(c) = &self.channels {
-            c.landed(f.tenant);
-        }
         debug_assert!(
             self.bytes_in_flight >= f.bytes,
             "lands more than is in flight"

@@ -9,10 +9,6 @@ use super::queues::Slot;
 use super::{Mode, PacedIo, Pacer};
 use crate::Nanos;
 
-/// A heavy IO goes to a guarded device this long before its channel is
-/// free, so the channel does not idle while the IO is on its way.
-const CHANNEL_LEAD_NS: Nanos = 5_000;
-
 /// What `poll` does with a tenant's turn (see `Pacer::admit`).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Verdict {
@@ -86,13 +82,11 @@ impl Pacer {
         if let Some(v) = self.mode_gate(t, d, &io, paced, now) {
             return v;
         }
-        let ready = self.light(t) || (self.qos_ready(d, now) && self.channel_ready(d, now));
-        if !ready {
-            // This device waits for budget (its latency target) or for
-            // its channel (beside a light tenant); the tenant's other
-            // devices need not. A light tenant's IO is within its share,
-            // as iocost's per-cgroup budgets have it: it is charged but
-            // does not wait.
+        if !self.light(t) && !self.qos_ready(d, now) {
+            // This device waits for budget (its latency target); the
+            // tenant's other devices need not. A light tenant's IO is
+            // within its share, as iocost's per-cgroup budgets have it:
+            // it is charged but does not wait.
             return self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now));
         }
         let took_op = match self.take_device_op(d) {
@@ -156,23 +150,6 @@ impl Pacer {
         false
     }
 
-    /// Device `d`'s channel is about free, or no light tenant is about to
-    /// wait behind it (see [`DeviceChannels`](super::DeviceChannels)); if
-    /// not, the next poll is due when it will be. Only heavy IOs ask.
-    pub(super) fn channel_ready(&mut self, d: usize, now: Nanos) -> bool {
-        let Some(c) = &self.channels else { return true };
-        if !c.guarding(now) {
-            return true;
-        }
-        let backlog = c.backlog(d, now);
-        if backlog <= CHANNEL_LEAD_NS {
-            return true;
-        }
-        let at = now + backlog - CHANNEL_LEAD_NS;
-        self.qos_wake = Some(self.qos_wake.map_or(at, |w| w.min(at)));
-        false
-    }
-
     /// `rate` with a device op limit: takes one of device `d`'s op slots
     /// (Some(false): none is free). None: no limit applies.
     pub(super) fn take_device_op(&self, d: usize) -> Option<bool> {
@@ -201,10 +178,6 @@ impl Pacer {
                 .cost(io.kind, io.bytes, io.offset == self.devices[d].last_offset);
         if let Some(q) = &self.qos {
             q.charge(d, cost, now);
-        }
-        if let Some(c) = &self.channels {
-            c.released(t, self.light(t), now);
-            c.charge(d, cost, now);
         }
         let dev = &mut self.devices[d];
         dev.queue.take(g.slot);

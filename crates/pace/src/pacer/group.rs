@@ -6,10 +6,7 @@
 use std::sync::Arc;
 
 use super::TenantClock;
-use super::{
-    CostModel, DeviceChannels, DeviceOps, DeviceQos, LinkWindow, Mode, Pacer, PacingConfig,
-    QosConfig,
-};
+use super::{CostModel, DeviceOps, DeviceQos, LinkWindow, Pacer, PacingConfig, QosConfig};
 use crate::Nanos;
 
 /// What a pacer knows of one device.
@@ -30,8 +27,6 @@ pub struct PacerGroup {
     tenants: Arc<TenantClock>,
     qos: Arc<DeviceQos>,
     link: Arc<LinkWindow>,
-    /// Only `auto` with tenants has light tenants to guard.
-    channels: Option<Arc<DeviceChannels>>,
 }
 
 impl PacerGroup {
@@ -56,8 +51,6 @@ impl PacerGroup {
             tenants: TenantClock::with_reactors(cfg.tenants.len().max(1), reactors),
             qos: DeviceQos::new(&targets, now),
             link: LinkWindow::new(reactors),
-            channels: (cfg.mode == Mode::Auto && cfg.tenants.len() > 1)
-                .then(|| DeviceChannels::new(devices.len(), cfg.tenants.len())),
         }
     }
 
@@ -76,9 +69,6 @@ impl PacerGroup {
         p.share_tenants(self.tenants.clone());
         p.share_qos(self.qos.clone());
         p.share_link(self.link.clone(), reactor);
-        if let Some(c) = &self.channels {
-            p.share_channels(c.clone());
-        }
         p
     }
 
@@ -91,19 +81,7 @@ impl PacerGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacer::{IoKind, Mode, PacedIo, TenantConfig};
-
-    fn read(id: u64, tenant: usize) -> PacedIo {
-        PacedIo {
-            id,
-            flow: tenant as u64,
-            device: 0,
-            tenant,
-            bytes: 131_072,
-            kind: IoKind::Read,
-            offset: id * 1_048_576,
-        }
-    }
+    use crate::pacer::{IoKind, Mode, PacedIo};
 
     #[test]
     fn a_groups_pacers_share_the_device_op_limit_and_the_tenant_clock() {
@@ -134,49 +112,5 @@ mod tests {
         pacers[0].on_complete(0, 2_000);
         pacers[1].poll(3_000, &mut out);
         assert_eq!(out, [0, 1], "the slot freed on reactor 0 serves reactor 1");
-    }
-
-    #[test]
-    fn beside_a_light_tenant_heavy_ios_wait_for_the_channel_on_every_reactor() {
-        let cfg = PacingConfig {
-            tenants: vec![TenantConfig::new("A", 1.0), TenantConfig::new("B", 1.0)],
-            ..PacingConfig::default()
-        };
-        let dev = PacedDevice {
-            cost: CostModel::nvme(),
-            qos: None,
-        };
-        let cost = dev.cost.cost(IoKind::Read, 131_072, false) as Nanos;
-        let group = PacerGroup::new(&cfg, &[dev], 2, 131_072, 0);
-        let mut pacers = [group.pacer(0, 0), group.pacer(1, 0)];
-        let mut out = Vec::new();
-        // A runs at QD 1: its second IO in a row with none in flight
-        // makes it light for the channels; each goes at once.
-        pacers[0].enqueue(read(0, 0), 1_000);
-        pacers[0].poll(1_000, &mut out);
-        pacers[0].on_complete(0, 60_000);
-        pacers[0].enqueue(read(1, 0), 60_000);
-        pacers[0].poll(60_000, &mut out);
-        assert_eq!(out, [0, 1]);
-        let free = (1_000 + cost).max(60_000) + cost;
-        // B's IOs on both reactors wait until A's is about done.
-        for (r, p) in pacers.iter_mut().enumerate() {
-            for i in 0..4 {
-                p.enqueue(read(10 + 10 * r as u64 + i, 1), 61_000);
-            }
-            p.poll(61_000, &mut out);
-        }
-        assert_eq!(out, [0, 1], "the channel is A's");
-        let wake = pacers[1]
-            .next_wakeup(61_000)
-            .expect("B waits for the channel");
-        assert!(wake > 61_000 && wake <= free, "wake {wake}, free at {free}");
-        for p in &mut pacers {
-            p.poll(wake, &mut out);
-        }
-        assert!(
-            out.len() == 3 && [10, 20].contains(&out[2]),
-            "one heavy IO for both reactors: {out:?}"
-        );
     }
 }
