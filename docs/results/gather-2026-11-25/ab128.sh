@@ -1,7 +1,7 @@
 #!/bin/bash
 # ab128.sh BIN: 128k randread QD32 over Unix, written data, env A/B on IOPACE_ASYNC_SEND
 W=/tmp/q1/ab; mkdir -p $W
-. /work/main/docs/results/lend-2026-11-25/serve.sh
+. "$(dirname "$0")/../lend-2026-11-25/serve.sh"
 run() { # label envval
   IOPACE_SNDBUF=$2 start_server $BIN
   fill_export

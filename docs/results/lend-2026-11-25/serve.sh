@@ -2,7 +2,8 @@
 # a Unix socket in directory $W, and fio against it.
 uri() { echo "nbd+unix:///bench?socket=$W/s.sock"; }
 
-# start_server BIN: starts it, sets PID.
+# start_server BIN: starts it, sets PID. SERVER_EXTRA: more [server] lines;
+# PIN_S: the CPUs it runs on.
 start_server() {
   rm -f $W/s.sock $W/rpc.sock
   cat > $W/c.toml <<EOC
@@ -10,6 +11,7 @@ start_server() {
 tcp = []
 unix = ["$W/s.sock"]
 rpc = "$W/rpc.sock"
+${SERVER_EXTRA:-}
 [[bdev]]
 name = "d"
 kind = "malloc"
@@ -18,7 +20,7 @@ size = "1GiB"
 name = "bench"
 bdev = "d"
 EOC
-  $1 serve --config $W/c.toml > $W/serve.log 2>&1 &
+  ${PIN_S:+taskset -c $PIN_S} $1 serve --config $W/c.toml > $W/serve.log 2>&1 &
   PID=$!
   sleep 1
 }
