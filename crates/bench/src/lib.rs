@@ -3,6 +3,7 @@
 //! Unix socket or shaped network namespaces, and reports per-host and sweep tables,
 //! JSON, CSV, plots and a markdown report.
 
+pub mod check;
 pub mod fio;
 pub mod plot;
 pub mod procs;

@@ -57,8 +57,13 @@ impl TestReport {
     /// The sweep table, and BW per export group when there are several.
     pub fn table(&self) -> String {
         let mut t = table::sweep_table(&self.rows, self.x.as_deref());
+        if let Some(note) = table::suspect_note(&self.rows) {
+            t.push_str(&note);
+        }
         if let Some(g) = table::group_table(&self.rows, self.x.as_deref()) {
-            t.push_str("\nBandwidth by export group (all hosts):\n\n");
+            t.push_str(
+                "\nBandwidth by export group (all hosts; the target's count for iopace):\n\n",
+            );
             t.push_str(&g);
         }
         t

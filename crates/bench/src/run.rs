@@ -45,6 +45,11 @@ pub struct TargetStats {
     /// (iopace): its own count, to check fio's per-job numbers against.
     #[serde(default)]
     pub export_replies_per_s: BTreeMap<String, f64>,
+    /// Data the target moved per export over the window, Gb/s (iopace):
+    /// the ground truth for fio's per-job bandwidth, which is wrong for a
+    /// job whose IOs wait longer than the ramp.
+    #[serde(default)]
+    pub export_gbps: BTreeMap<String, f64>,
     /// Replies each reactor finished over the window, per second (iopace):
     /// how the load split between reactors, not only how the connections did.
     #[serde(default)]
@@ -527,14 +532,17 @@ fn target_stats(
 ) -> TargetStats {
     let mut stats = sampler.finish();
     stats.bufs_max_mib = end.bufs_peak;
-    stats.export_replies_per_s = end
-        .export_replies
-        .iter()
-        .map(|(name, n)| {
-            let before = start.export_replies.get(name).copied().unwrap_or(0);
-            (name.clone(), n.saturating_sub(before) as f64 / secs)
-        })
-        .collect();
+    let rate = |name: &String, end: u64, pick: fn(&ExportCounts) -> u64| {
+        let before = start.exports.get(name).map_or(0, pick);
+        debug_assert!(end >= before, "export {name}: a count went back");
+        end.saturating_sub(before) as f64 / secs
+    };
+    for (name, c) in &end.exports {
+        let replies = rate(name, c.replies, |c| c.replies);
+        let bytes = rate(name, c.bytes, |c| c.bytes);
+        stats.export_replies_per_s.insert(name.clone(), replies);
+        stats.export_gbps.insert(name.clone(), bytes * 8.0 / 1e9);
+    }
     stats.reactor_replies_per_s = per_reactor_rates(&start.reactors, &end.reactors, secs);
     stats.reactor_connections = start
         .reactors
@@ -562,10 +570,17 @@ struct Snapshot {
     bufs: Option<(f64, f64)>,
     /// Peak MiB in use since start, summed over reactors.
     bufs_peak: Option<f64>,
-    /// Replies finished since start per export, summed over reactors.
-    export_replies: BTreeMap<String, u64>,
+    /// Replies and data bytes since start per export, summed over reactors.
+    exports: BTreeMap<String, ExportCounts>,
     /// Each reactor's counts, in reactor order.
     reactors: Vec<ReactorCounts>,
+}
+
+/// One export's counts at one instant, summed over reactors.
+#[derive(Debug, Clone, Copy, Default)]
+struct ExportCounts {
+    replies: u64,
+    bytes: u64,
 }
 
 /// One reactor's counts at one instant.
@@ -611,9 +626,11 @@ impl Snapshot {
             .as_ref()
             .and_then(|p| server::rpc::get_stats(p).ok());
         let reactors = stats.as_ref().map_or(&[][..], |st| &st.reactors[..]);
-        let mut export_replies = BTreeMap::new();
+        let mut exports: BTreeMap<String, ExportCounts> = BTreeMap::new();
         for e in reactors.iter().flat_map(|r| &r.exports) {
-            *export_replies.entry(e.name.clone()).or_default() += e.latency.count;
+            let c = exports.entry(e.name.clone()).or_default();
+            c.replies += e.latency.count;
+            c.bytes += e.bytes;
         }
         let bufs_peak = stats
             .as_ref()
@@ -623,7 +640,7 @@ impl Snapshot {
             (avg, first.uptime_s)
         });
         Snapshot {
-            export_replies,
+            exports,
             reactors: reactor_counts(reactors),
             at: Instant::now(),
             link: hosts.counters(),
@@ -691,6 +708,7 @@ impl Sampler {
             cpu_cores: 0.0,
             cpu_us_per_io: 0.0,
             export_replies_per_s: BTreeMap::new(),
+            export_gbps: BTreeMap::new(),
             reactor_replies_per_s: Vec::new(),
             reactor_connections: Vec::new(),
         }

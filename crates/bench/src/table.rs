@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::check::{export_groups, fio_disagreements};
 use crate::run::RunResult;
 
 /// The mean over repetitions of one point of one series.
@@ -35,8 +36,12 @@ pub struct SweepRow {
     /// wires only): hosts on links of different speeds each want theirs.
     pub min_link_share: Option<f64>,
     /// BW per export group (export names without trailing digits: fast0..7
-    /// are "fast"), Gb/s.
+    /// are "fast"), Gb/s: the target's count where it has one.
     pub bw_by_group: BTreeMap<String, f64>,
+    /// Repetitions whose fio numbers disagree with the target's or the
+    /// wire's (see [`crate::check`]).
+    #[serde(default)]
+    pub fio_suspect_reps: usize,
 }
 
 /// Series label of a run: its target and the swept variables other than x.
@@ -160,6 +165,10 @@ fn sweep_row(series: String, xv: String, runs: &[&RunResult]) -> SweepRow {
             }
             m
         },
+        fio_suspect_reps: runs
+            .iter()
+            .filter(|r| !fio_disagreements(r).is_empty())
+            .count(),
     }
 }
 
@@ -191,15 +200,16 @@ pub fn percentile(cdf: &[(f64, f64)], q: f64) -> f64 {
         .map_or(0.0, |p| p.0)
 }
 
-/// A run's bandwidth per export group.
-pub fn export_groups(r: &RunResult) -> BTreeMap<String, f64> {
-    let mut m: BTreeMap<String, f64> = BTreeMap::new();
-    for e in &r.fio.exports {
-        let group = e.host.trim_end_matches(|c: char| c.is_ascii_digit());
-        let group = if group.is_empty() { &e.host } else { group };
-        *m.entry(group.to_string()).or_default() += e.bw_gbps;
-    }
-    m
+/// The note under a sweep table whose BW is marked `!`, or None.
+pub fn suspect_note(rows: &[SweepRow]) -> Option<String> {
+    let n: usize = rows.iter().map(|r| r.fio_suspect_reps).sum();
+    (n > 0).then(|| {
+        format!(
+            "\n`!`: in {n} run(s) fio's BW disagrees with the target's own count per export \
+             or exceeds a host's wire (fio miscounts jobs whose IOs wait past the ramp); the \
+             run tables name them, and BW by export group is the target's count.\n"
+        )
+    })
 }
 
 /// BW per export group, when a test has more than one group (fast and slow
@@ -319,6 +329,16 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
     } else {
         String::new()
     };
+    let disagree = fio_disagreements(r);
+    let per_export = if disagree.is_empty() {
+        per_export
+    } else {
+        format!(
+            "{per_export}fio disagrees with the target or the wire (its count is wrong for IOs \
+             that wait past the ramp): {}\n",
+            disagree.join("; ")
+        )
+    };
     format!(
         "\n{} (target {}, rep {}, {}, total QD {})\n{}{per_export}",
         r.test,
@@ -346,7 +366,11 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
                 } else {
                     r.x.clone()
                 },
-                format!("{:.3}", r.bw_gbps),
+                if r.fio_suspect_reps > 0 {
+                    format!("{:.3} !", r.bw_gbps)
+                } else {
+                    format!("{:.3}", r.bw_gbps)
+                },
                 kiops(r.kiops),
                 opt(r.wire_gbps, 3),
                 format!("{:.1}", r.avg_lat_us),
