@@ -226,6 +226,55 @@ fn qemu_io_trim_and_write_zeroes_read_back_zeros() {
     assert!(!text.to_lowercase().contains("error"), "{text}");
 }
 
+/// Writes the server acknowledged are in the file, and a FLUSH covered
+/// them, even when the server is killed (SIGKILL: no drain, no cleanup):
+/// the file holds them, and a new server serves them back.
+#[test]
+fn acknowledged_flushed_writes_survive_a_killed_server() {
+    require("qemu-io", "qemu-utils");
+    let img = tempfile::Builder::new()
+        .prefix("iopace-it-crash")
+        .tempfile_in("/var/tmp")
+        .expect("temp file on a disk filesystem");
+    let body = format!(
+        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"64MiB\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
+        img.path().display()
+    );
+    let qemu_io = |uri: &str, cmds: &[&str]| {
+        let mut c = Command::new("qemu-io");
+        c.args(["-f", "raw"]);
+        for cmd in cmds {
+            c.args(["-c", cmd]);
+        }
+        let out = run(c.arg(uri), LIMIT);
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let server = Server::start(&body);
+    let text = qemu_io(
+        &server.tcp_uri("default"),
+        &["write -P 0x3c 0 4M", "write -f -P 0xc3 8M 1M", "flush"],
+    );
+    assert!(!text.to_lowercase().contains("error"), "{text}");
+    drop(server); // SIGKILL
+    let file = std::fs::read(img.path()).expect("read the image");
+    assert!(
+        file[..4 << 20].iter().all(|&b| b == 0x3c),
+        "the first 4 MiB are not in the file"
+    );
+    assert!(
+        file[8 << 20..9 << 20].iter().all(|&b| b == 0xc3),
+        "the FUA write is not in the file"
+    );
+    let server = Server::start(&body);
+    let text = qemu_io(
+        &server.unix_uri("default"),
+        &["read -P 0x3c 0 4M", "read -P 0 4M 4M", "read -P 0xc3 8M 1M"],
+    );
+    assert!(!text.contains("Pattern verification failed"), "{text}");
+    assert!(!text.to_lowercase().contains("error"), "{text}");
+    assert!(server.stop().0.success());
+}
+
 /// A latency target the device cannot meet drives vrate to its floor while
 /// every byte still reads back as written.
 #[test]
