@@ -25,6 +25,11 @@ pub struct HostRow {
     /// The host's shaped link rate, where the wire is shaped.
     #[serde(default)]
     pub link_gbps: Option<f64>,
+    /// Payload of the busier direction (reads come in, writes go out): a
+    /// shaped link carries its rate each way, so this is what it bounds.
+    /// 0 in results written before it was kept.
+    #[serde(default)]
+    pub busiest_dir_gbps: f64,
 }
 
 /// The most of a shaped link's rate that can be payload: tc tbf counts
@@ -33,9 +38,15 @@ pub struct HostRow {
 pub const TCP_PAYLOAD_CEILING: f64 = 1448.0 / 1514.0;
 
 impl HostRow {
-    /// Payload bandwidth as a share of the host's own link.
+    /// Payload bandwidth of the busier direction as a share of the host's
+    /// own link (its rate each way).
     pub fn link_share(&self) -> Option<f64> {
-        self.link_gbps.map(|l| self.bw_gbps / l)
+        let busiest = if self.busiest_dir_gbps > 0.0 {
+            self.busiest_dir_gbps
+        } else {
+            self.bw_gbps
+        };
+        self.link_gbps.map(|l| busiest / l)
     }
 }
 
@@ -126,6 +137,8 @@ struct Acc {
     ios: f64,
     iops: f64,
     bw_bytes: f64,
+    /// bw_bytes per direction, in DIRS order.
+    dir_bw_bytes: [f64; 3],
     lat_ns_sum: f64,
     p99_ns: f64,
     bw_dev_sq: f64,
@@ -133,12 +146,13 @@ struct Acc {
 
 impl Acc {
     fn add_job(&mut self, job: &Value) {
-        for d in DIRS {
+        for (i, d) in DIRS.iter().enumerate() {
             let Some(s) = job.get(d) else { continue };
             let ios = num(s, &["total_ios"]);
             self.ios += ios;
             self.iops += num(s, &["iops"]);
             self.bw_bytes += num(s, &["bw_bytes"]);
+            self.dir_bw_bytes[i] += num(s, &["bw_bytes"]);
             self.lat_ns_sum += num(s, &["lat_ns", "mean"]) * ios;
             if ios > 0.0 {
                 self.p99_ns = self
@@ -166,6 +180,7 @@ impl Acc {
             bw_dev_gbps: self.bw_dev_sq.sqrt(),
             wire_gbps: None,
             link_gbps: None,
+            busiest_dir_gbps: self.dir_bw_bytes[0].max(self.dir_bw_bytes[1]) * 8.0 / 1e9,
         }
     }
 }
@@ -229,6 +244,7 @@ pub fn total_of(hosts: &[HostRow]) -> HostRow {
         bw_dev_gbps: (hosts.iter().map(|h| h.bw_dev_gbps.powi(2)).sum::<f64>() / n).sqrt(),
         wire_gbps: hosts.iter().map(|h| h.wire_gbps).sum::<Option<f64>>(),
         link_gbps: hosts.iter().map(|h| h.link_gbps).sum::<Option<f64>>(),
+        busiest_dir_gbps: hosts.iter().map(|h| h.busiest_dir_gbps).sum(),
     }
 }
 
@@ -304,6 +320,25 @@ mod tests {
             "{}",
             r.hosts[0].kiops
         );
+    }
+
+    #[test]
+    fn a_link_bounds_the_busier_direction_not_the_sum() {
+        // A 50/50 randrw host on a 1 Gb/s link (its rate each way) moving
+        // 0.45 Gb/s in and 0.47 out uses 47% of it, not 92%.
+        let job = serde_json::json!({
+            "jobname": "h1.default.0",
+            "read": { "total_ios": 100, "iops": 1.0, "bw_bytes": 0.45e9 / 8.0 },
+            "write": { "total_ios": 100, "iops": 1.0, "bw_bytes": 0.47e9 / 8.0 },
+        });
+        let r = reduce(&serde_json::json!({ "jobs": [job] })).expect("reduces");
+        let mut h = r.hosts[0].clone();
+        h.link_gbps = Some(1.0);
+        assert!((h.bw_gbps - 0.92).abs() < 1e-9, "{}", h.bw_gbps);
+        assert!((h.link_share().expect("shaped") - 0.47).abs() < 1e-9);
+        // Results kept before the busier direction was: the whole payload.
+        h.busiest_dir_gbps = 0.0;
+        assert!((h.link_share().expect("shaped") - 0.92).abs() < 1e-9);
     }
 
     #[test]

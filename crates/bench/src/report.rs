@@ -274,7 +274,8 @@ impl Report {
              (kernel memory in flight beyond iopace's buffers, mean of 200 ms samples), in MiB; \
              CPU/IO is the target \
              process's user+system time per IO; MIN HOST % LINK is the worst host's payload \
-             over its shaped link rate, and % PAYLOAD CEILING the same over the most TCP can \
+             in its busier direction (reads in, writes out) over its shaped link rate, which \
+             it has each way, and % PAYLOAD CEILING the same over the most TCP can \
              carry on it (1448 of each 1514-byte frame). `-` means not measured (peers have no \
              buffer statistics; loopback and Unix sockets have no per-host wire).\n\n",
         );

@@ -442,6 +442,7 @@ mod tests {
             bw_dev_gbps: 0.1,
             wire_gbps: Some(bw * 1.05),
             link_gbps: None,
+            busiest_dir_gbps: bw,
         };
         let total = crate::fio::total_of(std::slice::from_ref(&host));
         RunResult {
