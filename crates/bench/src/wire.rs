@@ -34,14 +34,17 @@ fn run(args: &[&str]) -> Result<(), String> {
         .output()
         .map_err(|e| format!("{}: {e}", args.join(" ")))?;
     if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        return Ok(());
     }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let hint = match args.iter().find(|a| ["tbf", "netem"].contains(a)) {
+        Some(kind) if err.contains("qdisc kind is unknown") => format!(
+            " (this kernel has no sch_{kind}: `modprobe sch_{kind}`, or install the \
+             kernel's extra modules, e.g. linux-modules-extra-$(uname -r))"
+        ),
+        _ => String::new(),
+    };
+    Err(format!("`{}` failed: {}{hint}", args.join(" "), err.trim()))
 }
 
 fn in_ns(i: usize, args: &[&str]) -> Result<(), String> {
