@@ -48,22 +48,19 @@ pub fn fio_disagreements(r: &RunResult) -> Vec<String> {
 }
 
 /// A run's bandwidth per export group (export names without trailing
-/// digits: fast0..7 are "fast"), Gb/s: the target's own count where it has
-/// one (iopace), fio's otherwise (peers).
+/// digits: fast0..7 are "fast"), Gb/s, over the exports the workload ran
+/// on: the target's own count where it has one (iopace), fio's otherwise
+/// (peers).
 pub fn export_groups(r: &RunResult) -> BTreeMap<String, f64> {
-    let per_export: Vec<(&str, f64)> = if r.stats.export_gbps.is_empty() {
-        r.fio
-            .exports
-            .iter()
-            .map(|e| (e.host.as_str(), e.bw_gbps))
-            .collect()
-    } else {
-        r.stats
-            .export_gbps
-            .iter()
-            .map(|(name, bw)| (name.as_str(), *bw))
-            .collect()
-    };
+    let per_export: Vec<(&str, f64)> = r
+        .fio
+        .exports
+        .iter()
+        .map(|e| {
+            let target = r.stats.export_gbps.get(&e.host).copied();
+            (e.host.as_str(), target.unwrap_or(e.bw_gbps))
+        })
+        .collect();
     let mut m: BTreeMap<String, f64> = BTreeMap::new();
     for (name, bw) in per_export {
         let group = name.trim_end_matches(|c: char| c.is_ascii_digit());
@@ -140,6 +137,16 @@ mod tests {
             d,
             vec!["h1: fio 2.065 Gb/s above its wire's 1.918".to_string()]
         );
+    }
+
+    #[test]
+    fn groups_leave_out_exports_the_workload_did_not_use() {
+        let mut r = run_with(&[("default", 1.9, Some(1.91))]);
+        r.stats.export_gbps.insert("null".into(), 0.0);
+        r.stats.export_gbps.insert("slow".into(), 0.0);
+        let g = export_groups(&r);
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert!((g["default"] - 1.91).abs() < 1e-9);
     }
 
     #[test]
