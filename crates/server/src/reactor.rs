@@ -159,6 +159,10 @@ pub struct Reactor {
     /// When the last completion arrived: `adaptive` polls until `poll_spin`
     /// after it.
     last_completion: Nanos,
+    /// IOs submitted to a device through the ring and not yet completed.
+    /// While one is out, `adaptive` sleeps: a disk answers in tens or
+    /// hundreds of microseconds, and spinning through that burns a core.
+    device_ios: u64,
     /// Microseconds a busy reactor's wait gathers completions; zero when
     /// off or when the kernel cannot (no `IORING_FEAT_MIN_TIMEOUT`).
     batch_wait_us: u32,
@@ -229,6 +233,7 @@ impl Reactor {
             poll: settings.poll,
             poll_spin: settings.poll_spin.as_nanos() as Nanos,
             last_completion: now,
+            device_ios: 0,
             batch_wait_us,
             served: 0,
             received: 0,
@@ -330,7 +335,9 @@ impl Reactor {
             // one gathers instead, and spinning would take the core its
             // clients need.
             PollMode::Adaptive => {
-                self.served < BATCH_MIN_SERVED && self.now < self.last_completion + self.poll_spin
+                self.device_ios == 0
+                    && self.served < BATCH_MIN_SERVED
+                    && self.now < self.last_completion + self.poll_spin
             }
             PollMode::Busy => true,
         }
@@ -454,6 +461,7 @@ impl Reactor {
         match unsafe { dev.prepare(&req) } {
             Prep::Done(result) => self.engine.on_io_done(self.now, io, result),
             Prep::Sqes(sqes) => {
+                self.device_ios += 1;
                 let n = sqes.len();
                 for (i, sqe) in sqes.into_iter().enumerate() {
                     let op = Op::Io {
@@ -498,6 +506,15 @@ impl Reactor {
     }
 
     fn io_cqe(&mut self, io: IoToken, link: bool, res: i32) {
+        // Each IO's chain ends in exactly one completion without `link`.
+        if !link {
+            debug_assert!(
+                self.device_ios > 0,
+                "reactor {}: a device IO completed twice",
+                self.id
+            );
+            self.device_ios -= 1;
+        }
         let Some((export, req)) = self.engine.io_request(io) else {
             return;
         };
