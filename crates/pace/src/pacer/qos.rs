@@ -90,7 +90,9 @@ impl QosConfig {
 
 /// Device time a device may bank while idle, ns: about one large IO, so an
 /// idle spell does not turn into a burst that queues at the device.
-const BURST_NS: f64 = 100_000.0;
+/// `iopace tune`'s throttle banks the same, so it measures the budget the
+/// server applies.
+pub const BURST_NS: f64 = 100_000.0;
 /// The most vrate rises in one period.
 const MAX_RISE: f64 = 0.02;
 /// A period with fewer completions (and no IO waiting for budget) is
