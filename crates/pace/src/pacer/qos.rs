@@ -329,6 +329,21 @@ mod tests {
     }
 
     #[test]
+    fn an_underrated_device_is_corrected_up_to_max() {
+        // The cost model says half of what the device does: IO always
+        // waits for budget and the latency target is met, so vrate climbs
+        // (at most 2% a period) to max and holds there.
+        let q = DeviceQos::new(&[Some(target(100.0))], 0);
+        let mut now = 0;
+        for _ in 0..60 {
+            q.charge(0, 1e9, now);
+            assert!(q.ready_at(0, now) > now);
+            now = reads(&q, now, MIN_SAMPLES, 40_000, 50_000);
+        }
+        assert!((q.vrate(0) - 2.0).abs() < 1e-9, "vrate {}", q.vrate(0));
+    }
+
+    #[test]
     fn vrate_stays_within_min_and_max() {
         let q = DeviceQos::new(&[Some(target(100.0))], 0);
         reads(&q, 0, 500 * MIN_SAMPLES, 40_000, 900_000);
