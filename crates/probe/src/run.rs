@@ -90,7 +90,14 @@ fn cost_plan(read_pct: u32) -> [Fixed; 4] {
 fn fixed_plan(writes: bool) -> Vec<Fixed> {
     // Writes first: they also fill a fresh file, so the reads that follow reach the disk.
     let dirs: &[u32] = if writes { &[0, 100] } else { &[100] };
-    let mut plan: Vec<Fixed> = dirs.iter().flat_map(|d| cost_plan(*d)).collect();
+    // 128 KiB sequential writes are left out: 5 s more would take the
+    // cost model and one curve past the 2 minutes (120-125 s with them on
+    // 2026-11-26); the write byte cost keeps its two points.
+    let mut plan: Vec<Fixed> = dirs
+        .iter()
+        .flat_map(|d| cost_plan(*d))
+        .filter(|f| f.w.read_pct == 100 || f.w.bs != MID)
+        .collect();
     // Each IO alone: what the prediction at a QD below the knee needs.
     for d in dirs {
         for (bs, random) in UNLOADED {
@@ -578,7 +585,6 @@ mod tests {
         );
         for l in [
             "seq read 128KiB",
-            "seq write 128KiB",
             "rand read 8KiB",
             "rand write 8KiB",
             "70/30 random 4KiB",
@@ -586,6 +592,7 @@ mod tests {
         ] {
             assert!(labels.contains(&l), "{l} in {labels:?}");
         }
+        assert!(!labels.contains(&"seq write 128KiB"), "{labels:?}");
         let mix = plan.last().expect("a mix");
         assert_eq!((mix.w.alt_bs, mix.qd), (Some(64 << 10), MIX_QD));
         assert_eq!(
