@@ -69,7 +69,7 @@ use filter::{LargeIoMin, WindowedMax, WindowedMin};
 use flows::Flows;
 pub use group::{PacedDevice, PacerGroup};
 pub use link_window::LinkWindow;
-pub use qos::{DeviceQos, QosConfig};
+pub use qos::{burst_ns as qos_burst_ns, DeviceQos, QosConfig};
 use rate::RateCredit;
 pub use report::{PacerStats, TenantStats};
 pub use tenant_clock::TenantClock;

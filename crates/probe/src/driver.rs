@@ -316,9 +316,16 @@ struct Slot {
 
 const LAST_SQE: u64 = 1 << 32;
 
-/// Device time a throttled job may catch up on after the machine
-/// descheduled it: its budget is a rate, not lost to the probe's stalls.
-const CATCH_UP_NS: f64 = 50e6;
+/// Wall time of budget a throttled job may bank while it waits
+/// (descheduled, or all its IOs in flight): what the server's QoS budget
+/// banks at `vrate` ([`pace::pacer::qos_burst_ns`], in cost-model time), so
+/// tune measures the budget the solution is applied with. (It banked 50 ms
+/// before: after each stall of the disk the adversary sent its whole QD at
+/// once, and the QD 1 probe's p99 behind that burst was 2.7-6.6x solo at
+/// every vrate down to 40%, while the server's budget lets ~10 IOs through.)
+fn catch_up_ns(vrate: f64) -> f64 {
+    pace::pacer::qos_burst_ns(vrate) / vrate
+}
 
 struct Worker<'a> {
     dev: &'a Bdev,
@@ -440,7 +447,8 @@ impl<'a> Worker<'a> {
             IoKind::Write
         };
         let cost = t.cost.cost(kind, self.w.bs, !self.w.random) / t.vrate.max(1e-6);
-        self.next_issue_ns = self.next_issue_ns.max(now as f64 - CATCH_UP_NS) + cost;
+        let bank = catch_up_ns(t.vrate.max(1e-6));
+        self.next_issue_ns = self.next_issue_ns.max(now as f64 - bank) + cost;
         true
     }
 

@@ -7,25 +7,58 @@ use pace::pacer::{CostModel, IoKind};
 pub const SMALL: u32 = 4096;
 /// The block size of the large sequential IOs the bandwidth is measured with.
 pub const LARGE: u32 = 1 << 20;
+/// The block size of the mid-size sequential IOs that share the byte cost
+/// with the large ones.
+pub const MID: u32 = 128 << 10;
 
-/// Saturated rates (IOs per second) of one direction's three cost points.
+/// Saturated rates (IOs per second) of one direction's cost points.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CostPoints {
     pub seq_small_iops: f64,
     pub seq_large_iops: f64,
     pub rand_small_iops: f64,
+    /// 128 KiB sequential (absent from results before it was measured).
+    #[serde(default)]
+    pub seq_mid_iops: Option<f64>,
+}
+
+/// The byte cost (s/B) of the sequential points `(bytes, seconds per IO)`:
+/// the least-squares line `a + b x bytes` weighted by each point's relative
+/// error (weights 1/t^2), so no one point decides it. With 4 KiB, 128 KiB
+/// and 1 MiB, the 1 MiB point (the noisiest on this machine's disk, and
+/// the one IO size furthest from what the pacer sends) no longer sets the
+/// cost of the sizes in between alone.
+pub fn byte_cost(points: &[(u32, f64)]) -> f64 {
+    let (mut s, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(bytes, t) in points {
+        debug_assert!(t > 0.0, "a point without time");
+        let (w, x) = (1.0 / (t * t), f64::from(bytes));
+        s += w;
+        sx += w * x;
+        sy += w * t;
+        sxx += w * x * x;
+        sxy += w * x * t;
+    }
+    let det = s * sxx - sx * sx;
+    if det > 0.0 {
+        (s * sxy - sx * sy) / det
+    } else {
+        0.0
+    }
 }
 
 /// One direction's parameters `(bps, seqiops, randiops)`, solving the
-/// model's per-IO time `1/iops + bytes/bps` for the three points: the two
-/// sequential sizes give the byte cost and the sequential IO cost, the
+/// model's per-IO time `1/iops + bytes/bps` for the points: the sequential
+/// sizes give the byte cost ([`byte_cost`]) and the sequential IO cost, the
 /// random one its IO cost. A byte cost lost in noise falls back to the large
 /// IOs' bandwidth; an IO cost lost in noise to the small IOs' rate.
 pub fn solve_direction(p: &CostPoints) -> (f64, f64, f64) {
     let t_seq_small = 1.0 / p.seq_small_iops;
     let t_seq_large = 1.0 / p.seq_large_iops;
     let t_rand_small = 1.0 / p.rand_small_iops;
-    let per_byte = (t_seq_large - t_seq_small) / f64::from(LARGE - SMALL);
+    let mut seq = vec![(SMALL, t_seq_small), (LARGE, t_seq_large)];
+    seq.extend(p.seq_mid_iops.map(|r| (MID, 1.0 / r)));
+    let per_byte = byte_cost(&seq);
     let per_byte = if per_byte > 0.0 {
         per_byte
     } else {
@@ -166,6 +199,7 @@ mod tests {
             seq_small_iops: rate(SMALL, true),
             seq_large_iops: rate(LARGE, true),
             rand_small_iops: rate(SMALL, false),
+            seq_mid_iops: Some(rate(MID, true)),
         }
     }
 
@@ -206,12 +240,32 @@ mod tests {
     }
 
     #[test]
+    fn the_byte_cost_weighs_each_point_by_its_relative_error() {
+        // Exactly linear points give the line back, with or without the mid one.
+        let t = |bytes: u32| 5e-6 + f64::from(bytes) / 1.2e9;
+        let exact = [(SMALL, t(SMALL)), (MID, t(MID)), (LARGE, t(LARGE))];
+        assert!((byte_cost(&exact) * 1.2e9 - 1.0).abs() < 1e-9);
+        assert!((byte_cost(&[exact[0], exact[2]]) * 1.2e9 - 1.0).abs() < 1e-9);
+        // 1 MiB IOs 20% slower than the line (this disk on 2026-11-25/26):
+        // the two-point cost follows them all the way; with the mid point
+        // about half the way (each point's relative error counts alike).
+        let slow = [exact[0], exact[1], (LARGE, 1.2 * t(LARGE))];
+        let two = byte_cost(&[slow[0], slow[2]]) * 1.2e9;
+        let three = byte_cost(&slow) * 1.2e9;
+        assert!(two > 1.19, "two points: {two}");
+        assert!(three > 1.0 && three < 1.1, "three points: {three}");
+        // Degenerate input gives no byte cost (the caller falls back).
+        assert_eq!(byte_cost(&[(SMALL, 1e-5)]), 0.0);
+    }
+
+    #[test]
     fn noise_that_inverts_the_byte_cost_falls_back() {
         // Large IOs no slower per IO than small ones: no byte cost to see.
         let p = CostPoints {
             seq_small_iops: 1000.0,
             seq_large_iops: 1000.0,
             rand_small_iops: 800.0,
+            seq_mid_iops: None,
         };
         let (bps, seq, rand) = solve_direction(&p);
         assert!((bps - 1000.0 * f64::from(LARGE)).abs() < 1.0);

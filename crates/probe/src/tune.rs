@@ -259,22 +259,50 @@ pub fn bandwidth_knee(points: &[(f64, f64, f64)]) -> Option<f64> {
     Some(level / slope)
 }
 
+/// The isolation solution's vrate and the highest vrate its budget may
+/// reach: the point that keeps the probe within `factor` of solo with the
+/// most adversary bandwidth (not the highest such vrate, nor one capped at
+/// the bandwidth knee: a budget below a point that was measured to isolate
+/// with more bandwidth binds the device for nothing), and the top of the
+/// run of isolating points above it (up to there more budget was measured
+/// not to cost isolation; the latency target holds vrate below it, and a
+/// cost model that underrates the device is corrected up to it). With no
+/// point isolating, the lowest vrate, alone.
+pub fn isolation_point(points: &[TunePoint], factor: f64) -> Option<(f64, f64)> {
+    let isolates = |p: &&TunePoint| p.isolation <= factor;
+    let Some(best) = points.iter().filter(isolates).max_by(|a, b| {
+        a.adversary
+            .rate
+            .total_cmp(&b.adversary.rate)
+            .then(a.vrate.total_cmp(&b.vrate))
+    }) else {
+        let low = points.iter().map(|p| p.vrate).reduce(f64::min)?;
+        return Some((low, low));
+    };
+    let mut by_vrate: Vec<&TunePoint> = points.iter().collect();
+    by_vrate.sort_by(|a, b| a.vrate.total_cmp(&b.vrate));
+    let top = by_vrate
+        .iter()
+        .skip_while(|p| p.vrate < best.vrate)
+        .take_while(|p| p.isolation <= factor)
+        .map(|p| p.vrate)
+        .last()
+        .unwrap_or(best.vrate);
+    debug_assert!(top >= best.vrate, "isolating run ends below its point");
+    Some((best.vrate, top))
+}
+
 /// The bandwidth, isolation and balanced solutions.
 pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solution> {
     let curve: Vec<(f64, f64, f64)> = points
         .iter()
         .map(|p| (p.vrate, p.adversary.rate, p.budget_iops))
         .collect();
-    let Some(bw) = bandwidth_knee(&curve) else {
+    let (Some(bw), Some((iso, iso_top))) =
+        (bandwidth_knee(&curve), isolation_point(points, factor))
+    else {
         return Vec::new();
     };
-    let iso = points
-        .iter()
-        .filter(|p| p.isolation <= factor)
-        .map(|p| p.vrate)
-        .reduce(f64::max)
-        .unwrap_or_else(|| points.iter().map(|p| p.vrate).fold(f64::MAX, f64::min))
-        .min(bw);
     let p99_at = |v: f64| {
         let nearest = points
             .iter()
@@ -289,14 +317,14 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
             iso,
             factor * solo.p99_us,
             iso.min(100.0),
-            iso.max(100.0),
+            iso_top.max(100.0),
         ),
         (
             "balanced",
             balanced,
             p99_at(balanced),
-            iso.min(100.0),
-            bw.max(100.0),
+            iso.min(bw).min(100.0),
+            bw.max(iso_top).max(100.0),
         ),
     ]
     .into_iter()
@@ -407,6 +435,57 @@ mod tests {
             Some(50.0)
         );
         assert_eq!(bandwidth_knee(&[]), None);
+    }
+
+    fn point(vrate: f64, rate: f64, isolation: f64) -> TunePoint {
+        let stats = |rate: f64, p99: f64| JobStats {
+            rate,
+            bytes_per_s: rate * 4096.0,
+            p50_us: p99 / 2.0,
+            p99_us: p99,
+        };
+        TunePoint {
+            vrate,
+            budget_iops: vrate * 292.0,
+            adversary: stats(rate, 1.0),
+            probe: stats(1.0, isolation * 100.0),
+            isolation,
+        }
+    }
+
+    #[test]
+    fn isolation_takes_the_isolating_point_with_most_bandwidth() {
+        // 2026-11-23b's sweep of this disk: every point isolates, the
+        // plateau is noisy and the disk dipped at 100-115%. The knee is
+        // 110%; the isolation solution was capped there (max 109.7%), below
+        // the 35.9k IOPS measured at 160% within the target.
+        let pts: Vec<TunePoint> = [
+            (200.0, 31313.0, 1.62),
+            (160.0, 35876.0, 1.05),
+            (130.0, 33950.0, 1.01),
+            (115.0, 20510.0, 1.17),
+            (100.0, 22257.0, 1.00),
+            (90.0, 25322.0, 1.00),
+            (80.0, 23157.0, 0.81),
+        ]
+        .into_iter()
+        .map(|(v, r, i)| point(v, r, i))
+        .collect();
+        assert_eq!(isolation_point(&pts, 2.0), Some((160.0, 200.0)));
+        let solo = pts[0].probe;
+        let iso = &solutions(&pts, solo, 2.0)[1];
+        assert_eq!((iso.vrate, iso.min, iso.max), (160.0, 100.0, 200.0));
+        // With a tighter target 200% no longer isolates: the run stops at 160%.
+        assert_eq!(isolation_point(&pts, 1.5), Some((160.0, 160.0)));
+        // A dip: the higher isolating vrate moved less; the lower one wins.
+        let dip = [point(130.0, 20000.0, 1.0), point(100.0, 29000.0, 1.0)];
+        assert_eq!(isolation_point(&dip, 2.0), Some((100.0, 130.0)));
+        // Nothing isolates: the lowest vrate, with no room above it.
+        let none = [point(100.0, 29000.0, 5.0), point(60.0, 17000.0, 3.0)];
+        assert_eq!(isolation_point(&none, 2.0), Some((60.0, 60.0)));
+        let s = solutions(&none, solo, 2.0);
+        assert_eq!((s[1].min, s[1].max), (60.0, 100.0));
+        assert_eq!(isolation_point(&[], 2.0), None);
     }
 
     #[test]

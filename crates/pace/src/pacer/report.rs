@@ -77,7 +77,13 @@ impl Pacer {
             bytes_in_flight_avg: self.in_flight_avg.avg(now),
             bytes_in_flight_max: self.in_flight_avg.max(),
             min_latency_us: self.latency.get().map_or(0.0, |l| l as f64 / 1e3),
-            vrate: vrates.iter().copied().fold(1.0, f64::min),
+            // Of the devices with targets: a vrate above 1 (an underrated
+            // cost model corrected) shows, where a fold from 1.0 hid it.
+            vrate: (0..self.devices.len())
+                .filter(|&d| self.qos.as_ref().is_some_and(|q| q.has_targets(d)))
+                .map(|d| vrates[d])
+                .reduce(f64::min)
+                .unwrap_or(1.0),
             vrates,
             tenants: self
                 .tenants

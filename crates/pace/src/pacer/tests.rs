@@ -452,6 +452,27 @@ fn a_device_under_a_latency_target_waits_for_budget_and_says_when() {
 }
 
 #[test]
+fn stats_show_a_vrate_above_1_of_the_devices_with_targets() {
+    // The reported vrate was folded from 1.0: a vrate raised past 1 (an
+    // underrated cost model corrected) showed as 1.
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    // min above 100 is no valid config; here it only starts vrate at 1.5.
+    let target = QosConfig {
+        rpct: 95.0,
+        rlat_us: 100.0,
+        wpct: 0.0,
+        wlat_us: 0.0,
+        min: 150.0,
+        max: 300.0,
+        period_ms: None,
+    };
+    p.share_qos(DeviceQos::new(&[Some(target), None], 0));
+    let s = p.stats(0);
+    assert_eq!(s.vrates, vec![1.5, 1.0]);
+    assert_eq!(s.vrate, 1.5);
+}
+
+#[test]
 fn a_device_deep_in_debt_still_releases_once_its_io_waited_too_long() {
     // Eight fast devices keep the shared window full; device 8 owes far
     // more than they will pay back in the test (a hold ratio of 1000).
