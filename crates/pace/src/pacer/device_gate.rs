@@ -5,7 +5,8 @@
 //! A drive serves its IOs roughly in arrival order, so a light tenant's IO
 //! waits for every heavy IO already there; each reactor keeps its own heavy
 //! IOs at every device (its device window's floor is 2 IOs). While a light
-//! tenant is about (see `released`), the devices go through trials:
+//! tenant is about (see `released`), the devices go through trials
+//! (after one epoch of warming up):
 //!
 //! - **Measure** (one epoch, no cap): each device's completion rate `R`
 //!   (IOs/s) and its least time at the device `a` (the unloaded latency).
@@ -70,6 +71,10 @@ const HOLD: u8 = 3;
 const OFF: u8 = 4;
 /// Held, after one epoch that looked like the load grew.
 const DOUBT: u8 = 5;
+/// The first epoch beside a light tenant, not measured: the light
+/// tenant's client (or the whole target) may be starting, and its rate
+/// would make a trial pass that costs the devices' usual rate.
+const WARM: u8 = 6;
 
 /// What one device has at it (all reactors) and its cap.
 #[derive(Debug, Default)]
@@ -312,6 +317,7 @@ impl DeviceGate {
         };
         match phase {
             _ if !self.guarding(now) => at(IDLE, Caps::Clear, 0, 0),
+            IDLE => at(WARM, Caps::Clear, 0, 0),
             MEASURE => at(TRIAL, Caps::FromRates, 1, 0),
             TRIAL if kept => at(HOLD, Caps::Keep, tried, now + HOLD_NS),
             TRIAL if tried < TRIALS => at(TRIAL, Caps::Grow, tried + 1, 0),
@@ -419,6 +425,8 @@ mod tests {
         // The first completion beside a light tenant starts a measure
         // epoch: 10k IOPS x 50 us = 0.5 IOs, so a cap of 1 is tried.
         let mut t = epoch(&gate, 1, 50_000, 1, false);
+        assert_eq!(gate.cap(0), 0, "warming up");
+        t = epoch(&gate, 50, 50_000, t, false);
         assert_eq!(gate.cap(0), 0, "measuring");
         t = epoch(&gate, 100, 50_000, t, false);
         assert_eq!(gate.cap(0), 1);
