@@ -1,34 +1,35 @@
-//! A cap on the IOs at each device while a light (QD 1) tenant is about,
-//! shared by every reactor's pacer and learned from the device's own
-//! completions, never from its cost model.
+//! Beside a light (QD 1) tenant, heavy IOs wait at each device for a cap
+//! and a channel clock, shared by every reactor's pacer and learned from
+//! the device's own completions, never from its cost model.
 //!
 //! A drive serves its IOs roughly in arrival order, so a light tenant's IO
 //! waits for every heavy IO already there; each reactor keeps its own heavy
 //! IOs at every device (its device window's floor is 2 IOs). While a light
-//! tenant is about (see `released`), the devices go through trials
-//! (after one epoch of warming up):
+//! tenant is about (see `released`), a heavy IO goes to a device only if
+//! the device serves many IOs at once (see `SERIAL_KNEE`: such a device
+//! keeps gaining rate with its queue depth, and a cap costs it rate), it
+//! has fewer IOs than its cap, or its channel clock says it is about free
+//! (see `correct_clock`: a one-at-a-time device then does not idle).
+//!
+//! The caps go through trials (after one epoch of warming up):
 //!
 //! - **Measure** (one epoch, no cap): each device's completion rate `R`
 //!   (IOs/s) and its least time at the device `a` (the unloaded latency).
 //!   By Little's law `R x a` IOs at a device carry `R` with no queue, so
-//!   each device's first cap is that, rounded, at least 1.
+//!   each device's first cap is that, rounded down, at least 1.
 //! - **Trial** (one epoch under the caps): if the devices together still
 //!   complete at least `1 - LOSS` of what they did while measured (or no
 //!   cap held anything back), the caps are kept (**Hold**); if not, every
 //!   cap grows by one and is tried again, up to `TRIALS` times, then the
 //!   gate is **Off** for `OFF_NS`. (All devices together: one device's
 //!   rate over an epoch varies by 10% with random offsets alone.)
-//! - **Hold**: the caps stay until `HOLD_NS` have passed, or an epoch in
-//!   which a cap held IO back completes less than `1 - LOSS` of the
-//!   measured rate (the heavy load grew): then they are measured again.
+//! - **Hold**: the caps stay until `HOLD_NS` have passed, or two epochs in
+//!   a row in which a cap held IO back complete less than `1 - LOSS` of
+//!   the measured rate (the heavy load grew): then they are measured
+//!   again.
 //!
-//! So a device with room to spare (a link-bound load) or with a sharp knee
-//! (a FIFO channel whose fixed latency hides behind the next IO's service)
-//! keeps about one heavy IO ahead of the light one, while a device whose
-//! rate keeps rising with its queue depth (a real disk: no cap near its
-//! unloaded rate x latency holds its rate) is left alone, having lost a
-//! trial's worth of throughput every `OFF_NS`. Everything is measured at
-//! the devices' completions (whichever reactor sees them).
+//! Everything is measured at the devices' completions (whichever reactor
+//! sees them).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
