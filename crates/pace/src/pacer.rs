@@ -46,6 +46,7 @@ mod admit;
 mod auto_window;
 mod config;
 mod cost;
+mod device_gate;
 mod device_ops;
 mod drr;
 mod filter;
@@ -63,6 +64,7 @@ use admit::Verdict;
 use auto_window::{rate_filter, LATENCY_WINDOW_NS};
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 pub use cost::CostModel;
+pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
 use drr::Device;
 use filter::{LargeIoMin, WindowedMax, WindowedMin};
@@ -178,6 +180,9 @@ pub struct Pacer {
     qos: Option<Arc<DeviceQos>>,
     /// The last poll left IO waiting for device budget until then.
     qos_wake: Option<Nanos>,
+    /// Devices' caps beside a light tenant, shared by all reactors
+    /// (`auto` with tenants).
+    gate: Option<Arc<DeviceGate>>,
     calls: u64,
     polls: u64,
     ios: u64,
@@ -228,6 +233,7 @@ impl Pacer {
             held: false,
             qos: None,
             qos_wake: None,
+            gate: None,
             calls: 0,
             polls: 0,
             ios: 0,
@@ -260,6 +266,12 @@ impl Pacer {
     /// for all reactors).
     pub fn share_qos(&mut self, qos: Arc<DeviceQos>) {
         self.qos = Some(qos);
+    }
+
+    /// Shares the devices' caps with the other reactors' pacers: heavy
+    /// IOs wait for them while a light tenant is about.
+    pub fn share_gate(&mut self, gate: Arc<DeviceGate>) {
+        self.gate = Some(gate);
     }
 
     pub fn set_cost_model(&mut self, device: usize, model: CostModel) {
@@ -447,6 +459,9 @@ impl Pacer {
         let stage = match io.kind {
             IoKind::Read => {
                 self.devices[io.device].arrive(bytes);
+                if let Some(g) = &self.gate {
+                    g.arrive(io.device, now);
+                }
                 self.flows.enter_pipe(io.flow, bytes, paced, now);
                 DeviceStage::At
             }
@@ -482,6 +497,9 @@ impl Pacer {
         };
         if f.enter(DeviceStage::At) {
             self.devices[f.device].arrive(f.bytes);
+            if let Some(g) = &self.gate {
+                g.arrive(f.device, now);
+            }
             self.flows.enter_pipe(f.flow, f.bytes, f.paced, now);
         }
     }
@@ -496,6 +514,9 @@ impl Pacer {
         if f.enter(DeviceStage::After) {
             let bytes = f.bytes;
             self.devices[device].leave(bytes);
+            if let Some(g) = &self.gate {
+                g.completed(device, latency_ns, now);
+            }
         }
         self.devices[device]
             .device_latency
@@ -541,6 +562,9 @@ impl Pacer {
         self.flows.landed(f.flow, f.bytes);
         if f.stage == DeviceStage::At {
             self.devices[f.device].leave(f.bytes);
+            if let Some(g) = &self.gate {
+                g.leave(f.device);
+            }
         }
         let t = &mut self.tenants[f.tenant];
         debug_assert!(
@@ -549,6 +573,9 @@ impl Pacer {
             t.name
         );
         t.in_flight -= 1;
+        if let Some(g) = &self.gate {
+            g.landed(f.tenant);
+        }
         debug_assert!(
             self.bytes_in_flight >= f.bytes,
             "lands more than is in flight"

@@ -239,18 +239,34 @@ proptest! {
         bufs in 8u32..512,
         read_pct in 0u32..=100,
         cache in 0u32..8,
+        light in any::<bool>(),
     ) {
         let modes = [Mode::None, Mode::Buffers, Mode::Rate, Mode::Auto];
         let mut rc = run(modes[mode]);
         rc.pacing.period_us = Some(100.0);
         rc.num_shared_buffers = Some(bufs);
         rc.buf_cache_size = Some(cache);
+        if light {
+            rc.pacing.tenants = vec![TenantConfig::new("A", 1.0), TenantConfig::new("B", 1.0)];
+        }
         let mut sc = small(vec![rc]);
         sc.hosts[0].read_pct = read_pct;
         // 1 MiB READs stream (`engine/stream.rs`), see `streamed_reads_keep_moving`.
         sc.hosts[0].bssplit = vec![(131072, 3), (1 << 20, 1)];
         sc.duration_ms = 20;
         sc.warmup_ms = 5;
+        if light {
+            // A QD 1 tenant beside the others: in `auto` the device gate
+            // (`pace::pacer::DeviceGate`) measures, tries and holds its
+            // caps (10 ms each) while the heavy IOs wait for them.
+            let mut a = sc.hosts[0].clone();
+            a.count = 1;
+            a.fixed_qd = Some(1);
+            a.tenant = 0;
+            sc.hosts[0].tenant = 1;
+            sc.hosts.insert(0, a);
+            sc.duration_ms = 50;
+        }
         let r = simulate(&sc, &sc.runs[0], qd);
         prop_assert!(r.conserved);
         // No starvation: every host group moved data.

@@ -82,11 +82,13 @@ impl Pacer {
         if let Some(v) = self.mode_gate(t, d, &io, paced, now) {
             return v;
         }
-        if !self.light(t) && !self.qos_ready(d, now) {
-            // This device waits for budget (its latency target); the
-            // tenant's other devices need not. A light tenant's IO is
-            // within its share, as iocost's per-cgroup budgets have it:
-            // it is charged but does not wait.
+        let ready = self.light(t) || (self.qos_ready(d, now) && self.gate_ready(d, now));
+        if !ready {
+            // This device waits for budget (its latency target) or for
+            // its cap (beside a light tenant); the tenant's other devices
+            // need not. A light tenant's IO is within its share, as
+            // iocost's per-cgroup budgets have it: it is charged but does
+            // not wait.
             return self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now));
         }
         let took_op = match self.take_device_op(d) {
@@ -150,6 +152,22 @@ impl Pacer {
         false
     }
 
+    /// Device `d` has room under its cap, or no light tenant is about (see
+    /// [`DeviceGate`](super::DeviceGate)); if not, the next poll is due
+    /// when the gate says (the IO that frees a slot may complete on another
+    /// reactor).
+    /// Only heavy IOs ask.
+    pub(super) fn gate_ready(&mut self, d: usize, now: Nanos) -> bool {
+        let Some(g) = &self.gate else { return true };
+        match g.ready(d, now) {
+            Ok(()) => true,
+            Err(at) => {
+                self.qos_wake = Some(self.qos_wake.map_or(at, |w| w.min(at)));
+                false
+            }
+        }
+    }
+
     /// `rate` with a device op limit: takes one of device `d`'s op slots
     /// (Some(false): none is free). None: no limit applies.
     pub(super) fn take_device_op(&self, d: usize) -> Option<bool> {
@@ -178,6 +196,9 @@ impl Pacer {
                 .cost(io.kind, io.bytes, io.offset == self.devices[d].last_offset);
         if let Some(q) = &self.qos {
             q.charge(d, cost, now);
+        }
+        if let Some(g) = &self.gate {
+            g.released(t, self.light(t), now);
         }
         let dev = &mut self.devices[d];
         dev.queue.take(g.slot);

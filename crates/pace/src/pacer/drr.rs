@@ -94,6 +94,7 @@ impl Pacer {
                 || self.hold_ratio(d) >= FAST_HOLD_RATIO
                 || !self.device_window_open(d, t, u64::from(q.io(slot).bytes))
                 || !self.qos_ready(d, now)
+                || !(self.light(t) || self.gate_ready(d, now))
             {
                 continue;
             }
@@ -181,7 +182,7 @@ impl Pacer {
             let windows = self.cfg.mode != Mode::Auto
                 || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
                     && self.device_window_open(d, t, bytes));
-            if windows && self.qos_ready(d, now) {
+            if windows && self.qos_ready(d, now) && (self.light(t) || self.gate_ready(d, now)) {
                 return false;
             }
         }

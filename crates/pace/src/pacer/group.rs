@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use super::TenantClock;
-use super::{CostModel, DeviceOps, DeviceQos, LinkWindow, Pacer, PacingConfig, QosConfig};
+use super::{
+    CostModel, DeviceGate, DeviceOps, DeviceQos, LinkWindow, Mode, Pacer, PacingConfig, QosConfig,
+};
 use crate::Nanos;
 
 /// What a pacer knows of one device.
@@ -27,6 +29,8 @@ pub struct PacerGroup {
     tenants: Arc<TenantClock>,
     qos: Arc<DeviceQos>,
     link: Arc<LinkWindow>,
+    /// Only `auto` with tenants has light tenants to guard.
+    gate: Option<Arc<DeviceGate>>,
 }
 
 impl PacerGroup {
@@ -51,6 +55,8 @@ impl PacerGroup {
             tenants: TenantClock::with_reactors(cfg.tenants.len().max(1), reactors),
             qos: DeviceQos::new(&targets, now),
             link: LinkWindow::new(reactors),
+            gate: (cfg.mode == Mode::Auto && cfg.tenants.len() > 1)
+                .then(|| DeviceGate::new(devices.len(), cfg.tenants.len())),
         }
     }
 
@@ -69,6 +75,9 @@ impl PacerGroup {
         p.share_tenants(self.tenants.clone());
         p.share_qos(self.qos.clone());
         p.share_link(self.link.clone(), reactor);
+        if let Some(g) = &self.gate {
+            p.share_gate(g.clone());
+        }
         p
     }
 
@@ -81,7 +90,7 @@ impl PacerGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacer::{IoKind, Mode, PacedIo};
+    use crate::pacer::{IoKind, PacedIo};
 
     #[test]
     fn a_groups_pacers_share_the_device_op_limit_and_the_tenant_clock() {
