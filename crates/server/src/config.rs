@@ -117,11 +117,11 @@ pub struct ServerConfig {
 pub enum PollMode {
     /// Sleep in the kernel until a completion, a timer or a wake-up.
     Interrupt,
-    /// A lightly loaded reactor with no device IO out polls for
-    /// `poll_spin_us` after the last completion, then sleeps: a client's
-    /// next request, when it follows at once, finds the reactor awake; a
-    /// disk IO, a busy reactor (it gathers instead) and an idle one cost no
-    /// spinning.
+    /// A lightly loaded reactor polls for `poll_spin_us` after the last
+    /// completion, then sleeps: a client's next request, when it follows at
+    /// once, finds the reactor awake; a wait for a slow device (completions
+    /// further apart than the spin), a busy reactor (it gathers instead)
+    /// and an idle one cost no spinning.
     #[default]
     Adaptive,
     /// Never sleep: a core per reactor for the lowest latency.

@@ -160,9 +160,14 @@ pub struct Reactor {
     /// after it.
     last_completion: Nanos,
     /// IOs submitted to a device through the ring and not yet completed.
-    /// While one is out, `adaptive` sleeps: a disk answers in tens or
-    /// hundreds of microseconds, and spinning through that burns a core.
     device_ios: u64,
+    /// Mean time between device completions (EWMA, capped). While device
+    /// IO is out and its completions come further apart than `poll_spin`
+    /// (a disk at QD 1: one every 150 us or more), `adaptive` sleeps
+    /// instead of spinning through the wait; when they come close together
+    /// (a disk at QD 32), the spin still catches each without a wake-up.
+    device_gap: Nanos,
+    last_device_done: Nanos,
     /// Microseconds a busy reactor's wait gathers completions; zero when
     /// off or when the kernel cannot (no `IORING_FEAT_MIN_TIMEOUT`).
     batch_wait_us: u32,
@@ -173,6 +178,10 @@ pub struct Reactor {
     /// Whether gathering pays for this reactor's clients.
     gather: GatherTrial,
 }
+
+/// An idle stretch counts as this long a gap between device completions,
+/// so after a pause a few close completions bring the spin back.
+const DEVICE_GAP_CAP: Nanos = 1_000_000;
 
 /// A loop turn that served this many requests makes the next wait gather:
 /// one request at a time (QD 1) never waits longer than it must.
@@ -234,6 +243,8 @@ impl Reactor {
             poll_spin: settings.poll_spin.as_nanos() as Nanos,
             last_completion: now,
             device_ios: 0,
+            device_gap: 0,
+            last_device_done: now,
             batch_wait_us,
             served: 0,
             received: 0,
@@ -335,7 +346,7 @@ impl Reactor {
             // one gathers instead, and spinning would take the core its
             // clients need.
             PollMode::Adaptive => {
-                self.device_ios == 0
+                (self.device_ios == 0 || self.device_gap < self.poll_spin)
                     && self.served < BATCH_MIN_SERVED
                     && self.now < self.last_completion + self.poll_spin
             }
@@ -514,6 +525,9 @@ impl Reactor {
                 self.id
             );
             self.device_ios -= 1;
+            let gap = (self.now - self.last_device_done).min(DEVICE_GAP_CAP);
+            self.device_gap = (self.device_gap * 7 + gap) / 8;
+            self.last_device_done = self.now;
         }
         let Some((export, req)) = self.engine.io_request(io) else {
             return;
