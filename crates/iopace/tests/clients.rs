@@ -128,17 +128,25 @@ fn fio_verify_malloc_over_tcp_and_unix() {
     server.assert_quiescent(256);
 }
 
-#[test]
-fn fio_verify_file_bdev_over_tcp_and_unix() {
-    require("fio", "fio");
+/// A temporary image on a disk filesystem (a file bdev needs O_DIRECT) and
+/// the config body serving it as export `default`.
+fn file_export(prefix: &str, size: &str) -> (tempfile::NamedTempFile, String) {
     let img = tempfile::Builder::new()
-        .prefix("iopace-it-file")
+        .prefix(prefix)
         .tempfile_in("/var/tmp")
         .expect("temp file on a disk filesystem");
     let body = format!(
-        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"128MiB\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
+        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"{size}\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
         img.path().display()
     );
+    (img, body)
+}
+
+#[test]
+fn fio_verify_file_bdev_over_tcp_and_unix() {
+    require("fio", "fio");
+    // Bound, not `_`: the image lives as long as the test.
+    let (_img, body) = file_export("iopace-it-file", "128MiB");
     let server = Server::start(&body);
     fio_verify(&server.unix_uri("default"), server.dir.path(), "unix");
     fio_verify(&server.tcp_uri("default"), server.dir.path(), "tcp");
@@ -232,14 +240,7 @@ fn qemu_io_trim_and_write_zeroes_read_back_zeros() {
 #[test]
 fn acknowledged_flushed_writes_survive_a_killed_server() {
     require("qemu-io", "qemu-utils");
-    let img = tempfile::Builder::new()
-        .prefix("iopace-it-crash")
-        .tempfile_in("/var/tmp")
-        .expect("temp file on a disk filesystem");
-    let body = format!(
-        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"64MiB\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
-        img.path().display()
-    );
+    let (img, body) = file_export("iopace-it-crash", "64MiB");
     let qemu_io = |uri: &str, cmds: &[&str]| {
         let mut c = Command::new("qemu-io");
         c.args(["-f", "raw"]);
