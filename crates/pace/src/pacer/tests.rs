@@ -418,18 +418,23 @@ fn a_light_tenants_one_io_passes_full_windows_but_a_backlog_does_not() {
     assert!(out.is_empty(), "{out:?}");
 }
 
-#[test]
-fn a_device_under_a_latency_target_waits_for_budget_and_says_when() {
-    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
-    let target = QosConfig {
+/// A read target (p95 under 100 us) with vrate between `min` and `max` %.
+fn read_p95_100us(min: f64, max: f64) -> QosConfig {
+    QosConfig {
         rpct: 95.0,
         rlat_us: 100.0,
         wpct: 0.0,
         wlat_us: 0.0,
-        min: 10.0,
-        max: 100.0,
+        min,
+        max,
         period_ms: None,
-    };
+    }
+}
+
+#[test]
+fn a_device_under_a_latency_target_waits_for_budget_and_says_when() {
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    let target = read_p95_100us(10.0, 100.0);
     p.share_qos(DeviceQos::new(&[Some(target), None], 0));
     let cost = CostModel::nvme();
     p.set_cost_model(0, cost);
@@ -457,15 +462,7 @@ fn stats_show_a_vrate_above_1_of_the_devices_with_targets() {
     // underrated cost model corrected) showed as 1.
     let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
     // min above 100 is no valid config; here it only starts vrate at 1.5.
-    let target = QosConfig {
-        rpct: 95.0,
-        rlat_us: 100.0,
-        wpct: 0.0,
-        wlat_us: 0.0,
-        min: 150.0,
-        max: 300.0,
-        period_ms: None,
-    };
+    let target = read_p95_100us(150.0, 300.0);
     p.share_qos(DeviceQos::new(&[Some(target), None], 0));
     let s = p.stats(0);
     assert_eq!(s.vrates, vec![1.5, 1.0]);
