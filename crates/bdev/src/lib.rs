@@ -544,7 +544,7 @@ impl Builder<'_> {
                 one(Leaf::Malloc(mem), size, MEM_CAPS)
             }
             BdevKindName::File => {
-                let (leaf, size, caps) = self.file_leaf(i, block_size)?;
+                let (leaf, size, caps) = self.file_leaf(i)?;
                 one(leaf, size, caps)
             }
             BdevKindName::Split => self.make_split(i),
@@ -554,7 +554,7 @@ impl Builder<'_> {
     }
 
     /// A file bdev's leaf (a null stand-in when only checking), size and caps.
-    fn file_leaf(&self, i: usize, block_size: u32) -> Result<(Leaf, u64, Caps), BuildError> {
+    fn file_leaf(&self, i: usize) -> Result<(Leaf, u64, Caps), BuildError> {
         let s = &self.specs[i];
         let Some(path) = &s.path else {
             return Err(err(i, "path", "a file bdev needs a path"));
@@ -576,7 +576,9 @@ impl Builder<'_> {
             }),
         };
         let (leaf, size, caps) = leaf.map_err(|e| err(i, "path", format!("{path}: {e}")))?;
-        let size = size / u64::from(block_size) * u64::from(block_size);
+        // Served to its last byte, whole blocks or not (NBD sizes are
+        // bytes): rounding down would hide the tail of an image cut
+        // anywhere. Only the parts of a split are whole blocks.
         if size == 0 {
             return Err(err(
                 i,
