@@ -354,6 +354,12 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
     for listener in &server.tcp {
         server::config::check_tcp_address(listener.addr()).map_err(|e| format!("--tcp: {e}"))?;
     }
+    for path in &server.unix {
+        server::config::check_socket_path(path).map_err(|e| format!("--unix: {e}"))?;
+    }
+    if !server.rpc.as_os_str().is_empty() {
+        server::config::check_socket_path(&server.rpc).map_err(|e| format!("--rpc: {e}"))?;
+    }
     let max = server::bounds::MAX_REACTORS;
     if server.reactors > max {
         return Err(format!(

@@ -140,6 +140,23 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
             vec!["--check"],
             "c.toml:2: field `server.tls`",
         ),
+        // Socket paths no listener can take: too long for sun_path, or in a
+        // directory that does not exist.
+        (
+            format!("[server]\nunix = [\"/tmp/{}.sock\"]\n{NULL_EXPORT}", "a".repeat(120)),
+            vec!["--check"],
+            "c.toml:2: field `server.unix`",
+        ),
+        (
+            format!("[server]\nrpc = \"/nonexistent-dir/admin.sock\"\n{NULL_EXPORT}"),
+            vec!["--check"],
+            "c.toml:2: field `server.rpc`",
+        ),
+        (
+            NULL_EXPORT.to_string(),
+            vec!["--check", "--unix", "/nonexistent-dir/nbd.sock"],
+            "--unix",
+        ),
     ] {
         let out = serve_once(&args, &config, dir.path());
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
