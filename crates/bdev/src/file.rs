@@ -155,6 +155,26 @@ pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {
     }
 }
 
+/// Takes an exclusive advisory lock on the image for as long as `f` is open,
+/// as qemu does on its images: two servers (or two bdevs) on one image would
+/// each overwrite what the other acknowledged. Filesystems without locks
+/// are served unlocked.
+fn lock_exclusive(f: &File) -> io::Result<()> {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            "in use: another process (or another bdev of this config) has it open",
+        )),
+        Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::EINVAL) => Ok(()),
+        _ => Err(e),
+    }
+}
+
 impl FileLeaf {
     pub fn open(path: &str, size: Option<u64>, mode: DirectMode) -> io::Result<FileLeaf> {
         let exists = std::path::Path::new(path).exists();
@@ -172,6 +192,7 @@ impl FileLeaf {
                 "not a regular file or block device",
             ));
         }
+        lock_exclusive(&buffered)?;
         let size = if block_device {
             ioctl_u64(buffered.as_raw_fd(), BLKGETSIZE64)?
         } else {
@@ -541,8 +562,9 @@ mod tests {
             run(&f, IoOp::Read, 12288, &mut back);
             assert!(back.iter().all(|b| *b == 0));
         }
-        // The zero-write fallback works too.
-        let mut no_falloc = FileLeaf::open(&path, None, DirectMode::Off).expect("open");
+        // The zero-write fallback works too (on the same open: a second
+        // one is refused while this one holds the file's lock).
+        let mut no_falloc = f;
         no_falloc.punch_hole = false;
         no_falloc.zero_range = false;
         let mut ones = vec![1u8; 100_000];
@@ -563,7 +585,7 @@ mod tests {
         run(&no_falloc, IoOp::Read, 0, &mut ones);
         assert!(ones.iter().all(|b| *b == 0));
         // Block status finds data and holes.
-        let st = f.block_status(0, 1 << 20);
+        let st = no_falloc.block_status(0, 1 << 20);
         let total: u64 = st.iter().map(|e| u64::from(e.0)).sum();
         assert_eq!(total, 1 << 20);
     }
@@ -576,6 +598,19 @@ mod tests {
     #[test]
     fn file_io_on_tmpfs_without_o_direct() {
         exercise("/dev/shm");
+    }
+
+    #[test]
+    fn a_file_open_elsewhere_is_refused_until_closed() {
+        let tmp = tempfile::NamedTempFile::new().expect("temp file");
+        let path = tmp.path().to_str().expect("utf8").to_string();
+        let first = FileLeaf::open(&path, Some(1 << 20), DirectMode::Off).expect("open");
+        let Err(e) = FileLeaf::open(&path, None, DirectMode::Off) else {
+            panic!("a second open of a locked file succeeded");
+        };
+        assert!(e.to_string().contains("in use"), "{e}");
+        drop(first);
+        FileLeaf::open(&path, None, DirectMode::Off).expect("free again");
     }
 
     #[test]

@@ -463,3 +463,40 @@ fn admin_socket_refuses_other_users_by_peer_credentials() {
         "{log}"
     );
 }
+
+/// Two servers (or two bdevs) on one image would each overwrite what the
+/// other acknowledged: the second is refused while the first holds it.
+#[test]
+fn an_image_served_by_another_process_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = dir.path().join("disk.img");
+    let body = format!(
+        "[[bdev]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = \"1MiB\"\n[[export]]\nname = \"default\"\nbdev = \"f\"\n",
+        image.display()
+    );
+    let first = Server::start(&body);
+    let out = serve_once(
+        &["--tcp", "127.0.0.1:0", "--unix", "none", "--rpc", "none"],
+        &body,
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("c.toml:4: field `bdev.path`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
+    let twice = format!(
+        "{body}[[bdev]]\nname = \"g\"\nkind = \"file\"\npath = \"{}\"\n",
+        image.display()
+    );
+    drop(first);
+    let out = serve_once(
+        &["--tcp", "127.0.0.1:0", "--unix", "none", "--rpc", "none"],
+        &twice,
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
+}
