@@ -281,13 +281,14 @@ impl FileLeaf {
     }
 
     /// Links `sqes` into a chain whose members complete silently on success.
+    /// Links the SQEs in order. Not with SKIP_SUCCESS: when a request that
+    /// skips its success fails, the kernel posts no completion for the
+    /// linked ones it cancels, so the chain's last never completes.
     fn chain(mut sqes: Vec<squeue::Entry>) -> Prep {
         let n = sqes.len();
         for (i, e) in sqes.iter_mut().enumerate() {
             if i + 1 < n {
-                *e = e
-                    .clone()
-                    .flags(squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS);
+                *e = e.clone().flags(squeue::Flags::IO_LINK);
             }
         }
         Prep::Sqes(sqes)
@@ -347,7 +348,16 @@ impl FileLeaf {
                         .offset(offset)
                         .mode(mode)
                         .build()],
-                    None => self.zero_writes(offset, len),
+                    None => {
+                        let mut v = self.zero_writes(offset, len);
+                        if !fua {
+                            // Each zero-write linked to a successor: a short
+                            // one (a full disk) breaks the link, and the
+                            // cancelled successor reports it.
+                            v.push(opcode::Nop::new().build());
+                        }
+                        v
+                    }
                 };
                 if fua {
                     v.push(self.fdatasync());
@@ -477,32 +487,48 @@ mod tests {
         }
     }
 
-    /// Runs a prepared IO to completion on a private ring.
+    /// Runs a prepared IO to completion on a private ring, as the reactor
+    /// does: the first error of a chain wins, else the last SQE's result. A
+    /// chain whose last completion never comes fails the test.
     fn run(f: &FileLeaf, op: IoOp, offset: u64, buf: &mut [u8]) -> IoResult {
         let iov = [libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
         }];
         let len = buf.len() as u32;
-        match f.prepare(op, offset, len, &iov) {
-            Prep::Done(r) => r,
-            Prep::Sqes(sqes) => {
-                let mut ring = IoUring::new(64).expect("io_uring");
-                let n = sqes.len();
-                for (i, e) in sqes.into_iter().enumerate() {
-                    let ud = if i + 1 == n { 1 } else { 0 };
-                    // SAFETY: buffers live until the wait below completes.
-                    unsafe { ring.submission().push(&e.user_data(ud)).expect("sq") };
+        let sqes = match f.prepare(op, offset, len, &iov) {
+            Prep::Done(r) => return r,
+            Prep::Sqes(sqes) => sqes,
+        };
+        let mut ring = IoUring::new(64).expect("io_uring");
+        let n = sqes.len();
+        for (i, e) in sqes.into_iter().enumerate() {
+            let ud = if i + 1 == n { 1 } else { 0 };
+            // SAFETY: buffers live until the wait below completes.
+            unsafe { ring.submission().push(&e.user_data(ud)).expect("sq") };
+        }
+        let mut chain_error = None;
+        let ts = types::Timespec::new().sec(10);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        loop {
+            match ring.submitter().submit_with_args(1, &args) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {
+                    panic!("{op:?}: the chain's last completion never came")
                 }
-                loop {
-                    ring.submit_and_wait(1).expect("submit");
-                    let cqes: Vec<_> = ring
-                        .completion()
-                        .map(|c| (c.user_data(), c.result()))
-                        .collect();
-                    if let Some((_, res)) = cqes.iter().find(|c| c.0 == 1) {
-                        return f.complete(op, len, &iov, *res);
-                    }
+                Err(e) => panic!("submit: {e}"),
+            }
+            let cqes: Vec<_> = ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            for (ud, res) in cqes {
+                let r = f.complete(op, len, &iov, res);
+                if ud == 1 {
+                    return chain_error.unwrap_or(r);
+                }
+                if matches!(r, IoResult::Err(_)) && chain_error.is_none() {
+                    chain_error = Some(r);
                 }
             }
         }
@@ -598,6 +624,34 @@ mod tests {
     #[test]
     fn file_io_on_tmpfs_without_o_direct() {
         exercise("/dev/shm");
+    }
+
+    /// A chain whose first SQE fails (a full disk under a FUA zero-write:
+    /// qemu's `write -z`) still completes, with the error.
+    #[test]
+    fn a_failed_chain_completes_with_its_error() {
+        let tmp = tempfile::NamedTempFile::new().expect("temp file");
+        tmp.as_file().set_len(1 << 20).expect("size");
+        // Writes through a read-only descriptor fail (EBADF), as on a full disk.
+        let f = FileLeaf {
+            buffered: File::open(tmp.path()).expect("open read-only"),
+            direct: None,
+            size: 1 << 20,
+            block_device: false,
+            punch_hole: false,
+            zero_range: false,
+            rotational: false,
+        };
+        let mut z = vec![0u8; 64 << 10];
+        for fua in [true, false] {
+            let op = IoOp::WriteZeroes {
+                may_trim: false,
+                fua,
+            };
+            assert_eq!(run(&f, op, 0, &mut z), IoResult::Err(EIO), "fua {fua}");
+        }
+        let op = IoOp::Write { fua: true };
+        assert_eq!(run(&f, op, 0, &mut z), IoResult::Err(EIO));
     }
 
     #[test]

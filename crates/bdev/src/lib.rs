@@ -159,9 +159,9 @@ pub enum IoResult {
 pub enum Prep {
     /// Already done (memory bdevs).
     Done(IoResult),
-    /// Submit these in order. All but the last are linked and skip their
-    /// completion on success, so normally only the last completes; an earlier
-    /// one completes only with an error, and the last then with -ECANCELED.
+    /// Submit these in order, all but the last linked to the next. Each
+    /// completes; after one fails (or is short), the rest complete with
+    /// -ECANCELED. The IO's result is the first error, else the last's.
     Sqes(Vec<io_uring::squeue::Entry>),
 }
 
