@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use io_uring::{opcode, squeue, types};
 
-use crate::{Caps, DirectMode, IoOp, IoResult, Prep, EIO, ENOSPC};
+use crate::{Caps, DirectMode, IoOp, IoResult, Prep, EIO, ENOSPC, ENOTSUP};
 
 /// O_DIRECT is used only when offset, length and every buffer are aligned to this.
 const DIRECT_ALIGN: u64 = 4096;
@@ -335,7 +335,11 @@ impl FileLeaf {
                 }
                 Self::chain(v)
             }
-            IoOp::WriteZeroes { may_trim, fua } => {
+            IoOp::WriteZeroes {
+                may_trim,
+                fua,
+                fast,
+            } => {
                 let mode = if may_trim && self.punch_hole {
                     Some(libc::FALLOC_FL_PUNCH_HOLE | keep)
                 } else if self.zero_range {
@@ -348,6 +352,9 @@ impl FileLeaf {
                         .offset(offset)
                         .mode(mode)
                         .build()],
+                    // "...MUST fail quickly with NBD_ENOTSUP" rather than
+                    // write zeros: the client has a faster way of its own.
+                    None if fast => return Prep::Done(IoResult::Err(ENOTSUP)),
                     None => {
                         let mut v = self.zero_writes(offset, len);
                         if !fua {
@@ -572,7 +579,8 @@ mod tests {
                 &f,
                 IoOp::WriteZeroes {
                     may_trim: false,
-                    fua: true
+                    fua: true,
+                    fast: false,
                 },
                 8192,
                 &mut z
@@ -601,7 +609,8 @@ mod tests {
                 &no_falloc,
                 IoOp::WriteZeroes {
                     may_trim: true,
-                    fua: true
+                    fua: true,
+                    fast: false,
                 },
                 0,
                 &mut z
@@ -647,11 +656,29 @@ mod tests {
             let op = IoOp::WriteZeroes {
                 may_trim: false,
                 fua,
+                fast: false,
             };
             assert_eq!(run(&f, op, 0, &mut z), IoResult::Err(EIO), "fua {fua}");
         }
         let op = IoOp::Write { fua: true };
         assert_eq!(run(&f, op, 0, &mut z), IoResult::Err(EIO));
+    }
+
+    #[test]
+    fn fast_zero_without_zero_range_is_enotsup_unless_it_may_punch() {
+        let tmp = tempfile::NamedTempFile::new().expect("temp file");
+        let path = tmp.path().to_str().expect("utf8").to_string();
+        let mut f = FileLeaf::open(&path, Some(1 << 20), DirectMode::Off).expect("open");
+        (f.punch_hole, f.zero_range) = (true, false);
+        let mut z = vec![0u8; 4096];
+        let op = |may_trim, fast| IoOp::WriteZeroes {
+            may_trim,
+            fua: false,
+            fast,
+        };
+        assert_eq!(run(&f, op(false, true), 0, &mut z), IoResult::Err(ENOTSUP));
+        assert_eq!(run(&f, op(true, true), 0, &mut z), IoResult::Ok);
+        assert_eq!(run(&f, op(false, false), 0, &mut z), IoResult::Ok);
     }
 
     #[test]

@@ -121,10 +121,20 @@ pub struct Caps {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoOp {
     Read,
-    Write { fua: bool },
+    Write {
+        fua: bool,
+    },
     Flush,
-    Trim { fua: bool },
-    WriteZeroes { may_trim: bool, fua: bool },
+    Trim {
+        fua: bool,
+    },
+    /// `fast`: NBD_CMD_FLAG_FAST_ZERO: fail with ENOTSUP rather than
+    /// write zeros.
+    WriteZeroes {
+        may_trim: bool,
+        fua: bool,
+        fast: bool,
+    },
     Cache,
 }
 
@@ -802,6 +812,7 @@ mod tests {
                 IoOp::WriteZeroes {
                     may_trim: true,
                     fua: false,
+                    fast: false,
                 },
                 4096,
             ));
