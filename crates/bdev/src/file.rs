@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use io_uring::{opcode, squeue, types};
 
-use crate::{Caps, DirectMode, IoOp, IoResult, Prep, EIO, ENOSPC};
+use crate::{Caps, DirectMode, IoOp, IoResult, Prep, EIO, ENOSPC, ENOTSUP};
 
 /// O_DIRECT is used only when offset, length and every buffer are aligned to this.
 const DIRECT_ALIGN: u64 = 4096;
@@ -155,6 +155,26 @@ pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {
     }
 }
 
+/// Takes an exclusive advisory lock on the image for as long as `f` is open,
+/// as qemu does on its images: two servers (or two bdevs) on one image would
+/// each overwrite what the other acknowledged. Filesystems without locks
+/// are served unlocked.
+fn lock_exclusive(f: &File) -> io::Result<()> {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            "in use: another process (or another bdev of this config) has it open",
+        )),
+        Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::EINVAL) => Ok(()),
+        _ => Err(e),
+    }
+}
+
 impl FileLeaf {
     pub fn open(path: &str, size: Option<u64>, mode: DirectMode) -> io::Result<FileLeaf> {
         let exists = std::path::Path::new(path).exists();
@@ -172,6 +192,7 @@ impl FileLeaf {
                 "not a regular file or block device",
             ));
         }
+        lock_exclusive(&buffered)?;
         let size = if block_device {
             ioctl_u64(buffered.as_raw_fd(), BLKGETSIZE64)?
         } else {
@@ -260,13 +281,14 @@ impl FileLeaf {
     }
 
     /// Links `sqes` into a chain whose members complete silently on success.
+    /// Links the SQEs in order. Not with SKIP_SUCCESS: when a request that
+    /// skips its success fails, the kernel posts no completion for the
+    /// linked ones it cancels, so the chain's last never completes.
     fn chain(mut sqes: Vec<squeue::Entry>) -> Prep {
         let n = sqes.len();
         for (i, e) in sqes.iter_mut().enumerate() {
             if i + 1 < n {
-                *e = e
-                    .clone()
-                    .flags(squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS);
+                *e = e.clone().flags(squeue::Flags::IO_LINK);
             }
         }
         Prep::Sqes(sqes)
@@ -313,7 +335,11 @@ impl FileLeaf {
                 }
                 Self::chain(v)
             }
-            IoOp::WriteZeroes { may_trim, fua } => {
+            IoOp::WriteZeroes {
+                may_trim,
+                fua,
+                fast,
+            } => {
                 let mode = if may_trim && self.punch_hole {
                     Some(libc::FALLOC_FL_PUNCH_HOLE | keep)
                 } else if self.zero_range {
@@ -326,7 +352,19 @@ impl FileLeaf {
                         .offset(offset)
                         .mode(mode)
                         .build()],
-                    None => self.zero_writes(offset, len),
+                    // "...MUST fail quickly with NBD_ENOTSUP" rather than
+                    // write zeros: the client has a faster way of its own.
+                    None if fast => return Prep::Done(IoResult::Err(ENOTSUP)),
+                    None => {
+                        let mut v = self.zero_writes(offset, len);
+                        if !fua {
+                            // Each zero-write linked to a successor: a short
+                            // one (a full disk) breaks the link, and the
+                            // cancelled successor reports it.
+                            v.push(opcode::Nop::new().build());
+                        }
+                        v
+                    }
                 };
                 if fua {
                     v.push(self.fdatasync());
@@ -456,32 +494,48 @@ mod tests {
         }
     }
 
-    /// Runs a prepared IO to completion on a private ring.
+    /// Runs a prepared IO to completion on a private ring, as the reactor
+    /// does: the first error of a chain wins, else the last SQE's result. A
+    /// chain whose last completion never comes fails the test.
     fn run(f: &FileLeaf, op: IoOp, offset: u64, buf: &mut [u8]) -> IoResult {
         let iov = [libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
         }];
         let len = buf.len() as u32;
-        match f.prepare(op, offset, len, &iov) {
-            Prep::Done(r) => r,
-            Prep::Sqes(sqes) => {
-                let mut ring = IoUring::new(64).expect("io_uring");
-                let n = sqes.len();
-                for (i, e) in sqes.into_iter().enumerate() {
-                    let ud = if i + 1 == n { 1 } else { 0 };
-                    // SAFETY: buffers live until the wait below completes.
-                    unsafe { ring.submission().push(&e.user_data(ud)).expect("sq") };
+        let sqes = match f.prepare(op, offset, len, &iov) {
+            Prep::Done(r) => return r,
+            Prep::Sqes(sqes) => sqes,
+        };
+        let mut ring = IoUring::new(64).expect("io_uring");
+        let n = sqes.len();
+        for (i, e) in sqes.into_iter().enumerate() {
+            let ud = if i + 1 == n { 1 } else { 0 };
+            // SAFETY: buffers live until the wait below completes.
+            unsafe { ring.submission().push(&e.user_data(ud)).expect("sq") };
+        }
+        let mut chain_error = None;
+        let ts = types::Timespec::new().sec(10);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        loop {
+            match ring.submitter().submit_with_args(1, &args) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {
+                    panic!("{op:?}: the chain's last completion never came")
                 }
-                loop {
-                    ring.submit_and_wait(1).expect("submit");
-                    let cqes: Vec<_> = ring
-                        .completion()
-                        .map(|c| (c.user_data(), c.result()))
-                        .collect();
-                    if let Some((_, res)) = cqes.iter().find(|c| c.0 == 1) {
-                        return f.complete(op, len, &iov, *res);
-                    }
+                Err(e) => panic!("submit: {e}"),
+            }
+            let cqes: Vec<_> = ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            for (ud, res) in cqes {
+                let r = f.complete(op, len, &iov, res);
+                if ud == 1 {
+                    return chain_error.unwrap_or(r);
+                }
+                if matches!(r, IoResult::Err(_)) && chain_error.is_none() {
+                    chain_error = Some(r);
                 }
             }
         }
@@ -525,7 +579,8 @@ mod tests {
                 &f,
                 IoOp::WriteZeroes {
                     may_trim: false,
-                    fua: true
+                    fua: true,
+                    fast: false,
                 },
                 8192,
                 &mut z
@@ -541,8 +596,9 @@ mod tests {
             run(&f, IoOp::Read, 12288, &mut back);
             assert!(back.iter().all(|b| *b == 0));
         }
-        // The zero-write fallback works too.
-        let mut no_falloc = FileLeaf::open(&path, None, DirectMode::Off).expect("open");
+        // The zero-write fallback works too (on the same open: a second
+        // one is refused while this one holds the file's lock).
+        let mut no_falloc = f;
         no_falloc.punch_hole = false;
         no_falloc.zero_range = false;
         let mut ones = vec![1u8; 100_000];
@@ -553,7 +609,8 @@ mod tests {
                 &no_falloc,
                 IoOp::WriteZeroes {
                     may_trim: true,
-                    fua: true
+                    fua: true,
+                    fast: false,
                 },
                 0,
                 &mut z
@@ -563,7 +620,7 @@ mod tests {
         run(&no_falloc, IoOp::Read, 0, &mut ones);
         assert!(ones.iter().all(|b| *b == 0));
         // Block status finds data and holes.
-        let st = f.block_status(0, 1 << 20);
+        let st = no_falloc.block_status(0, 1 << 20);
         let total: u64 = st.iter().map(|e| u64::from(e.0)).sum();
         assert_eq!(total, 1 << 20);
     }
@@ -576,6 +633,65 @@ mod tests {
     #[test]
     fn file_io_on_tmpfs_without_o_direct() {
         exercise("/dev/shm");
+    }
+
+    /// A chain whose first SQE fails (a full disk under a FUA zero-write:
+    /// qemu's `write -z`) still completes, with the error.
+    #[test]
+    fn a_failed_chain_completes_with_its_error() {
+        let tmp = tempfile::NamedTempFile::new().expect("temp file");
+        tmp.as_file().set_len(1 << 20).expect("size");
+        // Writes through a read-only descriptor fail (EBADF), as on a full disk.
+        let f = FileLeaf {
+            buffered: File::open(tmp.path()).expect("open read-only"),
+            direct: None,
+            size: 1 << 20,
+            block_device: false,
+            punch_hole: false,
+            zero_range: false,
+            rotational: false,
+        };
+        let mut z = vec![0u8; 64 << 10];
+        for fua in [true, false] {
+            let op = IoOp::WriteZeroes {
+                may_trim: false,
+                fua,
+                fast: false,
+            };
+            assert_eq!(run(&f, op, 0, &mut z), IoResult::Err(EIO), "fua {fua}");
+        }
+        let op = IoOp::Write { fua: true };
+        assert_eq!(run(&f, op, 0, &mut z), IoResult::Err(EIO));
+    }
+
+    #[test]
+    fn fast_zero_without_zero_range_is_enotsup_unless_it_may_punch() {
+        let tmp = tempfile::NamedTempFile::new().expect("temp file");
+        let path = tmp.path().to_str().expect("utf8").to_string();
+        let mut f = FileLeaf::open(&path, Some(1 << 20), DirectMode::Off).expect("open");
+        (f.punch_hole, f.zero_range) = (true, false);
+        let mut z = vec![0u8; 4096];
+        let op = |may_trim, fast| IoOp::WriteZeroes {
+            may_trim,
+            fua: false,
+            fast,
+        };
+        assert_eq!(run(&f, op(false, true), 0, &mut z), IoResult::Err(ENOTSUP));
+        assert_eq!(run(&f, op(true, true), 0, &mut z), IoResult::Ok);
+        assert_eq!(run(&f, op(false, false), 0, &mut z), IoResult::Ok);
+    }
+
+    #[test]
+    fn a_file_open_elsewhere_is_refused_until_closed() {
+        let tmp = tempfile::NamedTempFile::new().expect("temp file");
+        let path = tmp.path().to_str().expect("utf8").to_string();
+        let first = FileLeaf::open(&path, Some(1 << 20), DirectMode::Off).expect("open");
+        let Err(e) = FileLeaf::open(&path, None, DirectMode::Off) else {
+            panic!("a second open of a locked file succeeded");
+        };
+        assert!(e.to_string().contains("in use"), "{e}");
+        drop(first);
+        FileLeaf::open(&path, None, DirectMode::Off).expect("free again");
     }
 
     #[test]

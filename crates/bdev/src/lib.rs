@@ -121,10 +121,20 @@ pub struct Caps {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoOp {
     Read,
-    Write { fua: bool },
+    Write {
+        fua: bool,
+    },
     Flush,
-    Trim { fua: bool },
-    WriteZeroes { may_trim: bool, fua: bool },
+    Trim {
+        fua: bool,
+    },
+    /// `fast`: NBD_CMD_FLAG_FAST_ZERO: fail with ENOTSUP rather than
+    /// write zeros.
+    WriteZeroes {
+        may_trim: bool,
+        fua: bool,
+        fast: bool,
+    },
     Cache,
 }
 
@@ -159,9 +169,9 @@ pub enum IoResult {
 pub enum Prep {
     /// Already done (memory bdevs).
     Done(IoResult),
-    /// Submit these in order. All but the last are linked and skip their
-    /// completion on success, so normally only the last completes; an earlier
-    /// one completes only with an error, and the last then with -ECANCELED.
+    /// Submit these in order, all but the last linked to the next. Each
+    /// completes; after one fails (or is short), the rest complete with
+    /// -ECANCELED. The IO's result is the first error, else the last's.
     Sqes(Vec<io_uring::squeue::Entry>),
 }
 
@@ -544,7 +554,7 @@ impl Builder<'_> {
                 one(Leaf::Malloc(mem), size, MEM_CAPS)
             }
             BdevKindName::File => {
-                let (leaf, size, caps) = self.file_leaf(i, block_size)?;
+                let (leaf, size, caps) = self.file_leaf(i)?;
                 one(leaf, size, caps)
             }
             BdevKindName::Split => self.make_split(i),
@@ -554,7 +564,7 @@ impl Builder<'_> {
     }
 
     /// A file bdev's leaf (a null stand-in when only checking), size and caps.
-    fn file_leaf(&self, i: usize, block_size: u32) -> Result<(Leaf, u64, Caps), BuildError> {
+    fn file_leaf(&self, i: usize) -> Result<(Leaf, u64, Caps), BuildError> {
         let s = &self.specs[i];
         let Some(path) = &s.path else {
             return Err(err(i, "path", "a file bdev needs a path"));
@@ -576,7 +586,9 @@ impl Builder<'_> {
             }),
         };
         let (leaf, size, caps) = leaf.map_err(|e| err(i, "path", format!("{path}: {e}")))?;
-        let size = size / u64::from(block_size) * u64::from(block_size);
+        // Served to its last byte, whole blocks or not (NBD sizes are
+        // bytes): rounding down would hide the tail of an image cut
+        // anywhere. Only the parts of a split are whole blocks.
         if size == 0 {
             return Err(err(
                 i,
@@ -800,6 +812,7 @@ mod tests {
                 IoOp::WriteZeroes {
                     may_trim: true,
                     fua: false,
+                    fast: false,
                 },
                 4096,
             ));

@@ -270,6 +270,7 @@ mod tests {
         let zero = IoOp::WriteZeroes {
             may_trim: true,
             fua: false,
+            fast: false,
         };
         // Chunk 0 partly, chunk 1 wholly.
         assert_eq!(m.execute(zero, 100, 2 * chunk - 100, &[]), IoResult::Ok);

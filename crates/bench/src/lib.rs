@@ -46,7 +46,7 @@ pub fn bench(
     for p in paths {
         let mut l = scenario::Loaded::load(p).map_err(BenchError::Config)?;
         for (name, value) in &opts.vars {
-            l.set_var(name, value);
+            l.set_var(name, value).map_err(BenchError::Config)?;
         }
         if opts.quick {
             l.make_quick();

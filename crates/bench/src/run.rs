@@ -668,7 +668,7 @@ impl Sampler {
             self.sock_queue
                 .push(procs::tcp_send_queue(*port) as f64 / (1u64 << 20) as f64);
         }
-        let Some(Ok(st)) = rpc.map(server::rpc::get_stats) else {
+        let Some(Ok(st)) = rpc.map(|p| server::rpc::get_stats(p)) else {
             return;
         };
         self.n += 1;

@@ -325,11 +325,33 @@ impl Loaded {
     }
 
     /// Applies `--quick`: shorter runs and the quick sweep lists.
-    /// `--var NAME=VALUE`: replaces a `[vars]` default.
-    pub fn set_var(&mut self, name: &str, value: &str) {
-        self.scenario
-            .vars
-            .insert(name.to_string(), toml::Value::String(value.to_string()));
+    /// `--var NAME=VALUE`: replaces a `[vars]` default. A name that is no
+    /// `[vars]` key (a typo, or a swept variable, which the sweep would
+    /// overwrite) is an error, not a run that silently keeps the default.
+    pub fn set_var(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        let Some(slot) = self.scenario.vars.get_mut(name) else {
+            let known: Vec<&str> = self.scenario.vars.keys().map(String::as_str).collect();
+            let swept = if self.scenario.sweep.contains_key(name) {
+                " (it is swept: change its [sweep] list)"
+            } else {
+                ""
+            };
+            return Err(ConfigError {
+                file: self.path.display().to_string(),
+                line: None,
+                field: Some("vars".to_string()),
+                message: format!(
+                    "--var `{name}`: no such variable{swept}; this scenario's [vars]: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            });
+        };
+        *slot = toml::Value::String(value.to_string());
+        Ok(())
     }
 
     pub fn make_quick(&mut self) {

@@ -18,7 +18,7 @@ struct Cli {
     #[command(subcommand)]
     command: Cmd,
     /// Log format on stderr: text, or json (one object per line). The level
-    /// and filters come from IOPACE_LOG (default "info"), e.g.
+    /// and filters come from IOPACE_LOG (default "info", rustls "error"), e.g.
     /// IOPACE_LOG=debug or IOPACE_LOG=server=debug,info.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -168,13 +168,18 @@ struct RpcArgs {
     rpc: PathBuf,
 }
 
+/// The log filter without IOPACE_LOG. rustls warns about what peers send
+/// (GnuTLS clients put the address they dialled in SNI), once a connection;
+/// the server logs failed handshakes itself.
+const DEFAULT_LOG: &str = "info,rustls=error";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("IOPACE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
         );
     match cli.log_format {
         LogFormat::Text => logs
@@ -348,6 +353,12 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
     }
     for listener in &server.tcp {
         server::config::check_tcp_address(listener.addr()).map_err(|e| format!("--tcp: {e}"))?;
+    }
+    for path in &server.unix {
+        server::config::check_socket_path(path).map_err(|e| format!("--unix: {e}"))?;
+    }
+    if !server.rpc.as_os_str().is_empty() {
+        server::config::check_socket_path(&server.rpc).map_err(|e| format!("--rpc: {e}"))?;
     }
     let max = server::bounds::MAX_REACTORS;
     if server.reactors > max {

@@ -166,3 +166,35 @@ fn scenario_errors_name_file_line_field_and_exit_2() {
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("typo.toml:4: field `qd`"), "{err}");
 }
+
+/// `--var` names a `[vars]` default to replace: a misspelt or empty name is
+/// a usage error (exit 2, nothing run), not a run that silently keeps the
+/// default.
+#[test]
+fn var_that_names_no_scenario_variable_exits_2_before_running() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("vars.toml");
+    std::fs::write(
+        &path,
+        "[test]\nname = \"v\"\ntitle = \"t\"\n[vars]\nbase_bin = \"/nonexistent/iopace\"\n\
+         [[target]]\nname = \"a\"\nkind = \"iopace\"\nbin = \"{{base_bin}}\"\n\
+         [hosts]\nkind = \"local\"\ncount = 1\n[workload]\nbs = \"4k\"\nqd = 1\nruntime = 1\n",
+    )
+    .expect("write");
+    let out = dir.path().join("out");
+    for (var, named) in [("base_bni=/bin/true", "`base_bni`"), ("=x", "``")] {
+        let run = Command::new(BIN)
+            .args(["bench", "--var", var, "--out"])
+            .arg(&out)
+            .arg(&path)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "--var {var}: {err}");
+        assert!(
+            err.contains(named) && err.contains("base_bin"),
+            "names the variable and the scenario's: {err}"
+        );
+        assert!(!out.exists(), "--var {var}: ran before failing");
+    }
+}

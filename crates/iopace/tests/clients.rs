@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
@@ -131,15 +132,58 @@ fn fio_verify_malloc_over_tcp_and_unix() {
 /// A temporary image on a disk filesystem (a file bdev needs O_DIRECT) and
 /// the config body serving it as export `default`.
 fn file_export(prefix: &str, size: &str) -> (tempfile::NamedTempFile, String) {
+    let (img, body) = sizeless_file_export(prefix);
+    (
+        img,
+        body.replace(
+            "kind = \"file\"\n",
+            &format!("kind = \"file\"\nsize = \"{size}\"\n"),
+        ),
+    )
+}
+
+/// As [`file_export`], serving the file at the size it has.
+fn sizeless_file_export(prefix: &str) -> (tempfile::NamedTempFile, String) {
     let img = tempfile::Builder::new()
         .prefix(prefix)
         .tempfile_in("/var/tmp")
         .expect("temp file on a disk filesystem");
     let body = format!(
-        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"{size}\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
+        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
         img.path().display()
     );
     (img, body)
+}
+
+/// An existing image whose size is not a multiple of 512 (an ISO's tail, a
+/// raw image cut anywhere) is served whole: nbdcopy gets every byte back,
+/// and the last byte can be written.
+#[test]
+fn file_of_odd_size_is_served_to_its_last_byte() {
+    require("nbdcopy", "libnbd-bin");
+    let (img, body) = sizeless_file_export("iopace-it-odd");
+    let len = 1_000_001;
+    random_file(img.path(), len, 11);
+    let server = Server::start(&body);
+    let out = server.dir.path().join("copy.bin");
+    run(
+        Command::new("nbdcopy")
+            .arg(server.unix_uri("default"))
+            .arg(&out),
+        LIMIT,
+    );
+    let (want, got) = (std::fs::read(img.path()), std::fs::read(&out));
+    let (want, got) = (want.expect("image"), got.expect("copy"));
+    assert_eq!(got.len(), len, "export size");
+    assert!(want == got, "the copy differs from the image");
+    let mut c = raw_unix(&server, "default");
+    c.request(1, 0, 1, len as u64 - 1, 1);
+    c.s.write_all(b"Z").expect("payload");
+    assert_eq!(c.simple_reply(), (0, 1), "write of the last byte");
+    c.request(0, 0, 2, len as u64 - 3, 3);
+    assert_eq!(c.simple_reply(), (0, 2), "read of the last bytes");
+    assert_eq!(c.read_exact(3), [want[len - 3], want[len - 2], b'Z']);
+    server.assert_quiescent(256);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use common::*;
-use proto::{EINVAL, ENOSPC, EOVERFLOW, EPERM};
+use proto::{EINVAL, ENOSPC, ENOTSUP, EOVERFLOW, EPERM};
 
 const CMD_READ: u16 = 0;
 const CMD_WRITE: u16 = 1;
@@ -170,4 +170,31 @@ fn many_requests_beyond_buffers_do_not_deadlock() {
     }
     assert_eq!(seen, n);
     server.assert_quiescent(4);
+}
+
+/// WRITE_ZEROES with NO_HOLE and FAST_ZERO on a file whose filesystem can
+/// only punch holes (tmpfs, btrfs) would fall back to writing zeros: the
+/// spec wants a quick ENOTSUP instead, so the client picks its own way.
+#[test]
+fn fast_zero_that_could_only_write_zeros_gets_enotsup() {
+    let img = tempfile::Builder::new()
+        .prefix("iopace-it-fastzero")
+        .tempfile_in("/dev/shm")
+        .expect("temp file on tmpfs");
+    let body = format!(
+        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"16MiB\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
+        img.path().display()
+    );
+    let server = Server::start(&body);
+    let mut c = raw_unix(&server, "default");
+    const CMD_WRITE_ZEROES: u16 = 6;
+    const NO_HOLE: u16 = 1 << 1;
+    const FAST_ZERO: u16 = 1 << 4;
+    c.request(CMD_WRITE_ZEROES, NO_HOLE | FAST_ZERO, 1, 0, 1 << 20);
+    assert_eq!(c.simple_reply(), (ENOTSUP, 1), "NO_HOLE | FAST_ZERO");
+    c.request(CMD_WRITE_ZEROES, FAST_ZERO, 2, 0, 1 << 20);
+    assert_eq!(c.simple_reply(), (0, 2), "FAST_ZERO alone punches a hole");
+    c.request(CMD_WRITE_ZEROES, NO_HOLE, 3, 0, 1 << 20);
+    assert_eq!(c.simple_reply(), (0, 3), "NO_HOLE alone writes zeros");
+    server.assert_quiescent(256);
 }

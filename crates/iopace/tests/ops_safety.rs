@@ -140,6 +140,23 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
             vec!["--check"],
             "c.toml:2: field `server.tls`",
         ),
+        // Socket paths no listener can take: too long for sun_path, or in a
+        // directory that does not exist.
+        (
+            format!("[server]\nunix = [\"/tmp/{}.sock\"]\n{NULL_EXPORT}", "a".repeat(120)),
+            vec!["--check"],
+            "c.toml:2: field `server.unix`",
+        ),
+        (
+            format!("[server]\nrpc = \"/nonexistent-dir/admin.sock\"\n{NULL_EXPORT}"),
+            vec!["--check"],
+            "c.toml:2: field `server.rpc`",
+        ),
+        (
+            NULL_EXPORT.to_string(),
+            vec!["--check", "--unix", "/nonexistent-dir/nbd.sock"],
+            "--unix",
+        ),
     ] {
         let out = serve_once(&args, &config, dir.path());
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -445,4 +462,41 @@ fn admin_socket_refuses_other_users_by_peer_credentials() {
         log.contains("admin socket: refused a client of another user"),
         "{log}"
     );
+}
+
+/// Two servers (or two bdevs) on one image would each overwrite what the
+/// other acknowledged: the second is refused while the first holds it.
+#[test]
+fn an_image_served_by_another_process_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = dir.path().join("disk.img");
+    let body = format!(
+        "[[bdev]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = \"1MiB\"\n[[export]]\nname = \"default\"\nbdev = \"f\"\n",
+        image.display()
+    );
+    let first = Server::start(&body);
+    let out = serve_once(
+        &["--tcp", "127.0.0.1:0", "--unix", "none", "--rpc", "none"],
+        &body,
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("c.toml:4: field `bdev.path`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
+    let twice = format!(
+        "{body}[[bdev]]\nname = \"g\"\nkind = \"file\"\npath = \"{}\"\n",
+        image.display()
+    );
+    drop(first);
+    let out = serve_once(
+        &["--tcp", "127.0.0.1:0", "--unix", "none", "--rpc", "none"],
+        &twice,
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
 }

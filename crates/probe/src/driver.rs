@@ -559,10 +559,13 @@ impl<'a> Worker<'a> {
             return;
         };
         if ud & LAST_SQE == 0 {
+            // Not the chain's last: only its first error matters.
             let e = self.dev.complete(&io, res);
-            self.slots[slot as usize].state = SlotState::InRing {
-                chain_error: Some(e),
-            };
+            if chain_error.is_none() && e != IoResult::Ok {
+                self.slots[slot as usize].state = SlotState::InRing {
+                    chain_error: Some(e),
+                };
+            }
             return;
         }
         let result = chain_error.unwrap_or_else(|| self.dev.complete(&io, res));

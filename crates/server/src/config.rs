@@ -412,6 +412,12 @@ impl LoadedConfig {
         for listener in &s.tcp {
             check_tcp_address(listener.addr()).map_err(|m| self.error_at("server", 0, "tcp", m))?;
         }
+        for path in &s.unix {
+            check_socket_path(path).map_err(|m| self.error_at("server", 0, "unix", m))?;
+        }
+        if !s.rpc.as_os_str().is_empty() {
+            check_socket_path(&s.rpc).map_err(|m| self.error_at("server", 0, "rpc", m))?;
+        }
         self.validate_tls()?;
         if let Some(addr) = &s.metrics {
             check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "metrics", m))?;
@@ -644,6 +650,41 @@ pub fn check_tcp_address(addr: &str) -> Result<(), String> {
     }
 }
 
+/// Longest Unix socket path: `sun_path` holds 108 bytes with its NUL.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// A Unix or admin socket path a listener can take: short enough for
+/// `sun_path`, in a directory that exists, and not a file that is no
+/// socket (which is never replaced).
+pub fn check_socket_path(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(format!(
+            "{}: {len} bytes, longer than a socket path can be ({MAX_SOCKET_PATH})",
+            path.display()
+        ));
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!(
+            "{}: directory {} does not exist",
+            path.display(),
+            parent.display()
+        ));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => Err(format!(
+            "{}: the path exists and is not a socket; refusing to replace it",
+            path.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Deserializes TOML text; a syntax or type error names the file, line and field.
 pub fn from_toml<T: serde::de::DeserializeOwned>(
     text: &str,
@@ -772,6 +813,24 @@ mod tests {
             assert_eq!(e.field.as_deref(), Some(field), "{e}");
             assert_eq!(e.line, Some(2), "{e}");
         }
+    }
+
+    #[test]
+    fn socket_paths_a_listener_cannot_take_are_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("file.txt");
+        std::fs::write(&file, "x").expect("write");
+        let long = dir.path().join("s".repeat(MAX_SOCKET_PATH));
+        for (path, why) in [
+            (long.as_path(), "longer than"),
+            (Path::new("/nonexistent-dir/a.sock"), "does not exist"),
+            (file.as_path(), "not a socket"),
+        ] {
+            let e = check_socket_path(path).expect_err(why);
+            assert!(e.contains(why), "{e}");
+        }
+        check_socket_path(&dir.path().join("ok.sock")).expect("a new socket in a directory");
+        check_socket_path(Path::new("relative.sock")).expect("the working directory");
     }
 
     #[test]

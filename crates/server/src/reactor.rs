@@ -534,8 +534,11 @@ impl Reactor {
         };
         let dev = &self.catalog.exports[export as usize].bdev;
         if link {
-            // An earlier SQE of a chain failed; the tail still completes (cancelled).
-            self.chain_errors.push((io, dev.complete(&req, res)));
+            // Not the chain's last: only its first error matters.
+            let result = dev.complete(&req, res);
+            if result != IoResult::Ok && !self.chain_errors.iter().any(|(t, _)| *t == io) {
+                self.chain_errors.push((io, result));
+            }
             return;
         }
         let earlier = self.chain_errors.iter().position(|(t, _)| *t == io);

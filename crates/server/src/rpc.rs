@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -222,13 +222,25 @@ fn admit(state: &Arc<RpcState>, mut stream: UnixStream) {
 }
 
 /// Client side: `get_stats`, typed.
-pub fn get_stats(path: &PathBuf) -> Result<crate::stats::StatsReply, String> {
+pub fn get_stats(path: &Path) -> Result<crate::stats::StatsReply, String> {
     let reply = call(path, "get_stats", Value::Null)?;
     serde_json::from_value(reply).map_err(|e| format!("unexpected get_stats reply: {e}"))
 }
 
+/// How long a client waits for the server's reply.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Client side: one call, for `iopace stats` and tests.
-pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String> {
+pub fn call(path: &Path, method: &str, params: Value) -> Result<Value, String> {
+    call_within(path, method, params, REPLY_TIMEOUT)
+}
+
+fn call_within(
+    path: &Path,
+    method: &str,
+    params: Value,
+    reply_timeout: Duration,
+) -> Result<Value, String> {
     let stream = UnixStream::connect(path).map_err(|e| {
         format!(
             "cannot connect to admin socket {}: {e} (is `iopace serve` running?)",
@@ -236,7 +248,7 @@ pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String
         )
     })?;
     stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
+        .set_read_timeout(Some(reply_timeout))
         .map_err(|e| e.to_string())?;
     let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
     let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
@@ -270,6 +282,13 @@ pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String
         if !line.is_empty() || closed(&e) {
             return Err(not_admin(e));
         }
+        use std::io::ErrorKind::{TimedOut, WouldBlock};
+        if matches!(e.kind(), WouldBlock | TimedOut) {
+            return Err(format!(
+                "no reply from {} within {reply_timeout:?}: a stuck server, or not an iopace admin socket",
+                path.display()
+            ));
+        }
         return Err(format!("reading reply from {}: {e}", path.display()));
     }
     let reply: Value = serde_json::from_slice(&line)
@@ -285,4 +304,23 @@ pub fn call(path: &PathBuf, method: &str, params: Value) -> Result<Value, String
         return Err(format!("rpc error: {err}"));
     }
     Ok(reply.get("result").cloned().unwrap_or(Value::Null))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket that accepts and never answers (a hung server, another
+    /// program) is named as such, not with the read's EAGAIN.
+    #[test]
+    fn a_socket_that_never_answers_is_reported_as_such() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("mute.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let keep = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+        let e = call_within(&path, "get_stats", Value::Null, Duration::from_millis(100))
+            .expect_err("no reply");
+        assert!(e.contains("no reply") && e.contains("mute.sock"), "{e}");
+        drop(keep.join());
+    }
 }

@@ -374,6 +374,7 @@ impl Req {
             Command::WriteZeroes => IoOp::WriteZeroes {
                 may_trim: !flag(proto::CMD_FLAG_NO_HOLE),
                 fua: self.fua(),
+                fast: flag(proto::CMD_FLAG_FAST_ZERO),
             },
             Command::Cache => IoOp::Cache,
             Command::BlockStatus | Command::Disc | Command::Unknown(_) => return None,
