@@ -189,11 +189,12 @@ fn render_pacer(s: &mut String, p: &PacerStats) {
     );
     let _ = writeln!(
         s,
-        "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us; vrate {:.2}",
+        "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us; depth {:.2}; vrate {:.2}",
         mib(p.bytes_in_flight as f64),
         mib(p.bytes_in_flight_avg),
         mib(p.bytes_in_flight_max as f64),
         p.min_latency_us,
+        p.depth,
         p.vrate
     );
     if p.tenants.len() > 1 {

@@ -46,6 +46,7 @@ mod admit;
 mod auto_window;
 mod config;
 mod cost;
+mod depth;
 mod device_gate;
 mod device_ops;
 mod drr;
@@ -64,6 +65,8 @@ use admit::Verdict;
 use auto_window::{rate_filter, LATENCY_WINDOW_NS};
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 pub use cost::CostModel;
+use depth::Factors;
+pub use depth::SharedDepth;
 pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
 use drr::Device;
@@ -125,6 +128,8 @@ struct Flight {
     took_op: bool,
     /// What it counts against the shared window (see `link_share`).
     paced: u64,
+    /// How long its device took (0 until it did).
+    at_device: Nanos,
 }
 
 impl Flight {
@@ -162,6 +167,10 @@ pub struct Pacer {
     // auto mode
     rate: WindowedMax,
     latency: LargeIoMin,
+    /// How many times its windows the pipeline wants (see [`depth`]):
+    /// this pacer's own or the target's, and the factors in effect.
+    depth: Arc<SharedDepth>,
+    depth_now: Factors,
     window: u64,
     /// The window in effect for this poll: `window`, or this reactor's part
     /// of every reactor's (see [`LinkWindow`]).
@@ -224,6 +233,8 @@ impl Pacer {
             device_ops,
             rate: rate_filter(max_io),
             latency: LargeIoMin::new(LATENCY_WINDOW_NS),
+            depth: SharedDepth::new(),
+            depth_now: Factors::default(),
             window: 4 * max_io,
             window_now: 4 * max_io,
             link: None,
@@ -250,6 +261,9 @@ impl Pacer {
         self.rate_credit.reconfigure(&cfg, now);
         for (t, tc) in self.tenants.iter_mut().zip(&cfg.tenants) {
             t.weight = tc.weight;
+        }
+        if cfg.mode != self.cfg.mode {
+            self.depth.reset();
         }
         self.cfg = cfg;
     }
@@ -482,6 +496,7 @@ impl Pacer {
                 released_at: now,
                 took_op,
                 paced,
+                at_device: 0,
             },
         );
         debug_assert!(earlier.is_none(), "IO {} released twice", io.id);
@@ -511,6 +526,7 @@ impl Pacer {
             return;
         };
         let device = f.device;
+        f.at_device = latency_ns;
         if f.enter(DeviceStage::After) {
             let bytes = f.bytes;
             self.devices[device].leave(bytes);
@@ -552,6 +568,7 @@ impl Pacer {
         self.publish_hosts();
         self.rate_credit.completed();
         self.sample_rates(now);
+        self.learn_depth(now, &f, latency);
         self.in_flight_avg.update(now, self.bytes_in_flight);
     }
 

@@ -331,6 +331,12 @@ impl Snapshot {
         )?;
         gauge(
             enc,
+            "pacer_depth",
+            "How many times its pipe-sized windows auto lets in flight.",
+            &per_reactor(s, |r| r.pacer.depth),
+        )?;
+        gauge(
+            enc,
             "pacer_bytes_in_flight",
             "Bytes released by the pacer and not yet done.",
             &per_reactor(s, |r| r.pacer.bytes_in_flight as f64),

@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
+use super::depth::{Sample, SharedDepth};
 use super::filter::WindowedMax;
 use super::flows::{Floors, Sizing, HOST_MIN_IOS};
-use super::{LinkWindow, Mode, Pacer};
+use super::{Flight, LinkWindow, Mode, Pacer};
 use crate::Nanos;
 
 /// A host's window floor grows with the reactors pooling it up to this
@@ -67,15 +68,58 @@ impl Pacer {
     /// IOs released now see the bare latency).
     pub(super) fn set_window_now(&mut self, now: Nanos) {
         self.resize_window();
-        self.window_now = self
+        let window = self
             .link
             .as_ref()
             .and_then(|(l, r)| l.share(*r))
             .map_or(self.window, |w| self.clamp_window(w, 2));
+        self.depth_now = self.depth.factors();
+        self.window_now = self.deepen(window);
         if self.probing_latency(now) {
-            let half_bdp = self.window_now as f64 / (2.0 * self.cfg.gain.max(1.0));
+            let bare = self.cfg.gain.max(1.0) * self.depth_factor();
+            let half_bdp = self.window_now as f64 / (2.0 * bare);
             self.window_now = (half_bdp as u64).max(self.max_io);
         }
+    }
+
+    /// The factor `auto`'s windows take now (see [`depth`](super::depth)):
+    /// 1 in the other modes.
+    pub(super) fn depth_factor(&self) -> f64 {
+        if self.cfg.mode == Mode::Auto {
+            self.depth_now.now
+        } else {
+            1.0
+        }
+    }
+
+    /// `window` times the depth factor, up to `max_window` (but not below
+    /// `window`).
+    pub(super) fn deepen(&self, window: u64) -> u64 {
+        let deep = (window as f64 * self.depth_factor()) as u64;
+        deep.min(self.cfg.max_window).max(window)
+    }
+
+    /// IO `f` completed `held` after its release: the depth learns whether
+    /// more in flight delivers more.
+    pub(super) fn learn_depth(&mut self, now: Nanos, f: &Flight, held: Nanos) {
+        if self.cfg.mode != Mode::Auto {
+            return;
+        }
+        let sample = Sample {
+            now,
+            bytes: f.bytes,
+            held,
+            at_device: f.at_device,
+            backlogged: self.queued() > 0,
+            probing: self.probing_latency(now),
+        };
+        self.depth_now = self.depth.completed(sample);
+    }
+
+    /// Learns the depth with the other reactors' pacers (one
+    /// [`SharedDepth`] for all of them).
+    pub fn share_depth(&mut self, depth: Arc<SharedDepth>) {
+        self.depth = depth;
     }
 
     /// `auto`'s window: the sum of its active hosts' windows (see
@@ -144,6 +188,9 @@ impl Pacer {
         }
         let lat = self.latency.get()?;
         let len = (LATENCY_PROBE_LATENCIES * lat).clamp(LATENCY_PROBE_MIN_NS, LATENCY_PROBE_MAX_NS);
+        // A deeper pipeline takes longer to drain: without the time, the
+        // min latency measured its queue, and the windows grew with it.
+        let len = ((len as f64 * self.depth_now.learned) as Nanos).min(2 * LATENCY_PROBE_MAX_NS);
         let end = now - now % LATENCY_PROBE_EVERY_NS + len;
         (now < end).then_some(end)
     }
@@ -171,7 +218,7 @@ impl Pacer {
         match (dev.rate.get(), self.hold_time(d)) {
             (Some(r), Some(l)) => {
                 let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
-                self.clamp_window(w, 2)
+                self.deepen(self.clamp_window(w, 2))
             }
             // Until it has delivered, a device may fill the whole window.
             _ => self.window_now,

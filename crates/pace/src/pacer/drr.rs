@@ -113,11 +113,16 @@ impl Pacer {
     pub(super) fn flow_open(&self, io: &PacedIo) -> bool {
         self.cfg.mode != Mode::Auto
             || self.light(io.tenant)
-            || self.flows.open(io.flow, u64::from(io.bytes), |host, own| {
-                self.link
-                    .as_ref()
-                    .map_or(own, |(link, r)| link.host_share(*r, host, own))
-            })
+            || self.flows.open(
+                io.flow,
+                u64::from(io.bytes),
+                |window| self.deepen(window),
+                |host, own| {
+                    self.link
+                        .as_ref()
+                        .map_or(own, |(link, r)| link.host_share(*r, host, own))
+                },
+            )
     }
 
     /// `auto`'s deficit round robin: a new turn for device `front` adds one

@@ -322,13 +322,20 @@ impl Flows {
     /// it has nothing in flight; and its host's window has room, or its
     /// host has nothing in the pipeline.
     /// `host_window` gives a host's window here from its own (pooled with
-    /// the other reactors').
-    pub fn open(&self, flow: u64, bytes: u64, host_window: impl Fn(u64, u64) -> u64) -> bool {
+    /// the other reactors'), and `deepen` the window in effect from one
+    /// sized as a pipe's (see [`depth`](super::depth)).
+    pub fn open(
+        &self,
+        flow: u64,
+        bytes: u64,
+        deepen: impl Fn(u64) -> u64,
+        host_window: impl Fn(u64, u64) -> u64,
+    ) -> bool {
         let Some(f) = self.map.get(&flow) else {
             return true;
         };
         let host = self.hosts.get(&f.host);
-        let window = f.window.max(host.map_or(0, |h| h.flow_floor));
+        let window = deepen(f.window.max(host.map_or(0, |h| h.flow_floor)));
         let own = f.in_flight == 0 || f.in_flight + bytes <= window;
         own && host.is_none_or(|h| {
             let window = if h.pooled {
@@ -336,7 +343,7 @@ impl Flows {
             } else {
                 h.window
             };
-            h.piped == 0 || h.piped + bytes <= window
+            h.piped == 0 || h.piped + bytes <= deepen(window)
         })
     }
 

@@ -1,6 +1,6 @@
 //! One target's pacers, one per reactor, and what they share: the
 //! tenants' virtual time, the devices' latency targets and budgets, the
-//! pooled link window and `rate`'s device op limit. The server and the
+//! pooled link window, `auto`'s depth and `rate`'s device op limit. The server and the
 //! simulator both build their pacers here, so they share the same state.
 
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::TenantClock;
 use super::{
     CostModel, DeviceGate, DeviceOps, DeviceQos, LinkWindow, Mode, Pacer, PacingConfig, QosConfig,
+    SharedDepth,
 };
 use crate::Nanos;
 
@@ -29,6 +30,7 @@ pub struct PacerGroup {
     tenants: Arc<TenantClock>,
     qos: Arc<DeviceQos>,
     link: Arc<LinkWindow>,
+    depth: Arc<SharedDepth>,
     /// Only `auto` with tenants has light tenants to guard.
     gate: Option<Arc<DeviceGate>>,
 }
@@ -55,6 +57,7 @@ impl PacerGroup {
             tenants: TenantClock::with_reactors(cfg.tenants.len().max(1), reactors),
             qos: DeviceQos::new(&targets, now),
             link: LinkWindow::new(reactors),
+            depth: SharedDepth::new(),
             gate: (cfg.mode == Mode::Auto && cfg.tenants.len() > 1)
                 .then(|| DeviceGate::new(devices.len(), cfg.tenants.len())),
         }
@@ -75,6 +78,7 @@ impl PacerGroup {
         p.share_tenants(self.tenants.clone());
         p.share_qos(self.qos.clone());
         p.share_link(self.link.clone(), reactor);
+        p.share_depth(self.depth.clone());
         if let Some(g) = &self.gate {
             p.share_gate(g.clone());
         }

@@ -36,6 +36,9 @@ pub struct PacerStats {
     pub bytes_in_flight_avg: f64,
     pub bytes_in_flight_max: u64,
     pub min_latency_us: f64,
+    /// auto: how many times its pipe-sized windows it lets in flight (see
+    /// `depth`); 1 in the other modes.
+    pub depth: f64,
     /// The lowest device vrate (1.0: the cost model's rate, or no targets).
     pub vrate: f64,
     /// Each device's vrate.
@@ -77,6 +80,11 @@ impl Pacer {
             bytes_in_flight_avg: self.in_flight_avg.avg(now),
             bytes_in_flight_max: self.in_flight_avg.max(),
             min_latency_us: self.latency.get().map_or(0.0, |l| l as f64 / 1e3),
+            depth: if self.cfg.mode == Mode::Auto {
+                self.depth_now.learned
+            } else {
+                1.0
+            },
             // Of the devices with targets: a vrate above 1 (an underrated
             // cost model corrected) shows, where a fold from 1.0 hid it.
             vrate: (0..self.devices.len())

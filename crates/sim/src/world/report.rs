@@ -48,8 +48,9 @@ impl Sim<'_> {
         for (i, e) in self.target.engines.iter().enumerate() {
             let s = e.pacer().stats(t);
             line += &format!(
-                " | r{i} window_mib={:.2} rate_gbps={:.1} min_lat_us={:.0} in_flight_mib={:.2} queued={}",
+                " | r{i} window_mib={:.2} depth={:.2} rate_gbps={:.1} min_lat_us={:.0} in_flight_mib={:.2} queued={}",
                 mib(s.window_bytes as f64),
+                s.depth,
                 s.rate_bps * 8e-9,
                 s.min_latency_us,
                 mib(s.bytes_in_flight as f64),

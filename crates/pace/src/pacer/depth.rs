@@ -1,0 +1,364 @@
+//! `auto`'s depth: how many times its windows the pipeline wants in flight.
+//!
+//! A window of gain x rate x min latency fills a pipe: a link, or a device
+//! with a fixed number of channels, whose rate stops rising once that many
+//! bytes are in flight. A disk whose rate keeps rising with its queue (a
+//! cloud volume, an SSD that spreads a deep queue over its dies) is no such
+//! pipe: this machine's disk read 128 KiB at ~900 MiB/s with 4 in flight and
+//! ~1,500 with 28, and `auto` held it at 4. So `auto` also climbs the rate
+//! response: it alternates epochs at its depth with trial epochs at one step
+//! more (or, after a trial up fails, one step less), and keeps a step up
+//! only if the trial delivered `GROW_MIN` more, a step down only if it lost
+//! less than `SHRINK_LOSS`. On a pipe, a trial up gains nothing and the depth
+//! stays 1; failed trials back off, so they cost little.
+//!
+//! One depth serves the whole target, learned from every reactor's
+//! completions ([`SharedDepth`]): a reactor alone would win its trials by
+//! taking a larger part of a link it shares with the others (in the
+//! simulator, reactors' depths climbed on links that were full).
+//!
+//! Only epochs where IO waited in the pacer throughout count (otherwise the
+//! window did not bound the rate), whose IOs spent most of their time at
+//! their devices (otherwise a link or a socket bounds the rate, and more in
+//! flight only queues replies: in the simulator, trials there grew the
+//! windows on links by chance and doubled bytes in flight), and none that
+//! overlap a latency probe.
+
+use std::sync::{Arc, Mutex};
+
+use crate::Nanos;
+
+/// An epoch lasts at least this long (a disk's rate is noisy: this one's
+/// 10 ms samples of 128 KiB reads varied 12%)...
+const EPOCH_NS: Nanos = 20_000_000;
+/// ...and at least this many completions.
+const EPOCH_IOS: u64 = 32;
+/// An epoch counts only if its IOs spent at least this part of their time
+/// (release to done) at their devices.
+const DEVICE_BOUND: f64 = 0.5;
+/// One depth step: large enough that a disk's response stands above the
+/// noise (this one: 4 to 8 in flight +27%, 4 to 5 a few %).
+const STEP: f64 = 1.5;
+/// A trial up is kept if it delivered this much more than the base epoch.
+const GROW_MIN: f64 = 0.06;
+/// A trial down is kept if it delivered no less than this much less.
+const SHRINK_LOSS: f64 = 0.03;
+/// The most depth: 1.5^7, about 17.
+const MAX_STEPS: i32 = 7;
+/// Base epochs before the first trial, and after a failed trial, twice
+/// as many as after the last, up to `MAX_BACKOFF`: on a pipe, where trials
+/// only queue more, they soon take under 2% of the time. (The first trials
+/// cost the simulator's 150 ms runs up to 7% of their bandwidth.)
+const FIRST_WAIT: u32 = 4;
+const MAX_BACKOFF: u32 = 64;
+
+/// What an epoch runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// The learned depth, to measure the base rate.
+    Base,
+    /// One step more.
+    Up,
+    /// One step less.
+    Down,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Depth {
+    /// The learned depth is `STEP^steps`.
+    steps: i32,
+    run: Run,
+    start: Nanos,
+    /// Bytes delivered in all, and when the epoch started.
+    delivered: u64,
+    start_delivered: u64,
+    ios: u64,
+    /// The epoch's IOs' release-to-done time, and their time at devices.
+    held: Nanos,
+    at_device: Nanos,
+    /// IO waited in the pacer at every completion so far, and no latency
+    /// probe ran.
+    valid: bool,
+    base_rate: Option<f64>,
+    /// Base epochs still to run before the next trial.
+    wait: u32,
+    /// Base epochs to wait after the next failed trial.
+    backoff: u32,
+    /// The last trial up failed: the next trial goes down.
+    up_failed: bool,
+}
+
+impl Default for Depth {
+    fn default() -> Self {
+        Depth {
+            steps: 0,
+            run: Run::Base,
+            start: 0,
+            delivered: 0,
+            start_delivered: 0,
+            ios: 0,
+            held: 0,
+            at_device: 0,
+            valid: false,
+            base_rate: None,
+            wait: FIRST_WAIT,
+            backoff: FIRST_WAIT,
+            up_failed: false,
+        }
+    }
+}
+
+/// What the pacer knew at one completion.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sample {
+    pub now: Nanos,
+    /// Bytes the IO delivered.
+    pub bytes: u64,
+    /// The IO's release-to-done time, and its time at its device.
+    pub held: Nanos,
+    pub at_device: Nanos,
+    /// IO is waiting in the pacer (the windows bound the rate).
+    pub backlogged: bool,
+    /// A latency probe holds the window down.
+    pub probing: bool,
+}
+
+impl Depth {
+    /// The factor the windows take now: the learned depth, or a trial's.
+    pub fn factor(&self) -> f64 {
+        let steps = match self.run {
+            Run::Base => self.steps,
+            Run::Up => self.steps + 1,
+            Run::Down => self.steps - 1,
+        };
+        STEP.powi(steps)
+    }
+
+    /// The learned depth, without a trial's step.
+    pub fn learned(&self) -> f64 {
+        STEP.powi(self.steps)
+    }
+
+    fn factors(&self) -> Factors {
+        Factors {
+            now: self.factor(),
+            learned: self.learned(),
+        }
+    }
+
+    /// One IO completed.
+    pub fn completed(&mut self, s: Sample) {
+        self.valid &= s.backlogged && !s.probing;
+        self.delivered += s.bytes;
+        self.ios += 1;
+        self.held += s.held;
+        self.at_device += s.at_device;
+        if s.now < self.start + EPOCH_NS || self.ios < EPOCH_IOS {
+            return;
+        }
+        let valid = self.valid && self.at_device as f64 >= DEVICE_BOUND * self.held as f64;
+        let rate = (self.delivered - self.start_delivered) as f64 / (s.now - self.start) as f64;
+        if valid {
+            self.end_epoch(rate);
+        }
+        self.start_epoch(s);
+    }
+
+    fn start_epoch(&mut self, s: Sample) {
+        self.start = s.now;
+        self.start_delivered = self.delivered;
+        self.ios = 0;
+        (self.held, self.at_device) = (0, 0);
+        self.valid = s.backlogged && !s.probing;
+    }
+
+    /// A valid epoch ended with `rate`: decides the next one.
+    fn end_epoch(&mut self, rate: f64) {
+        match (self.run, self.base_rate) {
+            (Run::Base, _) => {
+                self.base_rate = Some(rate);
+                if self.wait > 0 {
+                    self.wait -= 1;
+                } else if self.up_failed && self.steps > 0 {
+                    self.run = Run::Down;
+                } else if self.steps < MAX_STEPS {
+                    self.run = Run::Up;
+                }
+            }
+            (Run::Up, Some(base)) => {
+                let kept = rate >= base * (1.0 + GROW_MIN);
+                self.steps += i32::from(kept);
+                self.trial_done(kept, !kept);
+            }
+            (Run::Down, Some(base)) => {
+                let kept = rate >= base * (1.0 - SHRINK_LOSS);
+                self.steps -= i32::from(kept);
+                self.trial_done(kept, false);
+            }
+            (_, None) => self.run = Run::Base,
+        }
+    }
+
+    /// Back to a base epoch after a trial: a kept step is tried further
+    /// at once; a failed one waits longer each time.
+    fn trial_done(&mut self, kept: bool, up_failed: bool) {
+        self.run = Run::Base;
+        self.base_rate = None;
+        self.up_failed = up_failed;
+        if kept {
+            self.backoff = 1;
+            self.wait = 0;
+        } else {
+            self.wait = self.backoff;
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Forgets what was learned (a new configuration).
+    pub fn reset(&mut self) {
+        *self = Depth::default();
+    }
+}
+
+/// The factors in effect: a trial's, and the learned one.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Factors {
+    pub now: f64,
+    pub learned: f64,
+}
+
+impl Default for Factors {
+    fn default() -> Self {
+        Factors {
+            now: 1.0,
+            learned: 1.0,
+        }
+    }
+}
+
+/// One target's depth, shared by its reactors' pacers.
+#[derive(Debug, Default)]
+pub struct SharedDepth(Mutex<Depth>);
+
+impl SharedDepth {
+    pub fn new() -> Arc<SharedDepth> {
+        Arc::new(SharedDepth::default())
+    }
+
+    fn depth(&self) -> std::sync::MutexGuard<'_, Depth> {
+        // A reactor that panicked holding it left a consistent value.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One IO completed on some reactor; the factors after it.
+    pub(super) fn completed(&self, s: Sample) -> Factors {
+        let mut d = self.depth();
+        d.completed(s);
+        d.factors()
+    }
+
+    pub(super) fn factors(&self) -> Factors {
+        self.depth().factors()
+    }
+
+    pub(super) fn reset(&self) {
+        self.depth().reset();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device whose rate at depth factor `f` is `rate(f)` bytes per ns,
+    /// one completion every 100 us, always backlogged.
+    #[derive(Default)]
+    struct Rig {
+        depth: Depth,
+        now: Nanos,
+    }
+
+    impl Rig {
+        fn drive(&mut self, ms: u64, rate: impl Fn(f64) -> f64) {
+            let step = 100_000;
+            for _ in 0..ms * 10 {
+                self.now += step;
+                self.depth.completed(Sample {
+                    now: self.now,
+                    bytes: (rate(self.depth.factor()) * step as f64) as u64,
+                    held: 100_000,
+                    at_device: 90_000,
+                    backlogged: true,
+                    probing: false,
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn a_pipe_stays_at_depth_one() {
+        let mut rig = Rig::default();
+        rig.drive(5_000, |_| 1.0);
+        assert_eq!(rig.depth.learned(), 1.0);
+    }
+
+    #[test]
+    fn a_disk_whose_rate_grows_with_queue_climbs_to_its_knee() {
+        // Rate = max x W / (W + B) with W = 4 x depth IOs and B = 3.4 IOs:
+        // doubling W gains 10% at 32 IOs (90% of max), 5% at 64.
+        let mut rig = Rig::default();
+        rig.drive(5_000, |f| {
+            let w = 4.0 * f;
+            w / (w + 3.4)
+        });
+        let w = 4.0 * rig.depth.learned();
+        assert!((16.0..=32.0).contains(&w), "stopped at {w} IOs");
+    }
+
+    #[test]
+    fn it_comes_back_down_when_the_gain_goes() {
+        let mut rig = Rig::default();
+        rig.drive(5_000, |f| f.min(8.0));
+        let climbed = rig.depth.learned();
+        assert!(climbed >= 7.0, "climbed to {climbed}");
+        rig.drive(20_000, |_| 1.0);
+        let stayed = rig.depth.learned();
+        assert!(stayed <= 1.6, "stayed at {stayed}");
+    }
+
+    #[test]
+    fn epochs_whose_ios_wait_on_their_links_teach_nothing() {
+        let mut d = Depth::default();
+        for i in 1..=50_000u64 {
+            // The rate would double with depth, but the IOs spend 90% of
+            // their time after their devices: sending, not reading.
+            d.completed(Sample {
+                now: i * 100_000,
+                bytes: (d.factor() * 1e5) as u64,
+                held: 100_000,
+                at_device: 10_000,
+                backlogged: true,
+                probing: false,
+            });
+        }
+        assert_eq!(d.learned(), 1.0);
+    }
+
+    #[test]
+    fn epochs_without_backlog_teach_nothing() {
+        let mut d = Depth::default();
+        for i in 1..=50_000u64 {
+            // The rate would double with depth, but the pacer is never
+            // backlogged: the window is not what bounds it.
+            d.completed(Sample {
+                now: i * 100_000,
+                bytes: (d.factor() * 1e5) as u64,
+                held: 100_000,
+                at_device: 90_000,
+                backlogged: false,
+                probing: false,
+            });
+        }
+        assert_eq!(d.learned(), 1.0);
+    }
+}
