@@ -56,10 +56,6 @@ impl MallocMem {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        if std::env::var_os("IOPACE_THP").is_some() {
-            // SAFETY: advising our own mapping.
-            unsafe { libc::madvise(base, len, libc::MADV_HUGEPAGE) };
-        }
         let chunks = len.div_ceil(CHUNK);
         Ok(MallocMem {
             base: base.cast(),
