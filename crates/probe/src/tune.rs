@@ -81,6 +81,9 @@ pub struct Solution {
     /// The QD 1 probe's p99 the solution was chosen to keep (isolation).
     #[serde(default)]
     pub probe_target_us: Option<f64>,
+    /// The probe's p99 measured at the solution's point (isolation).
+    #[serde(default)]
+    pub probe_p99_us: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -405,6 +408,7 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
         max,
         period_ms: None,
         probe_target_us: None,
+        probe_p99_us: None,
     };
     // The QoS loop's target is the p99 of every read at the device; the
     // probe's p99 is not one it can see (beside a deep queue every vrate
@@ -414,6 +418,7 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
     let isolation = Solution {
         period_ms: Some(HOLD_PERIOD_MS),
         probe_target_us: Some(factor * solo.p99_us),
+        probe_p99_us: Some(p99_at(iso)),
         ..loop_held("isolation", iso, rlat_us, min, max)
     };
     vec![
@@ -475,11 +480,17 @@ fn points_table(r: &TuneResult) -> String {
 /// The `[qos.NAME]` of a solution.
 pub fn qos_snippet(device: &str, s: &Solution) -> String {
     let mut t = format!("# {} solution (vrate {:.0}%)\n", s.name, s.vrate);
-    if let Some(p) = s.probe_target_us {
+    if let Some(target) = s.probe_target_us {
+        let p99 = s.probe_p99_us.unwrap_or(f64::NAN);
+        let verdict = if p99 <= target {
+            "within"
+        } else {
+            "over (no point met it; this is the lowest vrate tried)"
+        };
         let _ = writeln!(
             t,
-            "# holds vrate at {:.0}%, where the QD 1 probe's p99 was within {p:.0} us\n\
-             # (the target below is {}, so the loop keeps vrate at {})",
+            "# holds vrate at {:.0}%, where the QD 1 probe's p99 was {p99:.0} us, {verdict}\n\
+             # its target {target:.0} us (the loop's target below is {}, so vrate stays at {})",
             s.vrate,
             if s.rlat_us < 2.0 {
                 "always missed"
@@ -634,8 +645,11 @@ mod tests {
         // Nothing isolates: the lowest vrate, with no room above it.
         let none = [point(100.0, 29000.0, 5.0), point(60.0, 17000.0, 3.0)];
         assert_eq!(isolation_point(&none, 2.0), Some((60.0, 60.0)));
-        let s = solutions(&none, solo, 2.0);
+        // (isolation is p99 over a solo p99 of 100 us here)
+        let s = solutions(&none, point(1.0, 1.0, 1.0).probe, 2.0);
         assert_eq!((s[1].min, s[1].max, s[1].rlat_us), (60.0, 100.0, 1.0));
+        // Said so, not claimed to isolate.
+        assert!(qos_snippet("disk", &s[1]).contains("300 us, over (no point met it"));
         assert_eq!(isolation_point(&[], 2.0), None);
     }
 
@@ -695,9 +709,10 @@ mod tests {
             "{q}"
         );
         assert!(
-            q.contains("period_ms = 1") && q.contains("within 200 us"),
+            q.contains("period_ms = 1") && q.contains("150 us, within"),
             "{q}"
         );
+        assert!(q.contains("its target 200 us"), "{q}");
         // The snippet is a valid [qos] the server takes.
         let t: toml::Table = toml::from_str(&q).expect("toml");
         let qos: pace::pacer::QosConfig = t["qos"]["disk"].clone().try_into().expect("qos");
