@@ -78,21 +78,6 @@ pub fn hold_bounds(vrate: f64) -> (f64, f64, f64) {
 /// The QoS period of a held vrate, ms.
 pub const HOLD_PERIOD_MS: f64 = 1.0;
 
-fn cost_table(c: CostModel) -> toml::Table {
-    let mut t = toml::Table::new();
-    for (k, v) in [
-        ("rbps", c.rbps),
-        ("rseqiops", c.rseqiops),
-        ("rrandiops", c.rrandiops),
-        ("wbps", c.wbps),
-        ("wseqiops", c.wseqiops),
-        ("wrandiops", c.wrandiops),
-    ] {
-        t.insert(k.into(), v.into());
-    }
-    t
-}
-
 /// The config one run serves: `base` without its exports, listeners'
 /// extras (metrics) and latency targets; the two exports of `bdev` in two
 /// tenants; `cost` as `[cost.BDEV]`; `qos` (if any) as `[qos.BDEV]`.
@@ -133,7 +118,10 @@ pub fn served_config(
         vec![tenant(ADVERSARY), tenant(PROBE)].into(),
     );
     let mut costs = toml::Table::new();
-    costs.insert(bdev.into(), cost_table(cost).into());
+    costs.insert(
+        bdev.into(),
+        toml::Value::try_from(cost).map_err(|e| e.to_string())?,
+    );
     c.insert("cost".into(), costs.into());
     c.remove("qos");
     if let Some(q) = qos {
