@@ -10,6 +10,10 @@
 #        IMG    the file probed and served (/var/tmp/iopace-probe.img)
 #        LOCK   a lock file each timed step holds exclusively (flock), if set
 #        FACTOR tune's --isolation-factor (2)
+#        BUDGET tune's --budget (5m)
+#        POLL   the reactor's poll mode, tuned and benched (adaptive)
+# tune measures through `iopace serve` of tune-disk.toml (the scenario's
+# [server] and [pacing]) and fio's nbd engine (--served), as the bench does.
 set -eu
 out=${1:?usage: scripts/tune-effect.sh OUT_DIR [bench args]}
 shift
@@ -24,12 +28,14 @@ mkdir -p "$out"
 uptime
 timed "$BIN" probe "$IMG" --destructive "$IMG" --threads 2 --out "$out/probe"
 cost=$(sed 's/^\[cost\..*\]$/[cost.disk]/' "$out"/probe/cost-*.toml)
-printf '[[bdev]]\nname = "disk"\nkind = "file"\npath = "%s"\n\n[[export]]\nname = "disk"\nbdev = "disk"\n\n%s\n' \
-    "$IMG" "$cost" >"$out/tune-disk.toml"
+printf '[server]\nreactors = 1\npoll = "%s"\n\n[pacing]\nmode = "auto"\n\n[[bdev]]\nname = "disk"\nkind = "file"\npath = "%s"\n\n[[export]]\nname = "disk"\nbdev = "disk"\n\n%s\n' \
+    "${POLL:-adaptive}" "$IMG" "$cost" >"$out/tune-disk.toml"
 uptime
-timed "$BIN" tune -c "$out/tune-disk.toml" disk --isolation-factor "${FACTOR:-2}" --out "$out/tune"
+timed "$BIN" tune -c "$out/tune-disk.toml" disk --served --budget "${BUDGET:-5m}" \
+    --isolation-factor "${FACTOR:-2}" --out "$out/tune"
 qos=$(awk '/^# isolation solution/ { f = 1; next } f && /^```/ { exit } f' "$out/tune/report.md")
 printf '%s\n\n%s\n' "$cost" "$qos" >"$out/applied.toml"
 uptime
-timed "$BIN" bench scenarios/tune_effect.toml --var "cost=$cost" --var "qos=$qos" --out "$out/bench" "$@"
+timed "$BIN" bench scenarios/tune_effect.toml --var "cost=$cost" --var "qos=$qos" \
+    --var "poll=${POLL:-adaptive}" --out "$out/bench" "$@"
 uptime

@@ -31,6 +31,10 @@ pub struct TargetStats {
     pub pacer_period_us: Option<f64>,
     /// Mean in-flight window of the auto pacer, MiB.
     pub pacer_window_mib: Option<f64>,
+    /// Mean over the samples of the lowest device vrate of the active
+    /// reactors (1.0: the cost model's rate; 1.0 without latency targets).
+    #[serde(default)]
+    pub pacer_vrate: Option<f64>,
     /// Mean bytes in the target's TCP send queues (sent, not yet acked),
     /// MiB: memory in flight that the kernel holds, not iopace's buffers.
     pub sock_queue_mib: Option<f64>,
@@ -658,6 +662,7 @@ struct Sampler {
     n: usize,
     periods: Vec<f64>,
     windows: Vec<f64>,
+    vrates: Vec<f64>,
     sock_queue: Vec<f64>,
     states: BTreeMap<String, f64>,
 }
@@ -688,6 +693,9 @@ impl Sampler {
         if let Some(w) = mean(&|p| Some(p.window_bytes as f64)) {
             self.windows.push(w / (1u64 << 20) as f64);
         }
+        if let Some(v) = active.iter().map(|p| p.vrate).reduce(f64::min) {
+            self.vrates.push(v);
+        }
         for r in &st.reactors {
             for (k, v) in &r.req_states {
                 *self.states.entry(k.clone()).or_default() += *v as f64;
@@ -703,6 +711,7 @@ impl Sampler {
             bufs_max_mib: None,
             pacer_period_us: avg(&self.periods),
             pacer_window_mib: avg(&self.windows),
+            pacer_vrate: avg(&self.vrates),
             sock_queue_mib: avg(&self.sock_queue),
             req_states: self.states.into_iter().map(|(k, v)| (k, v / n)).collect(),
             samples: self.n,
@@ -757,6 +766,17 @@ mod tests {
 
     /// Parsed from the JSON the admin socket sends, out of reactor order:
     /// replies count every command, connections are the open ones.
+    #[test]
+    fn the_sampled_vrate_is_their_mean_and_absent_without_samples() {
+        let s = Sampler {
+            vrates: vec![0.3, 0.5],
+            ..Sampler::default()
+        };
+        let v = s.finish().pacer_vrate.expect("a vrate");
+        assert!((v - 0.4).abs() < 1e-12, "{v}");
+        assert_eq!(Sampler::default().finish().pacer_vrate, None);
+    }
+
     #[test]
     fn reactor_counts_come_from_the_stats_reply() {
         let reply = StatsReply {

@@ -172,6 +172,12 @@ pub struct TuneArgs {
     /// The isolation solution keeps the QD 1 probe's p99 within this factor of its solo p99.
     #[arg(long, value_name = "X", default_value_t = 2.0)]
     isolation_factor: f64,
+    /// Measure through `iopace serve` of --config (its server settings,
+    /// bdevs and pacing) and fio's nbd engine, as `iopace bench` does,
+    /// instead of in process: the probe's latency and the adversary's
+    /// bandwidth then include the server and the client.
+    #[arg(long, requires = "config")]
+    served: bool,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -205,19 +211,32 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         rounds: 0,
         command: command.clone(),
     };
-    let tune = probe::tune::TuneOptions {
+    let mut tune = probe::tune::TuneOptions {
         out: args.out.clone(),
         budget: args.budget,
         resume: args.resume,
         quick: args.quick,
         isolation_factor: args.isolation_factor,
         command,
+        served: None,
     };
-    let run = || -> Result<probe::tune::TuneResult, probe::ProbeError> {
+    let mut run = || -> Result<probe::tune::TuneResult, probe::ProbeError> {
         let targets = probe::open_targets(&opts)?;
         let t = &targets[0];
         let (cost, from) = probe::cost_for_tune(&opts, t)?;
         eprintln!("iopace tune: cost model from {from}");
+        if let (true, Some(config)) = (args.served, &opts.config) {
+            let points = probe::tune::VRATES.len() as u32;
+            let dir = args.out.join("served");
+            tune.served = Some(probe::served::Served::for_tune(
+                config,
+                t,
+                &dir,
+                args.budget,
+                points,
+                args.quick,
+            )?);
+        }
         probe::tune::tune(t, cost, &tune)
     };
     match run() {

@@ -70,3 +70,49 @@ fn tune_finds_the_bandwidth_knee_and_resumes() {
     );
     assert!(out.join("report.md").exists() && out.join("tune.png").exists());
 }
+
+/// `--served`: solo, untuned and every point through `iopace serve` of the
+/// config and fio's nbd engine; each point's vrate is held by the server.
+#[test]
+fn tune_served_measures_through_the_server_at_each_vrate() {
+    common::require("fio", "fio");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("tune.toml");
+    std::fs::write(&cfg, format!("[server]\nreactors = 1\n\n{CONFIG}")).expect("config");
+    let out = dir.path().join("tune");
+    let mut c = Command::new(BIN);
+    c.args(["tune", "--quick", "--served", "-c"])
+        .arg(&cfg)
+        .args(["dev", "--out"])
+        .arg(&out);
+    let done = run(&mut c, Duration::from_secs(180));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).expect("result"))
+            .expect("json");
+    assert_eq!(r["path"], "served (nbd)");
+    assert!(
+        r["untuned"]["adversary"]["rate"].as_f64() > Some(0.0),
+        "{r}"
+    );
+    let points = r["points"].as_array().expect("points");
+    assert!(points.len() >= 4, "{r}");
+    for p in points {
+        let (vrate, held) = (p["vrate"].as_f64(), p["vrate_held"].as_f64());
+        let (Some(vrate), Some(held)) = (vrate, held) else {
+            panic!("a point without its held vrate: {p}");
+        };
+        assert!(
+            (held / vrate - 1.0).abs() < 0.03,
+            "vrate {vrate}% held at {held}%"
+        );
+        assert!(p["probe"]["p99_us"].as_f64() > Some(0.0), "{p}");
+    }
+    let iso = &r["solutions"][1];
+    assert_eq!(iso["name"], "isolation");
+    let target = iso["probe_target_us"].as_f64().expect("the probe's target");
+    let solo = r["solo"]["p99_us"].as_f64().expect("solo p99");
+    assert!((target / solo - 2.0).abs() < 1e-9, "{iso}");
+    assert!(out.join("served/solo/served.toml").exists());
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(stdout.contains("period_ms = 1"), "{stdout}");
+}

@@ -11,6 +11,7 @@ pub mod fit;
 pub mod report;
 pub mod run;
 pub mod safety;
+pub mod served;
 pub mod spec;
 pub mod tune;
 

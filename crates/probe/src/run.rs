@@ -7,7 +7,7 @@ use indicatif::ProgressBar;
 
 use crate::converge::StopRule;
 use crate::driver::{measure, Job, Measurement, Workload};
-use crate::fit::{self, CostPoints, LARGE, MID, SMALL};
+use crate::fit::{self, CostPoints, LARGE, SMALL};
 use crate::{
     open_targets, report, spec, Curve, DeviceResult, MultiDevice, Options, Point, Prediction,
     ProbeError, ProbeResult, Target,
@@ -15,10 +15,8 @@ use crate::{
 
 /// IOs in flight for the small cost points: past the knee of most devices.
 pub const COST_QD_SMALL: u32 = 64;
-/// IOs in flight for the large sequential cost points.
-pub const COST_QD_LARGE: u32 = 16;
-/// IOs in flight for the mid-size (128 KiB) sequential cost points.
-pub const COST_QD_MID: u32 = 32;
+/// IOs in flight for the large (128 KiB) sequential cost points.
+pub const COST_QD_LARGE: u32 = 32;
 
 /// IOs in flight for the 4 KiB/64 KiB held-out mix (issue 12's example).
 pub const MIX_QD: u32 = 32;
@@ -57,19 +55,14 @@ fn direction(read_pct: u32) -> &'static str {
     }
 }
 
-/// One direction's four cost points.
-fn cost_plan(read_pct: u32) -> [Fixed; 4] {
+/// One direction's three cost points.
+fn cost_plan(read_pct: u32) -> [Fixed; 3] {
     let dir = direction(read_pct);
     [
         (
-            format!("seq {dir} 1MiB"),
+            format!("seq {dir} {}KiB", LARGE >> 10),
             workload(read_pct, LARGE, false),
             COST_QD_LARGE,
-        ),
-        (
-            format!("seq {dir} 128KiB"),
-            workload(read_pct, MID, false),
-            COST_QD_MID,
         ),
         (
             format!("seq {dir} 4KiB"),
@@ -90,14 +83,7 @@ fn cost_plan(read_pct: u32) -> [Fixed; 4] {
 fn fixed_plan(writes: bool) -> Vec<Fixed> {
     // Writes first: they also fill a fresh file, so the reads that follow reach the disk.
     let dirs: &[u32] = if writes { &[0, 100] } else { &[100] };
-    // 128 KiB sequential writes are left out: 5 s more would take the
-    // cost model and one curve past the 2 minutes (120-125 s with them on
-    // 2026-11-26); the write byte cost keeps its two points.
-    let mut plan: Vec<Fixed> = dirs
-        .iter()
-        .flat_map(|d| cost_plan(*d))
-        .filter(|f| f.w.read_pct == 100 || f.w.bs != MID)
-        .collect();
+    let mut plan: Vec<Fixed> = dirs.iter().flat_map(|d| cost_plan(*d)).collect();
     // Each IO alone: what the prediction at a QD below the knee needs.
     for d in dirs {
         for (bs, random) in UNLOADED {
@@ -310,12 +296,11 @@ fn cost_points(rows: &[Row], read_pct: u32) -> Option<CostPoints> {
             .find(|r| r.1 == f.w && r.2 == f.qd)
             .map(|r| r.3.iops)
     };
-    let [large, mid, small, rand] = cost_plan(read_pct);
+    let [large, small, rand] = cost_plan(read_pct);
     Some(CostPoints {
         seq_large_iops: rate(&large)?,
         seq_small_iops: rate(&small)?,
         rand_small_iops: rate(&rand)?,
-        seq_mid_iops: rate(&mid),
     })
 }
 
@@ -339,7 +324,6 @@ fn saturated(p: &CostPoints, u: &fit::Unloaded) -> CostPoints {
         seq_large_iops: at(p.seq_large_iops, COST_QD_LARGE, LARGE),
         seq_small_iops: at(p.seq_small_iops, COST_QD_SMALL, SMALL),
         rand_small_iops: at(p.rand_small_iops, COST_QD_SMALL, SMALL),
-        seq_mid_iops: p.seq_mid_iops.map(|r| at(r, COST_QD_MID, MID)),
     }
 }
 
@@ -580,9 +564,12 @@ mod tests {
         let plan = fixed_plan(true);
         let labels: Vec<&str> = plan.iter().map(|f| f.label.as_str()).collect();
         assert_eq!(
-            labels[0], "seq write 1MiB",
+            labels[0], "seq write 128KiB",
             "writes first: they fill a fresh file"
         );
+        // No IO larger than the server sends a device (its default buffer).
+        let buffer = server::config::BufferConfig::default().buffer_size.0;
+        assert!(plan.iter().all(|f| u64::from(f.w.max_bs()) <= buffer));
         for l in [
             "seq read 128KiB",
             "rand read 8KiB",
@@ -592,19 +579,18 @@ mod tests {
         ] {
             assert!(labels.contains(&l), "{l} in {labels:?}");
         }
-        assert!(!labels.contains(&"seq write 128KiB"), "{labels:?}");
         let mix = plan.last().expect("a mix");
         assert_eq!((mix.w.alt_bs, mix.qd), (Some(64 << 10), MIX_QD));
         assert_eq!(
             fixed_plan(false).len(),
-            7,
-            "reads only: 4 cost points, 2 alone and 8 KiB"
+            6,
+            "reads only: 3 cost points, 2 alone and 8 KiB"
         );
         for l in [
             "rand read 4KiB QD 1",
-            "seq read 1024KiB QD 1",
+            "seq read 128KiB QD 1",
             "rand write 4KiB QD 1",
-            "seq write 1024KiB QD 1",
+            "seq write 128KiB QD 1",
         ] {
             let f = plan.iter().find(|f| f.label == l);
             assert_eq!(f.map(|f| f.qd), Some(1), "{l} in {labels:?}");

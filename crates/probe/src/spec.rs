@@ -77,7 +77,7 @@ pub fn compare(r: &Rated, d: &DeviceResult, many: Option<&MultiDevice>) -> Vec<S
     let seq_write = d
         .cost_points
         .iter()
-        .find(|p| p.0 == "seq write 1MiB")
+        .find(|p| p.0 == format!("seq write {}KiB", crate::fit::LARGE >> 10))
         .map(|p| p.3.bytes_per_s / 1e6);
     let seq_read = best(d, "128KiB sequential read").map(|iops| iops * 131072.0 / 1e6);
     let many_row = many.map(|m| {
@@ -97,7 +97,7 @@ pub fn compare(r: &Rated, d: &DeviceResult, many: Option<&MultiDevice>) -> Vec<S
             seq_read,
         ),
         (
-            "sequential write MB/s (1 MiB)".into(),
+            "sequential write MB/s (128 KiB)".into(),
             r.seq_write_mbps,
             seq_write,
         ),

@@ -12,6 +12,7 @@ use pace::pacer::{CostModel, IoKind};
 use crate::converge::StopRule;
 use crate::driver::{measure_jobs, Job, JobStats, Throttle, Workload};
 use crate::report::slug;
+use crate::served::{hold_bounds, pinned_qos, Served, HOLD_PERIOD_MS};
 use crate::{ProbeError, Target};
 
 /// vrates tried, in percent of the cost model's rate, highest first.
@@ -30,19 +31,40 @@ pub struct TuneOptions {
     /// The isolation solution keeps the probe's p99 within this factor of solo.
     pub isolation_factor: f64,
     pub command: String,
+    /// Measure solo and every point through `iopace serve` and fio's nbd
+    /// engine (the bench's path) instead of in process.
+    pub served: Option<Served>,
 }
 
 /// One vrate point.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TunePoint {
     pub vrate: f64,
-    /// IOPS the adversary's budget allows at this vrate.
+    /// 4 KiB random read IOPS the budget allows at this vrate: in process
+    /// the adversary's, served the device's (see [`TunePoint::budgeted_rate`]).
     #[serde(default)]
     pub budget_iops: f64,
     pub adversary: JobStats,
     pub probe: JobStats,
     /// The probe's p99 over its solo p99.
     pub isolation: f64,
+    /// Served points: the vrate (percent) the server held.
+    #[serde(default)]
+    pub vrate_held: Option<f64>,
+    /// Served points: the server's CPU per IO, us.
+    #[serde(default)]
+    pub cpu_us_per_io: Option<f64>,
+    /// Served: the budget is the device's, and the probe's IOs take from
+    /// it too (in process only the adversary is throttled).
+    #[serde(default)]
+    pub served: bool,
+}
+
+impl TunePoint {
+    /// The IOPS the budget paced: the adversary's, and served the probe's too.
+    pub fn budgeted_rate(&self) -> f64 {
+        self.adversary.rate + if self.served { self.probe.rate } else { 0.0 }
+    }
 }
 
 /// A named solution and the `[qos.NAME]` it gives.
@@ -53,6 +75,15 @@ pub struct Solution {
     pub rlat_us: f64,
     pub min: f64,
     pub max: f64,
+    /// The QoS period, where the solution sets one (a held vrate).
+    #[serde(default)]
+    pub period_ms: Option<f64>,
+    /// The QD 1 probe's p99 the solution was chosen to keep (isolation).
+    #[serde(default)]
+    pub probe_target_us: Option<f64>,
+    /// The probe's p99 measured at the solution's point (isolation).
+    #[serde(default)]
+    pub probe_p99_us: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -64,6 +95,12 @@ pub struct TuneResult {
     pub solutions: Vec<Solution>,
     pub elapsed_s: f64,
     pub command: String,
+    /// Where the points were measured: "in process" or "served (nbd)".
+    #[serde(default)]
+    pub path: String,
+    /// Served: the adversary and probe with no latency target.
+    #[serde(default)]
+    pub untuned: Option<TunePoint>,
 }
 
 const fn rand4k() -> Workload {
@@ -98,42 +135,28 @@ pub fn tune(t: &Target, cost: CostModel, o: &TuneOptions) -> Result<TuneResult, 
     }
     std::fs::create_dir_all(&dir)
         .map_err(|e| ProbeError::Usage(format!("{}: {e}", dir.display())))?;
-    let rule = point_rule(o);
-    let probe_job = Job {
-        dev: t.bdev.clone(),
-        qd: 1,
-        workload: rand4k(),
-        throttle: None,
+    let m = Measurer {
+        t,
+        cost,
+        rule: point_rule(o),
+        served: o.served.as_ref(),
     };
-    let solo_path = dir.join("solo.json");
-    let solo: JobStats = match saved(&solo_path) {
-        Some(s) => s,
-        None => {
-            let s = measure_jobs(std::slice::from_ref(&probe_job), &rule)
-                .map_err(ProbeError::Run)?
-                .1[0];
-            save(&solo_path, &s)?;
-            s
-        }
+    let solo: JobStats = saved_or(&dir.join("solo.json"), || m.solo())?;
+    let untuned = match m.served {
+        Some(_) => Some(saved_or(&dir.join("untuned.json"), || m.point(None, solo))?),
+        None => None,
     };
     let bar = indicatif::ProgressBar::new(VRATES.len() as u64);
     let mut points: Vec<TunePoint> = Vec::new();
     for vrate in VRATES {
+        bar.set_message(format!("vrate {vrate}%"));
         let path = dir.join(format!("vrate-{vrate:05.1}.json"));
-        let point = match saved::<TunePoint>(&path) {
-            Some(p) => TunePoint {
-                budget_iops: budget_iops(cost, p.vrate),
-                ..p
-            },
-            None => {
-                bar.set_message(format!("vrate {vrate}%"));
-                let p = sweep_point(t, &probe_job, cost, vrate, solo, &rule)?;
-                save(&path, &p)?;
-                p
-            }
-        };
+        let p: TunePoint = saved_or(&path, || m.point(Some(vrate), solo))?;
+        points.push(TunePoint {
+            budget_iops: budget_iops(cost, p.vrate),
+            ..p
+        });
         bar.inc(1);
-        points.push(point);
         if done_early(&points, o.isolation_factor) {
             break;
         }
@@ -147,9 +170,30 @@ pub fn tune(t: &Target, cost: CostModel, o: &TuneOptions) -> Result<TuneResult, 
         points,
         elapsed_s: start.elapsed().as_secs_f64(),
         command: o.command.clone(),
+        path: if m.served.is_some() {
+            "served (nbd)"
+        } else {
+            "in process"
+        }
+        .into(),
+        untuned,
     };
     write(&o.out, &result).map_err(ProbeError::Run)?;
     Ok(result)
+}
+
+/// A result saved at `path` by an earlier run, or `f`'s, saved there.
+fn saved_or<T, F>(path: &Path, f: F) -> Result<T, ProbeError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    F: FnOnce() -> Result<T, ProbeError>,
+{
+    if let Some(v) = saved(path) {
+        return Ok(v);
+    }
+    let v = f()?;
+    save(path, &v)?;
+    Ok(v)
 }
 
 /// Each point's share of the budget (quick: the quick rule).
@@ -164,31 +208,77 @@ fn point_rule(o: &TuneOptions) -> StopRule {
     }
 }
 
-fn sweep_point(
-    t: &Target,
-    probe: &Job,
+/// Measures solo and points, in process or served.
+struct Measurer<'a> {
+    t: &'a Target,
     cost: CostModel,
-    vrate: f64,
-    solo: JobStats,
-    rule: &StopRule,
-) -> Result<TunePoint, ProbeError> {
-    let adversary = Job {
-        dev: t.bdev.clone(),
-        qd: ADVERSARY_QD,
-        workload: rand4k(),
-        throttle: Some(Throttle {
-            cost,
-            vrate: vrate / 100.0,
-        }),
-    };
-    let (_, jobs) = measure_jobs(&[adversary, probe.clone()], rule).map_err(ProbeError::Run)?;
-    Ok(TunePoint {
-        vrate,
-        budget_iops: budget_iops(cost, vrate),
-        adversary: jobs[0],
-        probe: jobs[1],
-        isolation: jobs[1].p99_us / solo.p99_us.max(1e-3),
-    })
+    rule: StopRule,
+    served: Option<&'a Served>,
+}
+
+impl Measurer<'_> {
+    fn probe_job(&self) -> Job {
+        Job {
+            dev: self.t.bdev.clone(),
+            qd: 1,
+            workload: rand4k(),
+            throttle: None,
+        }
+    }
+
+    /// The QD 1 probe alone.
+    fn solo(&self) -> Result<JobStats, ProbeError> {
+        if let Some(s) = self.served {
+            return Ok(s
+                .run("solo", self.cost, None, false)
+                .map_err(ProbeError::Run)?
+                .probe);
+        }
+        let jobs = measure_jobs(&[self.probe_job()], &self.rule).map_err(ProbeError::Run)?;
+        Ok(jobs.1[0])
+    }
+
+    /// The probe beside the adversary held to `vrate` percent (None: no
+    /// latency target, served only).
+    fn point(&self, vrate: Option<f64>, solo: JobStats) -> Result<TunePoint, ProbeError> {
+        let v = vrate.unwrap_or(0.0);
+        let point = |adversary: JobStats, probe: JobStats| TunePoint {
+            vrate: v,
+            budget_iops: budget_iops(self.cost, v),
+            adversary,
+            probe,
+            isolation: probe.p99_us / solo.p99_us.max(1e-3),
+            vrate_held: None,
+            cpu_us_per_io: None,
+            served: self.served.is_some(),
+        };
+        if let Some(s) = self.served {
+            let name = vrate.map_or("untuned".into(), |v| format!("vrate-{v:05.1}"));
+            let o = s
+                .run(&name, self.cost, vrate.map(pinned_qos), true)
+                .map_err(ProbeError::Run)?;
+            let adversary = o
+                .adversary
+                .ok_or(ProbeError::Run("no adversary job".into()))?;
+            return Ok(TunePoint {
+                vrate_held: o.vrate_held,
+                cpu_us_per_io: o.cpu_us_per_io,
+                ..point(adversary, o.probe)
+            });
+        }
+        let adversary = Job {
+            dev: self.t.bdev.clone(),
+            qd: ADVERSARY_QD,
+            workload: rand4k(),
+            throttle: Some(Throttle {
+                cost: self.cost,
+                vrate: v / 100.0,
+            }),
+        };
+        let (_, jobs) =
+            measure_jobs(&[adversary, self.probe_job()], &self.rule).map_err(ProbeError::Run)?;
+        Ok(point(jobs[0], jobs[1]))
+    }
 }
 
 /// IOPS of the adversary's 4 KiB random reads that `vrate` (percent) of
@@ -211,7 +301,7 @@ fn plateau(points: &[(f64, f64)]) -> Option<f64> {
 
 /// The adversary used (nearly) all its budget: a point on the rising line.
 fn on_line(p: &TunePoint) -> bool {
-    p.adversary.rate >= 0.9 * p.budget_iops
+    p.budgeted_rate() >= 0.9 * p.budget_iops
 }
 
 /// Lower vrates only give less bandwidth: stop once a point off the line
@@ -296,7 +386,7 @@ pub fn isolation_point(points: &[TunePoint], factor: f64) -> Option<(f64, f64)> 
 pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solution> {
     let curve: Vec<(f64, f64, f64)> = points
         .iter()
-        .map(|p| (p.vrate, p.adversary.rate, p.budget_iops))
+        .map(|p| (p.vrate, p.budgeted_rate(), p.budget_iops))
         .collect();
     let (Some(bw), Some((iso, iso_top))) =
         (bandwidth_knee(&curve), isolation_point(points, factor))
@@ -310,16 +400,31 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
         nearest.map_or(solo.p99_us, |p| p.probe.p99_us)
     };
     let balanced = (bw + iso) / 2.0;
-    [
-        ("bandwidth", bw, p99_at(bw), bw.min(100.0), bw.max(100.0)),
-        (
-            "isolation",
-            iso,
-            factor * solo.p99_us,
-            iso.min(100.0),
-            iso_top.max(100.0),
-        ),
-        (
+    let loop_held = |name: &str, vrate: f64, rlat_us: f64, min: f64, max: f64| Solution {
+        name: name.into(),
+        vrate,
+        rlat_us,
+        min,
+        max,
+        period_ms: None,
+        probe_target_us: None,
+        probe_p99_us: None,
+    };
+    // The QoS loop's target is the p99 of every read at the device; the
+    // probe's p99 is not one it can see (beside a deep queue every vrate
+    // misses it, and vrate sat at `min` by accident). So the isolation
+    // solution holds vrate where the probe was measured within its target.
+    let (rlat_us, min, max) = hold_bounds(iso);
+    let isolation = Solution {
+        period_ms: Some(HOLD_PERIOD_MS),
+        probe_target_us: Some(factor * solo.p99_us),
+        probe_p99_us: Some(p99_at(iso)),
+        ..loop_held("isolation", iso, rlat_us, min, max)
+    };
+    vec![
+        loop_held("bandwidth", bw, p99_at(bw), bw.min(100.0), bw.max(100.0)),
+        isolation,
+        loop_held(
             "balanced",
             balanced,
             p99_at(balanced),
@@ -327,23 +432,83 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
             bw.max(iso_top).max(100.0),
         ),
     ]
-    .into_iter()
-    .map(|(name, vrate, rlat_us, min, max)| Solution {
-        name: name.into(),
-        vrate,
-        rlat_us,
-        min,
-        max,
-    })
-    .collect()
+}
+
+/// The points as a markdown table (served: with the vrate the server held
+/// and its CPU per IO, and the untuned run first).
+fn points_table(r: &TuneResult) -> String {
+    let mut md = String::from(
+        "| vrate % | held % | budget IOPS | adversary IOPS | MB/s | probe p50 us | probe p99 us | isolation (p99 / solo) | server CPU us/IO |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    let opt = |v: Option<f64>, prec: usize| v.map_or("-".into(), |v| format!("{v:.prec$}"));
+    for p in r.untuned.iter().chain(&r.points) {
+        let (vrate, budget) = if p.vrate > 0.0 {
+            (format!("{:.0}", p.vrate), format!("{:.0}", p.budget_iops))
+        } else {
+            ("untuned".into(), "-".into())
+        };
+        let _ = writeln!(
+            md,
+            "| {vrate} | {} | {budget} | {:.0} | {:.1} | {:.0} | {:.0} | {:.2} | {} |",
+            opt(p.vrate_held, 0),
+            p.adversary.rate,
+            p.adversary.bytes_per_s / 1e6,
+            p.probe.p50_us,
+            p.probe.p99_us,
+            p.isolation,
+            opt(p.cpu_us_per_io, 1),
+        );
+    }
+    if let (Some(u), Some(iso)) = (
+        &r.untuned,
+        r.solutions.iter().find(|s| s.name == "isolation"),
+    ) {
+        if let Some(p) = r.points.iter().find(|p| p.vrate == iso.vrate) {
+            let _ = writeln!(
+                md,
+                "\nThe isolation solution's point: adversary {:.1}% of untuned, probe p99 {:.0} us (target {:.0} us).",
+                100.0 * p.adversary.rate / u.adversary.rate.max(1e-9),
+                p.probe.p99_us,
+                iso.probe_target_us.unwrap_or(f64::NAN),
+            );
+        }
+    }
+    md
 }
 
 /// The `[qos.NAME]` of a solution.
 pub fn qos_snippet(device: &str, s: &Solution) -> String {
-    format!(
-        "# {} solution (vrate {:.0}%)\n[qos.{device}]\nrpct = 99\nrlat_us = {:.0}\nmin = {:.1}\nmax = {:.1}\n",
-        s.name, s.vrate, s.rlat_us, s.min, s.max
-    )
+    let mut t = format!("# {} solution (vrate {:.0}%)\n", s.name, s.vrate);
+    if let Some(target) = s.probe_target_us {
+        let p99 = s.probe_p99_us.unwrap_or(f64::NAN);
+        let verdict = if p99 <= target {
+            "within"
+        } else {
+            "over (no point met it; this is the lowest vrate tried)"
+        };
+        let _ = writeln!(
+            t,
+            "# holds vrate at {:.0}%, where the QD 1 probe's p99 was {p99:.0} us, {verdict}\n\
+             # its target {target:.0} us (the loop's target below is {}, so vrate stays at {})",
+            s.vrate,
+            if s.rlat_us < 2.0 {
+                "always missed"
+            } else {
+                "never missed"
+            },
+            if s.rlat_us < 2.0 { "min" } else { "max" },
+        );
+    }
+    let _ = write!(
+        t,
+        "[qos.{device}]\nrpct = 99\nrlat_us = {:.0}\nmin = {:.1}\nmax = {:.1}\n",
+        s.rlat_us, s.min, s.max
+    );
+    if let Some(p) = s.period_ms {
+        let _ = writeln!(t, "period_ms = {p}");
+    }
+    t
 }
 
 fn write(out: &Path, r: &TuneResult) -> Result<(), String> {
@@ -351,23 +516,15 @@ fn write(out: &Path, r: &TuneResult) -> Result<(), String> {
     std::fs::write(out.join("result.json"), json).map_err(|e| e.to_string())?;
     let name = slug(&r.device);
     let mut md = format!(
-        "# iopace tune: {}\n\nCommand: `{}`\n\nSolo QD 1 probe: p50 {:.0} us, p99 {:.0} us. Tuned in {:.1} s.\n\n\
-         | vrate % | adversary budget IOPS | adversary IOPS | MB/s | probe p50 us | probe p99 us | isolation (p99 / solo) |\n|---|---|---|---|---|---|---|\n",
-        r.device, r.command, r.solo.p50_us, r.solo.p99_us, r.elapsed_s
+        "# iopace tune: {}\n\nCommand: `{}`\n\nMeasured {}. Solo QD 1 probe: p50 {:.0} us, p99 {:.0} us. Tuned in {:.1} s.\n\n",
+        r.device,
+        r.command,
+        if r.path.is_empty() { "in process" } else { &r.path },
+        r.solo.p50_us,
+        r.solo.p99_us,
+        r.elapsed_s
     );
-    for p in &r.points {
-        let _ = writeln!(
-            md,
-            "| {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.2} |",
-            p.vrate,
-            p.budget_iops,
-            p.adversary.rate,
-            p.adversary.bytes_per_s / 1e6,
-            p.probe.p50_us,
-            p.probe.p99_us,
-            p.isolation
-        );
-    }
+    md.push_str(&points_table(r));
     md.push_str("\n![bandwidth and latency against vrate](tune.png)\n\n## Solutions\n\n");
     for s in &r.solutions {
         let _ = writeln!(md, "```toml\n{}```\n", qos_snippet(&name, s));
@@ -450,6 +607,9 @@ mod tests {
             adversary: stats(rate, 1.0),
             probe: stats(1.0, isolation * 100.0),
             isolation,
+            vrate_held: None,
+            cpu_us_per_io: None,
+            served: false,
         }
     }
 
@@ -474,7 +634,9 @@ mod tests {
         assert_eq!(isolation_point(&pts, 2.0), Some((160.0, 200.0)));
         let solo = pts[0].probe;
         let iso = &solutions(&pts, solo, 2.0)[1];
-        assert_eq!((iso.vrate, iso.min, iso.max), (160.0, 100.0, 200.0));
+        // Held at 160%: a target no read misses, vrate rises to max.
+        assert_eq!((iso.vrate, iso.min, iso.max), (160.0, 100.0, 160.0));
+        assert_eq!(iso.rlat_us, 1e7);
         // With a tighter target 200% no longer isolates: the run stops at 160%.
         assert_eq!(isolation_point(&pts, 1.5), Some((160.0, 160.0)));
         // A dip: the higher isolating vrate moved less; the lower one wins.
@@ -483,8 +645,11 @@ mod tests {
         // Nothing isolates: the lowest vrate, with no room above it.
         let none = [point(100.0, 29000.0, 5.0), point(60.0, 17000.0, 3.0)];
         assert_eq!(isolation_point(&none, 2.0), Some((60.0, 60.0)));
-        let s = solutions(&none, solo, 2.0);
-        assert_eq!((s[1].min, s[1].max), (60.0, 100.0));
+        // (isolation is p99 over a solo p99 of 100 us here)
+        let s = solutions(&none, point(1.0, 1.0, 1.0).probe, 2.0);
+        assert_eq!((s[1].min, s[1].max, s[1].rlat_us), (60.0, 100.0, 1.0));
+        // Said so, not claimed to isolate.
+        assert!(qos_snippet("disk", &s[1]).contains("300 us, over (no point met it"));
         assert_eq!(isolation_point(&[], 2.0), None);
     }
 
@@ -511,20 +676,47 @@ mod tests {
             adversary: stats(rate, 1.0),
             probe: stats(1.0, p99),
             isolation: p99 / 100.0,
+            vrate_held: None,
+            cpu_us_per_io: None,
+            served: false,
         })
         .collect();
         let s = solutions(&points, solo, 2.0);
         assert_eq!(s[0].name, "bandwidth");
         assert!((s[0].vrate - 100.0).abs() < 1e-6);
         assert_eq!(s[1].vrate, 60.0);
-        assert_eq!(s[1].rlat_us, 200.0);
+        // The probe's target is reported; the loop's target holds vrate at
+        // 60% (every read misses 1 us), not the probe's p99 it cannot see.
+        assert_eq!(s[1].probe_target_us, Some(200.0));
+        assert_eq!(
+            (s[1].rlat_us, s[1].min, s[1].period_ms),
+            (1.0, 60.0, Some(1.0))
+        );
         assert_eq!(s[2].vrate, 80.0);
         assert!(done_early(&points[..5], 2.0));
+        // Served, the probe's IOs take from the device's budget: a point
+        // whose adversary alone is under 90% of it is on the line with them.
+        let mut p = points[4];
+        p.adversary.rate = 0.8 * p.budget_iops;
+        p.probe.rate = 0.15 * p.budget_iops;
+        assert!(!on_line(&p));
+        p.served = true;
+        assert!(on_line(&p) && (p.budgeted_rate() - 0.95 * p.budget_iops).abs() < 1e-9);
         assert!(!done_early(&points[..3], 2.0));
         let q = qos_snippet("disk", &s[1]);
         assert!(
             q.contains("[qos.disk]") && q.contains("min = 60.0") && q.contains("max = 100.0"),
             "{q}"
         );
+        assert!(
+            q.contains("period_ms = 1") && q.contains("150 us, within"),
+            "{q}"
+        );
+        assert!(q.contains("its target 200 us"), "{q}");
+        // The snippet is a valid [qos] the server takes.
+        let t: toml::Table = toml::from_str(&q).expect("toml");
+        let qos: pace::pacer::QosConfig = t["qos"]["disk"].clone().try_into().expect("qos");
+        assert!(qos.validate().is_ok());
+        assert!(!qos_snippet("disk", &s[0]).contains("period_ms"));
     }
 }
