@@ -7,7 +7,7 @@ use pace::pacer::{CostModel, IoKind};
 pub const SMALL: u32 = 4096;
 /// The block size of the large sequential IOs the byte cost is measured
 /// with: the largest IO iopace sends a device, its default buffer size (a
-/// request is read or written in buffer-sized pieces). Until 2026-11-27 it
+/// request is read or written in buffer-sized pieces). Until 2026-11-26 it
 /// was 1 MiB, an IO the server never sends, and on this machine's disk
 /// 1 MiB reads moved ~1.0 GB/s where 128 KiB reads moved ~1.9: the byte
 /// cost between them under-predicted mixes of 4-64 KiB IOs by 5-25%.
