@@ -243,7 +243,7 @@ impl Served {
             adversary,
             probe,
             vrate_held: held_vrate(&server::rpc::call(
-                &rpc.to_path_buf(),
+                rpc,
                 "get_stats",
                 Value::Null,
             )?),
