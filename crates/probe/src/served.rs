@@ -242,11 +242,7 @@ impl Served {
         Ok(Outcome {
             adversary,
             probe,
-            vrate_held: held_vrate(&server::rpc::call(
-                rpc,
-                "get_stats",
-                Value::Null,
-            )?),
+            vrate_held: held_vrate(&server::rpc::call(rpc, "get_stats", Value::Null)?),
             cpu_us_per_io: cpu.filter(|_| iops > 0.0).map(|c| c / secs / iops * 1e6),
         })
     }
