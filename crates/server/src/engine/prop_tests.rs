@@ -237,14 +237,7 @@ fn check(net: &Net) {
             );
             assert!(r.sent_pieces <= r.started && r.started as usize <= r.pieces.len());
         } else {
-            // Under the payload cap: pieces still waiting for their payload.
-            let awaiting = r.pieces.iter().filter(|p| {
-                matches!(
-                    p.state,
-                    PieceState::Pacing | PieceState::NeedBuffer | PieceState::Filling
-                )
-            });
-            entry.2 += awaiting.count() as u32;
+            entry.2 += r.pieces_live;
         }
     }
     assert_eq!(e.bufs.in_use(), bufs, "buffers held vs. buffers counted");
@@ -265,7 +258,7 @@ fn check(net: &Net) {
 }
 
 /// One connection's books against what its requests hold: (requests,
-/// commitments, WRITE pieces waiting for their payload).
+/// commitments, WRITE pieces).
 fn check_conn(e: &Engine, c: &conn::Conn, (n, committed, pieces): (u32, u32, u32)) {
     if let RecvOp::Direct(r) = c.recv {
         // The kernel writes into that buffer: it must still be ours.
