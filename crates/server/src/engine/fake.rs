@@ -175,7 +175,9 @@ impl Net {
                 Some(t) if !moved => self.advance(t.max(self.now) - self.now),
                 _ => self.advance(1_000),
             }
-            if !moved && delayed.is_none() {
+            // The advance may have started work (a timer, a grant): quiet
+            // only if it left no device IO pending.
+            if !moved && delayed.is_none() && self.ios.is_empty() {
                 return;
             }
         }

@@ -62,15 +62,15 @@ pub struct EngineSettings {
     /// At shutdown, how long to wait for in-flight requests before closing.
     pub drain_timeout: Nanos,
     pub timeouts: Timeouts,
-    /// WRITE payload buffers one connection may hold at once, and buffers
-    /// one streamed READ may hold at once.
+    /// WRITE pieces one connection may have waiting for their payload at
+    /// once, and buffers one streamed READ may hold at once.
     pub payload_cap: u32,
 }
 
-/// WRITE payload buffers one connection may hold at once, until the pacer's
-/// per-flow windows size this per flow: enough to keep a payload streaming
-/// while earlier pieces are at the device, few enough that a stalled writer
-/// holds almost nothing.
+/// WRITE pieces one connection may have waiting for their payload (in the
+/// pacer, for a buffer, or filling one) at once: enough to keep a payload
+/// streaming, few enough that a stalled writer holds almost nothing. Pieces
+/// whose payload is in are the pacer's to bound.
 pub const PAYLOAD_CAP: u32 = 4;
 
 /// What the driver must do. Pointers in here point at memory the engine owns

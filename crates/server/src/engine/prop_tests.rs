@@ -237,7 +237,14 @@ fn check(net: &Net) {
             );
             assert!(r.sent_pieces <= r.started && r.started as usize <= r.pieces.len());
         } else {
-            entry.2 += r.pieces_live;
+            // Under the payload cap: pieces still waiting for their payload.
+            let awaiting = r.pieces.iter().filter(|p| {
+                matches!(
+                    p.state,
+                    PieceState::Pacing | PieceState::NeedBuffer | PieceState::Filling
+                )
+            });
+            entry.2 += awaiting.count() as u32;
         }
     }
     assert_eq!(e.bufs.in_use(), bufs, "buffers held vs. buffers counted");
@@ -258,7 +265,7 @@ fn check(net: &Net) {
 }
 
 /// One connection's books against what its requests hold: (requests,
-/// commitments, WRITE pieces).
+/// commitments, WRITE pieces waiting for their payload).
 fn check_conn(e: &Engine, c: &conn::Conn, (n, committed, pieces): (u32, u32, u32)) {
     if let RecvOp::Direct(r) = c.recv {
         // The kernel writes into that buffer: it must still be ours.
