@@ -73,7 +73,11 @@ impl Pacer {
             .as_ref()
             .and_then(|(l, r)| l.share(*r))
             .map_or(self.window, |w| self.clamp_window(w, 2));
-        self.depth_now = self.depth.factors();
+        if self.cfg.mode == Mode::Auto {
+            // The other reactors' trials move it: one lock per poll, and
+            // none in the modes that have no windows.
+            self.depth_now = self.depth.factors();
+        }
         self.window_now = self.deepen(window);
         if self.probing_latency(now) {
             let bare = self.cfg.gain.max(1.0) * self.depth_factor();
