@@ -17,10 +17,18 @@ use common::*;
 const CMD_READ: u16 = 0;
 const CMD_WRITE: u16 = 1;
 const CMD_FLUSH: u16 = 3;
+const CMD_TRIM: u16 = 4;
+const CMD_WRITE_ZEROES: u16 = 6;
 const CMD_BLOCK_STATUS: u16 = 7;
+const FLAG_FUA: u16 = 1;
+const FLAG_NO_HOLE: u16 = 2;
+const FLAG_FAST_ZERO: u16 = 1 << 4;
 const MIB: u64 = 1 << 20;
 /// 8 MiB of buffers for requests of up to 1 GiB.
 const SMALL_POOL: &str = "num_shared_buffers = 64\nbuf_cache_size = 8";
+/// One sparse 8 GiB RAM export: room for requests past 4 GiB.
+const BIG_MALLOC: &str = "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"8GiB\"\n\n\
+                          [[export]]\nname = \"default\"\nbdev = \"m0\"\n";
 
 /// 2 MiB of pseudo-random bytes that every round's data is cut from.
 fn base() -> &'static [u8] {
@@ -112,10 +120,24 @@ impl Client {
 
     /// A request header; a READ's expected data is remembered by cookie.
     fn send(&mut self, cmd: u16, cookie: u64, offset: u64, len: u64, seed: u64) {
+        // Extended WRITEs say they carry their payload.
+        let ext = self.style == Style::Extended;
+        let flags: u16 = if ext && cmd == CMD_WRITE { 1 << 5 } else { 0 };
+        self.send_flagged(cmd, flags, cookie, offset, len, seed);
+    }
+
+    /// As [`Client::send`], with the command flags given.
+    fn send_flagged(
+        &mut self,
+        cmd: u16,
+        flags: u16,
+        cookie: u64,
+        offset: u64,
+        len: u64,
+        seed: u64,
+    ) {
         let ext = self.style == Style::Extended;
         let magic: u32 = if ext { 0x21e4_1c71 } else { 0x2560_9513 };
-        // Extended WRITEs say they carry their payload.
-        let flags: u16 = if ext && cmd == CMD_WRITE { 1 << 5 } else { 0 };
         let mut m = magic.to_be_bytes().to_vec();
         m.extend_from_slice(&flags.to_be_bytes());
         m.extend_from_slice(&cmd.to_be_bytes());
@@ -244,10 +266,8 @@ fn requests_of_40_to_64_mib_with_small_ones_and_flush_read_back() {
 
 #[test]
 fn one_gib_with_extended_headers_reads_back() {
-    let body = "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"8GiB\"\n\n\
-                [[export]]\nname = \"default\"\nbdev = \"m0\"\n";
     let buffers = format!("{SMALL_POOL}\nmax_request_size = \"1G\"");
-    let server = Server::start_with(body, &buffers);
+    let server = Server::start_with(BIG_MALLOC, &buffers);
     let mut c = Client::connect(&server, Style::Extended);
     let (big, len) = (1 << 30, 1 << 30);
     c.write(1, big, len, 7);
@@ -265,13 +285,92 @@ fn one_gib_with_extended_headers_reads_back() {
     assert!(server.stop().0.success());
 }
 
+/// Writes 4 KiB of seed `seed` at each of `at` and checks they read back.
+fn stamp(c: &mut Client, at: &[u64], seed: u64) {
+    for (i, &o) in at.iter().enumerate() {
+        c.write(i as u64 + 1, o, 4096, seed);
+    }
+    c.all_ok(at.len());
+    for (i, &o) in at.iter().enumerate() {
+        c.send(CMD_READ, i as u64 + 1, o, 4096, seed);
+    }
+    c.all_ok(at.len());
+}
+
+/// Reads 4 KiB at each of `at`: zeros, as the read checks.
+fn reads_zeros(c: &mut Client, at: &[u64]) {
+    for (i, &o) in at.iter().enumerate() {
+        c.send(CMD_READ, 100 + i as u64, o, 4096, 0);
+    }
+    c.all_ok(at.len());
+}
+
+#[test]
+fn write_zeroes_and_trim_of_5_gib_are_served_in_one_request() {
+    let server = Server::start_with(BIG_MALLOC, SMALL_POOL);
+    let mut c = Client::connect(&server, Style::Extended);
+    let five = 5u64 << 30;
+    // Either side of each 4 GiB - 4 KiB piece's end, and the range's ends.
+    let at = [0, 0xffff_e000, 0xffff_f000, five - 4096, five];
+    let flag_sets = [0, FLAG_FUA, FLAG_FAST_ZERO, FLAG_FUA | FLAG_FAST_ZERO];
+    for (round, flags) in flag_sets.into_iter().enumerate() {
+        stamp(&mut c, &at, round as u64 + 1);
+        c.send_flagged(CMD_WRITE_ZEROES, flags, 9, 0, five, 0);
+        assert_eq!(c.reply(), (9, 0), "WRITE_ZEROES of 5 GiB, flags {flags:#x}");
+        reads_zeros(&mut c, &at[..4]);
+        // Past the range: untouched.
+        c.send(CMD_READ, 10, five, 4096, round as u64 + 1);
+        c.all_ok(1);
+    }
+    stamp(&mut c, &at, 7);
+    c.send_flagged(CMD_TRIM, FLAG_FUA, 11, 0, five, 0);
+    assert_eq!(c.reply(), (11, 0), "TRIM of 5 GiB");
+    reads_zeros(&mut c, &at[..4]);
+    // NO_HOLE on a smaller range (the RAM it may allocate stays small).
+    stamp(&mut c, &at[..2], 8);
+    c.send_flagged(
+        CMD_WRITE_ZEROES,
+        FLAG_NO_HOLE,
+        12,
+        0,
+        0xffff_f000 + (1 << 20),
+        0,
+    );
+    assert_eq!(c.reply(), (12, 0), "WRITE_ZEROES with NO_HOLE");
+    reads_zeros(&mut c, &at[..3]);
+    // The whole export in one request; one past its end fails as a whole.
+    c.send(CMD_TRIM, 13, 0, 8 << 30, 0);
+    assert_eq!(c.reply(), (13, 0), "TRIM of the whole 8 GiB");
+    c.send(CMD_WRITE_ZEROES, 14, 4096, 8 << 30, 0);
+    assert_eq!(c.reply(), (14, proto::ENOSPC), "WRITE_ZEROES past the end");
+    c.send(CMD_BLOCK_STATUS, 15, 0, 8 << 30, 0);
+    c.all_ok(1);
+    server.assert_quiescent(64);
+    assert!(server.stop().0.success());
+}
+
+/// Runs qemu-io's `cmds` on the server's default export with the trace
+/// event `trace` on: its stdout and stderr.
+fn qemu_io(server: &Server, trace: &str, cmds: &[&str]) -> (String, String) {
+    let uri = server.unix_uri("default");
+    let mut args = vec!["--trace", trace, "-f", "raw", &uri];
+    for c in cmds {
+        args.extend(["-c", c]);
+    }
+    let out = run(
+        Command::new("qemu-io").args(&args),
+        Duration::from_secs(120),
+    );
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn qemu_io_with_extended_headers_reads_back_large_requests() {
     require("qemu-io", "qemu-utils");
     let server = Server::start_with(MALLOC_EXPORTS, SMALL_POOL);
-    let mut args = vec!["--trace", "nbd_receive_option_reply", "-f", "raw"];
-    let uri = server.unix_uri("default");
-    args.push(&uri);
     let cmds = [
         "write -P 0x5a 64M 48M",
         "write -P 0x11 0 4k",
@@ -282,23 +381,48 @@ fn qemu_io_with_extended_headers_reads_back_large_requests() {
         "read -P 0x6b 128M 40M",
         "read -P 0 168M 4k",
     ];
-    for c in &cmds {
-        args.extend(["-c", c]);
-    }
-    let out = run(
-        Command::new("qemu-io").args(&args),
-        Duration::from_secs(120),
-    );
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (stdout, stderr) = qemu_io(&server, "nbd_receive_option_reply", &cmds);
     assert!(
         stderr.contains("(extended headers), type 1 (ack)"),
         "extended headers not negotiated:\n{stderr}"
     );
     assert!(!stdout.contains("fail"), "{stdout}");
     assert_eq!(stdout.matches("read ").count(), 4, "{stdout}");
+    server.assert_quiescent(64);
+}
+
+#[test]
+fn qemu_io_zeroes_5_gib_in_one_request() {
+    require("qemu-io", "qemu-utils");
+    let server = Server::start_with(BIG_MALLOC, SMALL_POOL);
+    // -n: one request, no fallback to writing zeros (qemu-io's limit of
+    // 2 GiB per command applies only without it).
+    let cmds = [
+        "write -P 0x5a 0 4k",
+        "write -P 0x5a 4G 4k",
+        "write -z -n 0 5G",
+        "read -P 0 0 4k",
+        "read -P 0 4G 4k",
+        "write -P 0x6b 4G 4k",
+        "write -z -u -n 0 5G",
+        "read -P 0 4G 4k",
+    ];
+    let (stdout, stderr) = qemu_io(&server, "nbd_send_request", &cmds);
+    let zeroes = ".len = 5368709120, .cookie = 1, .flags = 0x1";
+    assert_eq!(
+        stderr.matches(zeroes).count(),
+        2,
+        "one request each:\n{stderr}"
+    );
+    assert!(
+        !stdout.contains("fail") && !stdout.contains("error"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("wrote 5368709120/5368709120").count(),
+        2,
+        "{stdout}"
+    );
     server.assert_quiescent(64);
 }
 

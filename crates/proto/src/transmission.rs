@@ -149,9 +149,10 @@ pub fn encode_request(out: &mut Vec<u8>, r: &Request, extended: bool) {
     }
 }
 
-/// Largest effect length of a request without payload this server acts on:
-/// devices take 32-bit lengths. BLOCK_STATUS answers for less, as the spec
-/// allows; TRIM, WRITE_ZEROES and CACHE beyond it get EOVERFLOW.
+/// Largest effect length one device IO takes (devices take 32-bit lengths,
+/// and this keeps pieces 4 KiB aligned). BLOCK_STATUS answers for less, as
+/// the spec allows; the server serves longer TRIM, WRITE_ZEROES and CACHE
+/// in pieces of at most this, so they take any length the export holds.
 pub const MAX_EFFECT_LEN: u64 = 0xffff_f000;
 
 /// Checks a request against its export and the negotiated options.
@@ -180,14 +181,10 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
     if matches!(cmd, Command::Flush | Command::Disc) {
         return Ok(());
     }
-    // Payload-carrying requests over the advertised maximum, and effect
-    // lengths past what the devices take.
-    let limit = match cmd {
-        Command::Read | Command::Write => u64::from(export.max_block),
-        Command::BlockStatus => u64::MAX,
-        _ => MAX_EFFECT_LEN,
-    };
-    if req.length > limit {
+    // Payload-carrying requests over the advertised maximum. Commands
+    // without payload are bounded only by the export's end (below): the
+    // maximum block size is about payloads.
+    if matches!(cmd, Command::Read | Command::Write) && req.length > u64::from(export.max_block) {
         return Err(EOVERFLOW);
     }
     let min = u64::from(export.min_block.max(1));
@@ -693,12 +690,23 @@ mod tests {
         assert_eq!(odd.payload_len(true), 16, "consumed before the error");
         // The flag is unknown without extended headers.
         assert_eq!(validate(&w, &e, &neg(true, true)), Err(EINVAL));
-        // 64-bit effect lengths: block status answers, TRIM past the devices'
-        // 32 bits overflows, READ past the maximum payload too.
+        // 64-bit effect lengths: block status answers, TRIM, WRITE_ZEROES
+        // and CACHE past the devices' 32 bits are served (in pieces) up to
+        // the export's end; READ past the maximum payload overflows.
         let bs = req(Command::BlockStatus, 0, 0, 1 << 36);
         assert_eq!(validate(&bs, &e, &ext), Ok(()));
-        let trim = req(Command::Trim, 0, 0, 1 << 36);
-        assert_eq!(validate(&trim, &e, &ext), Err(EOVERFLOW));
+        let past_end = [(Command::Trim, EINVAL), (Command::WriteZeroes, ENOSPC)];
+        for (cmd, errno) in past_end.into_iter().chain([(Command::Cache, EINVAL)]) {
+            assert_eq!(validate(&req(cmd, 0, 0, 1 << 36), &e, &ext), Ok(()));
+            let whole = req(cmd, 0, 0, 1 << 40);
+            assert_eq!(validate(&whole, &e, &ext), Ok(()), "{cmd:?} of the export");
+            let past = req(cmd, 0, 4096, 1 << 40);
+            assert_eq!(
+                validate(&past, &e, &ext),
+                Err(errno),
+                "{cmd:?} past its end"
+            );
+        }
         let read = req(Command::Read, 0, 0, (64 << 20) + 4096);
         assert_eq!(validate(&read, &e, &ext), Err(EOVERFLOW));
         // DF needs structured replies or extended headers.

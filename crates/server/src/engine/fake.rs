@@ -33,10 +33,17 @@ pub fn engine_with(mode: &str, buffers: u32, timeouts: Timeouts, delay_us: u32) 
             ),
         ),
     };
-    let text = format!(
+    let body = format!(
         "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n{delay}\
-         [[export]]\nname = \"default\"\nbdev = \"{bdev}\"\n\n\
-         [buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"{BUF_SIZE}\"\nbuf_cache_size = 2\n\n\
+         [[export]]\nname = \"default\"\nbdev = \"{bdev}\"\n\n"
+    );
+    engine_over(&body, mode, buffers, timeouts)
+}
+
+/// An engine serving the bdevs and exports of `body` (config text).
+pub fn engine_over(body: &str, mode: &str, buffers: u32, timeouts: Timeouts) -> Engine {
+    let text = format!(
+        "{body}\n[buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"{BUF_SIZE}\"\nbuf_cache_size = 2\n\n\
          [pacing]\nmode = \"{mode}\"\n"
     );
     let loaded = crate::config::Config::parse(&text, "test.toml").expect("test config");
@@ -365,6 +372,17 @@ pub fn ext_request_bytes(command: Command, cookie: u64, offset: u64, length: u64
     } else {
         0
     };
+    ext_request_flagged(command, flags, cookie, offset, length)
+}
+
+/// An extended request header with the command flags given.
+pub fn ext_request_flagged(
+    command: Command,
+    flags: u16,
+    cookie: u64,
+    offset: u64,
+    length: u64,
+) -> Vec<u8> {
     let r = Request {
         flags,
         command,

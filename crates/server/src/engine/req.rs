@@ -135,7 +135,15 @@ pub struct Req {
     pub command: Command,
     pub flags: u16,
     pub offset: u64,
+    /// Bytes of the IO: a READ's or WRITE's whole length; for TRIM,
+    /// WRITE_ZEROES and CACHE the piece at the device (see `span`).
     pub len: u32,
+    /// The request's whole length as the client sent it (64 bits with
+    /// extended headers). TRIM, WRITE_ZEROES and CACHE longer than a device
+    /// takes go to it in pieces of at most [`proto::MAX_EFFECT_LEN`], one
+    /// after the other; `done` bytes of them are finished.
+    pub span: u64,
+    pub done: u64,
     /// NBD errno of the reply, 0 for success.
     pub error: u32,
     pub state: ReqState,
@@ -175,6 +183,8 @@ impl Default for Req {
             flags: 0,
             offset: 0,
             len: 0,
+            span: 0,
+            done: 0,
             error: 0,
             state: ReqState::Free,
             style: ReplyStyle::Simple,
@@ -217,8 +227,11 @@ impl Req {
         self.offset = request.offset;
         // Validation bounds READs and WRITEs by the maximum payload; a
         // BLOCK_STATUS may ask about more than devices take, and is answered
-        // for less, as the spec allows.
+        // for less, as the spec allows; TRIM, WRITE_ZEROES and CACHE go to
+        // the device piece by piece (`next_piece`).
         self.len = request.length.min(proto::MAX_EFFECT_LEN) as u32;
+        self.span = request.length;
+        self.done = 0;
         self.error = 0;
         self.filled = 0;
         self.started = 0;
@@ -346,7 +359,9 @@ impl Req {
         match piece {
             None => IoRequest {
                 op,
-                offset: self.offset,
+                // A piece of a TRIM, WRITE_ZEROES or CACHE starts where the
+                // pieces before it ended (`done` is 0 for everything else).
+                offset: self.offset + self.done,
                 len: self.len,
                 iov: self.iov.as_ptr(),
                 iovcnt: self.iov.len() as u32,
@@ -360,6 +375,27 @@ impl Req {
                 iovcnt: 1,
             },
         }
+    }
+
+    /// Moves a TRIM, WRITE_ZEROES or CACHE longer than one device IO on to
+    /// its next piece: true if there is one, false when the piece just
+    /// done was its last (or the command is not split).
+    pub fn next_piece(&mut self) -> bool {
+        if !matches!(
+            self.command,
+            Command::Trim | Command::WriteZeroes | Command::Cache
+        ) {
+            return false;
+        }
+        let done = self.done + u64::from(self.len);
+        debug_assert!(done <= self.span, "pieces past the request's end");
+        if done >= self.span {
+            return false;
+        }
+        self.done = done;
+        self.len = (self.span - done).min(proto::MAX_EFFECT_LEN) as u32;
+        debug_assert!(self.len > 0);
+        true
     }
 
     /// The device operation of this command; None for those answered

@@ -11,6 +11,8 @@
 //!  ├──► Streaming (large READ pieces) ──────────────────────────────────► │
 //!  ├──► Deferred (a READ waiting for its turn around a stream) ──► Pacing, Streaming
 //!  └──► Ready (FLUSH, TRIM, ...)                                          │
+//!        ▲  Executed, Delayed ──► Ready: the next piece of a long TRIM,   │
+//!        └─ WRITE_ZEROES or CACHE (`next_piece`)                          │
 //!                                                    Free ◄── Sent ◄── Reply (send queue)
 //!  Streaming, Answered, Reply ──► Dropping (connection closed) ──► Free
 //!  Pacing, NeedBuffers, Payload, Answered, Reply ──► Free (connection closed)
@@ -52,8 +54,8 @@ fn legal(from: ReqState, to: ReqState) -> bool {
             | (NeedBuffers, Ready)
             | (Ready, Device | Answered)
             | (Device, Executed)
-            | (Executed, Delayed | Answered)
-            | (Delayed, Answered)
+            | (Executed, Delayed | Answered | Ready)
+            | (Delayed, Answered | Ready)
             | (Payload, Answered)
             | (Answered, Reply)
             | (Reply, Sent)
@@ -298,7 +300,22 @@ impl Engine {
             }
         }
         self.device_finished(IoToken::whole(id));
-        Some(ReqState::Answered)
+        Some(self.piece_finished(id))
+    }
+
+    /// A device IO of `id` is over (and its delay, if any): the next piece
+    /// of a long TRIM, WRITE_ZEROES or CACHE goes to the device, unless a
+    /// piece failed (the first error is the reply's) or the client is gone;
+    /// anything else is answered.
+    fn piece_finished(&mut self, id: ReqId) -> ReqState {
+        let conn = self.reqs[id.index()].conn;
+        let open = self.conn_ref(conn).is_some_and(|c| c.life == Life::Open);
+        let req = &mut self.reqs[id.index()];
+        if req.error == 0 && open && req.next_piece() {
+            ReqState::Ready
+        } else {
+            ReqState::Answered
+        }
     }
 
     /// The device (with its emulated delay) has finished `io`: its time at
@@ -508,7 +525,8 @@ impl Engine {
             match io.part {
                 Part::Whole => {
                     self.device_finished(io);
-                    self.set_state(io.req, ReqState::Answered);
+                    let next = self.piece_finished(io.req);
+                    self.set_state(io.req, next);
                     self.advance(io.req);
                 }
                 Part::Piece(k) if self.reqs[io.req.index()].streamed() => {

@@ -316,3 +316,107 @@ fn extended_headers_stream_and_answer_every_command_in_chunks() {
     assert_eq!(covered, 1 << 20);
     assert_eq!(net.engine.buffers_in_use(), 0);
 }
+
+/// A 16 GiB null export behind a 1 ms delay bdev: long effect requests fit.
+const BIG_NULL: &str = "[[bdev]]\nname = \"n0\"\nkind = \"null\"\nsize = \"16G\"\n\n\
+    [[bdev]]\nname = \"slow\"\nkind = \"delay\"\nbase = \"n0\"\nwrite_avg_us = 1000\n\n\
+    [[export]]\nname = \"default\"\nbdev = \"slow\"\n";
+
+/// Serves `c`'s pending device IOs one by one, failing the `fail_at`-th
+/// with `errno`, through their emulated delays: the (op, offset, len) of
+/// each, in order.
+fn pieces(net: &mut Net, c: ConnId, fail_at: Option<(usize, u32)>) -> Vec<(bdev::IoOp, u64, u32)> {
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        net.deliver(c, usize::MAX);
+        net.take_sent(c, usize::MAX);
+        if let Some(&(_, _, req)) = net.ios.first() {
+            assert_eq!(net.ios.len(), 1, "one piece at the device at a time");
+            let fail = fail_at.filter(|f| f.0 == seen.len()).map(|f| f.1);
+            seen.push((req.op, req.offset, req.len));
+            net.complete_io_as(0, fail);
+        }
+        net.advance(10_000_000);
+    }
+    seen
+}
+
+#[test]
+fn long_effect_requests_go_to_the_device_in_pieces_and_answer_once() {
+    let mut net = Net::new(engine_over(BIG_NULL, "auto", 8, TIMEOUTS));
+    let c = net.connect();
+    let mut b = ext_handshake_bytes();
+    let (offset, len) = (4096u64, 10u64 << 30);
+    let flags = proto::CMD_FLAG_FUA | proto::CMD_FLAG_NO_HOLE | proto::CMD_FLAG_FAST_ZERO;
+    b.extend(ext_request_flagged(
+        Command::WriteZeroes,
+        flags,
+        1,
+        offset,
+        len,
+    ));
+    net.write(c, &b);
+    let got = pieces(&mut net, c, None);
+    let max = proto::MAX_EFFECT_LEN;
+    let zero = bdev::IoOp::WriteZeroes {
+        may_trim: false,
+        fua: true,
+        fast: true,
+    };
+    let want = [
+        (offset, max),
+        (offset + max, max),
+        (offset + 2 * max, len - 2 * max),
+    ];
+    let want: Vec<_> = want.iter().map(|&(o, l)| (zero, o, l as u32)).collect();
+    assert_eq!(got, want, "contiguous pieces with the request's flags");
+    for (cmd, cookie) in [(Command::Trim, 2), (Command::Cache, 3)] {
+        net.write(c, &ext_request_flagged(cmd, 0, cookie, 0, 16 << 30));
+        let got = pieces(&mut net, c, None);
+        assert_eq!(got.len(), 5, "{cmd:?}: 16 GiB in 4 GiB - 4 KiB pieces");
+        let covered: u64 = got.iter().map(|p| u64::from(p.2)).sum();
+        assert_eq!(covered, 16 << 30);
+    }
+    let chunks = ext_chunks(&net.clients[&c].from_server, 3);
+    let kinds: Vec<_> = chunks.iter().map(|r| (r.0, r.1, r.2)).collect();
+    let done = (proto::REPLY_TYPE_NONE, proto::REPLY_FLAG_DONE);
+    assert_eq!(
+        kinds,
+        vec![
+            (1, done.0, done.1),
+            (2, done.0, done.1),
+            (3, done.0, done.1)
+        ]
+    );
+    assert_eq!(net.engine.requests_in_use(), 0);
+}
+
+#[test]
+fn a_failed_piece_ends_its_request_with_the_first_error() {
+    let mut net = Net::new(engine_over(BIG_NULL, "none", 8, TIMEOUTS));
+    let c = net.connect();
+    let mut b = ext_handshake_bytes();
+    b.extend(ext_request_flagged(Command::WriteZeroes, 0, 1, 0, 12 << 30));
+    net.write(c, &b);
+    let got = pieces(&mut net, c, Some((1, proto::ENOTSUP)));
+    assert_eq!(got.len(), 2, "no piece after the failed one");
+    let chunks = ext_chunks(&net.clients[&c].from_server, 3);
+    assert_eq!(chunks.len(), 1, "one reply");
+    assert_eq!(chunks[0].1, proto::REPLY_TYPE_ERROR);
+    assert_eq!(&chunks[0].3[..4], &proto::ENOTSUP.to_be_bytes());
+    // A client gone mid-request: the piece at the device finishes, no more
+    // start, and the slot frees.
+    let c = net.connect();
+    let mut b = ext_handshake_bytes();
+    b.extend(ext_request_flagged(Command::Trim, 0, 2, 0, 12 << 30));
+    net.write(c, &b);
+    while net.ios.is_empty() {
+        net.deliver(c, usize::MAX);
+        net.take_sent(c, usize::MAX);
+    }
+    net.reset(c);
+    let got = pieces(&mut net, c, None);
+    assert!(got.len() <= 1, "{got:?}");
+    net.run_to_quiet();
+    assert_eq!(net.engine.requests_in_use(), 0);
+}
