@@ -21,7 +21,7 @@ pub use model::{ModelDevice, ModelParams, ModelState};
 pub use size::ByteSize;
 
 use file::FileLeaf;
-use memory::MallocMem;
+use memory::{Budget, MallocMem};
 
 /// Backends fail with NBD error values, from the protocol's one table.
 pub use proto::{EINVAL, EIO, ENOSPC, ENOTSUP};
@@ -55,6 +55,9 @@ pub struct BdevSpec {
     pub base: Option<String>,
     pub size: Option<ByteSize>,
     pub block_size: Option<ByteSize>,
+    /// Malloc bdevs: most RAM their written data may take (default: they
+    /// share half the machine's RAM); a write past it fails with ENOSPC.
+    pub max_resident: Option<ByteSize>,
     pub path: Option<String>,
     pub direct: Option<DirectMode>,
     pub parts: Option<u32>,
@@ -83,6 +86,7 @@ impl BdevSpec {
             base: None,
             size: None,
             block_size: None,
+            max_resident: None,
             path: None,
             direct: None,
             parts: None,
@@ -415,6 +419,10 @@ fn build_as(specs: &[BdevSpec], mode: BuildMode) -> Result<BdevSet, BuildError> 
         by_name,
         built: HashMap::new(),
         visiting: Vec::new(),
+        ram: RamPlan {
+            machine: memory::physical_ram(),
+            ..RamPlan::default()
+        },
     };
     let mut order = Vec::new();
     for i in 0..specs.len() {
@@ -447,6 +455,16 @@ struct Builder<'a> {
     /// Built bdevs per spec index (a split yields several).
     built: HashMap<usize, Vec<Arc<Bdev>>>,
     visiting: Vec<usize>,
+    /// RAM of malloc bdevs: the machine's, the budget shared by those
+    /// without `max_resident` (half of it), the sum of the others'.
+    ram: RamPlan,
+}
+
+#[derive(Default)]
+struct RamPlan {
+    machine: u64,
+    shared: Option<Arc<Budget>>,
+    own: u64,
 }
 
 impl Builder<'_> {
@@ -499,6 +517,40 @@ impl Builder<'_> {
         Ok(list)
     }
 
+    /// The RAM budget malloc bdev `i`'s written data draws on: its own
+    /// `max_resident`, or half the machine's RAM shared by every malloc bdev
+    /// without one. All of them together may not promise more than the
+    /// machine has: past it, the OOM killer, not ENOSPC, would answer.
+    fn malloc_budget(&mut self, i: usize) -> Result<Arc<Budget>, BuildError> {
+        let ram = &mut self.ram;
+        let half = ram.machine / 2;
+        let budget = match self.specs[i].max_resident {
+            Some(ByteSize(0)) => return Err(err(i, "max_resident", "must be more than 0")),
+            Some(ByteSize(n)) => {
+                ram.own = ram.own.saturating_add(n);
+                Budget::new(n)
+            }
+            None => ram.shared.get_or_insert_with(|| Budget::new(half)).clone(),
+        };
+        let shared = if ram.shared.is_some() { half } else { 0 };
+        if ram.machine > 0 && ram.own.saturating_add(shared) > ram.machine {
+            let field = match self.specs[i].max_resident {
+                Some(_) => "max_resident",
+                None => "size",
+            };
+            let msg = format!(
+                "malloc bdevs would hold up to {} of data ({} by max_resident, {} shared by \
+                 those without it), more than this machine's {} of RAM: lower max_resident",
+                ByteSize(ram.own.saturating_add(shared)),
+                ByteSize(ram.own),
+                ByteSize(shared),
+                ByteSize(ram.machine)
+            );
+            return Err(err(i, field, msg));
+        }
+        Ok(budget)
+    }
+
     /// A model device over a null or malloc base, which holds the data.
     fn make_model(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
         let params = ModelParams::from_spec(&self.specs[i]).map_err(|(f, m)| err(i, f, m))?;
@@ -539,18 +591,22 @@ impl Builder<'_> {
         };
         match s.kind {
             BdevKindName::Null => {
-                let size = sized(s, i, block_size)?;
+                let size = sized(s, i)?;
                 let pattern = s.pattern.unwrap_or(0xA5);
                 one(Leaf::Null { pattern }, size, MEM_CAPS)
             }
-            BdevKindName::Malloc if self.mode == BuildMode::Check => {
-                let size = sized(s, i, block_size)?;
-                one(Leaf::Null { pattern: 0 }, size, MEM_CAPS)
-            }
+            // Checked as served: mapping costs address space, not RAM.
             BdevKindName::Malloc => {
-                let size = sized(s, i, block_size)?;
-                let mem = MallocMem::new(size)
-                    .map_err(|e| err(i, "size", format!("cannot map {size} bytes: {e}")))?;
+                let size = sized(s, i)?;
+                let budget = self.malloc_budget(i)?;
+                let mem = MallocMem::new(size, budget).map_err(|e| {
+                    let msg = format!(
+                        "cannot map {} of address space: {e} (a malloc bdev maps its \
+                         whole size; 64 TiB is about the most a 47-bit address space takes)",
+                        ByteSize(size)
+                    );
+                    err(i, "size", msg)
+                })?;
                 one(Leaf::Malloc(mem), size, MEM_CAPS)
             }
             BdevKindName::File => {
@@ -671,15 +727,20 @@ fn block_size_of(s: &BdevSpec, i: usize) -> Result<u32, BuildError> {
     }
 }
 
-/// The spec's size rounded down to whole blocks; at least one block.
-fn sized(s: &BdevSpec, i: usize, block_size: u32) -> Result<u64, BuildError> {
-    let bs = u64::from(block_size);
+/// Largest export: NBD clients take sizes up to 2^63 - 1 (qemu and the
+/// kernel keep offsets in signed 64 bits), as file offsets are.
+pub const MAX_SIZE: u64 = i64::MAX as u64;
+
+/// The spec's size, exact to the byte as a file bdev's (NBD sizes are
+/// bytes; rounding would hide a tail the config asked for): 1 byte up to
+/// [`MAX_SIZE`].
+fn sized(s: &BdevSpec, i: usize) -> Result<u64, BuildError> {
     match s.size {
-        Some(ByteSize(n)) if n >= bs => Ok(n / bs * bs),
+        Some(ByteSize(n)) if (1..=MAX_SIZE).contains(&n) => Ok(n),
         Some(n) => Err(err(
             i,
             "size",
-            format!("must be at least one block ({block_size} bytes), got {n}"),
+            format!("must be from 1 byte to 2^63 - 1 ({MAX_SIZE}), got {}", n.0),
         )),
         None => Err(err(
             i,
@@ -777,6 +838,54 @@ mod tests {
         let mut f = spec("f", BdevKindName::File);
         f.path = Some("/nonexistent/dir/x.img".into());
         assert_eq!(build(&[f]).unwrap_err().field, "path");
+    }
+
+    #[test]
+    fn memory_sizes_are_exact_to_the_byte() {
+        let mut n = spec("n", BdevKindName::Null);
+        n.size = Some(ByteSize(1000));
+        n.block_size = Some(ByteSize(4096));
+        let set = build(&[n.clone(), malloc("m", (1 << 20) + 1)]).expect("odd sizes");
+        assert_eq!(set.get("n").expect("n").size(), 1000);
+        assert_eq!(set.get("m").expect("m").size(), (1 << 20) + 1);
+        for bad in [0, MAX_SIZE + 1, u64::MAX] {
+            n.size = Some(ByteSize(bad));
+            let e = build(&[n.clone()]).unwrap_err();
+            assert_eq!(e.field, "size", "{bad}: {}", e.message);
+        }
+        n.size = Some(ByteSize(MAX_SIZE));
+        assert_eq!(
+            build(&[n]).expect("2^63 - 1").get("n").expect("n").size(),
+            MAX_SIZE
+        );
+    }
+
+    #[test]
+    fn malloc_ram_is_promised_only_up_to_the_machines() {
+        let ram = memory::physical_ram();
+        let mut a = malloc("a", 1 << 30);
+        a.max_resident = Some(ByteSize(ram / 2 + (1 << 20)));
+        // Alone, it may have more than half the RAM; beside the shared half, not.
+        assert!(build(&[a.clone()]).is_ok());
+        let e = build(&[a.clone(), malloc("b", 1 << 30)]).unwrap_err();
+        assert_eq!((e.index, e.field), (1, "size"), "{}", e.message);
+        let e = build(&[malloc("b", 1 << 30), a.clone()]).unwrap_err();
+        assert_eq!((e.index, e.field), (1, "max_resident"), "{}", e.message);
+        a.max_resident = Some(ByteSize(0));
+        assert_eq!(build(&[a]).unwrap_err().field, "max_resident");
+        // Sizes past the RAM are fine: the disk is thin.
+        assert!(build(&[malloc("c", ram * 4), malloc("d", ram * 4)]).is_ok());
+    }
+
+    #[test]
+    fn check_maps_malloc_as_serve_does() {
+        // More address space than x86-64 user space has: refused by both.
+        let huge = malloc("m", 1 << 62);
+        assert_eq!(
+            check(std::slice::from_ref(&huge)).unwrap_err().field,
+            "size"
+        );
+        assert_eq!(build(&[huge]).unwrap_err().field, "size");
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! RAM for malloc bdevs: one lazily allocated anonymous mapping, with an
 //! allocation map in chunks so block status reports holes and trim or
 //! write-zeroes of whole chunks gives the memory back: a 1 GiB export costs
-//! what was written.
+//! what was written. The map is a lazily allocated mapping too, so a large
+//! sparse export costs address space, not RAM, until it is written; and the
+//! written chunks draw on a [`Budget`], so a client writing more than the
+//! RAM it may take gets ENOSPC instead of the OOM killer taking the server.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::{IoOp, IoResult, EXTENT_HOLE};
 
@@ -12,16 +16,91 @@ use crate::{IoOp, IoResult, EXTENT_HOLE};
 /// that a 1 GiB map is 2 KiB of bits.
 const CHUNK: usize = 64 << 10;
 
+/// RAM that written chunks may take: one budget per malloc bdev with a
+/// `max_resident`, one shared by the others. A chunk is charged whole when
+/// first written and refunded when zeroed whole.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    used: AtomicU64,
+    limit: u64,
+}
+
+impl Budget {
+    pub fn new(limit: u64) -> Arc<Budget> {
+        Arc::new(Budget {
+            used: AtomicU64::new(0),
+            limit,
+        })
+    }
+
+    /// Takes one chunk's bytes, if they fit.
+    fn charge(&self) -> bool {
+        let chunk = CHUNK as u64;
+        let before = self.used.fetch_add(chunk, Ordering::AcqRel);
+        if before + chunk > self.limit {
+            self.used.fetch_sub(chunk, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    fn refund(&self) {
+        let before = self.used.fetch_sub(CHUNK as u64, Ordering::AcqRel);
+        debug_assert!(before >= CHUNK as u64, "a chunk refunded twice");
+    }
+
+    /// Bytes charged now.
+    #[cfg(test)]
+    fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Bytes of RAM this machine has (0 if unknown).
+pub(crate) fn physical_ram() -> u64 {
+    // SAFETY: sysconf only reads system values.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    u64::try_from(pages).unwrap_or(0) * u64::try_from(page).unwrap_or(0)
+}
+
+/// `len` bytes of anonymous memory, paid for only when written (reading
+/// an untouched page maps the shared zero page).
+fn map_anon(len: usize) -> io::Result<*mut u8> {
+    // SAFETY: anonymous private mapping, checked below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len.max(1),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(base.cast())
+}
+
 pub(crate) struct MallocMem {
     base: *mut u8,
     len: usize,
-    /// One bit per chunk: set once any byte of it was written. Shared by the
-    /// reactors, hence atomic; a chunk is marked before its data is copied,
-    /// so block status never calls unwritten data a hole.
-    written: Vec<AtomicU64>,
+    /// One bit per chunk, `words` words of them: set once any byte of it
+    /// was written. Shared by the reactors, hence atomic; a chunk is marked
+    /// before its data is copied, so block status never calls unwritten
+    /// data a hole. An unmarked chunk's bytes are all zero.
+    written: *const AtomicU64,
+    words: usize,
+    budget: Arc<Budget>,
 }
 
-// SAFETY: the mapping lives as long as the struct; concurrent IO to
+// SAFETY: the mappings live as long as the struct; concurrent IO to
 // overlapping ranges is the client's business, as on a real disk.
 unsafe impl Send for MallocMem {}
 // SAFETY: see above.
@@ -29,9 +108,10 @@ unsafe impl Sync for MallocMem {}
 
 impl Drop for MallocMem {
     fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping.
+        // SAFETY: unmapping our own mappings.
         unsafe {
-            libc::munmap(self.base.cast(), self.len);
+            libc::munmap(self.base.cast(), self.len.max(1));
+            libc::munmap(self.written as *mut libc::c_void, (self.words * 8).max(1));
         }
     }
 }
@@ -39,46 +119,66 @@ impl Drop for MallocMem {
 const PAGE: usize = 4096;
 
 impl MallocMem {
-    pub fn new(size: u64) -> io::Result<MallocMem> {
+    /// A RAM disk of `size` bytes whose written chunks draw on `budget`.
+    pub fn new(size: u64, budget: Arc<Budget>) -> io::Result<MallocMem> {
         let len = usize::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-        // SAFETY: anonymous private mapping, checked below. NORESERVE: pages
-        // are only paid for when written.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
+        let base = map_anon(len)?;
+        let words = len.div_ceil(CHUNK).div_ceil(64);
+        let written = match map_anon(words * 8) {
+            Ok(w) => w.cast::<AtomicU64>(),
+            Err(e) => {
+                // SAFETY: unmapping the mapping made above.
+                unsafe { libc::munmap(base.cast(), len.max(1)) };
+                return Err(e);
+            }
         };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let chunks = len.div_ceil(CHUNK);
         Ok(MallocMem {
-            base: base.cast(),
+            base,
             len,
-            written: (0..chunks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            written,
+            words,
+            budget,
         })
     }
 
-    fn is_written(&self, chunk: usize) -> bool {
-        self.written[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `words` zero-initialised (all bits clear is a valid
+        // AtomicU64) and page-aligned words, mapped as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.written, self.words) }
     }
 
-    fn mark(&self, offset: usize, len: usize, written: bool) {
+    fn is_written(&self, chunk: usize) -> bool {
+        self.words()[chunk / 64].load(Ordering::Acquire) & (1 << (chunk % 64)) != 0
+    }
+
+    /// Marks the chunks of `offset..offset + len` written, charging the
+    /// budget for each one newly marked: false (ENOSPC) when it has no room
+    /// left. Chunks marked before that stay marked; they read as the zeros
+    /// they hold.
+    fn allocate(&self, offset: usize, len: usize) -> bool {
         debug_assert!(len > 0 && offset + len <= self.len);
         for chunk in offset / CHUNK..=(offset + len - 1) / CHUNK {
+            if self.is_written(chunk) {
+                continue;
+            }
+            if !self.budget.charge() {
+                return false;
+            }
             let bit = 1u64 << (chunk % 64);
-            let word = &self.written[chunk / 64];
-            if written {
-                word.fetch_or(bit, Ordering::AcqRel);
-            } else {
-                word.fetch_and(!bit, Ordering::AcqRel);
+            if self.words()[chunk / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+                // Another reactor's write marked it meanwhile.
+                self.budget.refund();
+            }
+        }
+        true
+    }
+
+    /// Unmarks whole chunks `first..end`, refunding each that was marked.
+    fn release(&self, first: usize, end: usize) {
+        for chunk in first..end {
+            let bit = 1u64 << (chunk % 64);
+            if self.words()[chunk / 64].fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
+                self.budget.refund();
             }
         }
     }
@@ -112,13 +212,7 @@ impl MallocMem {
         // Whole chunks become holes again; their pages go back to the kernel.
         let first_chunk = offset.div_ceil(CHUNK);
         let end_chunk = (offset + len) / CHUNK;
-        if end_chunk > first_chunk {
-            self.mark(
-                first_chunk * CHUNK,
-                (end_chunk - first_chunk) * CHUNK,
-                false,
-            );
-        }
+        self.release(first_chunk, end_chunk);
         // Whole pages go back to the kernel and read as zeros again.
         let first = offset.div_ceil(PAGE) * PAGE;
         let last = (offset + len) / PAGE * PAGE;
@@ -189,8 +283,8 @@ impl MallocMem {
         {
             return IoResult::Err(crate::EINVAL);
         }
-        if matches!(op, IoOp::Write { .. }) && len > 0 {
-            self.mark(at, len as usize, true);
+        if matches!(op, IoOp::Write { .. }) && len > 0 && !self.allocate(at, len as usize) {
+            return IoResult::Err(crate::ENOSPC);
         }
         match op {
             IoOp::Read | IoOp::Write { .. } => {
@@ -226,9 +320,57 @@ mod tests {
         m.execute(IoOp::Write { fua: false }, offset, data.len() as u32, &iov)
     }
 
+    /// Resident set of this process, in bytes.
+    fn rss() -> u64 {
+        let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+        let pages: u64 = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .expect("resident pages");
+        pages * PAGE as u64
+    }
+
+    #[test]
+    fn a_large_sparse_disk_costs_address_space_not_ram() {
+        let before = rss();
+        let m = MallocMem::new(16 << 40, Budget::new(1 << 30)).expect("16 TiB of address space");
+        assert_eq!(m.words, (16usize << 40) / CHUNK / 64);
+        // Reading the map of untouched chunks maps no memory either.
+        let status = m.block_status(8 << 40, u32::MAX);
+        assert_eq!(status, vec![(u32::MAX, EXTENT_HOLE)]);
+        assert_eq!(write(&m, 12 << 40, &mut [1u8; 512]), IoResult::Ok);
+        assert!(rss() < before + (8 << 20), "{} -> {}", before, rss());
+    }
+
+    #[test]
+    fn writes_past_the_budget_fail_with_enospc_until_zeroing_refunds() {
+        let m = MallocMem::new(1 << 20, Budget::new(2 * CHUNK as u64)).expect("map");
+        let mut data = vec![3u8; CHUNK + 1];
+        assert_eq!(write(&m, 0, &mut data), IoResult::Ok, "two chunks fit");
+        assert_eq!(m.budget.used(), 2 * CHUNK as u64);
+        assert_eq!(
+            write(&m, 100, &mut data),
+            IoResult::Ok,
+            "rewrites cost nothing"
+        );
+        let third = 4 * CHUNK as u64;
+        assert_eq!(
+            write(&m, third, &mut [1u8; 1]),
+            IoResult::Err(crate::ENOSPC)
+        );
+        let trim = IoOp::Trim { fua: false };
+        assert_eq!(m.execute(trim, 0, CHUNK as u32, &[]), IoResult::Ok);
+        assert_eq!(m.budget.used(), CHUNK as u64, "a whole chunk refunded");
+        assert_eq!(write(&m, third, &mut [1u8; 1]), IoResult::Ok);
+        // A partly zeroed chunk stays written and charged.
+        assert_eq!(m.execute(trim, third, 1, &[]), IoResult::Ok);
+        assert_eq!(m.budget.used(), 2 * CHUNK as u64);
+    }
+
     #[test]
     fn only_wholly_written_ranges_are_lent() {
-        let m = MallocMem::new(1 << 20).expect("map");
+        let m = MallocMem::new(1 << 20, Budget::new(1 << 20)).expect("map");
         let chunk = CHUNK as u32;
         assert!(m.lend(0, 4096).is_none(), "a hole");
         let mut data = vec![9u8; CHUNK];
@@ -245,7 +387,7 @@ mod tests {
 
     #[test]
     fn written_chunks_are_data_and_the_rest_holes() {
-        let m = MallocMem::new(1 << 20).expect("map");
+        let m = MallocMem::new(1 << 20, Budget::new(1 << 20)).expect("map");
         let whole = 1u32 << 20;
         assert_eq!(m.block_status(0, whole), vec![(whole, EXTENT_HOLE)]);
         assert_eq!(write(&m, 100_000, &mut [7u8; 10]), IoResult::Ok);
@@ -264,7 +406,7 @@ mod tests {
 
     #[test]
     fn zeroing_whole_chunks_makes_holes_again_partial_ones_stay_data() {
-        let m = MallocMem::new(1 << 20).expect("map");
+        let m = MallocMem::new(1 << 20, Budget::new(1 << 20)).expect("map");
         let chunk = CHUNK as u32;
         assert_eq!(write(&m, 0, &mut vec![1u8; 3 * CHUNK]), IoResult::Ok);
         let zero = IoOp::WriteZeroes {
@@ -290,7 +432,7 @@ mod tests {
 
     #[test]
     fn reads_across_holes_and_data_see_zeros_and_the_written_bytes() {
-        let m = MallocMem::new(1 << 20).expect("map");
+        let m = MallocMem::new(1 << 20, Budget::new(1 << 20)).expect("map");
         let at = CHUNK - 3;
         assert_eq!(write(&m, at as u64, &mut [5u8; 6]), IoResult::Ok);
         // Chunk 0 was never written; one that was, and was then zeroed by

@@ -186,6 +186,39 @@ fn file_of_odd_size_is_served_to_its_last_byte() {
     server.assert_quiescent(256);
 }
 
+/// RAM and null bdevs of a size that is no multiple of 512 (nor of their
+/// block size) are served at that size, as a file bdev is: nbdinfo sees
+/// it, and the last byte is written and read back.
+#[test]
+fn malloc_and_null_of_odd_size_are_served_exactly() {
+    require("nbdinfo", "libnbd-bin");
+    let body = "[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = 1000001\nblock_size = 4096\n\
+                [[bdev]]\nname = \"n\"\nkind = \"null\"\nsize = 777\n\
+                [[export]]\nname = \"default\"\nbdev = \"m\"\n\
+                [[export]]\nname = \"null\"\nbdev = \"n\"\n";
+    let server = Server::start(body);
+    for (export, len) in [("default", 1_000_001u64), ("null", 777)] {
+        let out = run(
+            Command::new("nbdinfo")
+                .arg("--size")
+                .arg(server.unix_uri(export)),
+            LIMIT,
+        );
+        let size = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(size, len.to_string(), "{export}");
+    }
+    let mut c = raw_unix(&server, "default");
+    c.request(1, 0, 1, 1_000_000, 1);
+    c.s.write_all(b"Z").expect("payload");
+    assert_eq!(c.simple_reply(), (0, 1), "write of the last byte");
+    c.request(0, 0, 2, 999_999, 2);
+    assert_eq!(c.simple_reply(), (0, 2), "read of the last bytes");
+    assert_eq!(c.read_exact(2), [0, b'Z']);
+    c.request(0, 0, 3, 999_999, 3);
+    assert_eq!(c.simple_reply().0, proto::EINVAL, "past the end");
+    server.assert_quiescent(256);
+}
+
 #[test]
 fn fio_verify_file_bdev_over_tcp_and_unix() {
     require("fio", "fio");

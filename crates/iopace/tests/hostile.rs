@@ -198,3 +198,31 @@ fn fast_zero_that_could_only_write_zeros_gets_enotsup() {
     assert_eq!(c.simple_reply(), (0, 3), "NO_HOLE alone writes zeros");
     server.assert_quiescent(256);
 }
+
+/// A RAM disk larger than the RAM it may take (`max_resident`) is thin:
+/// writes that need more get ENOSPC, the server keeps serving, and
+/// trimming gives the RAM back.
+#[test]
+fn a_full_ram_disk_answers_enospc_and_trim_makes_room() {
+    let body = "[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"64GiB\"\n\
+                max_resident = \"1MiB\"\n\
+                [[export]]\nname = \"default\"\nbdev = \"m\"\n";
+    let server = Server::start(body);
+    let mut c = raw_unix(&server, "default");
+    let mib = vec![7u8; 1 << 20];
+    c.request(CMD_WRITE, 0, 1, 0, 1 << 20);
+    c.s.write_all(&mib).expect("payload");
+    assert_eq!(c.simple_reply(), (0, 1), "1 MiB fits");
+    c.request(CMD_WRITE, 0, 2, 32 << 30, 4096);
+    c.s.write_all(&mib[..4096]).expect("payload");
+    assert_eq!(c.simple_reply(), (ENOSPC, 2), "no RAM left for it");
+    c.request(CMD_TRIM, 0, 3, 0, 1 << 20);
+    assert_eq!(c.simple_reply(), (0, 3));
+    c.request(CMD_WRITE, 0, 4, 32 << 30, 4096);
+    c.s.write_all(&mib[..4096]).expect("payload");
+    assert_eq!(c.simple_reply(), (0, 4), "room again after the trim");
+    c.request(CMD_READ, 0, 5, 32 << 30, 4096);
+    assert_eq!(c.simple_reply(), (0, 5));
+    assert_eq!(c.read_exact(4096), mib[..4096]);
+    server.assert_quiescent(256);
+}

@@ -108,6 +108,7 @@ fn check_creates_nothing() {
 #[test]
 fn absurd_values_and_odd_files_exit_2_quickly() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("s.sock").display().to_string();
     for (config, args, needle) in [
         (
             format!("[server]\nmax_requests_per_reactor = 1000000000\n{NULL_EXPORT}"),
@@ -156,6 +157,30 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
             NULL_EXPORT.to_string(),
             vec!["--check", "--unix", "/nonexistent-dir/nbd.sock"],
             "--unix",
+        ),
+        // Sizes no NBD client takes, RAM disks no address space holds (in
+        // --check as when serving), and RAM no machine here has.
+        (
+            NULL_EXPORT.replace("1MiB", "8388608T"),
+            vec!["--check"],
+            "c.toml:4: field `bdev.size`",
+        ),
+        (
+            NULL_EXPORT.replace("null", "malloc").replace("1MiB", "4194304T"),
+            vec!["--check"],
+            "c.toml:4: field `bdev.size`: cannot map 4194304TiB of address space",
+        ),
+        (
+            NULL_EXPORT.replace("null", "malloc").replace("1MiB", "4194304T"),
+            vec!["--tcp", "none", "--unix", &sock, "--rpc", "none"],
+            "c.toml:4: field `bdev.size`: cannot map",
+        ),
+        (
+            NULL_EXPORT
+                .replace("null", "malloc")
+                .replace("size = \"1MiB\"", "size = \"1MiB\"\nmax_resident = \"1000000T\""),
+            vec!["--check"],
+            "c.toml:5: field `bdev.max_resident`",
         ),
     ] {
         let out = serve_once(&args, &config, dir.path());
