@@ -413,6 +413,9 @@ fn build_as(specs: &[BdevSpec], mode: BuildMode) -> Result<BdevSet, BuildError> 
             return Err(err(i, "name", format!("duplicate bdev name `{}`", s.name)));
         }
     }
+    for (i, s) in specs.iter().enumerate() {
+        check_fields(s, i)?;
+    }
     let mut b = Builder {
         specs,
         mode,
@@ -705,6 +708,50 @@ impl Builder<'_> {
     }
 }
 
+/// A field set that the bdev's kind does not use is an error, not ignored:
+/// `size` on a split or `max_resident` on a null says the config means
+/// something it does not get.
+fn check_fields(s: &BdevSpec, i: usize) -> Result<(), BuildError> {
+    use BdevKindName::*;
+    let set = [
+        ("base", s.base.is_some(), &[Split, Delay, Model][..]),
+        ("size", s.size.is_some(), &[Null, Malloc, File]),
+        ("block_size", s.block_size.is_some(), &[Null, Malloc, File]),
+        ("max_resident", s.max_resident.is_some(), &[Malloc]),
+        ("path", s.path.is_some(), &[File]),
+        ("direct", s.direct.is_some(), &[File]),
+        ("parts", s.parts.is_some(), &[Split]),
+        ("pattern", s.pattern.is_some(), &[Null]),
+        ("read_avg_us", s.read_avg_us.is_some(), &[Delay]),
+        ("read_p99_us", s.read_p99_us.is_some(), &[Delay]),
+        ("write_avg_us", s.write_avg_us.is_some(), &[Delay]),
+        ("write_p99_us", s.write_p99_us.is_some(), &[Delay]),
+        ("cost", s.cost.is_some(), &[Model]),
+        ("latency_us", s.latency_us.is_some(), &[Model]),
+        ("channels", s.channels.is_some(), &[Model]),
+        ("knee_qd", s.knee_qd.is_some(), &[Model]),
+        ("knee_us", s.knee_us.is_some(), &[Model]),
+    ];
+    match set
+        .iter()
+        .find(|(_, given, kinds)| *given && !kinds.contains(&s.kind))
+    {
+        Some((field, _, kinds)) => {
+            let takers: Vec<&str> = kinds.iter().map(|k| kind_name(*k)).collect();
+            Err(err(
+                i,
+                field,
+                format!(
+                    "a {} bdev has no `{field}` (only {} bdevs do)",
+                    kind_name(s.kind),
+                    takers.join(", ")
+                ),
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
 /// RAM-like leaves (null, malloc, a checked file) do everything at once.
 const MEM_CAPS: Caps = Caps {
     flush: true,
@@ -886,6 +933,25 @@ mod tests {
             "size"
         );
         assert_eq!(build(&[huge]).unwrap_err().field, "size");
+    }
+
+    #[test]
+    fn fields_of_other_kinds_are_errors() {
+        let mut m = malloc("m", 1 << 20);
+        m.path = Some("/tmp/x".into());
+        let e = build(&[m]).unwrap_err();
+        assert_eq!((e.index, e.field), (0, "path"));
+        assert!(e.message.contains("only file bdevs"), "{}", e.message);
+        let mut n = spec("n", BdevKindName::Null);
+        n.size = Some(ByteSize(1 << 20));
+        n.max_resident = Some(ByteSize(1 << 20));
+        assert_eq!(check(&[n]).unwrap_err().field, "max_resident");
+        let mut sp = spec("s", BdevKindName::Split);
+        sp.base = Some("m".into());
+        sp.parts = Some(2);
+        sp.size = Some(ByteSize(1 << 20));
+        let e = build(&[malloc("m", 1 << 20), sp]).unwrap_err();
+        assert_eq!((e.index, e.field), (1, "size"));
     }
 
     #[test]

@@ -159,7 +159,8 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
             "--unix",
         ),
         // Sizes no NBD client takes, RAM disks no address space holds (in
-        // --check as when serving), and RAM no machine here has.
+        // --check as when serving), RAM no machine here has, and fields
+        // the bdev's kind does not use.
         (
             NULL_EXPORT.replace("1MiB", "8388608T"),
             vec!["--check"],
@@ -181,6 +182,11 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
                 .replace("size = \"1MiB\"", "size = \"1MiB\"\nmax_resident = \"1000000T\""),
             vec!["--check"],
             "c.toml:5: field `bdev.max_resident`",
+        ),
+        (
+            NULL_EXPORT.replace("size = \"1MiB\"", "size = \"1MiB\"\nmax_resident = \"1M\""),
+            vec!["--check"],
+            "c.toml:5: field `bdev.max_resident`: a null bdev has no `max_resident`",
         ),
     ] {
         let out = serve_once(&args, &config, dir.path());
