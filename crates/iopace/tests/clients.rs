@@ -219,6 +219,31 @@ fn malloc_and_null_of_odd_size_are_served_exactly() {
     server.assert_quiescent(256);
 }
 
+/// The block sizes advertised are ones libnbd accepts: a 64 KiB block
+/// device with a 16 KiB maximum request prefers 16 KiB (a preferred size
+/// past the maximum made libnbd drop every constraint, the maximum too).
+#[test]
+fn advertised_block_sizes_are_consistent() {
+    require("nbdinfo", "libnbd-bin");
+    let body =
+        "[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"16MiB\"\nblock_size = \"64KiB\"\n\
+                [[export]]\nname = \"default\"\nbdev = \"m\"\n";
+    let buffers = "num_shared_buffers = 64\nmax_request_size = \"16KiB\"";
+    let server = Server::start_with(body, buffers);
+    let out = run(
+        Command::new("nbdinfo").arg(server.unix_uri("default")),
+        LIMIT,
+    );
+    let info = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "block_size_minimum: 1",
+        "block_size_preferred: 16384",
+        "block_size_maximum: 16384",
+    ] {
+        assert!(info.contains(line), "{line}:\n{info}");
+    }
+}
+
 #[test]
 fn fio_verify_file_bdev_over_tcp_and_unix() {
     require("fio", "fio");

@@ -141,8 +141,35 @@ fn export_info(e: &crate::config::ExportConfig, dev: &Bdev, max_block: u32) -> E
         can_cache: true,
         rotational: caps.rotational,
         min_block: 1,
-        pref_block: dev.block_size().max(4096),
+        pref_block: preferred_block(dev.block_size(), max_block),
         max_block,
+    }
+}
+
+/// The preferred block size: the device's block, at least a page, and a
+/// power of two no larger than the maximum block size. Past the maximum,
+/// libnbd (nbdinfo, nbdcopy, fio's nbd engine) drops every constraint of
+/// the reply as inconsistent, the maximum included, and may then send
+/// requests the server refuses with EOVERFLOW.
+fn preferred_block(block_size: u32, max_block: u32) -> u32 {
+    debug_assert!(max_block >= 4096, "max_request_size is at least 4 KiB");
+    let cap = 1u32 << max_block.max(1).ilog2();
+    let pref = block_size.max(4096).min(cap);
+    debug_assert!(pref.is_power_of_two() && pref <= max_block);
+    pref
+}
+
+#[cfg(test)]
+mod tests {
+    use super::preferred_block;
+
+    #[test]
+    fn preferred_block_is_a_power_of_two_within_the_maximum() {
+        assert_eq!(preferred_block(512, 64 << 20), 4096);
+        assert_eq!(preferred_block(65536, 64 << 20), 65536);
+        assert_eq!(preferred_block(65536, 4096), 4096);
+        assert_eq!(preferred_block(65536, 12 << 10), 8192);
+        assert_eq!(preferred_block(4096, u32::MAX - 4095), 4096);
     }
 }
 
