@@ -28,6 +28,9 @@ pub const DEFAULT_CONFIG_NAME: &str = "<embedded default config>";
 /// `[buffers] max_request_size` says otherwise.
 pub const DEFAULT_MAX_REQUEST_BYTES: u32 = 64 << 20;
 
+/// The most exports one server serves (their index is 16 bits).
+pub const MAX_EXPORTS: usize = 1 << 16;
+
 /// The most `max_request_size` may be: the 32-bit length of a compact
 /// request, rounded down to 4 KiB.
 pub const MAX_REQUEST_LIMIT: u32 = 0xffff_f000;
@@ -537,6 +540,12 @@ impl LoadedConfig {
                 message: "no [[export]] defined".into(),
             });
         }
+        // Engines tag requests with a 16-bit export index: one more export
+        // would be served from another's bdev.
+        if c.exports.len() > MAX_EXPORTS {
+            let msg = format!("more than {MAX_EXPORTS} exports");
+            return Err(self.error_at("export", MAX_EXPORTS, "name", msg));
+        }
         for (i, e) in c.exports.iter().enumerate() {
             if e.name.len() > 4096 {
                 return Err(self.error_at("export", i, "name", "longer than 4096 bytes".into()));
@@ -714,6 +723,17 @@ mod tests {
         let c = Config::load(None).expect("default config");
         assert_eq!(c.config.exports.len(), 3);
         assert_eq!(c.max_request_bytes(), DEFAULT_MAX_REQUEST_BYTES);
+    }
+
+    #[test]
+    fn more_exports_than_their_16_bit_index_is_an_error() {
+        let mut text = String::from("[[bdev]]\nname = \"n\"\nkind = \"null\"\nsize = 4096\n");
+        for i in 0..=MAX_EXPORTS {
+            text.push_str(&format!("[[export]]\nname = \"e{i}\"\nbdev = \"n\"\n"));
+        }
+        let e = Config::parse(&text, "x.toml").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("export.name"), "{e:?}");
+        assert_eq!(e.line, Some(5 + 3 * MAX_EXPORTS + 1), "{e:?}");
     }
 
     #[test]

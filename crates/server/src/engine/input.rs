@@ -117,7 +117,13 @@ impl Engine {
         let step = match status {
             HandshakeStatus::Negotiating => Step::Stop,
             HandshakeStatus::Done(neg) => {
-                let export = neg.export_index as u16;
+                // The config holds at most MAX_EXPORTS exports.
+                debug_assert!(neg.export_index < crate::config::MAX_EXPORTS);
+                let Ok(export) = u16::try_from(neg.export_index) else {
+                    c.ending(EndReason::HandshakeEnded);
+                    c.set_input(Input::Ended);
+                    return Step::Stop;
+                };
                 c.phase = Phase::Transmission { export, neg };
                 c.set_input(Input::Headers);
                 Step::Again
