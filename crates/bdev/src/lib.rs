@@ -660,8 +660,11 @@ impl Builder<'_> {
 
     fn make_split(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
         let parts = match self.specs[i].parts {
-            Some(p) if p >= 1 => p,
-            _ => return Err(err(i, "parts", "a split bdev needs parts >= 1")),
+            Some(p) if (1..=MAX_PARTS).contains(&p) => p,
+            _ => {
+                let msg = format!("a split bdev needs parts from 1 to {MAX_PARTS}");
+                return Err(err(i, "parts", msg));
+            }
         };
         let base = self.base_of(i)?;
         let bs = u64::from(base.block_size);
@@ -751,6 +754,10 @@ fn check_fields(s: &BdevSpec, i: usize) -> Result<(), BuildError> {
         None => Ok(()),
     }
 }
+
+/// Most parts of one split: each is a bdev of its own, built at start
+/// (4 billion of them took the machine's memory).
+pub const MAX_PARTS: u32 = 4096;
 
 /// RAM-like leaves (null, malloc, a checked file) do everything at once.
 const MEM_CAPS: Caps = Caps {
@@ -878,9 +885,13 @@ mod tests {
         s.base = Some("m".into());
         s.parts = Some(0);
         assert_eq!(
-            build(&[malloc("m", 1 << 20), s]).unwrap_err().field,
+            build(&[malloc("m", 1 << 20), s.clone()]).unwrap_err().field,
             "parts"
         );
+        s.parts = Some(u32::MAX);
+        let mut n = spec("m", BdevKindName::Null);
+        n.size = Some(ByteSize(MAX_SIZE));
+        assert_eq!(build(&[n, s]).unwrap_err().field, "parts");
 
         let mut f = spec("f", BdevKindName::File);
         f.path = Some("/nonexistent/dir/x.img".into());
