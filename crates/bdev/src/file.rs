@@ -176,6 +176,9 @@ fn lock_exclusive(f: &File) -> io::Result<()> {
 }
 
 impl FileLeaf {
+    /// Opens (with a `size`, creates or extends) the image at `path`. A
+    /// file this call created is removed again if it cannot be served, so
+    /// a failed start leaves nothing behind.
     pub fn open(path: &str, size: Option<u64>, mode: DirectMode) -> io::Result<FileLeaf> {
         let exists = std::path::Path::new(path).exists();
         let buffered = OpenOptions::new()
@@ -184,6 +187,19 @@ impl FileLeaf {
             .create(size.is_some() && !exists)
             .truncate(false)
             .open(path)?;
+        let opened = Self::open_from(buffered, path, size, mode);
+        if opened.is_err() && !exists {
+            let _ = std::fs::remove_file(path);
+        }
+        opened
+    }
+
+    fn open_from(
+        buffered: File,
+        path: &str,
+        size: Option<u64>,
+        mode: DirectMode,
+    ) -> io::Result<FileLeaf> {
         let ft = buffered.metadata()?.file_type();
         let block_device = ft.is_block_device();
         if !block_device && !ft.is_file() {
@@ -679,6 +695,20 @@ mod tests {
         assert_eq!(run(&f, op(false, true), 0, &mut z), IoResult::Err(ENOTSUP));
         assert_eq!(run(&f, op(true, true), 0, &mut z), IoResult::Ok);
         assert_eq!(run(&f, op(false, false), 0, &mut z), IoResult::Ok);
+    }
+
+    #[test]
+    fn a_file_it_created_and_cannot_serve_is_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("new.img");
+        let path = path.to_str().expect("utf8");
+        // Past what any filesystem holds: set_len fails after the create.
+        assert!(FileLeaf::open(path, Some(i64::MAX as u64), DirectMode::Off).is_err());
+        assert!(!std::path::Path::new(path).exists(), "left behind");
+        // A file that was there stays, whatever happens.
+        std::fs::write(path, [1u8; 4096]).expect("write");
+        assert!(FileLeaf::open(path, Some(i64::MAX as u64), DirectMode::Off).is_err());
+        assert_eq!(std::fs::metadata(path).expect("kept").len(), 4096);
     }
 
     #[test]

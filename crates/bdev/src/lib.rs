@@ -629,6 +629,9 @@ impl Builder<'_> {
             return Err(err(i, "path", "a file bdev needs a path"));
         };
         let size = s.size.map(|b| b.0);
+        if let Some(n) = size {
+            within_max_size(n, i)?;
+        }
         if let Some(current) = file::larger_than(path, size) {
             return Err(err(
                 i,
@@ -790,18 +793,24 @@ pub const MAX_SIZE: u64 = i64::MAX as u64;
 /// [`MAX_SIZE`].
 fn sized(s: &BdevSpec, i: usize) -> Result<u64, BuildError> {
     match s.size {
-        Some(ByteSize(n)) if (1..=MAX_SIZE).contains(&n) => Ok(n),
-        Some(n) => Err(err(
-            i,
-            "size",
-            format!("must be from 1 byte to 2^63 - 1 ({MAX_SIZE}), got {}", n.0),
-        )),
+        Some(ByteSize(0)) => Err(err(i, "size", "must be at least 1 byte")),
+        Some(ByteSize(n)) => within_max_size(n, i),
         None => Err(err(
             i,
             "size",
             format!("a {} bdev needs a size", kind_name(s.kind)),
         )),
     }
+}
+
+/// `n`, if no larger than [`MAX_SIZE`].
+fn within_max_size(n: u64, i: usize) -> Result<u64, BuildError> {
+    if n > MAX_SIZE {
+        let msg =
+            format!("{n} bytes is more than 2^63 - 1 ({MAX_SIZE}), the most NBD clients take");
+        return Err(err(i, "size", msg));
+    }
+    Ok(n)
 }
 
 fn leaf_bdev(s: &BdevSpec, block_size: u32, leaf: Leaf, size: u64, caps: Caps) -> Arc<Bdev> {

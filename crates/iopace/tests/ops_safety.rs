@@ -109,6 +109,11 @@ fn check_creates_nothing() {
 fn absurd_values_and_odd_files_exit_2_quickly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("s.sock").display().to_string();
+    let huge_file = format!(
+        "[[bdev]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = \"8388608T\"\n\
+         [[export]]\nname = \"default\"\nbdev = \"f\"\n",
+        dir.path().join("huge.img").display()
+    );
     for (config, args, needle) in [
         (
             format!("[server]\nmax_requests_per_reactor = 1000000000\n{NULL_EXPORT}"),
@@ -167,6 +172,16 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
             "c.toml:4: field `bdev.size`",
         ),
         (
+            huge_file.clone(),
+            vec!["--check"],
+            "c.toml:5: field `bdev.size`",
+        ),
+        (
+            huge_file,
+            vec!["--tcp", "none", "--unix", &sock, "--rpc", "none"],
+            "c.toml:5: field `bdev.size`",
+        ),
+        (
             NULL_EXPORT.replace("null", "malloc").replace("1MiB", "4194304T"),
             vec!["--check"],
             "c.toml:4: field `bdev.size`: cannot map 4194304TiB of address space",
@@ -193,6 +208,10 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
         assert!(stderr(&out).contains(needle), "{needle}: {}", stderr(&out));
     }
+    assert!(
+        !dir.path().join("huge.img").exists(),
+        "a failed start created it"
+    );
     let start = Instant::now();
     let out = Command::new(BIN)
         .args(["serve", "--config", "/dev/urandom"])
