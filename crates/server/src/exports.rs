@@ -159,20 +159,6 @@ fn preferred_block(block_size: u32, max_block: u32) -> u32 {
     pref
 }
 
-#[cfg(test)]
-mod tests {
-    use super::preferred_block;
-
-    #[test]
-    fn preferred_block_is_a_power_of_two_within_the_maximum() {
-        assert_eq!(preferred_block(512, 64 << 20), 4096);
-        assert_eq!(preferred_block(65536, 64 << 20), 65536);
-        assert_eq!(preferred_block(65536, 4096), 4096);
-        assert_eq!(preferred_block(65536, 12 << 10), 8192);
-        assert_eq!(preferred_block(4096, u32::MAX - 4095), 4096);
-    }
-}
-
 /// The pacer's device queue for bdev `name`: one per bdev, shared by its
 /// exports, with its cost model (config, then the results database, then
 /// the kind's default) and latency targets.
@@ -220,4 +206,18 @@ fn tenant_index(pacing: &mut PacingConfig, name: &str) -> usize {
     }
     pacing.tenants.push(TenantConfig::new("default", 1.0));
     pacing.tenants.len() - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::preferred_block;
+
+    #[test]
+    fn preferred_block_is_a_power_of_two_within_the_maximum() {
+        assert_eq!(preferred_block(512, 64 << 20), 4096);
+        assert_eq!(preferred_block(65536, 64 << 20), 65536);
+        assert_eq!(preferred_block(65536, 4096), 4096);
+        assert_eq!(preferred_block(65536, 12 << 10), 8192);
+        assert_eq!(preferred_block(4096, u32::MAX - 4095), 4096);
+    }
 }
