@@ -526,7 +526,12 @@ impl Builder<'_> {
     /// machine has: past it, the OOM killer, not ENOSPC, would answer.
     fn malloc_budget(&mut self, i: usize) -> Result<Arc<Budget>, BuildError> {
         let ram = &mut self.ram;
-        let half = ram.machine / 2;
+        // RAM unknown (sysconf failed): the shared budget is unbounded, not
+        // zero, which would refuse every write.
+        let half = match ram.machine {
+            0 => u64::MAX,
+            m => m / 2,
+        };
         let budget = match self.specs[i].max_resident {
             Some(ByteSize(0)) => return Err(err(i, "max_resident", "must be more than 0")),
             Some(ByteSize(n)) => {
@@ -535,7 +540,10 @@ impl Builder<'_> {
             }
             None => ram.shared.get_or_insert_with(|| Budget::new(half)).clone(),
         };
-        let shared = if ram.shared.is_some() { half } else { 0 };
+        let shared = match &ram.shared {
+            Some(_) if ram.machine > 0 => half,
+            _ => 0,
+        };
         if ram.machine > 0 && ram.own.saturating_add(shared) > ram.machine {
             let field = match self.specs[i].max_resident {
                 Some(_) => "max_resident",

@@ -37,7 +37,7 @@ impl Budget {
     fn charge(&self) -> bool {
         let chunk = CHUNK as u64;
         let before = self.used.fetch_add(chunk, Ordering::AcqRel);
-        if before + chunk > self.limit {
+        if before.saturating_add(chunk) > self.limit {
             self.used.fetch_sub(chunk, Ordering::AcqRel);
             return false;
         }
