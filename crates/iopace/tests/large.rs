@@ -394,7 +394,23 @@ fn qemu_io_with_extended_headers_reads_back_large_requests() {
 #[test]
 fn qemu_io_zeroes_5_gib_in_one_request() {
     require("qemu-io", "qemu-utils");
-    let server = Server::start_with(BIG_MALLOC, SMALL_POOL);
+    // RAM, and a sparse file on a disk filesystem (its pieces go through
+    // io_uring's fallocate).
+    let img = tempfile::Builder::new()
+        .prefix("iopace-it-zero")
+        .tempfile_in("/var/tmp")
+        .expect("temp file on a disk filesystem");
+    let file = format!(
+        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"8GiB\"\n\n\
+         [[export]]\nname = \"default\"\nbdev = \"f0\"\n",
+        img.path().display()
+    );
+    for body in [BIG_MALLOC, &file] {
+        qemu_io_zeroes_5_gib(&Server::start_with(body, SMALL_POOL));
+    }
+}
+
+fn qemu_io_zeroes_5_gib(server: &Server) {
     // -n: one request, no fallback to writing zeros (qemu-io's limit of
     // 2 GiB per command applies only without it).
     let cmds = [
@@ -407,7 +423,7 @@ fn qemu_io_zeroes_5_gib_in_one_request() {
         "write -z -u -n 0 5G",
         "read -P 0 4G 4k",
     ];
-    let (stdout, stderr) = qemu_io(&server, "nbd_send_request", &cmds);
+    let (stdout, stderr) = qemu_io(server, "nbd_send_request", &cmds);
     let zeroes = ".len = 5368709120, .cookie = 1, .flags = 0x1";
     assert_eq!(
         stderr.matches(zeroes).count(),
