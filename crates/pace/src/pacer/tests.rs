@@ -451,13 +451,8 @@ fn a_device_under_a_latency_target_waits_for_budget_and_says_when() {
     assert_eq!(on0, 1, "{out:?}");
     assert!(on1 >= 1, "{out:?}");
     let wake = p.next_wakeup(0).expect("device 0 waits for budget");
-    // When the IO it took is paid and a batch banked on top.
     let one_io = cost.cost(IoKind::Read, K128, false) as Nanos;
-    let batch = super::qos::batch_ns(1.0) as Nanos;
-    assert!(
-        wake > 0 && wake <= one_io + batch,
-        "wake {wake}, one IO {one_io}, batch {batch}"
-    );
+    assert!(wake > 0 && wake <= one_io, "wake {wake}, one IO {one_io}");
     assert_eq!(p.stats(0).vrates, vec![1.0, 1.0]);
 }
 
