@@ -114,5 +114,10 @@ fn tune_served_measures_through_the_server_at_each_vrate() {
     assert!((target / solo - 2.0).abs() < 1e-9, "{iso}");
     assert!(out.join("served/solo/served.toml").exists());
     let stdout = String::from_utf8_lossy(&done.stdout);
-    assert!(stdout.contains("period_ms = 1"), "{stdout}");
+    // The snippet holds vrate at the point: min = max, no latency target.
+    let v = iso["vrate"].as_f64().expect("vrate");
+    assert!(
+        stdout.contains(&format!("[qos.dev]\nmin = {v:.1}\nmax = {v:.1}\n")),
+        "{stdout}"
+    );
 }

@@ -51,32 +51,14 @@ pub struct Outcome {
     pub cpu_us_per_io: Option<f64>,
 }
 
-/// The `[qos.BDEV]` that holds vrate at `vrate` percent, as `iopace serve`
-/// bounds it (`min` <= 100 <= `max`): below 100% a target every read misses
-/// (vrate falls to `min`), from 100% one none misses (it rises to `max`
-/// while IO waits for budget). A 1 ms period gets there within ~40 ms.
+/// The `[qos.BDEV]` that holds vrate at `vrate` percent: `min` = `max` =
+/// `vrate`, no latency target (vrate starts there and stays).
 pub fn pinned_qos(vrate: f64) -> toml::Table {
-    let (rlat_us, min, max) = hold_bounds(vrate);
     let mut t = toml::Table::new();
-    t.insert("rpct".into(), 99.0.into());
-    t.insert("rlat_us".into(), rlat_us.into());
-    t.insert("min".into(), min.into());
-    t.insert("max".into(), max.into());
-    t.insert("period_ms".into(), HOLD_PERIOD_MS.into());
+    t.insert("min".into(), vrate.into());
+    t.insert("max".into(), vrate.into());
     t
 }
-
-/// `rlat_us`, `min` and `max` of [`pinned_qos`].
-pub fn hold_bounds(vrate: f64) -> (f64, f64, f64) {
-    if vrate < 100.0 {
-        (1.0, vrate, 100.0)
-    } else {
-        (1e7, 100.0, vrate)
-    }
-}
-
-/// The QoS period of a held vrate, ms.
-pub const HOLD_PERIOD_MS: f64 = 1.0;
 
 /// The config one run serves: `base` without its exports, listeners'
 /// extras (metrics) and latency targets; the two exports of `bdev` in two
@@ -349,7 +331,7 @@ mod tests {
         assert!(c.server.metrics.is_none(), "{text}");
         assert_eq!(c.cost.get("disk"), Some(&CostModel::default()));
         let q = c.qos.get("disk").expect("qos");
-        assert_eq!((q.rlat_us, q.min, q.max), (1.0, 50.0, 100.0));
+        assert_eq!((q.rpct, q.min, q.max), (0.0, 50.0, 50.0));
         // Untuned: no latency target, not even the user's.
         let text = served_config(&base(), "disk", CostModel::default(), None).expect("config");
         let loaded = server::Config::parse(&text, "served.toml").expect("valid config");
@@ -361,13 +343,15 @@ mod tests {
         let q: pace::pacer::QosConfig = toml::Value::Table(pinned_qos(160.0))
             .try_into()
             .expect("qos");
-        assert_eq!((q.min, q.max), (100.0, 160.0));
+        assert_eq!((q.min, q.max), (160.0, 160.0));
         assert!(q.validate().is_ok());
         let q: pace::pacer::QosConfig = toml::Value::Table(pinned_qos(30.0))
             .try_into()
             .expect("qos");
-        assert_eq!((q.min, q.max, q.rlat_us), (30.0, 100.0, 1.0));
+        assert_eq!((q.min, q.max, q.rpct, q.wpct), (30.0, 30.0, 0.0, 0.0));
         assert!(q.validate().is_ok());
+        let held = pace::pacer::DeviceQos::new(&[Some(q)], 0);
+        assert!((held.vrate(0) - 0.3).abs() < 1e-12);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use pace::pacer::{CostModel, IoKind};
 use crate::converge::StopRule;
 use crate::driver::{measure_jobs, Job, JobStats, Throttle, Workload};
 use crate::report::slug;
-use crate::served::{hold_bounds, pinned_qos, Served, HOLD_PERIOD_MS};
+use crate::served::{pinned_qos, Served};
 use crate::{ProbeError, Target};
 
 /// vrates tried, in percent of the cost model's rate, highest first.
@@ -71,17 +71,15 @@ impl TunePoint {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Solution {
     pub name: String,
+    /// The vrate the solution holds (`[qos]` `min` = `max` = it): tune
+    /// measured the device only at held vrates, and the QoS loop's latency
+    /// target is the p99 of every read at the device, which it did not
+    /// measure, so a solution names no target for the loop to chase.
     pub vrate: f64,
-    pub rlat_us: f64,
-    pub min: f64,
-    pub max: f64,
-    /// The QoS period, where the solution sets one (a held vrate).
-    #[serde(default)]
-    pub period_ms: Option<f64>,
     /// The QD 1 probe's p99 the solution was chosen to keep (isolation).
     #[serde(default)]
     pub probe_target_us: Option<f64>,
-    /// The probe's p99 measured at the solution's point (isolation).
+    /// The probe's p99 measured at the point nearest the solution's vrate.
     #[serde(default)]
     pub probe_p99_us: Option<f64>,
 }
@@ -349,37 +347,23 @@ pub fn bandwidth_knee(points: &[(f64, f64, f64)]) -> Option<f64> {
     Some(level / slope)
 }
 
-/// The isolation solution's vrate and the highest vrate its budget may
-/// reach: the point that keeps the probe within `factor` of solo with the
-/// most adversary bandwidth (not the highest such vrate, nor one capped at
-/// the bandwidth knee: a budget below a point that was measured to isolate
-/// with more bandwidth binds the device for nothing), and the top of the
-/// run of isolating points above it (up to there more budget was measured
-/// not to cost isolation; the latency target holds vrate below it, and a
-/// cost model that underrates the device is corrected up to it). With no
-/// point isolating, the lowest vrate, alone.
-pub fn isolation_point(points: &[TunePoint], factor: f64) -> Option<(f64, f64)> {
+/// The isolation solution's vrate: the point that keeps the probe within
+/// `factor` of solo with the most adversary bandwidth (not the highest such
+/// vrate, nor one capped at the bandwidth knee: a budget below a point that
+/// was measured to isolate with more bandwidth binds the device for
+/// nothing). With no point isolating, the lowest vrate.
+pub fn isolation_point(points: &[TunePoint], factor: f64) -> Option<f64> {
     let isolates = |p: &&TunePoint| p.isolation <= factor;
-    let Some(best) = points.iter().filter(isolates).max_by(|a, b| {
+    let best = points.iter().filter(isolates).max_by(|a, b| {
         a.adversary
             .rate
             .total_cmp(&b.adversary.rate)
             .then(a.vrate.total_cmp(&b.vrate))
-    }) else {
-        let low = points.iter().map(|p| p.vrate).reduce(f64::min)?;
-        return Some((low, low));
-    };
-    let mut by_vrate: Vec<&TunePoint> = points.iter().collect();
-    by_vrate.sort_by(|a, b| a.vrate.total_cmp(&b.vrate));
-    let top = by_vrate
-        .iter()
-        .skip_while(|p| p.vrate < best.vrate)
-        .take_while(|p| p.isolation <= factor)
-        .map(|p| p.vrate)
-        .last()
-        .unwrap_or(best.vrate);
-    debug_assert!(top >= best.vrate, "isolating run ends below its point");
-    Some((best.vrate, top))
+    });
+    match best {
+        Some(p) => Some(p.vrate),
+        None => points.iter().map(|p| p.vrate).reduce(f64::min),
+    }
 }
 
 /// The bandwidth, isolation and balanced solutions.
@@ -388,9 +372,7 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
         .iter()
         .map(|p| (p.vrate, p.budgeted_rate(), p.budget_iops))
         .collect();
-    let (Some(bw), Some((iso, iso_top))) =
-        (bandwidth_knee(&curve), isolation_point(points, factor))
-    else {
+    let (Some(bw), Some(iso)) = (bandwidth_knee(&curve), isolation_point(points, factor)) else {
         return Vec::new();
     };
     let p99_at = |v: f64| {
@@ -399,38 +381,19 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
             .min_by(|a, b| (a.vrate - v).abs().total_cmp(&(b.vrate - v).abs()));
         nearest.map_or(solo.p99_us, |p| p.probe.p99_us)
     };
-    let balanced = (bw + iso) / 2.0;
-    let loop_held = |name: &str, vrate: f64, rlat_us: f64, min: f64, max: f64| Solution {
+    let held = |name: &str, vrate: f64| Solution {
         name: name.into(),
         vrate,
-        rlat_us,
-        min,
-        max,
-        period_ms: None,
         probe_target_us: None,
-        probe_p99_us: None,
-    };
-    // The QoS loop's target is the p99 of every read at the device; the
-    // probe's p99 is not one it can see (beside a deep queue every vrate
-    // misses it, and vrate sat at `min` by accident). So the isolation
-    // solution holds vrate where the probe was measured within its target.
-    let (rlat_us, min, max) = hold_bounds(iso);
-    let isolation = Solution {
-        period_ms: Some(HOLD_PERIOD_MS),
-        probe_target_us: Some(factor * solo.p99_us),
-        probe_p99_us: Some(p99_at(iso)),
-        ..loop_held("isolation", iso, rlat_us, min, max)
+        probe_p99_us: Some(p99_at(vrate)),
     };
     vec![
-        loop_held("bandwidth", bw, p99_at(bw), bw.min(100.0), bw.max(100.0)),
-        isolation,
-        loop_held(
-            "balanced",
-            balanced,
-            p99_at(balanced),
-            iso.min(bw).min(100.0),
-            bw.max(iso_top).max(100.0),
-        ),
+        held("bandwidth", bw),
+        Solution {
+            probe_target_us: Some(factor * solo.p99_us),
+            ..held("isolation", iso)
+        },
+        held("balanced", (bw + iso) / 2.0),
     ]
 }
 
@@ -477,37 +440,37 @@ fn points_table(r: &TuneResult) -> String {
     md
 }
 
-/// The `[qos.NAME]` of a solution.
+/// The `[qos.NAME]` of a solution: `min` = `max` = its vrate.
 pub fn qos_snippet(device: &str, s: &Solution) -> String {
     let mut t = format!("# {} solution (vrate {:.0}%)\n", s.name, s.vrate);
-    if let Some(target) = s.probe_target_us {
-        let p99 = s.probe_p99_us.unwrap_or(f64::NAN);
-        let verdict = if p99 <= target {
-            "within"
-        } else {
-            "over (no point met it; this is the lowest vrate tried)"
-        };
-        let _ = writeln!(
-            t,
-            "# holds vrate at {:.0}%, where the QD 1 probe's p99 was {p99:.0} us, {verdict}\n\
-             # its target {target:.0} us (the loop's target below is {}, so vrate stays at {})",
-            s.vrate,
-            if s.rlat_us < 2.0 {
-                "always missed"
+    let p99 = s.probe_p99_us.unwrap_or(f64::NAN);
+    match s.probe_target_us {
+        Some(target) => {
+            let verdict = if p99 <= target {
+                "within"
             } else {
-                "never missed"
-            },
-            if s.rlat_us < 2.0 { "min" } else { "max" },
-        );
+                "over (no point met it; this is the lowest vrate tried)"
+            };
+            let _ = writeln!(
+                t,
+                "# holds vrate at {:.0}%, where the QD 1 probe's p99 was {p99:.0} us, {verdict}\n\
+                 # its target {target:.0} us",
+                s.vrate
+            );
+        }
+        None => {
+            let _ = writeln!(
+                t,
+                "# holds vrate at {:.0}% (the QD 1 probe's p99 at the nearest point: {p99:.0} us)",
+                s.vrate
+            );
+        }
     }
     let _ = write!(
         t,
-        "[qos.{device}]\nrpct = 99\nrlat_us = {:.0}\nmin = {:.1}\nmax = {:.1}\n",
-        s.rlat_us, s.min, s.max
+        "[qos.{device}]\nmin = {:.1}\nmax = {:.1}\n",
+        s.vrate, s.vrate
     );
-    if let Some(p) = s.period_ms {
-        let _ = writeln!(t, "period_ms = {p}");
-    }
     t
 }
 
@@ -631,23 +594,23 @@ mod tests {
         .into_iter()
         .map(|(v, r, i)| point(v, r, i))
         .collect();
-        assert_eq!(isolation_point(&pts, 2.0), Some((160.0, 200.0)));
+        assert_eq!(isolation_point(&pts, 2.0), Some(160.0));
         let solo = pts[0].probe;
         let iso = &solutions(&pts, solo, 2.0)[1];
-        // Held at 160%: a target no read misses, vrate rises to max.
-        assert_eq!((iso.vrate, iso.min, iso.max), (160.0, 100.0, 160.0));
-        assert_eq!(iso.rlat_us, 1e7);
-        // With a tighter target 200% no longer isolates: the run stops at 160%.
-        assert_eq!(isolation_point(&pts, 1.5), Some((160.0, 160.0)));
+        // Held at 160%.
+        assert_eq!(iso.vrate, 160.0);
+        assert!(qos_snippet("disk", iso).contains("min = 160.0\nmax = 160.0\n"));
+        // With a tighter target 200% no longer isolates; 160% still does.
+        assert_eq!(isolation_point(&pts, 1.5), Some(160.0));
         // A dip: the higher isolating vrate moved less; the lower one wins.
         let dip = [point(130.0, 20000.0, 1.0), point(100.0, 29000.0, 1.0)];
-        assert_eq!(isolation_point(&dip, 2.0), Some((100.0, 130.0)));
-        // Nothing isolates: the lowest vrate, with no room above it.
+        assert_eq!(isolation_point(&dip, 2.0), Some(100.0));
+        // Nothing isolates: the lowest vrate.
         let none = [point(100.0, 29000.0, 5.0), point(60.0, 17000.0, 3.0)];
-        assert_eq!(isolation_point(&none, 2.0), Some((60.0, 60.0)));
+        assert_eq!(isolation_point(&none, 2.0), Some(60.0));
         // (isolation is p99 over a solo p99 of 100 us here)
         let s = solutions(&none, point(1.0, 1.0, 1.0).probe, 2.0);
-        assert_eq!((s[1].min, s[1].max, s[1].rlat_us), (60.0, 100.0, 1.0));
+        assert_eq!(s[1].vrate, 60.0);
         // Said so, not claimed to isolate.
         assert!(qos_snippet("disk", &s[1]).contains("300 us, over (no point met it"));
         assert_eq!(isolation_point(&[], 2.0), None);
@@ -685,13 +648,10 @@ mod tests {
         assert_eq!(s[0].name, "bandwidth");
         assert!((s[0].vrate - 100.0).abs() < 1e-6);
         assert_eq!(s[1].vrate, 60.0);
-        // The probe's target is reported; the loop's target holds vrate at
-        // 60% (every read misses 1 us), not the probe's p99 it cannot see.
+        // The probe's target is reported; vrate is held at 60%, with no
+        // latency target for the loop (it would be every read's p99).
         assert_eq!(s[1].probe_target_us, Some(200.0));
-        assert_eq!(
-            (s[1].rlat_us, s[1].min, s[1].period_ms),
-            (1.0, 60.0, Some(1.0))
-        );
+        assert_eq!(s[1].probe_p99_us, Some(150.0));
         assert_eq!(s[2].vrate, 80.0);
         assert!(done_early(&points[..5], 2.0));
         // Served, the probe's IOs take from the device's budget: a point
@@ -705,18 +665,19 @@ mod tests {
         assert!(!done_early(&points[..3], 2.0));
         let q = qos_snippet("disk", &s[1]);
         assert!(
-            q.contains("[qos.disk]") && q.contains("min = 60.0") && q.contains("max = 100.0"),
+            q.contains("[qos.disk]\nmin = 60.0\nmax = 60.0\n") && q.contains("150 us, within"),
             "{q}"
         );
-        assert!(
-            q.contains("period_ms = 1") && q.contains("150 us, within"),
-            "{q}"
-        );
+        assert!(!q.contains("rlat_us") && !q.contains("period_ms"), "{q}");
         assert!(q.contains("its target 200 us"), "{q}");
         // The snippet is a valid [qos] the server takes.
         let t: toml::Table = toml::from_str(&q).expect("toml");
         let qos: pace::pacer::QosConfig = t["qos"]["disk"].clone().try_into().expect("qos");
         assert!(qos.validate().is_ok());
-        assert!(!qos_snippet("disk", &s[0]).contains("period_ms"));
+        for s in &s {
+            let t: toml::Table = toml::from_str(&qos_snippet("disk", s)).expect("toml");
+            let qos: pace::pacer::QosConfig = t["qos"]["disk"].clone().try_into().expect("qos");
+            assert!(qos.validate().is_ok() && qos.min == s.vrate && qos.max == s.vrate);
+        }
     }
 }

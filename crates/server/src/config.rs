@@ -811,6 +811,21 @@ mod tests {
         assert_eq!(e.line, Some(10));
     }
 
+    #[test]
+    fn vrate_bounds_may_sit_below_100_but_not_cross() {
+        let qos = "[[bdev]]\nname = \"m\"\nkind = \"null\"\nsize = \"1MiB\"\n[[export]]\nname = \"e\"\nbdev = \"m\"\n[qos.m]\n";
+        // Held at 30%: no latency target needed.
+        let c = Config::parse(&format!("{qos}min = 30.0\nmax = 30.0\n"), "t.toml").expect("held");
+        assert_eq!((c.config.qos["m"].min, c.config.qos["m"].max), (30.0, 30.0));
+        let e = Config::parse(&format!("{qos}min = 40.0\nmax = 30.0\n"), "t.toml")
+            .expect_err("max under min is refused");
+        assert_eq!(e.field.as_deref(), Some("qos.m.max"));
+        assert_eq!(e.line, Some(10));
+        let e = Config::parse(&format!("{qos}min = 20.0\nmax = 30.0\n"), "t.toml")
+            .expect_err("a range needs a target to move in it");
+        assert_eq!(e.field.as_deref(), Some("qos.m.rpct"));
+    }
+
     const ONE_EXPORT: &str =
         "[[bdev]]\nname = \"m\"\nkind = \"null\"\nsize = \"1MiB\"\n[[export]]\nname = \"e\"\nbdev = \"m\"\n";
 
