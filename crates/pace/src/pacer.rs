@@ -158,6 +158,8 @@ pub struct Pacer {
     bypassed: Vec<PacedIo>,
     skipped: Vec<bool>,
     bytes_in_flight: u64,
+    /// Released write pieces whose payload is still arriving.
+    filling: usize,
     /// When flows are next checked for stalls.
     stall_check_at: Nanos,
     in_flight_avg: crate::stats::TimeAvg,
@@ -227,6 +229,7 @@ impl Pacer {
             bypassed: Vec::new(),
             skipped: Vec::new(),
             bytes_in_flight: 0,
+            filling: 0,
             stall_check_at: now,
             in_flight_avg: crate::stats::TimeAvg::new(now),
             rate_credit: RateCredit::new(&cfg, buffer_size, now),
@@ -479,7 +482,10 @@ impl Pacer {
                 self.flows.enter_pipe(io.flow, bytes, paced, now);
                 DeviceStage::At
             }
-            IoKind::Write => DeviceStage::Before,
+            IoKind::Write => {
+                self.filling += 1;
+                DeviceStage::Before
+            }
         };
         self.tenants[io.tenant].in_flight += 1;
         self.bytes_in_flight += bytes;
@@ -511,6 +517,8 @@ impl Pacer {
             return;
         };
         if f.enter(DeviceStage::At) {
+            debug_assert!(self.filling > 0, "a piece starts that was not filling");
+            self.filling -= 1;
             self.devices[f.device].arrive(f.bytes);
             if let Some(g) = &self.gate {
                 g.arrive(f.device, now);
@@ -573,7 +581,10 @@ impl Pacer {
     }
 
     fn land(&mut self, f: Flight) {
-        if f.stage != DeviceStage::Before {
+        if f.stage == DeviceStage::Before {
+            debug_assert!(self.filling > 0, "a piece lands that was not filling");
+            self.filling -= 1;
+        } else {
             self.flows.leave_pipe(f.flow, f.bytes, f.paced);
         }
         self.flows.landed(f.flow, f.bytes);

@@ -114,7 +114,10 @@ impl Pacer {
             bytes: f.bytes,
             held,
             at_device: f.at_device,
-            backlogged: self.queued() > 0,
+            // A connection's writes come one at a time: the next header
+            // is read only after this payload, so while a piece fills,
+            // nothing waits in the pacer though the writer has more.
+            backlogged: self.queued() > 0 || self.filling > 0,
             probing: self.probing_latency(now),
         };
         self.depth_now = self.depth.completed(sample);
