@@ -338,8 +338,12 @@ impl Pacer {
             io.id
         );
         self.max_io = self.max_io.max(u64::from(io.bytes));
-        self.flows
+        let lone = self
+            .flows
             .queued(io.flow, u64::from(io.bytes), self.max_io, now);
+        if lone && self.cfg.mode == Mode::Auto {
+            self.depth.lone_io(now);
+        }
         if self.bypass(&io) {
             self.bypassed.push(io);
             return;

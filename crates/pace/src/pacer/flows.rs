@@ -162,12 +162,16 @@ impl Flows {
         })
     }
 
-    /// One IO of `flow`, `bytes` long, was queued.
-    pub fn queued(&mut self, flow: u64, bytes: u64, max_io: u64, now: Nanos) {
+    /// One IO of `flow`, `bytes` long, was queued. True: the flow had
+    /// nothing else queued or in flight (a client that waits for each
+    /// reply before it sends the next request).
+    pub fn queued(&mut self, flow: u64, bytes: u64, max_io: u64, now: Nanos) -> bool {
         let f = self.flow(flow, max_io, now);
+        let lone = f.queued == 0 && f.in_flight == 0;
         f.queued += 1;
         let host = f.host;
         self.hosts.entry(host).or_default().queued += bytes;
+        lone
     }
 
     /// A queued IO of `flow`, `bytes` long, left its queue: released or
