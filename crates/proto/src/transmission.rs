@@ -159,6 +159,14 @@ pub const MAX_EFFECT_LEN: u64 = 0xffff_f000;
 /// `Err` carries the error value the spec asks for.
 pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<(), u32> {
     let cmd = req.command;
+    let writes = matches!(cmd, Command::Write | Command::Trim | Command::WriteZeroes);
+    // "SHOULD return NBD_EPERM if it receives a write or trim request on a
+    // read-only export." Before the advertised-command and flag checks: a
+    // read-only export advertises no TRIM, WRITE_ZEROES or FUA, and a client
+    // sending them should still learn why (nbdkit answers EPERM too).
+    if writes && (export.read_only || neg.read_only) {
+        return Err(EPERM);
+    }
     // "The server SHOULD return NBD_EINVAL if it receives an unknown command."
     let advertised = match cmd {
         Command::Read | Command::Write | Command::Disc => true,
@@ -173,11 +181,6 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
         return Err(EINVAL);
     }
     check_flags(req, export, neg)?;
-    let writes = matches!(cmd, Command::Write | Command::Trim | Command::WriteZeroes);
-    // "SHOULD return NBD_EPERM if it receives a write or trim request on a read-only export."
-    if writes && (export.read_only || neg.read_only) {
-        return Err(EPERM);
-    }
     if matches!(cmd, Command::Flush | Command::Disc) {
         return Ok(());
     }
@@ -521,6 +524,25 @@ mod tests {
                 validate(&req(c, 0, 0, 4096), &e, &neg(true, true)),
                 Err(EPERM),
                 "{c:?}"
+            );
+        }
+        // As the server advertises a read-only export: no TRIM, WRITE_ZEROES
+        // or FUA. Still EPERM, not EINVAL for the unadvertised command or flag.
+        e.can_trim = false;
+        e.can_write_zeroes = false;
+        e.can_fast_zero = false;
+        e.can_fua = false;
+        e.can_flush = false;
+        for (c, f) in [
+            (Command::Trim, 0),
+            (Command::WriteZeroes, 0),
+            (Command::WriteZeroes, CMD_FLAG_FAST_ZERO),
+            (Command::Write, CMD_FLAG_FUA),
+        ] {
+            assert_eq!(
+                validate(&req(c, f, 0, 4096), &e, &neg(true, true)),
+                Err(EPERM),
+                "{c:?} flags {f}"
             );
         }
         assert_eq!(

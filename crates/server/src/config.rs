@@ -148,7 +148,7 @@ fn default_tcp() -> Vec<TcpListenerConfig> {
 }
 
 /// One TCP listener: an address, or an address with its own TLS mode.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 #[serde(untagged)]
 pub enum TcpListenerConfig {
     Addr(String),
@@ -157,6 +157,44 @@ pub enum TcpListenerConfig {
         #[serde(default)]
         tls: Option<TlsMode>,
     },
+}
+
+/// The table form of a listener. Unknown keys are errors: a misspelt `tls`
+/// must not leave a listener meant for TLS in plaintext, as the untagged
+/// derive did (and it said only "did not match any variant" for a bad mode).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListenerTable {
+    addr: String,
+    #[serde(default)]
+    tls: Option<TlsMode>,
+}
+
+impl<'de> Deserialize<'de> for TcpListenerConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Form;
+        impl<'de> serde::de::Visitor<'de> for Form {
+            type Value = TcpListenerConfig;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an address like \"127.0.0.1:10809\" or { addr = ..., tls = ... }")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(TcpListenerConfig::Addr(s.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<Self::Value, A::Error> {
+                let t =
+                    ListenerTable::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                Ok(TcpListenerConfig::Listener {
+                    addr: t.addr,
+                    tls: t.tls,
+                })
+            }
+        }
+        d.deserialize_any(Form)
+    }
 }
 
 impl TcpListenerConfig {
@@ -743,6 +781,37 @@ mod tests {
         assert_eq!(e.file, "x.toml");
         assert_eq!(e.line, Some(5));
         assert_eq!(e.field.as_deref(), Some("num_shared_bufers"));
+    }
+
+    #[test]
+    fn a_listener_table_with_a_misspelt_key_or_mode_is_an_error() {
+        let cfg = |l: &str| {
+            format!(
+                "[server]\ntcp = [\"127.0.0.1:1\",\n  {l}]\n\
+                 [[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n\
+                 [[export]]\nname = \"a\"\nbdev = \"m\"\n"
+            )
+        };
+        let ok = Config::parse(&cfg(r#"{ addr = "127.0.0.1:2", tls = "off" }"#), "x.toml");
+        let tcp = &ok.expect("listener table").config.server.tcp;
+        assert_eq!(tcp[0].tls(TlsMode::On), TlsMode::On);
+        assert_eq!(tcp[1].tls(TlsMode::On), TlsMode::Off);
+        // `tsl` was taken as a listener without TLS: plaintext where TLS was meant.
+        let e = Config::parse(
+            &cfg(r#"{ addr = "127.0.0.1:2", tsl = "require" }"#),
+            "x.toml",
+        );
+        let e = e.expect_err("misspelt tls");
+        assert!(e.to_string().contains("unknown field `tsl`"), "{e}");
+        let e = Config::parse(
+            &cfg(r#"{ addr = "127.0.0.1:2", tls = "requre" }"#),
+            "x.toml",
+        );
+        let e = e.expect_err("misspelt mode");
+        assert!(e.to_string().contains("unknown variant `requre`"), "{e}");
+        assert_eq!(e.line, Some(3), "{e}");
+        let e = Config::parse(&cfg("7"), "x.toml").expect_err("a number");
+        assert!(e.to_string().contains("an address like"), "{e}");
     }
 
     #[test]

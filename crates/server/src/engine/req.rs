@@ -453,7 +453,9 @@ impl Req {
             return;
         };
         if error != 0 {
-            let at = is_read.then_some(self.offset);
+            // ERROR_OFFSET's offset must lie within the requested range; a
+            // zero-length READ has none (libnbd hangs up on such a reply).
+            let at = (is_read && self.len > 0).then_some(self.offset);
             proto::encode_error_chunk(&mut self.hdr, framing, cookie, error, "", at, true);
         } else if is_read && self.len > 0 {
             let (offset, len) = (self.offset, self.len);
@@ -644,5 +646,24 @@ mod tests {
         r.encode_reply();
         assert!(!r.data_reply);
         assert_eq!(r.reply_len(), r.hdr.len());
+        let typ = |hdr: &[u8]| u16::from_be_bytes([hdr[6], hdr[7]]);
+        assert_eq!(typ(&r.hdr), proto::REPLY_TYPE_ERROR_OFFSET);
+    }
+
+    #[test]
+    fn a_failed_zero_length_read_has_no_error_offset() {
+        // Nothing to point into: a zero-length READ past the end (EINVAL).
+        for style in [ReplyStyle::Structured, ReplyStyle::Extended] {
+            let mut r = Req {
+                command: Command::Read,
+                style,
+                offset: 1 << 20,
+                error: proto::EINVAL,
+                ..Default::default()
+            };
+            r.encode_reply();
+            let typ = u16::from_be_bytes([r.hdr[6], r.hdr[7]]);
+            assert_eq!(typ, proto::REPLY_TYPE_ERROR, "{style:?}");
+        }
     }
 }
