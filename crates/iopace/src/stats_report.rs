@@ -174,6 +174,16 @@ fn render_reactor(s: &mut String, r: &ReactorStats) {
     }
 }
 
+/// The depth in effect where it is not the learned one (a trial, or depth
+/// 1 beside a QD 1 client).
+fn in_effect(p: &PacerStats) -> String {
+    if p.depth_in_effect > 0.0 && (p.depth_in_effect - p.depth).abs() > 1e-9 {
+        format!(" ({:.2} in effect)", p.depth_in_effect)
+    } else {
+        String::new()
+    }
+}
+
 fn render_pacer(s: &mut String, p: &PacerStats) {
     let mode = format!("{:?}", p.mode).to_lowercase();
     let _ = writeln!(
@@ -189,12 +199,13 @@ fn render_pacer(s: &mut String, p: &PacerStats) {
     );
     let _ = writeln!(
         s,
-        "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us; depth {:.2}; vrate {:.2}",
+        "  Pacer bytes in flight: {:.2} MiB now, {:.2} avg, {:.2} max; min latency {:.1} us; depth {:.2}{}; vrate {:.2}",
         mib(p.bytes_in_flight as f64),
         mib(p.bytes_in_flight_avg),
         mib(p.bytes_in_flight_max as f64),
         p.min_latency_us,
         p.depth,
+        in_effect(p),
         p.vrate
     );
     if p.tenants.len() > 1 {
@@ -226,5 +237,19 @@ mod tests {
         let text = render(&StatsReply { reactors: vec![r] });
         assert!(text.contains("Pacer rate:"), "{text}");
         assert!(text.contains("rate 2.0 MiB/s; window 3.00 MiB"), "{text}");
+    }
+
+    #[test]
+    fn the_depth_in_effect_shows_where_it_is_not_the_learned_one() {
+        let mut r = ReactorStats::default();
+        r.pacer.depth = 5.0625;
+        r.pacer.depth_in_effect = 1.0;
+        let held = render(&StatsReply {
+            reactors: vec![r.clone()],
+        });
+        assert!(held.contains("depth 5.06 (1.00 in effect);"), "{held}");
+        r.pacer.depth_in_effect = 5.0625;
+        let learned = render(&StatsReply { reactors: vec![r] });
+        assert!(learned.contains("depth 5.06;"), "{learned}");
     }
 }

@@ -337,6 +337,12 @@ impl Snapshot {
         )?;
         gauge(
             enc,
+            "pacer_depth_in_effect",
+            "The depth auto's windows take now: a trial's, or 1 beside a client that sends one IO at a time.",
+            &per_reactor(s, |r| r.pacer.depth_in_effect),
+        )?;
+        gauge(
+            enc,
             "pacer_bytes_in_flight",
             "Bytes released by the pacer and not yet done.",
             &per_reactor(s, |r| r.pacer.bytes_in_flight as f64),

@@ -39,6 +39,10 @@ pub struct PacerStats {
     /// auto: how many times its pipe-sized windows it lets in flight (see
     /// `depth`); 1 in the other modes.
     pub depth: f64,
+    /// The factor the windows take now: a trial's step, or 1 while a
+    /// client sends one IO at a time.
+    #[serde(default)]
+    pub depth_in_effect: f64,
     /// The lowest device vrate (1.0: the cost model's rate, or no targets).
     pub vrate: f64,
     /// Each device's vrate.
@@ -85,6 +89,7 @@ impl Pacer {
             } else {
                 1.0
             },
+            depth_in_effect: self.depth_factor(),
             // Of the devices with targets: a vrate above 1 (an underrated
             // cost model corrected) shows, where a fold from 1.0 hid it.
             vrate: (0..self.devices.len())
