@@ -133,6 +133,12 @@ pub fn tune(t: &Target, cost: CostModel, o: &TuneOptions) -> Result<TuneResult, 
     }
     std::fs::create_dir_all(&dir)
         .map_err(|e| ProbeError::Usage(format!("{}: {e}", dir.display())))?;
+    let plan = Plan {
+        device: t.name.clone(),
+        served: o.served.is_some(),
+        cost,
+    };
+    check_plan(&dir, &plan)?;
     let m = Measurer {
         t,
         cost,
@@ -168,16 +174,50 @@ pub fn tune(t: &Target, cost: CostModel, o: &TuneOptions) -> Result<TuneResult, 
         points,
         elapsed_s: start.elapsed().as_secs_f64(),
         command: o.command.clone(),
-        path: if m.served.is_some() {
-            "served (nbd)"
-        } else {
-            "in process"
-        }
-        .into(),
+        path: path_name(m.served.is_some()).into(),
         untuned,
     };
     write(&o.out, &result).map_err(ProbeError::Run)?;
     Ok(result)
+}
+
+/// What a run's saved points were measured with: `--resume` reuses them
+/// only for the same device, cost model and path (in process or served),
+/// since a point from another would mix two sweeps into one curve.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Plan {
+    device: String,
+    served: bool,
+    cost: CostModel,
+}
+
+/// Saves `plan` beside the points, or checks it against the one saved
+/// there by the run being resumed.
+fn check_plan(dir: &Path, plan: &Plan) -> Result<(), ProbeError> {
+    let path = dir.join("plan.json");
+    match saved::<Plan>(&path) {
+        None => save(&path, plan),
+        Some(old) if old == *plan => Ok(()),
+        Some(old) => Err(ProbeError::Usage(format!(
+            "{}: its points were measured on `{}` {} with {:?}, this run is on `{}` {} with {:?}; \
+             run without --resume to measure them again",
+            path.display(),
+            old.device,
+            path_name(old.served),
+            old.cost,
+            plan.device,
+            path_name(plan.served),
+            plan.cost
+        ))),
+    }
+}
+
+fn path_name(served: bool) -> &'static str {
+    if served {
+        "served (nbd)"
+    } else {
+        "in process"
+    }
 }
 
 /// A result saved at `path` by an earlier run, or `f`'s, saved there.
@@ -526,6 +566,23 @@ fn write(out: &Path, r: &TuneResult) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resume_refuses_points_measured_another_way() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let plan = |served| Plan {
+            device: "disk".into(),
+            served,
+            cost: CostModel::default(),
+        };
+        check_plan(dir.path(), &plan(false)).expect("the first run saves its plan");
+        check_plan(dir.path(), &plan(false)).expect("the same plan resumes");
+        let err = check_plan(dir.path(), &plan(true)).expect_err("served after in process");
+        assert!(
+            matches!(&err, ProbeError::Usage(m) if m.contains("in process") && m.contains("--resume")),
+            "{err}"
+        );
+    }
 
     #[test]
     fn bandwidth_knee_meets_line_and_plateau() {
