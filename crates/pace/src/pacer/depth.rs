@@ -154,7 +154,8 @@ pub(super) struct Sample {
     /// The IO's release-to-done time, and its time at its device.
     pub held: Nanos,
     pub at_device: Nanos,
-    /// IO is waiting in the pacer (the windows bound the rate).
+    /// IO is waiting in the pacer, or a write piece for its payload (the
+    /// windows bound the rate).
     pub backlogged: bool,
     /// A latency probe holds the window down.
     pub probing: bool,
@@ -341,6 +342,19 @@ impl SharedDepth {
 mod tests {
     use super::*;
 
+    /// A completion at `now` of `bytes`, held 100 us, 90 of them at its
+    /// device.
+    fn sample(now: Nanos, bytes: u64, backlogged: bool) -> Sample {
+        Sample {
+            now,
+            bytes,
+            held: 100_000,
+            at_device: 90_000,
+            backlogged,
+            probing: false,
+        }
+    }
+
     /// A device whose rate at depth factor `f` is `rate(f)` bytes per ns,
     /// one completion every 100 us, always backlogged.
     #[derive(Default)]
@@ -354,14 +368,8 @@ mod tests {
             let step = 100_000;
             for _ in 0..ms * 10 {
                 self.now += step;
-                self.depth.completed(Sample {
-                    now: self.now,
-                    bytes: (rate(self.depth.factor()) * step as f64) as u64,
-                    held: 100_000,
-                    at_device: 90_000,
-                    backlogged: true,
-                    probing: false,
-                });
+                let bytes = (rate(self.depth.factor()) * step as f64) as u64;
+                self.depth.completed(sample(self.now, bytes, true));
             }
         }
     }
@@ -376,14 +384,7 @@ mod tests {
         for _ in 0..5_000 {
             rig.depth.lone_io(rig.now);
             rig.now += 200_000;
-            rig.depth.completed(Sample {
-                now: rig.now,
-                bytes: 100_000,
-                held: 100_000,
-                at_device: 90_000,
-                backlogged: true,
-                probing: false,
-            });
+            rig.depth.completed(sample(rig.now, 100_000, true));
             assert_eq!(rig.depth.factor(), 1.0);
         }
         // Nothing was learned at depth 1 (the rate there is 1 of 8).
@@ -428,13 +429,10 @@ mod tests {
     fn learned_where_depth_pays(at_device: Nanos, backlogged: impl Fn(u64) -> bool) -> f64 {
         let mut d = Depth::default();
         for i in 1..=50_000u64 {
+            let bytes = (d.factor() * 1e5) as u64;
             d.completed(Sample {
-                now: i * 100_000,
-                bytes: (d.factor() * 1e5) as u64,
-                held: 100_000,
                 at_device,
-                backlogged: backlogged(i),
-                probing: false,
+                ..sample(i * 100_000, bytes, backlogged(i))
             });
         }
         d.learned()
@@ -475,14 +473,7 @@ mod tests {
                 ..Depth::default()
             };
             for i in 1..=200_000u64 {
-                d.completed(Sample {
-                    now: i * 100_000,
-                    bytes: 100_000,
-                    held: 100_000,
-                    at_device: 90_000,
-                    backlogged: backlogged(i),
-                    probing: false,
-                });
+                d.completed(sample(i * 100_000, 100_000, backlogged(i)));
             }
             d.learned()
         };
