@@ -374,12 +374,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_lone_client_holds_depth_at_one_and_the_learned_depth_comes_back() {
+    /// A rig that has climbed for 5 s on a device whose rate grows with
+    /// depth up to 8.
+    fn climbed() -> Rig {
         let mut rig = Rig::default();
         rig.drive(5_000, |f| f.min(8.0));
         let learned = rig.depth.learned();
         assert!(learned >= 7.0, "climbed to {learned}");
+        rig
+    }
+
+    #[test]
+    fn a_lone_client_holds_depth_at_one_and_the_learned_depth_comes_back() {
+        let mut rig = climbed();
+        let learned = rig.depth.learned();
         // A QD 1 client's IO every 200 us for a second.
         for _ in 0..5_000 {
             rig.depth.lone_io(rig.now);
@@ -415,10 +423,7 @@ mod tests {
 
     #[test]
     fn it_comes_back_down_when_the_gain_goes() {
-        let mut rig = Rig::default();
-        rig.drive(5_000, |f| f.min(8.0));
-        let climbed = rig.depth.learned();
-        assert!(climbed >= 7.0, "climbed to {climbed}");
+        let mut rig = climbed();
         rig.drive(20_000, |_| 1.0);
         let stayed = rig.depth.learned();
         assert!(stayed <= 1.6, "stayed at {stayed}");
