@@ -174,13 +174,24 @@ fn render_reactor(s: &mut String, r: &ReactorStats) {
     }
 }
 
-/// The depth in effect where it is not the learned one (a trial, or depth
-/// 1 beside a QD 1 client).
+/// The depth in effect where it is not the learned one (a trial), and the
+/// devices held at depth 1 beside a QD 1 client.
 fn in_effect(p: &PacerStats) -> String {
+    let mut s = String::new();
     if p.depth_in_effect > 0.0 && (p.depth_in_effect - p.depth).abs() > 1e-9 {
-        format!(" ({:.2} in effect)", p.depth_in_effect)
+        s = format!(" ({:.2} in effect)", p.depth_in_effect);
+    }
+    if p.held_devices > 0 {
+        let _ = write!(s, " ({} at 1 for a QD 1 client)", devices(p.held_devices));
+    }
+    s
+}
+
+fn devices(n: usize) -> String {
+    if n == 1 {
+        "1 device".into()
     } else {
-        String::new()
+        format!("{n} devices")
     }
 }
 
@@ -243,12 +254,21 @@ mod tests {
     fn the_depth_in_effect_shows_where_it_is_not_the_learned_one() {
         let mut r = ReactorStats::default();
         r.pacer.depth = 5.0625;
-        r.pacer.depth_in_effect = 1.0;
+        r.pacer.depth_in_effect = 7.59375;
+        let trial = render(&StatsReply {
+            reactors: vec![r.clone()],
+        });
+        assert!(trial.contains("depth 5.06 (7.59 in effect);"), "{trial}");
+        r.pacer.depth_in_effect = 5.0625;
+        r.pacer.held_devices = 2;
         let held = render(&StatsReply {
             reactors: vec![r.clone()],
         });
-        assert!(held.contains("depth 5.06 (1.00 in effect);"), "{held}");
-        r.pacer.depth_in_effect = 5.0625;
+        assert!(
+            held.contains("depth 5.06 (2 devices at 1 for a QD 1 client);"),
+            "{held}"
+        );
+        r.pacer.held_devices = 0;
         let learned = render(&StatsReply { reactors: vec![r] });
         assert!(learned.contains("depth 5.06;"), "{learned}");
     }

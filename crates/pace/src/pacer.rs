@@ -130,6 +130,8 @@ struct Flight {
     paced: u64,
     /// How long its device took (0 until it did).
     at_device: Nanos,
+    /// Its client had nothing else queued or in flight.
+    lone: bool,
 }
 
 impl Flight {
@@ -236,7 +238,7 @@ impl Pacer {
             device_ops,
             rate: rate_filter(max_io),
             latency: LargeIoMin::new(LATENCY_WINDOW_NS),
-            depth: SharedDepth::new(),
+            depth: SharedDepth::new(devices.max(1)),
             depth_now: Factors::default(),
             window: 4 * max_io,
             window_now: 4 * max_io,
@@ -342,7 +344,8 @@ impl Pacer {
             .flows
             .queued(io.flow, u64::from(io.bytes), self.max_io, now);
         if lone && self.cfg.mode == Mode::Auto {
-            self.depth.lone_io(now);
+            self.depth.lone_io(d, now);
+            self.devices[d].held = true;
         }
         if self.bypass(&io) {
             self.bypassed.push(io);
@@ -474,7 +477,7 @@ impl Pacer {
     /// Counts a released IO as in flight until `on_complete` or `cancel`.
     fn take_flight(&mut self, io: PacedIo, took_op: bool, paced: u64, now: Nanos) {
         let bytes = u64::from(io.bytes);
-        self.flows.released(io.flow, bytes);
+        let lone = self.flows.released(io.flow, bytes);
         // A read goes to its device as it is released; a write piece when
         // its payload has arrived (`on_device_start`).
         let stage = match io.kind {
@@ -507,6 +510,7 @@ impl Pacer {
                 took_op,
                 paced,
                 at_device: 0,
+                lone,
             },
         );
         debug_assert!(earlier.is_none(), "IO {} released twice", io.id);

@@ -338,8 +338,14 @@ impl Snapshot {
         gauge(
             enc,
             "pacer_depth_in_effect",
-            "The depth auto's windows take now: a trial's, or 1 beside a client that sends one IO at a time.",
+            "The depth auto's windows take now (a trial's step).",
             &per_reactor(s, |r| r.pacer.depth_in_effect),
+        )?;
+        gauge(
+            enc,
+            "pacer_depth_held_devices",
+            "Devices whose windows keep depth 1 beside a client that sends one IO at a time.",
+            &per_reactor(s, |r| r.pacer.held_devices as f64),
         )?;
         gauge(
             enc,

@@ -74,9 +74,12 @@ impl Pacer {
             .and_then(|(l, r)| l.share(*r))
             .map_or(self.window, |w| self.clamp_window(w, 2));
         if self.cfg.mode == Mode::Auto {
-            // The other reactors' trials move it: one lock per poll, and
-            // none in the modes that have no windows.
+            // The other reactors' trials and lone clients move it: one lock
+            // per poll, and none in the modes that have no windows.
             self.depth_now = self.depth.factors();
+            for (d, dev) in self.devices.iter_mut().enumerate() {
+                dev.held = self.depth.held(d, now);
+            }
         }
         self.window_now = self.deepen(window);
         if self.probing_latency(now) {
@@ -103,6 +106,16 @@ impl Pacer {
         deep.min(self.cfg.max_window).max(window)
     }
 
+    /// A window for IO to device `d`: deepened, unless a lone client holds
+    /// the device at depth 1.
+    pub(super) fn deepen_at(&self, d: usize, window: u64) -> u64 {
+        if self.devices[d].held {
+            window
+        } else {
+            self.deepen(window)
+        }
+    }
+
     /// IO `f` completed `held` after its release: the depth learns whether
     /// more in flight delivers more.
     pub(super) fn learn_depth(&mut self, now: Nanos, f: &Flight, held: Nanos) {
@@ -119,6 +132,8 @@ impl Pacer {
             // nothing waits in the pacer though the writer has more.
             backlogged: self.queued() > 0 || self.filling > 0,
             probing: self.probing_latency(now),
+            lone: f.lone,
+            device_held: self.devices[f.device].held,
         };
         self.depth_now = self.depth.completed(sample);
     }
@@ -225,7 +240,7 @@ impl Pacer {
         match (dev.rate.get(), self.hold_time(d)) {
             (Some(r), Some(l)) => {
                 let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
-                self.deepen(self.clamp_window(w, 2))
+                self.deepen_at(d, self.clamp_window(w, 2))
             }
             // Until it has delivered, a device may fill the whole window.
             _ => self.window_now,

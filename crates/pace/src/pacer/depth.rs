@@ -13,11 +13,16 @@
 //! stays 1; failed trials back off, so they cost little.
 //!
 //! Depth buys bandwidth with latency: IOs wait at the device behind the
-//! deeper queue. While a client sends one IO at a time (a QD 1 reader, a
-//! latency probe), the windows keep depth 1 and nothing is learned: beside
-//! 128 KiB writes at depth 5-8 on this machine's disk, a QD 1 reader's p99
-//! went from 0.33-0.38 ms to 2.8-3.1 ms. The learned depth comes back
-//! `LONE_HOLD_NS` after the last such IO.
+//! deeper queue. While a client sends one IO at a time to a device (a QD 1
+//! reader, a latency probe), that device's windows keep depth 1 and its
+//! completions teach nothing: beside 128 KiB writes at depth 5-8 on this
+//! machine's disk, a QD 1 reader's p99 went from 0.33-0.38 ms to 2.8-3.1
+//! ms. The learned depth comes back `LONE_HOLD_NS` after the last such IO.
+//! The hold is the device's alone (a QD 1 client of a RAM disk held a disk
+//! writer beside it at depth 1, 1.3 GB/s against 1.8), and a lone IO's own
+//! completion is no sample: its client, not the window, sets its rate, and
+//! at tens of thousands a second such completions outvoted the writer's
+//! backlogged ones.
 //!
 //! One depth serves the whole target, learned from every reactor's
 //! completions ([`SharedDepth`]): a reactor alone would win its trials by
@@ -40,6 +45,7 @@
 //! completions" for all of them took 128 KiB reads from 1,085 to 860-980
 //! MiB/s).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::Nanos;
@@ -69,8 +75,9 @@ const MAX_STEPS: i32 = 7;
 /// only queue more, they soon take under 2% of the time. (The first trials
 /// cost the simulator's 150 ms runs up to 7% of their bandwidth.)
 const FIRST_WAIT: u32 = 4;
-/// Depth stays 1 this long after an IO that found its client with nothing
-/// else queued or in flight: five epochs, many of a QD 1 client's IOs.
+/// A device's depth stays 1 this long after an IO that found its client
+/// with nothing else queued or in flight: five epochs, many of a QD 1
+/// client's IOs.
 const LONE_HOLD_NS: Nanos = 100_000_000;
 const MAX_BACKOFF: u32 = 64;
 
@@ -100,8 +107,8 @@ pub(super) struct Depth {
     at_device: Nanos,
     /// The epoch's completions that found IO waiting.
     backlogged: u64,
-    /// A latency probe ran during the epoch, or a lone client held the
-    /// depth at 1.
+    /// A latency probe ran during the epoch, or a lone client held a
+    /// device at depth 1.
     probed: bool,
     base_rate: Option<f64>,
     /// Base epochs still to run before the next trial.
@@ -110,8 +117,6 @@ pub(super) struct Depth {
     backoff: u32,
     /// The last trial up failed: the next trial goes down.
     up_failed: bool,
-    /// The last IO that found its client idle (see `lone_io`).
-    lone_at: Option<Nanos>,
 }
 
 impl Default for Depth {
@@ -131,7 +136,6 @@ impl Default for Depth {
             wait: FIRST_WAIT,
             backoff: FIRST_WAIT,
             up_failed: false,
-            lone_at: None,
         }
     }
 }
@@ -159,15 +163,15 @@ pub(super) struct Sample {
     pub backlogged: bool,
     /// A latency probe holds the window down.
     pub probing: bool,
+    /// The IO found its client with nothing else queued or in flight.
+    pub lone: bool,
+    /// A lone client holds the IO's device at depth 1.
+    pub device_held: bool,
 }
 
 impl Depth {
-    /// The factor the windows take now: the learned depth, or a trial's;
-    /// 1 while a client sends one IO at a time.
+    /// The factor the windows take now: the learned depth, or a trial's.
     pub fn factor(&self) -> f64 {
-        if self.lone_at.is_some() {
-            return 1.0;
-        }
         let steps = match self.run {
             Run::Base => self.steps,
             Run::Up => self.steps + 1,
@@ -188,19 +192,14 @@ impl Depth {
         }
     }
 
-    /// An IO arrived from a client with nothing else queued or in flight.
-    pub fn lone_io(&mut self, now: Nanos) {
-        self.lone_at = Some(now);
-    }
-
     /// One IO completed.
     pub fn completed(&mut self, s: Sample) {
-        if self.lone_at.is_some_and(|t| s.now > t + LONE_HOLD_NS) {
-            self.lone_at = None;
+        if s.lone {
+            return;
         }
         self.backlogged += u64::from(s.backlogged);
-        // Epochs at depth 1 for a lone client teach nothing.
-        self.probed |= s.probing || self.lone_at.is_some();
+        // Epochs with a device at depth 1 for a lone client teach nothing.
+        self.probed |= s.probing || s.device_held;
         self.delivered += s.bytes;
         self.ios += 1;
         self.held += s.held;
@@ -303,18 +302,26 @@ impl Default for Factors {
     }
 }
 
-/// One target's depth, shared by its reactors' pacers.
+/// One target's depth, shared by its reactors' pacers, and when each
+/// device last had an IO from a lone client.
 #[derive(Debug, Default)]
-pub struct SharedDepth(Mutex<Depth>);
+pub struct SharedDepth {
+    depth: Mutex<Depth>,
+    /// Per device: 0, or the time of its last lone IO (at least 1).
+    lone_at: Box<[AtomicU64]>,
+}
 
 impl SharedDepth {
-    pub fn new() -> Arc<SharedDepth> {
-        Arc::new(SharedDepth::default())
+    pub fn new(devices: usize) -> Arc<SharedDepth> {
+        Arc::new(SharedDepth {
+            depth: Mutex::default(),
+            lone_at: (0..devices).map(|_| AtomicU64::new(0)).collect(),
+        })
     }
 
     fn depth(&self) -> std::sync::MutexGuard<'_, Depth> {
         // A reactor that panicked holding it left a consistent value.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.depth.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// One IO completed on some reactor; the factors after it.
@@ -328,9 +335,18 @@ impl SharedDepth {
         self.depth().factors()
     }
 
-    /// An IO arrived from a client with nothing else queued or in flight.
-    pub(super) fn lone_io(&self, now: Nanos) {
-        self.depth().lone_io(now);
+    /// An IO for device `d` arrived from a client with nothing else queued
+    /// or in flight.
+    pub(super) fn lone_io(&self, d: usize, now: Nanos) {
+        if let Some(t) = self.lone_at.get(d) {
+            t.fetch_max(now.max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// Device `d` keeps depth 1 at `now` for a lone client.
+    pub(super) fn held(&self, d: usize, now: Nanos) -> bool {
+        let t = self.lone_at.get(d).map_or(0, |t| t.load(Ordering::Relaxed));
+        t != 0 && now < t + LONE_HOLD_NS
     }
 
     pub(super) fn reset(&self) {
@@ -352,6 +368,8 @@ mod tests {
             at_device: 90_000,
             backlogged,
             probing: false,
+            lone: false,
+            device_held: false,
         }
     }
 
@@ -385,20 +403,54 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_client_holds_depth_at_one_and_the_learned_depth_comes_back() {
+    fn epochs_beside_a_held_device_teach_nothing() {
         let mut rig = climbed();
         let learned = rig.depth.learned();
-        // A QD 1 client's IO every 200 us for a second.
+        // A second of completions at depth 1, from a device a lone client
+        // holds there: were they counted, trials down would pass.
         for _ in 0..5_000 {
-            rig.depth.lone_io(rig.now);
             rig.now += 200_000;
-            rig.depth.completed(sample(rig.now, 100_000, true));
-            assert_eq!(rig.depth.factor(), 1.0);
+            let s = Sample {
+                device_held: true,
+                ..sample(rig.now, 100_000, true)
+            };
+            rig.depth.completed(s);
         }
-        // Nothing was learned at depth 1 (the rate there is 1 of 8).
         assert_eq!(rig.depth.learned(), learned);
-        rig.drive(LONE_HOLD_NS / 1_000_000 + 1, |f| f.min(8.0));
-        assert!(rig.depth.factor() > 1.0);
+    }
+
+    #[test]
+    fn a_lone_clients_completions_do_not_outvote_a_backlogged_writer() {
+        // Two of every three completions are a QD 1 client's, with nothing
+        // waiting: counted, a third of the epoch's completions were
+        // backlogged, and none of its epochs would teach.
+        let mut rig = Rig::default();
+        let step = 100_000;
+        for _ in 0..50_000 {
+            rig.now += step;
+            let bytes = (rig.depth.factor().min(8.0) * step as f64) as u64;
+            rig.depth.completed(sample(rig.now, bytes, true));
+            let lone = Sample {
+                lone: true,
+                ..sample(rig.now, 4096, false)
+            };
+            rig.depth.completed(lone);
+            rig.depth.completed(lone);
+        }
+        assert!(rig.depth.learned() >= 7.0, "{}", rig.depth.learned());
+    }
+
+    #[test]
+    fn a_lone_client_holds_its_own_device_for_a_while() {
+        let shared = SharedDepth::new(2);
+        assert!(!shared.held(0, 0) && !shared.held(1, 0));
+        shared.lone_io(1, 5_000);
+        assert!(shared.held(1, 5_000) && shared.held(1, 5_000 + LONE_HOLD_NS - 1));
+        assert!(!shared.held(0, 5_000), "the other device keeps its depth");
+        assert!(!shared.held(1, 5_000 + LONE_HOLD_NS));
+        // A device the pacer never heard of is never held.
+        shared.lone_io(7, 5_000);
+        assert!(!shared.held(7, 5_000));
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub(super) struct Device {
     pub device_latency: WindowedMin,
     pub cost: CostModel,
     pub last_offset: u64,
+    /// `auto`: a client sending one IO at a time holds this device's
+    /// windows at depth 1 (see [`depth`](super::depth)).
+    pub held: bool,
 }
 
 impl Device {
@@ -116,7 +119,7 @@ impl Pacer {
             || self.flows.open(
                 io.flow,
                 u64::from(io.bytes),
-                |window| self.deepen(window),
+                |window| self.deepen_at(io.device, window),
                 |host, own| {
                     self.link
                         .as_ref()

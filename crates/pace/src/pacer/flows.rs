@@ -191,11 +191,15 @@ impl Flows {
         self.dequeued(flow, bytes);
     }
 
-    /// One IO of `flow`, `bytes` long, was released.
-    pub fn released(&mut self, flow: u64, bytes: u64) {
-        if let Some(f) = self.dequeued(flow, bytes) {
-            f.in_flight += bytes;
-        }
+    /// One IO of `flow`, `bytes` long, was released. True: the flow has
+    /// nothing else queued or in flight.
+    pub fn released(&mut self, flow: u64, bytes: u64) -> bool {
+        let Some(f) = self.dequeued(flow, bytes) else {
+            return false;
+        };
+        let lone = f.queued == 0 && f.in_flight == 0;
+        f.in_flight += bytes;
+        lone
     }
 
     /// Each host's window and queued bytes here, for pooling with the other

@@ -57,7 +57,7 @@ impl PacerGroup {
             tenants: TenantClock::with_reactors(cfg.tenants.len().max(1), reactors),
             qos: DeviceQos::new(&targets, now),
             link: LinkWindow::new(reactors),
-            depth: SharedDepth::new(),
+            depth: SharedDepth::new(devices.len()),
             gate: (cfg.mode == Mode::Auto && cfg.tenants.len() > 1)
                 .then(|| DeviceGate::new(devices.len(), cfg.tenants.len())),
         }

@@ -39,10 +39,13 @@ pub struct PacerStats {
     /// auto: how many times its pipe-sized windows it lets in flight (see
     /// `depth`); 1 in the other modes.
     pub depth: f64,
-    /// The factor the windows take now: a trial's step, or 1 while a
-    /// client sends one IO at a time.
+    /// The factor the windows take now: a trial's step.
     #[serde(default)]
     pub depth_in_effect: f64,
+    /// Devices whose windows keep depth 1 for a client that sends one IO
+    /// at a time.
+    #[serde(default)]
+    pub held_devices: usize,
     /// The lowest device vrate (1.0: the cost model's rate, or no targets).
     pub vrate: f64,
     /// Each device's vrate.
@@ -90,6 +93,7 @@ impl Pacer {
                 1.0
             },
             depth_in_effect: self.depth_factor(),
+            held_devices: self.devices.iter().filter(|d| d.held).count(),
             // Of the devices with targets: a vrate above 1 (an underrated
             // cost model corrected) shows, where a fold from 1.0 hid it.
             vrate: (0..self.devices.len())

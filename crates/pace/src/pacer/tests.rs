@@ -645,3 +645,32 @@ fn the_min_latency_is_the_largest_ios() {
     p.on_complete(2, 80_000);
     assert_eq!(p.latency.get(), Some(80_000));
 }
+
+#[test]
+fn a_lone_client_holds_only_its_own_device_at_depth_one() {
+    const MS: Nanos = 1_000_000;
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    let mut out = Vec::new();
+    // A deep client of device 0 (flow 0): its first IO found it idle.
+    for i in 0..16 {
+        p.enqueue(io(i, 0, 0, K128), 0);
+    }
+    p.poll(0, &mut out);
+    assert_eq!(p.stats(0).held_devices, 1);
+    // Long after, with its IOs still queued and in flight, a QD 1 client
+    // of device 1 (flow 7) holds device 1 alone.
+    p.poll(150 * MS, &mut out);
+    assert_eq!(p.stats(150 * MS).held_devices, 0);
+    p.enqueue(
+        PacedIo {
+            flow: 7,
+            ..io(99, 1, 0, 4096)
+        },
+        150 * MS,
+    );
+    p.poll(150 * MS, &mut out);
+    assert!(p.devices[1].held && !p.devices[0].held);
+    // The hold lapses with no lone IO since.
+    p.poll(300 * MS, &mut out);
+    assert_eq!(p.stats(300 * MS).held_devices, 0);
+}
