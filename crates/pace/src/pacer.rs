@@ -577,7 +577,10 @@ impl Pacer {
         dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;
         self.land(f);
-        let sizing = self.sizing();
+        let sizing = flows::Sizing {
+            hold: self.flow_hold(f.device),
+            ..self.sizing()
+        };
         self.flows.delivered(f.flow, f.bytes, now, sizing);
         self.resize_window();
         self.publish_link();

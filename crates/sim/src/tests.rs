@@ -412,3 +412,16 @@ fn a_slow_host_link_holds_only_its_own_host() {
     assert!((1.9..=2.03).contains(&r.per_group_gbps[1]), "{r:?}");
     assert!(r.bw_gbps > 0.97 * 10.0, "{r:?}");
 }
+
+#[test]
+fn flows_over_slow_devices_keep_an_open_link_busy() {
+    // Hosts spreading 256 KiB reads over three slow drives and a fast one,
+    // behind links nothing else binds: sized on the fast drive's latency,
+    // their windows bounded their rate (29% of `none` at QD 16).
+    let text = include_str!("../../../scenarios/sim/slow_devices_open_link.toml");
+    let sc = parse(text, "slow_devices_open_link.toml").expect("scenario parses");
+    let label = |l: &str| sc.runs.iter().find(|r| r.label == l).expect(l);
+    let none = simulate(&sc, label("seed mode: none"), 16);
+    let auto = simulate(&sc, label("iopace auto"), 16);
+    assert!(auto.bw_gbps >= 0.8 * none.bw_gbps, "{auto:?} against {none:?}");
+}

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::depth::{Sample, SharedDepth};
+use super::drr::FAST_HOLD_RATIO;
 use super::filter::WindowedMax;
 use super::flows::{Floors, Sizing, HOST_MIN_IOS};
 use super::{Flight, LinkWindow, Mode, Pacer};
@@ -325,12 +326,35 @@ impl Pacer {
         }
     }
 
+    /// How long an IO to device `d` holds its flow's window, for sizing
+    /// the flow's (None: the reactor's min latency). A slow device's own
+    /// hold time, unless a fast device has IO that only the shared window
+    /// holds back: then slow devices yield the link to fast ones (their
+    /// share falls as 1/latency, see `release`), and a flow's window sized
+    /// on their hold time took it back (`test11_delay16`: fast devices 171
+    /// of 185 Gb/s, not 177.5). Devices within `FAST_HOLD_RATIO` of the
+    /// fastest count as the fastest: their own min latencies, each from
+    /// fewer samples, sit above the reactor's, and flows on them held a
+    /// third more.
+    pub(super) fn flow_hold(&self, d: usize) -> Option<Nanos> {
+        let fast = |e: usize| self.hold_ratio(e) < FAST_HOLD_RATIO;
+        let wants_link = |e: usize| {
+            let dev = &self.devices[e];
+            dev.queue.len() > 0 && dev.in_flight_bytes + self.max_io <= self.device_window(e)
+        };
+        if fast(d) || (0..self.devices.len()).any(|e| fast(e) && wants_link(e)) {
+            return None;
+        }
+        self.hold_time(d)
+    }
+
     pub(super) fn sizing(&self) -> Sizing {
         Sizing {
             gain: self.cfg.gain,
             max_io: self.max_io,
             max_window: self.cfg.max_window,
             latency: self.latency.get(),
+            hold: None,
         }
     }
 

@@ -3,8 +3,14 @@
 //! flow drains, and each host's IO only as fast as its link drains.
 //!
 //! - A flow's window is near its bandwidth-delay product: gain x (max rate
-//!   its own completions delivered) x (the reactor's min latency), and at
-//!   least `FLOW_MIN_IOS` of the largest IO.
+//!   its own completions delivered) x (how long its IOs hold their buffers
+//!   with no queue: the mean, by bytes, of its devices' hold times, at
+//!   least the reactor's min latency), and at least `FLOW_MIN_IOS` of the
+//!   largest IO. A flow whose IOs go to slow devices needs more in flight
+//!   for its rate than one on the fastest: sized on the reactor's min
+//!   latency, such a flow's window bounded its rate, and each sample sized
+//!   the next window smaller (a host reading from 600 us drives beside a
+//!   20 us one carried 14 Gb/s of the 46 its links took).
 //! - A host (a peer address; its connections share its link) has a window
 //!   of its flows' bandwidth-delay products, and at least `HOST_MIN_IOS` of
 //!   the largest IO: a host behind a slow wire keeps its link busy with a
@@ -44,6 +50,9 @@ pub(super) const HOST_MIN_IOS: u64 = 2;
 /// A new flow starts with this many IOs of window, and grows from there as
 /// its completions show the rate.
 const FLOW_START_IOS: u64 = 4;
+/// Each rate sample's mean hold time moves a flow's by this part of the
+/// difference.
+const HOLD_WEIGHT: f64 = 0.25;
 /// A flow with IO in the pipeline and no progress for this long has
 /// stalled: its IO leaves its host's and the reactor's windows.
 pub(super) const STALL_NS: Nanos = 20_000_000;
@@ -75,6 +84,12 @@ struct Flow {
     /// gain x rate x latency, without the floor (None until measured).
     bdp: Option<u64>,
     samples: u64,
+    /// Bytes delivered since the last rate sample, times their devices'
+    /// hold times (byte-ns), those bytes, and the mean of the last
+    /// samples' hold times (ns).
+    hold_sum: f64,
+    hold_bytes: u64,
+    hold: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -112,6 +127,8 @@ pub(super) struct Sizing {
     pub max_window: u64,
     /// The reactor's min release-to-done latency, if measured.
     pub latency: Option<Nanos>,
+    /// The completed IO's device's hold time (see `Pacer::hold_time`).
+    pub hold: Option<Nanos>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -159,6 +176,9 @@ impl Flows {
             window: FLOW_START_IOS * max_io,
             bdp: None,
             samples: 0,
+            hold_sum: 0.0,
+            hold_bytes: 0,
+            hold: None,
         })
     }
 
@@ -272,6 +292,10 @@ impl Flows {
         let Some(f) = self.map.get_mut(&flow) else {
             return;
         };
+        if let Some(h) = sizing.hold.or(sizing.latency) {
+            f.hold_sum += bytes as f64 * h as f64;
+            f.hold_bytes += bytes;
+        }
         f.progress_at = now;
         if f.drain == Drain::Stalled {
             f.drain = Drain::Draining;
@@ -283,7 +307,13 @@ impl Flows {
             return;
         }
         f.samples += 1;
-        if let (Some(r), Some(l)) = (f.rate.get(), sizing.latency) {
+        if f.hold_bytes > 0 {
+            let mean = f.hold_sum / f.hold_bytes as f64;
+            f.hold = Some(f.hold.map_or(mean, |h| h + (mean - h) * HOLD_WEIGHT));
+            (f.hold_sum, f.hold_bytes) = (0.0, 0);
+        }
+        let hold = f.hold.map(|h| h as Nanos);
+        if let (Some(r), Some(l)) = (f.rate.get(), sizing.latency.max(hold)) {
             // As the reactor's window: one sample in PROBE_EVERY admits a
             // little more, to find a rate that has grown.
             let probe = if f.samples.is_multiple_of(PROBE_EVERY) {
@@ -405,5 +435,43 @@ impl Flows {
                 self.gone.push(f.host);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flow's window after 20 ms of 128 KiB IOs delivered every 10 us
+    /// (13 GB/s), each from a device holding it `hold` (None: as long as
+    /// the reactor's min latency, 50 us).
+    fn window_after(hold: Option<Nanos>) -> u64 {
+        let max_io = 128 << 10;
+        let sizing = Sizing {
+            gain: 2.0,
+            max_io,
+            max_window: 1 << 30,
+            latency: Some(50_000),
+            hold,
+        };
+        let mut flows = Flows::default();
+        for i in 0..2_000 {
+            let now = i * 10_000;
+            flows.queued(1, max_io, max_io, now);
+            flows.released(1, max_io);
+            flows.delivered(1, max_io, now, sizing);
+            flows.landed(1, max_io);
+        }
+        flows.map[&1].window
+    }
+
+    #[test]
+    fn a_flow_on_slow_devices_gets_the_window_its_hold_time_needs() {
+        let fast = window_after(None);
+        let slow = window_after(Some(500_000));
+        // gain x 13.1 GB/s x 50 us = 1.3 MB; x 500 us, ten times that.
+        assert!((1_000_000..2_000_000).contains(&fast), "{fast}");
+        let ratio = slow as f64 / fast as f64;
+        assert!((9.0..11.0).contains(&ratio), "{slow} against {fast}");
     }
 }
