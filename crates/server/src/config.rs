@@ -802,6 +802,25 @@ mod tests {
     }
 
     #[test]
+    fn a_syntax_error_names_its_line_and_no_made_up_field() {
+        for (text, line) in [
+            ("[server]\nreactors = 1\ngarbage [[\n", 3),
+            ("[server\nreactors = 1\n", 1),
+        ] {
+            let e = Config::parse(text, "x.toml").expect_err(text);
+            assert_eq!(e.line, Some(line), "{e}");
+            assert_eq!(e.field, None, "{e}");
+            assert!(
+                e.to_string().starts_with(&format!("x.toml:{line}: ")),
+                "{e}"
+            );
+        }
+        // Serde's messages still name theirs.
+        let e = Config::parse("[server]\nreactor = 1\n", "x.toml").expect_err("typo");
+        assert_eq!(e.field.as_deref(), Some("reactor"), "{e}");
+    }
+
+    #[test]
     fn unknown_field_names_line_and_field() {
         let text = "[server]\nreactors = 1\n\n[buffers]\nnum_shared_bufers = 3\n";
         let e = Config::parse(text, "x.toml").unwrap_err();
