@@ -124,6 +124,39 @@ pub fn larger_than(path: &str, size: Option<u64>) -> Option<u64> {
     (m.is_file() && size.is_some_and(|want| want < m.len())).then_some(m.len())
 }
 
+/// A regular file image of `size` bytes at `path` whose unwritten part is
+/// more than its filesystem has free: `(unwritten, free)` bytes. Such a
+/// sparse (thin) image is served, as qemu and nbdkit serve one; writes into
+/// its holes fail with ENOSPC once the filesystem is full. None when it
+/// fits, for block devices, and when the filesystem cannot say.
+pub fn thin_shortfall(path: &str, size: u64) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let p = std::path::Path::new(path);
+    let allocated = match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => m.blocks() * 512,
+        Ok(_) => return None,
+        Err(_) => 0,
+    };
+    let dir = if p.exists() {
+        p
+    } else {
+        p.parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."))
+    };
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data; all zeros is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs writes the struct it is given; the path is a C string.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    let unwritten = size.saturating_sub(allocated);
+    (unwritten > free).then_some((unwritten, free))
+}
+
 /// What [`FileLeaf::open`] would serve, found without creating, extending or
 /// opening the file for writing (for `serve --check`).
 pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {

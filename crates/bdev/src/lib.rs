@@ -20,6 +20,7 @@ pub use delay::DelayModel;
 pub use model::{ModelDevice, ModelParams, ModelState};
 pub use size::ByteSize;
 
+pub use file::thin_shortfall;
 use file::FileLeaf;
 use memory::{Budget, MallocMem};
 

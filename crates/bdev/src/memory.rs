@@ -208,11 +208,14 @@ impl MallocMem {
         out
     }
 
-    fn zero(&self, offset: usize, len: usize) {
-        // Whole chunks become holes again; their pages go back to the kernel.
-        let first_chunk = offset.div_ceil(CHUNK);
-        let end_chunk = (offset + len) / CHUNK;
-        self.release(first_chunk, end_chunk);
+    /// Zeroes `offset..offset + len`; with `holes`, whole chunks become
+    /// holes again and their budget is refunded.
+    fn zero(&self, offset: usize, len: usize, holes: bool) {
+        if holes {
+            let first_chunk = offset.div_ceil(CHUNK);
+            let end_chunk = (offset + len) / CHUNK;
+            self.release(first_chunk, end_chunk);
+        }
         // Whole pages go back to the kernel and read as zeros again.
         let first = offset.div_ceil(PAGE) * PAGE;
         let last = (offset + len) / PAGE * PAGE;
@@ -301,7 +304,22 @@ impl MallocMem {
                     at += n;
                 }
             }
-            IoOp::Trim { .. } | IoOp::WriteZeroes { .. } => self.zero(at, len as usize),
+            IoOp::Trim { .. } | IoOp::WriteZeroes { may_trim: true, .. } => {
+                self.zero(at, len as usize, true)
+            }
+            // NO_HOLE: the range must stay provisioned, so later writes to it
+            // cannot fail for want of space. Its chunks are charged and
+            // marked written (data in block status); their pages may still
+            // go back to the kernel, which maps them again on the next write
+            // against the budget already taken.
+            IoOp::WriteZeroes {
+                may_trim: false, ..
+            } => {
+                if len > 0 && !self.allocate(at, len as usize) {
+                    return IoResult::Err(crate::ENOSPC);
+                }
+                self.zero(at, len as usize, false)
+            }
             IoOp::Flush | IoOp::Cache => {}
         }
         IoResult::Ok
@@ -428,6 +446,46 @@ mod tests {
         assert_eq!(m.execute(IoOp::Read, 0, 2 * chunk, &iov), IoResult::Ok);
         assert!(back[..100].iter().all(|b| *b == 1));
         assert!(back[100..].iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    fn write_zeroes_with_no_hole_leaves_provisioned_data() {
+        let m = MallocMem::new(1 << 20, Budget::new(4 * CHUNK as u64)).expect("map");
+        let chunk = CHUNK as u32;
+        assert_eq!(write(&m, 0, &mut vec![1u8; CHUNK]), IoResult::Ok);
+        let no_hole = IoOp::WriteZeroes {
+            may_trim: false,
+            fua: false,
+            fast: false,
+        };
+        // A written chunk and a hole, both wholly: both stay (become) data.
+        assert_eq!(m.execute(no_hole, 0, 2 * chunk, &[]), IoResult::Ok);
+        assert_eq!(
+            m.block_status(0, 3 * chunk),
+            vec![(2 * chunk, 0), (chunk, EXTENT_HOLE)]
+        );
+        assert_eq!(m.budget.used(), 2 * CHUNK as u64, "both chunks charged");
+        let mut back = vec![9u8; 2 * CHUNK];
+        let iov = [libc::iovec {
+            iov_base: back.as_mut_ptr().cast(),
+            iov_len: back.len(),
+        }];
+        assert_eq!(m.execute(IoOp::Read, 0, 2 * chunk, &iov), IoResult::Ok);
+        assert!(back.iter().all(|b| *b == 0), "reads as zeros");
+        // Provisioning past the budget fails as a write would.
+        assert_eq!(
+            m.execute(no_hole, 2 * u64::from(chunk), 3 * chunk, &[]),
+            IoResult::Err(crate::ENOSPC)
+        );
+        // Without NO_HOLE the same zeroing makes holes and refunds.
+        let may_trim = IoOp::WriteZeroes {
+            may_trim: true,
+            fua: false,
+            fast: false,
+        };
+        assert_eq!(m.execute(may_trim, 0, 1 << 20, &[]), IoResult::Ok);
+        assert_eq!(m.block_status(0, 1 << 20), vec![(1 << 20, EXTENT_HOLE)]);
+        assert_eq!(m.budget.used(), 0);
     }
 
     #[test]

@@ -334,6 +334,30 @@ fn qemu_io_trim_and_write_zeroes_read_back_zeros() {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(!text.contains("Pattern verification failed"), "{text}");
     assert!(!text.to_lowercase().contains("error"), "{text}");
+    // `write -z` without `-u` sends NO_HOLE: that range must stay allocated
+    // (data in block status); the discard and `-z -u` may leave holes.
+    require("nbdinfo", "libnbd-bin");
+    let out = run(
+        Command::new("nbdinfo").args(["--map", "--json", &uri]),
+        LIMIT,
+    );
+    let map: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nbdinfo JSON");
+    let hole_at = |at: u64| {
+        let e = map
+            .as_array()
+            .and_then(|a| {
+                a.iter().find(|e| {
+                    let (o, l) = (e["offset"].as_u64(), e["length"].as_u64());
+                    o.zip(l).is_some_and(|(o, l)| o <= at && at < o + l)
+                })
+            })
+            .unwrap_or_else(|| panic!("no extent at {at}: {map:#}"));
+        e["type"].as_u64().expect("type") & 1 != 0
+    };
+    assert!(hole_at(0), "discarded: {map:#}");
+    assert!(!hole_at(64 << 10), "write -z (NO_HOLE) stays data: {map:#}");
+    assert!(hole_at(128 << 10), "write -z -u: {map:#}");
+    assert!(!hole_at(192 << 10), "{map:#}");
 }
 
 /// Writes the server acknowledged are in the file, and a FLUSH covered

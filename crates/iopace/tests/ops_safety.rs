@@ -550,3 +550,47 @@ fn an_image_served_by_another_process_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
 }
+
+/// A file image larger than its filesystem's free space is a thin image,
+/// served as qemu-nbd and nbdkit serve one; `serve --check` and `serve`
+/// say so up front (file, line, field) instead of leaving the user to
+/// find out from ENOSPC on a write.
+#[test]
+fn a_file_larger_than_the_free_space_is_served_thin_with_a_warning() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = dir.path().join("thin.img");
+    let c = std::ffi::CString::new(dir.path().to_str().expect("utf-8")).expect("path");
+    // SAFETY: statvfs fills the zeroed struct it is given.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the path is a C string.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    let size = st.f_bavail * st.f_frsize + (4 << 30);
+    let body = format!(
+        "[[bdev]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = {size}\n[[export]]\nname = \"default\"\nbdev = \"f\"\n",
+        image.display()
+    );
+    let out = serve_once(&["--check"], &body, dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("c.toml:5: field `bdev.size`")
+            && stderr(&out).contains("served thin"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!image.exists(), "--check created the image");
+    let server = Server::start(&body);
+    assert!(
+        server.log_text().contains("served thin"),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(std::fs::metadata(&image).expect("created").len(), size);
+    roundtrip_ok(&server);
+    // Within the free space: no warning.
+    drop(server);
+    std::fs::remove_file(&image).expect("remove");
+    let body = body.replace(&format!("size = {size}"), "size = \"1MiB\"");
+    let out = serve_once(&["--check"], &body, dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("thin"), "{}", stderr(&out));
+}

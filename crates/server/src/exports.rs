@@ -62,6 +62,7 @@ impl Catalog {
         let mut pacing = c.pacing.clone();
         let mut devices: Vec<Device> = Vec::new();
         check_model_names(cfg, &bdevs)?;
+        warn_thin_images(cfg, &bdevs);
         let mut exports = Vec::with_capacity(c.exports.len());
         for (i, e) in c.exports.iter().enumerate() {
             let Some(dev) = bdevs.get(&e.bdev) else {
@@ -101,6 +102,30 @@ impl Catalog {
             pacing,
             access,
         })
+    }
+}
+
+/// A file image larger than its filesystem can hold is served thin, as
+/// qemu-nbd and nbdkit serve sparse images; said once at start (and by
+/// `serve --check`), since its writes fail with ENOSPC once the filesystem
+/// fills, not when it is served.
+fn warn_thin_images(cfg: &LoadedConfig, bdevs: &BdevSet) {
+    for (i, s) in cfg.config.bdevs.iter().enumerate() {
+        let (Some(path), Some(dev)) = (&s.path, bdevs.get(&s.name)) else {
+            continue;
+        };
+        if s.kind != bdev::BdevKindName::File {
+            continue;
+        }
+        if let Some((unwritten, free)) = bdev::thin_shortfall(path, dev.size()) {
+            let msg = format!(
+                "{path} is {} bytes, {unwritten} of them not yet allocated, but its \
+                 filesystem has {free} bytes free: served thin (sparse); writes past \
+                 the free space will fail with ENOSPC",
+                dev.size()
+            );
+            tracing::warn!("{}", cfg.error_at("bdev", i, "size", msg));
+        }
     }
 }
 

@@ -17,9 +17,14 @@ pub(crate) fn key_at(text: &str, pos: usize) -> Option<String> {
     (!key.is_empty() && !key.starts_with('[')).then(|| key.to_string())
 }
 
-/// The first `quoted` name in a serde message, e.g. "missing field `name`".
+/// The first `quoted` name in a serde message, e.g. "missing field `name`";
+/// none in a syntax error's list of the tokens it expected ("expected `.`,
+/// `=`"), which names no field.
 pub(crate) fn backticked(msg: &str) -> Option<String> {
     let start = msg.find('`')? + 1;
+    if msg[..start].contains("expected") {
+        return None;
+    }
     let len = msg[start..].find('`')?;
     Some(msg[start..start + len].to_string())
 }
