@@ -423,5 +423,8 @@ fn flows_over_slow_devices_keep_an_open_link_busy() {
     let label = |l: &str| sc.runs.iter().find(|r| r.label == l).expect(l);
     let none = simulate(&sc, label("seed mode: none"), 16);
     let auto = simulate(&sc, label("iopace auto"), 16);
-    assert!(auto.bw_gbps >= 0.8 * none.bw_gbps, "{auto:?} against {none:?}");
+    assert!(
+        auto.bw_gbps >= 0.8 * none.bw_gbps,
+        "{auto:?} against {none:?}"
+    );
 }
