@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -143,11 +144,14 @@ fn tune_served_on_a_file_image_serves_it() {
     )
     .expect("config");
     let out = dir.path().join("tune");
+    // In a process group of its own, so the kill below takes the server
+    // and fio it started too (killed alone, tune leaves them running).
     let mut child = Command::new(BIN)
         .args(["tune", "--quick", "--served", "-c"])
         .arg(&cfg)
         .args(["disk", "--out"])
         .arg(&out)
+        .process_group(0)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -163,7 +167,10 @@ fn tune_served_on_a_file_image_serves_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
     if exited.is_none() {
-        child.kill().expect("kill tune");
+        // SAFETY: signals the process group the child leads.
+        unsafe {
+            libc::kill(-(child.id() as i32), libc::SIGKILL);
+        }
     }
     let done = child.wait_with_output().expect("reap tune");
     assert!(
