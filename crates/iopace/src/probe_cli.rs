@@ -236,6 +236,10 @@ pub fn tune(args: TuneArgs) -> ExitCode {
                 points,
                 args.quick,
             )?);
+            // Each served run's `iopace serve` locks a file image: close it here.
+            let name = t.name.clone();
+            drop(targets);
+            return probe::tune::tune_served(&name, cost, &tune);
         }
         probe::tune::tune(t, cost, &tune)
     };

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -120,4 +121,66 @@ fn tune_served_measures_through_the_server_at_each_vrate() {
         stdout.contains(&format!("[qos.dev]\nmin = {v:.1}\nmax = {v:.1}\n")),
         "{stdout}"
     );
+}
+
+/// `--served` on a file image: every `iopace serve` it starts locks the
+/// image, so tune must not hold it open itself (each served run failed
+/// with "in use"). Solo, untuned and the first point are enough to show it.
+#[test]
+fn tune_served_on_a_file_image_serves_it() {
+    common::require("fio", "fio");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("disk.img");
+    let cfg = dir.path().join("tune.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nreactors = 1\n\n[[bdev]]\nname = \"disk\"\nkind = \"file\"\npath = \"{}\"\n\
+             size = \"16MiB\"\ndirect = \"off\"\n\n[[export]]\nname = \"disk\"\nbdev = \"disk\"\n\n\
+             [cost.disk]\nrbps = 1e9\nrseqiops = 100000\nrrandiops = 50000\nwbps = 1e9\n\
+             wseqiops = 100000\nwrandiops = 50000\n",
+            img.display()
+        ),
+    )
+    .expect("config");
+    let out = dir.path().join("tune");
+    // In a process group of its own, so the kill below takes the server
+    // and fio it started too (killed alone, tune leaves them running).
+    let mut child = Command::new(BIN)
+        .args(["tune", "--quick", "--served", "-c"])
+        .arg(&cfg)
+        .args(["disk", "--out"])
+        .arg(&out)
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tune");
+    let first = out.join("points").join("vrate-200.0.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut exited = None;
+    while !first.exists() && Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            exited = Some(status);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if exited.is_none() {
+        // SAFETY: signals the process group the child leads.
+        unsafe {
+            libc::kill(-(child.id() as i32), libc::SIGKILL);
+        }
+    }
+    let done = child.wait_with_output().expect("reap tune");
+    assert!(
+        first.exists(),
+        "no point served ({:?}): {}",
+        exited,
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&first).expect("point")).expect("json");
+    assert!(p["probe"]["p99_us"].as_f64() > Some(0.0), "{p}");
+    assert!(p["adversary"]["rate"].as_f64() > Some(0.0), "{p}");
 }

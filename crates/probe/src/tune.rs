@@ -125,6 +125,34 @@ fn save<T: serde::Serialize>(path: &Path, v: &T) -> Result<(), ProbeError> {
 
 /// Runs the sweep on `t` with the cost model `cost`; writes the outputs.
 pub fn tune(t: &Target, cost: CostModel, o: &TuneOptions) -> Result<TuneResult, ProbeError> {
+    sweep(&t.name, Some(t), cost, o)
+}
+
+/// The sweep through `o.served` alone, on the config's bdev `device`: this
+/// process holds nothing of the device open, since every `iopace serve` it
+/// starts takes a file image's exclusive lock (a `Target` open here kept
+/// that lock, and each served run failed with "in use").
+pub fn tune_served(
+    device: &str,
+    cost: CostModel,
+    o: &TuneOptions,
+) -> Result<TuneResult, ProbeError> {
+    if o.served.is_none() {
+        return Err(ProbeError::Usage(
+            "a served sweep needs a config to serve".into(),
+        ));
+    }
+    sweep(device, None, cost, o)
+}
+
+/// The sweep on `device`; `t` is its bdev opened here, needed only in
+/// process (served runs read it through the server).
+fn sweep(
+    device: &str,
+    t: Option<&Target>,
+    cost: CostModel,
+    o: &TuneOptions,
+) -> Result<TuneResult, ProbeError> {
     let start = Instant::now();
     let dir = o.out.join("points");
     if !o.resume && dir.exists() {
@@ -134,7 +162,7 @@ pub fn tune(t: &Target, cost: CostModel, o: &TuneOptions) -> Result<TuneResult, 
     std::fs::create_dir_all(&dir)
         .map_err(|e| ProbeError::Usage(format!("{}: {e}", dir.display())))?;
     let plan = Plan {
-        device: t.name.clone(),
+        device: device.to_string(),
         served: o.served.is_some(),
         cost,
     };
@@ -167,7 +195,7 @@ pub fn tune(t: &Target, cost: CostModel, o: &TuneOptions) -> Result<TuneResult, 
     }
     bar.finish_and_clear();
     let result = TuneResult {
-        device: t.name.clone(),
+        device: device.to_string(),
         cost,
         solo,
         solutions: solutions(&points, solo, o.isolation_factor),
@@ -248,20 +276,27 @@ fn point_rule(o: &TuneOptions) -> StopRule {
 
 /// Measures solo and points, in process or served.
 struct Measurer<'a> {
-    t: &'a Target,
+    /// The device opened here: in process only.
+    t: Option<&'a Target>,
     cost: CostModel,
     rule: StopRule,
     served: Option<&'a Served>,
 }
 
 impl Measurer<'_> {
-    fn probe_job(&self) -> Job {
-        Job {
-            dev: self.t.bdev.clone(),
+    /// The device, for measuring in process.
+    fn in_process(&self) -> Result<&Target, ProbeError> {
+        self.t
+            .ok_or_else(|| ProbeError::Run("measuring in process needs the device open".into()))
+    }
+
+    fn probe_job(&self) -> Result<Job, ProbeError> {
+        Ok(Job {
+            dev: self.in_process()?.bdev.clone(),
             qd: 1,
             workload: rand4k(),
             throttle: None,
-        }
+        })
     }
 
     /// The QD 1 probe alone.
@@ -272,7 +307,7 @@ impl Measurer<'_> {
                 .map_err(ProbeError::Run)?
                 .probe);
         }
-        let jobs = measure_jobs(&[self.probe_job()], &self.rule).map_err(ProbeError::Run)?;
+        let jobs = measure_jobs(&[self.probe_job()?], &self.rule).map_err(ProbeError::Run)?;
         Ok(jobs.1[0])
     }
 
@@ -305,7 +340,7 @@ impl Measurer<'_> {
             });
         }
         let adversary = Job {
-            dev: self.t.bdev.clone(),
+            dev: self.in_process()?.bdev.clone(),
             qd: ADVERSARY_QD,
             workload: rand4k(),
             throttle: Some(Throttle {
@@ -314,7 +349,7 @@ impl Measurer<'_> {
             }),
         };
         let (_, jobs) =
-            measure_jobs(&[adversary, self.probe_job()], &self.rule).map_err(ProbeError::Run)?;
+            measure_jobs(&[adversary, self.probe_job()?], &self.rule).map_err(ProbeError::Run)?;
         Ok(point(jobs[0], jobs[1]))
     }
 }
