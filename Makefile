@@ -32,7 +32,7 @@ demo: release
 # `make install` (PREFIX=/usr/local, DESTDIR for staging): the binary, its
 # man page, bash/zsh/fish completions and the systemd unit (not enabled).
 PREFIX ?= /usr/local
-BIN := target/release/iopace
+BIN := $(or $(CARGO_TARGET_DIR),target)/release/iopace
 install: release
 	install -Dm755 $(BIN) $(DESTDIR)$(PREFIX)/bin/iopace
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \

@@ -5,7 +5,7 @@
 # the seed-style tables show bandwidth and buffers in flight per mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${IOPACE_BIN:-target/release/iopace}
+BIN=${IOPACE_BIN:-${CARGO_TARGET_DIR:-target}/release/iopace}
 OUT=${OUT:-bench-out/demo}
 if [ "$(id -u)" != 0 ]; then
     echo "demo: network namespaces and tc need root: run \`sudo make demo\`" >&2

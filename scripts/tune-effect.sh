@@ -17,7 +17,7 @@
 set -eu
 out=${1:?usage: scripts/tune-effect.sh OUT_DIR [bench args]}
 shift
-BIN=${BIN:-target/release/iopace}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/iopace}
 IMG=${IMG:-/var/tmp/iopace-probe.img}
 timed() {
     if [ -n "${LOCK:-}" ]; then flock "$LOCK" "$@"; else "$@"; fi
