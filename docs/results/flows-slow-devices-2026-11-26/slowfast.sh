@@ -2,9 +2,19 @@
 # slowfast.sh MODE: one reactor serving a slow export (a delay bdev, 1 ms,
 # over RAM) and a fast one (RAM); fio nbd over Unix for RUNTIME (8) s:
 # 128 KiB random reads at QD 32 to the slow export, and with FAST=1 also
-# 128 KiB random reads at QD 32 to the fast one.
+# 128 KiB random reads at QD 32 to the fast one. TENANTS=1: the exports in
+# two tenants of weight 1.
 MODE=$1
 D=$(mktemp -d); S=$D/s
+[ "${TENANTS:-}" = 1 ] && TENANTS='[[pacing.tenants]]
+name = "slow"
+weight = 1
+exports = ["slow"]
+[[pacing.tenants]]
+name = "fast"
+weight = 1
+exports = ["fast"]'
+
 cat > $D/c.toml <<EOT
 [server]
 tcp = []
@@ -13,6 +23,7 @@ rpc = "$D/rpc"
 reactors = 1
 [pacing]
 mode = "$MODE"
+$TENANTS
 [[bdev]]
 name = "m1"
 kind = "malloc"
@@ -44,5 +55,5 @@ fio --ioengine=nbd --size=512m --time_based --runtime=${RUNTIME:-8} --output-for
 kill $P; wait $P 2>/dev/null
 python3 -c "
 import json;t=open('$D/fio.json').read();js=json.loads(t[t.index('{'):])['jobs']
-print('$MODE fast=${FAST:-0}', ' '.join(j['jobname']+' '+str(round(j['read']['bw']/1024))+' MiB/s' for j in js))"
+print('$MODE fast=${FAST:-0} tenants=${TENANTS:+1}', ' '.join(j['jobname']+' '+str(round(j['read']['bw']/1024))+' MiB/s' for j in js))"
 rm -rf $D
