@@ -337,6 +337,11 @@ impl Pacer {
     /// fewer samples, sit above the reactor's, and flows on them held a
     /// third more.
     pub(super) fn flow_hold(&self, d: usize) -> Option<Nanos> {
+        // Only `auto` sizes flows' windows: no scan per completion in the
+        // other modes.
+        if self.cfg.mode != Mode::Auto {
+            return None;
+        }
         let fast = |e: usize| self.hold_ratio(e) < FAST_HOLD_RATIO;
         let wants_link = |e: usize| {
             let dev = &self.devices[e];
