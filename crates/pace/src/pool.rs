@@ -1,12 +1,19 @@
 //! The data buffer pool: one shared pool with per-reactor caches, as SPDK
 //! has, where a waiter is served in turn and idle caches drain back. The
-//! policy (who gets which buffers, who waits, when caches drain) is [`PoolPolicy`], sans-IO and shared with the
-//! simulator; this module is its threaded driver:
+//! policy (who gets which buffers, who waits, when caches drain) is
+//! [`PoolPolicy`], sans-IO and shared with the simulator; this module is its
+//! threaded driver:
 //!
 //! - The fast path (cache hit, cache free, nobody waiting) takes no lock.
 //! - Everything else runs the policy under one mutex. A waiter served by a
 //!   free on another reactor gets its buffers as a grant, and its reactor is
 //!   woken through its waker; so is a reactor asked to drain its cache.
+//!
+//! Buffers come in two size classes, as SPDK's iobuf has: an IO of at most
+//! `small_buffer_size` takes one small buffer, anything larger takes
+//! `buffer_size` pieces. A 4 KiB IO that held a 128 KiB buffer made the
+//! memory in flight 32 times its data. Each class is its own policy (free
+//! list, FIFO of waiters, caches); ids are global, large ones first.
 
 mod policy;
 
@@ -21,6 +28,26 @@ pub struct PoolConfig {
     pub num_shared_buffers: u32,
     pub buffer_size: u32,
     pub buf_cache_size: u32,
+    /// Small buffers (0: none, every IO takes `buffer_size` pieces).
+    pub num_small_buffers: u32,
+    pub small_buffer_size: u32,
+}
+
+impl PoolConfig {
+    /// Large buffers only, as the seed's pool had.
+    pub fn large_only(
+        num_shared_buffers: u32,
+        buffer_size: u32,
+        buf_cache_size: u32,
+    ) -> PoolConfig {
+        PoolConfig {
+            num_shared_buffers,
+            buffer_size,
+            buf_cache_size,
+            num_small_buffers: 0,
+            small_buffer_size: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,13 +66,20 @@ pub enum Alloc {
 pub struct PoolStats {
     /// Buffers held by this reactor's requests.
     pub in_use: u64,
-    /// Buffers parked in this reactor's cache.
+    /// Their bytes (small and large buffers).
+    pub in_use_bytes: u64,
+    /// Buffers parked in this reactor's caches.
     pub cached: u64,
     /// Requests of this reactor that had to queue.
     pub waits: u64,
     /// Requests of this reactor queued now.
     pub queued: u64,
 }
+
+/// The size classes, as indexes into per-class arrays.
+const LARGE: usize = 0;
+const SMALL: usize = 1;
+const CLASSES: usize = 2;
 
 type Waker = Box<dyn Fn() + Send + Sync>;
 
@@ -55,7 +89,7 @@ struct ReactorShared {
     grants: Mutex<Vec<(u64, Vec<BufId>)>>,
     has_grants: AtomicBool,
     drain_cache: AtomicBool,
-    cached: AtomicU32,
+    cached: [AtomicU32; CLASSES],
     granted_pending: AtomicU32,
 }
 
@@ -66,24 +100,26 @@ impl ReactorShared {
 }
 
 struct Inner {
-    policy: PoolPolicy,
+    policies: [PoolPolicy; CLASSES],
     reactors: Vec<Arc<ReactorShared>>,
 }
 
 impl Inner {
-    /// Runs `op` on the policy, with each reactor's cache as its atomics
-    /// say, then hands out what it decided. Returns the reactors to wake
-    /// (woken after the lock is dropped).
+    /// Runs `op` on size class `class`'s policy, with each reactor's cache
+    /// as its atomics say, then hands out what it decided. Returns the
+    /// reactors to wake (woken after the lock is dropped).
     fn run<T>(
         &mut self,
+        class: usize,
         waiting: &AtomicUsize,
         op: impl FnOnce(&mut PoolPolicy, &dyn Fn(usize) -> bool, &mut Vec<PoolEvent>) -> T,
     ) -> (T, Vec<Arc<ReactorShared>>) {
         let mut events = Vec::new();
         let reactors = &self.reactors;
-        let cached = |r: usize| reactors[r].cached.load(Ordering::Acquire) > 0;
-        let result = op(&mut self.policy, &cached, &mut events);
-        waiting.store(self.policy.waiting(), Ordering::Release);
+        let cached = |r: usize| reactors[r].cached[class].load(Ordering::Acquire) > 0;
+        let result = op(&mut self.policies[class], &cached, &mut events);
+        let queued = self.policies.iter().map(PoolPolicy::waiting).sum();
+        waiting.store(queued, Ordering::Release);
         let mut wake = Vec::new();
         for event in events {
             match event {
@@ -141,18 +177,31 @@ impl Drop for SharedPool {
     }
 }
 
+fn invalid(msg: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg.to_string())
+}
+
 impl SharedPool {
     pub fn new(cfg: PoolConfig) -> io::Result<Arc<SharedPool>> {
         if cfg.buffer_size == 0
             || !cfg.buffer_size.is_multiple_of(4096)
             || cfg.num_shared_buffers == 0
         {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
+            return Err(invalid(
                 "buffer_size must be a non-zero multiple of 4096 and num_shared_buffers at least 1",
             ));
         }
-        let map_len = cfg.num_shared_buffers as usize * cfg.buffer_size as usize;
+        if cfg.num_small_buffers > 0
+            && (cfg.small_buffer_size == 0
+                || !cfg.small_buffer_size.is_multiple_of(4096)
+                || cfg.small_buffer_size >= cfg.buffer_size)
+        {
+            return Err(invalid(
+                "small_buffer_size must be a non-zero multiple of 4096 below buffer_size",
+            ));
+        }
+        let large_len = cfg.num_shared_buffers as usize * cfg.buffer_size as usize;
+        let map_len = large_len + cfg.num_small_buffers as usize * cfg.small_buffer_size as usize;
         // SAFETY: anonymous private mapping; checked for failure below.
         let base = unsafe {
             libc::mmap(
@@ -167,12 +216,16 @@ impl SharedPool {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
+        let (large, small) = (cfg.num_shared_buffers, cfg.num_small_buffers);
         Ok(Arc::new(SharedPool {
             base: base.cast(),
             map_len,
             cfg,
             inner: Mutex::new(Inner {
-                policy: PoolPolicy::new(cfg.num_shared_buffers, cfg.buf_cache_size),
+                policies: [
+                    PoolPolicy::with_ids(0, large, cfg.buf_cache_size),
+                    PoolPolicy::with_ids(large, small, cfg.buf_cache_size),
+                ],
                 reactors: Vec::new(),
             }),
             waiting: AtomicUsize::new(0),
@@ -183,19 +236,51 @@ impl SharedPool {
         self.cfg
     }
 
+    /// The large buffers' size: the piece a large IO is served in.
     pub fn buffer_size(&self) -> u32 {
         self.cfg.buffer_size
     }
 
-    pub fn total(&self) -> u32 {
+    /// Large buffers: what a connection's and a stream's share is counted in.
+    pub fn large_buffers(&self) -> u32 {
         self.cfg.num_shared_buffers
     }
 
-    /// Start of buffer `id`: 4 KiB aligned, `buffer_size` bytes, stable for the pool's life.
+    /// Buffers of both classes.
+    pub fn total(&self) -> u32 {
+        self.cfg.num_shared_buffers + self.cfg.num_small_buffers
+    }
+
+    /// The size class of buffer `id`.
+    fn class(&self, id: BufId) -> usize {
+        if id.0 < self.cfg.num_shared_buffers {
+            LARGE
+        } else {
+            SMALL
+        }
+    }
+
+    /// How many bytes buffer `id` holds.
+    pub fn size_of(&self, id: BufId) -> u32 {
+        match self.class(id) {
+            LARGE => self.cfg.buffer_size,
+            _ => self.cfg.small_buffer_size,
+        }
+    }
+
+    /// Start of buffer `id`: 4 KiB aligned, `size_of(id)` bytes, stable for the pool's life.
     pub fn ptr(&self, id: BufId) -> *mut u8 {
-        debug_assert!(id.0 < self.cfg.num_shared_buffers);
-        // SAFETY: id < num_shared_buffers keeps the offset inside the mapping.
-        unsafe { self.base.add(id.0 as usize * self.cfg.buffer_size as usize) }
+        debug_assert!(id.0 < self.total());
+        let (large, size) = (self.cfg.num_shared_buffers, self.cfg.buffer_size as usize);
+        let offset = match self.class(id) {
+            LARGE => id.0 as usize * size,
+            _ => {
+                large as usize * size
+                    + (id.0 - large) as usize * self.cfg.small_buffer_size as usize
+            }
+        };
+        // SAFETY: id < total() keeps the offset inside the mapping.
+        unsafe { self.base.add(offset) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -210,20 +295,23 @@ impl SharedPool {
             grants: Mutex::new(Vec::new()),
             has_grants: AtomicBool::new(false),
             drain_cache: AtomicBool::new(false),
-            cached: AtomicU32::new(0),
+            cached: [AtomicU32::new(0), AtomicU32::new(0)],
             granted_pending: AtomicU32::new(0),
         });
-        let (id, cache) = {
+        let (id, caches) = {
             let mut inner = self.lock();
             inner.reactors.push(me.clone());
-            inner.policy.add_reactor()
+            let [large, small] = &mut inner.policies;
+            let (id, large) = large.add_reactor();
+            let (_, small) = small.add_reactor();
+            (id, [large, small])
         };
         ReactorBufs {
             id,
             pool: self.clone(),
             me,
-            cache,
-            in_use: 0,
+            caches,
+            in_use: [0; CLASSES],
             waits: 0,
             queued: 0,
         }
@@ -233,17 +321,21 @@ impl SharedPool {
     /// Equals `total()` when the target is quiescent.
     pub fn free_total(&self) -> u64 {
         let inner = self.lock();
-        let mut n = inner.policy.free_len() as u64;
+        let mut n: u64 = inner.policies.iter().map(|p| p.free_len() as u64).sum();
         for r in &inner.reactors {
-            n += u64::from(r.cached.load(Ordering::Acquire));
+            n += r
+                .cached
+                .iter()
+                .map(|c| u64::from(c.load(Ordering::Acquire)))
+                .sum::<u64>();
             n += u64::from(r.granted_pending.load(Ordering::Acquire));
         }
         n
     }
 
-    /// Returns buffers to the shared list and serves waiters.
-    fn give_back(&self, bufs: Vec<BufId>) {
-        let ((), wake) = self.lock().run(&self.waiting, |p, cached, out| {
+    /// Returns buffers of one class to its shared list and serves waiters.
+    fn give_back(&self, class: usize, bufs: Vec<BufId>) {
+        let ((), wake) = self.lock().run(class, &self.waiting, |p, cached, out| {
             p.give_back(bufs, cached, out)
         });
         wake_all(wake);
@@ -254,14 +346,14 @@ impl SharedPool {
     }
 }
 
-/// One reactor's view of the pool: its cache and its queued requests. Owned
-/// by the reactor thread.
+/// One reactor's view of the pool: its caches and its queued requests.
+/// Owned by the reactor thread.
 pub struct ReactorBufs {
     id: usize,
     pool: Arc<SharedPool>,
     me: Arc<ReactorShared>,
-    cache: BufCache,
-    in_use: u64,
+    caches: [BufCache; CLASSES],
+    in_use: [u64; CLASSES],
     waits: u64,
     queued: u64,
 }
@@ -271,39 +363,52 @@ impl ReactorBufs {
         &self.pool
     }
 
+    /// Large buffers for `len` bytes: how many pieces a request that long
+    /// is served in.
     pub fn buffers_for(&self, len: u32) -> u32 {
         len.div_ceil(self.pool.cfg.buffer_size)
     }
 
-    fn set_cached(&self) {
-        self.me
-            .cached
-            .store(self.cache.len() as u32, Ordering::Release);
+    /// The class and count of buffers `len` bytes take.
+    fn class_for(&self, len: u32) -> (usize, u32) {
+        let cfg = &self.pool.cfg;
+        if cfg.num_small_buffers > 0 && len <= cfg.small_buffer_size {
+            (SMALL, 1)
+        } else {
+            (LARGE, self.buffers_for(len))
+        }
+    }
+
+    fn set_cached(&self, class: usize) {
+        self.me.cached[class].store(self.caches[class].len() as u32, Ordering::Release);
     }
 
     /// Buffers for `len` bytes: from the cache, then the shared pool, else
     /// `token` is queued FIFO and its buffers arrive through [`Self::poll`].
     pub fn alloc(&mut self, len: u32, token: u64) -> Alloc {
-        let n = self.buffers_for(len);
+        let (class, n) = self.class_for(len);
         if n == 0 {
             return Alloc::Ready(Vec::new());
         }
-        if let Some(bufs) = self.cache.take(n as usize, self.pool.nobody_waits()) {
-            self.set_cached();
-            self.in_use += u64::from(n);
+        if let Some(bufs) = self.caches[class].take(n as usize, self.pool.nobody_waits()) {
+            self.set_cached(class);
+            self.in_use[class] += u64::from(n);
             return Alloc::Ready(bufs);
         }
-        let (id, cache) = (self.id, &mut self.cache);
+        let (id, cache) = (self.id, &mut self.caches[class]);
         // This reactor's cache is pooled first, so it is empty while the
         // policy looks at who caches (its own atomic is stale until below).
-        let (ready, wake) = self.pool.lock().run(&self.pool.waiting, |p, cached, out| {
-            p.alloc(cache, id, n, token, |r| r != id && cached(r), out)
-        });
-        self.set_cached();
+        let (ready, wake) = self
+            .pool
+            .lock()
+            .run(class, &self.pool.waiting, |p, cached, out| {
+                p.alloc(cache, id, n, token, |r| r != id && cached(r), out)
+            });
+        self.set_cached(class);
         wake_all(wake);
         match ready {
             Some(bufs) => {
-                self.in_use += u64::from(n);
+                self.in_use[class] += u64::from(n);
                 Alloc::Ready(bufs)
             }
             None => {
@@ -314,29 +419,39 @@ impl ReactorBufs {
         }
     }
 
-    /// Returns a request's buffers: to the cache while nobody waits, else to
-    /// the waiters.
+    /// Returns a request's buffers (one class): to the cache while nobody
+    /// waits, else to the waiters.
     pub fn free(&mut self, bufs: &[BufId]) {
-        if bufs.is_empty() {
+        let Some(&first) = bufs.first() else {
             return;
-        }
-        debug_assert!(self.in_use >= bufs.len() as u64, "freeing buffers not held");
-        self.in_use -= bufs.len() as u64;
-        let rest = self.cache.keep(bufs, self.pool.nobody_waits());
-        self.set_cached();
+        };
+        let class = self.pool.class(first);
+        debug_assert!(
+            bufs.iter().all(|&b| self.pool.class(b) == class),
+            "one class per request"
+        );
+        debug_assert!(
+            self.in_use[class] >= bufs.len() as u64,
+            "freeing buffers not held"
+        );
+        self.in_use[class] -= bufs.len() as u64;
+        let rest = self.caches[class].keep(bufs, self.pool.nobody_waits());
+        self.set_cached(class);
         if !rest.is_empty() {
-            self.pool.give_back(rest.to_vec());
+            self.pool.give_back(class, rest.to_vec());
         }
     }
 
     /// Collects grants for this reactor's queued requests into `out`, and
-    /// drains the cache when waiters need it. Cheap when nothing happened.
+    /// drains the caches when waiters need it. Cheap when nothing happened.
     pub fn poll(&mut self, out: &mut Vec<(u64, Vec<BufId>)>) {
         let asked = self.me.drain_cache.swap(false, Ordering::AcqRel);
-        if self.cache.must_drain(asked, !self.pool.nobody_waits()) {
-            let cache = self.cache.drain();
-            self.set_cached();
-            self.pool.give_back(cache);
+        for class in [LARGE, SMALL] {
+            if self.caches[class].must_drain(asked, !self.pool.nobody_waits()) {
+                let cache = self.caches[class].drain();
+                self.set_cached(class);
+                self.pool.give_back(class, cache);
+            }
         }
         if self.me.has_grants.swap(false, Ordering::AcqRel) {
             let grants = std::mem::take(&mut *self.me.grants());
@@ -346,7 +461,9 @@ impl ReactorBufs {
                     .granted_pending
                     .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
                 debug_assert!(pending >= bufs.len() as u32, "grants polled twice");
-                self.in_use += bufs.len() as u64;
+                if let Some(&b) = bufs.first() {
+                    self.in_use[self.pool.class(b)] += bufs.len() as u64;
+                }
                 debug_assert!(self.queued > 0, "a grant for a request never queued");
                 self.queued -= 1;
                 out.push((token, bufs));
@@ -358,40 +475,61 @@ impl ReactorBufs {
     /// Buffers already granted but not yet polled go back to the pool;
     /// buffers already returned by `poll` are the caller's to free.
     pub fn cancel(&mut self, token: u64) {
-        let id = self.id;
-        let me = self.me.clone();
-        let (found, wake) = self.pool.lock().run(&self.pool.waiting, |p, cached, out| {
-            if p.cancel(id, token, cached, out) {
-                return true;
-            }
-            let mut grants = me.grants();
-            let Some(pos) = grants.iter().position(|(t, _)| *t == token) else {
-                return false;
-            };
-            let (_, bufs) = grants.remove(pos);
-            drop(grants);
-            let pending = me
-                .granted_pending
-                .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
-            debug_assert!(pending >= bufs.len() as u32, "a grant cancelled twice");
-            p.give_back(bufs, cached, out);
-            true
-        });
-        wake_all(wake);
+        let found = self.cancel_in(LARGE, token) || self.cancel_in(SMALL, token);
         if found {
             debug_assert!(self.queued > 0, "cancelled a request never queued");
             self.queued -= 1;
         }
     }
 
+    /// `cancel` in one size class: whether `token` was queued there or
+    /// granted from it.
+    fn cancel_in(&mut self, class: usize, token: u64) -> bool {
+        let (id, me, pool) = (self.id, self.me.clone(), self.pool.clone());
+        let (found, wake) = self
+            .pool
+            .lock()
+            .run(class, &self.pool.waiting, |p, cached, out| {
+                if p.cancel(id, token, cached, out) {
+                    return true;
+                }
+                let mut grants = me.grants();
+                let granted_here = |(t, bufs): &(u64, Vec<BufId>)| {
+                    *t == token && bufs.first().is_none_or(|&b| pool.class(b) == class)
+                };
+                let Some(pos) = grants.iter().position(granted_here) else {
+                    return false;
+                };
+                let (_, bufs) = grants.remove(pos);
+                drop(grants);
+                let pending = me
+                    .granted_pending
+                    .fetch_sub(bufs.len() as u32, Ordering::AcqRel);
+                debug_assert!(pending >= bufs.len() as u32, "a grant cancelled twice");
+                p.give_back(bufs, cached, out);
+                true
+            });
+        wake_all(wake);
+        found
+    }
+
+    /// Buffers this reactor's requests hold, of both classes.
     pub fn in_use(&self) -> u64 {
-        self.in_use
+        self.in_use.iter().sum()
+    }
+
+    /// Bytes of the buffers this reactor's requests hold.
+    pub fn in_use_bytes(&self) -> u64 {
+        let cfg = &self.pool.cfg;
+        self.in_use[LARGE] * u64::from(cfg.buffer_size)
+            + self.in_use[SMALL] * u64::from(cfg.small_buffer_size)
     }
 
     pub fn stats(&self) -> PoolStats {
         PoolStats {
-            in_use: self.in_use,
-            cached: self.cache.len() as u64,
+            in_use: self.in_use(),
+            in_use_bytes: self.in_use_bytes(),
+            cached: self.caches.iter().map(|c| c.len() as u64).sum(),
             waits: self.waits,
             queued: self.queued,
         }
@@ -405,12 +543,7 @@ mod tests {
     use std::sync::atomic::AtomicU64;
 
     fn pool(n: u32, cache: u32) -> Arc<SharedPool> {
-        SharedPool::new(PoolConfig {
-            num_shared_buffers: n,
-            buffer_size: 4096,
-            buf_cache_size: cache,
-        })
-        .expect("pool")
+        SharedPool::new(PoolConfig::large_only(n, 4096, cache)).expect("pool")
     }
 
     fn reactor(p: &Arc<SharedPool>) -> (ReactorBufs, Arc<AtomicU64>) {
@@ -547,5 +680,74 @@ mod tests {
         }
         a.free(&bufs);
         assert_eq!(p.free_total(), 8);
+    }
+
+    fn two_classes(large: u32, small: u32) -> Arc<SharedPool> {
+        SharedPool::new(PoolConfig {
+            num_small_buffers: small,
+            small_buffer_size: 8192,
+            ..PoolConfig::large_only(large, 65536, 2)
+        })
+        .expect("pool")
+    }
+
+    #[test]
+    fn a_small_io_takes_one_small_buffer_and_a_large_one_pieces() {
+        let p = two_classes(4, 8);
+        let (mut a, _) = reactor(&p);
+        let small = ready(a.alloc(4096, 1));
+        let edge = ready(a.alloc(8192, 2));
+        let large = ready(a.alloc(65536 + 1, 3));
+        assert_eq!((small.len(), edge.len(), large.len()), (1, 1, 2));
+        assert_eq!(p.size_of(small[0]), 8192);
+        assert_eq!(p.size_of(large[0]), 65536);
+        assert_eq!(a.stats().in_use_bytes, 2 * 8192 + 2 * 65536);
+        // Every buffer is aligned, inside the mapping and apart from the rest.
+        let mut spans: Vec<(usize, usize)> = [&small, &edge, &large]
+            .iter()
+            .flat_map(|b| b.iter())
+            .map(|&b| (p.ptr(b) as usize, p.size_of(b) as usize))
+            .collect();
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "overlap: {spans:?}");
+        }
+        for &(at, len) in &spans {
+            assert_eq!(at % 4096, 0);
+            // SAFETY: the buffer is ours and `len` bytes long.
+            unsafe { (at as *mut u8).write_bytes(0x5a, len) };
+        }
+        for b in [small, edge, large] {
+            a.free(&b);
+        }
+        assert_eq!(a.stats().in_use_bytes, 0);
+        assert_eq!(p.free_total(), 12);
+    }
+
+    #[test]
+    fn each_class_queues_and_serves_its_own_waiters() {
+        let p = two_classes(1, 1);
+        let (mut a, _) = reactor(&p);
+        let (mut b, _) = reactor(&p);
+        let small = ready(a.alloc(4096, 1));
+        let large = ready(a.alloc(65536, 2));
+        assert_eq!(b.alloc(4096, 3), Alloc::Queued);
+        assert_eq!(b.alloc(65536, 4), Alloc::Queued);
+        a.free(&small);
+        let mut out = Vec::new();
+        b.poll(&mut out);
+        assert_eq!(
+            out.iter().map(|g| g.0).collect::<Vec<_>>(),
+            vec![3],
+            "a small free serves the small waiter"
+        );
+        assert_eq!(p.size_of(out[0].1[0]), 8192);
+        b.cancel(4);
+        assert_eq!(b.stats().queued, 0);
+        b.free(&out[0].1);
+        a.free(&large);
+        a.poll(&mut Vec::new());
+        b.poll(&mut Vec::new());
+        assert_eq!(p.free_total(), 2);
     }
 }

@@ -16,6 +16,7 @@ use bdev::{BdevSpec, ByteSize};
 use crate::bounds;
 use crate::tls::{TlsConfig, TlsMode};
 use pace::pacer::{CostModel, PacingConfig, QosConfig};
+use pace::pool::PoolConfig;
 use serde::Deserialize;
 
 /// The configuration served when `iopace serve` gets no `--config`.
@@ -271,6 +272,13 @@ pub struct BufferConfig {
     pub buffer_size: ByteSize,
     #[serde(default = "default_cache")]
     pub buf_cache_size: u32,
+    /// Small buffers: an IO of at most `small_buffer_size` takes one of
+    /// these instead of a `buffer_size` buffer (0, or a size not below
+    /// `buffer_size`: none).
+    #[serde(default = "default_num_small_buffers")]
+    pub num_small_buffers: u32,
+    #[serde(default = "default_small_buffer_size")]
+    pub small_buffer_size: ByteSize,
     /// Largest READ or WRITE a client may send (advertised as the maximum
     /// block size). Large requests stream through a few buffers at a time,
     /// so this does not have to fit in the pool.
@@ -287,6 +295,32 @@ fn default_buffer_size() -> ByteSize {
 fn default_cache() -> u32 {
     32
 }
+/// As SPDK's iobuf small pool: 8 KiB buffers, 64 MiB of them, mapped
+/// without reserve and touched as used.
+fn default_num_small_buffers() -> u32 {
+    8192
+}
+fn default_small_buffer_size() -> ByteSize {
+    ByteSize(8 << 10)
+}
+
+impl BufferConfig {
+    /// The pool these settings make: no small buffers unless they are
+    /// smaller than the large ones.
+    pub fn pool(&self) -> PoolConfig {
+        let small = self.small_buffer_size.0 as u32;
+        let large = self.buffer_size.0 as u32;
+        PoolConfig {
+            num_small_buffers: if small < large {
+                self.num_small_buffers
+            } else {
+                0
+            },
+            small_buffer_size: small,
+            ..PoolConfig::large_only(self.num_shared_buffers, large, self.buf_cache_size)
+        }
+    }
+}
 fn default_max_request_size() -> ByteSize {
     ByteSize(u64::from(DEFAULT_MAX_REQUEST_BYTES))
 }
@@ -297,6 +331,8 @@ impl Default for BufferConfig {
             num_shared_buffers: default_num_buffers(),
             buffer_size: default_buffer_size(),
             buf_cache_size: default_cache(),
+            num_small_buffers: default_num_small_buffers(),
+            small_buffer_size: default_small_buffer_size(),
             max_request_size: default_max_request_size(),
         }
     }
@@ -523,6 +559,22 @@ impl LoadedConfig {
         .map_err(field)?;
         bounds::in_range("buf_cache_size", b.buf_cache_size, 0, b.num_shared_buffers)
             .map_err(field)?;
+        bounds::in_range(
+            "num_small_buffers",
+            b.num_small_buffers,
+            0,
+            bounds::MAX_SHARED_BUFFERS,
+        )
+        .map_err(field)?;
+        let small = b.small_buffer_size.0;
+        if small < 4096 || !small.is_multiple_of(4096) || small > (16 << 20) {
+            return Err(self.error_at(
+                "buffers",
+                0,
+                "small_buffer_size",
+                format!("must be a multiple of 4 KiB between 4 KiB and 16 MiB, got {small}"),
+            ));
+        }
         let max = b.max_request_size.0;
         if max < 4096 || !max.is_multiple_of(4096) || max > u64::from(MAX_REQUEST_LIMIT) {
             return Err(self.error_at(
@@ -648,6 +700,8 @@ impl LoadedConfig {
             "num_shared_buffers": b.num_shared_buffers,
             "buffer_size": b.buffer_size.0,
             "buf_cache_size": b.buf_cache_size,
+            "num_small_buffers": b.num_small_buffers,
+            "small_buffer_size": b.small_buffer_size.0,
             "max_request_size": b.max_request_size.0,
         });
         json["pacing"] = serde_json::to_value(&self.config.pacing).unwrap_or_default();
@@ -885,6 +939,35 @@ mod tests {
         let text = "[buffers]\nbuffer_size = 1000\n[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n[[export]]\nname = \"a\"\nbdev = \"m\"\n";
         let e = Config::parse(text, "x.toml").unwrap_err();
         assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn small_buffers_are_checked_and_only_used_below_the_buffer_size() {
+        let cfg = |buffers: &str| {
+            format!(
+                "[buffers]\n{buffers}\n[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n\
+                 [[export]]\nname = \"a\"\nbdev = \"m\"\n"
+            )
+        };
+        let pool = |buffers: &str| {
+            let c = Config::parse(&cfg(buffers), "x.toml").expect("valid");
+            c.config.buffers.pool()
+        };
+        assert_eq!(pool("").num_small_buffers, 8192, "on by default");
+        assert_eq!(pool("").small_buffer_size, 8192);
+        assert_eq!(pool("num_small_buffers = 0").num_small_buffers, 0);
+        // A small size that is not smaller than the large one: no small class.
+        assert_eq!(pool("buffer_size = \"8K\"").num_small_buffers, 0);
+        for bad in [
+            "small_buffer_size = 1000",
+            "small_buffer_size = \"32M\"",
+            "num_small_buffers = 2000000",
+        ] {
+            let e = Config::parse(&cfg(bad), "x.toml").unwrap_err();
+            let field = bad.split(' ').next().map(|f| format!("buffers.{f}"));
+            assert_eq!(e.field, field, "{bad}: {e}");
+            assert_eq!(e.line, Some(2), "{bad}: {e}");
+        }
     }
 
     #[test]

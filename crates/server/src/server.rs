@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pace::pacer::{PacedDevice, PacerGroup};
-use pace::pool::{PoolConfig, SharedPool};
+use pace::pool::SharedPool;
 
 use crate::acceptor::{self, Acceptors};
 use crate::config::{ConfigError, LoadedConfig};
@@ -225,12 +225,8 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     }
     let cfg = &loaded.config;
     let catalog = Arc::new(Catalog::build(&loaded).map_err(ServeError::Config)?);
-    let pool = SharedPool::new(PoolConfig {
-        num_shared_buffers: cfg.buffers.num_shared_buffers,
-        buffer_size: cfg.buffers.buffer_size.0 as u32,
-        buf_cache_size: cfg.buffers.buf_cache_size,
-    })
-    .map_err(|e| runtime(format!("cannot allocate the buffer pool: {e}")))?;
+    let pool = SharedPool::new(cfg.buffers.pool())
+        .map_err(|e| runtime(format!("cannot allocate the buffer pool: {e}")))?;
     // Dropped on every return: a failed start leaves no socket file behind.
     let mut files = SocketFiles::default();
     let tls = loaded.tls_config().map_err(ServeError::Config)?;
@@ -271,11 +267,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     rpc_state.stopping.store(true, Ordering::Relaxed);
     drop(files);
     let free = pool.free_total();
-    tracing::info!(
-        free_buffers = free,
-        total = cfg.buffers.num_shared_buffers,
-        "stopped"
-    );
+    tracing::info!(free_buffers = free, total = pool.total(), "stopped");
     Ok(())
 }
 

@@ -35,6 +35,9 @@ pub struct BufferStats {
     pub cached: u64,
     /// Buffers free in the shared pool (all reactors).
     pub pool_free: u64,
+    /// Buffers in the pool, small and large: `pool_free` when idle.
+    #[serde(default)]
+    pub pool_total: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -190,7 +193,8 @@ pub struct StatsCollector {
     ops: [OpCount; 8],
     exports: Vec<ExportCounters>,
     buffers_in_use: TimeAvg,
-    buffer_size: u64,
+    /// Their bytes: small and large buffers differ.
+    buffer_bytes_in_use: TimeAvg,
 }
 
 fn op_index(c: Command) -> usize {
@@ -218,7 +222,7 @@ const OP_NAMES: [&str; 8] = [
 ];
 
 impl StatsCollector {
-    pub fn new(reactor: usize, catalog: &Catalog, buffer_size: u32) -> StatsCollector {
+    pub fn new(reactor: usize, catalog: &Catalog) -> StatsCollector {
         StatsCollector {
             reactor,
             conns_now: 0,
@@ -238,7 +242,7 @@ impl StatsCollector {
                 .map(|e| ExportCounters::new(e.info.name.clone()))
                 .collect(),
             buffers_in_use: TimeAvg::new(0),
-            buffer_size: u64::from(buffer_size),
+            buffer_bytes_in_use: TimeAvg::new(0),
         }
     }
 
@@ -260,8 +264,9 @@ impl StatsCollector {
         self.states.in_flight()
     }
 
-    pub fn sample_buffers(&mut self, now: Nanos, in_use: u64) {
+    pub fn sample_buffers(&mut self, now: Nanos, in_use: u64, in_use_bytes: u64) {
         self.buffers_in_use.update(now, in_use);
+        self.buffer_bytes_in_use.update(now, in_use_bytes);
     }
 
     /// Requests whose replies were fully sent, since the start.
@@ -294,11 +299,15 @@ impl StatsCollector {
         &mut self,
         now: Nanos,
         pool: PoolStats,
-        pool_free: u64,
+        (pool_free, pool_total): (u64, u64),
         timers: usize,
     ) -> ReactorStats {
-        let mib = self.buffer_size as f64 / (1u64 << 20) as f64;
+        let mib = 1.0 / (1u64 << 20) as f64;
         let avg = self.buffers_in_use.avg(now);
+        let (avg_bytes, max_bytes) = (
+            self.buffer_bytes_in_use.avg(now),
+            self.buffer_bytes_in_use.max(),
+        );
         let max = self.buffers_in_use.max();
         let req_states: BTreeMap<String, u64> = ReqState::ALL
             .iter()
@@ -328,11 +337,12 @@ impl StatsCollector {
                 in_use: pool.in_use,
                 in_use_avg: avg,
                 in_use_max: max,
-                in_use_avg_mib: avg * mib,
-                in_use_max_mib: max as f64 * mib,
+                in_use_avg_mib: avg_bytes * mib,
+                in_use_max_mib: max_bytes as f64 * mib,
                 waits: self.buffer_waits,
                 cached: pool.cached,
                 pool_free,
+                pool_total,
             },
             delayed_completions: timers as u64,
             exports: self.exports.iter_mut().map(|e| e.snapshot(now)).collect(),

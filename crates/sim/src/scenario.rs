@@ -78,6 +78,12 @@ pub struct TargetModel {
     /// Idle buffers each reactor may cache (the pool's `buf_cache_size`).
     #[serde(default)]
     pub buf_cache_size: u32,
+    /// Small buffers for IOs of at most `small_buffer_size` bytes (the
+    /// server's `[buffers]` settings; its defaults when absent).
+    #[serde(default)]
+    pub num_small_buffers: Option<u32>,
+    #[serde(default)]
+    pub small_buffer_size: Option<u32>,
     /// Bytes in buffers the caches hold before throughput degrades, MiB.
     pub ddio_budget_mib: f64,
     /// Throughput lost per doubling of bytes in flight past the budget.

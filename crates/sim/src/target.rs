@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bdev::{BdevKindName, BdevSpec, ByteSize};
 use pace::pacer::{DeviceQos, PacedDevice, Pacer, PacerGroup, QosConfig};
-use pace::pool::{PoolConfig, SharedPool};
+use pace::pool::SharedPool;
 use server::config::{BufferConfig, Config, ExportConfig, ServerConfig};
 use server::engine::{Engine, EngineSettings, Timeouts, PAYLOAD_CAP};
 use server::exports::Catalog;
@@ -40,7 +40,7 @@ impl Target {
         let reactors = run.reactors.unwrap_or(sc.target.reactors);
         let tenants = run.pacing.tenants.len().max(1);
         let catalog = Arc::new(catalog(sc, run, devs.len(), tenants));
-        let pool = SharedPool::new(catalog_pool(sc, run))
+        let pool = SharedPool::new(catalog_buffers(sc, run).pool())
             // Scenario validation checks the buffer size and count.
             .unwrap_or_else(|e| panic!("scenario {}: buffer pool: {e}", sc.name));
         let woken: Arc<[AtomicBool]> = (0..reactors).map(|_| AtomicBool::new(false)).collect();
@@ -101,9 +101,9 @@ impl Target {
         self.woken[reactor].swap(false, Ordering::Relaxed)
     }
 
-    /// Buffers held by requests, over every reactor.
-    pub fn buffers_in_use(&self) -> u64 {
-        self.engines.iter().map(|e| e.buffers_in_use()).sum()
+    /// Bytes of the buffers held by requests, over every reactor.
+    pub fn buffer_bytes_in_use(&self) -> u64 {
+        self.engines.iter().map(|e| e.buffer_bytes_in_use()).sum()
     }
 }
 
@@ -111,13 +111,25 @@ fn export_name(device: usize, tenant: usize) -> String {
     format!("d{device}.t{tenant}")
 }
 
-fn catalog_pool(sc: &Scenario, run: &RunConfig) -> PoolConfig {
-    PoolConfig {
+/// The pool's settings: the target's, as a run overrides them, and the
+/// server's defaults for the rest.
+fn catalog_buffers(sc: &Scenario, run: &RunConfig) -> BufferConfig {
+    let defaults = BufferConfig::default();
+    BufferConfig {
         num_shared_buffers: run
             .num_shared_buffers
             .unwrap_or(sc.target.num_shared_buffers),
-        buffer_size: sc.target.buffer_size,
+        buffer_size: ByteSize(u64::from(sc.target.buffer_size)),
         buf_cache_size: run.buf_cache_size.unwrap_or(sc.target.buf_cache_size),
+        num_small_buffers: sc
+            .target
+            .num_small_buffers
+            .unwrap_or(defaults.num_small_buffers),
+        small_buffer_size: sc
+            .target
+            .small_buffer_size
+            .map_or(defaults.small_buffer_size, |s| ByteSize(u64::from(s))),
+        ..defaults
     }
 }
 
@@ -145,15 +157,9 @@ fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Ca
     for (t, tenant) in pacing.tenants.iter_mut().enumerate() {
         tenant.exports = (0..devices).map(|d| export_name(d, t)).collect();
     }
-    let pool = catalog_pool(sc, run);
     let config = Config {
         server: ServerConfig::default(),
-        buffers: BufferConfig {
-            num_shared_buffers: pool.num_shared_buffers,
-            buffer_size: ByteSize(u64::from(pool.buffer_size)),
-            buf_cache_size: pool.buf_cache_size,
-            ..BufferConfig::default()
-        },
+        buffers: catalog_buffers(sc, run),
         bdevs,
         exports,
         pacing,

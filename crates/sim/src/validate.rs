@@ -35,6 +35,8 @@ const MAX_SIM_MS: u64 = 60_000;
 /// Most outstanding IOs per host.
 const MAX_QD: u32 = 1 << 16;
 const MAX_REACTORS: usize = 1024;
+/// As the server's bound on a pool class.
+const MAX_SMALL_BUFFERS: u32 = 1 << 20;
 
 struct Check<'a> {
     text: &'a str,
@@ -135,6 +137,18 @@ impl Check<'_> {
             || "must be a non-zero multiple of 4096".into(),
         )?;
         self.buffers(t.num_shared_buffers, t.buf_cache_size, ("target", 0))?;
+        if let Some(size) = t.small_buffer_size {
+            self.ensure(
+                size >= 4096 && size.is_multiple_of(4096),
+                at("small_buffer_size"),
+                || "must be a non-zero multiple of 4096".into(),
+            )?;
+        }
+        if let Some(n) = t.num_small_buffers {
+            self.ensure(n <= MAX_SMALL_BUFFERS, at("num_small_buffers"), || {
+                format!("must be at most {MAX_SMALL_BUFFERS}")
+            })?;
+        }
         self.positive(t.ddio_budget_mib, at("ddio_budget_mib"))?;
         self.number(t.ddio_slope, 0.0..=1.0, at("ddio_slope"))?;
         self.number(t.ddio_floor, 0.01..=1.0, at("ddio_floor"))?;

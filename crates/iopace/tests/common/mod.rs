@@ -192,7 +192,15 @@ impl Server {
                 .map(|r| r["requests_in_flight"].as_u64().unwrap_or(0))
                 .sum();
             let (in_use, free) = self.buffers();
-            if in_use == 0 && free == total && in_flight == 0 {
+            // The pool holds `total` large buffers and its small ones.
+            let pool_total = reactors
+                .first()
+                .map_or(0, |r| r["buffers"]["pool_total"].as_u64().unwrap_or(0));
+            assert!(
+                pool_total >= total,
+                "pool of {pool_total}, {total} large expected"
+            );
+            if in_use == 0 && free == pool_total && in_flight == 0 {
                 return;
             }
             assert!(

@@ -100,9 +100,15 @@ pub struct PoolPolicy {
 impl PoolPolicy {
     /// `total` buffers, all free; caches of `cache_size` each.
     pub fn new(total: u32, cache_size: u32) -> PoolPolicy {
+        PoolPolicy::with_ids(0, total, cache_size)
+    }
+
+    /// As `new`, with ids `first..first + total` (one size class of a pool
+    /// whose ids are global).
+    pub fn with_ids(first: u32, total: u32, cache_size: u32) -> PoolPolicy {
         PoolPolicy {
             // Hand out low buffers first so a lightly loaded target touches little memory.
-            free: (0..total).rev().map(BufId).collect(),
+            free: (first..first + total).rev().map(BufId).collect(),
             waiters: VecDeque::new(),
             cache_size: cache_size as usize,
             reactors: 0,

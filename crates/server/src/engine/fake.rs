@@ -48,12 +48,7 @@ pub fn engine_over(body: &str, mode: &str, buffers: u32, timeouts: Timeouts) -> 
     );
     let loaded = crate::config::Config::parse(&text, "test.toml").expect("test config");
     let catalog = Arc::new(Catalog::build(&loaded).expect("catalog"));
-    let pool = SharedPool::new(PoolConfig {
-        num_shared_buffers: buffers,
-        buffer_size: BUF_SIZE,
-        buf_cache_size: 2,
-    })
-    .expect("pool");
+    let pool = SharedPool::new(PoolConfig::large_only(buffers, BUF_SIZE, 2)).expect("pool");
     let bufs = pool.register_reactor(Box::new(|| {}));
     let pacer = Pacer::new(
         catalog.pacing.clone(),

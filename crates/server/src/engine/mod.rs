@@ -168,11 +168,11 @@ impl Engine {
     ) -> Engine {
         let pool = bufs.pool().clone();
         let buf_size = pool.buffer_size();
-        let stats = StatsCollector::new(settings.id, &catalog, buf_size);
+        let stats = StatsCollector::new(settings.id, &catalog);
         Engine {
             id: settings.id,
             catalog,
-            conn_cap: (pool.total() / 4).max(settings.payload_cap),
+            conn_cap: (pool.large_buffers() / 4).max(settings.payload_cap),
             pool,
             buf_size,
             bufs,
@@ -302,7 +302,8 @@ impl Engine {
         self.check_drain();
         self.settle();
         self.flush();
-        self.stats.sample_buffers(now, self.bufs.in_use());
+        self.stats
+            .sample_buffers(now, self.bufs.in_use(), self.bufs.in_use_bytes());
     }
 
     /// Posts the sends the events since the last flush made ready. Replies
@@ -341,9 +342,8 @@ impl Engine {
     pub fn snapshot(&mut self, now: Nanos) -> ReactorStats {
         self.set_now(now);
         let pool = self.bufs.stats();
-        let mut snap = self
-            .stats
-            .snapshot(now, pool, self.pool.free_total(), self.delayed.len());
+        let free = (self.pool.free_total(), u64::from(self.pool.total()));
+        let mut snap = self.stats.snapshot(now, pool, free, self.delayed.len());
         snap.pacer = self.pacer.stats(now);
         snap
     }
@@ -365,6 +365,11 @@ impl Engine {
 
     pub fn buffers_in_use(&self) -> u64 {
         self.bufs.in_use()
+    }
+
+    /// Bytes of the buffers held by requests (small and large ones differ).
+    pub fn buffer_bytes_in_use(&self) -> u64 {
+        self.bufs.in_use_bytes()
     }
 
     /// The pacer, read-only: its estimates for a driver's own reports.

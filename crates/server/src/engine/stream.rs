@@ -39,7 +39,7 @@ impl Engine {
     /// Pieces a streamed READ has live at most: `payload_cap`, or the whole
     /// pool when that is smaller.
     pub(super) fn stream_window(&self) -> u32 {
-        self.payload_cap.min(self.pool.total())
+        self.payload_cap.min(self.pool.large_buffers())
     }
 
     /// Starts the next pieces of streamed READ `id` while it holds fewer

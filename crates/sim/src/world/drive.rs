@@ -201,7 +201,7 @@ impl Sim<'_> {
                 self.schedule_tick(r);
             }
         }
-        self.bufs_gauge.update(self.now, self.in_use());
+        self.bufs_gauge.update(self.now, self.in_use_bytes());
     }
 
     fn schedule_tick(&mut self, r: usize) {

@@ -184,9 +184,9 @@ impl<'a> Sim<'a> {
         self.events.push(Reverse((t, self.seq, ev)));
     }
 
-    /// Buffers held by requests now.
-    pub fn in_use(&self) -> u64 {
-        self.target.buffers_in_use()
+    /// Bytes of the buffers held by requests now.
+    pub fn in_use_bytes(&self) -> u64 {
+        self.target.buffer_bytes_in_use()
     }
 
     /// A host's next IO: its size, device and direction drawn at random;
@@ -234,7 +234,7 @@ impl<'a> Sim<'a> {
 
     fn ddio_factor(&self) -> f64 {
         let t = &self.sc.target;
-        let mib = (self.in_use() * u64::from(t.buffer_size)) as f64 / (1u64 << 20) as f64;
+        let mib = self.in_use_bytes() as f64 / (1u64 << 20) as f64;
         if mib <= t.ddio_budget_mib {
             return 1.0;
         }
@@ -353,7 +353,7 @@ impl<'a> Sim<'a> {
             }
             if !self.measuring && t >= warm {
                 self.measuring = true;
-                self.bufs_gauge.update(t, self.in_use());
+                self.bufs_gauge.update(t, self.in_use_bytes());
                 self.bufs_gauge.reset(t);
             }
             self.now = t;

@@ -39,7 +39,7 @@ impl Sim<'_> {
     /// window, rate and latency estimates, bytes in flight and queue.
     pub fn trace_line(&self, t: Nanos) {
         let mib = |b: f64| b / f64::from(1u32 << 20);
-        let bufs = mib((self.in_use() * u64::from(self.sc.target.buffer_size)) as f64);
+        let bufs = mib(self.in_use_bytes() as f64);
         let mut line = format!(
             "trace {} t_ms={} bufs_mib={bufs:.2}",
             self.trace_tag,
@@ -66,7 +66,7 @@ impl Sim<'_> {
         let secs = self.sc.duration_ms as f64 / 1e3;
         let delivered: u64 = self.hosts.iter().map(|h| h.delivered).sum();
         let bw = gbps(delivered, secs);
-        let mib = f64::from(self.sc.target.buffer_size) / (1u64 << 20) as f64;
+        let mib = 1.0 / (1u64 << 20) as f64;
         let mut per_group = vec![0.0; self.sc.hosts.len()];
         for h in &self.hosts {
             per_group[h.group] += gbps(h.delivered, secs);
