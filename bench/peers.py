@@ -16,6 +16,7 @@ Environment knobs (all optional):
 """
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -65,7 +66,8 @@ class Server:
     def __init__(self, name, transport, work):
         self.name, self.transport, self.work = name, transport, work
         Server.count += 1
-        self.sock = os.path.join(work, f"{name}-{transport}-{Server.count}.sock")
+        self.file = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        self.sock = os.path.join(work, f"{self.file}-{transport}-{Server.count}.sock")
         self.port = free_port()
         self.export = ""
         self.proc = None
@@ -74,13 +76,16 @@ class Server:
     def argv(self):
         listen_nbdkit = ["-U", self.sock] if self.transport == "unix" else ["-i", "127.0.0.1", "-p", str(self.port)]
         listen_qemu = ["-k", self.sock] if self.transport == "unix" else ["-b", "127.0.0.1", "-p", str(self.port)]
-        kind = self.name.split("-", 1)[1] if self.name.startswith("iopace") else self.name.rsplit("-", 1)[1]
+        # "iopace-KIND@k=v,k=v" adds TOML lines to iopace's [server] table,
+        # so server settings compare inside one run.
+        base, _, extra = self.name.partition("@")
+        kind = base.split("-", 1)[1] if base.startswith("iopace") else base.rsplit("-", 1)[1]
         if kind == "file":
             self.img = os.path.join(FILE_DIR, f"iopace-peers-{self.name}.img")
             with open(self.img, "ab") as f:
                 f.truncate(1 << 30)
         if self.name.startswith("iopace"):
-            cfg = os.path.join(self.work, f"{self.name}.toml")
+            cfg = os.path.join(self.work, f"{self.file}.toml")
             bdev = {
                 "malloc": 'kind = "malloc"\nsize = "1GiB"',
                 "null": 'kind = "null"\nsize = "1GiB"',
@@ -91,7 +96,8 @@ class Server:
             with open(cfg, "w") as f:
                 f.write(
                     f'[server]\ntcp = {tcp}\nunix = {unix}\nrpc = "{self.sock}.rpc"\n'
-                    f'[[bdev]]\nname = "d"\n{bdev}\n[[export]]\nname = "bench"\nbdev = "d"\n'
+                    + "".join(f"{kv}\n" for kv in extra.split(",") if kv)
+                    + f'[[bdev]]\nname = "d"\n{bdev}\n[[export]]\nname = "bench"\nbdev = "d"\n'
                 )
             self.export = "bench"
             return [IOPACE, "serve", "--config", cfg]
@@ -114,7 +120,7 @@ class Server:
 
     def start(self):
         argv = self.argv()
-        self.log = open(os.path.join(self.work, f"{self.name}-{self.transport}.log"), "w")
+        self.log = open(os.path.join(self.work, f"{self.file}-{self.transport}.log"), "w")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 10
         while time.time() < deadline:
