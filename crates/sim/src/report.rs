@@ -22,6 +22,12 @@ pub struct Row {
     pub per_group_p99_us: Vec<f64>,
     /// p99 of the time at the device (start to device completion), us.
     pub device_p99_us: f64,
+    /// The busiest drive's share of its channels' time spent serving IO in
+    /// the measured stretch, % (0 with delay devices only).
+    pub device_busy_max_pct: f64,
+    /// The same for the least busy drive that served any IO: near 100,
+    /// every drive in use binds, whatever bytes its mix of sizes carries.
+    pub device_busy_min_pct: f64,
     /// Mean vrate over the devices with latency targets at the end (1.0 without).
     pub vrate: f64,
     /// Every IO issued has completed or is accounted in flight at the end.

@@ -117,7 +117,11 @@ pub(crate) struct Sim<'a> {
 
 impl<'a> Sim<'a> {
     pub fn new(sc: &'a Scenario, run: &RunConfig, qd: u32) -> Sim<'a> {
-        let devs = Dev::all(&sc.devices);
+        let mut devs = Dev::all(&sc.devices);
+        let warm = sc.warmup_ms * 1_000_000;
+        for d in &mut devs {
+            d.measure(warm, warm + sc.duration_ms * 1_000_000);
+        }
         let (hosts, dials) = hosts::hosts(sc, run, qd, devs.len());
         let reactors = run.reactors.unwrap_or(sc.target.reactors);
         let mut slots = vec![0u32; reactors];

@@ -3,6 +3,7 @@
 use pace::Nanos;
 
 use super::{Sim, SLOT_NS};
+use crate::devices::Dev;
 use crate::report::{gbps, Row};
 
 impl Sim<'_> {
@@ -78,6 +79,12 @@ impl Sim<'_> {
             .sum::<f64>()
             / engines.len() as f64;
         let live = self.ios.iter().filter(|i| i.live).count() as u64;
+        let busy: Vec<f64> = self
+            .devs
+            .iter()
+            .filter_map(Dev::busy_share)
+            .filter(|&b| b > 0.0)
+            .collect();
         Row {
             qd,
             bw_gbps: bw,
@@ -95,6 +102,8 @@ impl Sim<'_> {
                 .map(|h| h.percentile(99.0) as f64 / 1e3)
                 .collect(),
             device_p99_us: self.device_lat.percentile(99.0) as f64 / 1e3,
+            device_busy_max_pct: busy.iter().copied().fold(0.0, f64::max) * 100.0,
+            device_busy_min_pct: busy.iter().copied().reduce(f64::min).unwrap_or(0.0) * 100.0,
             vrate: self.vrate(),
             conserved: self.issued == self.completed + live,
         }
