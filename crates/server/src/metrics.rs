@@ -215,6 +215,12 @@ impl Snapshot {
         )?;
         gauge(
             enc,
+            "buffers_in_use_bytes",
+            "Bytes of the data buffers held by requests (small and large).",
+            &b(|r| r.buffers.in_use_bytes as f64),
+        )?;
+        gauge(
+            enc,
             "buffers_cached",
             "Buffers in the reactor's cache.",
             &b(|r| r.buffers.cached as f64),
@@ -402,6 +408,8 @@ mod tests {
             gathering: true,
             ..ReactorStats::default()
         };
+        r.buffers.in_use = 3;
+        r.buffers.in_use_bytes = 2 * 8192 + 131072;
         r.io.insert(
             "read".into(),
             OpCount {
@@ -424,6 +432,10 @@ mod tests {
         );
         assert!(
             text.contains("iopace_reactor_gathering{reactor=\"1\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("iopace_buffers_in_use_bytes{reactor=\"1\"} 147456"),
             "{text}"
         );
         assert!(

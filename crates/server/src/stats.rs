@@ -23,6 +23,9 @@ pub struct OpCount {
 pub struct BufferStats {
     /// Buffers held by this reactor's requests now.
     pub in_use: u64,
+    /// Their bytes (small buffers are smaller).
+    #[serde(default)]
+    pub in_use_bytes: u64,
     /// Time-averaged and maximum buffers in use since start.
     pub in_use_avg: f64,
     pub in_use_max: u64,
@@ -335,6 +338,7 @@ impl StatsCollector {
             req_states,
             buffers: BufferStats {
                 in_use: pool.in_use,
+                in_use_bytes: pool.in_use_bytes,
                 in_use_avg: avg,
                 in_use_max: max,
                 in_use_avg_mib: avg_bytes * mib,
