@@ -9,11 +9,13 @@
 //!   free on another reactor gets its buffers as a grant, and its reactor is
 //!   woken through its waker; so is a reactor asked to drain its cache.
 //!
-//! Buffers come in two size classes, as SPDK's iobuf has: an IO of at most
-//! `small_buffer_size` takes one small buffer, anything larger takes
+//! Buffers come in size classes, as SPDK's iobuf has a small and a large
+//! pool: sizes double from `small_buffer_size` while below `buffer_size`,
+//! and an IO takes one buffer of the smallest class it fits, or
 //! `buffer_size` pieces. A 4 KiB IO that held a 128 KiB buffer made the
-//! memory in flight 32 times its data. Each class is its own policy (free
-//! list, FIFO of waiters, caches); ids are global, large ones first.
+//! memory in flight 32 times its data; now any IO holds at most twice its
+//! size. Each class is its own policy (free list, FIFO of waiters, caches);
+//! ids are global, large ones first.
 
 mod policy;
 
@@ -28,9 +30,21 @@ pub struct PoolConfig {
     pub num_shared_buffers: u32,
     pub buffer_size: u32,
     pub buf_cache_size: u32,
-    /// Small buffers (0: none, every IO takes `buffer_size` pieces).
+    /// Small buffers: `num_small_buffers x small_buffer_size` bytes for each
+    /// class below `buffer_size` (0: none, every IO takes `buffer_size`
+    /// pieces).
     pub num_small_buffers: u32,
     pub small_buffer_size: u32,
+}
+
+/// One size class: its buffers' size, their ids `first..first + count`,
+/// and where its memory starts in the pool's mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Class {
+    size: u32,
+    first: u32,
+    count: u32,
+    offset: usize,
 }
 
 impl PoolConfig {
@@ -47,6 +61,34 @@ impl PoolConfig {
             num_small_buffers: 0,
             small_buffer_size: 0,
         }
+    }
+
+    /// The size classes, smallest first, the large buffers last (ids from
+    /// 0, memory from the start); each small class has the same bytes.
+    fn classes(&self) -> Vec<Class> {
+        let large = Class {
+            size: self.buffer_size,
+            first: 0,
+            count: self.num_shared_buffers,
+            offset: 0,
+        };
+        let mut classes = Vec::new();
+        let budget = u64::from(self.num_small_buffers) * u64::from(self.small_buffer_size);
+        let (mut first, mut offset) = (large.count, large.count as usize * large.size as usize);
+        let mut size = self.small_buffer_size;
+        while budget > 0 && size > 0 && size < self.buffer_size {
+            let count = (budget / u64::from(size)) as u32;
+            classes.push(Class {
+                size,
+                first,
+                count,
+                offset,
+            });
+            (first, offset) = (first + count, offset + count as usize * size as usize);
+            size = size.saturating_mul(2);
+        }
+        classes.push(large);
+        classes
     }
 }
 
@@ -76,11 +118,6 @@ pub struct PoolStats {
     pub queued: u64,
 }
 
-/// The size classes, as indexes into per-class arrays.
-const LARGE: usize = 0;
-const SMALL: usize = 1;
-const CLASSES: usize = 2;
-
 type Waker = Box<dyn Fn() + Send + Sync>;
 
 /// What other threads may touch of one reactor.
@@ -89,7 +126,8 @@ struct ReactorShared {
     grants: Mutex<Vec<(u64, Vec<BufId>)>>,
     has_grants: AtomicBool,
     drain_cache: AtomicBool,
-    cached: [AtomicU32; CLASSES],
+    /// Per size class.
+    cached: Vec<AtomicU32>,
     granted_pending: AtomicU32,
 }
 
@@ -100,7 +138,8 @@ impl ReactorShared {
 }
 
 struct Inner {
-    policies: [PoolPolicy; CLASSES],
+    /// Per size class.
+    policies: Vec<PoolPolicy>,
     reactors: Vec<Arc<ReactorShared>>,
 }
 
@@ -157,6 +196,7 @@ pub struct SharedPool {
     base: *mut u8,
     map_len: usize,
     cfg: PoolConfig,
+    classes: Vec<Class>,
     inner: Mutex<Inner>,
     /// Requests queued across all reactors; read on every free without a lock.
     waiting: AtomicUsize,
@@ -200,8 +240,12 @@ impl SharedPool {
                 "small_buffer_size must be a non-zero multiple of 4096 below buffer_size",
             ));
         }
-        let large_len = cfg.num_shared_buffers as usize * cfg.buffer_size as usize;
-        let map_len = large_len + cfg.num_small_buffers as usize * cfg.small_buffer_size as usize;
+        let classes = cfg.classes();
+        let map_len = classes
+            .iter()
+            .map(|c| c.offset + c.count as usize * c.size as usize)
+            .max()
+            .unwrap_or(0);
         // SAFETY: anonymous private mapping; checked for failure below.
         let base = unsafe {
             libc::mmap(
@@ -216,16 +260,17 @@ impl SharedPool {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let (large, small) = (cfg.num_shared_buffers, cfg.num_small_buffers);
+        let policies = classes
+            .iter()
+            .map(|c| PoolPolicy::with_ids(c.first, c.count, cfg.buf_cache_size))
+            .collect();
         Ok(Arc::new(SharedPool {
             base: base.cast(),
             map_len,
             cfg,
+            classes,
             inner: Mutex::new(Inner {
-                policies: [
-                    PoolPolicy::with_ids(0, large, cfg.buf_cache_size),
-                    PoolPolicy::with_ids(large, small, cfg.buf_cache_size),
-                ],
+                policies,
                 reactors: Vec::new(),
             }),
             waiting: AtomicUsize::new(0),
@@ -246,40 +291,32 @@ impl SharedPool {
         self.cfg.num_shared_buffers
     }
 
-    /// Buffers of both classes.
+    /// Buffers of every class.
     pub fn total(&self) -> u32 {
-        self.cfg.num_shared_buffers + self.cfg.num_small_buffers
+        self.classes.iter().map(|c| c.count).sum()
     }
 
-    /// The size class of buffer `id`.
+    /// The size class of buffer `id` (an index into `classes`).
     fn class(&self, id: BufId) -> usize {
-        if id.0 < self.cfg.num_shared_buffers {
-            LARGE
-        } else {
-            SMALL
-        }
+        let found = self
+            .classes
+            .iter()
+            .position(|c| (c.first..c.first + c.count).contains(&id.0));
+        debug_assert!(found.is_some(), "buffer {id:?} is in no class");
+        found.unwrap_or(self.classes.len() - 1)
     }
 
     /// How many bytes buffer `id` holds.
     pub fn size_of(&self, id: BufId) -> u32 {
-        match self.class(id) {
-            LARGE => self.cfg.buffer_size,
-            _ => self.cfg.small_buffer_size,
-        }
+        self.classes[self.class(id)].size
     }
 
     /// Start of buffer `id`: 4 KiB aligned, `size_of(id)` bytes, stable for the pool's life.
     pub fn ptr(&self, id: BufId) -> *mut u8 {
         debug_assert!(id.0 < self.total());
-        let (large, size) = (self.cfg.num_shared_buffers, self.cfg.buffer_size as usize);
-        let offset = match self.class(id) {
-            LARGE => id.0 as usize * size,
-            _ => {
-                large as usize * size
-                    + (id.0 - large) as usize * self.cfg.small_buffer_size as usize
-            }
-        };
-        // SAFETY: id < total() keeps the offset inside the mapping.
+        let c = &self.classes[self.class(id)];
+        let offset = c.offset + (id.0 - c.first) as usize * c.size as usize;
+        // SAFETY: an id of a class keeps the offset inside the mapping.
         unsafe { self.base.add(offset) }
     }
 
@@ -295,23 +332,28 @@ impl SharedPool {
             grants: Mutex::new(Vec::new()),
             has_grants: AtomicBool::new(false),
             drain_cache: AtomicBool::new(false),
-            cached: [AtomicU32::new(0), AtomicU32::new(0)],
+            cached: self.classes.iter().map(|_| AtomicU32::new(0)).collect(),
             granted_pending: AtomicU32::new(0),
         });
-        let (id, caches) = {
+        let (id, caches): (usize, Vec<BufCache>) = {
             let mut inner = self.lock();
             inner.reactors.push(me.clone());
-            let [large, small] = &mut inner.policies;
-            let (id, large) = large.add_reactor();
-            let (_, small) = small.add_reactor();
-            (id, [large, small])
+            let added: Vec<_> = inner
+                .policies
+                .iter_mut()
+                .map(PoolPolicy::add_reactor)
+                .collect();
+            (
+                added[0].0,
+                added.into_iter().map(|(_, cache)| cache).collect(),
+            )
         };
         ReactorBufs {
             id,
             pool: self.clone(),
             me,
+            in_use: vec![0; caches.len()],
             caches,
-            in_use: [0; CLASSES],
             waits: 0,
             queued: 0,
         }
@@ -352,8 +394,9 @@ pub struct ReactorBufs {
     id: usize,
     pool: Arc<SharedPool>,
     me: Arc<ReactorShared>,
-    caches: [BufCache; CLASSES],
-    in_use: [u64; CLASSES],
+    /// Per size class.
+    caches: Vec<BufCache>,
+    in_use: Vec<u64>,
     waits: u64,
     queued: u64,
 }
@@ -369,13 +412,14 @@ impl ReactorBufs {
         len.div_ceil(self.pool.cfg.buffer_size)
     }
 
-    /// The class and count of buffers `len` bytes take.
+    /// The class and count of buffers `len` bytes take: one of the
+    /// smallest class it fits, or large pieces.
     fn class_for(&self, len: u32) -> (usize, u32) {
-        let cfg = &self.pool.cfg;
-        if cfg.num_small_buffers > 0 && len <= cfg.small_buffer_size {
-            (SMALL, 1)
-        } else {
-            (LARGE, self.buffers_for(len))
+        let classes = &self.pool.classes;
+        let large = classes.len() - 1;
+        match classes[..large].iter().position(|c| len <= c.size) {
+            Some(class) => (class, 1),
+            None => (large, self.buffers_for(len)),
         }
     }
 
@@ -446,7 +490,7 @@ impl ReactorBufs {
     /// drains the caches when waiters need it. Cheap when nothing happened.
     pub fn poll(&mut self, out: &mut Vec<(u64, Vec<BufId>)>) {
         let asked = self.me.drain_cache.swap(false, Ordering::AcqRel);
-        for class in [LARGE, SMALL] {
+        for class in 0..self.caches.len() {
             if self.caches[class].must_drain(asked, !self.pool.nobody_waits()) {
                 let cache = self.caches[class].drain();
                 self.set_cached(class);
@@ -475,7 +519,7 @@ impl ReactorBufs {
     /// Buffers already granted but not yet polled go back to the pool;
     /// buffers already returned by `poll` are the caller's to free.
     pub fn cancel(&mut self, token: u64) {
-        let found = self.cancel_in(LARGE, token) || self.cancel_in(SMALL, token);
+        let found = (0..self.caches.len()).any(|class| self.cancel_in(class, token));
         if found {
             debug_assert!(self.queued > 0, "cancelled a request never queued");
             self.queued -= 1;
@@ -520,9 +564,12 @@ impl ReactorBufs {
 
     /// Bytes of the buffers this reactor's requests hold.
     pub fn in_use_bytes(&self) -> u64 {
-        let cfg = &self.pool.cfg;
-        self.in_use[LARGE] * u64::from(cfg.buffer_size)
-            + self.in_use[SMALL] * u64::from(cfg.small_buffer_size)
+        let classes = &self.pool.classes;
+        self.in_use
+            .iter()
+            .zip(classes)
+            .map(|(&n, c)| n * u64::from(c.size))
+            .sum()
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -692,18 +739,39 @@ mod tests {
     }
 
     #[test]
+    fn classes_double_from_the_small_size_below_the_large_one() {
+        let cfg = PoolConfig {
+            num_small_buffers: 4,
+            small_buffer_size: 12288,
+            ..PoolConfig::large_only(2, 131072, 0)
+        };
+        let sizes: Vec<(u32, u32)> = cfg.classes().iter().map(|c| (c.size, c.count)).collect();
+        assert_eq!(
+            sizes,
+            vec![(12288, 4), (24576, 2), (49152, 1), (98304, 0), (131072, 2)]
+        );
+        let none = PoolConfig::large_only(2, 131072, 0);
+        assert_eq!(none.classes().len(), 1);
+    }
+
+    #[test]
     fn a_small_io_takes_one_small_buffer_and_a_large_one_pieces() {
         let p = two_classes(4, 8);
         let (mut a, _) = reactor(&p);
         let small = ready(a.alloc(4096, 1));
         let edge = ready(a.alloc(8192, 2));
+        let mid = ready(a.alloc(20000, 4));
         let large = ready(a.alloc(65536 + 1, 3));
-        assert_eq!((small.len(), edge.len(), large.len()), (1, 1, 2));
+        assert_eq!(
+            (small.len(), edge.len(), mid.len(), large.len()),
+            (1, 1, 1, 2)
+        );
         assert_eq!(p.size_of(small[0]), 8192);
+        assert_eq!(p.size_of(mid[0]), 32768, "the smallest class it fits");
         assert_eq!(p.size_of(large[0]), 65536);
-        assert_eq!(a.stats().in_use_bytes, 2 * 8192 + 2 * 65536);
+        assert_eq!(a.stats().in_use_bytes, 2 * 8192 + 32768 + 2 * 65536);
         // Every buffer is aligned, inside the mapping and apart from the rest.
-        let mut spans: Vec<(usize, usize)> = [&small, &edge, &large]
+        let mut spans: Vec<(usize, usize)> = [&small, &edge, &mid, &large]
             .iter()
             .flat_map(|b| b.iter())
             .map(|&b| (p.ptr(b) as usize, p.size_of(b) as usize))
@@ -717,11 +785,13 @@ mod tests {
             // SAFETY: the buffer is ours and `len` bytes long.
             unsafe { (at as *mut u8).write_bytes(0x5a, len) };
         }
-        for b in [small, edge, large] {
+        for b in [small, edge, mid, large] {
             a.free(&b);
         }
         assert_eq!(a.stats().in_use_bytes, 0);
-        assert_eq!(p.free_total(), 12);
+        // 4 large, and 64 KiB in each of the 8, 16 and 32 KiB classes.
+        assert_eq!(p.free_total(), 4 + 8 + 4 + 2);
+        assert_eq!(u64::from(p.total()), p.free_total());
     }
 
     #[test]

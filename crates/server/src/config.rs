@@ -272,8 +272,10 @@ pub struct BufferConfig {
     pub buffer_size: ByteSize,
     #[serde(default = "default_cache")]
     pub buf_cache_size: u32,
-    /// Small buffers: an IO of at most `small_buffer_size` takes one of
-    /// these instead of a `buffer_size` buffer (0, or a size not below
+    /// Small buffers: sizes double from `small_buffer_size` while below
+    /// `buffer_size`, each class `num_small_buffers x small_buffer_size`
+    /// bytes, and an IO takes one buffer of the smallest class it fits
+    /// instead of `buffer_size` pieces (0, or a size not below
     /// `buffer_size`: none).
     #[serde(default = "default_num_small_buffers")]
     pub num_small_buffers: u32,
@@ -295,8 +297,9 @@ fn default_buffer_size() -> ByteSize {
 fn default_cache() -> u32 {
     32
 }
-/// As SPDK's iobuf small pool: 8 KiB buffers, 64 MiB of them, mapped
-/// without reserve and touched as used.
+/// From SPDK's iobuf small pool (8 KiB): 64 MiB for each class (8, 16, 32
+/// and 64 KiB with 128 KiB buffers), mapped without reserve and touched as
+/// used.
 fn default_num_small_buffers() -> u32 {
     8192
 }
