@@ -428,6 +428,7 @@ fn read_p95_100us(min: f64, max: f64) -> QosConfig {
         min,
         max,
         period_ms: None,
+        light_depth: None,
     }
 }
 
