@@ -956,15 +956,21 @@ mod tests {
     fn a_light_depth_needs_tenants_and_a_sane_count() {
         let bdevs = "[[bdev]]\nname = \"m\"\nkind = \"null\"\nsize = \"1MiB\"\n[[export]]\nname = \"e\"\nbdev = \"m\"\n[[export]]\nname = \"f\"\nbdev = \"m\"\n";
         let tenants = "[pacing]\ntenants = [{ name = \"a\", exports = [\"e\"] }, { name = \"b\", exports = [\"f\"] }]\n";
-        let c = Config::parse(&format!("{tenants}{bdevs}[qos.m]\nlight_depth = 16\n"), "t.toml")
-            .expect("a cap alone");
+        let c = Config::parse(
+            &format!("{tenants}{bdevs}[qos.m]\nlight_depth = 16\n"),
+            "t.toml",
+        )
+        .expect("a cap alone");
         assert_eq!(c.config.qos["m"].light_depth, Some(16));
         let e = Config::parse(&format!("{bdevs}[qos.m]\nlight_depth = 16\n"), "t.toml")
             .expect_err("no tenants");
         assert_eq!(e.field.as_deref(), Some("qos.m.light_depth"));
         assert_eq!(e.line, Some(12));
-        let e = Config::parse(&format!("{tenants}{bdevs}[qos.m]\nlight_depth = 0\n"), "t.toml")
-            .expect_err("a cap of 0");
+        let e = Config::parse(
+            &format!("{tenants}{bdevs}[qos.m]\nlight_depth = 0\n"),
+            "t.toml",
+        )
+        .expect_err("a cap of 0");
         assert_eq!(e.field.as_deref(), Some("qos.m.light_depth"));
         assert_eq!(e.line, Some(14));
     }

@@ -536,7 +536,7 @@ mod tests {
             min: 30.0,
             max: 30.0,
             period_ms: None,
-        light_depth: None,
+            light_depth: None,
             ..c
         };
         assert!(fixed.validate().is_ok());
