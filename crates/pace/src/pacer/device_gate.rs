@@ -433,6 +433,11 @@ impl DeviceGate {
         Err(now + FIXED_RECHECK_NS)
     }
 
+    /// Device `d` has a configured cap (`light_depth`).
+    pub(super) fn configured(&self, d: usize) -> bool {
+        self.devs.get(d).is_some_and(|g| g.fixed > 0)
+    }
+
     /// Device `d`'s cap in effect (0: none), for tests and reports.
     pub fn cap(&self, d: usize) -> u32 {
         self.devs.get(d).map_or(0, |g| match g.fixed {
