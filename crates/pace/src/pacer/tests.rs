@@ -689,7 +689,7 @@ fn a_configured_cap_holds_heavy_ios_and_sets_no_timer_while_ours_are_there() {
     };
     let mut out = Vec::new();
     let mut now = 1_000;
-    let mut done = |p: &mut Pacer, id: u64, now: Nanos| {
+    let done = |p: &mut Pacer, id: u64, now: Nanos| {
         p.on_device_complete(id, IoKind::Read, 50_000, now);
         p.on_complete(id, now);
     };
