@@ -27,7 +27,9 @@ pub const ADVERSARY_QD: u32 = 64;
 /// budget does not, and costs only what the device's curve loses at that
 /// depth (on a disk that serves many IOs at once, a cap of 8-16 kept the
 /// probe within 2x solo at 79-100% of its rate, tune-effect-2026-11-26d).
-pub const DEPTHS: [u32; 6] = [32, 24, 16, 12, 8, 4];
+/// Finer at the low end, where served through a busy reactor the probe
+/// crossed its target between 4 and 8 (tune-effect-2026-11-26e).
+pub const DEPTHS: [u32; 8] = [32, 24, 16, 12, 10, 8, 6, 4];
 
 /// What one point holds the adversary to.
 #[derive(Debug, Clone, Copy, PartialEq)]
