@@ -38,7 +38,7 @@ fn tune_finds_the_bandwidth_knee_and_resumes() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn tune");
-    let first = out.join("points").join("vrate-200.0.json");
+    let first = out.join("points").join("depth-032.json");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !first.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -115,12 +115,23 @@ fn tune_served_measures_through_the_server_at_each_vrate() {
     assert!((target / solo - 2.0).abs() < 1e-9, "{iso}");
     assert!(out.join("served/solo/served.toml").exists());
     let stdout = String::from_utf8_lossy(&done.stdout);
-    // The snippet holds vrate at the point: min = max, no latency target.
-    let v = iso["vrate"].as_f64().expect("vrate");
-    assert!(
-        stdout.contains(&format!("[qos.dev]\nmin = {v:.1}\nmax = {v:.1}\n")),
-        "{stdout}"
-    );
+    // Caps were swept too, each served with its light_depth.
+    let depths = r["depths"].as_array().expect("depths");
+    assert!(!depths.is_empty(), "{r}");
+    for p in depths {
+        assert!(p["light_depth"].as_u64() > Some(0), "{p}");
+        assert!(p["probe"]["p99_us"].as_f64() > Some(0.0), "{p}");
+    }
+    // The snippet holds vrate at the point (min = max, no latency target),
+    // or caps the device at the cap point.
+    let snippet = match iso["light_depth"].as_u64() {
+        Some(n) => format!("[qos.dev]\nlight_depth = {n}\n"),
+        None => {
+            let v = iso["vrate"].as_f64().expect("vrate");
+            format!("[qos.dev]\nmin = {v:.1}\nmax = {v:.1}\n")
+        }
+    };
+    assert!(stdout.contains(&snippet), "{stdout}");
 }
 
 /// `--served` on a file image: every `iopace serve` it starts locks the
@@ -156,7 +167,7 @@ fn tune_served_on_a_file_image_serves_it() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn tune");
-    let first = out.join("points").join("vrate-200.0.json");
+    let first = out.join("points").join("depth-032.json");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut exited = None;
     while !first.exists() && Instant::now() < deadline {

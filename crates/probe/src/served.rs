@@ -60,6 +60,14 @@ pub fn pinned_qos(vrate: f64) -> toml::Table {
     t
 }
 
+/// The `[qos.BDEV]` that holds other tenants' IOs at the device to `n`
+/// beside a light one (`light_depth`), with no budget.
+pub fn depth_qos(n: u32) -> toml::Table {
+    let mut t = toml::Table::new();
+    t.insert("light_depth".into(), i64::from(n).into());
+    t
+}
+
 /// The config one run serves: `base` without its exports, listeners'
 /// extras (metrics) and latency targets; the two exports of `bdev` in two
 /// tenants; `cost` as `[cost.BDEV]`; `qos` (if any) as `[qos.BDEV]`.

@@ -1,6 +1,7 @@
 //! `iopace tune`: a device's latency targets and vrate bounds, found by a
 //! QD 1 latency probe beside a saturating reader throttled to vrate points,
-//! from high to low with early stopping. Every point is saved as it ends, so
+//! from high to low with early stopping, and beside the reader held to a
+//! number of IOs at the device (`[qos] light_depth`) from high to low. Every point is saved as it ends, so
 //! `--resume` skips finished points and an interruption loses nothing.
 
 use std::fmt::Write as _;
@@ -12,7 +13,7 @@ use pace::pacer::{CostModel, IoKind};
 use crate::converge::StopRule;
 use crate::driver::{measure_jobs, Job, JobStats, Throttle, Workload};
 use crate::report::slug;
-use crate::served::{pinned_qos, Served};
+use crate::served::{depth_qos, pinned_qos, Served};
 use crate::{ProbeError, Target};
 
 /// vrates tried, in percent of the cost model's rate, highest first.
@@ -21,6 +22,25 @@ pub const VRATES: [f64; 12] = [
 ];
 /// IOs the adversary keeps in flight: enough to saturate when unthrottled.
 pub const ADVERSARY_QD: u32 = 64;
+/// Caps on the adversary's IOs at the device (`[qos] light_depth`) tried,
+/// highest first: a cap bounds the queue the probe's IO finds, which a
+/// budget does not, and costs only what the device's curve loses at that
+/// depth (on a disk that serves many IOs at once, a cap of 8-16 kept the
+/// probe within 2x solo at 79-100% of its rate, tune-effect-2026-11-26d).
+/// Finer at the low end, where served through a busy reactor the probe
+/// crossed its target between 4 and 8 (tune-effect-2026-11-26e).
+pub const DEPTHS: [u32; 8] = [32, 24, 16, 12, 10, 8, 6, 4];
+
+/// What one point holds the adversary to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Knob {
+    /// Nothing (served only: the server's own pacing, no `[qos]`).
+    Untuned,
+    /// A budget: vrate percent of the cost model's rate.
+    Vrate(f64),
+    /// A cap on its IOs at the device.
+    Depth(u32),
+}
 
 #[derive(Debug, Clone)]
 pub struct TuneOptions {
@@ -36,9 +56,10 @@ pub struct TuneOptions {
     pub served: Option<Served>,
 }
 
-/// One vrate point.
+/// One vrate (or cap) point.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TunePoint {
+    /// The vrate held, percent (0: none, untuned or a cap).
     pub vrate: f64,
     /// 4 KiB random read IOPS the budget allows at this vrate: in process
     /// the adversary's, served the device's (see [`TunePoint::budgeted_rate`]).
@@ -58,6 +79,10 @@ pub struct TunePoint {
     /// it too (in process only the adversary is throttled).
     #[serde(default)]
     pub served: bool,
+    /// A cap point: the adversary's IOs at the device were held to this
+    /// many (served: `[qos] light_depth`; in process: its queue depth).
+    #[serde(default)]
+    pub light_depth: Option<u32>,
 }
 
 impl TunePoint {
@@ -76,6 +101,9 @@ pub struct Solution {
     /// target is the p99 of every read at the device, which it did not
     /// measure, so a solution names no target for the loop to chase.
     pub vrate: f64,
+    /// A cap solution (`[qos]` `light_depth` = it, `vrate` 0: none held).
+    #[serde(default)]
+    pub light_depth: Option<u32>,
     /// The QD 1 probe's p99 the solution was chosen to keep (isolation).
     #[serde(default)]
     pub probe_target_us: Option<f64>,
@@ -99,6 +127,9 @@ pub struct TuneResult {
     /// Served: the adversary and probe with no latency target.
     #[serde(default)]
     pub untuned: Option<TunePoint>,
+    /// The cap points, highest cap first.
+    #[serde(default)]
+    pub depths: Vec<TunePoint>,
 }
 
 const fn rand4k() -> Workload {
@@ -175,15 +206,27 @@ fn sweep(
     };
     let solo: JobStats = saved_or(&dir.join("solo.json"), || m.solo())?;
     let untuned = match m.served {
-        Some(_) => Some(saved_or(&dir.join("untuned.json"), || m.point(None, solo))?),
+        Some(_) => Some(saved_or(&dir.join("untuned.json"), || {
+            m.point(Knob::Untuned, solo)
+        })?),
         None => None,
     };
-    let bar = indicatif::ProgressBar::new(VRATES.len() as u64);
+    let bar = indicatif::ProgressBar::new((DEPTHS.len() + VRATES.len()) as u64);
+    let mut depths: Vec<TunePoint> = Vec::new();
+    for n in DEPTHS {
+        bar.set_message(format!("light_depth {n}"));
+        let path = dir.join(format!("depth-{n:03}.json"));
+        depths.push(saved_or(&path, || m.point(Knob::Depth(n), solo))?);
+        bar.inc(1);
+        if depths_done(&depths, o.isolation_factor) {
+            break;
+        }
+    }
     let mut points: Vec<TunePoint> = Vec::new();
     for vrate in VRATES {
         bar.set_message(format!("vrate {vrate}%"));
         let path = dir.join(format!("vrate-{vrate:05.1}.json"));
-        let p: TunePoint = saved_or(&path, || m.point(Some(vrate), solo))?;
+        let p: TunePoint = saved_or(&path, || m.point(Knob::Vrate(vrate), solo))?;
         points.push(TunePoint {
             budget_iops: budget_iops(cost, p.vrate),
             ..p
@@ -198,8 +241,9 @@ fn sweep(
         device: device.to_string(),
         cost,
         solo,
-        solutions: solutions(&points, solo, o.isolation_factor),
+        solutions: solutions(&points, &depths, solo, o.isolation_factor),
         points,
+        depths,
         elapsed_s: start.elapsed().as_secs_f64(),
         command: o.command.clone(),
         path: path_name(m.served.is_some()).into(),
@@ -267,7 +311,7 @@ fn point_rule(o: &TuneOptions) -> StopRule {
     if o.quick {
         return StopRule::quick();
     }
-    let per_point = o.budget / (VRATES.len() as u32 + 1);
+    let per_point = o.budget / ((DEPTHS.len() + VRATES.len()) as u32 + 1);
     StopRule {
         cap: per_point.clamp(Duration::from_millis(500), Duration::from_secs(60)),
         ..StopRule::device()
@@ -311,10 +355,13 @@ impl Measurer<'_> {
         Ok(jobs.1[0])
     }
 
-    /// The probe beside the adversary held to `vrate` percent (None: no
-    /// latency target, served only).
-    fn point(&self, vrate: Option<f64>, solo: JobStats) -> Result<TunePoint, ProbeError> {
-        let v = vrate.unwrap_or(0.0);
+    /// The probe beside the adversary held by `knob`.
+    fn point(&self, knob: Knob, solo: JobStats) -> Result<TunePoint, ProbeError> {
+        let (v, depth) = match knob {
+            Knob::Untuned => (0.0, None),
+            Knob::Vrate(v) => (v, None),
+            Knob::Depth(n) => (0.0, Some(n)),
+        };
         let point = |adversary: JobStats, probe: JobStats| TunePoint {
             vrate: v,
             budget_iops: budget_iops(self.cost, v),
@@ -324,11 +371,16 @@ impl Measurer<'_> {
             vrate_held: None,
             cpu_us_per_io: None,
             served: self.served.is_some(),
+            light_depth: depth,
         };
         if let Some(s) = self.served {
-            let name = vrate.map_or("untuned".into(), |v| format!("vrate-{v:05.1}"));
+            let (name, qos) = match knob {
+                Knob::Untuned => ("untuned".into(), None),
+                Knob::Vrate(v) => (format!("vrate-{v:05.1}"), Some(pinned_qos(v))),
+                Knob::Depth(n) => (format!("depth-{n:03}"), Some(depth_qos(n))),
+            };
             let o = s
-                .run(&name, self.cost, vrate.map(pinned_qos), true)
+                .run(&name, self.cost, qos, true)
                 .map_err(ProbeError::Run)?;
             let adversary = o
                 .adversary
@@ -339,11 +391,12 @@ impl Measurer<'_> {
                 ..point(adversary, o.probe)
             });
         }
+        // In process a cap is the adversary's own queue depth.
         let adversary = Job {
             dev: self.in_process()?.bdev.clone(),
-            qd: ADVERSARY_QD,
+            qd: depth.unwrap_or(ADVERSARY_QD),
             workload: rand4k(),
-            throttle: Some(Throttle {
+            throttle: (knob != Knob::Untuned && depth.is_none()).then_some(Throttle {
                 cost: self.cost,
                 vrate: v / 100.0,
             }),
@@ -389,6 +442,32 @@ fn done_early(points: &[TunePoint], factor: f64) -> bool {
         && points[n - 2..]
             .iter()
             .all(|p| on_line(p) && p.isolation <= factor)
+}
+
+/// Lower caps only give less bandwidth: stop once the last two isolate.
+fn depths_done(depths: &[TunePoint], factor: f64) -> bool {
+    let n = depths.len();
+    n >= 2 && depths[n - 2..].iter().all(|p| p.isolation <= factor)
+}
+
+/// The cap point that keeps the probe within `factor` of solo with the
+/// most adversary bandwidth, if any does, of those below which every cap
+/// measured isolates too: the probe's p99 falls with the cap, so a cap
+/// that isolates above one that does not had a lucky run (on the disk a
+/// cap of 12 measured within target between 16 and 10 over it, and in the
+/// bench was over in 6 reps of 6, tune-effect-2026-11-26e).
+pub fn isolating_depth(depths: &[TunePoint], factor: f64) -> Option<&TunePoint> {
+    let isolates = |p: &TunePoint| p.isolation <= factor;
+    depths
+        .iter()
+        .filter(|p| {
+            isolates(p)
+                && depths
+                    .iter()
+                    .filter(|q| q.light_depth < p.light_depth)
+                    .all(isolates)
+        })
+        .max_by(|a, b| a.adversary.rate.total_cmp(&b.adversary.rate))
 }
 
 /// The vrate where bandwidth stops rising: where the rising line through
@@ -441,8 +520,16 @@ pub fn isolation_point(points: &[TunePoint], factor: f64) -> Option<f64> {
     }
 }
 
-/// The bandwidth, isolation and balanced solutions.
-pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solution> {
+/// The bandwidth, isolation and balanced solutions. Isolation is the
+/// cheapest setting that isolates: of the vrate and cap points keeping the
+/// probe within `factor` of solo, the one where the adversary moved the
+/// most. Bandwidth and balanced are vrates (the curve is the budget's).
+pub fn solutions(
+    points: &[TunePoint],
+    depths: &[TunePoint],
+    solo: JobStats,
+    factor: f64,
+) -> Vec<Solution> {
     let curve: Vec<(f64, f64, f64)> = points
         .iter()
         .map(|p| (p.vrate, p.budgeted_rate(), p.budget_iops))
@@ -459,14 +546,29 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
     let held = |name: &str, vrate: f64| Solution {
         name: name.into(),
         vrate,
+        light_depth: None,
         probe_target_us: None,
         probe_p99_us: Some(p99_at(vrate)),
+    };
+    // The vrate point's rate, if it isolates (else it is only the lowest).
+    let iso_rate = points
+        .iter()
+        .find(|p| p.vrate == iso && p.isolation <= factor)
+        .map(|p| p.adversary.rate);
+    let isolation = match isolating_depth(depths, factor) {
+        Some(d) if iso_rate.is_none_or(|r| d.adversary.rate > r) => Solution {
+            vrate: 0.0,
+            light_depth: d.light_depth,
+            probe_p99_us: Some(d.probe.p99_us),
+            ..held("isolation", iso)
+        },
+        _ => held("isolation", iso),
     };
     vec![
         held("bandwidth", bw),
         Solution {
             probe_target_us: Some(factor * solo.p99_us),
-            ..held("isolation", iso)
+            ..isolation
         },
         held("balanced", (bw + iso) / 2.0),
     ]
@@ -476,15 +578,15 @@ pub fn solutions(points: &[TunePoint], solo: JobStats, factor: f64) -> Vec<Solut
 /// and its CPU per IO, and the untuned run first).
 fn points_table(r: &TuneResult) -> String {
     let mut md = String::from(
-        "| vrate % | held % | budget IOPS | adversary IOPS | MB/s | probe p50 us | probe p99 us | isolation (p99 / solo) | server CPU us/IO |\n\
+        "| vrate % (or cap) | held % | budget IOPS | adversary IOPS | MB/s | probe p50 us | probe p99 us | isolation (p99 / solo) | server CPU us/IO |\n\
          |---|---|---|---|---|---|---|---|---|\n",
     );
     let opt = |v: Option<f64>, prec: usize| v.map_or("-".into(), |v| format!("{v:.prec$}"));
-    for p in r.untuned.iter().chain(&r.points) {
-        let (vrate, budget) = if p.vrate > 0.0 {
-            (format!("{:.0}", p.vrate), format!("{:.0}", p.budget_iops))
-        } else {
-            ("untuned".into(), "-".into())
+    for p in r.untuned.iter().chain(&r.depths).chain(&r.points) {
+        let (vrate, budget) = match p.light_depth {
+            Some(n) => (format!("light_depth {n}"), "-".into()),
+            None if p.vrate > 0.0 => (format!("{:.0}", p.vrate), format!("{:.0}", p.budget_iops)),
+            None => ("untuned".into(), "-".into()),
         };
         let _ = writeln!(
             md,
@@ -502,7 +604,11 @@ fn points_table(r: &TuneResult) -> String {
         &r.untuned,
         r.solutions.iter().find(|s| s.name == "isolation"),
     ) {
-        if let Some(p) = r.points.iter().find(|p| p.vrate == iso.vrate) {
+        let at = match iso.light_depth {
+            Some(n) => r.depths.iter().find(|p| p.light_depth == Some(n)),
+            None => r.points.iter().find(|p| p.vrate == iso.vrate),
+        };
+        if let Some(p) = at {
             let _ = writeln!(
                 md,
                 "\nThe isolation solution's point: adversary {:.1}% of untuned, probe p99 {:.0} us (target {:.0} us).",
@@ -515,37 +621,45 @@ fn points_table(r: &TuneResult) -> String {
     md
 }
 
-/// The `[qos.NAME]` of a solution: `min` = `max` = its vrate.
+/// The `[qos.NAME]` of a solution: `min` = `max` = its vrate, or its
+/// `light_depth`.
 pub fn qos_snippet(device: &str, s: &Solution) -> String {
-    let mut t = format!("# {} solution (vrate {:.0}%)\n", s.name, s.vrate);
+    let (what, holds, table) = match s.light_depth {
+        Some(n) => (
+            format!("light_depth {n}"),
+            format!("holds other tenants' IOs at the device to {n} beside a light one"),
+            format!("[qos.{device}]\nlight_depth = {n}\n"),
+        ),
+        None => (
+            format!("vrate {:.0}%", s.vrate),
+            format!("holds vrate at {:.0}%", s.vrate),
+            format!(
+                "[qos.{device}]\nmin = {:.1}\nmax = {:.1}\n",
+                s.vrate, s.vrate
+            ),
+        ),
+    };
+    let mut t = format!("# {} solution ({what})\n", s.name);
     let p99 = s.probe_p99_us.unwrap_or(f64::NAN);
-    match s.probe_target_us {
+    let _ = match s.probe_target_us {
         Some(target) => {
             let verdict = if p99 <= target {
                 "within"
             } else {
                 "over (no point met it; this is the lowest vrate tried)"
             };
-            let _ = writeln!(
+            writeln!(
                 t,
-                "# holds vrate at {:.0}%, where the QD 1 probe's p99 was {p99:.0} us, {verdict}\n\
-                 # its target {target:.0} us",
-                s.vrate
-            );
+                "# {holds}, where the QD 1 probe's p99 was {p99:.0} us, {verdict}\n\
+                 # its target {target:.0} us"
+            )
         }
-        None => {
-            let _ = writeln!(
-                t,
-                "# holds vrate at {:.0}% (the QD 1 probe's p99 at the nearest point: {p99:.0} us)",
-                s.vrate
-            );
-        }
-    }
-    let _ = write!(
-        t,
-        "[qos.{device}]\nmin = {:.1}\nmax = {:.1}\n",
-        s.vrate, s.vrate
-    );
+        None => writeln!(
+            t,
+            "# {holds} (the QD 1 probe's p99 at the nearest point: {p99:.0} us)"
+        ),
+    };
+    t.push_str(&table);
     t
 }
 
@@ -665,6 +779,7 @@ mod tests {
             vrate_held: None,
             cpu_us_per_io: None,
             served: false,
+            light_depth: None,
         }
     }
 
@@ -688,7 +803,7 @@ mod tests {
         .collect();
         assert_eq!(isolation_point(&pts, 2.0), Some(160.0));
         let solo = pts[0].probe;
-        let iso = &solutions(&pts, solo, 2.0)[1];
+        let iso = &solutions(&pts, &[], solo, 2.0)[1];
         // Held at 160%.
         assert_eq!(iso.vrate, 160.0);
         assert!(qos_snippet("disk", iso).contains("min = 160.0\nmax = 160.0\n"));
@@ -701,7 +816,7 @@ mod tests {
         let none = [point(100.0, 29000.0, 5.0), point(60.0, 17000.0, 3.0)];
         assert_eq!(isolation_point(&none, 2.0), Some(60.0));
         // (isolation is p99 over a solo p99 of 100 us here)
-        let s = solutions(&none, point(1.0, 1.0, 1.0).probe, 2.0);
+        let s = solutions(&none, &[], point(1.0, 1.0, 1.0).probe, 2.0);
         assert_eq!(s[1].vrate, 60.0);
         // Said so, not claimed to isolate.
         assert!(qos_snippet("disk", &s[1]).contains("300 us, over (no point met it"));
@@ -734,9 +849,10 @@ mod tests {
             vrate_held: None,
             cpu_us_per_io: None,
             served: false,
+            light_depth: None,
         })
         .collect();
-        let s = solutions(&points, solo, 2.0);
+        let s = solutions(&points, &[], solo, 2.0);
         assert_eq!(s[0].name, "bandwidth");
         assert!((s[0].vrate - 100.0).abs() < 1e-6);
         assert_eq!(s[1].vrate, 60.0);
@@ -771,5 +887,63 @@ mod tests {
             let qos: pace::pacer::QosConfig = t["qos"]["disk"].clone().try_into().expect("qos");
             assert!(qos.validate().is_ok() && qos.min == s.vrate && qos.max == s.vrate);
         }
+    }
+
+    #[test]
+    fn isolation_is_the_cheapest_of_the_vrates_and_caps_that_isolate() {
+        let depth = |n: u32, rate: f64, isolation: f64| TunePoint {
+            vrate: 0.0,
+            budget_iops: 0.0,
+            light_depth: Some(n),
+            ..point(1.0, rate, isolation)
+        };
+        // The budget isolates only at 30% (8k IOPS); caps of 16 and 8 do
+        // at 60k and 45k: the cap of 16 is the solution.
+        let pts = [
+            point(100.0, 29000.0, 5.0),
+            point(60.0, 17000.0, 3.0),
+            point(30.0, 8000.0, 1.5),
+        ];
+        let caps = [
+            depth(32, 80000.0, 4.0),
+            depth(16, 60000.0, 1.9),
+            depth(8, 45000.0, 1.4),
+        ];
+        assert!(!depths_done(&caps[..2], 2.0) && depths_done(&caps, 2.0));
+        assert_eq!(
+            isolating_depth(&caps, 2.0).and_then(|p| p.light_depth),
+            Some(16)
+        );
+        let solo = point(1.0, 1.0, 1.0).probe;
+        let s = solutions(&pts, &caps, solo, 2.0);
+        assert_eq!((s[1].light_depth, s[1].vrate), (Some(16), 0.0));
+        assert_eq!(s[1].probe_p99_us, Some(190.0));
+        assert_eq!(s[0].light_depth, None, "bandwidth stays a vrate");
+        let q = qos_snippet("disk", &s[1]);
+        assert!(
+            q.contains("[qos.disk]\nlight_depth = 16\n") && !q.contains("min ="),
+            "{q}"
+        );
+        assert!(q.contains("190 us, within"), "{q}");
+        let t: toml::Table = toml::from_str(&q).expect("toml");
+        let qos: pace::pacer::QosConfig = t["qos"]["disk"].clone().try_into().expect("qos");
+        assert!(qos.validate().is_ok() && qos.light_depth == Some(16) && !qos.budget());
+        // A vrate that isolates with more bandwidth than any cap wins.
+        let rich = [point(100.0, 70000.0, 1.5)];
+        let s = solutions(&rich, &caps, solo, 2.0);
+        assert_eq!((s[1].light_depth, s[1].vrate), (None, 100.0));
+        // A cap isolating above one that does not is not taken.
+        let lucky = [
+            depth(16, 60000.0, 1.9),
+            depth(12, 55000.0, 2.1),
+            depth(8, 45000.0, 1.4),
+        ];
+        assert_eq!(
+            isolating_depth(&lucky, 2.0).and_then(|p| p.light_depth),
+            Some(8)
+        );
+        // No cap isolates: the vrate solution as before.
+        let s = solutions(&pts, &caps[..1], solo, 2.0);
+        assert_eq!((s[1].light_depth, s[1].vrate), (None, 30.0));
     }
 }

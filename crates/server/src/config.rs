@@ -602,6 +602,17 @@ impl LoadedConfig {
             if let Err((field, message)) = q.validate() {
                 return Err(self.error_at(&format!("qos.{name}"), 0, field, message));
             }
+            // A cap beside a light tenant needs a tenant to be light and
+            // another to hold back.
+            if q.light_depth.is_some() && c.pacing.tenants.len() < 2 {
+                return Err(self.error_at(
+                    &format!("qos.{name}"),
+                    0,
+                    "light_depth",
+                    "needs two or more [pacing] tenants (a light one beside those it holds back)"
+                        .into(),
+                ));
+            }
         }
         for (name, model) in &c.cost {
             if let Err(e) = bounds::check_cost(model) {
@@ -1025,6 +1036,29 @@ mod tests {
         let e = Config::parse(&format!("{qos}min = 20.0\nmax = 30.0\n"), "t.toml")
             .expect_err("a range needs a target to move in it");
         assert_eq!(e.field.as_deref(), Some("qos.m.rpct"));
+    }
+
+    #[test]
+    fn a_light_depth_needs_tenants_and_a_sane_count() {
+        let bdevs = "[[bdev]]\nname = \"m\"\nkind = \"null\"\nsize = \"1MiB\"\n[[export]]\nname = \"e\"\nbdev = \"m\"\n[[export]]\nname = \"f\"\nbdev = \"m\"\n";
+        let tenants = "[pacing]\ntenants = [{ name = \"a\", exports = [\"e\"] }, { name = \"b\", exports = [\"f\"] }]\n";
+        let c = Config::parse(
+            &format!("{tenants}{bdevs}[qos.m]\nlight_depth = 16\n"),
+            "t.toml",
+        )
+        .expect("a cap alone");
+        assert_eq!(c.config.qos["m"].light_depth, Some(16));
+        let e = Config::parse(&format!("{bdevs}[qos.m]\nlight_depth = 16\n"), "t.toml")
+            .expect_err("no tenants");
+        assert_eq!(e.field.as_deref(), Some("qos.m.light_depth"));
+        assert_eq!(e.line, Some(12));
+        let e = Config::parse(
+            &format!("{tenants}{bdevs}[qos.m]\nlight_depth = 0\n"),
+            "t.toml",
+        )
+        .expect_err("a cap of 0");
+        assert_eq!(e.field.as_deref(), Some("qos.m.light_depth"));
+        assert_eq!(e.line, Some(14));
     }
 
     const ONE_EXPORT: &str =

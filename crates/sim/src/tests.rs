@@ -219,6 +219,7 @@ fn a_latency_target_holds_a_saturated_drive_near_it() {
         min: 25.0,
         max: 400.0,
         period_ms: None,
+        light_depth: None,
     });
     let held = simulate(&sc, &rc, 64);
     // Without a target the drives queue most of QD 64; with it, vrate keeps

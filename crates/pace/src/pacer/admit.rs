@@ -161,6 +161,11 @@ impl Pacer {
         let Some(g) = &self.gate else { return true };
         match g.ready(d, now) {
             Ok(()) => true,
+            // A configured cap frees only as IOs complete: while this
+            // reactor has IOs at the device, their completions poll
+            // again, and a timer would cut the reactor's gathering wait
+            // short for nothing (and on a VM, arming one is an exit).
+            Err(_) if g.configured(d) && self.devices[d].in_flight_ios > 0 => false,
             Err(at) => {
                 self.qos_wake = Some(self.qos_wake.map_or(at, |w| w.min(at)));
                 false

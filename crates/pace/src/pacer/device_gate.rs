@@ -30,6 +30,14 @@
 //!
 //! Everything is measured at the devices' completions (whichever reactor
 //! sees them).
+//!
+//! A device with a configured cap (`[qos.BDEV] light_depth`) skips all
+//! that: beside a light tenant its heavy IOs are held to that cap, whatever
+//! the device serves at once and whatever rate it costs. Once full, the
+//! cap refills only when a batch has left (see `refill_batch`), so the
+//! IOs it lets go leave together: one submit, which the block layer plugs
+//! into one doorbell, and a reactor that wakes for a batch of completions
+//! rather than for each one.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -73,6 +81,18 @@ const SERIAL_KNEE: u64 = 4;
 /// device's channel is free (see `DeviceGate::ready`).
 const CHANNEL_LEAD_NS: Nanos = 5_000;
 
+/// A pacer held back by a configured cap looks again this soon. Its own
+/// IOs' completions wake it sooner; this only bounds the wait for a slot
+/// freed on another reactor, and is long enough not to cut a busy
+/// reactor's gathering wait short (`batch_wait_us`, 20 us by default).
+const FIXED_RECHECK_NS: Nanos = 50_000;
+
+/// IOs that must leave a full configured cap of `cap` before it refills:
+/// a quarter of it, at least 2 (a batch), at most all of it.
+pub fn refill_batch(cap: u32) -> u32 {
+    (cap / 4).max(2).min(cap)
+}
+
 const IDLE: u8 = 0;
 const MEASURE: u8 = 1;
 const TRIAL: u8 = 2;
@@ -104,6 +124,10 @@ struct Dev {
     gap_min: AtomicU64,
     /// When the device's channel is next free by `gap_min` per IO.
     free_at: AtomicU64,
+    /// The configured cap (`light_depth`; 0: none, the trials' instead).
+    fixed: u32,
+    /// The configured cap filled and waits for a batch to leave.
+    refilling: AtomicBool,
 }
 
 impl Dev {
@@ -158,9 +182,17 @@ struct Next {
 }
 
 impl DeviceGate {
-    pub fn new(devices: usize, tenants: usize) -> Arc<DeviceGate> {
+    /// The gate over one device per entry of `light_depths` (each one's
+    /// configured cap, 0: none) for `tenants` tenants.
+    pub fn new(light_depths: &[u32], tenants: usize) -> Arc<DeviceGate> {
         Arc::new(DeviceGate {
-            devs: (0..devices).map(|_| Dev::default()).collect(),
+            devs: light_depths
+                .iter()
+                .map(|&fixed| Dev {
+                    fixed,
+                    ..Dev::default()
+                })
+                .collect(),
             phase: AtomicU8::new(IDLE),
             epoch_start: AtomicU64::new(0),
             refused: AtomicBool::new(false),
@@ -361,7 +393,13 @@ impl DeviceGate {
         let Some(g) = self.devs.get(d) else {
             return Ok(());
         };
-        if !self.guarding(now) || !g.serial() {
+        if !self.guarding(now) {
+            return Ok(());
+        }
+        if g.fixed > 0 {
+            return Self::ready_fixed(g, now);
+        }
+        if !g.serial() {
             return Ok(());
         }
         let cap = g.cap.load(Ordering::Acquire);
@@ -376,11 +414,36 @@ impl DeviceGate {
         Err((free - CHANNEL_LEAD_NS).min(now + GATE_RECHECK_NS))
     }
 
+    /// A heavy IO may go to device `g`, which has a configured cap: it has
+    /// fewer IOs than the cap, and if the cap filled, a batch has left
+    /// since (see `refill_batch`).
+    fn ready_fixed(g: &Dev, now: Nanos) -> Result<(), Nanos> {
+        debug_assert!(g.fixed > 0);
+        let at = g.at_device.load(Ordering::Acquire);
+        if g.refilling.load(Ordering::Acquire) {
+            if at + refill_batch(g.fixed) <= g.fixed {
+                g.refilling.store(false, Ordering::Release);
+                return Ok(());
+            }
+        } else if at < g.fixed {
+            return Ok(());
+        } else {
+            g.refilling.store(true, Ordering::Release);
+        }
+        Err(now + FIXED_RECHECK_NS)
+    }
+
+    /// Device `d` has a configured cap (`light_depth`).
+    pub(super) fn configured(&self, d: usize) -> bool {
+        self.devs.get(d).is_some_and(|g| g.fixed > 0)
+    }
+
     /// Device `d`'s cap in effect (0: none), for tests and reports.
     pub fn cap(&self, d: usize) -> u32 {
-        self.devs
-            .get(d)
-            .map_or(0, |g| g.cap.load(Ordering::Acquire))
+        self.devs.get(d).map_or(0, |g| match g.fixed {
+            0 => g.cap.load(Ordering::Acquire),
+            fixed => fixed,
+        })
     }
 }
 
@@ -417,7 +480,7 @@ mod tests {
 
     #[test]
     fn the_gate_is_off_until_a_tenant_is_light_twice_running() {
-        let gate = DeviceGate::new(1, 2);
+        let gate = DeviceGate::new(&[0], 2);
         assert!(!gate.guarding(1_000));
         gate.released(0, true, 1_000);
         assert!(!gate.guarding(1_000), "a first IO");
@@ -437,7 +500,7 @@ mod tests {
 
     #[test]
     fn a_cap_that_keeps_the_rate_is_held_and_one_that_costs_it_is_dropped() {
-        let gate = DeviceGate::new(1, 2);
+        let gate = DeviceGate::new(&[0], 2);
         // One IO stays at the device throughout: completions overlap, so
         // the device is seen to serve one at a time.
         gate.arrive(0, 0);
@@ -487,7 +550,7 @@ mod tests {
     #[test]
     fn a_completion_sets_the_clock_where_a_one_at_a_time_channel_is() {
         // A drive serving 100 us per IO, then 20 us of fixed latency.
-        let gate = DeviceGate::new(1, 2);
+        let gate = DeviceGate::new(&[0], 2);
         light(&gate, 0);
         gate.arrive(0, 0);
         gate.arrive(0, 0);
@@ -528,7 +591,7 @@ mod tests {
     #[test]
     fn a_device_that_serves_many_at_once_is_not_gated() {
         // 100 us alone, completions 5 us apart: 20 at once (a real disk).
-        let gate = DeviceGate::new(1, 2);
+        let gate = DeviceGate::new(&[0], 2);
         light(&gate, 1_000);
         for _ in 0..40 {
             gate.arrive(0, 0);
@@ -543,5 +606,39 @@ mod tests {
         // The same device seen serving one at a time is gated.
         gate.devs[0].gap_min.store(40_000, Ordering::Release);
         assert!(gate.ready(0, 200_000).is_err());
+    }
+
+    #[test]
+    fn a_configured_cap_holds_a_many_at_once_device_and_refills_in_batches() {
+        // 100 us alone, completions 5 us apart: 20 at once, not gated by
+        // the trials, but a configured cap of 8 holds it.
+        let gate = DeviceGate::new(&[8], 2);
+        assert_eq!(refill_batch(8), 2);
+        assert!(gate.ready(0, 1_000).is_ok(), "no light tenant: no cap");
+        light(&gate, 1_000);
+        for _ in 0..40 {
+            gate.arrive(0, 0);
+        }
+        for i in 0..20 {
+            gate.completed(0, 100_000, 100_000 + i * 5_000);
+        }
+        assert!(!gate.devs[0].serial());
+        let now = 200_000;
+        light(&gate, now);
+        assert_eq!(gate.cap(0), 8);
+        assert_eq!(gate.ready(0, now), Err(now + FIXED_RECHECK_NS), "20 > 8");
+        // Down to 7: not yet, the full cap waits for a batch of 2 to leave.
+        (0..13).for_each(|_| gate.completed(0, 100_000, now));
+        assert!(gate.ready(0, now).is_err(), "one slot free");
+        gate.completed(0, 100_000, now);
+        // Two free: both go, then it is full again.
+        for _ in 0..2 {
+            assert!(gate.ready(0, now).is_ok());
+            gate.arrive(0, now);
+        }
+        assert!(gate.ready(0, now).is_err(), "full again");
+        // A cap of 1 refills one at a time.
+        assert_eq!(refill_batch(1), 1);
+        assert_eq!(refill_batch(16), 4);
     }
 }

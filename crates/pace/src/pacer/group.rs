@@ -31,8 +31,20 @@ pub struct PacerGroup {
     qos: Arc<DeviceQos>,
     link: Arc<LinkWindow>,
     depth: Arc<SharedDepth>,
-    /// Only `auto` with tenants has light tenants to guard.
+    /// Only tenants have light tenants to guard: in `auto`, or on a device
+    /// with a configured cap (`light_depth`) in any mode.
     gate: Option<Arc<DeviceGate>>,
+}
+
+/// The device gate `cfg`'s tenants need over `devices`, if any.
+fn gate(cfg: &PacingConfig, devices: &[PacedDevice]) -> Option<Arc<DeviceGate>> {
+    let depths: Vec<u32> = devices
+        .iter()
+        .map(|d| d.qos.and_then(|q| q.light_depth).unwrap_or(0))
+        .collect();
+    let capped = depths.iter().any(|&n| n > 0);
+    (cfg.tenants.len() > 1 && (cfg.mode == Mode::Auto || capped))
+        .then(|| DeviceGate::new(&depths, cfg.tenants.len()))
 }
 
 impl PacerGroup {
@@ -58,8 +70,7 @@ impl PacerGroup {
             qos: DeviceQos::new(&targets, now),
             link: LinkWindow::new(reactors),
             depth: SharedDepth::new(devices.len()),
-            gate: (cfg.mode == Mode::Auto && cfg.tenants.len() > 1)
-                .then(|| DeviceGate::new(devices.len(), cfg.tenants.len())),
+            gate: gate(cfg, devices),
         }
     }
 

@@ -40,7 +40,18 @@ pub struct QosConfig {
     /// How often vrate is adjusted (default: 16x the larger target, 1-100 ms).
     #[serde(default)]
     pub period_ms: Option<f64>,
+    /// While a light (QD 1) tenant is about, other tenants' IOs at the
+    /// device (every reactor's) are held to this many (see
+    /// [`DeviceGate`](super::DeviceGate)): a cap, not a rate, so it costs
+    /// the device only the rate its curve loses at this depth. Needs no
+    /// latency target or vrate.
+    #[serde(default)]
+    pub light_depth: Option<u32>,
 }
+
+/// The largest `light_depth`: past a few hundred IOs no device queue is
+/// shorter for it.
+pub const MAX_LIGHT_DEPTH: u32 = 4096;
 
 fn default_min() -> f64 {
     1.0
@@ -69,7 +80,22 @@ impl QosConfig {
         if !(self.max >= self.min && self.max.is_finite()) {
             return Err(("max", format!("must be at least min ({})", self.min)));
         }
-        if self.rpct == 0.0 && self.wpct == 0.0 && self.min != self.max {
+        if let Some(n) = self.light_depth {
+            if !(1..=MAX_LIGHT_DEPTH).contains(&n) {
+                return Err((
+                    "light_depth",
+                    format!("must be between 1 and {MAX_LIGHT_DEPTH} IOs"),
+                ));
+            }
+        }
+        let bounds_set = self.min != default_min() || self.max != default_max();
+        if !self.budget() && self.light_depth.is_some() && bounds_set {
+            return Err((
+                "min",
+                "min and max need rpct/rlat_us or wpct/wlat_us, or min = max".into(),
+            ));
+        }
+        if !self.budget() && self.light_depth.is_none() {
             return Err((
                 "rpct",
                 "set rpct and rlat_us, or wpct and wlat_us (or min = max to hold vrate there)"
@@ -82,6 +108,12 @@ impl QosConfig {
             }
         }
         Ok(())
+    }
+
+    /// It sets a budget: a latency target, or a vrate held (`min` = `max`).
+    /// A `[qos]` with only `light_depth` sets none.
+    pub fn budget(&self) -> bool {
+        self.rpct > 0.0 || self.wpct > 0.0 || self.min == self.max
     }
 
     fn period_ns(&self) -> Nanos {
@@ -198,11 +230,12 @@ pub struct DeviceQos {
 
 impl DeviceQos {
     /// One entry per pacer device; `None` for devices without targets.
+    /// A `[qos]` that sets no budget (only `light_depth`) gets none here.
     pub fn new(targets: &[Option<QosConfig>], now: Nanos) -> Arc<DeviceQos> {
         let devices = targets
             .iter()
             .map(|t| {
-                t.map(|cfg| {
+                t.filter(QosConfig::budget).map(|cfg| {
                     Mutex::new(State {
                         cfg,
                         period: cfg.period_ns(),
@@ -291,6 +324,7 @@ mod tests {
             min: 10.0,
             max: 200.0,
             period_ms: Some(1.0),
+            light_depth: None,
         }
     }
 
@@ -447,6 +481,40 @@ mod tests {
     }
 
     #[test]
+    fn a_light_depth_alone_is_valid_and_sets_no_budget() {
+        let only = QosConfig {
+            rpct: 0.0,
+            rlat_us: 0.0,
+            wpct: 0.0,
+            wlat_us: 0.0,
+            min: default_min(),
+            max: default_max(),
+            period_ms: None,
+            light_depth: Some(16),
+        };
+        assert!(only.validate().is_ok() && !only.budget());
+        let q = DeviceQos::new(&[Some(only)], 0);
+        assert!(!q.has_targets(0), "no budget to wait for");
+        for n in [0, MAX_LIGHT_DEPTH + 1] {
+            let c = QosConfig {
+                light_depth: Some(n),
+                ..only
+            };
+            assert_eq!(c.validate().map_err(|e| e.0), Err("light_depth"));
+        }
+        // Bounds with neither a target nor min = max mean nothing.
+        let c = QosConfig { min: 20.0, ..only };
+        assert_eq!(c.validate().map_err(|e| e.0), Err("min"));
+        // Beside a held vrate it is valid too, and the budget stays.
+        let c = QosConfig {
+            min: 50.0,
+            max: 50.0,
+            ..only
+        };
+        assert!(c.validate().is_ok() && DeviceQos::new(&[Some(c)], 0).has_targets(0));
+    }
+
+    #[test]
     fn bounds_on_either_side_of_100_hold_vrate_there() {
         // Both below 100: vrate starts at max and no met target lifts it.
         let mut c = target(100.0);
@@ -468,6 +536,7 @@ mod tests {
             min: 30.0,
             max: 30.0,
             period_ms: None,
+            light_depth: None,
             ..c
         };
         assert!(fixed.validate().is_ok());

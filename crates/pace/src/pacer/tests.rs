@@ -428,6 +428,7 @@ fn read_p95_100us(min: f64, max: f64) -> QosConfig {
         min,
         max,
         period_ms: None,
+        light_depth: None,
     }
 }
 
@@ -673,4 +674,55 @@ fn a_lone_client_holds_only_its_own_device_at_depth_one() {
     // The hold lapses with no lone IO since.
     p.poll(300 * MS, &mut out);
     assert_eq!(p.stats(300 * MS).held_devices, 0);
+}
+
+#[test]
+fn a_configured_cap_holds_heavy_ios_and_sets_no_timer_while_ours_are_there() {
+    const K4: u32 = 4096;
+    let mut p = Pacer::new(two_tenants(Mode::Auto), 1, K128, None, 0);
+    let gate = DeviceGate::new(&[2], 2);
+    p.share_gate(gate.clone());
+    // Each tenant its own flow (connection).
+    let of = |id: u64, tenant: usize| PacedIo {
+        flow: 1 + tenant as u64,
+        ..io(id, 0, tenant, K4)
+    };
+    let mut out = Vec::new();
+    let mut now = 1_000;
+    let done = |p: &mut Pacer, id: u64, now: Nanos| {
+        p.on_device_complete(id, IoKind::Read, 50_000, now);
+        p.on_complete(id, now);
+    };
+    // Two light IOs in a row mark the light tenant (see DeviceGate::released).
+    for id in [1, 2] {
+        p.enqueue(of(id, 0), now);
+        p.poll(now, &mut out);
+        now += 50_000;
+        done(&mut p, id, now);
+    }
+    assert_eq!(out, [1, 2]);
+    out.clear();
+    for id in 100..110 {
+        p.enqueue(of(id, 1), now);
+    }
+    p.poll(now, &mut out);
+    assert_eq!(out, [100, 101], "held to the cap of 2");
+    // Its own IOs at the device wake it: no recheck timer.
+    // (auto's latency probe may set a wake of its own)
+    assert_eq!(p.qos_wake, None);
+    now += 50_000;
+    done(&mut p, 100, now);
+    done(&mut p, 101, now);
+    out.clear();
+    p.poll(now, &mut out);
+    assert_eq!(out, [102, 103], "a batch of 2 left: refilled");
+    // Slots another reactor holds free with no completion here: a timer.
+    done(&mut p, 102, now);
+    done(&mut p, 103, now);
+    gate.arrive(0, now);
+    gate.arrive(0, now);
+    out.clear();
+    p.poll(now, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert!(p.qos_wake.is_some_and(|t| t <= now + 100_000));
 }
