@@ -306,6 +306,8 @@ fn default_num_small_buffers() -> u32 {
 fn default_small_buffer_size() -> ByteSize {
     ByteSize(8 << 10)
 }
+/// Most bytes one small class may map (each class is mapped whole).
+pub const MAX_SMALL_CLASS_BYTES: u64 = 16 << 30;
 
 impl BufferConfig {
     /// The pool these settings make: no small buffers unless they are
@@ -576,6 +578,18 @@ impl LoadedConfig {
                 0,
                 "small_buffer_size",
                 format!("must be a multiple of 4 KiB between 4 KiB and 16 MiB, got {small}"),
+            ));
+        }
+        let class_bytes = u64::from(b.num_small_buffers) * small;
+        if class_bytes > MAX_SMALL_CLASS_BYTES {
+            return Err(self.error_at(
+                "buffers",
+                0,
+                "num_small_buffers",
+                format!(
+                    "x small_buffer_size is {class_bytes} bytes for each small class, \
+                     more than {MAX_SMALL_CLASS_BYTES}"
+                ),
             ));
         }
         let max = b.max_request_size.0;
@@ -976,6 +990,7 @@ mod tests {
             "small_buffer_size = 1000",
             "small_buffer_size = \"32M\"",
             "num_small_buffers = 2000000",
+            "num_small_buffers = 1000000\nsmall_buffer_size = \"1M\"",
         ] {
             let e = Config::parse(&cfg(bad), "x.toml").unwrap_err();
             let field = bad.split(' ').next().map(|f| format!("buffers.{f}"));

@@ -335,6 +335,12 @@ fn bad_fields_name_file_line_and_field() {
             "hosts[0].devices",
         ),
         ("reactors = 2", "reactors = 0", 8, "target.reactors"),
+        (
+            "num_shared_buffers = 4096",
+            "num_shared_buffers = 4096\nnum_small_buffers = 1000000\nsmall_buffer_size = 1048576",
+            11,
+            "target.num_small_buffers",
+        ),
         ("qds = [4]", "qds = []", 6, "qds"),
         (
             "latency_us = 20",

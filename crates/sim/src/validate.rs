@@ -149,6 +149,16 @@ impl Check<'_> {
                 format!("must be at most {MAX_SMALL_BUFFERS}")
             })?;
         }
+        let defaults = server::config::BufferConfig::default();
+        let n = t.num_small_buffers.unwrap_or(defaults.num_small_buffers);
+        let size = t
+            .small_buffer_size
+            .map_or(defaults.small_buffer_size.0, u64::from);
+        self.ensure(
+            u64::from(n) * size <= server::config::MAX_SMALL_CLASS_BYTES,
+            at("num_small_buffers"),
+            || "x small_buffer_size must be at most 16 GiB".into(),
+        )?;
         self.positive(t.ddio_budget_mib, at("ddio_budget_mib"))?;
         self.number(t.ddio_slope, 0.0..=1.0, at("ddio_slope"))?;
         self.number(t.ddio_floor, 0.01..=1.0, at("ddio_floor"))?;
