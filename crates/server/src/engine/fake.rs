@@ -23,6 +23,12 @@ pub fn engine(mode: &str, buffers: u32, timeouts: Timeouts) -> Engine {
 /// As [`engine`], with an emulated device delay of `delay_us` on average
 /// (none for 0): completions wait in the engine's delay timers.
 pub fn engine_with(mode: &str, buffers: u32, timeouts: Timeouts, delay_us: u32) -> Engine {
+    let pool = PoolConfig::large_only(buffers, BUF_SIZE, 2);
+    engine_pool(mode, pool, timeouts, delay_us)
+}
+
+/// As [`engine_with`], over the pool `pool` (e.g. with small classes).
+pub fn engine_pool(mode: &str, pool: PoolConfig, timeouts: Timeouts, delay_us: u32) -> Engine {
     let (bdev, delay) = match delay_us {
         0 => ("m0", String::new()),
         us => (
@@ -37,23 +43,37 @@ pub fn engine_with(mode: &str, buffers: u32, timeouts: Timeouts, delay_us: u32) 
         "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n{delay}\
          [[export]]\nname = \"default\"\nbdev = \"{bdev}\"\n\n"
     );
-    engine_over(&body, mode, buffers, timeouts)
+    engine_over_pool(&body, mode, pool, timeouts)
 }
 
 /// An engine serving the bdevs and exports of `body` (config text).
 pub fn engine_over(body: &str, mode: &str, buffers: u32, timeouts: Timeouts) -> Engine {
+    engine_over_pool(
+        body,
+        mode,
+        PoolConfig::large_only(buffers, BUF_SIZE, 2),
+        timeouts,
+    )
+}
+
+fn engine_over_pool(body: &str, mode: &str, pool: PoolConfig, timeouts: Timeouts) -> Engine {
     let text = format!(
-        "{body}\n[buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"{BUF_SIZE}\"\nbuf_cache_size = 2\n\n\
-         [pacing]\nmode = \"{mode}\"\n"
+        "{body}\n[buffers]\nnum_shared_buffers = {}\nbuffer_size = \"{}\"\nbuf_cache_size = {}\n\
+         num_small_buffers = {}\nsmall_buffer_size = \"{}\"\n\n[pacing]\nmode = \"{mode}\"\n",
+        pool.num_shared_buffers,
+        pool.buffer_size,
+        pool.buf_cache_size,
+        pool.num_small_buffers,
+        pool.small_buffer_size.max(4096),
     );
     let loaded = crate::config::Config::parse(&text, "test.toml").expect("test config");
     let catalog = Arc::new(Catalog::build(&loaded).expect("catalog"));
-    let pool = SharedPool::new(PoolConfig::large_only(buffers, BUF_SIZE, 2)).expect("pool");
+    let pool = SharedPool::new(loaded.config.buffers.pool()).expect("pool");
     let bufs = pool.register_reactor(Box::new(|| {}));
     let pacer = Pacer::new(
         catalog.pacing.clone(),
         catalog.devices.len(),
-        BUF_SIZE,
+        pool.buffer_size(),
         None,
         0,
     );

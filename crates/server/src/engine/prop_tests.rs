@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use pace::pool::PoolConfig;
 use proptest::prelude::*;
 use proto::Command;
 
@@ -427,15 +428,28 @@ fn wind_down(w: &mut World, drain: bool) {
     assert_eq!(w.net.engine.drained(), drain);
 }
 
-/// The engine's shape: its pool's size and its device's delay.
+/// The engine's shape: its pool's size, whether it has small classes, and
+/// its device's delay.
 #[derive(Debug, Clone, Copy)]
 struct Shape {
     buffers: u32,
+    classes: bool,
     delay_us: u32,
 }
 
 fn run(mode: &str, shape: Shape, drain: bool, evs: Vec<Ev>) {
-    let engine = engine_with(mode, shape.buffers, STALL_TIMEOUTS, shape.delay_us);
+    let pool = if shape.classes {
+        // 16 KiB pieces, and 4 and 8 KiB classes: requests of every size
+        // take buffers of each class, and free, cancel and grant across them.
+        PoolConfig {
+            num_small_buffers: shape.buffers,
+            small_buffer_size: 4096,
+            ..PoolConfig::large_only(shape.buffers, 16384, 2)
+        }
+    } else {
+        PoolConfig::large_only(shape.buffers, BUF_SIZE, 2)
+    };
+    let engine = engine_pool(mode, pool, STALL_TIMEOUTS, shape.delay_us);
     let mut net = Net::new(engine);
     net.after_event = Some(check);
     let mut w = World {
@@ -460,7 +474,11 @@ fn events() -> impl Strategy<Value = Vec<Ev>> {
 fn shape() -> impl Strategy<Value = Shape> {
     let buffers = prop_oneof![Just(3u32), Just(24u32)];
     let delay_us = prop_oneof![Just(0u32), Just(2_000u32)];
-    (buffers, delay_us).prop_map(|(buffers, delay_us)| Shape { buffers, delay_us })
+    (buffers, any::<bool>(), delay_us).prop_map(|(buffers, classes, delay_us)| Shape {
+        buffers,
+        classes,
+        delay_us,
+    })
 }
 
 proptest! {
