@@ -16,7 +16,9 @@
 //! - `auto`: no period. Bytes in flight are held near what the pipeline
 //!   needs: `gain x (max delivered rate) x (min release-to-done latency)`,
 //!   measured from completions (the wire's drain), with one window per device
-//!   so a slow device cannot take the buffers fast ones need.
+//!   so a slow device cannot take the buffers fast ones need. A device's
+//!   window counts device time by its cost model, not bytes, so small IOs
+//!   cannot crowd a busy device beyond what its window means.
 //!   Every 100 ms the window drains briefly, so the min latency is measured
 //!   on an empty pipeline and not on the queue the window itself keeps.
 //!
@@ -70,7 +72,7 @@ pub use depth::SharedDepth;
 pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
 use drr::Device;
-use filter::{LargeIoMin, WindowedMax, WindowedMin};
+use filter::{LargeIoMin, WindowedMax};
 use flows::Flows;
 pub use group::{PacedDevice, PacerGroup};
 pub use link_window::LinkWindow;
@@ -124,6 +126,8 @@ struct Flight {
     device: usize,
     tenant: usize,
     bytes: u64,
+    /// Its device time (see `Device::work`).
+    work: u64,
     released_at: Nanos,
     took_op: bool,
     /// What it counts against the shared window (see `link_share`).
@@ -216,15 +220,7 @@ impl Pacer {
         let clock = TenantClock::new(tenants.len());
         let max_io = u64::from(buffer_size).max(4096);
         Pacer {
-            devices: vec![
-                Device {
-                    rate: rate_filter(max_io),
-                    latency: LargeIoMin::new(LATENCY_WINDOW_NS),
-                    device_latency: WindowedMin::new(LATENCY_WINDOW_NS),
-                    ..Device::default()
-                };
-                devices.max(1)
-            ],
+            devices: vec![Device::new(CostModel::default(), max_io); devices.max(1)],
             tenants,
             flights: FxHashMap::default(),
             flows: Flows::default(),
@@ -295,7 +291,13 @@ impl Pacer {
 
     pub fn set_cost_model(&mut self, device: usize, model: CostModel) {
         if let Some(d) = self.devices.get_mut(device) {
-            d.cost = model;
+            debug_assert!(
+                d.queue.len() == 0 && d.in_flight_ios == 0,
+                "a device's cost model is set before its IO"
+            );
+            // Its rate is in device time: samples span as much of it as
+            // before the model came.
+            *d = Device::new(model, self.max_io);
         }
     }
 
@@ -477,12 +479,13 @@ impl Pacer {
     /// Counts a released IO as in flight until `on_complete` or `cancel`.
     fn take_flight(&mut self, io: PacedIo, took_op: bool, paced: u64, now: Nanos) {
         let bytes = u64::from(io.bytes);
+        let work = self.devices[io.device].work(io.kind, bytes);
         let lone = self.flows.released(io.flow, bytes);
         // A read goes to its device as it is released; a write piece when
         // its payload has arrived (`on_device_start`).
         let stage = match io.kind {
             IoKind::Read => {
-                self.devices[io.device].arrive(bytes);
+                self.devices[io.device].arrive(work);
                 if let Some(g) = &self.gate {
                     g.arrive(io.device, now);
                 }
@@ -506,6 +509,7 @@ impl Pacer {
                 device: io.device,
                 tenant: io.tenant,
                 bytes,
+                work,
                 released_at: now,
                 took_op,
                 paced,
@@ -527,7 +531,7 @@ impl Pacer {
         if f.enter(DeviceStage::At) {
             debug_assert!(self.filling > 0, "a piece starts that was not filling");
             self.filling -= 1;
-            self.devices[f.device].arrive(f.bytes);
+            self.devices[f.device].arrive(f.work);
             if let Some(g) = &self.gate {
                 g.arrive(f.device, now);
             }
@@ -544,8 +548,8 @@ impl Pacer {
         let device = f.device;
         f.at_device = latency_ns;
         if f.enter(DeviceStage::After) {
-            let bytes = f.bytes;
-            self.devices[device].leave(bytes);
+            let work = f.work;
+            self.devices[device].leave(work);
             if let Some(g) = &self.gate {
                 g.completed(device, latency_ns, now);
             }
@@ -576,6 +580,7 @@ impl Pacer {
         let dev = &mut self.devices[f.device];
         dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;
+        dev.delivered_work += f.work;
         self.land(f);
         let sizing = flows::Sizing {
             hold: self.flow_hold(f.device),
@@ -600,7 +605,7 @@ impl Pacer {
         }
         self.flows.landed(f.flow, f.bytes);
         if f.stage == DeviceStage::At {
-            self.devices[f.device].leave(f.bytes);
+            self.devices[f.device].leave(f.work);
             if let Some(g) = &self.gate {
                 g.leave(f.device);
             }

@@ -424,16 +424,22 @@ fn a_slow_host_link_holds_only_its_own_host() {
 fn flows_over_slow_devices_keep_an_open_link_busy() {
     // Hosts spreading 256 KiB reads over three slow drives and a fast one,
     // behind links nothing else binds: sized on the fast drive's latency,
-    // their windows bounded their rate (29% of `none` at QD 16).
+    // their windows bounded their rate (29% of `none` at QD 16). At QD
+    // 128 the fast drive is also busy with two hosts' 4 KiB reads: counted
+    // by bytes in its window, they crowded out the 256 KiB reads, whose
+    // hosts then waited on that drive (61% of `none`); counted by device
+    // time, the drive serves both as its FIFO would.
     let text = include_str!("../../../scenarios/sim/slow_devices_open_link.toml");
     let sc = parse(text, "slow_devices_open_link.toml").expect("scenario parses");
     let label = |l: &str| sc.runs.iter().find(|r| r.label == l).expect(l);
-    let none = simulate(&sc, label("seed mode: none"), 16);
-    let auto = simulate(&sc, label("iopace auto"), 16);
-    assert!(
-        auto.bw_gbps >= 0.8 * none.bw_gbps,
-        "{auto:?} against {none:?}"
-    );
+    for (qd, part) in [(16, 0.8), (128, 0.95)] {
+        let none = simulate(&sc, label("seed mode: none"), qd);
+        let auto = simulate(&sc, label("iopace auto"), qd);
+        assert!(
+            auto.bw_gbps >= part * none.bw_gbps,
+            "QD {qd}: {auto:?} against {none:?}"
+        );
+    }
 }
 
 /// 4 KiB reads at a deep QD take small buffers: `auto` admits IOs by

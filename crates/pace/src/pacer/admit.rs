@@ -132,7 +132,7 @@ impl Pacer {
             // smaller-charged IO behind it must not take the gap, or DRR's
             // shares would not hold.
             Mode::Auto if !self.shared_window_open(t, paced, bytes) => Some(Verdict::WaitForLink),
-            Mode::Auto if self.device_window_open(d, t, bytes) => None,
+            Mode::Auto if self.device_window_open(d, io) => None,
             // This device's window is full; the turn goes to the next one.
             Mode::Auto => {
                 Some(self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now)))

@@ -1,7 +1,8 @@
 //! `auto` mode's window: bytes in flight are held near what the pipeline
 //! needs, `gain x (max delivered rate) x (min release-to-done latency)`,
 //! measured from completions, with one window per device so a slow device
-//! cannot take the buffers fast ones need, and the reactors' windows pooled
+//! cannot take the buffers fast ones need (in device time: see
+//! `device_window`), and the reactors' windows pooled
 //! (see [`LinkWindow`](super::LinkWindow)). Every `LATENCY_PROBE_EVERY_NS`
 //! the window drains briefly, so the min latency is measured on an empty
 //! pipeline and not on the queue the window itself keeps.
@@ -12,7 +13,7 @@ use super::depth::{Sample, SharedDepth};
 use super::drr::FAST_HOLD_RATIO;
 use super::filter::WindowedMax;
 use super::flows::{Floors, Sizing, HOST_MIN_IOS};
-use super::{Flight, LinkWindow, Mode, Pacer};
+use super::{Flight, LinkWindow, Mode, PacedIo, Pacer};
 use crate::Nanos;
 
 /// A host's window floor grows with the reactors pooling it up to this
@@ -53,9 +54,9 @@ const LATENCY_PROBE_MIN_NS: Nanos = 50_000;
 
 pub(super) const LATENCY_PROBE_MAX_NS: Nanos = 2_000_000;
 
-/// The delivered-rate estimator for a reactor or a device: the max of recent
-/// samples of at least `RATE_SAMPLE_IOS` IOs, over the last
-/// `RATE_WINDOW` sample spans.
+/// The delivered-rate estimator for a reactor, a flow or a device: the max
+/// of recent samples of at least `RATE_SAMPLE_IOS` IOs of `max_io` (bytes,
+/// or a device's time), over the last `RATE_WINDOW` sample spans.
 pub(super) fn rate_filter(max_io: u64) -> WindowedMax {
     WindowedMax::new(RATE_WINDOW)
         .with_min_bytes(RATE_SAMPLE_IOS * max_io)
@@ -228,23 +229,34 @@ impl Pacer {
                 && self.bytes_in_flight + bytes <= self.cfg.max_window)
     }
 
-    /// Device `d`'s own window has room for one more IO of `bytes`.
-    pub(super) fn device_window_open(&self, d: usize, t: usize, bytes: u64) -> bool {
+    /// Device `d`'s own window has room for `io`.
+    pub(super) fn device_window_open(&self, d: usize, io: &PacedIo) -> bool {
         let dev = &self.devices[d];
-        dev.in_flight_bytes == 0
-            || self.light(t)
-            || dev.in_flight_bytes + bytes <= self.device_window(d)
+        dev.in_flight_work == 0
+            || self.light(io.tenant)
+            || dev.in_flight_work + dev.work(io.kind, u64::from(io.bytes)) <= self.device_window(d)
     }
 
+    /// Device `d`'s window, in device time (ns): gain x the device time
+    /// it delivers a second x its hold time, deepened unless a lone client
+    /// holds it (see `deepen_at`), and room for two of the largest IO.
+    /// (Its bytes are bounded by the reactor's `max_window`.) Counted in
+    /// bytes, 4 KiB reads each costing a drive 20 us beside 256 KiB ones
+    /// costing 64 us filled its window 60 at a time: the large reads'
+    /// flows waited behind them, their windows shrank to what they got,
+    /// and their hosts, waiting on that drive, left slow drives idle
+    /// (`slow_devices_open_link`: 29 of 47 Gb/s at QD 128).
     pub(super) fn device_window(&self, d: usize) -> u64 {
         let dev = &self.devices[d];
+        let max_io = dev.largest_work(self.max_io);
         match (dev.rate.get(), self.hold_time(d)) {
             (Some(r), Some(l)) => {
-                let w = (self.cfg.gain * r * l as f64 / 1e9) as u64;
-                self.deepen_at(d, self.clamp_window(w, 2))
+                let depth = if dev.held { 1.0 } else { self.depth_factor() };
+                let w = self.cfg.gain * depth * r * l as f64 / 1e9;
+                (w as u64).max(2 * max_io)
             }
             // Until it has delivered, a device may fill the whole window.
-            _ => self.window_now,
+            _ => (self.window_now as f64 * max_io as f64 / self.max_io as f64) as u64,
         }
     }
 
@@ -345,7 +357,8 @@ impl Pacer {
         let fast = |e: usize| self.hold_ratio(e) < FAST_HOLD_RATIO;
         let wants_link = |e: usize| {
             let dev = &self.devices[e];
-            dev.queue.len() > 0 && dev.in_flight_bytes + self.max_io <= self.device_window(e)
+            let max_io = dev.largest_work(self.max_io);
+            dev.queue.len() > 0 && dev.in_flight_work + max_io <= self.device_window(e)
         };
         if fast(d) || (0..self.devices.len()).any(|e| fast(e) && wants_link(e)) {
             return None;
@@ -365,7 +378,7 @@ impl Pacer {
 
     pub(super) fn sample_rates(&mut self, now: Nanos) {
         for d in &mut self.devices {
-            d.rate.offer(now, d.delivered, RATE_SAMPLE_NS);
+            d.rate.offer(now, d.delivered_work, RATE_SAMPLE_NS);
         }
         let delivered: u64 = self.devices.iter().map(|d| d.delivered).sum();
         self.rate.offer(now, delivered, RATE_SAMPLE_NS);

@@ -3,18 +3,23 @@
 //! `auto`, fast devices serve their turns oldest IO first (see
 //! `turn_server`). A device that cannot go passes its turn on.
 
+use super::auto_window::{rate_filter, LATENCY_WINDOW_NS};
 use super::filter::{LargeIoMin, WindowedMax, WindowedMin};
 use super::queues::{DeviceQueue, Slot};
-use super::{CostModel, Mode, PacedIo, Pacer, Verdict};
+use super::{CostModel, IoKind, Mode, PacedIo, Pacer, Verdict};
 use crate::Nanos;
 
 #[derive(Debug, Default, Clone)]
 pub(super) struct Device {
     pub queue: DeviceQueue,
     pub deficit: i64,
-    pub in_flight_bytes: u64,
+    /// Device time (ns, by its cost model) of the IOs at it: what its
+    /// window bounds.
+    pub in_flight_work: u64,
     pub in_flight_ios: u32,
     pub delivered: u64,
+    /// Device time of the IOs it delivered, and its rate (ns a second).
+    pub delivered_work: u64,
     pub rate: WindowedMax,
     pub latency: LargeIoMin,
     /// Min time at the device alone (submit to device completion).
@@ -27,20 +32,49 @@ pub(super) struct Device {
 }
 
 impl Device {
-    /// An IO of `bytes` is at the device.
-    pub fn arrive(&mut self, bytes: u64) {
-        self.in_flight_bytes += bytes;
+    /// A device with no IO yet, whose IOs cost what `cost` says; its rate
+    /// samples span at least as much device time as `RATE_SAMPLE_IOS` of
+    /// the largest IO.
+    pub fn new(cost: CostModel, max_io: u64) -> Device {
+        let mut d = Device {
+            cost,
+            latency: LargeIoMin::new(LATENCY_WINDOW_NS),
+            device_latency: WindowedMin::new(LATENCY_WINDOW_NS),
+            ..Device::default()
+        };
+        d.rate = rate_filter(d.largest_work(max_io));
+        d
+    }
+
+    /// An IO taking `work` of device time is at the device.
+    pub fn arrive(&mut self, work: u64) {
+        self.in_flight_work += work;
         self.in_flight_ios += 1;
     }
 
-    /// An IO of `bytes` left the device.
-    pub fn leave(&mut self, bytes: u64) {
+    /// An IO taking `work` of device time left the device.
+    pub fn leave(&mut self, work: u64) {
         debug_assert!(
-            self.in_flight_ios > 0 && self.in_flight_bytes >= bytes,
+            self.in_flight_ios > 0 && self.in_flight_work >= work,
             "a device lands more than it has in flight"
         );
-        self.in_flight_bytes -= bytes;
+        self.in_flight_work -= work;
         self.in_flight_ios -= 1;
+    }
+
+    /// The device time an IO takes, by the device's cost model: its
+    /// window counts this, not bytes, so small IOs (each costing the
+    /// device a fixed time on top of its bytes) cannot crowd a busy
+    /// device past what the window means.
+    pub fn work(&self, kind: IoKind, bytes: u64) -> u64 {
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        (self.cost.cost(kind, bytes, false).ceil() as u64).max(1)
+    }
+
+    /// The device time of the costlier of a read and a write of `bytes`.
+    pub fn largest_work(&self, bytes: u64) -> u64 {
+        self.work(IoKind::Read, bytes)
+            .max(self.work(IoKind::Write, bytes))
     }
 }
 
@@ -95,7 +129,7 @@ impl Pacer {
             let arrived = q.arrived(slot);
             if arrived >= best.1
                 || self.hold_ratio(d) >= FAST_HOLD_RATIO
-                || !self.device_window_open(d, t, u64::from(q.io(slot).bytes))
+                || !self.device_window_open(d, &q.io(slot))
                 || !self.qos_ready(d, now)
                 || !(self.light(t) || self.gate_ready(d, now))
             {
@@ -186,10 +220,11 @@ impl Pacer {
             let Some(slot) = self.head(d, t) else {
                 continue;
             };
-            let bytes = u64::from(self.devices[d].queue.io(slot).bytes);
+            let io = self.devices[d].queue.io(slot);
+            let bytes = u64::from(io.bytes);
             let windows = self.cfg.mode != Mode::Auto
                 || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
-                    && self.device_window_open(d, t, bytes));
+                    && self.device_window_open(d, &io));
             if windows && self.qos_ready(d, now) && (self.light(t) || self.gate_ready(d, now)) {
                 return false;
             }
@@ -202,5 +237,32 @@ impl Pacer {
             return false;
         };
         self.tenants[t].active.iter().all(|&d| ops.exhausted(d))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_is_device_time_by_the_cost_model() {
+        // 50k IOPS and 6 GB/s: 20 us an IO, plus its bytes.
+        let cost = CostModel {
+            rbps: 6e9,
+            rseqiops: 5e4,
+            rrandiops: 5e4,
+            wbps: 3e9,
+            wseqiops: 5e4,
+            wrandiops: 5e4,
+        };
+        let d = Device::new(cost, 256 << 10);
+        let small = d.work(IoKind::Read, 4096);
+        let large = d.work(IoKind::Read, 256 << 10);
+        assert_eq!(small, 20_683);
+        assert_eq!(large, 63_691);
+        // By bytes a 4 KiB read is 1/64 of a 256 KiB one; by device time,
+        // nearly a third.
+        assert!(4 * small > large, "{small} against {large}");
+        assert_eq!(d.largest_work(256 << 10), d.work(IoKind::Write, 256 << 10));
     }
 }
