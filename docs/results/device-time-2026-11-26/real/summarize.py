@@ -94,5 +94,67 @@ def main():
             cells.append(f"{k} {statistics.mean(v):.2f} ({min(v):.2f}-{max(v):.2f})")
         print(f"{c} (n={len(rs)}): " + "; ".join(cells))
 
+    if "--md" in sys.argv:
+        markdown(runs, configs)
+
+
+def markdown(runs, configs):
+    """Means (min-max over reps) per configuration and job, then the
+    after/before ratio of each rep's pair."""
+    def mm(v, fmt):
+        return fmt.format(statistics.mean(v)) + " (" + fmt.format(min(v)) + "-" + fmt.format(max(v)) + ")"
+
+    print("\n| config | n | job | IOPS | MiB/s | p50 ms | p99 ms | buffers in use | MiB in buffers | pacer MiB in flight |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for c in configs:
+        rs = [r for r in runs.values() if r["config"] == c]
+        for job in ("small", "large", "uni"):
+            if job not in rs[0]["jobs"]:
+                continue
+            v = lambda k: [r["jobs"][job][k] for r in rs]
+            srv = lambda k: [r["server"][k] for r in rs]
+            print(f"| {c} | {len(rs)} | {job} | {mm(v('iops'), '{:.0f}')} | {mm(v('mibs'), '{:.0f}')} | "
+                  f"{mm(v('p50_ms'), '{:.2f}')} | {mm(v('p99_ms'), '{:.2f}')} | {mm(srv('buffers'), '{:.1f}')} | "
+                  f"{mm(srv('buffers_mib'), '{:.2f}')} | {mm(srv('pacer_mib'), '{:.2f}')} |")
+
+    print("\n| pair | rep | job | MiB/s before | MiB/s after | after/before | p50 before | p50 after |")
+    print("|---|---|---|---|---|---|---|---|")
+    for base in ("mix-probe", "mix-default", "uni"):
+        for rep in sorted({r["rep"] for r in runs.values()}):
+            b = runs.get(f"r{rep}-{base}-before")
+            a = runs.get(f"r{rep}-{base}-after")
+            if not (a and b):
+                continue
+            for job in ("small", "large", "uni"):
+                if job in b["jobs"]:
+                    jb, ja = b["jobs"][job], a["jobs"][job]
+                    print(f"| {base} | {rep} | {job} | {jb['mibs']:.0f} | {ja['mibs']:.0f} | "
+                          f"{ja['mibs'] / jb['mibs']:.3f} | {jb['p50_ms']:.2f} | {ja['p50_ms']:.2f} |")
+
+    # What the machine's load moves less: how the two jobs of one run split
+    # the disk, and what the server held in flight.
+    print("\n| pair | rep | total MiB/s before / after | 128 KiB share of bytes before / after | 128 KiB : 4 KiB IOPS before / after | pacer MiB in flight before / after | buffers in use before / after |")
+    print("|---|---|---|---|---|---|---|")
+    wins = {}
+    for base in ("mix-probe", "mix-default"):
+        for rep in sorted({r["rep"] for r in runs.values()}):
+            b = runs.get(f"r{rep}-{base}-before")
+            a = runs.get(f"r{rep}-{base}-after")
+            if not (a and b):
+                continue
+            cells = []
+            for key, f in (("total", lambda r: r["jobs"]["small"]["mibs"] + r["jobs"]["large"]["mibs"]),
+                           ("share", lambda r: r["jobs"]["large"]["mibs"] / (r["jobs"]["small"]["mibs"] + r["jobs"]["large"]["mibs"])),
+                           ("ratio", lambda r: r["jobs"]["large"]["iops"] / r["jobs"]["small"]["iops"]),
+                           ("pacer", lambda r: r["server"]["pacer_mib"]),
+                           ("buffers", lambda r: r["server"]["buffers"])):
+                vb, va = f(b), f(a)
+                wins.setdefault(key, [0, 0])[0] += va > vb
+                wins[key][1] += 1
+                fmt = {"total": "{:.0f}", "share": "{:.3f}", "ratio": "{:.4f}", "pacer": "{:.3f}", "buffers": "{:.1f}"}[key]
+                cells.append(fmt.format(vb) + " / " + fmt.format(va))
+            print(f"| {base} | {rep} | " + " | ".join(cells) + " |")
+    print("\npairs where after > before: " + ", ".join(f"{k} {w}/{n}" for k, (w, n) in wins.items()))
+
 
 main()
