@@ -9,12 +9,16 @@
 #   mix-{before,after}   4 KiB QD 32 + 128 KiB QD 8, as run.sh
 #   small-after          4 KiB QD 32 alone
 #   large-after          128 KiB QD 8 alone
+# ONLY="small-after" runs only the runs named; FIO_PREFIX="nice -n -10"
+# puts that before fio (is the hold fio being descheduled?).
 set -euo pipefail
 OUT=${1:?out dir}
 BEFORE=${BEFORE:-/work/wt/bin/iopace-ea3a642}
 AFTER=${AFTER:-/work/wt/bin/iopace-devtime}
 IMG=${IMG:-/var/tmp/iopace-devtime29.img}
 RUNTIME=${RUNTIME:-12}
+ONLY=${ONLY:-mix-before mix-after small-after large-after}
+FIO_PREFIX=${FIO_PREFIX:-}
 SOCK=/tmp/p29-iopace.sock
 ADMIN=/tmp/p29-admin.sock
 
@@ -25,6 +29,7 @@ mkdir -p "$OUT"
 
 one() { # name bin fio-jobs...
     local name=$1 bin=$2 d="$OUT/$1"
+    case " $ONLY " in *" $name "*) ;; *) return 0 ;; esac
     shift 2
     mkdir -p "$d"
     # run.sh's config: mode auto, the probe's cost model
@@ -60,7 +65,7 @@ EOF
     "$bin" serve -c "$d/config.toml" > "$d/server.log" 2>&1 &
     local srv=$!
     for _ in $(seq 50); do [ -S "$ADMIN" ] && grep -q 'iopace serving' "$d/server.log" && break; sleep 0.1; done
-    fio --ioengine=nbd "--uri=nbd+unix:///disk?socket=$SOCK" --rw=randread --time_based \
+    $FIO_PREFIX fio --ioengine=nbd "--uri=nbd+unix:///disk?socket=$SOCK" --rw=randread --time_based \
         "--runtime=$RUNTIME" --randrepeat=0 --output-format=json "--output=$d/fio.json" "$@" \
         > "$d/fio.out" 2>&1 &
     local fio=$!
@@ -91,7 +96,7 @@ one large-after "$AFTER" --name=large --bs=128k --iodepth=8
 
 # One line a run: the share of polls with the device held at depth 1, the
 # pacer's window, bytes in flight, queue and depth (means over the polls).
-for name in mix-before mix-after small-after large-after; do
+for name in $ONLY; do
     python3 - "$OUT/$name" <<'PYEOF'
 import json, os, statistics, sys
 d = sys.argv[1]
