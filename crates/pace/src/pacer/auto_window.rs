@@ -31,7 +31,7 @@ pub(super) const RATE_SAMPLE_NS: Nanos = 1_000_000;
 const RATE_WINDOW: usize = 50;
 
 /// A rate sample spans at least this many of the largest IOs.
-const RATE_SAMPLE_IOS: u64 = 16;
+pub(super) const RATE_SAMPLE_IOS: u64 = 16;
 
 /// Every this many rate samples, one is taken with the window enlarged...
 pub(super) const PROBE_EVERY: u64 = 8;

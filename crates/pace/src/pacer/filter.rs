@@ -12,6 +12,8 @@ use crate::Nanos;
 pub struct WindowedMax {
     n: usize,
     min_bytes: u64,
+    /// A sample this long is taken whatever its bytes.
+    max_span: Option<Nanos>,
     max_age: Option<Nanos>,
     /// (taken at, bytes per second)
     samples: VecDeque<(Nanos, f64)>,
@@ -31,7 +33,19 @@ impl WindowedMax {
     /// is the luckiest burst, not the rate (a slow flow delivering two IOs
     /// in most milliseconds and five in one would read 2.5x its rate).
     pub fn with_min_bytes(mut self, bytes: u64) -> WindowedMax {
+        self.set_min_bytes(bytes);
+        self
+    }
+
+    /// As `with_min_bytes`, for samples from now on.
+    pub fn set_min_bytes(&mut self, bytes: u64) {
         self.min_bytes = bytes;
+    }
+
+    /// A sample spanning `span` is taken however few bytes it holds: a
+    /// slow flow is measured within `span`, not only after `min_bytes`.
+    pub fn with_max_span(mut self, span: Nanos) -> WindowedMax {
+        self.max_span = Some(span);
         self
     }
 
@@ -52,7 +66,8 @@ impl WindowedMax {
         debug_assert!(now >= t, "rate sampled back in time");
         debug_assert!(cumulative >= self.last_bytes, "cumulative bytes went down");
         let (dt, bytes) = (now - t, cumulative - self.last_bytes);
-        if dt < span || bytes < self.min_bytes {
+        let long = self.max_span.is_some_and(|m| dt >= m);
+        if dt < span || (bytes < self.min_bytes && !long) || bytes == 0 {
             return false;
         }
         let rate = bytes as f64 * 1e9 / dt as f64;
@@ -173,6 +188,23 @@ mod tests {
         }
         // The 100 B/us sample aged out.
         assert!(m.get().is_some_and(|r| r < 1e8));
+    }
+
+    #[test]
+    fn a_long_sample_is_taken_however_few_bytes() {
+        let mut slow = WindowedMax::new(4)
+            .with_min_bytes(1000)
+            .with_max_span(10_000);
+        assert!(!slow.offer(0, 0, 1000));
+        assert!(!slow.offer(5_000, 100, 1000)); // too few bytes, too short
+        assert!(slow.offer(10_000, 200, 1000)); // long enough
+        assert_eq!(slow.get(), Some(200.0 * 1e9 / 10_000.0));
+        assert!(
+            !slow.offer(30_000, 200, 1000),
+            "nothing delivered: no sample"
+        );
+        slow.set_min_bytes(50);
+        assert!(slow.offer(31_000, 260, 1000));
     }
 
     #[test]

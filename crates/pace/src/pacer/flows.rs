@@ -38,7 +38,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::auto_window::{rate_filter, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_NS};
+use super::auto_window::{rate_filter, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_IOS, RATE_SAMPLE_NS};
 use super::filter::WindowedMax;
 use crate::Nanos;
 
@@ -53,6 +53,16 @@ const FLOW_START_IOS: u64 = 4;
 /// Each rate sample's mean hold time moves a flow's by this part of the
 /// difference.
 const HOLD_WEIGHT: f64 = 0.25;
+/// A flow's rate sample spans at most this long, however few bytes it
+/// holds (see `WindowedMax::with_max_span`).
+const FLOW_SAMPLE_MAX_NS: Nanos = 10 * RATE_SAMPLE_NS;
+/// A flow is a lone client (one IO at a time) once this many of its IOs
+/// in a row found it with nothing else queued or in flight. A deeper
+/// client empties now and then (fio at QD 8 on this machine's disk, whose
+/// completions come in bunches; `qemu-img bench` too), and one such IO in
+/// 100 ms held its device at depth 1 in 92-100% of polls, `auto` at ~540
+/// MiB/s where `none` ran 720-1000 (`docs/results/device-time-2026-11-26/real/`).
+const LONE_RUN: u32 = 4;
 /// A flow with IO in the pipeline and no progress for this long has
 /// stalled: its IO leaves its host's and the reactor's windows.
 pub(super) const STALL_NS: Nanos = 20_000_000;
@@ -80,6 +90,11 @@ struct Flow {
     progress_at: Nanos,
     delivered: u64,
     rate: WindowedMax,
+    /// Its largest IO yet.
+    largest: u64,
+    /// How many of its IOs in a row found it with nothing queued or in
+    /// flight.
+    lone_run: u32,
     window: u64,
     /// gain x rate x latency, without the floor (None until measured).
     bdp: Option<u64>,
@@ -172,7 +187,9 @@ impl Flows {
             piped_paced: 0,
             progress_at: now,
             delivered: 0,
-            rate: rate_filter(max_io),
+            rate: rate_filter(0).with_max_span(FLOW_SAMPLE_MAX_NS),
+            largest: 0,
+            lone_run: 0,
             window: FLOW_START_IOS * max_io,
             bdp: None,
             samples: 0,
@@ -183,11 +200,22 @@ impl Flows {
     }
 
     /// One IO of `flow`, `bytes` long, was queued. True: the flow had
-    /// nothing else queued or in flight (a client that waits for each
-    /// reply before it sends the next request).
+    /// nothing else queued or in flight, nor at its last `LONE_RUN - 1`
+    /// IOs (a client that waits for each reply before it sends the next
+    /// request).
     pub fn queued(&mut self, flow: u64, bytes: u64, max_io: u64, now: Nanos) -> bool {
         let f = self.flow(flow, max_io, now);
-        let lone = f.queued == 0 && f.in_flight == 0;
+        if bytes > f.largest {
+            // Its rate samples span RATE_SAMPLE_IOS of its own largest IO:
+            // of the reactor's (1 MiB beside it), a flow of 4-256 KiB IOs
+            // on a slow link took half a second a sample and kept its
+            // starting window meanwhile.
+            f.largest = bytes;
+            f.rate.set_min_bytes(RATE_SAMPLE_IOS * bytes);
+        }
+        let empty = f.queued == 0 && f.in_flight == 0;
+        f.lone_run = if empty { (f.lone_run + 1).min(LONE_RUN) } else { 0 };
+        let lone = empty && f.lone_run >= LONE_RUN;
         f.queued += 1;
         let host = f.host;
         self.hosts.entry(host).or_default().queued += bytes;
@@ -463,6 +491,57 @@ mod tests {
             flows.landed(1, max_io);
         }
         flows.map[&1].window
+    }
+
+    #[test]
+    fn a_flow_is_lone_after_a_run_of_ios_that_find_it_empty() {
+        let mut flows = Flows::default();
+        let io = 4096;
+        // One IO at a time: lone from the LONE_RUN-th on.
+        let lone: Vec<bool> = (0..6)
+            .map(|_| {
+                let lone = flows.queued(1, io, io, 0);
+                flows.released(1, io);
+                flows.landed(1, io);
+                lone
+            })
+            .collect();
+        let run = LONE_RUN as usize;
+        assert!(lone[..run - 1].iter().all(|l| !l) && lone[run - 1..].iter().all(|&l| l));
+        // Eight at a time, emptying between bunches: never lone.
+        for _ in 0..10 {
+            for _ in 0..8 {
+                assert!(!flows.queued(2, io, io, 0));
+            }
+            for _ in 0..8 {
+                flows.released(2, io);
+                flows.landed(2, io);
+            }
+        }
+    }
+
+    #[test]
+    fn a_flow_of_small_ios_is_measured_beside_large_ones() {
+        // 16 KiB IOs every 100 us (164 MB/s) on a reactor whose largest IO
+        // is 1 MiB: sampled by 16 of that, its first rate came after 100 ms.
+        let max_io = 1 << 20;
+        let sizing = Sizing {
+            gain: 2.0,
+            max_io,
+            max_window: 1 << 30,
+            latency: Some(50_000),
+            hold: None,
+        };
+        let mut flows = Flows::default();
+        for i in 0..200 {
+            let now = i * 100_000;
+            flows.queued(1, 16 << 10, max_io, now);
+            flows.released(1, 16 << 10);
+            flows.delivered(1, 16 << 10, now, sizing);
+            flows.landed(1, 16 << 10);
+        }
+        let rate = flows.map[&1].rate.get().expect("measured within 20 ms");
+        assert!((1.5e8..1.8e8).contains(&rate), "{rate}");
     }
 
     #[test]

@@ -652,23 +652,27 @@ fn a_lone_client_holds_only_its_own_device_at_depth_one() {
     const MS: Nanos = 1_000_000;
     let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
     let mut out = Vec::new();
-    // A deep client of device 0 (flow 0): its first IO found it idle.
+    // A deep client of device 0 (flow 0): its first IO finds it idle, but
+    // one such IO is no lone client.
     for i in 0..16 {
         p.enqueue(io(i, 0, 0, K128), 0);
     }
     p.poll(0, &mut out);
-    assert_eq!(p.stats(0).held_devices, 1);
-    // Long after, with its IOs still queued and in flight, a QD 1 client
-    // of device 1 (flow 7) holds device 1 alone.
-    p.poll(150 * MS, &mut out);
-    assert_eq!(p.stats(150 * MS).held_devices, 0);
-    p.enqueue(
-        PacedIo {
-            flow: 7,
-            ..io(99, 1, 0, 4096)
-        },
-        150 * MS,
-    );
+    assert_eq!(p.stats(0).held_devices, 0);
+    // With its IOs still queued and in flight, a QD 1 client of device 1
+    // (flow 7) holds device 1 alone once a run of its IOs has shown it.
+    let lone = |id: u64| PacedIo {
+        flow: 7,
+        ..io(id, 1, 0, 4096)
+    };
+    for id in 100..110 {
+        out.clear();
+        p.enqueue(lone(id), 150 * MS);
+        p.poll(150 * MS, &mut out);
+        assert!(out.contains(&id), "a lone client's IO goes at once");
+        p.on_complete(id, 150 * MS);
+    }
+    p.enqueue(lone(99), 150 * MS);
     p.poll(150 * MS, &mut out);
     assert!(p.devices[1].held && !p.devices[0].held);
     // The hold lapses with no lone IO since.
