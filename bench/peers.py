@@ -13,6 +13,8 @@ Environment knobs (all optional):
   TRANSPORTS="unix tcp"
   JOBS="randread:4k:1 randread:4k:32 randread:4k:128 randwrite:4k:1 randwrite:4k:32 randwrite:4k:128 randread:128k:32"
   OUT=bench-out/peers-<timestamp>  IOPACE=target/release/iopace  FILE_DIR=/var/tmp
+  IOPACE_BINS="main=/path/a new=/path/b": "iopace-KIND+TAG" runs binary TAG, so
+          two builds alternate in one run (untagged names run IOPACE)
 """
 import json
 import os
@@ -37,6 +39,7 @@ JOBS = os.environ.get(
     "randread:4k:1 randread:4k:32 randread:4k:128 randwrite:4k:1 randwrite:4k:32 randwrite:4k:128 randread:128k:32",
 ).split()
 FILE_DIR = os.environ.get("FILE_DIR", "/var/tmp")
+BINS = dict(kv.split("=", 1) for kv in os.environ.get("IOPACE_BINS", "").split() if "=" in kv)
 OUT = os.environ.get("OUT", os.path.join(ROOT, "bench-out", time.strftime("peers-%Y%m%d-%H%M%S")))
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -79,6 +82,8 @@ class Server:
         # "iopace-KIND@k=v,k=v" adds TOML lines to iopace's [server] table,
         # so server settings compare inside one run.
         base, _, extra = self.name.partition("@")
+        base, _, tag = base.partition("+")
+        binary = BINS[tag] if tag else IOPACE
         kind = base.split("-", 1)[1] if base.startswith("iopace") else base.rsplit("-", 1)[1]
         if kind == "file":
             self.img = os.path.join(FILE_DIR, f"iopace-peers-{self.name}.img")
@@ -100,7 +105,7 @@ class Server:
                     + f'[[bdev]]\nname = "d"\n{bdev}\n[[export]]\nname = "bench"\nbdev = "d"\n'
                 )
             self.export = "bench"
-            return [IOPACE, "serve", "--config", cfg]
+            return [binary, "serve", "--config", cfg]
         if self.name.startswith("nbdkit"):
             plugin = ["memory", "1G"] if kind == "memory" else ["file", self.img, "cache=none"]
             return ["nbdkit", "-f", "--exit-with-parent", *listen_nbdkit, *plugin]
@@ -189,7 +194,10 @@ def main():
             need("nbdkit", "nbdkit")
         if s.startswith("qemu-nbd"):
             need("qemu-nbd", "qemu-utils")
-        if s.startswith("iopace") and not os.path.exists(IOPACE):
+        tag = s.partition("@")[0].partition("+")[2]
+        if s.startswith("iopace") and tag and tag not in BINS:
+            sys.exit(f"peers: {s}: no binary tagged {tag} in IOPACE_BINS")
+        if s.startswith("iopace") and not tag and not os.path.exists(IOPACE):
             sys.exit(f"peers: {IOPACE} not built: run `make release`")
     os.makedirs(OUT, exist_ok=True)
     work = tempfile.mkdtemp(prefix="iopace-peers-")
