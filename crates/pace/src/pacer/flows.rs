@@ -214,7 +214,11 @@ impl Flows {
             f.rate.set_min_bytes(RATE_SAMPLE_IOS * bytes);
         }
         let empty = f.queued == 0 && f.in_flight == 0;
-        f.lone_run = if empty { (f.lone_run + 1).min(LONE_RUN) } else { 0 };
+        f.lone_run = if empty {
+            (f.lone_run + 1).min(LONE_RUN)
+        } else {
+            0
+        };
         let lone = empty && f.lone_run >= LONE_RUN;
         f.queued += 1;
         let host = f.host;
