@@ -546,17 +546,17 @@ impl Pacer {
             return;
         };
         let device = f.device;
+        let work = f.work;
         f.at_device = latency_ns;
         if f.enter(DeviceStage::After) {
-            let work = f.work;
             self.devices[device].leave(work);
             if let Some(g) = &self.gate {
                 g.completed(device, latency_ns, now);
             }
         }
-        self.devices[device]
-            .device_latency
-            .update(latency_ns.max(1), now);
+        let dev = &mut self.devices[device];
+        dev.device_latency.update(latency_ns.max(1), now);
+        dev.note_wait(latency_ns, work, now);
         if let Some(q) = &self.qos {
             q.record(device, kind, latency_ns, now);
         }

@@ -29,6 +29,11 @@ pub(super) struct Device {
     /// `auto`: a client sending one IO at a time holds this device's
     /// windows at depth 1 (see [`depth`](super::depth)).
     pub held: bool,
+    /// How long IOs wait at the device beyond their own service (time at
+    /// the device less their device time): the least (its fixed latency)
+    /// and a moving mean (see `queues_at_device`).
+    pub wait_min: WindowedMin,
+    pub wait_mean: Option<f64>,
 }
 
 impl Device {
@@ -40,6 +45,7 @@ impl Device {
             cost,
             latency: LargeIoMin::new(LATENCY_WINDOW_NS),
             device_latency: WindowedMin::new(LATENCY_WINDOW_NS),
+            wait_min: WindowedMin::new(LATENCY_WINDOW_NS),
             ..Device::default()
         };
         d.rate = rate_filter(d.largest_work(max_io));
@@ -62,6 +68,27 @@ impl Device {
         self.in_flight_ios -= 1;
     }
 
+    /// An IO of `work` device time spent `at_device` at the device.
+    pub fn note_wait(&mut self, at_device: Nanos, work: u64, now: Nanos) {
+        // A cost model that overrates the device gives a service longer
+        // than the IO took: it waited nothing.
+        let wait = at_device.saturating_sub(work);
+        self.wait_min.update(wait.max(1), now);
+        let mean = self.wait_mean.get_or_insert(wait as f64);
+        *mean += (wait as f64 - *mean) * WAIT_WEIGHT;
+    }
+
+    /// The device keeps a queue of its own: its IOs wait, on the moving
+    /// mean, more than one IO of `largest_work` beyond twice its fixed
+    /// latency. The device itself then bounds its IOs, not the links or
+    /// the windows.
+    pub fn queues_at_device(&self, largest_work: u64) -> bool {
+        match (self.wait_mean, self.wait_min.get()) {
+            (Some(mean), Some(min)) => mean > (2 * min + largest_work) as f64,
+            _ => false,
+        }
+    }
+
     /// The device time an IO takes, by the device's cost model: its
     /// window counts this, not bytes, so small IOs (each costing the
     /// device a fixed time on top of its bytes) cannot crowd a busy
@@ -77,6 +104,10 @@ impl Device {
             .max(self.work(IoKind::Write, bytes))
     }
 }
+
+/// Each IO's wait at its device moves the device's mean wait by this part
+/// of the difference.
+const WAIT_WEIGHT: f64 = 1.0 / 16.0;
 
 /// Past this wait in the pacer, a device's DRR debt is forgiven, so a slow
 /// device's share bounds its IOs' waits instead of starving them.
@@ -264,5 +295,38 @@ mod tests {
         // nearly a third.
         assert!(4 * small > large, "{small} against {large}");
         assert_eq!(d.largest_work(256 << 10), d.work(IoKind::Write, 256 << 10));
+    }
+
+    #[test]
+    fn a_device_queues_when_its_ios_wait_past_their_fixed_latency() {
+        let cost = CostModel {
+            rbps: 2.5e9,
+            rseqiops: 2e5,
+            rrandiops: 2e5,
+            wbps: 2e9,
+            wseqiops: 2e5,
+            wrandiops: 2e5,
+        };
+        let mut d = Device::new(cost, 128 << 10);
+        let work = d.work(IoKind::Read, 128 << 10);
+        let largest = d.largest_work(128 << 10);
+        assert!(!d.queues_at_device(largest), "no IO yet");
+        // Alone at the device: its service plus a fixed 10 us.
+        for i in 0..64 {
+            d.note_wait(work + 10_000, work, i * 100_000);
+        }
+        assert!(!d.queues_at_device(largest));
+        // Eight at a time from several reactors: each waits for the seven
+        // ahead of it as well.
+        for i in 64..128 {
+            d.note_wait(8 * work + 10_000, work, i * 100_000);
+        }
+        assert!(d.queues_at_device(largest));
+        // A cost model that overrates the device: no wait, never a queue.
+        let mut fast = Device::new(cost, 128 << 10);
+        for i in 0..64 {
+            fast.note_wait(work / 2, work, i * 100_000);
+        }
+        assert!(!fast.queues_at_device(largest));
     }
 }
