@@ -344,7 +344,7 @@ impl Pacer {
         self.max_io = self.max_io.max(u64::from(io.bytes));
         let lone = self
             .flows
-            .queued(io.flow, u64::from(io.bytes), self.max_io, now);
+            .queued(io.flow, d, u64::from(io.bytes), self.max_io, now);
         if lone && self.cfg.mode == Mode::Auto {
             self.depth.lone_io(d, now);
             self.devices[d].held = true;
@@ -583,7 +583,7 @@ impl Pacer {
         dev.delivered_work += f.work;
         self.land(f);
         let sizing = flows::Sizing {
-            hold: self.flow_hold(f.device),
+            hold: self.flow_hold(f.device, f.flow),
             ..self.sizing()
         };
         self.flows.delivered(f.flow, f.bytes, now, sizing);

@@ -78,6 +78,8 @@ enum Drain {
 #[derive(Debug, Clone)]
 struct Flow {
     host: u64,
+    /// The device its export is on (a connection serves one export).
+    device: usize,
     drain: Drain,
     queued: usize,
     /// Bytes released and not landed: what its own window bounds.
@@ -180,6 +182,7 @@ impl Flows {
         }
         self.map.entry(flow).or_insert_with(|| Flow {
             host: host.unwrap_or_else(|| own_host(flow)),
+            device: 0,
             drain: Drain::Draining,
             queued: 0,
             in_flight: 0,
@@ -203,8 +206,16 @@ impl Flows {
     /// nothing else queued or in flight, nor at its last `LONE_RUN - 1`
     /// IOs (a client that waits for each reply before it sends the next
     /// request).
-    pub fn queued(&mut self, flow: u64, bytes: u64, max_io: u64, now: Nanos) -> bool {
+    pub fn queued(
+        &mut self,
+        flow: u64,
+        device: usize,
+        bytes: u64,
+        max_io: u64,
+        now: Nanos,
+    ) -> bool {
         let f = self.flow(flow, max_io, now);
+        f.device = device;
         if bytes > f.largest {
             // Its rate samples span RATE_SAMPLE_IOS of its own largest IO:
             // of the reactor's (1 MiB beside it), a flow of 4-256 KiB IOs
@@ -417,6 +428,17 @@ impl Flows {
         })
     }
 
+    /// `flow`'s host has another flow with IO queued or in flight on a
+    /// device that `fast` names.
+    pub fn host_also_on(&self, flow: u64, fast: impl Fn(usize) -> bool) -> bool {
+        let Some(host) = self.map.get(&flow).map(|f| f.host) else {
+            return false;
+        };
+        self.map.iter().any(|(&id, f)| {
+            id != flow && f.host == host && (f.queued > 0 || f.in_flight > 0) && fast(f.device)
+        })
+    }
+
     /// Sizes each host's window from its active flows (those with IO queued
     /// or in flight), and returns their sum: the reactor's window.
     pub fn window_sum(&mut self, floors: Floors) -> u64 {
@@ -489,7 +511,7 @@ mod tests {
         let mut flows = Flows::default();
         for i in 0..2_000 {
             let now = i * 10_000;
-            flows.queued(1, max_io, max_io, now);
+            flows.queued(1, 0, max_io, max_io, now);
             flows.released(1, max_io);
             flows.delivered(1, max_io, now, sizing);
             flows.landed(1, max_io);
@@ -504,7 +526,7 @@ mod tests {
         // One IO at a time: lone from the LONE_RUN-th on.
         let lone: Vec<bool> = (0..6)
             .map(|_| {
-                let lone = flows.queued(1, io, io, 0);
+                let lone = flows.queued(1, 0, io, io, 0);
                 flows.released(1, io);
                 flows.landed(1, io);
                 lone
@@ -515,13 +537,32 @@ mod tests {
         // Eight at a time, emptying between bunches: never lone.
         for _ in 0..10 {
             for _ in 0..8 {
-                assert!(!flows.queued(2, io, io, 0));
+                assert!(!flows.queued(2, 0, io, io, 0));
             }
             for _ in 0..8 {
                 flows.released(2, io);
                 flows.landed(2, io);
             }
         }
+    }
+
+    #[test]
+    fn a_host_is_on_a_device_while_one_of_its_flows_has_io_there() {
+        let mut flows = Flows::default();
+        let io = 4096;
+        // Host 7 has a connection to device 0 and one to device 1.
+        flows.join(1, 7);
+        flows.join(2, 7);
+        flows.queued(1, 0, io, io, 0);
+        let on = |flows: &Flows, d: usize| flows.host_also_on(1, |e| e == d);
+        assert!(!on(&flows, 1), "flow 2 has no IO yet");
+        flows.queued(2, 1, io, io, 0);
+        assert!(on(&flows, 1));
+        assert!(!on(&flows, 0), "only flow 1 itself is on device 0");
+        flows.released(2, io);
+        assert!(on(&flows, 1), "in flight counts");
+        flows.landed(2, io);
+        assert!(!on(&flows, 1));
     }
 
     #[test]
@@ -539,7 +580,7 @@ mod tests {
         let mut flows = Flows::default();
         for i in 0..200 {
             let now = i * 100_000;
-            flows.queued(1, 16 << 10, max_io, now);
+            flows.queued(1, 0, 16 << 10, max_io, now);
             flows.released(1, 16 << 10);
             flows.delivered(1, 16 << 10, now, sizing);
             flows.landed(1, 16 << 10);
