@@ -487,3 +487,22 @@ fn hosts_on_slow_and_fast_drives_fill_an_open_port() {
         "{auto:?} against {none:?}"
     );
 }
+
+/// A drive that 4 KiB readers and a quarter of some 1 MiB writes keep
+/// busy queues IO of its own: the writers' flows to it were sized on the
+/// drive's unqueued latency, fell to their 2-piece floor while the
+/// readers' 4 KiB IOs took the drive, and at QD 16 the writers' IOs piled
+/// up there (71% of `none`). Sized on the drive's queued hold, the flows
+/// leave its order to its own window (91%; the hosts' depth binds too).
+#[test]
+fn writers_keep_their_links_beside_readers_on_a_busy_drive() {
+    let text = include_str!("../../../scenarios/sim/writers_beside_small_readers.toml");
+    let sc = parse(text, "writers_beside_small_readers.toml").expect("scenario parses");
+    let label = |l: &str| sc.runs.iter().find(|r| r.label == l).expect(l);
+    let none = simulate(&sc, label("seed mode: none"), 16);
+    let auto = simulate(&sc, label("iopace auto"), 16);
+    assert!(
+        auto.bw_gbps >= 0.88 * none.bw_gbps,
+        "{auto:?} against {none:?}"
+    );
+}
