@@ -584,6 +584,7 @@ impl Pacer {
         self.land(f);
         let sizing = flows::Sizing {
             hold: self.flow_hold(f.device, f.flow),
+            queued: self.queued_hold(f.device),
             ..self.sizing()
         };
         self.flows.delivered(f.flow, f.bytes, now, sizing);

@@ -339,8 +339,7 @@ impl Pacer {
     }
 
     /// How long an IO to device `d` holds its flow's window, for sizing
-    /// the flow's (None: the reactor's min latency). A device with a queue
-    /// of its own: its queued hold (see `queued_hold`). A slow device's own
+    /// the flow's (None: the reactor's min latency). A slow device's own
     /// hold time, unless a fast device has IO that only the shared window
     /// holds back: then slow devices yield the link to fast ones (their
     /// share falls as 1/latency, see `release`), and a flow's window sized
@@ -364,9 +363,6 @@ impl Pacer {
         if self.cfg.mode != Mode::Auto {
             return None;
         }
-        if let Some(queued) = self.queued_hold(d) {
-            return Some(queued);
-        }
         let fast = |e: usize| self.hold_ratio(e) < FAST_HOLD_RATIO;
         let wants_link = |e: usize| {
             let dev = &self.devices[e];
@@ -388,14 +384,18 @@ impl Pacer {
 
     /// A device that keeps a queue of its own holds its IOs' buffers
     /// for its queue too: its hold time plus its mean wait past the least
-    /// (None: it keeps none). Its flows are sized on that, so the device's
-    /// own window, not theirs, bounds what waits there, and its IOs go in
-    /// their order of arrival. Sized on the unqueued hold, each sample
+    /// (None: it keeps none). Its flows' own windows allow for that, so
+    /// the device's window, not theirs, bounds what waits there, and its
+    /// IOs go in their order of arrival; their products (what the hosts'
+    /// and the reactor's windows sum) do not: then the whole window grew
+    /// with the queue it let wait, the latency probe no longer drained
+    /// it, and a 128 KiB QD 256 reader held 12.5 MiB at this machine's
+    /// disk where it had held 2.2-6.4 (`queued-hold-2026-11-26/qd256/`). Sized on the unqueued hold, each sample
     /// shrank them: 1 MiB writers' flows to a drive busy with 4 KiB reads
     /// sat at their 2-piece floor while the reads took the drive, and the
     /// writers' IOs piled up there (`writers_beside_small_readers`: 68.4
     /// of 95.7 Gb/s at QD 16).
-    fn queued_hold(&self, d: usize) -> Option<Nanos> {
+    pub(super) fn queued_hold(&self, d: usize) -> Option<Nanos> {
         let dev = &self.devices[d];
         if !dev.queues_at_device(dev.largest_work(self.max_io)) {
             return None;
@@ -411,6 +411,7 @@ impl Pacer {
             max_window: self.cfg.max_window,
             latency: self.latency.get(),
             hold: None,
+            queued: None,
         }
     }
 

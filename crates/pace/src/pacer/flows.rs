@@ -146,6 +146,11 @@ pub(super) struct Sizing {
     pub latency: Option<Nanos>,
     /// The completed IO's device's hold time (see `Pacer::hold_time`).
     pub hold: Option<Nanos>,
+    /// Its device's queued hold, if it keeps a queue of its own (see
+    /// `Pacer::queued_hold`): the flow's own window allows for that
+    /// queue, its bandwidth-delay product (what its host's and the
+    /// reactor's windows sum) does not.
+    pub queued: Option<Nanos>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -365,8 +370,11 @@ impl Flows {
                 1.0
             };
             let w = (sizing.gain * probe * r * l as f64 / 1e9) as u64;
+            let own = sizing.queued.map_or(w, |q| {
+                w.max((sizing.gain * probe * r * q as f64 / 1e9) as u64)
+            });
             let min = FLOW_MIN_IOS * sizing.max_io;
-            f.window = w.clamp(min, sizing.max_window.max(min));
+            f.window = own.clamp(min, sizing.max_window.max(min));
             f.bdp = Some(w.min(sizing.max_window));
         }
     }
@@ -507,6 +515,7 @@ mod tests {
             max_window: 1 << 30,
             latency: Some(50_000),
             hold,
+            queued: None,
         };
         let mut flows = Flows::default();
         for i in 0..2_000 {
@@ -576,6 +585,7 @@ mod tests {
             max_window: 1 << 30,
             latency: Some(50_000),
             hold: None,
+            queued: None,
         };
         let mut flows = Flows::default();
         for i in 0..200 {
