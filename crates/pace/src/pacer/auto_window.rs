@@ -353,10 +353,9 @@ impl Pacer {
     /// and where each host spread its IO over slow and fast drives, its
     /// fast IO waited on its own host window, which the yield had shrunk
     /// (`mixed_drives_open_port`: 44.5 of 83.8 Gb/s at QD 128). Devices
-    /// within `FAST_HOLD_RATIO` of the
-    /// fastest count as the fastest: their own min latencies, each from
-    /// fewer samples, sit above the reactor's, and flows on them held a
-    /// third more.
+    /// within `FAST_HOLD_RATIO` of the fastest count as the fastest: their
+    /// own min latencies, each from fewer samples, sit above the
+    /// reactor's, and flows on them held a third more.
     pub(super) fn flow_hold(&self, d: usize, flow: u64) -> Option<Nanos> {
         // Only `auto` sizes flows' windows: no scan per completion in the
         // other modes.
@@ -382,26 +381,28 @@ impl Pacer {
         self.hold_time(d)
     }
 
-    /// A device that keeps a queue of its own holds its IOs' buffers
-    /// for its queue too: its hold time plus its mean wait past the least
-    /// (None: it keeps none). Its flows' own windows allow for that, so
-    /// the device's window, not theirs, bounds what waits there, and its
-    /// IOs go in their order of arrival; their products (what the hosts'
-    /// and the reactor's windows sum) do not: then the whole window grew
-    /// with the queue it let wait, the latency probe no longer drained
-    /// it, and a 128 KiB QD 256 reader held 12.5 MiB at this machine's
-    /// disk where it had held 2.2-6.4 (`queued-hold-2026-11-26/qd256/`). Sized on the unqueued hold, each sample
-    /// shrank them: 1 MiB writers' flows to a drive busy with 4 KiB reads
-    /// sat at their 2-piece floor while the reads took the drive, and the
-    /// writers' IOs piled up there (`writers_beside_small_readers`: 68.4
-    /// of 95.7 Gb/s at QD 16).
+    /// A device that keeps a queue of its own holds its IOs' buffers for
+    /// its queue too: its hold time plus its mean wait past the least
+    /// (None: it keeps none). Its flows' own windows allow for that
+    /// (`Sizing::queued`), so the device's window, not theirs, bounds what
+    /// waits there and its IOs go in their order of arrival: sized on the
+    /// unqueued hold, each sample shrank them, and 1 MiB writers' flows to
+    /// a drive busy with 4 KiB reads sat at their 2-piece floor while the
+    /// reads took the drive (`writers_beside_small_readers`: 68.4 of 95.7
+    /// Gb/s at QD 16). Their products, which the hosts' and the reactor's
+    /// windows sum, stay on the unqueued hold: with them too, the whole
+    /// window grew with the queue it let wait, the latency probe no longer
+    /// drained it, and a 128 KiB QD 256 reader held 12.5 MiB at this
+    /// machine's disk where it had held 2.2-6.4
+    /// (`queued-hold-2026-11-26/qd256/`).
     pub(super) fn queued_hold(&self, d: usize) -> Option<Nanos> {
         let dev = &self.devices[d];
         if !dev.queues_at_device(dev.largest_work(self.max_io)) {
             return None;
         }
         let extra = dev.wait_mean? - dev.wait_min.get()? as f64;
-        Some(self.hold_time(d)? + extra.max(0.0) as Nanos)
+        debug_assert!(extra > 0.0, "a device that queues waits past its least");
+        Some(self.hold_time(d)? + extra as Nanos)
     }
 
     pub(super) fn sizing(&self) -> Sizing {
