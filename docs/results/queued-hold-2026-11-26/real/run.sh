@@ -16,6 +16,7 @@
 #   mix-none-{before|after}     the same, mode none (one build a rep, alternating)
 #   uni-{before,after}          128 KiB randread QD 32 alone, auto, probe cost model
 #   mix-probe-ref               mix-probe on REF (odd reps first, even reps last)
+# UNI_QD sets the uniform job's depth (default 32; ../qd256/ ran 256).
 # With SET=uni (added after the first 3 reps, for the uniform case alone), a rep is
 #   uni-ref (odd reps first), uni-{before,after} alternating, uni-none (on the
 #   build that went first), uni-ref (even reps last).
@@ -92,7 +93,7 @@ one() { # name bin mode cost workload(mix|uni)
     if [ "$wl" = mix ]; then
         jobs=(--name=small --bs=4k --iodepth=32 --name=large --bs=128k --iodepth=8)
     else
-        jobs=(--name=uni --bs=128k --iodepth=32)
+        jobs=(--name=uni --bs=128k --iodepth=${UNI_QD:-32})
     fi
     fio "${FIO_COMMON[@]}" "${jobs[@]}" "--output=$d/fio.json" > "$d/fio.out" 2>&1 &
     local fio=$!
