@@ -170,7 +170,10 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
     // "The server SHOULD return NBD_EINVAL if it receives an unknown command."
     let advertised = match cmd {
         Command::Read | Command::Write | Command::Disc => true,
-        Command::Flush => export.can_flush,
+        // A read-only export advertises no FLUSH, yet clients send one on
+        // close (nbdkit and qemu-nbd answer it): with nothing written by
+        // this client there is nothing to lose by honouring it.
+        Command::Flush => export.can_flush || export.read_only || neg.read_only,
         Command::Trim => export.can_trim,
         Command::Cache => export.can_cache,
         Command::WriteZeroes => export.can_write_zeroes,
@@ -545,10 +548,17 @@ mod tests {
                 "{c:?} flags {f}"
             );
         }
-        assert_eq!(
-            validate(&req(Command::Read, 0, 0, 4096), &e, &neg(true, true)),
-            Ok(())
-        );
+        for c in [Command::Read, Command::Flush] {
+            assert_eq!(
+                validate(
+                    &req(c, 0, 0, 4096 * u64::from(c == Command::Read)),
+                    &e,
+                    &neg(true, true)
+                ),
+                Ok(()),
+                "{c:?}"
+            );
+        }
         // A writable export, read-only for this client (access control).
         e.read_only = false;
         let client = Negotiated {
@@ -558,6 +568,12 @@ mod tests {
         assert_eq!(
             validate(&req(Command::Write, 0, 0, 4096), &e, &client),
             Err(EPERM)
+        );
+        assert_eq!(validate(&req(Command::Flush, 0, 0, 0), &e, &client), Ok(()));
+        // A writable export without FLUSH (a null device) still refuses it.
+        assert_eq!(
+            validate(&req(Command::Flush, 0, 0, 0), &e, &neg(true, true)),
+            Err(EINVAL)
         );
     }
 
