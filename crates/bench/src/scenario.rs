@@ -417,12 +417,13 @@ impl Scenario {
     }
 
     /// Runs in execution order: per point, every target per repetition, the
-    /// target order rotating so no target always goes first.
+    /// target order rotating so no target always goes first. Points run
+    /// grouped by their x value (see `execution_order`).
     pub fn runs(&self, points: &[Point]) -> Vec<RunId> {
         let n = self.target.len();
         let mut runs = Vec::new();
         let mut turn = 0usize;
-        for p in points {
+        for p in self.execution_order(points) {
             for rep in 0..self.run.repeat {
                 for k in 0..n {
                     let target = if self.run.alternate {
@@ -440,6 +441,36 @@ impl Scenario {
             }
         }
         runs
+    }
+
+    /// The points grouped by their x value, in the sweep's order: the
+    /// series one plot compares at an x (modes, sizes) run back to back, not
+    /// one series through every x and then the next, which put minutes of
+    /// drift between the runs a table sets side by side. With `alternate`,
+    /// each group's order rotates, so no series always goes first.
+    fn execution_order<'a>(&self, points: &'a [Point]) -> Vec<&'a Point> {
+        let xs = self
+            .x_var()
+            .and_then(|x| Some((x, self.sweep.get(x)?)))
+            .map(|(x, vals)| (x, vals.iter().filter_map(value_text).collect::<Vec<_>>()));
+        let Some((x, xs)) = xs else {
+            return points.iter().collect();
+        };
+        let rank = |p: &Point| {
+            p.vars
+                .get(x)
+                .and_then(|v| xs.iter().position(|w| w == v))
+                .unwrap_or(usize::MAX)
+        };
+        let mut order: Vec<&Point> = points.iter().collect();
+        order.sort_by_key(|p| rank(p)); // stable: series keep their order
+        if self.run.alternate {
+            for (g, group) in order.chunk_by_mut(|a, b| rank(a) == rank(b)).enumerate() {
+                let len = group.len();
+                group.rotate_left(g % len);
+            }
+        }
+        order
     }
 
     /// Workload at a point: sweep variables override the file's values.
@@ -609,6 +640,27 @@ mode = ["none", "auto"]
         assert_eq!(modes, ["none", "none", "auto", "auto"]);
         assert_eq!(qds, ["8", "32", "8", "32"]);
         assert_eq!(l.scenario.x_var(), Some("qd"));
+    }
+
+    #[test]
+    fn series_at_one_x_run_back_to_back_in_rotating_order() {
+        let l = parse(MIN).expect("valid");
+        let pts = l.scenario.points();
+        let runs = l.scenario.runs(&pts);
+        let order: Vec<_> = runs
+            .iter()
+            .step_by(2) // one run per point: two targets each
+            .map(|r| {
+                let v = &pts[r.point].vars;
+                format!("{}@{}", v["mode"], v["qd"])
+            })
+            .collect();
+        assert_eq!(order, ["none@8", "auto@8", "auto@32", "none@32"]);
+        let mut fixed = parse(MIN).expect("valid");
+        fixed.scenario.run.alternate = false;
+        let runs = fixed.scenario.runs(&pts);
+        let first: Vec<_> = runs.iter().step_by(2).map(|r| r.point).collect();
+        assert_eq!(first, [0, 2, 1, 3], "grouped by qd, not rotated");
     }
 
     #[test]
