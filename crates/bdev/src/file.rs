@@ -350,8 +350,6 @@ impl FileLeaf {
     }
 
     pub fn prepare(&self, op: IoOp, offset: u64, len: u32, iov: &[libc::iovec]) -> Prep {
-        let buffered = types::Fd(self.buffered.as_raw_fd());
-        let keep = libc::FALLOC_FL_KEEP_SIZE;
         match op {
             IoOp::Read | IoOp::Write { .. } => {
                 let fd = types::Fd(self.fd_for(offset, len, iov));
@@ -370,57 +368,116 @@ impl FileLeaf {
             }
             IoOp::Flush => Prep::Sqes(vec![self.fdatasync()]),
             IoOp::Cache => Prep::Done(IoResult::Ok),
-            IoOp::Trim { fua } => {
-                if !self.punch_hole {
-                    // Trim is advisory: doing nothing is a valid trim.
-                    return Prep::Done(IoResult::Ok);
-                }
-                let mut v = vec![opcode::Fallocate::new(buffered, u64::from(len))
-                    .offset(offset)
-                    .mode(libc::FALLOC_FL_PUNCH_HOLE | keep)
-                    .build()];
-                if fua {
-                    v.push(self.fdatasync());
-                }
-                Self::chain(v)
-            }
+            IoOp::Trim { fua } => self.synced(Ok(self.trim(offset, len)), fua),
             IoOp::WriteZeroes {
                 may_trim,
                 fua,
                 fast,
             } => {
-                let mode = if may_trim && self.punch_hole {
-                    Some(libc::FALLOC_FL_PUNCH_HOLE | keep)
-                } else if self.zero_range {
-                    Some(libc::FALLOC_FL_ZERO_RANGE | keep)
-                } else {
-                    None
+                let sqes = match self.block_device {
+                    true => self.block_zeroes(offset, len, fast),
+                    false => self.file_zeroes(offset, len, may_trim, fast),
                 };
-                let mut v = match mode {
-                    Some(mode) => vec![opcode::Fallocate::new(buffered, u64::from(len))
-                        .offset(offset)
-                        .mode(mode)
-                        .build()],
-                    // "...MUST fail quickly with NBD_ENOTSUP" rather than
-                    // write zeros: the client has a faster way of its own.
-                    None if fast => return Prep::Done(IoResult::Err(ENOTSUP)),
-                    None => {
-                        let mut v = self.zero_writes(offset, len);
-                        if !fua {
-                            // Each zero-write linked to a successor: a short
-                            // one (a full disk) breaks the link, and the
-                            // cancelled successor reports it.
-                            v.push(opcode::Nop::new().build());
-                        }
-                        v
-                    }
-                };
+                self.synced(sqes, fua)
+            }
+        }
+    }
+
+    /// `sqes` as one chain, with a data sync last for FUA; none is done.
+    fn synced(&self, sqes: Result<Vec<squeue::Entry>, u32>, fua: bool) -> Prep {
+        match sqes {
+            Err(e) => Prep::Done(IoResult::Err(e)),
+            Ok(v) if v.is_empty() => Prep::Done(IoResult::Ok),
+            Ok(mut v) => {
                 if fua {
                     v.push(self.fdatasync());
                 }
                 Self::chain(v)
             }
         }
+    }
+
+    /// TRIM as a hole punched, where the file can (a block device trims
+    /// whole blocks only: the range's aligned middle). Trim is advisory:
+    /// doing nothing is a valid trim.
+    fn trim(&self, offset: u64, len: u32) -> Vec<squeue::Entry> {
+        let (offset, len) = match self.block_device {
+            true => BlockSpan::of(offset, len).middle.unwrap_or((offset, 0)),
+            false => (offset, u64::from(len)),
+        };
+        if !self.punch_hole || len == 0 {
+            return Vec::new();
+        }
+        let fd = types::Fd(self.buffered.as_raw_fd());
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        vec![opcode::Fallocate::new(fd, len)
+            .offset(offset)
+            .mode(mode)
+            .build()]
+    }
+
+    /// WRITE_ZEROES on a regular file: a hole where the client allows one,
+    /// else a zeroed range, else zeros written.
+    fn file_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        may_trim: bool,
+        fast: bool,
+    ) -> Result<Vec<squeue::Entry>, u32> {
+        let keep = libc::FALLOC_FL_KEEP_SIZE;
+        let mode = if may_trim && self.punch_hole {
+            Some(libc::FALLOC_FL_PUNCH_HOLE | keep)
+        } else if self.zero_range {
+            Some(libc::FALLOC_FL_ZERO_RANGE | keep)
+        } else {
+            None
+        };
+        let fd = types::Fd(self.buffered.as_raw_fd());
+        match mode {
+            Some(mode) => Ok(vec![opcode::Fallocate::new(fd, u64::from(len))
+                .offset(offset)
+                .mode(mode)
+                .build()]),
+            // "...MUST fail quickly with NBD_ENOTSUP" rather than write
+            // zeros: the client has a faster way of its own.
+            None if fast => Err(ENOTSUP),
+            None => {
+                let mut v = self.zero_writes(offset, len);
+                // Each zero-write linked to a successor: a short one (a full
+                // disk) breaks the link, and the cancelled successor reports it.
+                v.push(opcode::Nop::new().build());
+                Ok(v)
+            }
+        }
+    }
+
+    /// WRITE_ZEROES on a block device. Its fallocate takes whole logical
+    /// blocks only (EINVAL otherwise), so a range's unaligned head and tail
+    /// are written as zeros. PUNCH_HOLE there zeroes only where the device
+    /// can without writing (EOPNOTSUPP elsewhere), so it serves FAST_ZERO,
+    /// and ZERO_RANGE, which falls back to writing zeros, serves the rest;
+    /// a client's permission to trim changes nothing a raw device shows.
+    fn block_zeroes(&self, offset: u64, len: u32, fast: bool) -> Result<Vec<squeue::Entry>, u32> {
+        let span = BlockSpan::of(offset, len);
+        if fast && span.middle.is_none() {
+            // Nothing the device can zero by itself: only writes would do.
+            return Err(ENOTSUP);
+        }
+        let mode = match fast {
+            true => libc::FALLOC_FL_PUNCH_HOLE,
+            false => libc::FALLOC_FL_ZERO_RANGE,
+        } | libc::FALLOC_FL_KEEP_SIZE;
+        let mut v = self.zero_writes(offset, span.head);
+        if let Some((at, n)) = span.middle {
+            let fd = types::Fd(self.buffered.as_raw_fd());
+            v.push(opcode::Fallocate::new(fd, n).offset(at).mode(mode).build());
+        }
+        let tail_at = offset + u64::from(len) - u64::from(span.tail);
+        v.extend(self.zero_writes(tail_at, span.tail));
+        // A short zero-write breaks its link; a successor reports it.
+        v.push(opcode::Nop::new().build());
+        Ok(v)
     }
 
     /// WRITE_ZEROES by writing zeros, in writes of up to 16 MiB.
@@ -455,6 +512,19 @@ impl FileLeaf {
     }
 
     pub fn complete(&self, op: IoOp, len: u32, iov: &[libc::iovec], res: i32) -> IoResult {
+        match (op, -res) {
+            // Trim is advisory: a device that cannot discard (or the sync
+            // its failure cancelled) leaves the data as it was, which a
+            // trim may.
+            (IoOp::Trim { .. }, libc::EOPNOTSUPP | libc::EINVAL | libc::ECANCELED) => {
+                return IoResult::Ok
+            }
+            // A device that cannot zero without writing: "fail quickly".
+            (IoOp::WriteZeroes { fast: true, .. }, libc::EOPNOTSUPP) => {
+                return IoResult::Err(ENOTSUP)
+            }
+            _ => {}
+        }
         if res < 0 {
             return IoResult::Err(match -res {
                 libc::ENOSPC | libc::EDQUOT | libc::EFBIG => ENOSPC,
@@ -522,6 +592,37 @@ impl FileLeaf {
             pos = next;
         }
         out
+    }
+}
+
+/// A byte range split for a block device's fallocate: the unaligned head
+/// and tail (lengths) around the whole blocks between them (offset and
+/// length), if any. Blocks of `DIRECT_ALIGN` cover 512-byte and 4 KiB
+/// logical blocks alike.
+#[derive(Debug, PartialEq)]
+struct BlockSpan {
+    head: u32,
+    middle: Option<(u64, u64)>,
+    tail: u32,
+}
+
+impl BlockSpan {
+    fn of(offset: u64, len: u32) -> BlockSpan {
+        let end = offset + u64::from(len);
+        let start = offset.next_multiple_of(DIRECT_ALIGN);
+        let stop = end - end % DIRECT_ALIGN;
+        if start >= stop {
+            return BlockSpan {
+                head: len,
+                middle: None,
+                tail: 0,
+            };
+        }
+        BlockSpan {
+            head: (start - offset) as u32,
+            middle: Some((start, stop - start)),
+            tail: (end - stop) as u32,
+        }
     }
 }
 
@@ -672,6 +773,28 @@ mod tests {
         let st = no_falloc.block_status(0, 1 << 20);
         let total: u64 = st.iter().map(|e| u64::from(e.0)).sum();
         assert_eq!(total, 1 << 20);
+    }
+
+    #[test]
+    fn block_spans_split_off_unaligned_heads_and_tails() {
+        let span = |offset, len| BlockSpan::of(offset, len);
+        let whole = |head, at, n, tail| BlockSpan {
+            head,
+            middle: Some((at, n)),
+            tail,
+        };
+        assert_eq!(span(0, 8192), whole(0, 0, 8192, 0));
+        assert_eq!(span(100, 8192), whole(3996, 4096, 4096, 100));
+        assert_eq!(span(4096, 4097), whole(0, 4096, 4096, 1));
+        // No whole block inside: all head.
+        let none = |len| BlockSpan {
+            head: len,
+            middle: None,
+            tail: 0,
+        };
+        assert_eq!(span(100, 1000), none(1000));
+        assert_eq!(span(4000, 4000), none(4000));
+        assert_eq!(span(0, 0), none(0));
     }
 
     #[test]
