@@ -14,6 +14,8 @@ have python3 || need_pkgs+=(python3)
 have ip || need_pkgs+=(iproute2)
 have openssl || need_pkgs+=(openssl)
 have tc || need_pkgs+=(iproute2)
+# tests/block_device.rs attaches a loop device.
+have losetup || need_pkgs+=(mount)
 # The bench's PNG plots draw text with this font.
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 
