@@ -15,7 +15,18 @@ Environment knobs (all optional):
   OUT=bench-out/peers-<timestamp>  IOPACE=target/release/iopace  FILE_DIR=/var/tmp
   IOPACE_BINS="main=/path/a new=/path/b": "iopace-KIND+TAG" runs binary TAG, so
           two builds alternate in one run (untagged names run IOPACE)
+  RAMP=0  seconds of fio --ramp_time before each point; the server's CPU is
+          sampled RAMP s after fio starts, so it covers (about) the IOs fio counts
+  LOCK=/path  take an exclusive flock on this file for each repetition (not
+          the whole run), so other timed work can run between repetitions
+
+Beside the server's CPU per IO each run records fio's own CPU (usr+sys % of
+one CPU, from its JSON), the server's CPU as % of one CPU, and the machine's
+busy % of all CPUs from /proc/stat over the measured window (results.json).
+Only the 128 KiB reads, for example:
+  JOBS=randread:128k:32 REPS=7 RUNTIME=15 RAMP=3 LOCK=/work/wt/bench.lock python3 bench/peers.py
 """
+import fcntl
 import json
 import os
 import re
@@ -31,6 +42,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IOPACE = os.environ.get("IOPACE", os.path.join(ROOT, "target/release/iopace"))
 REPS = int(os.environ.get("REPS", "3"))
 RUNTIME = int(os.environ.get("RUNTIME", "5"))
+RAMP = int(os.environ.get("RAMP", "0"))
+LOCK = os.environ.get("LOCK", "")
 SIZE = os.environ.get("SIZE", "256m")
 SERVERS = os.environ.get("SERVERS", "iopace-malloc iopace-null nbdkit-memory qemu-nbd-null").split()
 TRANSPORTS = os.environ.get("TRANSPORTS", "unix tcp").split()
@@ -59,6 +72,14 @@ def cpu_ticks(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def machine_ticks():
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + vals[4]  # idle + iowait
+    return sum(vals[:8]) - idle, sum(vals[:8])
 
 
 class Server:
@@ -154,30 +175,51 @@ class Server:
         self.log.close()
 
 
-def fio(uri, rw, bs, qd, runtime, size=SIZE, extra=()):
+def fio(uri, rw, bs, qd, runtime, size=SIZE, extra=(), at_ramp=None):
     argv = [
         "fio", "--name=peer", "--ioengine=nbd", f"--uri={uri}", f"--rw={rw}", f"--bs={bs}",
         f"--iodepth={qd}", f"--size={size}", "--output-format=json", *extra,
     ]
     if runtime:
         argv += ["--time_based", f"--runtime={runtime}"]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=(runtime or 60) + 60)
-    if out.returncode != 0:
-        raise SystemExit(f"peers: fio failed: {' '.join(argv)}\n{out.stderr}")
-    text = out.stdout
+    if runtime and RAMP:
+        argv += [f"--ramp_time={RAMP}"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if at_ramp:
+        time.sleep(RAMP if runtime else 0)
+        at_ramp()
+    stdout, stderr = proc.communicate(timeout=(runtime or 60) + RAMP + 60)
+    if proc.returncode != 0:
+        raise SystemExit(f"peers: fio failed: {' '.join(argv)}\n{stderr}")
+    text = stdout
     return json.loads(text[text.index("{"):])
 
 
 def measure(server, job):
     rw, bs, qd = job.split(":")
-    # No ramp: the CPU counter covers exactly the IOs fio counts.
-    t0 = cpu_ticks(server.proc.pid)
-    res = fio(server.uri, rw, bs, int(qd), RUNTIME)
+    # Without RAMP the CPU counter covers exactly the IOs fio counts; with
+    # it, sampling starts RAMP s after fio's launch (its start-up, ~tens of
+    # ms, falls inside the ramp).
+    t0 = {}
+
+    def sample():
+        t0.update(cpu=cpu_ticks(server.proc.pid), machine=machine_ticks(), wall=time.time())
+
+    if not RAMP:
+        sample()
+    res = fio(server.uri, rw, bs, int(qd), RUNTIME, at_ramp=sample if RAMP else None)
     t1 = cpu_ticks(server.proc.pid)
-    side = res["jobs"][0]["read" if "read" in rw else "write"]
+    busy1, total1 = machine_ticks()
+    wall = time.time() - t0["wall"]
+    job0 = res["jobs"][0]
+    side = job0["read" if "read" in rw else "write"]
     ios = side["total_ios"]
-    cpu_us = (t1 - t0) / CLK * 1e6
+    cpu_us = (t1 - t0["cpu"]) / CLK * 1e6
+    busy0, total0 = t0["machine"]
     return {
+        "server_cpu_pct": cpu_us / 1e6 / wall * 100,
+        "fio_cpu_pct": job0["usr_cpu"] + job0["sys_cpu"],
+        "machine_busy_pct": (busy1 - busy0) / max(total1 - total0, 1) * 100,
         "iops": side["iops"],
         "mibs": side["bw"] / 1024,
         "avg_us": side["lat_ns"]["mean"] / 1000,
@@ -206,6 +248,11 @@ def main():
     try:
         for rep in range(REPS):
             order = SERVERS if rep % 2 == 0 else list(reversed(SERVERS))
+            lock = open(LOCK, "a") if LOCK else None
+            if lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                print(f"rep {rep + 1}/{REPS} lock taken {time.strftime('%H:%M:%S')} "
+                      f"load {open('/proc/loadavg').read().strip()}", flush=True)
             for transport in TRANSPORTS:
                 for name in order:
                     srv = Server(name, transport, work)
@@ -217,8 +264,14 @@ def main():
                         save(results)
                         print(f"rep {rep + 1}/{REPS} {transport:4} {name:14} {job:16} "
                               f"{r['iops']:9.0f} IOPS {r['mibs']:8.1f} MiB/s avg {r['avg_us']:7.1f} us "
-                              f"p99 {r['p99_us']:7.1f} us cpu/io {r['cpu_us_per_io']:5.2f} us", flush=True)
+                              f"p99 {r['p99_us']:7.1f} us cpu/io {r['cpu_us_per_io']:5.2f} us "
+                              f"srv {r['server_cpu_pct']:3.0f}% fio {r['fio_cpu_pct']:3.0f}% "
+                              f"all {r['machine_busy_pct']:3.0f}%", flush=True)
                     srv.stop()
+            if lock:
+                print(f"rep {rep + 1}/{REPS} lock released {time.strftime('%H:%M:%S')} "
+                      f"load {open('/proc/loadavg').read().strip()}", flush=True)
+                lock.close()
     finally:
         for s in started:
             if s.proc and s.proc.poll() is None:
@@ -244,7 +297,8 @@ def render(results):
         return f"{fmt.format(med)} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
 
     lines = [
-        f"Median of {REPS} runs (min–max); {RUNTIME} s per point; fio nbd engine, one connection.",
+        f"Median of {REPS} runs (min–max); {RUNTIME} s per point"
+        + (f" after a {RAMP} s ramp" if RAMP else "") + "; fio nbd engine, one connection.",
         "",
         "| transport | job | server | IOPS | MiB/s | avg lat, us | p99, us | server CPU/IO, us |",
         "|---|---|---|---|---|---|---|---|",
