@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{require, run, Server};
+use common::{qemu_io, require, Server};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -59,16 +59,6 @@ impl Drop for Loop {
     }
 }
 
-fn qemu_io(uri: &str, cmds: &[&str]) -> String {
-    let mut c = Command::new("qemu-io");
-    c.args(["-f", "raw"]);
-    for cmd in cmds {
-        c.args(["-c", cmd]);
-    }
-    let out = run(c.arg(uri), LIMIT);
-    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
-}
-
 #[test]
 fn block_device_zeroes_and_trims_at_any_alignment() {
     require("qemu-io", "qemu-utils");
@@ -105,6 +95,7 @@ fn block_device_zeroes_and_trims_at_any_alignment() {
             "read -P 0 512k 256k",
             "flush",
         ],
+        LIMIT,
     );
     assert!(!text.contains("Pattern verification failed"), "{text}");
     assert!(!text.contains("failed"), "{text}");

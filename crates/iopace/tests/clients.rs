@@ -367,15 +367,7 @@ fn qemu_io_trim_and_write_zeroes_read_back_zeros() {
 fn acknowledged_flushed_writes_survive_a_killed_server() {
     require("qemu-io", "qemu-utils");
     let (img, body) = file_export("iopace-it-crash", "64MiB");
-    let qemu_io = |uri: &str, cmds: &[&str]| {
-        let mut c = Command::new("qemu-io");
-        c.args(["-f", "raw"]);
-        for cmd in cmds {
-            c.args(["-c", cmd]);
-        }
-        let out = run(c.arg(uri), LIMIT);
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
-    };
+    let qemu_io = |uri: &str, cmds: &[&str]| qemu_io(uri, cmds, LIMIT);
     let server = Server::start(&body);
     let text = qemu_io(
         &server.tcp_uri("default"),

@@ -241,6 +241,18 @@ impl Drop for Server {
     }
 }
 
+/// qemu-io's commands on `uri` as a raw image, within `limit`: its stdout
+/// and stderr. Panics if qemu-io fails (a command that fails makes it exit 1).
+pub fn qemu_io(uri: &str, cmds: &[&str], limit: Duration) -> String {
+    let mut c = Command::new("qemu-io");
+    c.args(["-f", "raw"]);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    let out = run(c.arg(uri), limit);
+    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
 /// Runs a client with a time limit; panics with its output on failure.
 pub fn run(cmd: &mut Command, limit: Duration) -> Output {
     let desc = format!("{cmd:?}");
