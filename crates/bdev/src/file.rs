@@ -157,12 +157,34 @@ pub fn thin_shortfall(path: &str, size: u64) -> Option<(u64, u64)> {
     (unwritten > free).then_some((unwritten, free))
 }
 
+fn is_block_device(path: &str) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
+}
+
+/// A block device opened with O_EXCL is claimed: the open fails (EBUSY)
+/// while a mounted filesystem, LVM, md or another exclusive user holds
+/// it, whose data the clients' writes would corrupt under it.
+fn claimed(e: io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(libc::EBUSY) => io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            "in use: a mounted filesystem or another program (LVM, md, a server) \
+             holds this block device; unmount or release it first",
+        ),
+        _ => e,
+    }
+}
+
 /// What [`FileLeaf::open`] would serve, found without creating, extending or
 /// opening the file for writing (for `serve --check`).
 pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {
     match std::fs::metadata(path) {
         Ok(m) if m.file_type().is_block_device() => {
-            let f = OpenOptions::new().read(true).open(path)?;
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_EXCL)
+                .open(path)
+                .map_err(claimed)?;
             ioctl_u64(f.as_raw_fd(), BLKGETSIZE64)
         }
         Ok(m) if m.is_file() => planned_file_size(m.len(), size),
@@ -214,12 +236,16 @@ impl FileLeaf {
     /// a failed start leaves nothing behind.
     pub fn open(path: &str, size: Option<u64>, mode: DirectMode) -> io::Result<FileLeaf> {
         let exists = std::path::Path::new(path).exists();
-        let buffered = OpenOptions::new()
+        let mut options = OpenOptions::new();
+        options
             .read(true)
             .write(true)
             .create(size.is_some() && !exists)
-            .truncate(false)
-            .open(path)?;
+            .truncate(false);
+        if is_block_device(path) {
+            options.custom_flags(libc::O_EXCL);
+        }
+        let buffered = options.open(path).map_err(claimed)?;
         let opened = Self::open_from(buffered, path, size, mode);
         if opened.is_err() && !exists {
             let _ = std::fs::remove_file(path);

@@ -5,11 +5,12 @@
 
 mod common;
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use common::{qemu_io, require, Server};
+use common::{qemu_io, require, Server, BIN};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -121,4 +122,60 @@ fn block_device_zeroes_and_trims_at_any_alignment() {
     assert!(!text.contains("Pattern verification failed"), "{text}");
     let (status, log) = server.stop();
     assert!(status.success(), "{log}");
+}
+
+/// A block device that something else holds (a mounted filesystem claims
+/// its device as this O_EXCL open does) is refused: the clients' writes
+/// would corrupt the filesystem under it. `serve` and `serve --check` both
+/// exit 2 naming the config line.
+#[test]
+fn a_held_block_device_is_refused() {
+    require("losetup", "mount");
+    let Some(lo) = Loop::attach(16 << 20) else {
+        return;
+    };
+    let _held = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(&lo.dev)
+        .expect("claim the loop device");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("held.toml");
+    let config = format!(
+        "[server]\nunix = [\"{}\"]\ntcp = []\n\n[[bdev]]\nname = \"blk\"\nkind = \"file\"\npath = \"{}\"\n\n[[export]]\nname = \"blk\"\nbdev = \"blk\"\n",
+        dir.path().join("nbd.sock").display(),
+        lo.dev
+    );
+    std::fs::write(&cfg, config).expect("write config");
+    for check in [false, true] {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--config"]).arg(&cfg);
+        if check {
+            cmd.arg("--check");
+        }
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn iopace");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("iopace serve (check {check}) served a held block device");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+            .expect("read stderr");
+        assert_eq!(status.code(), Some(2), "check {check}: {err}");
+        assert!(
+            err.contains("held.toml:") && err.contains("in use"),
+            "{err}"
+        );
+    }
 }
