@@ -118,6 +118,18 @@ fn planned_file_size(current: u64, size: Option<u64>) -> io::Result<u64> {
     }
 }
 
+/// A block device is served whole: a `size` other than its own would serve
+/// less than it holds, or promise clients bytes it has not.
+fn block_device_size(device: u64, size: Option<u64>) -> io::Result<u64> {
+    match size {
+        Some(want) if want != device => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("the block device has {device} bytes, not size = {want}: remove size"),
+        )),
+        _ => Ok(device),
+    }
+}
+
 /// The length of the regular file at `path` when it is larger than `size`.
 pub fn larger_than(path: &str, size: Option<u64>) -> Option<u64> {
     let m = std::fs::metadata(path).ok()?;
@@ -185,7 +197,7 @@ pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {
                 .custom_flags(libc::O_EXCL)
                 .open(path)
                 .map_err(claimed)?;
-            ioctl_u64(f.as_raw_fd(), BLKGETSIZE64)
+            block_device_size(ioctl_u64(f.as_raw_fd(), BLKGETSIZE64)?, size)
         }
         Ok(m) if m.is_file() => planned_file_size(m.len(), size),
         Ok(_) => Err(io::Error::new(
@@ -269,7 +281,7 @@ impl FileLeaf {
         }
         lock_exclusive(&buffered)?;
         let size = if block_device {
-            ioctl_u64(buffered.as_raw_fd(), BLKGETSIZE64)?
+            block_device_size(ioctl_u64(buffered.as_raw_fd(), BLKGETSIZE64)?, size)?
         } else {
             let cur = buffered.metadata()?.len();
             let want = planned_file_size(cur, size)?;

@@ -126,8 +126,7 @@ fn block_device_zeroes_and_trims_at_any_alignment() {
 
 /// A block device that something else holds (a mounted filesystem claims
 /// its device as this O_EXCL open does) is refused: the clients' writes
-/// would corrupt the filesystem under it. `serve` and `serve --check` both
-/// exit 2 naming the config line.
+/// would corrupt the filesystem under it.
 #[test]
 fn a_held_block_device_is_refused() {
     require("losetup", "mount");
@@ -140,16 +139,43 @@ fn a_held_block_device_is_refused() {
         .open(&lo.dev)
         .expect("claim the loop device");
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = dir.path().join("held.toml");
-    let config = format!(
-        "[server]\nunix = [\"{}\"]\ntcp = []\n\n[[bdev]]\nname = \"blk\"\nkind = \"file\"\npath = \"{}\"\n\n[[export]]\nname = \"blk\"\nbdev = \"blk\"\n",
+    assert_refused(&config(&dir, &lo.dev, ""), "in use");
+}
+
+/// A `size` other than the device's own is a config error: the device is
+/// served whole (it was served at its own size, whatever `size` said).
+#[test]
+fn a_block_device_size_must_match() {
+    require("losetup", "mount");
+    let Some(lo) = Loop::attach(16 << 20) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    for size in ["8MiB", "32MiB"] {
+        let extra = format!("size = \"{size}\"\n");
+        assert_refused(&config(&dir, &lo.dev, &extra), "remove size");
+    }
+}
+
+/// Writes a config serving `dev` as one file bdev (with `extra` bdev
+/// lines) into `dir`; its path.
+fn config(dir: &tempfile::TempDir, dev: &str, extra: &str) -> PathBuf {
+    let path = dir.path().join("blk.toml");
+    let text = format!(
+        "[server]\nunix = [\"{}\"]\ntcp = []\n\n[[bdev]]\nname = \"blk\"\nkind = \"file\"\n\
+         path = \"{dev}\"\n{extra}\n[[export]]\nname = \"blk\"\nbdev = \"blk\"\n",
         dir.path().join("nbd.sock").display(),
-        lo.dev
     );
-    std::fs::write(&cfg, config).expect("write config");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// `serve` and `serve --check` on `cfg` both exit 2 naming its line and
+/// saying `why`.
+fn assert_refused(cfg: &std::path::Path, why: &str) {
     for check in [false, true] {
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--config"]).arg(&cfg);
+        cmd.args(["serve", "--config"]).arg(cfg);
         if check {
             cmd.arg("--check");
         }
@@ -165,7 +191,7 @@ fn a_held_block_device_is_refused() {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("iopace serve (check {check}) served a held block device");
+                panic!("iopace serve (check {check}) served it, not \"{why}\"");
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -173,9 +199,6 @@ fn a_held_block_device_is_refused() {
         std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
             .expect("read stderr");
         assert_eq!(status.code(), Some(2), "check {check}: {err}");
-        assert!(
-            err.contains("held.toml:") && err.contains("in use"),
-            "{err}"
-        );
+        assert!(err.contains("blk.toml:") && err.contains(why), "{err}");
     }
 }
