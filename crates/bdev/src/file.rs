@@ -180,8 +180,9 @@ fn claimed(e: io::Error) -> io::Error {
     match e.raw_os_error() {
         Some(libc::EBUSY) => io::Error::new(
             io::ErrorKind::ResourceBusy,
-            "in use: a mounted filesystem or another program (LVM, md, a server) \
-             holds this block device; unmount or release it first",
+            "in use: a mounted filesystem or another program (LVM, md, a server, \
+             or another bdev of this config) holds this block device; unmount or \
+             release it first (a `split` bdev serves parts of one device)",
         ),
         _ => e,
     }
