@@ -6,11 +6,11 @@
 mod common;
 
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
-use common::{qemu_io, require, Server, BIN};
+use common::{qemu_io, require, serve_once, Server};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -139,7 +139,7 @@ fn a_held_block_device_is_refused() {
         .open(&lo.dev)
         .expect("claim the loop device");
     let dir = tempfile::tempdir().expect("tempdir");
-    assert_refused(&config(&dir, &lo.dev, ""), "in use");
+    assert_refused(&config(dir.path(), &lo.dev, ""), "in use");
 }
 
 /// A `size` other than the device's own is a config error: the device is
@@ -153,52 +153,27 @@ fn a_block_device_size_must_match() {
     let dir = tempfile::tempdir().expect("tempdir");
     for size in ["8MiB", "32MiB"] {
         let extra = format!("size = \"{size}\"\n");
-        assert_refused(&config(&dir, &lo.dev, &extra), "remove size");
+        assert_refused(&config(dir.path(), &lo.dev, &extra), "remove size");
     }
 }
 
-/// Writes a config serving `dev` as one file bdev (with `extra` bdev
-/// lines) into `dir`; its path.
-fn config(dir: &tempfile::TempDir, dev: &str, extra: &str) -> PathBuf {
-    let path = dir.path().join("blk.toml");
-    let text = format!(
+/// A config serving `dev` as one file bdev, with `extra` bdev lines.
+fn config(dir: &Path, dev: &str, extra: &str) -> String {
+    format!(
         "[server]\nunix = [\"{}\"]\ntcp = []\n\n[[bdev]]\nname = \"blk\"\nkind = \"file\"\n\
          path = \"{dev}\"\n{extra}\n[[export]]\nname = \"blk\"\nbdev = \"blk\"\n",
-        dir.path().join("nbd.sock").display(),
-    );
-    std::fs::write(&path, text).expect("write config");
-    path
+        dir.join("nbd.sock").display(),
+    )
 }
 
-/// `serve` and `serve --check` on `cfg` both exit 2 naming its line and
-/// saying `why`.
-fn assert_refused(cfg: &std::path::Path, why: &str) {
-    for check in [false, true] {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--config"]).arg(cfg);
-        if check {
-            cmd.arg("--check");
-        }
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn iopace");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("wait") {
-                break st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("iopace serve (check {check}) served it, not \"{why}\"");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
-            .expect("read stderr");
-        assert_eq!(status.code(), Some(2), "check {check}: {err}");
-        assert!(err.contains("blk.toml:") && err.contains(why), "{err}");
+/// `serve` and `serve --check` of `config` both exit 2 naming its line
+/// and saying `why`.
+fn assert_refused(config: &str, why: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for args in [&[][..], &["--check"][..]] {
+        let out = serve_once(args, config, dir.path());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("c.toml:") && err.contains(why), "{err}");
     }
 }

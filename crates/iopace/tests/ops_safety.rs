@@ -17,30 +17,6 @@ use common::*;
 const NULL_EXPORT: &str =
     "[[bdev]]\nname = \"n\"\nkind = \"null\"\nsize = \"1MiB\"\n[[export]]\nname = \"default\"\nbdev = \"n\"\n";
 
-/// Runs `iopace serve ARGS` to completion (it must fail or be --check) with a time limit.
-fn serve_once(args: &[&str], config: &str, dir: &Path) -> Output {
-    let cfg = dir.join("c.toml");
-    std::fs::write(&cfg, config).expect("write config");
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .arg("--config")
-        .arg(&cfg)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn iopace");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("iopace serve {args:?} did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
-
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -241,6 +241,30 @@ impl Drop for Server {
     }
 }
 
+/// Runs `iopace serve ARGS` to completion (it must fail or be --check) with a time limit.
+pub fn serve_once(args: &[&str], config: &str, dir: &Path) -> Output {
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, config).expect("write config");
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iopace");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("iopace serve {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
 /// qemu-io's commands on `uri` as a raw image, within `limit`: its stdout
 /// and stderr. Panics if qemu-io fails (a command that fails makes it exit 1).
 pub fn qemu_io(uri: &str, cmds: &[&str], limit: Duration) -> String {
