@@ -226,14 +226,13 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         let (cost, from) = probe::cost_for_tune(&opts, t)?;
         eprintln!("iopace tune: cost model from {from}");
         if let (true, Some(config)) = (args.served, &opts.config) {
-            let points = (probe::tune::VRATES.len() + probe::tune::DEPTHS.len()) as u32;
             let dir = args.out.join("served");
             tune.served = Some(probe::served::Served::for_tune(
                 config,
                 t,
                 &dir,
                 args.budget,
-                points,
+                probe::tune::MAX_POINTS as u32,
                 args.quick,
             )?);
             // Each served run's `iopace serve` locks a file image: close it here.

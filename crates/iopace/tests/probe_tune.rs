@@ -70,6 +70,19 @@ fn tune_finds_the_bandwidth_knee_and_resumes() {
         "{stdout}"
     );
     assert!(out.join("report.md").exists() && out.join("tune.png").exists());
+    // The isolation candidate was run again before it was named.
+    let all = r["points"]
+        .as_array()
+        .into_iter()
+        .chain(r["depths"].as_array())
+        .flatten();
+    let confirmed: Vec<_> = all.filter(|p| p["runs"].as_u64() > Some(1)).collect();
+    assert!(!confirmed.is_empty(), "no point confirmed: {r}");
+    let again = std::fs::read_dir(out.join("points"))
+        .expect("points")
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().ends_with("-again1.json"));
+    assert!(again, "no repeated run saved");
 }
 
 /// `--served`: solo, untuned and every point through `iopace serve` of the
