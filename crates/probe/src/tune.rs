@@ -249,30 +249,7 @@ fn sweep(
         Some(_) => Some(m.saved_point(&dir, Knob::Untuned, solo)?),
         None => None,
     };
-    let bar = indicatif::ProgressBar::new((DEPTHS.len() + VRATES.len()) as u64);
-    let mut depths: Vec<TunePoint> = Vec::new();
-    for n in DEPTHS {
-        bar.set_message(format!("light_depth {n}"));
-        depths.push(m.saved_point(&dir, Knob::Depth(n), solo)?);
-        bar.inc(1);
-        if depths_done(&depths, o.isolation_factor) {
-            break;
-        }
-    }
-    let mut points: Vec<TunePoint> = Vec::new();
-    for vrate in VRATES {
-        bar.set_message(format!("vrate {vrate}%"));
-        let p = m.saved_point(&dir, Knob::Vrate(vrate), solo)?;
-        points.push(TunePoint {
-            budget_iops: budget_iops(cost, p.vrate),
-            ..p
-        });
-        bar.inc(1);
-        if done_early(&points, o.isolation_factor) {
-            break;
-        }
-    }
-    bar.finish_and_clear();
+    let (mut depths, mut points) = sweep_knobs(&m, &dir, solo, o)?;
     confirm_isolation(&m, &dir, &mut points, &mut depths, solo, o)?;
     let result = TuneResult {
         device: device.to_string(),
@@ -288,6 +265,41 @@ fn sweep(
     };
     write(&o.out, &result).map_err(ProbeError::Run)?;
     Ok(result)
+}
+
+/// The cap points, highest cap first, then the vrate points, highest
+/// first, each sweep stopping early where lower settings only cost bandwidth.
+fn sweep_knobs(
+    m: &Measurer,
+    dir: &Path,
+    solo: JobStats,
+    o: &TuneOptions,
+) -> Result<(Vec<TunePoint>, Vec<TunePoint>), ProbeError> {
+    let bar = indicatif::ProgressBar::new((DEPTHS.len() + VRATES.len()) as u64);
+    let mut depths: Vec<TunePoint> = Vec::new();
+    for n in DEPTHS {
+        bar.set_message(format!("light_depth {n}"));
+        depths.push(m.saved_point(dir, Knob::Depth(n), solo)?);
+        bar.inc(1);
+        if depths_done(&depths, o.isolation_factor) {
+            break;
+        }
+    }
+    let mut points: Vec<TunePoint> = Vec::new();
+    for vrate in VRATES {
+        bar.set_message(format!("vrate {vrate}%"));
+        let p = m.saved_point(dir, Knob::Vrate(vrate), solo)?;
+        points.push(TunePoint {
+            budget_iops: budget_iops(m.cost, p.vrate),
+            ..p
+        });
+        bar.inc(1);
+        if done_early(&points, o.isolation_factor) {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    Ok((depths, points))
 }
 
 /// What a run's saved points were measured with: `--resume` reuses them
