@@ -309,13 +309,15 @@ impl Reactor {
         self.arm_eventfd();
         let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(1024);
         loop {
+            // Counted from here: a splicing send finishes while the actions
+            // execute, not in a completion.
+            let served_before = self.engine.ios_done();
             let now = self.clock();
             self.engine.tick(now);
             self.execute_actions();
             if self.engine.drained() {
                 break;
             }
-            let served_before = self.engine.ios_done();
             self.submit_and_wait()?;
             self.engine.count_loop();
             cqes.clear();
