@@ -48,6 +48,20 @@ fn pipes(server: &Server) -> usize {
         .count()
 }
 
+/// Waits (up to 10 s, for a loaded machine) until the server's pipe
+/// count satisfies `ok`.
+fn wait_pipes(server: &Server, what: &str, ok: impl Fn(usize) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = pipes(server);
+        if ok(n) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {n} pipes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn real_clients_read_back_what_they_wrote_on_both_transports() {
     require("qemu-io", "qemu-utils");
@@ -136,11 +150,9 @@ fn rewrites_zeroing_and_trims_while_reads_are_in_flight_show_only_held_bytes() {
     for k in 0..64u64 {
         reader.request(READ, 0, 200 + k, 8 * mib + (k % 32) * u64::from(len), len);
     }
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        pipes(&server) > baseline,
-        "the reader's replies go through a pipe"
-    );
+    wait_pipes(&server, "the reader's replies go through a pipe", |n| {
+        n > baseline
+    });
 
     // Meanwhile A is rewritten, zeroed (whole pages go back to the kernel),
     // trimmed and written again, each acknowledged before the next.
@@ -176,11 +188,9 @@ fn rewrites_zeroing_and_trims_while_reads_are_in_flight_show_only_held_bytes() {
 
     drop((reader, writer, tcp));
     server.assert_quiescent(256);
-    assert_eq!(
-        pipes(&server),
-        baseline,
-        "closed connections close their pipes"
-    );
+    wait_pipes(&server, "closed connections close their pipes", |n| {
+        n == baseline
+    });
     let (status, log) = server.stop();
     assert!(status.success(), "{log}");
 }
@@ -209,11 +219,9 @@ fn a_client_hanging_up_mid_stream_leaves_the_server_whole() {
         drop(c);
     }
     server.assert_quiescent(256);
-    assert_eq!(
-        pipes(&server),
-        baseline,
-        "hung-up connections close their pipes"
-    );
+    wait_pipes(&server, "hung-up connections close their pipes", |n| {
+        n == baseline
+    });
     // Still serving, by splice.
     let mut c = raw_unix(&server, "default");
     for k in 0..32u64 {
