@@ -299,6 +299,16 @@ impl Bdev {
         }
     }
 
+    /// The memory `lend_read` lends from (address, length), which stays
+    /// mapped as long as the bdev: a driver may let the kernel reference
+    /// its pages past a send's completion (splicing them into a socket).
+    pub fn lent_memory(&self) -> Option<(usize, usize)> {
+        match &*self.leaf {
+            Leaf::Malloc(m) => Some(m.mapping()),
+            _ => None,
+        }
+    }
+
     /// Result of an IO from the CQE result of its last SQE.
     pub fn complete(&self, io: &IoRequest, cqe_result: i32) -> IoResult {
         match &*self.leaf {

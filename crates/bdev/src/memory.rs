@@ -276,6 +276,14 @@ impl MallocMem {
         })
     }
 
+    /// Where the whole mapping lies (address, length): what [`lend`]
+    /// hands out lies inside, and stays mapped as long as `self`.
+    ///
+    /// [`lend`]: MallocMem::lend
+    pub fn mapping(&self) -> (usize, usize) {
+        (self.base as usize, self.len)
+    }
+
     pub fn execute(&self, op: IoOp, offset: u64, len: u32, iov: &[libc::iovec]) -> IoResult {
         let Ok(mut at) = usize::try_from(offset) else {
             return IoResult::Err(crate::EINVAL);

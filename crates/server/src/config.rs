@@ -113,7 +113,37 @@ pub struct ServerConfig {
     /// stops gathering while that serves clearly more. 0 turns gathering off.
     #[serde(default = "default_batch_wait_us")]
     pub batch_wait_us: u64,
+    /// Which connections send a RAM export's READ data by reference
+    /// (vmsplice into a pipe, splice into the socket) instead of copying it
+    /// into the socket.
+    #[serde(default)]
+    pub splice: SpliceMode,
+    /// SO_SNDBUF of Unix-socket connections (the only buffer between the
+    /// two ends of a Unix socket); 0 keeps the kernel's default
+    /// (`net.core.wmem_default`). The kernel caps it at `net.core.wmem_max`.
+    #[serde(default = "default_unix_send_buffer")]
+    pub unix_send_buffer: ByteSize,
 }
+
+/// Which connections splice lent READ data (see `ServerConfig::splice`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpliceMode {
+    /// Always copy (sendmsg).
+    Off,
+    /// Unix-socket connections splice, TCP ones copy.
+    #[default]
+    Unix,
+    /// Every connection splices.
+    All,
+}
+
+fn default_unix_send_buffer() -> ByteSize {
+    ByteSize(4 << 20)
+}
+
+/// Largest `unix_send_buffer`: more only pins more memory per connection.
+const MAX_UNIX_SEND_BUFFER: u64 = 64 << 20;
 
 /// How a reactor waits when it has nothing to do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -259,6 +289,8 @@ impl Default for ServerConfig {
             poll: PollMode::default(),
             poll_spin_us: default_poll_spin_us(),
             batch_wait_us: default_batch_wait_us(),
+            splice: SpliceMode::default(),
+            unix_send_buffer: default_unix_send_buffer(),
         }
     }
 }
@@ -491,6 +523,13 @@ impl LoadedConfig {
         }
         bounds::in_range("poll_spin_us", s.poll_spin_us, 0, MAX_POLL_SPIN_US).map_err(field)?;
         bounds::in_range("batch_wait_us", s.batch_wait_us, 0, MAX_BATCH_WAIT_US).map_err(field)?;
+        bounds::in_range(
+            "unix_send_buffer",
+            s.unix_send_buffer.0,
+            0,
+            MAX_UNIX_SEND_BUFFER,
+        )
+        .map_err(field)?;
         for listener in &s.tcp {
             check_tcp_address(listener.addr()).map_err(|m| self.error_at("server", 0, "tcp", m))?;
         }
@@ -722,6 +761,8 @@ impl LoadedConfig {
             "poll": s.poll,
             "poll_spin_us": s.poll_spin_us,
             "batch_wait_us": s.batch_wait_us,
+            "splice": s.splice,
+            "unix_send_buffer": s.unix_send_buffer.0,
         });
         let b = &self.config.buffers;
         json["buffers"] = serde_json::json!({
@@ -1091,6 +1132,7 @@ mod tests {
             ("payload_timeout_s = 0", "server.payload_timeout_s"),
             ("poll_spin_us = 1000000", "server.poll_spin_us"),
             ("batch_wait_us = 5000", "server.batch_wait_us"),
+            ("unix_send_buffer = \"1GiB\"", "server.unix_send_buffer"),
             ("tcp = [\"no.such.host.invalid:10809\"]", "server.tcp"),
         ] {
             let text = format!("[server]\n{line}\n{ONE_EXPORT}");
@@ -1098,6 +1140,22 @@ mod tests {
             assert_eq!(e.field.as_deref(), Some(field), "{e}");
             assert_eq!(e.line, Some(2), "{e}");
         }
+    }
+
+    #[test]
+    fn an_unknown_splice_mode_names_the_choices() {
+        let text = format!("[server]\nsplice = \"tcp\"\n{ONE_EXPORT}");
+        let e = Config::parse(&text, "x.toml").expect_err("tcp");
+        assert_eq!(e.line, Some(2), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("splice") && msg.contains("`off`, `unix`, `all`"),
+            "{msg}"
+        );
+        let ok = format!("[server]\nsplice = \"all\"\nunix_send_buffer = \"1MiB\"\n{ONE_EXPORT}");
+        let c = Config::parse(&ok, "x.toml").expect("valid");
+        assert_eq!(c.config.server.splice, SpliceMode::All);
+        assert_eq!(c.config.server.unix_send_buffer.0, 1 << 20);
     }
 
     #[test]

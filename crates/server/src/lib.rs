@@ -14,6 +14,7 @@ mod reload;
 pub mod rpc;
 pub mod server;
 mod sockets;
+pub mod splice;
 pub mod stats;
 pub mod tls;
 mod toml_locate;

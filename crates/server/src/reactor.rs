@@ -15,12 +15,13 @@ use pace::pacer::{PacerGroup, PacingConfig};
 use pace::pool::SharedPool;
 use pace::Nanos;
 
-use crate::config::PollMode;
+use crate::config::{PollMode, SpliceMode};
 use crate::engine::{
     Action, ConnId, Engine, EngineSettings, IoToken, Received, Sent, Timeouts, PAYLOAD_CAP,
 };
 use crate::exports::Catalog;
 use crate::gather::GatherTrial;
+use crate::splice::{self, Pipe};
 use crate::stats::ReactorStats;
 
 /// Messages from other threads, delivered through the inbox and an eventfd.
@@ -82,6 +83,8 @@ enum Op {
     Event,
     Recv(ConnId),
     Send(ConnId),
+    /// A splicing send's socket became writable (a poll).
+    Splice(ConnId),
     /// A device IO's SQE; `link` for an earlier SQE of a linked chain, which
     /// completes only on error.
     Io {
@@ -96,6 +99,7 @@ const OP_EVENT: u64 = 1;
 const OP_RECV: u64 = 2;
 const OP_SEND: u64 = 3;
 const OP_IO: u64 = 4;
+const OP_SPLICE: u64 = 5;
 
 impl Op {
     fn encode(self) -> u64 {
@@ -104,6 +108,7 @@ impl Op {
             Op::Event => OP_EVENT << 60,
             Op::Recv(c) => (OP_RECV << 60) | conn(c),
             Op::Send(c) => (OP_SEND << 60) | conn(c),
+            Op::Splice(c) => (OP_SPLICE << 60) | conn(c),
             Op::Io { io, link } => (OP_IO << 60) | (u64::from(link) << 56) | io.encode(),
         }
     }
@@ -117,6 +122,7 @@ impl Op {
             OP_EVENT => Op::Event,
             OP_RECV => Op::Recv(conn()),
             OP_SEND => Op::Send(conn()),
+            OP_SPLICE => Op::Splice(conn()),
             OP_IO => Op::Io {
                 io: IoToken::decode(v & ((1 << 56) - 1)),
                 link: (v >> 56) & 1 == 1,
@@ -138,6 +144,23 @@ pub struct ReactorSettings {
     pub poll_spin: Duration,
     /// How long a busy reactor waits to gather completions; zero: never.
     pub batch_wait: Duration,
+    /// Which connections splice lent READ data instead of copying it.
+    pub splice: SpliceMode,
+    /// SO_SNDBUF for Unix-socket connections; 0: the kernel's default.
+    pub unix_send_buffer: usize,
+}
+
+/// A connection's socket, with its pipe while it splices.
+struct Sock {
+    conn: ConnId,
+    fd: OwnedFd,
+    /// Whether this connection's sends with lent data splice.
+    splices: bool,
+    /// Created on the first splicing send.
+    pipe: Option<Pipe>,
+    /// The bytes the send in flight put into the pipe: reported once the
+    /// pipe is empty.
+    pipe_send: usize,
 }
 
 pub struct Reactor {
@@ -148,7 +171,12 @@ pub struct Reactor {
     catalog: Arc<Catalog>,
     engine: Engine,
     /// Sockets by connection slot, with the connection they belong to.
-    socks: Vec<Option<(ConnId, OwnedFd)>>,
+    socks: Vec<Option<Sock>>,
+    splice: SpliceMode,
+    unix_send_buffer: usize,
+    /// Memory the catalog's bdevs lend (address, length), sorted: only
+    /// this is spliced by reference.
+    lendable: Vec<(usize, usize)>,
     actions: Vec<Action>,
     /// Results of failed earlier SQEs of linked chains, until their tails complete.
     chain_errors: Vec<(IoToken, IoResult)>,
@@ -235,6 +263,13 @@ impl Reactor {
             payload_cap: PAYLOAD_CAP,
         };
         let engine = Engine::new(engine_settings, catalog.clone(), bufs, pacer, now);
+        let mut lendable: Vec<(usize, usize)> = catalog
+            .exports
+            .iter()
+            .filter_map(|e| e.bdev.lent_memory())
+            .collect();
+        lendable.sort_unstable();
+        lendable.dedup();
         Ok(Reactor {
             id: settings.id,
             ring,
@@ -243,6 +278,9 @@ impl Reactor {
             catalog,
             engine,
             socks: Vec::new(),
+            splice: settings.splice,
+            unix_send_buffer: settings.unix_send_buffer,
+            lendable,
             actions: Vec::new(),
             chain_errors: Vec::new(),
             origin,
@@ -271,13 +309,15 @@ impl Reactor {
         self.arm_eventfd();
         let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(1024);
         loop {
+            // Counted from here: a splicing send finishes while the actions
+            // execute, not in a completion.
+            let served_before = self.engine.ios_done();
             let now = self.clock();
             self.engine.tick(now);
             self.execute_actions();
             if self.engine.drained() {
                 break;
             }
-            let served_before = self.engine.ios_done();
             self.submit_and_wait()?;
             self.engine.count_loop();
             cqes.clear();
@@ -453,9 +493,111 @@ impl Reactor {
 
     fn sock(&self, conn: ConnId) -> Option<i32> {
         match self.socks.get(conn.index as usize) {
-            Some(Some((id, fd))) if *id == conn => Some(fd.as_raw_fd()),
+            Some(Some(s)) if s.conn == conn => Some(s.fd.as_raw_fd()),
             _ => None,
         }
+    }
+
+    fn sock_mut(&mut self, conn: ConnId) -> Option<&mut Sock> {
+        match self.socks.get_mut(conn.index as usize) {
+            Some(Some(s)) if s.conn == conn => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Sends `msg` through the connection's pipe if it splices and the
+    /// message carries lent data worth it; false: send it as usual.
+    fn try_splice_send(&mut self, conn: ConnId, msg: *const libc::msghdr) -> bool {
+        let lendable = std::mem::take(&mut self.lendable);
+        let done = self.splice_send(conn, msg, &lendable);
+        self.lendable = lendable;
+        done
+    }
+
+    fn splice_send(
+        &mut self,
+        conn: ConnId,
+        msg: *const libc::msghdr,
+        lendable: &[(usize, usize)],
+    ) -> bool {
+        let lent = |v: &libc::iovec| {
+            let (p, n) = (v.iov_base as usize, v.iov_len);
+            lendable.iter().any(|&(b, l)| p >= b && p + n <= b + l)
+        };
+        let id = self.id;
+        let Some(sock) = self.sock_mut(conn) else {
+            return false;
+        };
+        if !sock.splices {
+            return false;
+        }
+        // SAFETY: the engine keeps the msghdr and its iovecs in place until
+        // the send is reported.
+        let iovs = unsafe {
+            let m = &*msg;
+            std::slice::from_raw_parts(m.msg_iov, m.msg_iovlen)
+        };
+        if splice::ref_bytes(iovs, lent) == 0 {
+            return false;
+        }
+        if sock.pipe.is_none() {
+            match Pipe::new() {
+                Ok(p) => sock.pipe = Some(p),
+                Err(e) => {
+                    tracing::warn!(reactor = id, "no pipe, sending by copy: {e}");
+                    sock.splices = false;
+                    return false;
+                }
+            }
+        }
+        let Some(pipe) = sock.pipe.as_mut() else {
+            return false;
+        };
+        // SAFETY: the iovecs are readable (the engine's); `lent` accepts only
+        // a bdev's mapping, whose pages may be referenced past the send.
+        match unsafe { pipe.fill(iovs, lent) } {
+            Ok(n) if n > 0 => sock.pipe_send = n,
+            Ok(_) => return false,
+            Err(e) => {
+                tracing::debug!(
+                    reactor = id,
+                    "filling the pipe failed, sending by copy: {e}"
+                );
+                return false;
+            }
+        }
+        self.drain_pipe(conn);
+        true
+    }
+
+    /// Splices the connection's pipe into its socket: reports the send to
+    /// the engine once the pipe is empty (or failed), or waits for room.
+    fn drain_pipe(&mut self, conn: ConnId) {
+        let Some(sock) = self.sock_mut(conn) else {
+            return;
+        };
+        let fd = sock.fd.as_raw_fd();
+        let Some(pipe) = sock.pipe.as_mut() else {
+            return;
+        };
+        let result = match pipe.drain_to(fd) {
+            Ok(true) => Sent::Bytes(std::mem::take(&mut sock.pipe_send)),
+            Ok(false) => {
+                let sqe = opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32)
+                    .build()
+                    .user_data(Op::Splice(conn).encode());
+                self.push_sqe(sqe);
+                return;
+            }
+            Err(e) => {
+                // What is left in the pipe never goes: drop it (and its
+                // page references) with the pipe.
+                sock.pipe = None;
+                sock.pipe_send = 0;
+                Sent::Error(e.raw_os_error().unwrap_or(libc::EIO))
+            }
+        };
+        self.engine.on_send(self.now, conn, result);
     }
 
     fn execute(&mut self, action: Action) {
@@ -469,6 +611,9 @@ impl Reactor {
             }
             Action::Send { conn, msg } => {
                 let Some(fd) = self.sock(conn) else { return };
+                if self.try_splice_send(conn, msg) {
+                    return;
+                }
                 let sqe = opcode::SendMsg::new(types::Fd(fd), msg)
                     .flags(libc::MSG_NOSIGNAL as u32)
                     .build()
@@ -553,6 +698,16 @@ impl Reactor {
                 };
                 self.engine.on_send(now, conn, result);
             }
+            Some(Op::Splice(conn)) => {
+                if res >= 0 {
+                    // Room (or a hang-up, which the splice reports).
+                    self.drain_pipe(conn);
+                } else if let Some(sock) = self.sock_mut(conn) {
+                    sock.pipe = None;
+                    sock.pipe_send = 0;
+                    self.engine.on_send(now, conn, Sent::Error(-res));
+                }
+            }
             Some(Op::Io { io, link }) => self.io_cqe(io, link, res),
             None => tracing::error!(reactor = self.id, user_data, "unknown completion"),
         }
@@ -622,10 +777,77 @@ impl Reactor {
         if self.socks.len() <= i {
             self.socks.resize_with(i + 1, || None);
         }
+        let unix = is_unix(&fd);
+        let splices = match self.splice {
+            SpliceMode::Off => false,
+            SpliceMode::Unix => unix,
+            SpliceMode::All => true,
+        } && !self.lendable.is_empty();
+        if unix && self.unix_send_buffer > 0 {
+            set_send_buffer(&fd, self.unix_send_buffer);
+        }
+        // Splicing never blocks the reactor: a full socket fails it with
+        // EAGAIN, and the reactor polls. (io_uring's own sends and receives
+        // wait in the kernel whatever the flag.)
+        if splices && !set_nonblocking(&fd) {
+            tracing::warn!(reactor = self.id, "O_NONBLOCK failed: sending by copy");
+        }
+        let splices = splices && is_nonblocking(&fd);
         // A socket still here belongs to a closed connection whose Close is
         // not yet executed: dropping it closes it, and the Close skips it.
-        self.socks[i] = Some((conn, fd));
+        self.socks[i] = Some(Sock {
+            conn,
+            fd,
+            splices,
+            pipe: None,
+            pipe_send: 0,
+        });
     }
+}
+
+fn is_unix(fd: &OwnedFd) -> bool {
+    // SAFETY: getsockname into a zeroed sockaddr_storage of its size.
+    unsafe {
+        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut addr as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        ) == 0
+            && i32::from(addr.ss_family) == libc::AF_UNIX
+    }
+}
+
+fn set_send_buffer(fd: &OwnedFd, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as i32;
+    // SAFETY: setsockopt with a valid int.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        tracing::debug!("SO_SNDBUF {bytes}: {}", io::Error::last_os_error());
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> bool {
+    // SAFETY: fcntl on our own descriptor.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    }
+}
+
+fn is_nonblocking(fd: &OwnedFd) -> bool {
+    // SAFETY: fcntl on our own descriptor.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
 }
 
 /// How long, in microseconds, the next wait gathers completions, if at
@@ -679,6 +901,7 @@ mod tests {
             Op::Event,
             Op::Recv(conn),
             Op::Send(ConnId { index: 3, gen: 1 }),
+            Op::Splice(ConnId { index: 9, gen: 2 }),
             Op::Io {
                 io: IoToken::whole(ReqId(u32::MAX)),
                 link: false,

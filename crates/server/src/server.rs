@@ -121,6 +121,8 @@ fn start_reactors(
             poll: cfg.server.poll,
             poll_spin: Duration::from_micros(cfg.server.poll_spin_us),
             batch_wait: Duration::from_micros(cfg.server.batch_wait_us),
+            splice: cfg.server.splice,
+            unix_send_buffer: cfg.server.unix_send_buffer.0 as usize,
         };
         let spawned = spawn_reactor(settings, catalog, pool, origin, ready_tx.clone());
         match spawned {
