@@ -31,6 +31,71 @@ fn read_exact(fd: i32, buf: &mut [u8]) -> bool {
     true
 }
 
+/// The receiver process: reads `n` replies, then writes its CPU per reply
+/// to `report` and exits.
+fn receive(fd: i32, report: i32, n: usize, bs: usize) -> ! {
+    let mut hdr = [0u8; 16];
+    let mut buf = vec![0u8; bs];
+    let c0 = cpu_us(libc::RUSAGE_SELF);
+    let mut got = 0;
+    while got < n && read_exact(fd, &mut hdr) && read_exact(fd, &mut buf) {
+        got += 1;
+    }
+    let c = (cpu_us(libc::RUSAGE_SELF) - c0) / got as f64;
+    let b = c.to_le_bytes();
+    unsafe { libc::write(report, b.as_ptr().cast(), 8) };
+    unsafe { libc::_exit(0) }
+}
+
+/// Mode 0: one sendmsg of header + data per reply of the batch, until all is written.
+fn send_by_copy(fd: i32, hdr: &[u8; 16], data: impl Iterator<Item = *mut u8>, bs: usize) {
+    let mut iov = Vec::new();
+    for d in data {
+        iov.push(libc::iovec { iov_base: hdr.as_ptr() as *mut _, iov_len: 16 });
+        iov.push(libc::iovec { iov_base: d.cast(), iov_len: bs });
+    }
+    let mut i = 0;
+    while i < iov.len() {
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = iov[i..].as_mut_ptr();
+        m.msg_iovlen = iov.len() - i;
+        let mut w = unsafe { libc::sendmsg(fd, &m, 0) };
+        assert!(w > 0);
+        while w > 0 {
+            if w as usize >= iov[i].iov_len {
+                w -= iov[i].iov_len as isize;
+                i += 1;
+            } else {
+                iov[i].iov_base = unsafe { (iov[i].iov_base as *mut u8).add(w as usize) }.cast();
+                iov[i].iov_len -= w as usize;
+                w = 0;
+            }
+        }
+    }
+}
+
+/// Mode 1: write each header and vmsplice each reply's data into the pipe,
+/// then splice the batch into the socket.
+fn send_by_splice(fd: i32, pf: [i32; 2], hdr: &[u8; 16], data: impl Iterator<Item = *mut u8>, bs: usize) {
+    let mut total = 0;
+    for d in data {
+        assert_eq!(unsafe { libc::write(pf[1], hdr.as_ptr().cast(), 16) }, 16);
+        let mut iov = libc::iovec { iov_base: d.cast(), iov_len: bs };
+        while iov.iov_len > 0 {
+            let v = unsafe { libc::vmsplice(pf[1], &iov, 1, 0) };
+            assert!(v > 0, "vmsplice {}", std::io::Error::last_os_error());
+            iov.iov_base = unsafe { (iov.iov_base as *mut u8).add(v as usize) }.cast();
+            iov.iov_len -= v as usize;
+        }
+        total += 16 + bs;
+    }
+    while total > 0 {
+        let s = unsafe { libc::splice(pf[0], std::ptr::null_mut(), fd, std::ptr::null_mut(), total, libc::SPLICE_F_MOVE) };
+        assert!(s > 0, "splice {}", std::io::Error::last_os_error());
+        total -= s as usize;
+    }
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     let mode: u32 = a[1].parse().unwrap();
@@ -47,17 +112,7 @@ fn main() {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         unsafe { libc::close(sv[0]) };
-        let mut hdr = [0u8; 16];
-        let mut buf = vec![0u8; bs];
-        let c0 = cpu_us(libc::RUSAGE_SELF);
-        let mut got = 0;
-        while got < n && read_exact(sv[1], &mut hdr) && read_exact(sv[1], &mut buf) {
-            got += 1;
-        }
-        let c = (cpu_us(libc::RUSAGE_SELF) - c0) / got as f64;
-        let b = c.to_le_bytes();
-        unsafe { libc::write(rp[1], b.as_ptr().cast(), 8) };
-        unsafe { libc::_exit(0) };
+        receive(sv[1], rp[1], n, bs);
     }
     unsafe { libc::close(sv[1]) };
     let fd = sv[0];
@@ -85,47 +140,9 @@ fn main() {
     while sent < n {
         let k = batch.min(n - sent);
         if mode == 0 {
-            let mut iov = Vec::with_capacity(2 * k);
-            for _ in 0..k {
-                iov.push(libc::iovec { iov_base: hdr.as_ptr() as *mut _, iov_len: 16 });
-                iov.push(libc::iovec { iov_base: unsafe { mem.add(next_off()) }.cast(), iov_len: bs });
-            }
-            let mut i = 0;
-            while i < iov.len() {
-                let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
-                m.msg_iov = iov[i..].as_mut_ptr();
-                m.msg_iovlen = iov.len() - i;
-                let mut w = unsafe { libc::sendmsg(fd, &m, 0) };
-                assert!(w > 0);
-                while w > 0 {
-                    if w as usize >= iov[i].iov_len {
-                        w -= iov[i].iov_len as isize;
-                        i += 1;
-                    } else {
-                        iov[i].iov_base = unsafe { (iov[i].iov_base as *mut u8).add(w as usize) }.cast();
-                        iov[i].iov_len -= w as usize;
-                        w = 0;
-                    }
-                }
-            }
+            send_by_copy(fd, &hdr, (0..k).map(|_| unsafe { mem.add(next_off()) }), bs);
         } else {
-            let mut total = 0;
-            for _ in 0..k {
-                assert_eq!(unsafe { libc::write(pf[1], hdr.as_ptr().cast(), 16) }, 16);
-                let mut iov = libc::iovec { iov_base: unsafe { mem.add(next_off()) }.cast(), iov_len: bs };
-                while iov.iov_len > 0 {
-                    let v = unsafe { libc::vmsplice(pf[1], &iov, 1, 0) };
-                    assert!(v > 0, "vmsplice {}", std::io::Error::last_os_error());
-                    iov.iov_base = unsafe { (iov.iov_base as *mut u8).add(v as usize) }.cast();
-                    iov.iov_len -= v as usize;
-                }
-                total += 16 + bs;
-            }
-            while total > 0 {
-                let s = unsafe { libc::splice(pf[0], std::ptr::null_mut(), fd, std::ptr::null_mut(), total, libc::SPLICE_F_MOVE) };
-                assert!(s > 0, "splice {}", std::io::Error::last_os_error());
-                total -= s as usize;
-            }
+            send_by_splice(fd, pf, &hdr, (0..k).map(|_| unsafe { mem.add(next_off()) }), bs);
         }
         sent += k;
     }
