@@ -522,11 +522,20 @@ fn to_confirm(
     let iso = solutions(points, depths, solo, factor)
         .into_iter()
         .find(|s| s.name == "isolation")?;
-    let p = match iso.light_depth {
-        Some(n) => depths.iter().find(|p| p.light_depth == Some(n)),
-        None => points.iter().find(|p| p.vrate == iso.vrate),
-    }?;
+    let p = solution_point(points, depths, &iso)?;
     (p.runs == 1 && p.isolation <= factor).then(|| Knob::of(p))
+}
+
+/// The point a solution was named at: its cap point, or its vrate point.
+fn solution_point<'a>(
+    points: &'a [TunePoint],
+    depths: &'a [TunePoint],
+    s: &Solution,
+) -> Option<&'a TunePoint> {
+    match s.light_depth {
+        Some(n) => depths.iter().find(|p| p.light_depth == Some(n)),
+        None => points.iter().find(|p| p.vrate == s.vrate),
+    }
 }
 
 /// Runs of one setting as one point: the probe of the run with the highest
@@ -757,11 +766,7 @@ fn points_table(r: &TuneResult) -> String {
         &r.untuned,
         r.solutions.iter().find(|s| s.name == "isolation"),
     ) {
-        let at = match iso.light_depth {
-            Some(n) => r.depths.iter().find(|p| p.light_depth == Some(n)),
-            None => r.points.iter().find(|p| p.vrate == iso.vrate),
-        };
-        if let Some(p) = at {
+        if let Some(p) = solution_point(&r.points, &r.depths, iso) {
             let _ = writeln!(
                 md,
                 "\nThe isolation solution's point: adversary {:.1}% of untuned, probe p99 {:.0} us (target {:.0} us).",
