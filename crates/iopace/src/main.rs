@@ -102,8 +102,24 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
 #[derive(Args)]
 struct SimArgs {
     /// Scenario files, e.g. scenarios/sim/test03_none.toml.
-    #[arg(required = true, value_name = "SCENARIO.toml")]
+    #[arg(required_unless_present = "fuzz", value_name = "SCENARIO.toml")]
     scenarios: Vec<String>,
+    /// Generate random scenarios from this seed instead, run each under
+    /// `auto` and score it against the fairness oracle.
+    #[arg(long, value_name = "SEED", conflicts_with = "scenarios")]
+    fuzz: Option<u64>,
+    /// With --fuzz: how many cases.
+    #[arg(long, default_value_t = 100, requires = "fuzz")]
+    count: u64,
+    /// With --fuzz: only this case (the repro the report prints).
+    #[arg(long, requires = "fuzz")]
+    index: Option<u64>,
+    /// With --fuzz: write each failing case's scenario file here.
+    #[arg(long, value_name = "DIR", requires = "fuzz")]
+    out: Option<PathBuf>,
+    /// With --fuzz: worker threads (default: one per core).
+    #[arg(long, requires = "fuzz")]
+    jobs: Option<usize>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -205,6 +221,17 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Cmd::Sim(args) if args.fuzz.is_some() => {
+            let fuzz = sim::fuzz::FuzzArgs {
+                seed: args.fuzz.unwrap_or(0),
+                count: args.count,
+                index: args.index,
+                json: args.json,
+                out: args.out,
+                jobs: args.jobs,
+            };
+            ExitCode::from(sim::fuzz::fuzz(&fuzz) as u8)
         }
         Cmd::Sim(args) => {
             let out = sim::Output {

@@ -13,6 +13,8 @@ pub struct Dev {
     /// When each channel is next free (FIFO: an IO takes the earliest).
     channels: Vec<Nanos>,
     pub cost: CostModel,
+    /// The cost model the pacer is told.
+    pub told_cost: CostModel,
     pub qos: Option<QosConfig>,
     /// Channel time spent serving IOs inside `measured` (ns, all channels).
     busy: Nanos,
@@ -30,6 +32,10 @@ impl Dev {
                     latency: (g.latency_us * 1000.0) as Nanos,
                     channels: vec![0; g.parallel],
                     cost: g.cost.unwrap_or_default(),
+                    told_cost: match g.cost_known {
+                        true => g.cost.unwrap_or_default(),
+                        false => CostModel::nvme(),
+                    },
                     qos: g.qos,
                     busy: 0,
                     measured: (0, 0),
@@ -37,6 +43,16 @@ impl Dev {
             }
         }
         devs
+    }
+
+    /// The fixed latency added to every IO, ns.
+    pub fn latency_ns(&self) -> f64 {
+        self.latency as f64
+    }
+
+    /// IOs a drive serves at once (its channels).
+    pub fn channels(&self) -> usize {
+        self.channels.len()
     }
 
     /// Counts busy time only inside `[from, to)`, the run's measured stretch.
@@ -95,6 +111,7 @@ mod tests {
             latency_us: 5.0,
             parallel: 2,
             cost: Some(cost),
+            cost_known: true,
             qos: None,
         };
         let mut dev = Dev::all(&[group]).remove(0);

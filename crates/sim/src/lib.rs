@@ -5,7 +5,9 @@
 //! ([`scenario`]); [`report`] prints a sweep table per run (one row per QD).
 
 mod devices;
+pub mod fuzz;
 mod hosts;
+pub mod oracle;
 mod ports;
 pub mod report;
 pub mod scenario;

@@ -18,6 +18,9 @@ pub struct Row {
     pub period_us: f64,
     /// Payload Gb/s per host group.
     pub per_group_gbps: Vec<f64>,
+    /// Payload Gb/s per host (for the oracle; not in the JSON rows).
+    #[serde(skip)]
+    pub per_host_gbps: Vec<f64>,
     /// p99 per host group, us.
     pub per_group_p99_us: Vec<f64>,
     /// p99 of the time at the device (start to device completion), us.

@@ -129,9 +129,18 @@ pub struct DeviceGroup {
     pub parallel: usize,
     #[serde(default)]
     pub cost: Option<CostModel>,
+    /// Whether the pacer is told `cost` (default true). When false it
+    /// assumes a data-centre NVMe drive, as a real target with no `[cost]`
+    /// for a file or block device does, while the drive serves at `cost`.
+    #[serde(default = "yes")]
+    pub cost_known: bool,
     /// Latency targets (iocost's QoS) for each device of the group.
     #[serde(default)]
     pub qos: Option<QosConfig>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one_usize() -> usize {

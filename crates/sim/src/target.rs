@@ -192,7 +192,10 @@ fn pacers(
     let devices: Vec<PacedDevice> = devs
         .iter()
         .zip(qos_targets)
-        .map(|(d, &qos)| PacedDevice { cost: d.cost, qos })
+        .map(|(d, &qos)| PacedDevice {
+            cost: d.told_cost,
+            qos,
+        })
         .collect();
     let group = PacerGroup::new(
         &catalog.pacing,

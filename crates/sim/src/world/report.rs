@@ -96,6 +96,7 @@ impl Sim<'_> {
             bufs_mib_max: self.bufs_gauge.max() as f64 * mib,
             period_us: period,
             per_group_gbps: per_group,
+            per_host_gbps: self.hosts.iter().map(|h| gbps(h.delivered, secs)).collect(),
             per_group_p99_us: self
                 .group_lat
                 .iter()

@@ -1,0 +1,256 @@
+//! `iopace sim --fuzz SEED --count N`: random scenarios ([`gen`]), each
+//! run under `auto` and scored against the fairness oracle ([`score`]);
+//! a share are broken on purpose and must be rejected ([`invalid`]).
+
+pub mod gen;
+pub mod invalid;
+pub mod score;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use rand::Rng;
+use serde::Serialize;
+
+use crate::parse;
+use score::{Miss, Score};
+
+/// One case in fifty is broken on purpose.
+const BROKEN_EVERY: u64 = 50;
+
+/// What `iopace sim --fuzz` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct FuzzArgs {
+    pub seed: u64,
+    pub count: u64,
+    /// Only this case (a repro).
+    pub index: Option<u64>,
+    pub json: bool,
+    /// Where each failing case's scenario file is written.
+    pub out: Option<PathBuf>,
+    /// Worker threads (default: the machine's cores).
+    pub jobs: Option<usize>,
+}
+
+/// One case's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct Case {
+    pub seed: u64,
+    pub index: u64,
+    pub pass: bool,
+    /// A broken scenario the loader had to reject.
+    pub broken: bool,
+    #[serde(flatten)]
+    pub score: Option<Score>,
+    /// What the loader said wrongly, for a broken case.
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub text: String,
+}
+
+/// Runs case `index` of `seed`.
+pub fn run_case(seed: u64, index: u64) -> Case {
+    let text = gen::case(seed, index);
+    let source = format!("fuzz-{seed}-{index}.toml");
+    let mut case = Case {
+        seed,
+        index,
+        pass: false,
+        broken: false,
+        score: None,
+        error: None,
+        text: text.clone(),
+    };
+    if index % BROKEN_EVERY == BROKEN_EVERY - 1 {
+        let mut r = gen::rng(seed, index);
+        let _: u64 = r.gen();
+        let (bad, field) = invalid::break_case(&mut r, &text);
+        case.broken = true;
+        case.error = invalid::rejected_well(&bad, &source, field).err();
+        case.pass = case.error.is_none();
+        case.text = bad;
+        return case;
+    }
+    match parse(&text, &source) {
+        Ok(sc) => {
+            let s = score::score(&sc);
+            case.pass = s.misses.is_empty();
+            case.score = Some(s);
+        }
+        Err(e) => case.error = Some(format!("a generated scenario did not load: {e}")),
+    }
+    case
+}
+
+/// Runs every case on `jobs` threads, in index order in the result.
+pub fn run_cases(args: &FuzzArgs) -> Vec<Case> {
+    let indexes: Vec<u64> = match args.index {
+        Some(i) => vec![i],
+        None => (0..args.count).collect(),
+    };
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let next = AtomicU64::new(0);
+    let done = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.max(1) {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(&index) = indexes.get(k) else { break };
+                let case = run_case(args.seed, index);
+                done.lock().unwrap_or_else(|e| e.into_inner()).push(case);
+            });
+        }
+    });
+    let mut cases = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    cases.sort_by_key(|c| c.index);
+    cases
+}
+
+/// `iopace sim --fuzz`: prints the report (or JSON) and writes failing
+/// cases' scenarios; exit status 1 when any case fails.
+pub fn fuzz(args: &FuzzArgs) -> i32 {
+    let cases = run_cases(args);
+    if let Some(dir) = &args.out {
+        if let Err(e) = write_failures(dir, &cases) {
+            eprintln!("iopace sim --fuzz: {}: {e}", dir.display());
+            return 2;
+        }
+    }
+    if args.json {
+        match serde_json::to_string_pretty(&cases) {
+            Ok(j) => println!("{j}"),
+            Err(e) => eprintln!("iopace sim --fuzz: {e}"),
+        }
+    } else {
+        print!("{}", report(&cases, args.out.is_some()));
+    }
+    i32::from(cases.iter().any(|c| !c.pass))
+}
+
+fn write_failures(dir: &std::path::Path, cases: &[Case]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for c in cases.iter().filter(|c| !c.pass) {
+        let name = format!("fuzz-{}-{}.toml", c.seed, c.index);
+        std::fs::write(dir.join(name), &c.text)?;
+    }
+    Ok(())
+}
+
+/// Worst cases shown in the report.
+const WORST: usize = 20;
+
+/// The pass rate, the misses by goal, and the worst cases with repros.
+pub fn report(cases: &[Case], wrote: bool) -> String {
+    let pass = cases.iter().filter(|c| c.pass).count();
+    let mut s = format!(
+        "fuzz: {} cases, {pass} pass ({:.1}%)\n\n| goal | cases missing it |\n|---|---|\n",
+        cases.len(),
+        100.0 * pass as f64 / cases.len().max(1) as f64
+    );
+    for goal in [
+        "host share",
+        "total",
+        "buffers",
+        "tenant ratio",
+        "QD 1 p99",
+        "books",
+    ] {
+        let n = cases
+            .iter()
+            .filter(|c| {
+                c.score
+                    .as_ref()
+                    .is_some_and(|s| s.misses.iter().any(|m| m.goal() == goal))
+            })
+            .count();
+        s += &format!("| {goal} | {n} |\n");
+    }
+    let bad_loads = cases.iter().filter(|c| c.error.is_some()).count();
+    s += &format!("| loader (broken cases misjudged) | {bad_loads} |\n\n");
+    let mut failing: Vec<&Case> = cases.iter().filter(|c| !c.pass).collect();
+    failing.sort_by(|a, b| worst(a).total_cmp(&worst(b)));
+    if !failing.is_empty() {
+        s += "| case | worst host % | total % | bufs / floor MiB | misses | repro |\n|---|---|---|---|---|---|\n";
+    }
+    for c in failing.iter().take(WORST) {
+        s += &line(c, wrote);
+    }
+    s
+}
+
+fn worst(c: &Case) -> f64 {
+    c.score.as_ref().map_or(-1.0, |s| s.worst_host_pct)
+}
+
+fn line(c: &Case, wrote: bool) -> String {
+    let repro = match wrote {
+        true => format!("`iopace sim fuzz-{}-{}.toml`", c.seed, c.index),
+        false => format!("`iopace sim --fuzz {} --index {}`", c.seed, c.index),
+    };
+    let Some(s) = &c.score else {
+        return format!(
+            "| {}:{} | | | | {} | {repro} |\n",
+            c.seed,
+            c.index,
+            c.error.as_deref().unwrap_or("")
+        );
+    };
+    let misses: Vec<String> = summarize(&s.misses);
+    format!(
+        "| {}:{} | {:.0} | {:.0} | {:.1} / {:.1} | {} | {repro} |\n",
+        c.seed,
+        c.index,
+        s.worst_host_pct,
+        s.total_pct,
+        s.bufs_mib,
+        s.floor_mib,
+        misses.join("; ")
+    )
+}
+
+/// The misses in a few words: counts of host misses, the others in full.
+fn summarize(misses: &[Miss]) -> Vec<String> {
+    let hosts = misses
+        .iter()
+        .filter(|m| matches!(m, Miss::HostShare { .. }))
+        .count();
+    let mut out = Vec::new();
+    if hosts > 0 {
+        out.push(format!("{hosts} hosts under share"));
+    }
+    for m in misses {
+        match m {
+            Miss::HostShare { .. } => {}
+            Miss::Total {
+                ideal_gbps,
+                got_gbps,
+            } => out.push(format!("total {got_gbps:.1} of {ideal_gbps:.1} Gb/s")),
+            Miss::Buffers {
+                mean_mib,
+                floor_mib,
+            } => out.push(format!("bufs {mean_mib:.1} MiB, floor {floor_mib:.1}")),
+            Miss::TenantRatio {
+                tenant,
+                ideal_share,
+                got_share,
+            } => out.push(format!(
+                "tenant {tenant} {:.0}% of bytes, ideal {:.0}%",
+                got_share * 100.0,
+                ideal_share * 100.0
+            )),
+            Miss::Qd1Latency {
+                p99_us,
+                solo_p99_us,
+                floor_us,
+                ..
+            } => out.push(format!(
+                "QD 1 p99 {p99_us:.0} us, solo {solo_p99_us:.0}, floor {floor_us:.0}"
+            )),
+            Miss::Books => out.push("books broken".into()),
+        }
+    }
+    out
+}

@@ -1,0 +1,247 @@
+//! The fairness oracle: what a perfect pacer would give each host of a
+//! scenario, and the fewest buffers it would need to do so.
+//!
+//! Each host is one flow whose rate loads every constraint it crosses:
+//! its port and its own link (replies one way, write payloads the other),
+//! and each drive it uses, in device-nanoseconds per byte from the drive's
+//! cost model and the host's mix of sizes and reads. Its queue depth caps
+//! it by Little's law at its unloaded round trip. Tenants divide by weight
+//! and the hosts of a tenant equally, by progressive filling ([`fill`]).
+//! The bandwidth-delay floor is each host's ideal rate times that round
+//! trip, summed. A port that steps mid-run is solved before and after the
+//! step, each weighted by its time in the measured stretch.
+
+pub mod fill;
+
+use pace::pacer::IoKind;
+
+use crate::devices::Dev;
+use crate::hosts::{self, Host};
+use crate::scenario::{DeviceKind, RunConfig, Scenario};
+
+/// The oracle's answer for one run at one QD.
+#[derive(Debug, Clone)]
+pub struct Ideal {
+    /// Each host's ideal payload rate, bytes/s.
+    pub host_bps: Vec<f64>,
+    /// Each host's tenant (0 without tenants).
+    pub tenant: Vec<usize>,
+    /// Each host's group in the scenario.
+    pub group: Vec<usize>,
+    /// Each host's queue depth.
+    pub qd: Vec<u32>,
+    /// Bytes in flight a perfect pacer needs: rate x round trip, summed.
+    pub floor_bytes: f64,
+}
+
+impl Ideal {
+    pub fn total_bps(&self) -> f64 {
+        self.host_bps.iter().sum()
+    }
+
+    /// Each tenant's ideal rate, bytes/s.
+    pub fn tenant_bps(&self) -> Vec<f64> {
+        let n = self.tenant.iter().copied().max().map_or(0, |t| t + 1);
+        let mut out = vec![0.0; n];
+        for (t, r) in self.tenant.iter().zip(&self.host_bps) {
+            out[*t] += r;
+        }
+        out
+    }
+}
+
+/// The ideal allocation of `run` at `qd`.
+pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
+    let devs = Dev::all(&sc.devices);
+    let (hosts, _) = hosts::hosts(sc, run, qd, devs.len());
+    let tenants = run.pacing.tenants.len().max(1);
+    let tenant: Vec<usize> = hosts.iter().map(|h| h.tenant.min(tenants - 1)).collect();
+    let warm = sc.warmup_ms as f64;
+    let end = warm + sc.duration_ms as f64;
+    let mut host_bps = vec![0.0; hosts.len()];
+    let mut floor = 0.0;
+    for (rates, share) in port_phases(sc, warm, end) {
+        let w = World {
+            sc,
+            run,
+            devs: &devs,
+            port_bps: &rates,
+        };
+        let rtt: Vec<f64> = hosts.iter().map(|h| w.round_trip(h)).collect();
+        let solved = fill::solve(&w.problem(&hosts, &tenant));
+        for (i, r) in solved.iter().enumerate() {
+            host_bps[i] += r * share;
+            floor += r * rtt[i] * share;
+        }
+    }
+    Ideal {
+        host_bps,
+        group: hosts.iter().map(|h| h.group).collect(),
+        qd: hosts.iter().map(|h| h.qd).collect(),
+        tenant,
+        floor_bytes: floor,
+    }
+}
+
+/// The ports' payload rates (bytes/s) in each stretch of the measured
+/// time, with that stretch's share of it.
+fn port_phases(sc: &Scenario, warm_ms: f64, end_ms: f64) -> Vec<(Vec<f64>, f64)> {
+    let before: Vec<f64> = sc.ports.iter().map(|p| p.rate_gbps * 1e9 / 8.0).collect();
+    let mut after = before.clone();
+    let mut at = end_ms;
+    for (i, p) in sc.ports.iter().enumerate() {
+        if let Some((ms, gbps)) = p.step {
+            after[i] = gbps * 1e9 / 8.0;
+            at = at.min(ms as f64);
+        }
+    }
+    let span = end_ms - warm_ms;
+    let first = ((at - warm_ms) / span).clamp(0.0, 1.0);
+    [(before, first), (after, 1.0 - first)]
+        .into_iter()
+        .filter(|(_, s)| *s > 0.0)
+        .collect()
+}
+
+/// The scenario's hardware with the ports at given rates.
+struct World<'a> {
+    sc: &'a Scenario,
+    run: &'a RunConfig,
+    devs: &'a [Dev],
+    port_bps: &'a [f64],
+}
+
+/// A host's IO mix: (bytes, share of IOs, read) triples.
+fn mix(h: &Host) -> Vec<(u32, f64, IoKind)> {
+    let total: u32 = h.bssplit.iter().map(|b| b.1).sum();
+    let read = f64::from(h.read_pct.min(100)) / 100.0;
+    let mut out = Vec::new();
+    for &(bytes, w) in &h.bssplit {
+        let share = f64::from(w) / f64::from(total.max(1));
+        out.push((bytes, share * read, IoKind::Read));
+        out.push((bytes, share * (1.0 - read), IoKind::Write));
+    }
+    out.retain(|m| m.1 > 0.0);
+    out
+}
+
+fn mean_bytes(h: &Host) -> f64 {
+    mix(h).iter().map(|(b, s, _)| f64::from(*b) * s).sum()
+}
+
+impl World<'_> {
+    /// The host link's payload rate, bytes/s (`None`: as fast as its port).
+    fn link_bps(&self, h: &Host) -> Option<f64> {
+        self.sc.hosts[h.group].link_gbps.map(|g| g * 1e9 / 8.0)
+    }
+
+    /// The rate one IO crosses the wire at, unloaded.
+    fn wire_bps(&self, h: &Host) -> f64 {
+        let port = self.port_bps[h.port];
+        self.link_bps(h).map_or(port, |l| l.min(port))
+    }
+
+    /// Device-nanoseconds an IO of the host's mix costs `dev` on average,
+    /// and the mean time from submission to completion, unloaded.
+    fn device_ns(&self, h: &Host, dev: usize) -> (f64, f64) {
+        let d = &self.devs[dev];
+        let mut service = 0.0;
+        for (bytes, share, kind) in mix(h) {
+            service += share * d.cost.cost(kind, bytes, false);
+        }
+        match d.kind {
+            DeviceKind::Nvme => (service, service + d.latency_ns()),
+            DeviceKind::Delay => (0.0, d.latency_ns()),
+        }
+    }
+
+    /// A host's unloaded round trip for its mean IO, seconds: the RTT, the
+    /// device, and the payload crossing the slower of its link and port.
+    fn round_trip(&self, h: &Host) -> f64 {
+        let devices = h.devices.len().max(1) as f64;
+        let device: f64 = h
+            .devices
+            .iter()
+            .map(|&(d, _)| self.device_ns(h, d).1)
+            .sum::<f64>()
+            / devices;
+        h.rtt as f64 / 1e9 + device / 1e9 + mean_bytes(h) / self.wire_bps(h)
+    }
+
+    /// The progressive-filling problem: constraints are, in order, each
+    /// port's egress and ingress, each host's link both ways, each drive.
+    fn problem(&self, hosts: &[Host], tenant: &[usize]) -> fill::Problem {
+        let ports = self.port_bps.len();
+        let mut capacity: Vec<f64> = self.port_bps.iter().flat_map(|&r| [r, r]).collect();
+        let link_base = capacity.len();
+        for h in hosts {
+            let l = self.link_bps(h).unwrap_or(f64::INFINITY);
+            capacity.extend([l, l]);
+        }
+        let dev_base = capacity.len();
+        capacity.extend(self.devs.iter().map(|d| d.channels() as f64 * 1e9));
+        debug_assert_eq!(
+            capacity.len(),
+            2 * ports + 2 * hosts.len() + self.devs.len()
+        );
+        let weights = match self.run.pacing.tenants.len() {
+            0 => vec![1.0],
+            _ => self.run.pacing.tenants.iter().map(|t| t.weight).collect(),
+        };
+        let flows = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| self.flow(h, tenant[i], 2 * h.port, link_base + 2 * i, dev_base))
+            .collect();
+        fill::Problem {
+            capacity,
+            weights,
+            flows,
+        }
+    }
+
+    /// Host `h` as a flow: `port` and `link` index its egress constraints
+    /// (ingress follows each).
+    fn flow(
+        &self,
+        h: &Host,
+        tenant: usize,
+        port: usize,
+        link: usize,
+        dev_base: usize,
+    ) -> fill::Flow {
+        let read = f64::from(h.read_pct.min(100)) / 100.0;
+        let mean = mean_bytes(h);
+        let mut loads = Vec::new();
+        for (c, a) in [
+            (port, read),
+            (port + 1, 1.0 - read),
+            (link, read),
+            (link + 1, 1.0 - read),
+        ] {
+            if a > 0.0 {
+                loads.push((c, a));
+            }
+        }
+        let share = 1.0 / h.devices.len().max(1) as f64;
+        for &(d, _) in &h.devices {
+            let ns = self.device_ns(h, d).0;
+            if ns > 0.0 {
+                loads.push((dev_base + d, share * ns / mean));
+            }
+        }
+        let cap = if mean > 0.0 {
+            f64::from(h.qd) * mean / self.round_trip(h)
+        } else {
+            0.0
+        };
+        fill::Flow {
+            group: tenant,
+            cap,
+            loads,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
