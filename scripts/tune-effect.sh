@@ -3,7 +3,7 @@
 # disk, tune it with the probe's cost model, then run
 # scenarios/tune_effect.toml with that [cost.disk] and tune's isolation
 # [qos.disk] (passed by --var; the scenario's [vars] are the last recorded
-# ones, see docs/results/tune-effect-2026-11-26/).
+# ones, see docs/evidence.md#tune-effect-bank).
 #
 # Usage: scripts/tune-effect.sh OUT_DIR [more iopace bench args]
 # Env:   BIN    the iopace binary (target/release/iopace)

@@ -28,9 +28,9 @@ pub const ADVERSARY_QD: u32 = 64;
 /// highest first: a cap bounds the queue the probe's IO finds, which a
 /// budget does not, and costs only what the device's curve loses at that
 /// depth (on a disk that serves many IOs at once, a cap of 8-16 kept the
-/// probe within 2x solo at 79-100% of its rate, tune-effect-2026-11-26d).
+/// probe within 2x solo at 79-100% of its rate, docs/evidence.md#tune-lone-depth).
 /// Finer at the low end, where served through a busy reactor the probe
-/// crossed its target between 4 and 8 (tune-effect-2026-11-26e).
+/// crossed its target between 4 and 8 (docs/evidence.md#tune-light-depth).
 pub const DEPTHS: [u32; 8] = [32, 24, 16, 12, 10, 8, 6, 4];
 
 /// What one point holds the adversary to.
@@ -66,7 +66,7 @@ impl Knob {
 
 /// Extra runs of the isolation candidate before it is named: one 10 s
 /// point read the probe's p99 130-400 us under what the bench's runs then
-/// measured (tune-effect-2026-11-26f), so a pick near its target was
+/// measured (docs/evidence.md#tune-disk-alone), so a pick near its target was
 /// optimistic.
 pub const CONFIRM_RUNS: u32 = 2;
 /// Candidates confirmed at most, each failing one handing over to the next.
@@ -614,7 +614,7 @@ fn depths_done(depths: &[TunePoint], factor: f64) -> bool {
 /// measured isolates too: the probe's p99 falls with the cap, so a cap
 /// that isolates above one that does not had a lucky run (on the disk a
 /// cap of 12 measured within target between 16 and 10 over it, and in the
-/// bench was over in 6 reps of 6, tune-effect-2026-11-26e).
+/// bench was over in 6 reps of 6, docs/evidence.md#tune-light-depth).
 pub fn isolating_depth(depths: &[TunePoint], factor: f64) -> Option<&TunePoint> {
     let isolates = |p: &TunePoint| p.isolation <= factor;
     depths

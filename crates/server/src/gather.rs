@@ -9,7 +9,7 @@
 //! so it measures: every `HOLD_NS` it serves one epoch the other way and
 //! one epoch its chosen way, and keeps gathering unless not gathering
 //! served clearly more in two trials in a row
-//! (docs/results/gather-2026-11-25).
+//! (docs/evidence.md#gather).
 
 use pace::Nanos;
 

@@ -12,7 +12,7 @@
 //! unmapping): the client then reads the bytes as they were when spliced,
 //! or as a later overlapping write left them, which a read that overlaps
 //! a write in flight may show anyway. See
-//! `docs/results/zero-copy-2026-11-26/README.md`.
+//! `docs/evidence.md#zero-copy`.
 //!
 //! The reactor owns one [`Pipe`] per connection that splices, and drives
 //! each send: [`Pipe::fill`], then [`Pipe::drain_to`] until the pipe is

@@ -394,7 +394,7 @@ impl Pacer {
     /// window grew with the queue it let wait, the latency probe no longer
     /// drained it, and a 128 KiB QD 256 reader held 12.5 MiB at this
     /// machine's disk where it had held 2.2-6.4
-    /// (`queued-hold-2026-11-26/qd256/`).
+    /// (`docs/evidence.md#queued-hold`).
     pub(super) fn queued_hold(&self, d: usize) -> Option<Nanos> {
         let dev = &self.devices[d];
         if !dev.queues_at_device(dev.largest_work(self.max_io)) {

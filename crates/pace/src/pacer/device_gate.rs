@@ -74,7 +74,7 @@ const GATE_RECHECK_NS: Nanos = 10_000;
 /// time (the simulator's drives: 1.2-1.3). One that serves many at once
 /// (this VM's disk: 6-28) keeps gaining rate with its queue depth, and
 /// on it every cap its trials kept by the noise of 10 ms epochs cost the
-/// saturating tenant 5-7% (`tenants-qd1-2026-11-26`).
+/// saturating tenant 5-7% (`docs/evidence.md#qd1-tenant-device-gate`).
 const SERIAL_KNEE: u64 = 4;
 
 /// Past its cap, a heavy IO may go to a device this long before the

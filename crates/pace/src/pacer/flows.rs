@@ -61,7 +61,7 @@ const FLOW_SAMPLE_MAX_NS: Nanos = 10 * RATE_SAMPLE_NS;
 /// client empties now and then (fio at QD 8 on this machine's disk, whose
 /// completions come in bunches; `qemu-img bench` too), and one such IO in
 /// 100 ms held its device at depth 1 in 92-100% of polls, `auto` at ~540
-/// MiB/s where `none` ran 720-1000 (`docs/results/device-time-2026-11-26/real/`).
+/// MiB/s where `none` ran 720-1000 (`docs/evidence.md#device-time-window`).
 const LONE_RUN: u32 = 4;
 /// A flow with IO in the pipeline and no progress for this long has
 /// stalled: its IO leaves its host's and the reactor's windows.

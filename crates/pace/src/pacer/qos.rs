@@ -378,7 +378,7 @@ mod tests {
     fn a_saturated_budget_delivers_vrate_and_keeps_late_wakes_banked() {
         for vrate in [0.3, 1.0, 2.0] {
             // One wake per IO (batching them was measured not to cut the
-            // reactor's CPU, tune-effect-2026-11-26c).
+            // reactor's CPU, docs/evidence.md#tune-budget-cpu).
             let (released, wakes, rate) = saturate(vrate, 1.0, 0);
             assert!(
                 released.abs_diff(wakes) <= 1,
