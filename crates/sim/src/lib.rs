@@ -74,6 +74,7 @@ pub fn run(paths: &[String], out: Output) -> i32 {
             println!("{}", serde_json::Value::Array(v));
         } else {
             print!("{}", render(&sc, &results));
+            print!("{}", oracle::render(&sc, &results));
         }
     }
     0

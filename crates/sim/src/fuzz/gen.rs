@@ -49,7 +49,7 @@ pub fn case(seed: u64, index: u64) -> String {
         let _ = writeln!(body, "\n[[ports]]\nrate_gbps = {speed:.1}\nrtt_us = {rtt}");
         if i == 0 && r.gen_bool(0.15) {
             let to = pick(&mut r, &SPEEDS[1..]) * PAYLOAD;
-            let _ = writeln!(body, "step = [{STEP_MS}, {to:.1}]");
+            let _ = writeln!(body, "step = [{STEP_AT}, {to:.1}]");
         }
     }
     let (drive_groups, slowest_us) = devices(&mut r, &mut body);
@@ -69,18 +69,75 @@ pub fn case(seed: u64, index: u64) -> String {
     run(&mut r, &mut body, tenants);
     // Long enough for dozens of round trips at the slowest drive and RTT.
     let round_trip_ms = (longest_rtt + slowest_us) / 1000.0;
-    let measured = ((30.0 * round_trip_ms) as u64).clamp(MEASURED_MS, 400);
-    let mut s = String::new();
-    header(&mut s, seed, index, qd, reactors, measured);
-    s + &body
+    let measured = ((30.0 * round_trip_ms) as u64).clamp(MEASURED_MS, MAX_MS);
+    let draft = Header {
+        seed,
+        index,
+        qd,
+        reactors,
+        warmup: WARMUP_MS,
+        measured,
+    };
+    let (queued, budget) = queueing_ms(&draft.text(&body));
+    // Deep queues at a bottleneck take about `queued` to build: warm up
+    // past it and measure as long again, so the run shows the steady state;
+    // within the IO budget, so that a case runs in seconds.
+    let most = (budget / 2.0).clamp(WARMUP_MS as f64, MAX_MS as f64);
+    let warmup = (2.0 * queued).clamp(WARMUP_MS as f64, most) as u64;
+    let measured = measured.max((2.0 * queued).min(most) as u64);
+    Header {
+        warmup,
+        measured,
+        ..draft
+    }
+    .text(&body)
 }
 
-/// When a stepping port changes rate, ms from the start: inside every
-/// case's measured stretch.
-const STEP_MS: u64 = 60;
-/// The shortest measured stretch, ms, after [`WARMUP_MS`].
+/// Stands for the time a stepping port changes rate until the stretches
+/// are known: halfway through the measured one.
+const STEP_AT: &str = "@STEP_AT@";
+/// The shortest measured stretch and warm-up, ms, and the longest.
 const MEASURED_MS: u64 = 80;
 const WARMUP_MS: u64 = 40;
+const MAX_MS: u64 = 3000;
+
+/// The longest time, ms, a host's IO takes at its ideal rate (its QD
+/// over its rate, by Little's law): how long a queue at its bottleneck
+/// takes to build and drain. And how long, ms, the whole scenario takes
+/// to carry [`IO_BUDGET`] IOs at the oracle's rates.
+fn queueing_ms(text: &str) -> (f64, f64) {
+    let Ok(sc) = crate::parse(text, "draft") else {
+        return (0.0, MAX_MS as f64);
+    };
+    let ideal = crate::oracle::ideal(&sc, &sc.runs[0], sc.qds[0]);
+    let devs = sc.devices.iter().map(|g| g.count).sum();
+    let (hosts, _) = crate::hosts::hosts(&sc, &sc.runs[0], sc.qds[0], devs);
+    let mut longest = 0.0f64;
+    let mut iops = 0.0;
+    for (h, &rate) in hosts.iter().zip(&ideal.host_bps) {
+        let n: u32 = h.bssplit.iter().map(|b| b.1).sum();
+        let bytes: u64 = h
+            .bssplit
+            .iter()
+            .map(|b| u64::from(b.0) * u64::from(b.1))
+            .sum();
+        let mean = bytes as f64 / f64::from(n.max(1));
+        if rate > 0.0 {
+            longest = longest.max(1e3 * f64::from(h.qd) * mean / rate);
+            iops += rate / mean;
+        }
+    }
+    let budget = if iops > 0.0 {
+        1e3 * IO_BUDGET / iops
+    } else {
+        MAX_MS as f64
+    };
+    (longest, budget)
+}
+
+/// IOs a case's warm-up and measured stretch carry at most, at the
+/// oracle's rates (a few seconds of simulation).
+const IO_BUDGET: f64 = 1.5e6;
 
 /// Where a host group sits.
 struct Group<'a> {
@@ -112,16 +169,39 @@ fn host_counts(r: &mut SmallRng, groups: usize, qd: u32) -> Vec<usize> {
     counts
 }
 
-fn header(s: &mut String, seed: u64, index: u64, qd: u32, reactors: usize, measured: u64) {
-    let _ = write!(
-        s,
-        "name = \"fuzz {seed}:{index}\"\n\
+/// The top of a case's file: its name, stretches and target.
+#[derive(Clone, Copy)]
+struct Header {
+    seed: u64,
+    index: u64,
+    qd: u32,
+    reactors: usize,
+    warmup: u64,
+    measured: u64,
+}
+
+impl Header {
+    /// The whole case: this header over `body`, steps placed.
+    fn text(&self, body: &str) -> String {
+        let Header {
+            seed,
+            index,
+            qd,
+            reactors,
+            warmup,
+            measured,
+        } = *self;
+        let step = (warmup + measured / 2).to_string();
+        format!(
+            "name = \"fuzz {seed}:{index}\"\n\
          description = \"iopace sim --fuzz {seed} --index {index}\"\n\
-         seed = {index}\nduration_ms = {measured}\nwarmup_ms = {WARMUP_MS}\nqds = [{qd}]\n\n\
+         seed = {index}\nduration_ms = {measured}\nwarmup_ms = {warmup}\nqds = [{qd}]\n\n\
          [target]\nreactors = {reactors}\nbuffer_size = 131072\n\
          num_shared_buffers = 16384\nddio_budget_mib = 12\nddio_slope = 0.075\n\
-         ddio_floor = 0.6\n"
-    );
+         ddio_floor = 0.6\n{}",
+            body.replace(STEP_AT, &step)
+        )
+    }
 }
 
 /// 1-3 groups of drives, 1-128 in all; returns each group's device

@@ -254,3 +254,6 @@ fn summarize(misses: &[Miss]) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

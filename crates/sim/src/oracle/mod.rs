@@ -6,12 +6,17 @@
 //! and each drive it uses, in device-nanoseconds per byte from the drive's
 //! cost model and the host's mix of sizes and reads. Its queue depth caps
 //! it by Little's law at its unloaded round trip. Tenants divide by weight
-//! and the hosts of a tenant equally, by progressive filling ([`fill`]).
+//! and the hosts of a tenant equally, by progressive filling ([`fill`]) on
+//! each host's dominant share of what it shares: bytes at a port, device
+//! time at a drive.
 //! The bandwidth-delay floor is each host's ideal rate times that round
 //! trip, summed. A port that steps mid-run is solved before and after the
 //! step, each weighted by its time in the measured stretch.
 
 pub mod fill;
+mod table;
+
+pub use table::render;
 
 use pace::pacer::IoKind;
 
@@ -68,7 +73,7 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
             port_bps: &rates,
         };
         let rtt: Vec<f64> = hosts.iter().map(|h| w.round_trip(h)).collect();
-        let solved = fill::solve(&w.problem(&hosts, &tenant));
+        let solved = dominant_fill(&w.problem(&hosts, &tenant), 2 * rates.len());
         for (i, r) in solved.iter().enumerate() {
             host_bps[i] += r * share;
             floor += r * rtt[i] * share;
@@ -81,6 +86,49 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
         tenant,
         floor_bytes: floor,
     }
+}
+
+/// Progressive filling on each flow's dominant share of the shared
+/// constraints (dominant resource fairness): flows that meet at a port
+/// grow equal in bytes, flows that meet at a drive equal in device time,
+/// as iocost divides a drive. A flow's own link (constraints from `own`
+/// on) caps it but does not set its unit.
+fn dominant_fill(p: &fill::Problem, own: usize) -> Vec<f64> {
+    let scale: Vec<f64> = p
+        .flows
+        .iter()
+        .map(|f| {
+            let dominant = f
+                .loads
+                .iter()
+                .filter(|(c, _)| *c < own || *c >= own + 2 * p.flows.len())
+                .map(|&(c, a)| a / p.capacity[c])
+                .fold(0.0, f64::max);
+            if dominant > 0.0 {
+                1.0 / dominant
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let shares = fill::Problem {
+        flows: p
+            .flows
+            .iter()
+            .zip(&scale)
+            .map(|(f, &k)| fill::Flow {
+                group: f.group,
+                cap: f.cap / k,
+                loads: f.loads.iter().map(|&(c, a)| (c, a * k)).collect(),
+            })
+            .collect(),
+        ..p.clone()
+    };
+    fill::solve(&shares)
+        .iter()
+        .zip(&scale)
+        .map(|(x, k)| x * k)
+        .collect()
 }
 
 /// The ports' payload rates (bytes/s) in each stretch of the measured
@@ -142,15 +190,24 @@ impl World<'_> {
     }
 
     /// Device-nanoseconds an IO of the host's mix costs `dev` on average,
-    /// and the mean time from submission to completion, unloaded.
+    /// and the mean time from submission to completion, unloaded. The
+    /// target sends an IO larger than a buffer to the device as one piece
+    /// per buffer, each paying the per-IO cost; the pieces of one IO run on
+    /// the drive's channels side by side.
     fn device_ns(&self, h: &Host, dev: usize) -> (f64, f64) {
         let d = &self.devs[dev];
-        let mut service = 0.0;
+        let piece = self.sc.target.buffer_size.max(1);
+        let (mut service, mut latency) = (0.0, 0.0);
         for (bytes, share, kind) in mix(h) {
-            service += share * d.cost.cost(kind, bytes, false);
+            let pieces = bytes.div_ceil(piece);
+            let whole = f64::from(pieces - 1) * d.cost.cost(kind, piece, false);
+            let last = d.cost.cost(kind, bytes - (pieces - 1) * piece, false);
+            service += share * (whole + last);
+            let waves = f64::from(pieces.div_ceil(d.channels().max(1) as u32));
+            latency += share * (whole + last) / f64::from(pieces) * waves;
         }
         match d.kind {
-            DeviceKind::Nvme => (service, service + d.latency_ns()),
+            DeviceKind::Nvme => (service, latency + d.latency_ns()),
             DeviceKind::Delay => (0.0, d.latency_ns()),
         }
     }

@@ -126,3 +126,19 @@ fn a_port_step_averages_over_time() {
     let sc = scenario(&body, "");
     near(ideal_of(&sc, 256).host_bps[0], 30.0 * GBPS);
 }
+
+/// Two hosts meet at one drive (1 channel, 100k IOPS, 1 GB/s): 4 KiB and
+/// 64 KiB reads. Dominant resource fairness gives each half the drive's
+/// time, as iocost does, not equal bytes.
+#[test]
+fn hosts_meeting_at_a_drive_split_its_time() {
+    let body = "[[ports]]\nrate_gbps = 92.4\nrtt_us = 10\n\
+                [[devices]]\ncount = 1\nkind = \"nvme\"\nlatency_us = 10\n\
+                cost = { rbps = 1e9, rseqiops = 1e5, rrandiops = 1e5, wbps = 1e9, wseqiops = 1e5, wrandiops = 1e5 }\n\
+                [[hosts]]\ncount = 1\nbssplit = [[4096, 1]]\n\
+                [[hosts]]\ncount = 1\nbssplit = [[65536, 1]]\n";
+    let sc = scenario(body, "");
+    let i = ideal_of(&sc, 1024);
+    near(i.host_bps[0], 0.5e9 / 14_096.0 * 4096.0);
+    near(i.host_bps[1], 0.5e9 / 75_536.0 * 65536.0);
+}

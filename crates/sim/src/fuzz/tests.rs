@@ -1,0 +1,57 @@
+//! The fuzzer's own checks: what it generates loads, what it breaks is
+//! rejected as the loader promises, and a case is the same every time.
+
+use super::*;
+
+/// Every generated case loads, and the oracle gives every host a finite,
+/// non-negative rate and the floor is finite.
+#[test]
+fn every_generated_case_loads() {
+    for index in 0..300 {
+        if index % BROKEN_EVERY == BROKEN_EVERY - 1 {
+            continue;
+        }
+        let text = gen::case(7, index);
+        let sc = parse(&text, "case.toml").unwrap_or_else(|e| panic!("case {index}: {e}\n{text}"));
+        let ideal = crate::oracle::ideal(&sc, &sc.runs[0], sc.qds[0]);
+        assert!(
+            ideal.host_bps.iter().all(|r| r.is_finite() && *r >= 0.0),
+            "case {index}"
+        );
+        assert!(ideal.floor_bytes.is_finite(), "case {index}");
+        assert!(
+            ideal.total_bps() > 0.0,
+            "case {index}: nothing to carry\n{text}"
+        );
+    }
+}
+
+/// Each broken case is rejected naming its file, line and field.
+#[test]
+fn broken_cases_are_rejected_with_file_line_and_field() {
+    let mut seen = std::collections::BTreeSet::new();
+    for k in 0..60 {
+        let index = k * BROKEN_EVERY + BROKEN_EVERY - 1;
+        let case = run_case(3, index);
+        assert!(case.broken);
+        assert!(case.pass, "case {index}: {:?}\n{}", case.error, case.text);
+        seen.insert(case.text.lines().count());
+    }
+    assert!(seen.len() > 1, "the broken cases differ");
+}
+
+/// A broken field must be caught even where the generator never puts it
+/// wrong: a scenario the loader accepts is reported.
+#[test]
+fn an_accepted_break_is_reported() {
+    let text = gen::case(3, 0);
+    let err = invalid::rejected_well(&text, "ok.toml", "hosts[0].read_pct");
+    assert!(err.is_err());
+}
+
+/// The same seed and index make the same scenario; another index another.
+#[test]
+fn cases_are_reproducible() {
+    assert_eq!(gen::case(11, 5), gen::case(11, 5));
+    assert_ne!(gen::case(11, 5), gen::case(11, 6));
+}
