@@ -1,4 +1,4 @@
-//! Block devices: null, malloc, file (io_uring), split, delay and model.
+//! Block devices: null, malloc, file (io_uring), split, delay, fault and model.
 //!
 //! A stack (delay over split over file, ...) is resolved at build time into a
 //! flat [`Bdev`]: one leaf, a byte offset and the delay layers. This crate
@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 mod delay;
+mod fault;
 mod file;
 pub mod identity;
 mod memory;
@@ -17,6 +18,7 @@ mod model;
 mod size;
 
 pub use delay::DelayModel;
+pub use fault::{Errno, FailRange, Fault, FaultOp, FaultParams, FaultStatus, STALL_RECHECK_NS};
 pub use model::{ModelDevice, ModelParams, ModelState};
 pub use size::ByteSize;
 
@@ -36,6 +38,7 @@ pub enum BdevKindName {
     Split,
     Delay,
     Model,
+    Fault,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -76,6 +79,16 @@ pub struct BdevSpec {
     /// Model bdevs: in-flight IOs past which latency grows by `knee_us` each.
     pub knee_qd: Option<u32>,
     pub knee_us: Option<f64>,
+    /// Fault bdevs (see [`FaultParams`]); `latency_us` too.
+    pub ops: Option<Vec<FaultOp>>,
+    pub errno: Option<Errno>,
+    pub error_rate: Option<f64>,
+    pub fail_range: Option<FailRange>,
+    pub fail_after: Option<u64>,
+    pub spike_us: Option<f64>,
+    pub spike_rate: Option<f64>,
+    pub stall: Option<bool>,
+    pub stall_ms: Option<u64>,
 }
 
 impl BdevSpec {
@@ -101,6 +114,15 @@ impl BdevSpec {
             channels: None,
             knee_qd: None,
             knee_us: None,
+            ops: None,
+            errno: None,
+            error_rate: None,
+            fail_range: None,
+            fail_after: None,
+            spike_us: None,
+            spike_rate: None,
+            stall: None,
+            stall_ms: None,
         }
     }
 }
@@ -206,6 +228,8 @@ pub struct Bdev {
     delays: Vec<DelayModel>,
     /// The model device whose timing this bdev's IO follows, if any.
     model: Option<Arc<ModelDevice>>,
+    /// Fault layers, innermost first.
+    faults: Vec<Arc<Fault>>,
     caps: Caps,
 }
 
@@ -218,6 +242,7 @@ impl std::fmt::Debug for Bdev {
             .field("offset", &self.offset)
             .field("delays", &self.delays.len())
             .field("model", &self.model.as_ref().map(|m| m.params))
+            .field("faults", &self.faults.len())
             .finish()
     }
 }
@@ -249,7 +274,7 @@ impl Bdev {
         self.leaf.kind()
     }
     pub fn has_delay(&self) -> bool {
-        !self.delays.is_empty() || self.model.is_some()
+        !self.delays.is_empty() || self.model.is_some() || !self.faults.is_empty()
     }
     /// The model device's parameters, for a `model` bdev (and bdevs over one).
     pub fn model_params(&self) -> Option<ModelParams> {
@@ -264,6 +289,9 @@ impl Bdev {
     /// caller has checked that the range lies inside the bdev.
     pub unsafe fn prepare(&self, io: &IoRequest) -> Prep {
         let abs = self.offset + io.offset;
+        if let Some(errno) = self.faults.iter().find_map(|f| f.fail(io.op, abs, io.len)) {
+            return Prep::Done(IoResult::Err(errno));
+        }
         if let Some(model) = &self.model {
             model.admit_now(io.op, abs, io.len);
         }
@@ -290,7 +318,7 @@ impl Bdev {
     /// as the bdev; a write to it meanwhile races the send, as overlapping
     /// IO in flight may on any disk.
     pub fn lend_read(&self, io: &IoRequest) -> Option<libc::iovec> {
-        if io.op != IoOp::Read || self.model.is_some() || !self.delays.is_empty() {
+        if io.op != IoOp::Read || self.has_delay() {
             return None;
         }
         match &*self.leaf {
@@ -331,6 +359,28 @@ impl Bdev {
                 .iter()
                 .map(|d| d.sample_ns(op, rng))
                 .sum::<u64>()
+            + self.faults.iter().map(|f| f.latency_ns(op)).sum::<u64>()
+    }
+
+    /// When to let IO `op`, submitted at `t_submit` and completed by the
+    /// device at `now`, complete: after its delays and any stall of a
+    /// fault layer (a stall held until released answers when to look again,
+    /// with [`Bdev::still_stalled`]). Call it right after `prepare`.
+    pub fn release_at(&self, op: IoOp, t_submit: u64, now: u64, rng: &mut impl rand::Rng) -> u64 {
+        let delayed = t_submit + self.sample_delay_ns(op, rng);
+        self.faults
+            .iter()
+            .filter_map(|f| f.stall_end(op, now))
+            .fold(delayed, u64::max)
+    }
+
+    /// For an IO held at `now`: when to let it go or look again, if a
+    /// stall of a fault layer still holds it.
+    pub fn still_stalled(&self, now: u64) -> Option<u64> {
+        self.faults
+            .iter()
+            .filter_map(|f| f.still_stalled(now))
+            .max()
     }
 
     /// base:allocation extents `(length, flags)` from `offset`, covering at
@@ -371,6 +421,17 @@ impl BdevSet {
 
     pub fn names(&self) -> Vec<String> {
         self.order.clone()
+    }
+
+    /// The fault layer of fault bdev `name`.
+    pub fn fault(&self, name: &str) -> Option<Arc<Fault>> {
+        let b = self.bdevs.get(name)?;
+        b.faults.iter().find(|f| f.name() == name).cloned()
+    }
+
+    /// Every fault bdev's layer, in config order.
+    pub fn faults(&self) -> Vec<Arc<Fault>> {
+        self.order.iter().filter_map(|n| self.fault(n)).collect()
     }
 
     /// fdatasync every file leaf (shutdown).
@@ -601,6 +662,7 @@ impl Builder<'_> {
             leaf: base.leaf.clone(),
             delays: Vec::new(),
             model: Some(Arc::new(ModelDevice::new(params))),
+            faults: Vec::new(),
             caps: base.caps,
         })])
     }
@@ -638,6 +700,7 @@ impl Builder<'_> {
             BdevKindName::Split => self.make_split(i),
             BdevKindName::Delay => self.make_delay(i),
             BdevKindName::Model => self.make_model(i),
+            BdevKindName::Fault => self.make_fault(i),
         }
     }
 
@@ -733,13 +796,50 @@ impl Builder<'_> {
     }
 }
 
+impl Builder<'_> {
+    fn make_fault(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
+        let base = self.base_of(i)?;
+        let s = &self.specs[i];
+        let d = FaultParams::default();
+        let params = FaultParams {
+            ops: s.ops.clone().unwrap_or(d.ops),
+            errno: s.errno.unwrap_or(d.errno),
+            error_rate: s.error_rate.unwrap_or(d.error_rate),
+            fail_range: s.fail_range,
+            fail_after: s.fail_after,
+            latency_us: s.latency_us.unwrap_or(d.latency_us),
+            spike_us: s.spike_us.unwrap_or(d.spike_us),
+            spike_rate: s.spike_rate.unwrap_or(d.spike_rate),
+            stall: s.stall.unwrap_or(d.stall),
+            stall_ms: s.stall_ms.unwrap_or(d.stall_ms),
+        };
+        params.check().map_err(|(f, m)| err(i, f, m))?;
+        if let Some(r) = params.fail_range {
+            if r.offset.0 >= base.size {
+                let msg = format!(
+                    "offset {} is past the end ({} bytes)",
+                    r.offset.0, base.size
+                );
+                return Err(err(i, "fail_range", msg));
+            }
+        }
+        let mut faults = base.faults.clone();
+        faults.push(Arc::new(Fault::new(&s.name, base.offset, params)));
+        Ok(vec![Arc::new(Bdev {
+            name: s.name.clone(),
+            faults,
+            ..(*base).clone()
+        })])
+    }
+}
+
 /// A field set that the bdev's kind does not use is an error, not ignored:
 /// `size` on a split or `max_resident` on a null says the config means
 /// something it does not get.
 fn check_fields(s: &BdevSpec, i: usize) -> Result<(), BuildError> {
     use BdevKindName::*;
     let set = [
-        ("base", s.base.is_some(), &[Split, Delay, Model][..]),
+        ("base", s.base.is_some(), &[Split, Delay, Model, Fault][..]),
         ("size", s.size.is_some(), &[Null, Malloc, File]),
         ("block_size", s.block_size.is_some(), &[Null, Malloc, File]),
         ("max_resident", s.max_resident.is_some(), &[Malloc]),
@@ -752,10 +852,19 @@ fn check_fields(s: &BdevSpec, i: usize) -> Result<(), BuildError> {
         ("write_avg_us", s.write_avg_us.is_some(), &[Delay]),
         ("write_p99_us", s.write_p99_us.is_some(), &[Delay]),
         ("cost", s.cost.is_some(), &[Model]),
-        ("latency_us", s.latency_us.is_some(), &[Model]),
+        ("latency_us", s.latency_us.is_some(), &[Model, Fault]),
         ("channels", s.channels.is_some(), &[Model]),
         ("knee_qd", s.knee_qd.is_some(), &[Model]),
         ("knee_us", s.knee_us.is_some(), &[Model]),
+        ("ops", s.ops.is_some(), &[Fault]),
+        ("errno", s.errno.is_some(), &[Fault]),
+        ("error_rate", s.error_rate.is_some(), &[Fault]),
+        ("fail_range", s.fail_range.is_some(), &[Fault]),
+        ("fail_after", s.fail_after.is_some(), &[Fault]),
+        ("spike_us", s.spike_us.is_some(), &[Fault]),
+        ("spike_rate", s.spike_rate.is_some(), &[Fault]),
+        ("stall", s.stall.is_some(), &[Fault]),
+        ("stall_ms", s.stall_ms.is_some(), &[Fault]),
     ];
     match set
         .iter()
@@ -841,6 +950,7 @@ fn leaf_bdev(s: &BdevSpec, block_size: u32, leaf: Leaf, size: u64, caps: Caps) -
         leaf: Arc::new(leaf),
         delays: Vec::new(),
         model: None,
+        faults: Vec::new(),
         caps,
     })
 }
@@ -853,6 +963,7 @@ fn kind_name(k: BdevKindName) -> &'static str {
         BdevKindName::Split => "split",
         BdevKindName::Delay => "delay",
         BdevKindName::Model => "model",
+        BdevKindName::Fault => "fault",
     }
 }
 

@@ -200,3 +200,69 @@ fn null_reads_return_pattern() {
     }
     assert!(data.iter().all(|b| *b == 0xA5));
 }
+
+#[test]
+fn a_fault_bdev_fails_its_range_before_the_base_and_offsets_its_own() {
+    let mut p = spec("part", BdevKindName::Split);
+    p.base = Some("m".into());
+    p.parts = Some(2);
+    let mut f = spec("flaky", BdevKindName::Fault);
+    f.base = Some("partp1".into());
+    f.ops = Some(vec![FaultOp::Write]);
+    f.errno = Some(Errno::Enospc);
+    f.fail_range = Some(FailRange {
+        offset: ByteSize(0),
+        length: ByteSize(4096),
+    });
+    let set = build(&[malloc("m", 2 << 20), p, f.clone()]).expect("build");
+    let flaky = set.get("flaky").expect("flaky");
+    assert!(
+        flaky.has_delay(),
+        "its holds go through the engine's timers"
+    );
+    assert!(set.fault("flaky").is_some() && set.fault("partp1").is_none());
+    let mut data = vec![0x11u8; 4096];
+    let iov = [libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    }];
+    let io = |op, offset| IoRequest {
+        op,
+        offset,
+        len: 4096,
+        iov: iov.as_ptr(),
+        iovcnt: 1,
+    };
+    let w = IoOp::Write { fua: false };
+    // SAFETY: iov describes `data`, alive for the whole test.
+    unsafe {
+        assert!(matches!(
+            flaky.prepare(&io(w, 0)),
+            Prep::Done(IoResult::Err(ENOSPC))
+        ));
+        assert!(matches!(
+            flaky.prepare(&io(w, 4096)),
+            Prep::Done(IoResult::Ok)
+        ));
+        assert!(matches!(
+            flaky.prepare(&io(IoOp::Read, 0)),
+            Prep::Done(IoResult::Ok)
+        ));
+    }
+    assert!(
+        data.iter().all(|b| *b == 0),
+        "the failed write never reached the base"
+    );
+    assert!(flaky.lend_read(&io(IoOp::Read, 0)).is_none());
+    f.base = Some("m".into());
+    f.fail_range = Some(FailRange {
+        offset: ByteSize(2 << 20),
+        length: ByteSize(1),
+    });
+    let e = build(&[malloc("m", 2 << 20), f.clone()]).unwrap_err();
+    assert_eq!(e.field, "fail_range");
+    f.fail_range = None;
+    f.error_rate = Some(2.0);
+    let e = build(&[malloc("m", 2 << 20), f]).unwrap_err();
+    assert_eq!((e.index, e.field), (1, "error_rate"));
+}

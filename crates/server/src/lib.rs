@@ -7,6 +7,7 @@ pub mod config;
 pub mod cost_db;
 pub mod engine;
 pub mod exports;
+pub mod fault_ctl;
 mod gather;
 mod metrics;
 pub mod reactor;

@@ -291,7 +291,7 @@ impl Engine {
         let dev = &self.catalog.exports[req.export as usize].bdev;
         if dev.has_delay() {
             if let Some(op) = req.io_op() {
-                let release = req.t_submit + dev.sample_delay_ns(op, &mut self.rng);
+                let release = dev.release_at(op, req.t_submit, self.now, &mut self.rng);
                 if release > self.now {
                     self.delayed
                         .push(std::cmp::Reverse((release, IoToken::whole(id))));
@@ -515,13 +515,19 @@ impl Engine {
         }
     }
 
-    /// Completions whose emulated delay has passed.
+    /// Completions whose emulated delay (and fault stall) has passed.
     pub(super) fn fire_delayed(&mut self) {
         while let Some(std::cmp::Reverse((t, io))) = self.delayed.peek().copied() {
             if t > self.now {
                 break;
             }
             self.delayed.pop();
+            let export = self.reqs[io.req.index()].export as usize;
+            if let Some(later) = self.catalog.exports[export].bdev.still_stalled(self.now) {
+                // A fault layer's stall still holds it.
+                self.delayed.push(std::cmp::Reverse((later, io)));
+                continue;
+            }
             match io.part {
                 Part::Whole => {
                     self.device_finished(io);

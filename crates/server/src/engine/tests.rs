@@ -420,3 +420,75 @@ fn a_failed_piece_ends_its_request_with_the_first_error() {
     net.run_to_quiet();
     assert_eq!(net.engine.requests_in_use(), 0);
 }
+
+/// A 1 MiB malloc export behind a fault bdev failing its first 4 KiB.
+const FAULTY: &str = "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n\
+    [[bdev]]\nname = \"flaky\"\nkind = \"fault\"\nbase = \"m0\"\nerrno = \"ENOSPC\"\n\
+    fail_range = { offset = 0, length = 4096 }\n\n\
+    [[export]]\nname = \"default\"\nbdev = \"flaky\"\n";
+
+#[test]
+fn a_fault_bdev_answers_its_errno_for_whole_requests_and_pieces() {
+    let mut net = Net::new(engine_over(FAULTY, "auto", 8, TIMEOUTS));
+    let c = ready_client(&mut net);
+    let mut bytes = request_bytes(Command::Read, 1, 0, 512);
+    bytes.extend(request_bytes(Command::Read, 2, 8192, 512));
+    // Three pieces of a 4 KiB buffer; the first touches the range.
+    bytes.extend(request_bytes(Command::Write, 3, 0, 10_000));
+    bytes.extend(vec![7u8; 10_000]);
+    bytes.extend(request_bytes(Command::Write, 4, 4096, 10_000));
+    bytes.extend(vec![7u8; 10_000]);
+    net.write(c, &bytes);
+    net.run_to_quiet();
+    let got = replies(&net.clients[&c].from_server, |cookie| {
+        if cookie == 2 {
+            512
+        } else {
+            0
+        }
+    });
+    assert_eq!(
+        got,
+        vec![(proto::ENOSPC, 1), (0, 2), (proto::ENOSPC, 3), (0, 4)]
+    );
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    assert_eq!(net.engine.requests_in_use(), 0);
+}
+
+#[test]
+fn a_stalled_fault_bdev_holds_completions_until_released() {
+    let mut net = Net::new(engine_over(FAULTY, "auto", 8, TIMEOUTS));
+    let c = ready_client(&mut net);
+    let fault = net
+        .engine
+        .catalog
+        .bdevs
+        .fault("flaky")
+        .expect("fault layer");
+    let held = bdev::FaultParams {
+        stall: true,
+        ..bdev::FaultParams::default()
+    };
+    fault.set(held, net.now, false);
+    net.write(c, &request_bytes(Command::Read, 9, 8192, 512));
+    let before = net.clients[&c].from_server.len();
+    for _ in 0..50 {
+        net.deliver(c, usize::MAX);
+        while !net.ios.is_empty() {
+            net.complete_io(0);
+        }
+        net.advance(bdev::STALL_RECHECK_NS);
+        net.take_sent(c, usize::MAX);
+    }
+    assert_eq!(
+        net.clients[&c].from_server.len(),
+        before,
+        "no reply while held"
+    );
+    assert_eq!(net.engine.requests_in_use(), 1);
+    fault.set(bdev::FaultParams::default(), net.now, false);
+    net.run_to_quiet();
+    assert_eq!(net.clients[&c].from_server.len(), before + 16 + 512);
+    assert_eq!(fault.status(net.now).held, 1);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+}

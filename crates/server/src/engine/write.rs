@@ -160,7 +160,8 @@ impl Engine {
         if !dev.has_delay() {
             return false;
         }
-        let release = req.pieces[k as usize].t_submit + dev.sample_delay_ns(op, &mut self.rng);
+        let t_submit = req.pieces[k as usize].t_submit;
+        let release = dev.release_at(op, t_submit, self.now, &mut self.rng);
         if release <= self.now {
             return false;
         }
