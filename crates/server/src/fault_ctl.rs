@@ -110,4 +110,22 @@ mod tests {
         }
         assert_eq!(c.get()[0]["params"]["error_rate"], 0.1);
     }
+
+    #[test]
+    fn the_readmes_fault_example_serves() {
+        let readme = include_str!("../../../README.md");
+        let at = readme
+            .find("kind = \"fault\"")
+            .expect("README has a fault bdev");
+        let start = readme[..at].rfind("```toml\n").expect("in a toml block") + 8;
+        let len = readme[start..].find("```").expect("block ends");
+        let text = format!(
+            "[[bdev]]\nname = \"ram\"\nkind = \"malloc\"\nsize = \"16MiB\"\n\n{}",
+            &readme[start..start + len]
+        );
+        let loaded = crate::config::Config::parse(&text, "README.md").expect("valid config");
+        let catalog = crate::exports::Catalog::check(&loaded).expect("it builds");
+        let fault = catalog.bdevs.fault("flaky").expect("a fault layer");
+        assert_eq!(fault.params().spike_rate, 0.001);
+    }
 }
