@@ -138,11 +138,20 @@ fn qemu_io_sees_each_errno_on_the_chosen_ops_and_range() {
             "read 2M 4k",
             // Four 128 KiB buffers, the last one touching the range.
             "read 640k 512k",
+            // Streamed in 32 pieces (more than four buffers), the fourth
+            // failing after the first three were sent: the reply ends
+            // with its error chunk and the connection goes on.
+            "read 640k 4M",
+            "read 5M 4M",
         ],
     );
     assert!(!ok, "{out}");
     let failed: Vec<&str> = out.lines().filter(|l| l.contains("failed")).collect();
-    assert_eq!(failed, ["read failed: No space left on device"; 3], "{out}");
+    assert_eq!(failed, ["read failed: No space left on device"; 4], "{out}");
+    assert!(
+        out.contains("read 4194304/4194304 bytes at offset 5242880"),
+        "{out}"
+    );
     assert!(
         out.contains("wrote 4096/4096 bytes at offset 1048576"),
         "{out}"
@@ -281,6 +290,29 @@ fn fio_sees_the_error_rate_and_fail_after() {
         ],
     );
     assert_eq!(job["total_err"], 200, "{job}");
+    // 1 MiB READs stream in pieces: the one touching the range fails
+    // mid-stream with its errno, the three others are whole.
+    set_fault(
+        &server,
+        r#"{"bdev":"flaky","fail_after":null,"errno":"ENOSPC","fail_range":{"offset":1572864,"length":1}}"#,
+    );
+    let job = fio(
+        &server,
+        "flaky",
+        &[
+            "--rw=read",
+            "--bs=1M",
+            "--size=4M",
+            "--continue_on_error=all",
+            "--ignore_error=ENOSPC",
+        ],
+    );
+    assert_eq!(
+        (&job["total_err"], &job["first_error"]),
+        (&1.into(), &28.into()),
+        "{job}"
+    );
+    assert_eq!(job["read"]["io_bytes"], 3 << 20, "{job}");
     // The clean export never saw one.
     let job = fio(&server, "clean", &["--rw=randread", "--bs=4k", "--size=8M"]);
     assert_eq!(job["error"], 0, "{job}");

@@ -65,7 +65,7 @@ fn partial_send_skips_sent_bytes() {
     }
     r.encode_reply();
     assert!(r.data_reply);
-    assert_eq!(r.reply_len(), 16 + 16);
+    assert_eq!(r.reply_len(4096), 16 + 16);
     let mut iov = Vec::new();
     assert!(r.push_reply_iov(&mut iov, 20, 8));
     let lens: Vec<usize> = iov.iter().map(|v| v.iov_len).collect();
@@ -99,7 +99,7 @@ fn structured_read_error_has_no_data() {
     };
     r.encode_reply();
     assert!(!r.data_reply);
-    assert_eq!(r.reply_len(), r.hdr.len());
+    assert_eq!(r.reply_len(4096), r.hdr.len());
     let typ = |hdr: &[u8]| u16::from_be_bytes([hdr[6], hdr[7]]);
     assert_eq!(typ(&r.hdr), proto::REPLY_TYPE_ERROR_OFFSET);
 }
@@ -118,5 +118,17 @@ fn a_failed_zero_length_read_has_no_error_offset() {
         r.encode_reply();
         let typ = u16::from_be_bytes([r.hdr[6], r.hdr[7]]);
         assert_eq!(typ, proto::REPLY_TYPE_ERROR, "{style:?}");
+    }
+}
+
+#[test]
+fn a_chunk_header_is_as_long_as_proto_encodes_it() {
+    for framing in [
+        proto::Framing::Structured,
+        proto::Framing::Extended { request_offset: 0 },
+    ] {
+        let mut out = Vec::new();
+        proto::encode_offset_data_header(&mut out, framing, 1, 0, 4096, false);
+        assert_eq!(out.len(), data_chunk_hdr_len(framing));
     }
 }

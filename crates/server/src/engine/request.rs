@@ -502,6 +502,9 @@ impl Engine {
             if req.error == 0 {
                 req.error = errno;
             }
+            if let Part::Piece(k) = io.part {
+                req.pieces[k as usize].error = errno;
+            }
         }
         match io.part {
             Part::Whole => {

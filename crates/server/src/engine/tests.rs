@@ -284,30 +284,33 @@ fn extended_headers_stream_and_answer_every_command_in_chunks() {
     net.run_to_quiet();
     let mut got = ext_chunks(&net.clients[&c].from_server, 3);
     got.sort_by_key(|r| r.0);
+    use proto::{REPLY_FLAG_DONE as DONE, REPLY_TYPE_BLOCK_STATUS_EXT as BS};
+    use proto::{REPLY_TYPE_ERROR as ERR, REPLY_TYPE_NONE as NONE, REPLY_TYPE_OFFSET_DATA as DATA};
+    let (streamed, got): (Vec<_>, Vec<_>) = got.into_iter().partition(|r| r.0 == 3);
+    // The streamed READ: a DATA chunk per piece, in order, the last one DONE.
+    assert_eq!(streamed.len(), len.div_ceil(u64::from(BUF_SIZE)) as usize);
+    let mut data = Vec::new();
+    for (i, r) in streamed.iter().enumerate() {
+        assert_eq!(
+            (r.1, r.2 == DONE),
+            (DATA, i + 1 == streamed.len()),
+            "chunk {i}"
+        );
+        let offset = u64::from_be_bytes(r.3[..8].try_into().unwrap());
+        assert_eq!(offset, 4096 + data.len() as u64);
+        data.extend_from_slice(&r.3[8..]);
+    }
+    assert_eq!(data.len(), len as usize);
+    assert!(data.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
     let kinds: Vec<(u64, u16)> = got.iter().map(|r| (r.0, r.1)).collect();
-    use proto::{REPLY_TYPE_BLOCK_STATUS_EXT as BS, REPLY_TYPE_ERROR as ERR};
-    use proto::{REPLY_TYPE_NONE as NONE, REPLY_TYPE_OFFSET_DATA as DATA};
     assert_eq!(
         kinds,
-        vec![
-            (1, NONE),
-            (2, NONE),
-            (3, DATA),
-            (4, BS),
-            (5, ERR),
-            (6, DATA)
-        ]
+        vec![(1, NONE), (2, NONE), (4, BS), (5, ERR), (6, DATA)]
     );
-    assert!(got.iter().all(|r| r.2 == proto::REPLY_FLAG_DONE));
-    let data = &got[2].3;
-    assert_eq!(data.len(), 8 + len as usize);
-    assert!(data[8..]
-        .iter()
-        .enumerate()
-        .all(|(i, &b)| b == (i % 253) as u8));
-    assert_eq!(&got[4].3[..4], &proto::EINVAL.to_be_bytes());
+    assert!(got.iter().all(|r| r.2 == DONE));
+    assert_eq!(&got[3].3[..4], &proto::EINVAL.to_be_bytes());
     // 64-bit extents, counted, covering the 1 MiB export.
-    let status = &got[3].3;
+    let status = &got[2].3;
     let n = u32::from_be_bytes(status[4..8].try_into().unwrap()) as usize;
     assert_eq!(status.len(), 8 + 16 * n);
     let covered: u64 = (0..n)
@@ -491,4 +494,35 @@ fn a_stalled_fault_bdev_holds_completions_until_released() {
     assert_eq!(net.clients[&c].from_server.len(), before + 16 + 512);
     assert_eq!(fault.status(net.now).held, 1);
     assert_eq!(net.engine.buffers_in_use(), 0);
+}
+
+#[test]
+fn a_piece_failing_mid_stream_ends_a_chunked_reply_with_its_error() {
+    let body = FAULTY.replace("offset = 0, length = 4096", "offset = 16384, length = 1");
+    let mut net = Net::new(engine_over(&body, "auto", 24, TIMEOUTS));
+    let c = net.connect();
+    let mut b = ext_handshake_bytes();
+    // Ten 4 KiB pieces, two at a time; the fifth fails.
+    b.extend(ext_request_bytes(Command::Read, 3, 0, 40_000));
+    b.extend(ext_request_bytes(Command::Read, 4, 0, 10));
+    net.write(c, &b);
+    net.run_to_quiet();
+    let got = ext_chunks(&net.clients[&c].from_server, 3);
+    let kinds: Vec<(u64, u16, u16)> = got.iter().map(|r| (r.0, r.1, r.2)).collect();
+    use proto::REPLY_TYPE_OFFSET_DATA as DATA;
+    use proto::{REPLY_FLAG_DONE as DONE, REPLY_TYPE_ERROR_OFFSET as ERR};
+    let mut want = vec![(3, DATA, 0); 4];
+    want.extend([(3, ERR, DONE), (4, DATA, DONE)]);
+    assert_eq!(kinds, want);
+    let err = &got[4].3;
+    assert_eq!(&err[..4], &proto::ENOSPC.to_be_bytes());
+    assert_eq!(
+        &err[6..14],
+        &16384u64.to_be_bytes(),
+        "the failed piece's offset"
+    );
+    assert!(!net.clients[&c].closed, "the connection goes on");
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.pacer.queued(), 0);
 }
