@@ -12,6 +12,7 @@ mod gather;
 mod metrics;
 pub mod reactor;
 mod reload;
+mod ring;
 pub mod rpc;
 pub mod server;
 mod sockets;

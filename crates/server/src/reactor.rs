@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bdev::{IoResult, Prep};
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{opcode, squeue, types};
 use pace::pacer::{PacerGroup, PacingConfig};
 use pace::pool::SharedPool;
 use pace::Nanos;
@@ -21,6 +21,7 @@ use crate::engine::{
 };
 use crate::exports::Catalog;
 use crate::gather::GatherTrial;
+use crate::ring::Ring;
 use crate::splice::{self, Pipe};
 use crate::stats::ReactorStats;
 
@@ -165,7 +166,7 @@ struct Sock {
 
 pub struct Reactor {
     id: usize,
-    ring: IoUring,
+    ring: Ring,
     handle: Arc<ReactorHandle>,
     event_buf: Box<u64>,
     catalog: Arc<Catalog>,
@@ -239,13 +240,7 @@ impl Reactor {
         let entries = (settings.max_requests + 1024)
             .next_power_of_two()
             .min(32768);
-        let ring = IoUring::builder()
-            .setup_cqsize(entries * 2)
-            .setup_single_issuer()
-            .setup_coop_taskrun()
-            .setup_defer_taskrun()
-            .build(entries)
-            .or_else(|_| IoUring::builder().setup_cqsize(entries * 2).build(entries))?;
+        let ring = Ring::new(entries)?;
         let batch_wait_us = if ring.params().is_feature_min_timeout() {
             settings.batch_wait.as_micros().min(u128::from(u32::MAX)) as u32
         } else {
@@ -318,10 +313,11 @@ impl Reactor {
             if self.engine.drained() {
                 break;
             }
+            self.ring.drain_backlog();
             self.submit_and_wait()?;
             self.engine.count_loop();
             cqes.clear();
-            cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            self.ring.completions(&mut cqes);
             self.clock();
             if !cqes.is_empty() {
                 self.last_completion = self.now;
@@ -364,7 +360,8 @@ impl Reactor {
             0
         };
         let gather = gather_wait(batch_wait_us, self.served, self.received, wait);
-        if wait == Some(0) {
+        // SQEs waiting for room: submit, reap and come back for them.
+        if wait == Some(0) || self.ring.backlog_len() > 0 {
             return self.submit_and_peek();
         }
         let submitter = self.ring.submitter();
@@ -399,7 +396,7 @@ impl Reactor {
     /// most of a spinning reactor's CPU in `io_cqring_wait`, and every
     /// spin turn that costs less notices the next request sooner.
     fn submit_and_peek(&mut self) -> io::Result<()> {
-        let to_submit = self.ring.submission().len() as u32;
+        let to_submit = self.ring.queued() as u32;
         // SAFETY: no argument is passed; GETEVENTS with no completions
         // wanted only runs the ring's deferred work (which posts the
         // completions) and returns.
@@ -451,18 +448,17 @@ impl Reactor {
         )
     }
 
+    /// Queues one SQE, or a linked chain whole (into the ring's backlog
+    /// when its submission queue is full).
+    fn push_sqes(&mut self, sqes: &[squeue::Entry]) {
+        // SAFETY: every SQE built here points at memory that lives until
+        // its completion: the engine keeps connection buffers and request
+        // buffers in place until it is told the operation ended.
+        unsafe { self.ring.push(sqes) };
+    }
+
     fn push_sqe(&mut self, sqe: squeue::Entry) {
-        loop {
-            // SAFETY: every SQE built here points at memory that lives until
-            // its completion: the engine keeps connection buffers and
-            // request buffers in place until it is told the operation ended.
-            if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
-                return;
-            }
-            if let Err(e) = self.ring.submit() {
-                tracing::warn!(reactor = self.id, "submit while SQ full: {e}");
-            }
-        }
+        self.push_sqes(std::slice::from_ref(&sqe));
     }
 
     fn arm_eventfd(&mut self) {
@@ -661,13 +657,13 @@ impl Reactor {
             Prep::Sqes(sqes) => {
                 self.device_ios += 1;
                 let n = sqes.len();
-                for (i, sqe) in sqes.into_iter().enumerate() {
-                    let op = Op::Io {
-                        io,
-                        link: i + 1 < n,
-                    };
-                    self.push_sqe(sqe.user_data(op.encode()));
-                }
+                let chain: Vec<squeue::Entry> = (sqes.into_iter().enumerate())
+                    .map(|(i, sqe)| {
+                        let link = i + 1 < n;
+                        sqe.user_data(Op::Io { io, link }.encode())
+                    })
+                    .collect();
+                self.push_sqes(&chain);
             }
         }
     }
