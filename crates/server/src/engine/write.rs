@@ -20,7 +20,8 @@ impl Engine {
     pub(super) fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
         use PieceState::*;
         let piece = &mut self.reqs[id.index()].pieces[k as usize];
-        debug_assert!(
+        // On in release builds too, as a request's (`set_state`).
+        assert!(
             matches!(
                 (piece.state, to),
                 (Idle, Pacing)
