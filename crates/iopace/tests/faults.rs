@@ -4,6 +4,7 @@
 //! latency and spikes, stalls held or timed, fail after N and a failing
 //! range, set in the TOML or at run time with `iopace rpc set_fault`;
 //! another export beside it is untouched, and every buffer is back at exit.
+//! `iopace rpc trace` shows a stalled read's states and times.
 
 mod common;
 
@@ -34,18 +35,23 @@ fn start(fault: &str) -> Server {
 
 /// `iopace rpc set_fault PARAMS`, as a user types it.
 fn set_fault(server: &Server, params: &str) -> serde_json::Value {
+    rpc_cli(server, "set_fault", params)
+}
+
+/// `iopace rpc METHOD PARAMS`: its JSON answer.
+fn rpc_cli(server: &Server, method: &str, params: &str) -> serde_json::Value {
     let out = Command::new(BIN)
-        .args(["rpc", "set_fault", params, "--rpc"])
+        .args(["rpc", method, params, "--rpc"])
         .arg(&server.rpc)
         .output()
         .expect("iopace rpc");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "set_fault {params}: {text}{}",
+        "{method} {params}: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_str(&text).expect("set_fault answers JSON")
+    serde_json::from_str(&text).expect("the RPC answers JSON")
 }
 
 /// qemu-io's commands on `export`, failing or not: (success, output).
@@ -417,6 +423,28 @@ fn stalls_hold_io_until_released_or_for_their_time() {
     );
     assert!(in_flight(&server) >= 1);
     assert_eq!(server.rpc("get_faults")[0]["stall"], "held");
+    // `iopace rpc trace` shows where the held read is and how it got there.
+    let traced = rpc_cli(&server, "trace", r#"{"oldest": 4}"#);
+    let reqs = traced["requests"].as_array().cloned().unwrap_or_default();
+    let read = reqs
+        .iter()
+        .find(|r| r["command"] == "Read")
+        .unwrap_or_else(|| panic!("no READ in flight: {traced:#}"));
+    assert_eq!(read["state"], "Delayed", "{read:#}");
+    let states: Vec<&str> = (read["states"].as_array().into_iter().flatten())
+        .filter_map(|s| s["state"].as_str())
+        .collect();
+    assert!(
+        states.starts_with(&["New"]) && states.ends_with(&["Device", "Executed", "Delayed"]),
+        "{read:#}"
+    );
+    assert!(read["age_us"].as_f64() > Some(500_000.0), "{read:#}");
+    let one = format!(
+        r#"{{"conn": {}, "reactor": {}}}"#,
+        read["conn"], read["reactor"]
+    );
+    let same = rpc_cli(&server, "trace", &one);
+    assert_eq!(same["requests"][0]["cookie"], read["cookie"], "{same:#}");
     // The clean export is served meanwhile.
     let (ok, out) = qemu_io_any(&server, "clean", &["write 0 4k", "read 0 4k"]);
     assert!(ok, "{out}");

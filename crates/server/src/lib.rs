@@ -20,6 +20,7 @@ pub mod splice;
 pub mod stats;
 pub mod tls;
 mod toml_locate;
+pub mod trace_rpc;
 
 pub use config::{Config, ConfigError, LoadedConfig};
 pub use server::{serve, ServeError};

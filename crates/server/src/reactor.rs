@@ -33,6 +33,11 @@ pub enum Msg {
     /// thread): resume it. The fd is plaintext (a TLS relay's socketpair end).
     Resume(OwnedFd, Box<proto::Handshake>, String),
     Stats(mpsc::Sender<ReactorStats>),
+    /// The requests in flight a trace query names, with their state changes.
+    Trace(
+        crate::engine::TraceQuery,
+        mpsc::Sender<Vec<crate::engine::TracedReq>>,
+    ),
     SetPacing(PacingConfig),
     Shutdown,
 }
@@ -755,6 +760,9 @@ impl Reactor {
                     let mut snapshot = self.engine.snapshot(self.now);
                     snapshot.gathering = self.batch_wait_us > 0 && self.gather.gathering();
                     let _ = reply.send(snapshot);
+                }
+                Msg::Trace(q, reply) => {
+                    let _ = reply.send(self.engine.trace(q, self.now));
                 }
                 Msg::SetPacing(cfg) => self.engine.set_pacing(cfg, self.now),
                 Msg::Shutdown => self.engine.begin_drain(self.now),

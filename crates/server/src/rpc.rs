@@ -134,12 +134,19 @@ fn handle_call(state: &RpcState, req: &Value) -> Result<Value, (i64, String)> {
             (state.faults.set(&params)).map_err(|m| (-32602, format!("invalid params: {m}")))
         }
         "get_faults" => Ok(state.faults.get()),
+        "trace" => {
+            let params = req.get("params").cloned().unwrap_or(Value::Null);
+            let (q, reactor) = crate::trace_rpc::query(&params)
+                .map_err(|m| (-32602, format!("invalid params: {m}")))?;
+            Ok(crate::trace_rpc::collect(&state.reactors, q, reactor))
+        }
         "rpc_get_methods" => Ok(json!([
             "get_stats",
             "get_config",
             "set_pacing",
             "set_fault",
             "get_faults",
+            "trace",
             "rpc_get_methods"
         ])),
         other => Err((-32601, format!("method not found: {other}"))),

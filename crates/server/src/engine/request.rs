@@ -81,6 +81,7 @@ impl Engine {
             self.stats.transition(from, into);
         }
         req.state = to;
+        self.trace.record(self.now, id, req.cookie, to);
     }
 
     /// Every request transition: moves `id` until it waits for something.
@@ -140,6 +141,7 @@ impl Engine {
         c.requests += 1;
         self.reqs[slot.index()].reset(&origin, &request, now);
         self.stats.enter(ReqState::New.stat());
+        self.trace.record(now, slot, request.cookie, ReqState::New);
         let Err(errno) = verdict else {
             self.advance(slot);
             return;

@@ -489,6 +489,32 @@ fn a_stalled_fault_bdev_holds_completions_until_released() {
         "no reply while held"
     );
     assert_eq!(net.engine.requests_in_use(), 1);
+    // The trace shows where it is and how it got there.
+    let traced = net.engine.trace(TraceQuery::Oldest(5), net.now);
+    assert_eq!(traced.len(), 1);
+    let t = &traced[0];
+    assert_eq!(
+        (t.cookie, t.state.as_str(), t.command.as_str()),
+        (9, "Delayed", "Read")
+    );
+    let states: Vec<&str> = t.states.iter().map(|s| s.state.as_str()).collect();
+    let path = [
+        "New", "Pacing", "Released", "Ready", "Device", "Executed", "Delayed",
+    ];
+    assert_eq!(states, path);
+    assert!(t.age_us >= 490_000.0, "{t:?}");
+    assert!(
+        t.states.windows(2).all(|w| w[0].at_us <= w[1].at_us),
+        "{t:?}"
+    );
+    assert_eq!(
+        net.engine.trace(TraceQuery::Conn(c.index), net.now).len(),
+        1
+    );
+    assert!(net
+        .engine
+        .trace(TraceQuery::Conn(c.index + 1), net.now)
+        .is_empty());
     fault.set(bdev::FaultParams::default(), net.now, false);
     net.run_to_quiet();
     assert_eq!(net.clients[&c].from_server.len(), before + 16 + 512);
