@@ -41,6 +41,9 @@ pub struct BufferStats {
     /// Buffers in the pool, small and large: `pool_free` when idle.
     #[serde(default)]
     pub pool_total: u64,
+    /// Bytes of the pool's mapping (its size in /proc/PID/smaps).
+    #[serde(default)]
+    pub pool_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -347,6 +350,7 @@ impl StatsCollector {
                 cached: pool.cached,
                 pool_free,
                 pool_total,
+                pool_bytes: 0,
             },
             delayed_completions: timers as u64,
             exports: self.exports.iter_mut().map(|e| e.snapshot(now)).collect(),

@@ -350,6 +350,7 @@ impl Engine {
         let pool = self.bufs.stats();
         let free = (self.pool.free_total(), u64::from(self.pool.total()));
         let mut snap = self.stats.snapshot(now, pool, free, self.delayed.len());
+        snap.buffers.pool_bytes = self.pool.map_len() as u64;
         snap.pacer = self.pacer.stats(now);
         snap
     }
