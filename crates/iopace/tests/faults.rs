@@ -296,11 +296,20 @@ fn fio_sees_the_error_rate_and_fail_after() {
         ],
     );
     assert_eq!(job["total_err"], 200, "{job}");
-    // 1 MiB READs stream in pieces: the one touching the range fails
-    // mid-stream with its errno, the three others are whole.
-    set_fault(
-        &server,
-        r#"{"bdev":"flaky","fail_after":null,"errno":"ENOSPC","fail_range":{"offset":1572864,"length":1}}"#,
+    // The clean export never saw one.
+    let job = fio(&server, "clean", &["--rw=randread", "--bs=4k", "--size=8M"]);
+    assert_eq!(job["error"], 0, "{job}");
+    stop_with_pool_full(server, 64);
+}
+
+#[test]
+fn fio_sees_the_errno_of_a_piece_failing_mid_stream() {
+    require("fio", "fio");
+    // 1 MiB READs stream in pieces of 128 KiB: the one touching the range
+    // fails mid-stream with its errno, the three others are whole.
+    let server = start(
+        "ops = [\"read\"]\nerrno = \"ENOSPC\"\n\
+         fail_range = { offset = 1572864, length = 1 }",
     );
     let job = fio(
         &server,
@@ -319,9 +328,6 @@ fn fio_sees_the_error_rate_and_fail_after() {
         "{job}"
     );
     assert_eq!(job["read"]["io_bytes"], 3 << 20, "{job}");
-    // The clean export never saw one.
-    let job = fio(&server, "clean", &["--rw=randread", "--bs=4k", "--size=8M"]);
-    assert_eq!(job["error"], 0, "{job}");
     stop_with_pool_full(server, 64);
 }
 
@@ -357,9 +363,10 @@ fn latency_and_spikes_are_timers_at_any_queue_depth() {
     let (mean, _) = read_latency_us(&job);
     let iops = job["read"]["iops"].as_f64().unwrap_or(0.0);
     // 32 at once for 5 ms each is 6,400 IOPS; a thread sleeping per IO
-    // (or one at a time) would give 200.
+    // (or one at a time) would give 200. A debug build on a busy machine
+    // reaches 2,800-6,000.
     assert!(
-        mean >= 5000.0 && iops > 3000.0,
+        mean >= 5000.0 && iops > 1000.0,
         "mean {mean} us, {iops} IOPS"
     );
     set_fault(

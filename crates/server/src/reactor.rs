@@ -22,6 +22,7 @@ use crate::engine::{
 use crate::exports::Catalog;
 use crate::gather::GatherTrial;
 use crate::ring::Ring;
+use crate::sockets::{is_nonblocking, is_unix, set_nonblocking, set_send_buffer};
 use crate::splice::{self, Pipe};
 use crate::stats::ReactorStats;
 
@@ -807,51 +808,6 @@ impl Reactor {
             pipe_send: 0,
         });
     }
-}
-
-fn is_unix(fd: &OwnedFd) -> bool {
-    // SAFETY: getsockname into a zeroed sockaddr_storage of its size.
-    unsafe {
-        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        libc::getsockname(
-            fd.as_raw_fd(),
-            (&mut addr as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        ) == 0
-            && i32::from(addr.ss_family) == libc::AF_UNIX
-    }
-}
-
-fn set_send_buffer(fd: &OwnedFd, bytes: usize) {
-    let v = bytes.min(i32::MAX as usize) as i32;
-    // SAFETY: setsockopt with a valid int.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&v as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        tracing::debug!("SO_SNDBUF {bytes}: {}", io::Error::last_os_error());
-    }
-}
-
-fn set_nonblocking(fd: &OwnedFd) -> bool {
-    // SAFETY: fcntl on our own descriptor.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        flags >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
-    }
-}
-
-fn is_nonblocking(fd: &OwnedFd) -> bool {
-    // SAFETY: fcntl on our own descriptor.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    flags >= 0 && flags & libc::O_NONBLOCK != 0
 }
 
 /// How long, in microseconds, the next wait gathers completions, if at
