@@ -155,6 +155,8 @@ pub struct ReactorSettings {
     pub splice: SpliceMode,
     /// SO_SNDBUF for Unix-socket connections; 0: the kernel's default.
     pub unix_send_buffer: usize,
+    /// SQ entries of the ring; 0: room for every request slot and more.
+    pub ring_entries: u32,
 }
 
 /// A connection's socket, with its pipe while it splices.
@@ -243,9 +245,12 @@ impl Reactor {
         pool: Arc<SharedPool>,
         origin: Instant,
     ) -> io::Result<Reactor> {
-        let entries = (settings.max_requests + 1024)
-            .next_power_of_two()
-            .min(32768);
+        let entries = match settings.ring_entries {
+            0 => (settings.max_requests + 1024)
+                .next_power_of_two()
+                .min(32768),
+            n => n,
+        };
         let ring = Ring::new(entries)?;
         let batch_wait_us = if ring.params().is_feature_min_timeout() {
             settings.batch_wait.as_micros().min(u128::from(u32::MAX)) as u32
@@ -760,6 +765,7 @@ impl Reactor {
                 Msg::Stats(reply) => {
                     let mut snapshot = self.engine.snapshot(self.now);
                     snapshot.gathering = self.batch_wait_us > 0 && self.gather.gathering();
+                    snapshot.sq_backlogged = self.ring.backlogged_total();
                     let _ = reply.send(snapshot);
                 }
                 Msg::Trace(q, reply) => {

@@ -62,7 +62,6 @@ impl Ring {
         self.backlog.len()
     }
 
-    #[cfg(test)]
     pub fn backlogged_total(&self) -> u64 {
         self.backlogged
     }

@@ -126,6 +126,7 @@ fn start_reactors(
             batch_wait: Duration::from_micros(cfg.server.batch_wait_us),
             splice: cfg.server.splice,
             unix_send_buffer: cfg.server.unix_send_buffer.0 as usize,
+            ring_entries: 0,
         };
         let spawned = spawn_reactor(settings, catalog, pool, origin, ready_tx.clone());
         match spawned {

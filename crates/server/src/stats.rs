@@ -175,6 +175,9 @@ pub struct ReactorStats {
     /// off where its trials find that gathering costs its clients IOPS.
     #[serde(default)]
     pub gathering: bool,
+    /// SQEs that found the ring's submission queue full and waited.
+    #[serde(default)]
+    pub sq_backlogged: u64,
 }
 
 /// The `get_stats` reply: one entry per reactor.
@@ -356,6 +359,7 @@ impl StatsCollector {
             exports: self.exports.iter_mut().map(|e| e.snapshot(now)).collect(),
             pacer: PacerStats::default(),
             gathering: false,
+            sq_backlogged: 0,
         }
     }
 }
