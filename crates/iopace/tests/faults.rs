@@ -205,6 +205,7 @@ fn writes_zeroes_trims_flushes_and_caches_fail_as_chosen_and_the_clean_export_do
             "--iodepth=16",
             "--size=16M",
             "--verify=crc32c",
+            "--verify_state_save=0",
             "--output-format=json",
         ])
         .arg(format!("--uri={}", server.unix_uri("clean")))
