@@ -1,16 +1,21 @@
 #!/bin/sh
 # Soak: iopace under 4 fio verify clients for DURATION seconds (default 600),
 # with random client disconnects (fio killed mid-run, no NBD_CMD_DISC), a
-# pacing mode change every 10 s and a SIGHUP every 30 s. At the end it counts
-# verify errors, leaked buffers (requests or buffers still held once every
-# client is gone) and RSS growth after the first minute (warm-up), and prints
-# one summary; exit status 0 only if all three meet issue 13's goals
-# (0 verify errors, 0 leaked buffers, RSS growth under 5%).
+# pacing mode change every 10 s, a SIGHUP every 30 s, and faults on: the
+# export is a fault bdev over the file (issue 38) failing 1 in 1000 reads
+# with EIO, adding 2 ms to 1 in 100 IOs, and stalling all IO for 200 ms
+# every 20 s. Writes never fail, so every block a client reads back is one
+# it wrote: fio skips the reads that fault (continue_on_error=read) and
+# checks all the others. At the end it counts verify errors, leaked buffers
+# (requests or buffers of any class still held once every client is gone)
+# and RSS growth after warm-up, and prints one summary; exit status 0 only
+# if all meet issue 13's goals (0 verify errors, 0 leaked buffers, RSS
+# growth under 5%).
 # RSS is split in two: the data buffer pool is one mapping allocated at
-# start, whose pages count once first used, so it grows (up to its size,
-# 62.5 MiB here: a size no other mapping has) each time more buffers are
-# in use at once than ever before;
-# the growth goal applies to the rest, where a leak would show.
+# start (its size is get_stats' pool_bytes), whose pages count once first
+# used, so it grows each time more buffers are in use at once than ever
+# before; the growth goal applies to the rest, where a leak would show,
+# from a baseline taken after warm-up (a quarter of the run, 20 to 120 s).
 #
 # Usage: scripts/soak.sh IOPACE_BINARY [DURATION_S]
 # Run it under the shared bench lock: flock /work/wt/bench.lock timeout 900 ...
@@ -36,9 +41,18 @@ name = "disk"
 kind = "file"
 path = "$WORK/disk.img"
 size = "1GiB"
+[[bdev]]
+name = "flaky"
+kind = "fault"
+base = "disk"
+ops = ["read"]
+errno = "EIO"
+error_rate = 0.001
+spike_us = 2000
+spike_rate = 0.01
 [[export]]
 name = "default"
-bdev = "disk"
+bdev = "flaky"
 [pacing]
 mode = "auto"
 TOML
@@ -46,7 +60,11 @@ TOML
 PID=$!
 for _ in $(seq 100); do [ -S "$RPC" ] && break; sleep 0.1; done
 rpc() { "$BIN" rpc --rpc "$RPC" "$@"; }
-POOL_KIB=$((BUFFERS * 128))
+# The pool's mapping, in KiB as smaps gives sizes (whole pages).
+POOL_KIB=$(rpc get_stats | python3 -c '
+import json, sys
+b = json.load(sys.stdin)["reactors"][0]["buffers"]["pool_bytes"]
+print((b + 4095) // 4096 * 4)')
 # "TOTAL POOL" RSS in KiB: the whole process, and the pool's mapping.
 rss_kib() {
   awk -v pool=$POOL_KIB '/^Size:/ {size = $2} /^Rss:/ {total += $2; if (size == pool) p += $2}
@@ -65,6 +83,7 @@ client() {
     fio --name=soak$i --thread --ioengine=nbd --uri="nbd+unix:///default?socket=$SOCK" \
       --offset=$((i * 256))M --size=256M --rw=randwrite --bsrange=4k-256k \
       --iodepth=16 --verify=crc32c --verify_backlog=256 --verify_fatal=1 --verify_state_save=0 \
+      --continue_on_error=read \
       --randseed=$((i * 1000 + runs)) --runtime=20 --output="$log" > /dev/null 2>&1 &
     FIO=$!
     kill_it=no
@@ -86,6 +105,7 @@ CLIENTS=""
 for i in 0 1 2 3; do client $i 2> /dev/null & CLIENTS="$CLIENTS $!"; done
 START=$(date +%s)
 RSS_WARM=""
+WARM=$((DURATION / 4)); [ $WARM -lt 20 ] && WARM=20; [ $WARM -gt 120 ] && WARM=120
 POOL_WARM=0
 RSS_MAX=0
 MODES="rate auto buffers none"
@@ -98,8 +118,11 @@ while [ $t -lt "$DURATION" ]; do
   [ "$mode" = rate ] && params="{\"mode\":\"rate\",\"period_us\":20}"
   rpc set_pacing "$params" > /dev/null || echo "set_pacing $mode failed at ${t}s"
   if [ $(( (t / 10) % 3 )) -eq 0 ]; then kill -HUP $PID; fi
+  if [ $(( (t / 10) % 2 )) -eq 0 ]; then
+    rpc set_fault '{"bdev":"flaky","stall_ms":200}' > /dev/null || echo "set_fault failed at ${t}s"
+  fi
   set -- $(rss_kib); total=$1; pool=$2; rss=$((total - pool))
-  [ -z "$RSS_WARM" ] && [ $t -ge 60 ] && RSS_WARM=$rss && POOL_WARM=$pool
+  [ -z "$RSS_WARM" ] && [ $t -ge $WARM ] && RSS_WARM=$rss && POOL_WARM=$pool
   [ "$rss" -gt "$RSS_MAX" ] && RSS_MAX=$rss
   echo "t=${t}s mode=$mode rss=${total}KiB pool=${pool}KiB rest=${rss}KiB"
 done
@@ -115,8 +138,13 @@ rs = st["reactors"]
 held = sum(r["buffers"]["in_use"] for r in rs)
 flight = sum(r["requests_in_flight"] for r in rs)
 free = rs[0]["buffers"]["pool_free"]
+total = rs[0]["buffers"]["pool_total"]
 conns = sum(r["connections"] for r in rs)
-print(held, flight, '"$BUFFERS"' - free, conns)')
+print(held, flight, total - free, conns)')
+FAULTS=$(rpc get_faults | python3 -c '
+import json, sys
+f = json.load(sys.stdin)[0]
+print(f["errors"], f["held"])')
 set -- $(rss_kib); RSS_END=$(($1 - $2)); POOL_END=$2
 kill -TERM $PID; wait $PID; STATUS=$?
 RUNS=0; KILLED=0; FAILED=0
@@ -127,8 +155,9 @@ set -- $LEAK
 GROWTH=$(awk -v a="$RSS_WARM" -v b="$RSS_END" 'BEGIN { printf "%.1f", (b - a) * 100 / a }')
 echo "duration ${DURATION}s; fio runs $RUNS, killed mid-run $KILLED, failed (verify or IO errors) $FAILED"
 echo "after all clients left: buffers held $1, requests in flight $2, buffers missing from the pool $3, connections $4"
-echo "RSS outside the buffer pool: ${RSS_WARM} KiB at 60 s, ${RSS_MAX} KiB max, ${RSS_END} KiB at the end: growth ${GROWTH}%"
-echo "buffer pool pages touched: ${POOL_WARM} KiB at 60 s, ${POOL_END} KiB at the end (of ${POOL_KIB} KiB)"
+echo "faults: reads failed with EIO $(echo $FAULTS | cut -d' ' -f1), IOs held by stalls $(echo $FAULTS | cut -d' ' -f2)"
+echo "RSS outside the buffer pool: ${RSS_WARM} KiB at ${WARM} s, ${RSS_MAX} KiB max, ${RSS_END} KiB at the end: growth ${GROWTH}%"
+echo "buffer pool pages touched: ${POOL_WARM} KiB at ${WARM} s, ${POOL_END} KiB at the end (of ${POOL_KIB} KiB)"
 echo "SIGHUPs: $(grep -c 'SIGHUP' "$WORK/iopace.log") log lines; server exit status $STATUS"
 echo "server warnings/errors: $(grep -c -E 'WARN|ERROR' "$WORK/iopace.log")"
 ok=$(awk -v f="$FAILED" -v h="$1" -v r="$2" -v m="$3" -v g="$GROWTH" -v s="$STATUS" \

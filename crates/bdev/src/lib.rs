@@ -1,4 +1,4 @@
-//! Block devices: null, malloc, file (io_uring), split, delay and model.
+//! Block devices: null, malloc, file (io_uring), split, delay, fault and model.
 //!
 //! A stack (delay over split over file, ...) is resolved at build time into a
 //! flat [`Bdev`]: one leaf, a byte offset and the delay layers. This crate
@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 mod delay;
+mod fault;
 mod file;
 pub mod identity;
 mod memory;
@@ -17,6 +18,7 @@ mod model;
 mod size;
 
 pub use delay::DelayModel;
+pub use fault::{Errno, FailRange, Fault, FaultOp, FaultParams, FaultStatus, STALL_RECHECK_NS};
 pub use model::{ModelDevice, ModelParams, ModelState};
 pub use size::ByteSize;
 
@@ -36,6 +38,7 @@ pub enum BdevKindName {
     Split,
     Delay,
     Model,
+    Fault,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -76,6 +79,16 @@ pub struct BdevSpec {
     /// Model bdevs: in-flight IOs past which latency grows by `knee_us` each.
     pub knee_qd: Option<u32>,
     pub knee_us: Option<f64>,
+    /// Fault bdevs (see [`FaultParams`]); `latency_us` too.
+    pub ops: Option<Vec<FaultOp>>,
+    pub errno: Option<Errno>,
+    pub error_rate: Option<f64>,
+    pub fail_range: Option<FailRange>,
+    pub fail_after: Option<u64>,
+    pub spike_us: Option<f64>,
+    pub spike_rate: Option<f64>,
+    pub stall: Option<bool>,
+    pub stall_ms: Option<u64>,
 }
 
 impl BdevSpec {
@@ -101,6 +114,15 @@ impl BdevSpec {
             channels: None,
             knee_qd: None,
             knee_us: None,
+            ops: None,
+            errno: None,
+            error_rate: None,
+            fail_range: None,
+            fail_after: None,
+            spike_us: None,
+            spike_rate: None,
+            stall: None,
+            stall_ms: None,
         }
     }
 }
@@ -206,6 +228,8 @@ pub struct Bdev {
     delays: Vec<DelayModel>,
     /// The model device whose timing this bdev's IO follows, if any.
     model: Option<Arc<ModelDevice>>,
+    /// Fault layers, innermost first.
+    faults: Vec<Arc<Fault>>,
     caps: Caps,
 }
 
@@ -218,6 +242,7 @@ impl std::fmt::Debug for Bdev {
             .field("offset", &self.offset)
             .field("delays", &self.delays.len())
             .field("model", &self.model.as_ref().map(|m| m.params))
+            .field("faults", &self.faults.len())
             .finish()
     }
 }
@@ -249,7 +274,7 @@ impl Bdev {
         self.leaf.kind()
     }
     pub fn has_delay(&self) -> bool {
-        !self.delays.is_empty() || self.model.is_some()
+        !self.delays.is_empty() || self.model.is_some() || !self.faults.is_empty()
     }
     /// The model device's parameters, for a `model` bdev (and bdevs over one).
     pub fn model_params(&self) -> Option<ModelParams> {
@@ -264,6 +289,9 @@ impl Bdev {
     /// caller has checked that the range lies inside the bdev.
     pub unsafe fn prepare(&self, io: &IoRequest) -> Prep {
         let abs = self.offset + io.offset;
+        if let Some(errno) = self.faults.iter().find_map(|f| f.fail(io.op, abs, io.len)) {
+            return Prep::Done(IoResult::Err(errno));
+        }
         if let Some(model) = &self.model {
             model.admit_now(io.op, abs, io.len);
         }
@@ -290,7 +318,7 @@ impl Bdev {
     /// as the bdev; a write to it meanwhile races the send, as overlapping
     /// IO in flight may on any disk.
     pub fn lend_read(&self, io: &IoRequest) -> Option<libc::iovec> {
-        if io.op != IoOp::Read || self.model.is_some() || !self.delays.is_empty() {
+        if io.op != IoOp::Read || self.has_delay() {
             return None;
         }
         match &*self.leaf {
@@ -331,6 +359,28 @@ impl Bdev {
                 .iter()
                 .map(|d| d.sample_ns(op, rng))
                 .sum::<u64>()
+            + self.faults.iter().map(|f| f.latency_ns(op)).sum::<u64>()
+    }
+
+    /// When to let IO `op`, submitted at `t_submit` and completed by the
+    /// device at `now`, complete: after its delays and any stall of a
+    /// fault layer (a stall held until released answers when to look again,
+    /// with [`Bdev::still_stalled`]). Call it right after `prepare`.
+    pub fn release_at(&self, op: IoOp, t_submit: u64, now: u64, rng: &mut impl rand::Rng) -> u64 {
+        let delayed = t_submit + self.sample_delay_ns(op, rng);
+        self.faults
+            .iter()
+            .filter_map(|f| f.stall_end(op, now))
+            .fold(delayed, u64::max)
+    }
+
+    /// For an IO held at `now`: when to let it go or look again, if a
+    /// stall of a fault layer still holds it.
+    pub fn still_stalled(&self, now: u64) -> Option<u64> {
+        self.faults
+            .iter()
+            .filter_map(|f| f.still_stalled(now))
+            .max()
     }
 
     /// base:allocation extents `(length, flags)` from `offset`, covering at
@@ -371,6 +421,17 @@ impl BdevSet {
 
     pub fn names(&self) -> Vec<String> {
         self.order.clone()
+    }
+
+    /// The fault layer of fault bdev `name`.
+    pub fn fault(&self, name: &str) -> Option<Arc<Fault>> {
+        let b = self.bdevs.get(name)?;
+        b.faults.iter().find(|f| f.name() == name).cloned()
+    }
+
+    /// Every fault bdev's layer, in config order.
+    pub fn faults(&self) -> Vec<Arc<Fault>> {
+        self.order.iter().filter_map(|n| self.fault(n)).collect()
     }
 
     /// fdatasync every file leaf (shutdown).
@@ -601,6 +662,7 @@ impl Builder<'_> {
             leaf: base.leaf.clone(),
             delays: Vec::new(),
             model: Some(Arc::new(ModelDevice::new(params))),
+            faults: Vec::new(),
             caps: base.caps,
         })])
     }
@@ -638,6 +700,7 @@ impl Builder<'_> {
             BdevKindName::Split => self.make_split(i),
             BdevKindName::Delay => self.make_delay(i),
             BdevKindName::Model => self.make_model(i),
+            BdevKindName::Fault => self.make_fault(i),
         }
     }
 
@@ -733,13 +796,50 @@ impl Builder<'_> {
     }
 }
 
+impl Builder<'_> {
+    fn make_fault(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
+        let base = self.base_of(i)?;
+        let s = &self.specs[i];
+        let d = FaultParams::default();
+        let params = FaultParams {
+            ops: s.ops.clone().unwrap_or(d.ops),
+            errno: s.errno.unwrap_or(d.errno),
+            error_rate: s.error_rate.unwrap_or(d.error_rate),
+            fail_range: s.fail_range,
+            fail_after: s.fail_after,
+            latency_us: s.latency_us.unwrap_or(d.latency_us),
+            spike_us: s.spike_us.unwrap_or(d.spike_us),
+            spike_rate: s.spike_rate.unwrap_or(d.spike_rate),
+            stall: s.stall.unwrap_or(d.stall),
+            stall_ms: s.stall_ms.unwrap_or(d.stall_ms),
+        };
+        params.check().map_err(|(f, m)| err(i, f, m))?;
+        if let Some(r) = params.fail_range {
+            if r.offset.0 >= base.size {
+                let msg = format!(
+                    "offset {} is past the end ({} bytes)",
+                    r.offset.0, base.size
+                );
+                return Err(err(i, "fail_range", msg));
+            }
+        }
+        let mut faults = base.faults.clone();
+        faults.push(Arc::new(Fault::new(&s.name, base.offset, params)));
+        Ok(vec![Arc::new(Bdev {
+            name: s.name.clone(),
+            faults,
+            ..(*base).clone()
+        })])
+    }
+}
+
 /// A field set that the bdev's kind does not use is an error, not ignored:
 /// `size` on a split or `max_resident` on a null says the config means
 /// something it does not get.
 fn check_fields(s: &BdevSpec, i: usize) -> Result<(), BuildError> {
     use BdevKindName::*;
     let set = [
-        ("base", s.base.is_some(), &[Split, Delay, Model][..]),
+        ("base", s.base.is_some(), &[Split, Delay, Model, Fault][..]),
         ("size", s.size.is_some(), &[Null, Malloc, File]),
         ("block_size", s.block_size.is_some(), &[Null, Malloc, File]),
         ("max_resident", s.max_resident.is_some(), &[Malloc]),
@@ -752,10 +852,19 @@ fn check_fields(s: &BdevSpec, i: usize) -> Result<(), BuildError> {
         ("write_avg_us", s.write_avg_us.is_some(), &[Delay]),
         ("write_p99_us", s.write_p99_us.is_some(), &[Delay]),
         ("cost", s.cost.is_some(), &[Model]),
-        ("latency_us", s.latency_us.is_some(), &[Model]),
+        ("latency_us", s.latency_us.is_some(), &[Model, Fault]),
         ("channels", s.channels.is_some(), &[Model]),
         ("knee_qd", s.knee_qd.is_some(), &[Model]),
         ("knee_us", s.knee_us.is_some(), &[Model]),
+        ("ops", s.ops.is_some(), &[Fault]),
+        ("errno", s.errno.is_some(), &[Fault]),
+        ("error_rate", s.error_rate.is_some(), &[Fault]),
+        ("fail_range", s.fail_range.is_some(), &[Fault]),
+        ("fail_after", s.fail_after.is_some(), &[Fault]),
+        ("spike_us", s.spike_us.is_some(), &[Fault]),
+        ("spike_rate", s.spike_rate.is_some(), &[Fault]),
+        ("stall", s.stall.is_some(), &[Fault]),
+        ("stall_ms", s.stall_ms.is_some(), &[Fault]),
     ];
     match set
         .iter()
@@ -841,6 +950,7 @@ fn leaf_bdev(s: &BdevSpec, block_size: u32, leaf: Leaf, size: u64, caps: Caps) -
         leaf: Arc::new(leaf),
         delays: Vec::new(),
         model: None,
+        faults: Vec::new(),
         caps,
     })
 }
@@ -853,209 +963,9 @@ fn kind_name(k: BdevKindName) -> &'static str {
         BdevKindName::Split => "split",
         BdevKindName::Delay => "delay",
         BdevKindName::Model => "model",
+        BdevKindName::Fault => "fault",
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(name: &str, kind: BdevKindName) -> BdevSpec {
-        BdevSpec::new(name, kind)
-    }
-
-    fn malloc(name: &str, size: u64) -> BdevSpec {
-        let mut s = spec(name, BdevKindName::Malloc);
-        s.size = Some(ByteSize(size));
-        s
-    }
-
-    #[test]
-    fn stack_resolves_in_any_order() {
-        let mut d = spec("slow", BdevKindName::Delay);
-        d.base = Some("partp1".into());
-        d.read_avg_us = Some(1000);
-        let mut p = spec("part", BdevKindName::Split);
-        p.base = Some("m".into());
-        p.parts = Some(3);
-        let set = build(&[d, p, malloc("m", 3 << 20)]).expect("build");
-        let slow = set.get("slow").expect("slow");
-        assert_eq!(slow.size(), 1 << 20);
-        assert_eq!(slow.offset, 1 << 20);
-        assert!(slow.has_delay());
-        assert_eq!(slow.kind(), "malloc");
-        assert!(set.get("partp2").is_some());
-        assert!(!set.get("partp0").expect("p0").has_delay());
-    }
-
-    #[test]
-    fn build_errors_name_the_field() {
-        let mut d = spec("d", BdevKindName::Delay);
-        d.base = Some("nope".into());
-        let e = build(&[malloc("m", 1 << 20), d]).unwrap_err();
-        assert_eq!((e.index, e.field), (1, "base"));
-
-        let e = build(&[malloc("m", 1 << 20), malloc("m", 1 << 20)]).unwrap_err();
-        assert_eq!((e.index, e.field), (1, "name"));
-
-        let mut a = spec("a", BdevKindName::Delay);
-        a.base = Some("b".into());
-        let mut b = spec("b", BdevKindName::Delay);
-        b.base = Some("a".into());
-        let e = build(&[a, b]).unwrap_err();
-        assert_eq!(e.field, "base");
-        assert!(e.message.contains("cycle"), "{}", e.message);
-
-        let e = build(&[spec("n", BdevKindName::Null)]).unwrap_err();
-        assert_eq!(e.field, "size");
-
-        let mut s = spec("s", BdevKindName::Split);
-        s.base = Some("m".into());
-        s.parts = Some(0);
-        assert_eq!(
-            build(&[malloc("m", 1 << 20), s.clone()]).unwrap_err().field,
-            "parts"
-        );
-        s.parts = Some(u32::MAX);
-        let mut n = spec("m", BdevKindName::Null);
-        n.size = Some(ByteSize(MAX_SIZE));
-        assert_eq!(build(&[n, s]).unwrap_err().field, "parts");
-
-        let mut f = spec("f", BdevKindName::File);
-        f.path = Some("/nonexistent/dir/x.img".into());
-        assert_eq!(build(&[f]).unwrap_err().field, "path");
-    }
-
-    #[test]
-    fn memory_sizes_are_exact_to_the_byte() {
-        let mut n = spec("n", BdevKindName::Null);
-        n.size = Some(ByteSize(1000));
-        n.block_size = Some(ByteSize(4096));
-        let set = build(&[n.clone(), malloc("m", (1 << 20) + 1)]).expect("odd sizes");
-        assert_eq!(set.get("n").expect("n").size(), 1000);
-        assert_eq!(set.get("m").expect("m").size(), (1 << 20) + 1);
-        for bad in [0, MAX_SIZE + 1, u64::MAX] {
-            n.size = Some(ByteSize(bad));
-            let e = build(&[n.clone()]).unwrap_err();
-            assert_eq!(e.field, "size", "{bad}: {}", e.message);
-        }
-        n.size = Some(ByteSize(MAX_SIZE));
-        assert_eq!(
-            build(&[n]).expect("2^63 - 1").get("n").expect("n").size(),
-            MAX_SIZE
-        );
-    }
-
-    #[test]
-    fn malloc_ram_is_promised_only_up_to_the_machines() {
-        let ram = memory::physical_ram();
-        let mut a = malloc("a", 1 << 30);
-        a.max_resident = Some(ByteSize(ram / 2 + (1 << 20)));
-        // Alone, it may have more than half the RAM; beside the shared half, not.
-        assert!(build(&[a.clone()]).is_ok());
-        let e = build(&[a.clone(), malloc("b", 1 << 30)]).unwrap_err();
-        assert_eq!((e.index, e.field), (1, "size"), "{}", e.message);
-        let e = build(&[malloc("b", 1 << 30), a.clone()]).unwrap_err();
-        assert_eq!((e.index, e.field), (1, "max_resident"), "{}", e.message);
-        a.max_resident = Some(ByteSize(0));
-        assert_eq!(build(&[a]).unwrap_err().field, "max_resident");
-        // Sizes past the RAM are fine: the disk is thin.
-        assert!(build(&[malloc("c", ram * 4), malloc("d", ram * 4)]).is_ok());
-    }
-
-    #[test]
-    fn check_maps_malloc_as_serve_does() {
-        // More address space than x86-64 user space has: refused by both.
-        let huge = malloc("m", 1 << 62);
-        assert_eq!(
-            check(std::slice::from_ref(&huge)).unwrap_err().field,
-            "size"
-        );
-        assert_eq!(build(&[huge]).unwrap_err().field, "size");
-    }
-
-    #[test]
-    fn fields_of_other_kinds_are_errors() {
-        let mut m = malloc("m", 1 << 20);
-        m.path = Some("/tmp/x".into());
-        let e = build(&[m]).unwrap_err();
-        assert_eq!((e.index, e.field), (0, "path"));
-        assert!(e.message.contains("only file bdevs"), "{}", e.message);
-        let mut n = spec("n", BdevKindName::Null);
-        n.size = Some(ByteSize(1 << 20));
-        n.max_resident = Some(ByteSize(1 << 20));
-        assert_eq!(check(&[n]).unwrap_err().field, "max_resident");
-        let mut sp = spec("s", BdevKindName::Split);
-        sp.base = Some("m".into());
-        sp.parts = Some(2);
-        sp.size = Some(ByteSize(1 << 20));
-        let e = build(&[malloc("m", 1 << 20), sp]).unwrap_err();
-        assert_eq!((e.index, e.field), (1, "size"));
-    }
-
-    #[test]
-    fn malloc_roundtrip_and_zeroing() {
-        let set = build(&[malloc("m", 4 << 20)]).expect("build");
-        let m = set.get("m").expect("m");
-        let mut data = vec![0x5au8; 8192];
-        let iov = [libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: data.len(),
-        }];
-        let io = |op, offset| IoRequest {
-            op,
-            offset,
-            len: 8192,
-            iov: iov.as_ptr(),
-            iovcnt: 1,
-        };
-        // SAFETY: iov describes `data`, alive for the whole test.
-        unsafe {
-            assert!(matches!(
-                m.prepare(&io(IoOp::Write { fua: false }, 4096)),
-                Prep::Done(IoResult::Ok)
-            ));
-        }
-        data.fill(0);
-        unsafe {
-            m.prepare(&io(IoOp::Read, 4096));
-        }
-        assert!(data.iter().all(|b| *b == 0x5a));
-        unsafe {
-            m.prepare(&io(
-                IoOp::WriteZeroes {
-                    may_trim: true,
-                    fua: false,
-                    fast: false,
-                },
-                4096,
-            ));
-            m.prepare(&io(IoOp::Read, 4096));
-        }
-        assert!(data.iter().all(|b| *b == 0));
-    }
-
-    #[test]
-    fn null_reads_return_pattern() {
-        let mut n = spec("n", BdevKindName::Null);
-        n.size = Some(ByteSize(1 << 20));
-        let set = build(&[n]).expect("build");
-        let mut data = vec![0u8; 4096];
-        let iov = [libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: 4096,
-        }];
-        let io = IoRequest {
-            op: IoOp::Read,
-            offset: 0,
-            len: 4096,
-            iov: iov.as_ptr(),
-            iovcnt: 1,
-        };
-        // SAFETY: iov describes `data`.
-        unsafe {
-            set.get("n").expect("n").prepare(&io);
-        }
-        assert!(data.iter().all(|b| *b == 0xA5));
-    }
-}
+mod tests;

@@ -100,6 +100,12 @@ impl<'de> serde::Deserialize<'de> for ByteSize {
     }
 }
 
+impl serde::Serialize for ByteSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

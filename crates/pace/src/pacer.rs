@@ -139,13 +139,13 @@ struct Flight {
 }
 
 impl Flight {
-    /// Before the device, at it, after it: in that order, once each. False
-    /// (and a failed assertion) for a double start or a double completion,
-    /// which then changes nothing.
+    /// Before the device, at it, after it: in that order, once each. A
+    /// double start or a double completion fails the assertion, in
+    /// release builds too: the device's books would be wrong from then on.
     fn enter(&mut self, to: DeviceStage) -> bool {
         use DeviceStage::*;
         let next = matches!((self.stage, to), (Before, At) | (At, After));
-        debug_assert!(next, "IO at its device: {:?} -> {to:?}", self.stage);
+        assert!(next, "IO at its device: {:?} -> {to:?}", self.stage);
         if next {
             self.stage = to;
         }

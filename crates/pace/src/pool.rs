@@ -291,6 +291,11 @@ impl SharedPool {
         self.cfg.num_shared_buffers
     }
 
+    /// Bytes of the pool's one mapping, every class's buffers.
+    pub fn map_len(&self) -> usize {
+        self.map_len
+    }
+
     /// Buffers of every class.
     pub fn total(&self) -> u32 {
         self.classes.iter().map(|c| c.count).sum()

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bdev::{IoResult, Prep};
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{opcode, squeue, types};
 use pace::pacer::{PacerGroup, PacingConfig};
 use pace::pool::SharedPool;
 use pace::Nanos;
@@ -21,6 +21,8 @@ use crate::engine::{
 };
 use crate::exports::Catalog;
 use crate::gather::GatherTrial;
+use crate::ring::Ring;
+use crate::sockets::{is_nonblocking, is_unix, set_nonblocking, set_send_buffer};
 use crate::splice::{self, Pipe};
 use crate::stats::ReactorStats;
 
@@ -32,6 +34,11 @@ pub enum Msg {
     /// thread): resume it. The fd is plaintext (a TLS relay's socketpair end).
     Resume(OwnedFd, Box<proto::Handshake>, String),
     Stats(mpsc::Sender<ReactorStats>),
+    /// The requests in flight a trace query names, with their state changes.
+    Trace(
+        crate::engine::TraceQuery,
+        mpsc::Sender<Vec<crate::engine::TracedReq>>,
+    ),
     SetPacing(PacingConfig),
     Shutdown,
 }
@@ -148,6 +155,8 @@ pub struct ReactorSettings {
     pub splice: SpliceMode,
     /// SO_SNDBUF for Unix-socket connections; 0: the kernel's default.
     pub unix_send_buffer: usize,
+    /// SQ entries of the ring; 0: room for every request slot and more.
+    pub ring_entries: u32,
 }
 
 /// A connection's socket, with its pipe while it splices.
@@ -165,7 +174,7 @@ struct Sock {
 
 pub struct Reactor {
     id: usize,
-    ring: IoUring,
+    ring: Ring,
     handle: Arc<ReactorHandle>,
     event_buf: Box<u64>,
     catalog: Arc<Catalog>,
@@ -236,16 +245,13 @@ impl Reactor {
         pool: Arc<SharedPool>,
         origin: Instant,
     ) -> io::Result<Reactor> {
-        let entries = (settings.max_requests + 1024)
-            .next_power_of_two()
-            .min(32768);
-        let ring = IoUring::builder()
-            .setup_cqsize(entries * 2)
-            .setup_single_issuer()
-            .setup_coop_taskrun()
-            .setup_defer_taskrun()
-            .build(entries)
-            .or_else(|_| IoUring::builder().setup_cqsize(entries * 2).build(entries))?;
+        let entries = match settings.ring_entries {
+            0 => (settings.max_requests + 1024)
+                .next_power_of_two()
+                .min(32768),
+            n => n,
+        };
+        let ring = Ring::new(entries)?;
         let batch_wait_us = if ring.params().is_feature_min_timeout() {
             settings.batch_wait.as_micros().min(u128::from(u32::MAX)) as u32
         } else {
@@ -318,10 +324,11 @@ impl Reactor {
             if self.engine.drained() {
                 break;
             }
+            self.ring.drain_backlog();
             self.submit_and_wait()?;
             self.engine.count_loop();
             cqes.clear();
-            cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            self.ring.completions(&mut cqes);
             self.clock();
             if !cqes.is_empty() {
                 self.last_completion = self.now;
@@ -364,7 +371,8 @@ impl Reactor {
             0
         };
         let gather = gather_wait(batch_wait_us, self.served, self.received, wait);
-        if wait == Some(0) {
+        // SQEs waiting for room: submit, reap and come back for them.
+        if wait == Some(0) || self.ring.backlog_len() > 0 {
             return self.submit_and_peek();
         }
         let submitter = self.ring.submitter();
@@ -399,7 +407,7 @@ impl Reactor {
     /// most of a spinning reactor's CPU in `io_cqring_wait`, and every
     /// spin turn that costs less notices the next request sooner.
     fn submit_and_peek(&mut self) -> io::Result<()> {
-        let to_submit = self.ring.submission().len() as u32;
+        let to_submit = self.ring.queued() as u32;
         // SAFETY: no argument is passed; GETEVENTS with no completions
         // wanted only runs the ring's deferred work (which posts the
         // completions) and returns.
@@ -451,18 +459,17 @@ impl Reactor {
         )
     }
 
+    /// Queues one SQE, or a linked chain whole (into the ring's backlog
+    /// when its submission queue is full).
+    fn push_sqes(&mut self, sqes: &[squeue::Entry]) {
+        // SAFETY: every SQE built here points at memory that lives until
+        // its completion: the engine keeps connection buffers and request
+        // buffers in place until it is told the operation ended.
+        unsafe { self.ring.push(sqes) };
+    }
+
     fn push_sqe(&mut self, sqe: squeue::Entry) {
-        loop {
-            // SAFETY: every SQE built here points at memory that lives until
-            // its completion: the engine keeps connection buffers and
-            // request buffers in place until it is told the operation ended.
-            if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
-                return;
-            }
-            if let Err(e) = self.ring.submit() {
-                tracing::warn!(reactor = self.id, "submit while SQ full: {e}");
-            }
-        }
+        self.push_sqes(std::slice::from_ref(&sqe));
     }
 
     fn arm_eventfd(&mut self) {
@@ -661,13 +668,13 @@ impl Reactor {
             Prep::Sqes(sqes) => {
                 self.device_ios += 1;
                 let n = sqes.len();
-                for (i, sqe) in sqes.into_iter().enumerate() {
-                    let op = Op::Io {
-                        io,
-                        link: i + 1 < n,
-                    };
-                    self.push_sqe(sqe.user_data(op.encode()));
-                }
+                let chain: Vec<squeue::Entry> = (sqes.into_iter().enumerate())
+                    .map(|(i, sqe)| {
+                        let link = i + 1 < n;
+                        sqe.user_data(Op::Io { io, link }.encode())
+                    })
+                    .collect();
+                self.push_sqes(&chain);
             }
         }
     }
@@ -758,7 +765,11 @@ impl Reactor {
                 Msg::Stats(reply) => {
                     let mut snapshot = self.engine.snapshot(self.now);
                     snapshot.gathering = self.batch_wait_us > 0 && self.gather.gathering();
+                    snapshot.sq_backlogged = self.ring.backlogged_total();
                     let _ = reply.send(snapshot);
+                }
+                Msg::Trace(q, reply) => {
+                    let _ = reply.send(self.engine.trace(q, self.now));
                 }
                 Msg::SetPacing(cfg) => self.engine.set_pacing(cfg, self.now),
                 Msg::Shutdown => self.engine.begin_drain(self.now),
@@ -803,51 +814,6 @@ impl Reactor {
             pipe_send: 0,
         });
     }
-}
-
-fn is_unix(fd: &OwnedFd) -> bool {
-    // SAFETY: getsockname into a zeroed sockaddr_storage of its size.
-    unsafe {
-        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        libc::getsockname(
-            fd.as_raw_fd(),
-            (&mut addr as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        ) == 0
-            && i32::from(addr.ss_family) == libc::AF_UNIX
-    }
-}
-
-fn set_send_buffer(fd: &OwnedFd, bytes: usize) {
-    let v = bytes.min(i32::MAX as usize) as i32;
-    // SAFETY: setsockopt with a valid int.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&v as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        tracing::debug!("SO_SNDBUF {bytes}: {}", io::Error::last_os_error());
-    }
-}
-
-fn set_nonblocking(fd: &OwnedFd) -> bool {
-    // SAFETY: fcntl on our own descriptor.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        flags >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
-    }
-}
-
-fn is_nonblocking(fd: &OwnedFd) -> bool {
-    // SAFETY: fcntl on our own descriptor.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    flags >= 0 && flags & libc::O_NONBLOCK != 0
 }
 
 /// How long, in microseconds, the next wait gathers completions, if at

@@ -33,11 +33,19 @@ pub struct RpcState {
     pub pacing: Mutex<PacingConfig>,
     pub stopping: AtomicBool,
     clients: AtomicUsize,
+    /// Fault bdevs, for `set_fault` and `get_faults`.
+    pub faults: crate::fault_ctl::FaultControl,
 }
 
 impl RpcState {
-    pub fn new(reactors: Vec<Arc<ReactorHandle>>, config: Value, pacing: PacingConfig) -> Self {
+    pub fn new(
+        reactors: Vec<Arc<ReactorHandle>>,
+        config: Value,
+        pacing: PacingConfig,
+        faults: crate::fault_ctl::FaultControl,
+    ) -> Self {
         RpcState {
+            faults,
             reactors,
             config: Mutex::new(config),
             pacing: Mutex::new(pacing),
@@ -121,10 +129,24 @@ fn handle_call(state: &RpcState, req: &Value) -> Result<Value, (i64, String)> {
                 .map_err(|m| (-32602, format!("invalid params: {m}")))?;
             Ok(json!({ "applied": serde_json::to_value(&cfg).unwrap_or_default() }))
         }
+        "set_fault" => {
+            let params = req.get("params").cloned().unwrap_or(Value::Null);
+            (state.faults.set(&params)).map_err(|m| (-32602, format!("invalid params: {m}")))
+        }
+        "get_faults" => Ok(state.faults.get()),
+        "trace" => {
+            let params = req.get("params").cloned().unwrap_or(Value::Null);
+            let (q, reactor) = crate::trace_rpc::query(&params)
+                .map_err(|m| (-32602, format!("invalid params: {m}")))?;
+            Ok(crate::trace_rpc::collect(&state.reactors, q, reactor))
+        }
         "rpc_get_methods" => Ok(json!([
             "get_stats",
             "get_config",
             "set_pacing",
+            "set_fault",
+            "get_faults",
+            "trace",
             "rpc_get_methods"
         ])),
         other => Err((-32601, format!("method not found: {other}"))),

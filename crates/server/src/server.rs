@@ -55,6 +55,8 @@ fn blocked_signals() -> libc::sigset_t {
 struct Reactors {
     handles: Vec<Arc<ReactorHandle>>,
     threads: Vec<JoinHandle<()>>,
+    /// Their clock's origin: engine time is nanoseconds since.
+    origin: Instant,
 }
 
 impl Reactors {
@@ -105,6 +107,7 @@ fn start_reactors(
     let mut reactors = Reactors {
         handles: Vec::with_capacity(n),
         threads: Vec::with_capacity(n),
+        origin,
     };
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     for id in 0..n {
@@ -123,6 +126,7 @@ fn start_reactors(
             batch_wait: Duration::from_micros(cfg.server.batch_wait_us),
             splice: cfg.server.splice,
             unix_send_buffer: cfg.server.unix_send_buffer.0 as usize,
+            ring_entries: 0,
         };
         let spawned = spawn_reactor(settings, catalog, pool, origin, ready_tx.clone());
         match spawned {
@@ -238,6 +242,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         reactors.handles.clone(),
         loaded.to_json(),
         catalog.pacing.clone(),
+        crate::fault_ctl::FaultControl::new(catalog.bdevs.faults(), reactors.origin),
     ));
     if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {
         reactors.stop();

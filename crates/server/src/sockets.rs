@@ -1,7 +1,9 @@
 //! Unix socket files: never replace anything but a stale socket, bind the
 //! admin socket private whatever the umask, and remove what a run created.
+//! And the options the reactors set on accepted sockets.
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -106,6 +108,53 @@ pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
         }
         Ok(cred.uid)
     }
+}
+
+/// Whether `fd` is a Unix-domain socket.
+pub(crate) fn is_unix(fd: &OwnedFd) -> bool {
+    // SAFETY: getsockname into a zeroed sockaddr_storage of its size.
+    unsafe {
+        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut addr as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        ) == 0
+            && i32::from(addr.ss_family) == libc::AF_UNIX
+    }
+}
+
+/// SO_SNDBUF of `fd` (logged, not fatal, when refused).
+pub(crate) fn set_send_buffer(fd: &OwnedFd, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as i32;
+    // SAFETY: setsockopt with a valid int.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        tracing::debug!("SO_SNDBUF {bytes}: {}", io::Error::last_os_error());
+    }
+}
+
+pub(crate) fn set_nonblocking(fd: &OwnedFd) -> bool {
+    // SAFETY: fcntl on our own descriptor.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    }
+}
+
+pub(crate) fn is_nonblocking(fd: &OwnedFd) -> bool {
+    // SAFETY: fcntl on our own descriptor.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
 }
 
 #[cfg(test)]

@@ -41,6 +41,9 @@ pub struct BufferStats {
     /// Buffers in the pool, small and large: `pool_free` when idle.
     #[serde(default)]
     pub pool_total: u64,
+    /// Bytes of the pool's mapping (its size in /proc/PID/smaps).
+    #[serde(default)]
+    pub pool_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -172,6 +175,9 @@ pub struct ReactorStats {
     /// off where its trials find that gathering costs its clients IOPS.
     #[serde(default)]
     pub gathering: bool,
+    /// SQEs that found the ring's submission queue full and waited.
+    #[serde(default)]
+    pub sq_backlogged: u64,
 }
 
 /// The `get_stats` reply: one entry per reactor.
@@ -347,11 +353,13 @@ impl StatsCollector {
                 cached: pool.cached,
                 pool_free,
                 pool_total,
+                pool_bytes: 0,
             },
             delayed_completions: timers as u64,
             exports: self.exports.iter_mut().map(|e| e.snapshot(now)).collect(),
             pacer: PacerStats::default(),
             gathering: false,
+            sq_backlogged: 0,
         }
     }
 }

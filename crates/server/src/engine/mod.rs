@@ -15,6 +15,7 @@
 //! - `turns.rs`: when a READ may start: a stream runs alone on its connection.
 //! - `output.rs`: replies and sends.
 //! - `life.rs`: accepting, closing, timeouts, draining.
+//! - `trace.rs`: the last request state changes, for `iopace rpc trace`.
 
 mod conn;
 mod ids;
@@ -24,6 +25,7 @@ mod output;
 mod req;
 mod request;
 mod stream;
+mod trace;
 mod turns;
 mod write;
 
@@ -44,6 +46,7 @@ use conn::Conn;
 pub use conn::{Input, Life, RecvOp, SendOp};
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
 pub use req::{PieceState, Req, ReqState};
+pub use trace::{TraceQuery, TracedReq, TracedState};
 
 /// Time limits on a connection, enforced with the engine's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +158,8 @@ pub struct Engine {
     payload_cap: u32,
     /// Buffers one connection's requests may commit before it stops parsing.
     conn_cap: u32,
+    /// The last request state changes, with their times.
+    trace: trace::TraceRing,
     now: Nanos,
 }
 
@@ -197,6 +202,7 @@ impl Engine {
             timeouts: settings.timeouts,
             drain_timeout: settings.drain_timeout,
             draining_since: None,
+            trace: trace::TraceRing::new(),
             payload_cap: settings.payload_cap.max(1),
             now,
         }
@@ -344,6 +350,7 @@ impl Engine {
         let pool = self.bufs.stats();
         let free = (self.pool.free_total(), u64::from(self.pool.total()));
         let mut snap = self.stats.snapshot(now, pool, free, self.delayed.len());
+        snap.buffers.pool_bytes = self.pool.map_len() as u64;
         snap.pacer = self.pacer.stats(now);
         snap
     }

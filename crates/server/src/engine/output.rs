@@ -104,7 +104,7 @@ impl Engine {
             c.raw_sending.drain(..sent.min(c.raw_sending.len()));
         } else {
             while let Some(&r) = c.out.front() {
-                let size = self.reqs[r.index()].reply_len() - c.out_skip;
+                let size = self.reqs[r.index()].reply_len(self.buf_size) - c.out_skip;
                 if sent < size {
                     c.out_skip += sent;
                     partial = Some((r, c.out_skip));
@@ -133,6 +133,13 @@ impl Engine {
         for &r in &sent {
             if self.reqs[r.index()].streamed() {
                 self.stream_sent(r, usize::MAX);
+                if self.reqs[r.index()].pieces_live > 0 {
+                    // A chunked reply ended early by a failed piece: the
+                    // pieces past it are dropped as they come back.
+                    self.stats.record_done(&self.reqs[r.index()], self.now);
+                    self.abandon_stream(r);
+                    continue;
+                }
             }
             self.set_state(r, ReqState::Sent);
             self.advance(r);

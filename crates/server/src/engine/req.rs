@@ -126,6 +126,8 @@ pub struct Piece {
     pub state: PieceState,
     pub buf: Option<BufId>,
     pub t_submit: Nanos,
+    /// NBD errno the device failed it with, 0 for success.
+    pub error: u32,
 }
 
 pub struct Req {
@@ -165,6 +167,11 @@ pub struct Req {
     pub pieces_live: u32,
     /// A streamed READ's pieces whose data has wholly left (in order).
     pub sent_pieces: u32,
+    /// Pieces in a streamed READ's reply: all, or up to the first failed
+    /// one, whose error chunk ends a chunked reply.
+    pub stream_end: u32,
+    /// A chunked streamed READ's chunk header per piece (see `chunked`).
+    pub chunk_hdrs: Vec<Vec<u8>>,
     pub t_start: Nanos,
     pub t_submit: Nanos,
     /// A READ that went through the pacer: it leaves it when its reply is sent.
@@ -197,6 +204,8 @@ impl Default for Req {
             started: 0,
             pieces_live: 0,
             sent_pieces: 0,
+            stream_end: 0,
+            chunk_hdrs: Vec::new(),
             t_start: 0,
             t_submit: 0,
             paced: false,
@@ -301,8 +310,10 @@ impl Req {
                 state: PieceState::Idle,
                 buf: None,
                 t_submit: 0,
+                error: 0,
             },
         );
+        self.stream_end = n as u32;
         self.iov.clear();
         self.iov.resize(
             n,
@@ -445,6 +456,11 @@ impl Req {
         if !self.hdr.is_empty() {
             return;
         }
+        if self.chunked() {
+            // Each piece's chunk carries its own header (`encode_piece_chunk`).
+            self.data_reply = true;
+            return;
+        }
         let is_read = self.command == Command::Read;
         let (cookie, error) = (self.cookie, self.error);
         let Some(framing) = self.framing() else {
@@ -469,8 +485,44 @@ impl Req {
     /// Bytes of a streamed READ's reply up to the end of piece `k`'s data:
     /// the header, then the pieces in order.
     pub fn piece_end(&self, k: u32, buf_size: u32) -> usize {
-        let data = (u64::from(k) + 1) * u64::from(buf_size);
-        self.hdr.len() + data.min(u64::from(self.len)) as usize
+        let data_end = |k: u32| (u64::from(k) * u64::from(buf_size)).min(u64::from(self.len));
+        let Some(framing) = self.framing().filter(|_| self.chunked()) else {
+            return self.hdr.len() + data_end(k + 1) as usize;
+        };
+        let hdrs = u64::from(k) * data_chunk_hdr_len(framing) as u64;
+        match self.pieces[k as usize].error {
+            0 => (hdrs + data_chunk_hdr_len(framing) as u64 + data_end(k + 1)) as usize,
+            _ => (hdrs + data_end(k)) as usize + self.chunk_hdrs[k as usize].len(),
+        }
+    }
+
+    /// A streamed READ answered in chunks, one per piece, so that a piece
+    /// the device fails ends the reply with its error (structured replies
+    /// and extended headers); with simple replies the header promised all
+    /// the data.
+    pub fn chunked(&self) -> bool {
+        self.streamed() && self.framing().is_some()
+    }
+
+    /// Encodes piece `k`'s chunk header: its data, or the error that ends
+    /// the reply when the device failed it.
+    pub fn encode_piece_chunk(&mut self, k: u32, buf_size: u32) {
+        let Some(framing) = self.framing() else {
+            return;
+        };
+        if self.chunk_hdrs.len() < self.pieces.len() {
+            self.chunk_hdrs.resize(self.pieces.len(), Vec::new());
+        }
+        let offset = self.offset + u64::from(k) * u64::from(buf_size);
+        let (len, error) = (self.piece_len(k, buf_size), self.pieces[k as usize].error);
+        let (cookie, last) = (self.cookie, k as usize + 1 == self.pieces.len());
+        let out = &mut self.chunk_hdrs[k as usize];
+        out.clear();
+        if error != 0 {
+            proto::encode_error_chunk(out, framing, cookie, error, "", Some(offset), true);
+        } else {
+            proto::encode_offset_data_header(out, framing, cookie, offset, len, last);
+        }
     }
 
     /// Most iovecs [`Req::push_reply_iov`] adds (a WRITE's piece iovecs
@@ -478,12 +530,15 @@ impl Req {
     pub fn reply_iov_len(&self) -> usize {
         1 + match (self.data_reply, self.streamed()) {
             (false, _) => 0,
-            (true, true) => self.pieces_live as usize,
+            (true, true) => 2 * self.pieces_live as usize,
             (true, false) => self.iov.len(),
         }
     }
 
-    pub fn reply_len(&self) -> usize {
+    pub fn reply_len(&self, buf_size: u32) -> usize {
+        if self.chunked() && self.stream_end > 0 {
+            return self.piece_end(self.stream_end - 1, buf_size);
+        }
         self.hdr.len()
             + if self.data_reply {
                 self.len as usize
@@ -505,6 +560,9 @@ impl Req {
             push_skipping(out, std::iter::once(&hdr).chain(data), skip);
             return true;
         }
+        if self.chunked() {
+            return self.push_chunks(out, skip, buf_size);
+        }
         // Pieces before `sent_pieces` have left and freed their buffers.
         let first = self.sent_pieces;
         let (lead, skip) = match first {
@@ -521,6 +579,43 @@ impl Req {
         let data = &self.iov[first as usize..first as usize + ready];
         push_skipping(out, lead.into_iter().chain(data), skip);
         first as usize + ready == self.pieces.len()
+    }
+}
+
+impl Req {
+    /// [`Req::push_reply_iov`] of a chunked streamed READ: each piece read
+    /// so far, in order, as its chunk header and (unless failed) its data.
+    fn push_chunks(&self, out: &mut Vec<libc::iovec>, skip: usize, buf_size: u32) -> bool {
+        let first = self.sent_pieces;
+        let before = match first {
+            0 => 0,
+            k => self.piece_end(k - 1, buf_size),
+        };
+        debug_assert!(skip >= before, "sent pieces were wholly sent");
+        let end = self.stream_end as usize;
+        let ready = (first as usize..end)
+            .take_while(|&k| self.pieces[k].state == PieceState::Ready)
+            .count();
+        let hdr = |k: usize| libc::iovec {
+            iov_base: self.chunk_hdrs[k].as_ptr() as *mut libc::c_void,
+            iov_len: self.chunk_hdrs[k].len(),
+        };
+        let segs = (first as usize..first as usize + ready).flat_map(|k| {
+            let data = (self.pieces[k].error == 0).then_some(self.iov[k]);
+            std::iter::once(hdr(k)).chain(data)
+        });
+        let segs: Vec<libc::iovec> = segs.collect();
+        push_skipping(out, segs.iter(), skip - before);
+        first as usize + ready == end
+    }
+}
+
+/// Bytes of an OFFSET_DATA chunk before its data: the chunk header (20
+/// bytes, 32 extended) and the offset.
+fn data_chunk_hdr_len(framing: proto::Framing) -> usize {
+    match framing {
+        proto::Framing::Structured => 20 + 8,
+        proto::Framing::Extended { .. } => 32 + 8,
     }
 }
 
@@ -545,125 +640,5 @@ fn push_skipping<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A WRITE whose pieces fill plain vectors standing in for pool buffers.
-    fn write_with_pieces(segs: &mut [Vec<u8>], buf_size: u32) -> Req {
-        let mut r = Req {
-            len: segs.iter().map(|s| s.len() as u32).sum(),
-            command: Command::Write,
-            ..Default::default()
-        };
-        r.plan_pieces(buf_size);
-        for (k, s) in segs.iter_mut().enumerate() {
-            r.iov[k] = libc::iovec {
-                iov_base: s.as_mut_ptr().cast(),
-                iov_len: s.len(),
-            };
-            r.pieces[k].state = PieceState::Filling;
-        }
-        r
-    }
-
-    #[test]
-    fn fill_stops_at_piece_end() {
-        let mut segs = vec![vec![0u8; 4], vec![0u8; 4], vec![0u8; 2]];
-        let mut r = write_with_pieces(&mut segs, 4);
-        assert_eq!(r.fill_from(&[1, 2, 3], 4), 3);
-        assert_eq!(r.fill_from(&[4, 5, 6, 7, 8], 4), 1);
-        assert_eq!(r.fill_from(&[5, 6, 7, 8, 9], 4), 4);
-        r.pieces[2].state = PieceState::NeedBuffer;
-        assert_eq!(r.fill_from(&[9], 4), 0, "the last piece has no buffer yet");
-        r.pieces[2].state = PieceState::Filling;
-        assert_eq!(r.fill_from(&[9, 10, 11], 4), 2);
-        assert_eq!(r.filled, 10);
-        r.pieces.clear();
-        drop(r);
-        assert_eq!(segs, vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8], vec![9, 10]]);
-    }
-
-    #[test]
-    fn piece_io_covers_its_range() {
-        let mut segs = vec![vec![0u8; 8], vec![0u8; 3]];
-        let mut r = write_with_pieces(&mut segs, 8);
-        r.offset = 100;
-        let io = r.io_request(IoOp::Write { fua: true }, Some(1), 8);
-        assert_eq!((io.offset, io.len, io.iovcnt), (108, 3, 1));
-        assert_eq!(r.payload_target(8).map(|t| t.1), Some(8));
-        r.pieces.clear();
-    }
-
-    #[test]
-    fn partial_send_skips_sent_bytes() {
-        let mut segs = [vec![7u8; 8], vec![9u8; 8]];
-        let mut r = Req {
-            len: 16,
-            command: Command::Read,
-            cookie: 42,
-            ..Default::default()
-        };
-        for s in segs.iter_mut() {
-            r.iov.push(libc::iovec {
-                iov_base: s.as_mut_ptr().cast(),
-                iov_len: s.len(),
-            });
-        }
-        r.encode_reply();
-        assert!(r.data_reply);
-        assert_eq!(r.reply_len(), 16 + 16);
-        let mut iov = Vec::new();
-        assert!(r.push_reply_iov(&mut iov, 20, 8));
-        let lens: Vec<usize> = iov.iter().map(|v| v.iov_len).collect();
-        assert_eq!(lens, vec![4, 8]);
-    }
-
-    #[test]
-    fn a_large_write_reply_is_one_iovec() {
-        let mut r = Req {
-            len: 1 << 20,
-            command: Command::Write,
-            ..Default::default()
-        };
-        r.plan_pieces(1024);
-        r.encode_reply();
-        assert_eq!(r.reply_iov_len(), 1, "not its 1024 piece iovecs");
-        let mut iov = Vec::new();
-        assert!(r.push_reply_iov(&mut iov, 0, 1024));
-        assert_eq!(iov.len(), 1);
-        r.pieces.clear();
-    }
-
-    #[test]
-    fn structured_read_error_has_no_data() {
-        let mut r = Req {
-            command: Command::Read,
-            style: ReplyStyle::Structured,
-            len: 4096,
-            error: proto::EIO,
-            ..Default::default()
-        };
-        r.encode_reply();
-        assert!(!r.data_reply);
-        assert_eq!(r.reply_len(), r.hdr.len());
-        let typ = |hdr: &[u8]| u16::from_be_bytes([hdr[6], hdr[7]]);
-        assert_eq!(typ(&r.hdr), proto::REPLY_TYPE_ERROR_OFFSET);
-    }
-
-    #[test]
-    fn a_failed_zero_length_read_has_no_error_offset() {
-        // Nothing to point into: a zero-length READ past the end (EINVAL).
-        for style in [ReplyStyle::Structured, ReplyStyle::Extended] {
-            let mut r = Req {
-                command: Command::Read,
-                style,
-                offset: 1 << 20,
-                error: proto::EINVAL,
-                ..Default::default()
-            };
-            r.encode_reply();
-            let typ = u16::from_be_bytes([r.hdr[6], r.hdr[7]]);
-            assert_eq!(typ, proto::REPLY_TYPE_ERROR, "{style:?}");
-        }
-    }
-}
+#[path = "req_tests.rs"]
+mod tests;

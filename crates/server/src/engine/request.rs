@@ -69,7 +69,9 @@ fn legal(from: ReqState, to: ReqState) -> bool {
 impl Engine {
     pub(super) fn set_state(&mut self, id: ReqId, to: ReqState) {
         let req = &mut self.reqs[id.index()];
-        debug_assert!(
+        // On in release builds too: a request past a broken arrow would
+        // free or reuse memory the kernel may still write.
+        assert!(
             legal(req.state, to),
             "request {id:?}: {:?} -> {to:?}",
             req.state
@@ -79,6 +81,7 @@ impl Engine {
             self.stats.transition(from, into);
         }
         req.state = to;
+        self.trace.record(self.now, id, req.cookie, to);
     }
 
     /// Every request transition: moves `id` until it waits for something.
@@ -138,6 +141,7 @@ impl Engine {
         c.requests += 1;
         self.reqs[slot.index()].reset(&origin, &request, now);
         self.stats.enter(ReqState::New.stat());
+        self.trace.record(now, slot, request.cookie, ReqState::New);
         let Err(errno) = verdict else {
             self.advance(slot);
             return;
@@ -291,7 +295,7 @@ impl Engine {
         let dev = &self.catalog.exports[req.export as usize].bdev;
         if dev.has_delay() {
             if let Some(op) = req.io_op() {
-                let release = req.t_submit + dev.sample_delay_ns(op, &mut self.rng);
+                let release = dev.release_at(op, req.t_submit, self.now, &mut self.rng);
                 if release > self.now {
                     self.delayed
                         .push(std::cmp::Reverse((release, IoToken::whole(id))));
@@ -502,6 +506,9 @@ impl Engine {
             if req.error == 0 {
                 req.error = errno;
             }
+            if let Part::Piece(k) = io.part {
+                req.pieces[k as usize].error = errno;
+            }
         }
         match io.part {
             Part::Whole => {
@@ -515,13 +522,19 @@ impl Engine {
         }
     }
 
-    /// Completions whose emulated delay has passed.
+    /// Completions whose emulated delay (and fault stall) has passed.
     pub(super) fn fire_delayed(&mut self) {
         while let Some(std::cmp::Reverse((t, io))) = self.delayed.peek().copied() {
             if t > self.now {
                 break;
             }
             self.delayed.pop();
+            let export = self.reqs[io.req.index()].export as usize;
+            if let Some(later) = self.catalog.exports[export].bdev.still_stalled(self.now) {
+                // A fault layer's stall still holds it.
+                self.delayed.push(std::cmp::Reverse((later, io)));
+                continue;
+            }
             match io.part {
                 Part::Whole => {
                     self.device_finished(io);

@@ -8,13 +8,17 @@
 //! Idle ──► Pacing ──► NeedBuffer ──► Device ──► (Delayed) ──► Ready ──► Done
 //! ```
 //!
-//! The reply is one header (a simple reply, or one OFFSET_DATA chunk) and
-//! the pieces' data in order. The request waits in `Streaming` until its
-//! first piece is read, then joins its connection's send queue (`Reply`)
-//! while the rest follow; nothing queued behind it is sent before it ends.
-//! A device error after that cannot be told in a reply whose header
-//! promised the data: the connection closes (a hard disconnect, as the spec
-//! asks of simple replies).
+//! With structured replies or extended headers the reply is one
+//! OFFSET_DATA chunk per piece, in order, the last one flagged DONE; a
+//! piece the device fails ends it with an ERROR_OFFSET chunk at that
+//! piece's offset (flagged DONE), and pieces past it are dropped as they
+//! come back (`Req::chunked`, `stream_end`). A simple reply is one header
+//! and the pieces' data: a device error after it was queued cannot be told
+//! in a reply that promised the data, so the connection closes (a hard
+//! disconnect, as the spec asks of simple replies). The request waits in
+//! `Streaming` until its first piece is read, then joins its connection's
+//! send queue (`Reply`) while the rest follow; nothing queued behind it is
+//! sent before it ends.
 //!
 //! A piece leaves the pacer when its bytes are sent, as a whole READ does,
 //! so the flow's window bounds what waits for the socket. A stream runs
@@ -50,7 +54,7 @@ impl Engine {
             let req = &self.reqs[id.index()];
             let k = req.started;
             let serving = matches!(req.state, ReqState::Streaming | ReqState::Reply);
-            if !serving || k as usize >= req.pieces.len() || req.pieces_live >= window {
+            if !serving || k >= req.stream_end || req.pieces_live >= window {
                 return;
             }
             if self.conn_ref(req.conn).is_none_or(|c| c.life != Life::Open) {
@@ -105,12 +109,20 @@ impl Engine {
             return;
         }
         self.set_piece(id, k, PieceState::Ready);
-        if failed {
+        let req = &mut self.reqs[id.index()];
+        if req.chunked() {
+            req.encode_piece_chunk(k, self.buf_size);
+            if req.pieces[k as usize].error != 0 {
+                req.stream_end = req.stream_end.min(k + 1);
+            }
+        } else if failed {
             if let Some(c) = conn_at(&mut self.conns, conn) {
                 c.ending(EndReason::StreamFailed);
             }
             self.close(conn);
-        } else if state == ReqState::Streaming && k == 0 {
+            return;
+        }
+        if state == ReqState::Streaming && k == 0 {
             self.set_state(id, ReqState::Answered);
             self.advance(id);
         } else if state == ReqState::Reply {
@@ -124,7 +136,7 @@ impl Engine {
         loop {
             let req = &self.reqs[id.index()];
             let k = req.sent_pieces;
-            if k as usize >= req.pieces.len() || req.piece_end(k, self.buf_size) > sent {
+            if k >= req.stream_end || req.piece_end(k, self.buf_size) > sent {
                 break;
             }
             debug_assert_eq!(req.pieces[k as usize].state, PieceState::Ready);

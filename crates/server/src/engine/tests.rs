@@ -284,30 +284,33 @@ fn extended_headers_stream_and_answer_every_command_in_chunks() {
     net.run_to_quiet();
     let mut got = ext_chunks(&net.clients[&c].from_server, 3);
     got.sort_by_key(|r| r.0);
+    use proto::{REPLY_FLAG_DONE as DONE, REPLY_TYPE_BLOCK_STATUS_EXT as BS};
+    use proto::{REPLY_TYPE_ERROR as ERR, REPLY_TYPE_NONE as NONE, REPLY_TYPE_OFFSET_DATA as DATA};
+    let (streamed, got): (Vec<_>, Vec<_>) = got.into_iter().partition(|r| r.0 == 3);
+    // The streamed READ: a DATA chunk per piece, in order, the last one DONE.
+    assert_eq!(streamed.len(), len.div_ceil(u64::from(BUF_SIZE)) as usize);
+    let mut data = Vec::new();
+    for (i, r) in streamed.iter().enumerate() {
+        assert_eq!(
+            (r.1, r.2 == DONE),
+            (DATA, i + 1 == streamed.len()),
+            "chunk {i}"
+        );
+        let offset = u64::from_be_bytes(r.3[..8].try_into().unwrap());
+        assert_eq!(offset, 4096 + data.len() as u64);
+        data.extend_from_slice(&r.3[8..]);
+    }
+    assert_eq!(data.len(), len as usize);
+    assert!(data.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
     let kinds: Vec<(u64, u16)> = got.iter().map(|r| (r.0, r.1)).collect();
-    use proto::{REPLY_TYPE_BLOCK_STATUS_EXT as BS, REPLY_TYPE_ERROR as ERR};
-    use proto::{REPLY_TYPE_NONE as NONE, REPLY_TYPE_OFFSET_DATA as DATA};
     assert_eq!(
         kinds,
-        vec![
-            (1, NONE),
-            (2, NONE),
-            (3, DATA),
-            (4, BS),
-            (5, ERR),
-            (6, DATA)
-        ]
+        vec![(1, NONE), (2, NONE), (4, BS), (5, ERR), (6, DATA)]
     );
-    assert!(got.iter().all(|r| r.2 == proto::REPLY_FLAG_DONE));
-    let data = &got[2].3;
-    assert_eq!(data.len(), 8 + len as usize);
-    assert!(data[8..]
-        .iter()
-        .enumerate()
-        .all(|(i, &b)| b == (i % 253) as u8));
-    assert_eq!(&got[4].3[..4], &proto::EINVAL.to_be_bytes());
+    assert!(got.iter().all(|r| r.2 == DONE));
+    assert_eq!(&got[3].3[..4], &proto::EINVAL.to_be_bytes());
     // 64-bit extents, counted, covering the 1 MiB export.
-    let status = &got[3].3;
+    let status = &got[2].3;
     let n = u32::from_be_bytes(status[4..8].try_into().unwrap()) as usize;
     assert_eq!(status.len(), 8 + 16 * n);
     let covered: u64 = (0..n)
@@ -419,4 +422,133 @@ fn a_failed_piece_ends_its_request_with_the_first_error() {
     assert!(got.len() <= 1, "{got:?}");
     net.run_to_quiet();
     assert_eq!(net.engine.requests_in_use(), 0);
+}
+
+/// A 1 MiB malloc export behind a fault bdev failing its first 4 KiB.
+const FAULTY: &str = "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n\
+    [[bdev]]\nname = \"flaky\"\nkind = \"fault\"\nbase = \"m0\"\nerrno = \"ENOSPC\"\n\
+    fail_range = { offset = 0, length = 4096 }\n\n\
+    [[export]]\nname = \"default\"\nbdev = \"flaky\"\n";
+
+#[test]
+fn a_fault_bdev_answers_its_errno_for_whole_requests_and_pieces() {
+    let mut net = Net::new(engine_over(FAULTY, "auto", 8, TIMEOUTS));
+    let c = ready_client(&mut net);
+    let mut bytes = request_bytes(Command::Read, 1, 0, 512);
+    bytes.extend(request_bytes(Command::Read, 2, 8192, 512));
+    // Three pieces of a 4 KiB buffer; the first touches the range.
+    bytes.extend(request_bytes(Command::Write, 3, 0, 10_000));
+    bytes.extend(vec![7u8; 10_000]);
+    bytes.extend(request_bytes(Command::Write, 4, 4096, 10_000));
+    bytes.extend(vec![7u8; 10_000]);
+    net.write(c, &bytes);
+    net.run_to_quiet();
+    let got = replies(&net.clients[&c].from_server, |cookie| {
+        if cookie == 2 {
+            512
+        } else {
+            0
+        }
+    });
+    assert_eq!(
+        got,
+        vec![(proto::ENOSPC, 1), (0, 2), (proto::ENOSPC, 3), (0, 4)]
+    );
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    assert_eq!(net.engine.requests_in_use(), 0);
+}
+
+#[test]
+fn a_stalled_fault_bdev_holds_completions_until_released() {
+    let mut net = Net::new(engine_over(FAULTY, "auto", 8, TIMEOUTS));
+    let c = ready_client(&mut net);
+    let fault = net
+        .engine
+        .catalog
+        .bdevs
+        .fault("flaky")
+        .expect("fault layer");
+    let held = bdev::FaultParams {
+        stall: true,
+        ..bdev::FaultParams::default()
+    };
+    fault.set(held, net.now, false);
+    net.write(c, &request_bytes(Command::Read, 9, 8192, 512));
+    let before = net.clients[&c].from_server.len();
+    for _ in 0..50 {
+        net.deliver(c, usize::MAX);
+        while !net.ios.is_empty() {
+            net.complete_io(0);
+        }
+        net.advance(bdev::STALL_RECHECK_NS);
+        net.take_sent(c, usize::MAX);
+    }
+    assert_eq!(
+        net.clients[&c].from_server.len(),
+        before,
+        "no reply while held"
+    );
+    assert_eq!(net.engine.requests_in_use(), 1);
+    // The trace shows where it is and how it got there.
+    let traced = net.engine.trace(TraceQuery::Oldest(5), net.now);
+    assert_eq!(traced.len(), 1);
+    let t = &traced[0];
+    assert_eq!(
+        (t.cookie, t.state.as_str(), t.command.as_str()),
+        (9, "Delayed", "Read")
+    );
+    let states: Vec<&str> = t.states.iter().map(|s| s.state.as_str()).collect();
+    let path = [
+        "New", "Pacing", "Released", "Ready", "Device", "Executed", "Delayed",
+    ];
+    assert_eq!(states, path);
+    assert!(t.age_us >= 490_000.0, "{t:?}");
+    assert!(
+        t.states.windows(2).all(|w| w[0].at_us <= w[1].at_us),
+        "{t:?}"
+    );
+    assert_eq!(
+        net.engine.trace(TraceQuery::Conn(c.index), net.now).len(),
+        1
+    );
+    assert!(net
+        .engine
+        .trace(TraceQuery::Conn(c.index + 1), net.now)
+        .is_empty());
+    fault.set(bdev::FaultParams::default(), net.now, false);
+    net.run_to_quiet();
+    assert_eq!(net.clients[&c].from_server.len(), before + 16 + 512);
+    assert_eq!(fault.status(net.now).held, 1);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+}
+
+#[test]
+fn a_piece_failing_mid_stream_ends_a_chunked_reply_with_its_error() {
+    let body = FAULTY.replace("offset = 0, length = 4096", "offset = 16384, length = 1");
+    let mut net = Net::new(engine_over(&body, "auto", 24, TIMEOUTS));
+    let c = net.connect();
+    let mut b = ext_handshake_bytes();
+    // Ten 4 KiB pieces, two at a time; the fifth fails.
+    b.extend(ext_request_bytes(Command::Read, 3, 0, 40_000));
+    b.extend(ext_request_bytes(Command::Read, 4, 0, 10));
+    net.write(c, &b);
+    net.run_to_quiet();
+    let got = ext_chunks(&net.clients[&c].from_server, 3);
+    let kinds: Vec<(u64, u16, u16)> = got.iter().map(|r| (r.0, r.1, r.2)).collect();
+    use proto::REPLY_TYPE_OFFSET_DATA as DATA;
+    use proto::{REPLY_FLAG_DONE as DONE, REPLY_TYPE_ERROR_OFFSET as ERR};
+    let mut want = vec![(3, DATA, 0); 4];
+    want.extend([(3, ERR, DONE), (4, DATA, DONE)]);
+    assert_eq!(kinds, want);
+    let err = &got[4].3;
+    assert_eq!(&err[..4], &proto::ENOSPC.to_be_bytes());
+    assert_eq!(
+        &err[6..14],
+        &16384u64.to_be_bytes(),
+        "the failed piece's offset"
+    );
+    assert!(!net.clients[&c].closed, "the connection goes on");
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.pacer.queued(), 0);
 }

@@ -20,7 +20,8 @@ impl Engine {
     pub(super) fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
         use PieceState::*;
         let piece = &mut self.reqs[id.index()].pieces[k as usize];
-        debug_assert!(
+        // On in release builds too, as a request's (`set_state`).
+        assert!(
             matches!(
                 (piece.state, to),
                 (Idle, Pacing)
@@ -160,7 +161,8 @@ impl Engine {
         if !dev.has_delay() {
             return false;
         }
-        let release = req.pieces[k as usize].t_submit + dev.sample_delay_ns(op, &mut self.rng);
+        let t_submit = req.pieces[k as usize].t_submit;
+        let release = dev.release_at(op, t_submit, self.now, &mut self.rng);
         if release <= self.now {
             return false;
         }

@@ -1,0 +1,172 @@
+//! The trace ring: each engine's last [`TRACE_LEN`] request state changes
+//! with their times, written by `Engine::set_state`, so that `iopace rpc
+//! trace` can show where a request that hangs is and how it got there (as
+//! SPDK's trace records each request's state changes). Recording is one
+//! store into a fixed ring; reading it is for the control plane.
+
+use pace::Nanos;
+use serde::{Deserialize, Serialize};
+
+use super::ids::{ConnId, ReqId};
+use super::req::ReqState;
+use super::Engine;
+
+/// State changes kept per engine: about 500 requests' whole lives.
+pub const TRACE_LEN: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+struct TraceEntry {
+    t: Nanos,
+    req: ReqId,
+    cookie: u64,
+    to: ReqState,
+}
+
+pub struct TraceRing {
+    entries: Vec<TraceEntry>,
+    /// Where the next entry goes once the ring is full.
+    next: usize,
+}
+
+impl TraceRing {
+    pub fn new() -> TraceRing {
+        TraceRing {
+            entries: Vec::with_capacity(TRACE_LEN),
+            next: 0,
+        }
+    }
+
+    pub fn record(&mut self, t: Nanos, req: ReqId, cookie: u64, to: ReqState) {
+        let e = TraceEntry { t, req, cookie, to };
+        if self.entries.len() < TRACE_LEN {
+            self.entries.push(e);
+        } else {
+            self.entries[self.next] = e;
+        }
+        self.next = (self.next + 1) % TRACE_LEN;
+    }
+
+    /// Oldest first.
+    fn in_order(&self) -> impl Iterator<Item = &TraceEntry> {
+        let (newer, older) = self.entries.split_at(self.next.min(self.entries.len()));
+        older.iter().chain(newer)
+    }
+
+    /// The ring's oldest time: a life that began before it is cut.
+    fn since(&self) -> Option<Nanos> {
+        self.in_order().next().map(|e| e.t)
+    }
+}
+
+impl Default for TraceRing {
+    fn default() -> Self {
+        TraceRing::new()
+    }
+}
+
+/// Which requests in flight `trace` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceQuery {
+    /// Every request of connection slot `conn`.
+    Conn(u32),
+    /// The oldest this many.
+    Oldest(usize),
+}
+
+/// One state a traced request entered, and when (since it arrived).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TracedState {
+    pub state: String,
+    pub at_us: f64,
+}
+
+/// A request in flight and the state changes the ring still holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TracedReq {
+    pub reactor: usize,
+    pub conn: u32,
+    pub peer: String,
+    pub cookie: u64,
+    pub command: String,
+    pub offset: u64,
+    pub len: u64,
+    pub state: String,
+    pub age_us: f64,
+    pub states: Vec<TracedState>,
+    /// The ring no longer holds its first changes.
+    pub cut: bool,
+}
+
+fn us(ns: Nanos) -> f64 {
+    ns as f64 / 1000.0
+}
+
+impl Engine {
+    /// The requests in flight that `q` names, oldest first, with their states.
+    pub fn trace(&self, q: TraceQuery, now: Nanos) -> Vec<TracedReq> {
+        let mut live: Vec<(ReqId, Nanos)> = (self.reqs.iter().enumerate())
+            .filter(|(_, r)| r.state != ReqState::Free)
+            .filter(|(_, r)| match q {
+                TraceQuery::Conn(c) => r.conn.index == c,
+                TraceQuery::Oldest(_) => true,
+            })
+            .map(|(i, r)| (ReqId(i as u32), r.t_start))
+            .collect();
+        live.sort_by_key(|&(_, t)| t);
+        if let TraceQuery::Oldest(n) = q {
+            live.truncate(n);
+        }
+        live.into_iter()
+            .map(|(id, _)| self.traced(id, now))
+            .collect()
+    }
+
+    fn traced(&self, id: ReqId, now: Nanos) -> TracedReq {
+        let r = &self.reqs[id.index()];
+        let states = (self.trace.in_order())
+            .filter(|e| e.req == id && e.cookie == r.cookie && e.t >= r.t_start)
+            .map(|e| TracedState {
+                state: format!("{:?}", e.to),
+                at_us: us(e.t - r.t_start),
+            })
+            .collect();
+        TracedReq {
+            reactor: self.id,
+            conn: r.conn.index,
+            peer: self.peer_of(r.conn),
+            cookie: r.cookie,
+            command: format!("{:?}", r.command),
+            offset: r.offset,
+            len: r.span.max(u64::from(r.len)),
+            state: format!("{:?}", r.state),
+            age_us: us(now.saturating_sub(r.t_start)),
+            states,
+            cut: self.trace.since().is_some_and(|t| t > r.t_start),
+        }
+    }
+
+    fn peer_of(&self, conn: ConnId) -> String {
+        self.conn_ref(conn)
+            .map(|c| c.peer.to_string())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_keeps_the_last_entries_in_order() {
+        let mut ring = TraceRing::new();
+        for i in 0..(TRACE_LEN as u64 + 10) {
+            ring.record(i, ReqId(1), 7, ReqState::New);
+        }
+        let times: Vec<Nanos> = ring.in_order().map(|e| e.t).collect();
+        assert_eq!(times.len(), TRACE_LEN);
+        assert_eq!(times[0], 10);
+        assert!(times.windows(2).all(|w| w[0] + 1 == w[1]));
+        assert_eq!(ring.since(), Some(10));
+    }
+}
