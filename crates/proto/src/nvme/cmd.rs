@@ -39,7 +39,11 @@ pub struct Status {
 }
 
 impl Status {
-    pub const SUCCESS: Status = Status::generic(0x00);
+    pub const SUCCESS: Status = Status {
+        sct: 0,
+        sc: 0,
+        dnr: false,
+    };
     pub const INVALID_OPCODE: Status = Status::generic(0x01);
     pub const INVALID_FIELD: Status = Status::generic(0x02);
     pub const CID_CONFLICT: Status = Status::generic(0x03);
