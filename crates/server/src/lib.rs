@@ -9,6 +9,7 @@ pub mod engine;
 pub mod exports;
 mod gather;
 mod metrics;
+pub mod nvmf;
 pub mod reactor;
 mod reload;
 pub mod rpc;

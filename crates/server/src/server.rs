@@ -233,13 +233,24 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let mut files = SocketFiles::default();
     let tls = loaded.tls_config().map_err(ServeError::Config)?;
     let listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
+    let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp)?;
     let reactors = start_reactors(&loaded, &catalog, &pool)?;
+    let mut nvmf = match crate::nvmf::start(nvme_listeners, &loaded, &catalog, pool.buffer_size()) {
+        Ok(n) => n,
+        Err(e) => {
+            reactors.stop();
+            return Err(e);
+        }
+    };
     let rpc_state = Arc::new(rpc::RpcState::new(
         reactors.handles.clone(),
         loaded.to_json(),
         catalog.pacing.clone(),
     ));
     if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {
+        if let Some(n) = nvmf.take() {
+            n.stop();
+        }
         reactors.stop();
         return Err(e);
     }
@@ -251,6 +262,9 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let accept_threads = match acceptor::start(&acceptors) {
         Ok(a) => a,
         Err(e) => {
+            if let Some(n) = nvmf.take() {
+                n.stop();
+            }
             reactors.stop();
             return Err(e);
         }
@@ -261,6 +275,9 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         "iopace serving"
     );
     wait_for_stop(&set, &loaded, &rpc_state);
+    if let Some(n) = nvmf {
+        n.stop();
+    }
     acceptor::stop(&acceptors, accept_threads);
     reactors.stop();
     if let Err(e) = catalog.bdevs.flush_all_sync() {

@@ -77,12 +77,11 @@ fn invalid(in_data: bool, offset: u16) -> (Status, u32) {
     )
 }
 
-/// A NUL-terminated NQN field.
+/// A NUL-terminated NQN field (possibly empty: SPDK's perf sends no
+/// host NQN, and SPDK's target takes it).
 fn nqn(field: &[u8]) -> Option<&str> {
     let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
-    std::str::from_utf8(&field[..end])
-        .ok()
-        .filter(|s| !s.is_empty())
+    std::str::from_utf8(&field[..end]).ok()
 }
 
 impl Target {
@@ -107,12 +106,26 @@ impl Target {
     }
 
     /// Fabrics Connect with its 1024 bytes of data. Err: the status and
-    /// completion dword 0 (where an invalid parameter lies).
+    /// completion dword 0 (where an invalid parameter lies). Hosts are
+    /// admitted by each subsystem's `hosts` list.
     pub fn connect(
         &mut self,
         sqe: &Sqe,
         data: &[u8],
         now: Nanos,
+    ) -> Result<Connected, (Status, u32)> {
+        let subs = self.subsystems.clone();
+        self.connect_with(sqe, data, now, &|i, host| subs[i].allows(host))
+    }
+
+    /// As `connect`, with the driver deciding which host may reach which
+    /// subsystem (`allowed(subsystem index, hostnqn)`).
+    pub fn connect_with(
+        &mut self,
+        sqe: &Sqe,
+        data: &[u8],
+        now: Nanos,
+        allowed: &dyn Fn(usize, &str) -> bool,
     ) -> Result<Connected, (Status, u32)> {
         let Some(data) = data.get(..1024) else {
             return Err((Status::DATA_SGL_LENGTH_INVALID, 0));
@@ -124,7 +137,7 @@ impl Target {
         let qid = (cdw10 >> 16) as u16;
         let sqsize = sqe.cdw(11) as u16;
         let kato = sqe.cdw(12);
-        let Some(subnqn) = nqn(&data[256..512]) else {
+        let Some(subnqn) = nqn(&data[256..512]).filter(|s| !s.is_empty()) else {
             return Err(invalid(true, 256));
         };
         let Some(hostnqn) = nqn(&data[512..768]) else {
@@ -136,7 +149,7 @@ impl Target {
             let Some(i) = self.subsystems.iter().position(|s| s.nqn == subnqn) else {
                 return Err(invalid(true, 256));
             };
-            if !self.subsystems[i].allows(hostnqn) {
+            if !allowed(i, hostnqn) {
                 return Err((Status::CONNECT_INVALID_HOST, 0));
             }
             Some(i)

@@ -92,6 +92,11 @@ impl Queue {
         self.cmds.len()
     }
 
+    /// Whether command `cid` is received and not yet completed.
+    pub fn has(&self, cid: u16) -> bool {
+        self.cmds.contains_key(&cid)
+    }
+
     /// Bytes to send, in order; the caller takes them all.
     pub fn take_output(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.out)
