@@ -265,6 +265,7 @@ impl Driver {
             }
             Action::Admit { cid, len, write } => self.admit(k, cid, len, write, now),
             Action::Io { cid, op, .. } => self.io(k, cid, op, now),
+            Action::DropAer { cid, cntlid } => self.target.drop_async_event(cntlid, cid),
             Action::Close => {}
         }
     }

@@ -261,6 +261,13 @@ impl Target {
         }
     }
 
+    /// Forgets a parked Async Event Request the host gave up.
+    pub fn drop_async_event(&mut self, cntlid: u16, cid: u16) {
+        if let Some(c) = self.controllers.get_mut(&cntlid) {
+            c.aers.retain(|&a| a != cid);
+        }
+    }
+
     /// Whether the controller still exists (IO queues of a dropped one close).
     pub fn alive(&self, cntlid: u16) -> bool {
         self.controllers.contains_key(&cntlid)

@@ -32,6 +32,9 @@ pub enum Action {
     Admit { cid: u16, len: u32, write: bool },
     /// Device IO on namespace `nsid`, then `Queue::io_done`.
     Io { cid: u16, nsid: u32, op: DevOp },
+    /// The host gave up a parked Async Event Request:
+    /// `Target::drop_async_event`.
+    DropAer { cid: u16, cntlid: u16 },
     /// Send what is queued, then close the connection.
     Close,
 }
@@ -131,6 +134,17 @@ impl Queue {
         let depth = self.depth();
         self.sqhd = (self.sqhd + 1) % depth.max(1) as u16;
         let cid = sqe.cid();
+        if self
+            .cmds
+            .get(&cid)
+            .is_some_and(|c| c.state == State::Parked)
+        {
+            // A host that reuses a parked Async Event Request's id gave it
+            // up (SPDK's host does at shutdown): the new command takes it.
+            self.cmds.remove(&cid);
+            let cntlid = self.bound().map_or(0, |b| b.cntlid);
+            self.actions.push(Action::DropAer { cid, cntlid });
+        }
         if self.cmds.contains_key(&cid) {
             self.respond(cid, Status::CID_CONFLICT, 0);
             return Ok(());

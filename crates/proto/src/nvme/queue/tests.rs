@@ -131,6 +131,7 @@ impl Rig {
                 let r = self.device(op);
                 self.queues[q].io_done(cid, r);
             }
+            Action::DropAer { cid, cntlid } => self.target.drop_async_event(cntlid, cid),
             Action::Close => self.closed[q] = true,
         }
     }

@@ -134,6 +134,13 @@ fn features_keep_alive_aer_abort() {
     };
     r.queues[a].admin_done(6, d);
     assert_eq!(resp(&r.drive(a)).result, 0x0004_0002);
+    // A host that reuses a parked AER's id gave it up: no conflict, and
+    // a later event does not complete the new command.
+    assert!(r.cmd(a, sqe(admin::ASYNC_EVENT, 10, 0, 0), &[]).is_empty());
+    let got = r.cmd(a, sqe(admin::KEEP_ALIVE, 10, 0, 0), &[]);
+    assert_eq!(resp(&got).status, Status::SUCCESS);
+    r.target.namespace_changed(0, 1);
+    assert!(r.target.take_events().is_empty());
     // Abort: "not aborted".
     let mut s = sqe(admin::ABORT, 7, 0, 0);
     s.set_cdw(10, 6 << 16);
