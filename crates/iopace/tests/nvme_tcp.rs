@@ -381,3 +381,42 @@ fn keep_alive_expiry_closes_the_controller() {
         server.log_text()
     );
 }
+
+#[test]
+fn stalled_and_idle_connections() {
+    let port = free_port();
+    let extra = format!(
+        "nvme_tcp = [\"127.0.0.1:{port}\"]\nhandshake_timeout_s = 1\npayload_timeout_s = 1"
+    );
+    let server = Server::start_full(&extra, MALLOC_EXPORTS, "num_shared_buffers = 256");
+    // Hundreds of idle connections past ICReq stay, and cost the others nothing.
+    let idle: Vec<Host> = (0..300).map(|_| Host::connect(port)).collect();
+    // One that never sends ICReq, one that stops halfway through a PDU.
+    let mut silent = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut half = Host::connect(port);
+    let (s, d) = connect_cmd(0, 0, 0xFFFF);
+    let mut b = Vec::new();
+    Pdu::CapsuleCmd(s, &d).encode(&mut b, Framing::default());
+    half.s.write_all(&b[..100]).expect("half a PDU");
+    let t = Instant::now();
+    let mut byte = [0u8; 1];
+    assert_eq!(silent.read(&mut byte).unwrap_or(0), 0, "no ICReq: closed");
+    assert_eq!(half.recv().0, 0xFF, "half a PDU: closed");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // The idle ones are still served.
+    let (mut a, _) = admin_queue(port, 0);
+    assert_eq!(a.command(Sqe::new(admin::KEEP_ALIVE, 3), &[]).0, 0);
+    let mut last = idle.into_iter().last().expect("a connection");
+    let (s, d) = connect_cmd(0, 0, 0xFFFF);
+    assert_eq!(last.command(s, &d).0, 0);
+    let rss = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS"))
+        .map(str::to_string)
+        .unwrap_or_default();
+    eprintln!("with 300 idle NVMe/TCP connections: {rss}");
+}
