@@ -11,6 +11,7 @@ fn replay_nvme_fuzz_corpus() {
         let path = entry.expect("dir entry").path();
         let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         pdus += proto::nvme::fuzzing::run(&data);
+        proto::nvme::fuzzing::run_queue(&data);
         n += 1;
     }
     assert!(n >= 10, "corpus has only {n} files");

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# NVMe/TCP: iopace against SPDK's nvmf_tgt, with spdk_nvme_perf as the host.
+# Each target gets core 0 alone (taskset / -m 0x1), perf core 1, a 1 GiB RAM
+# disk written through once (so neither reads holes), loopback TCP. Targets
+# alternate within each rep; REPS reps (default 3) of RUNTIME s (default 8).
+#
+#   bench/nvmf_peers.sh [OUT]     # OUT: results directory (default bench-out/nvmf-peers)
+#
+# Needs SPDK from ../shared/spdk/build.sh ($SPDK_DIR, default
+# ~/.cache/iopace-spdk-v26.05) and target/release/iopace. Holds
+# /work/wt/bench.lock (or $BENCH_LOCK) exclusively while it measures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-bench-out/nvmf-peers}
+SPDK=${SPDK_DIR:-$HOME/.cache/iopace-spdk-v26.05}
+REPS=${REPS:-3}
+RUNTIME=${RUNTIME:-8}
+LOCK=${BENCH_LOCK:-/work/wt/bench.lock}
+BIN=target/release/iopace
+[ -f "$SPDK/.built" ] || { echo "no SPDK build at $SPDK: run ../shared/spdk/build.sh" >&2; exit 2; }
+[ -x "$BIN" ] || cargo build --release -p iopace
+export LD_LIBRARY_PATH=$SPDK/build/lib
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/nvmf-peers.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+SPDK_PORT=4430 IOPACE_PORT=4431
+SPDK_NQN=nqn.2016-06.io.spdk:cnode1 IOPACE_NQN=nqn.2026-11.io.iopace:default
+
+start_spdk() {
+  "$SPDK/build/bin/nvmf_tgt" -m 0x1 -u --no-huge -s 2048 -r "$WORK/spdk.sock" -i 7 \
+    > "$OUT/nvmf_tgt.log" 2>&1 &
+  SPDK_PID=$!; PIDS+=("$SPDK_PID")
+  local rpc=(python3 "$SPDK/scripts/rpc.py" -s "$WORK/spdk.sock")
+  for _ in $(seq 100); do "${rpc[@]}" spdk_get_version >/dev/null 2>&1 && break; sleep 0.1; done
+  "${rpc[@]}" nvmf_create_transport -t TCP >/dev/null
+  "${rpc[@]}" bdev_malloc_create -b Malloc0 1024 512 >/dev/null
+  "${rpc[@]}" nvmf_create_subsystem "$SPDK_NQN" -a -s SPDK0001 >/dev/null
+  "${rpc[@]}" nvmf_subsystem_add_ns "$SPDK_NQN" Malloc0 >/dev/null
+  "${rpc[@]}" nvmf_subsystem_add_listener "$SPDK_NQN" -t tcp -a 127.0.0.1 -s $SPDK_PORT >/dev/null
+}
+
+start_iopace() {
+  cat > "$WORK/iopace.toml" <<EOF
+[server]
+reactors = 1
+tcp = []
+unix = []
+rpc = ""
+nvme_tcp = ["127.0.0.1:$IOPACE_PORT"]
+
+[[bdev]]
+name = "m0"
+kind = "malloc"
+size = "1GiB"
+
+[[export]]
+name = "default"
+bdev = "m0"
+EOF
+  taskset -c 0 "$BIN" serve --config "$WORK/iopace.toml" > "$OUT/iopace.log" 2>&1 &
+  IOPACE_PID=$!; PIDS+=("$IOPACE_PID")
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$IOPACE_PORT) 2>/dev/null && break; sleep 0.1; done
+}
+
+# perf TARGET NAME ARGS...: one run; appends "target name rep iops mibs avg_us" to results.tsv.
+perf() {
+  local target=$1 name=$2 rep=$3; shift 3
+  local port=$SPDK_PORT nqn=$SPDK_NQN
+  [ "$target" = iopace ] && port=$IOPACE_PORT nqn=$IOPACE_NQN
+  local log="$OUT/perf-$target-$name-$rep.txt"
+  "$SPDK/build/bin/spdk_nvme_perf" --no-huge -s 512 -i 8 -c 0x2 "$@" \
+    -r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$port subnqn:$nqn" > "$log" 2>&1
+  local total; total=$(grep '^Total' "$log" | tail -1)
+  # Total : IOPS MiB/s Average min max
+  echo "$total" | awk -v t="$target" -v n="$name" -v r="$rep" -F: \
+    '{split($2, f, " "); printf "%s\t%s\t%s\t%s\t%s\t%s\n", t, n, r, f[1], f[2], f[3]}' >> "$OUT/results.tsv"
+}
+
+exec 9>"$LOCK"
+flock -x 9
+printf 'target\tworkload\trep\tiops\tmibs\tavg_us\n' > "$OUT/results.tsv"
+start_spdk
+start_iopace
+for t in spdk iopace; do   # fill each RAM disk once so no read sees a hole
+  perf "$t" fill 0 -q 16 -o 131072 -w write -t 3
+done
+for rep in $(seq "$REPS"); do
+  for t in spdk iopace; do
+    perf "$t" 4k-randread-qd32 "$rep" -q 32 -o 4096 -w randread -t "$RUNTIME"
+    perf "$t" 4k-randread-qd1 "$rep" -q 1 -o 4096 -w randread -t "$RUNTIME"
+    perf "$t" 128k-read-qd16 "$rep" -q 16 -o 131072 -w read -t "$RUNTIME"
+  done
+done
+flock -u 9
+# Idle CPU of each target over 5 s (ticks of its process).
+for t in spdk iopace; do
+  pid=$SPDK_PID; [ "$t" = iopace ] && pid=$IOPACE_PID
+  a=$(awk '{print $14+$15}' "/proc/$pid/stat"); sleep 5; b=$(awk '{print $14+$15}' "/proc/$pid/stat")
+  echo "$t idle CPU: $(( (b - a) * 100 / (5 * $(getconf CLK_TCK)) ))% of a core" | tee -a "$OUT/idle.txt"
+done
+python3 - "$OUT/results.tsv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+work = sorted({r["workload"] for r in rows if r["workload"] != "fill"}, key=lambda w: rows.index(next(r for r in rows if r["workload"] == w)))
+print("| workload | SPDK nvmf_tgt | iopace | iopace / SPDK |")
+print("|---|---|---|---|")
+for w in work:
+    def med(t, k):
+        v = [float(r[k]) for r in rows if r["workload"] == w and r["target"] == t]
+        return statistics.median(v) if v else float("nan")
+    k, unit = ("mibs", "MiB/s") if "128k" in w else ("iops", "IOPS")
+    s, i = med("spdk", k), med("iopace", k)
+    extra = ""
+    if "qd1" in w:
+        extra = f" ({med('spdk', 'avg_us'):.1f} / {med('iopace', 'avg_us'):.1f} us mean)"
+    print(f"| {w} | {s:,.0f} {unit} | {i:,.0f} {unit} | {i / s:.2f}x{extra} |")
+PY
