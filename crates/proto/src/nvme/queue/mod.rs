@@ -8,6 +8,8 @@
 mod cmd;
 
 #[cfg(test)]
+mod prop_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
 mod tests_admin;
