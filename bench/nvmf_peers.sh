@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # NVMe/TCP: iopace against SPDK's nvmf_tgt, with spdk_nvme_perf as the host.
-# Each target gets core 0 alone (taskset / -m 0x1), perf core 1, a 1 GiB RAM
-# disk written through once (so neither reads holes), loopback TCP. Targets
-# alternate within each rep; REPS reps (default 3) of RUNTIME s (default 8).
+# Each target gets core 0 alone (taskset / -m 0x1; one target runs at a
+# time), perf core 1, a fresh 1 GiB RAM disk written through once (so
+# neither reads holes), loopback TCP. Targets alternate (order flipped each
+# rep); REPS reps (default 3) of RUNTIME s (default 8) per workload.
 #
 #   bench/nvmf_peers.sh [OUT]     # OUT: results directory (default bench-out/nvmf-peers)
 #
@@ -79,28 +80,35 @@ perf() {
     '{split($2, f, " "); printf "%s\t%s\t%s\t%s\t%s\t%s\n", t, n, r, f[1], f[2], f[3]}' >> "$OUT/results.tsv"
 }
 
+stop_pid() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+# Idle CPU of a target's process over 5 s (utime+stime ticks).
+idle_cpu() {
+  local a b; a=$(awk '{print $14+$15}' "/proc/$2/stat"); sleep 5; b=$(awk '{print $14+$15}' "/proc/$2/stat")
+  echo "$1 idle CPU: $(( (b - a) * 100 / (5 * $(getconf CLK_TCK)) ))% of a core" | tee -a "$OUT/idle.txt"
+}
+
 exec 9>"$LOCK"
 flock -x 9
 printf 'target\tworkload\trep\tiops\tmibs\tavg_us\n' > "$OUT/results.tsv"
-start_spdk
-start_iopace
-for t in spdk iopace; do   # fill each RAM disk once so no read sees a hole
-  perf "$t" fill 0 -q 16 -o 131072 -w write -t 3
-done
+: > "$OUT/idle.txt"
+uptime > "$OUT/load.txt"
+# One target runs at a time (SPDK's reactor spins on core 0 even when idle),
+# started afresh and filled once per rep, in alternating order.
 for rep in $(seq "$REPS"); do
-  for t in spdk iopace; do
+  order="spdk iopace"; [ $((rep % 2)) = 0 ] && order="iopace spdk"
+  for t in $order; do
+    if [ "$t" = spdk ]; then start_spdk; pid=$SPDK_PID; else start_iopace; pid=$IOPACE_PID; fi
+    perf "$t" fill "$rep" -q 16 -o 131072 -w write -t 3   # no read sees a hole
     perf "$t" 4k-randread-qd32 "$rep" -q 32 -o 4096 -w randread -t "$RUNTIME"
     perf "$t" 4k-randread-qd1 "$rep" -q 1 -o 4096 -w randread -t "$RUNTIME"
     perf "$t" 128k-read-qd16 "$rep" -q 16 -o 131072 -w read -t "$RUNTIME"
+    [ "$rep" = 1 ] && idle_cpu "$t" "$pid"
+    stop_pid "$pid"
   done
 done
+uptime >> "$OUT/load.txt"
 flock -u 9
-# Idle CPU of each target over 5 s (ticks of its process).
-for t in spdk iopace; do
-  pid=$SPDK_PID; [ "$t" = iopace ] && pid=$IOPACE_PID
-  a=$(awk '{print $14+$15}' "/proc/$pid/stat"); sleep 5; b=$(awk '{print $14+$15}' "/proc/$pid/stat")
-  echo "$t idle CPU: $(( (b - a) * 100 / (5 * $(getconf CLK_TCK)) ))% of a core" | tee -a "$OUT/idle.txt"
-done
 python3 - "$OUT/results.tsv" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
