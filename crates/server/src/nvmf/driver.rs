@@ -285,7 +285,7 @@ impl Driver {
             access
                 .exports
                 .get(i)
-                .is_none_or(|(_, r)| r.access(&client) != Access::Denied)
+                .map_or(Access::ReadWrite, |(_, r)| r.access(&client))
         };
         let r = self.target.connect_with(sqe, data, now, &allowed);
         match &r {

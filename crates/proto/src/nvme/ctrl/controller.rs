@@ -43,6 +43,8 @@ pub struct Controller {
     pub subsys: Option<usize>,
     pub hostnqn: String,
     pub hostid: [u8; 16],
+    /// The host may only read (`read_only_for`): namespaces write-protected.
+    pub read_only: bool,
     pub(super) cc: u32,
     pub(super) csts: u32,
     pub(super) kato_ms: u32,
@@ -74,6 +76,7 @@ impl Controller {
             subsys,
             hostnqn: String::new(),
             hostid: [0; 16],
+            read_only: false,
             cc: 0,
             csts: 0,
             kato_ms: limits.default_kato_ms,

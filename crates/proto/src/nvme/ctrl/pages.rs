@@ -87,7 +87,8 @@ pub fn identify_controller(v: &CtrlView<'_>) -> Vec<u8> {
 }
 
 /// Identify Namespace (CNS 00h), 4096 bytes; all zero for an inactive id.
-pub fn identify_namespace(ns: Option<&Namespace>) -> Vec<u8> {
+/// `write_protected`: this host may only read it.
+pub fn identify_namespace(ns: Option<&Namespace>, write_protected: bool) -> Vec<u8> {
     let mut b = vec![0u8; 4096];
     let Some(ns) = ns else {
         return b;
@@ -100,6 +101,7 @@ pub fn identify_namespace(ns: Option<&Namespace>) -> Vec<u8> {
     b[26] = 0; // FLBAS: format 0
     b[33] = 0b001; // DLFEAT: deallocated blocks read as zero
     b[30] = 1; // NMIC: may be shared by controllers
+    b[99] = u8::from(ns.read_only || write_protected); // NSATTR: write protected
     put(&mut b, 104, &ns.nguid); // NGUID
                                  // LBAF0: no metadata, LBADS, relative performance best.
     put(&mut b, 128, &(u32::from(ns.lba_shift) << 16).to_le_bytes());

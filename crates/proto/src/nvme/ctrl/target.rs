@@ -8,6 +8,7 @@ use super::controller::Controller;
 use super::pages::{self, CtrlView};
 use super::{Limits, Listener, Namespace, Nanos, Subsystem, DISCOVERY_NQN};
 use crate::nvme::cmd::{admin, fctype, Sqe, Status};
+use crate::Access;
 
 /// A queue's successful Connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,17 +116,24 @@ impl Target {
         now: Nanos,
     ) -> Result<Connected, (Status, u32)> {
         let subs = self.subsystems.clone();
-        self.connect_with(sqe, data, now, &|i, host| subs[i].allows(host))
+        self.connect_with(sqe, data, now, &|i, host| {
+            if subs[i].allows(host) {
+                Access::ReadWrite
+            } else {
+                Access::Denied
+            }
+        })
     }
 
-    /// As `connect`, with the driver deciding which host may reach which
-    /// subsystem (`allowed(subsystem index, hostnqn)`).
+    /// As `connect`, with the driver deciding what a host may do with a
+    /// subsystem (`access(subsystem index, hostnqn)`): a read-only host's
+    /// controller sees its namespaces write-protected.
     pub fn connect_with(
         &mut self,
         sqe: &Sqe,
         data: &[u8],
         now: Nanos,
-        allowed: &dyn Fn(usize, &str) -> bool,
+        access: &dyn Fn(usize, &str) -> Access,
     ) -> Result<Connected, (Status, u32)> {
         let Some(data) = data.get(..1024) else {
             return Err((Status::DATA_SGL_LENGTH_INVALID, 0));
@@ -143,16 +151,16 @@ impl Target {
         let Some(hostnqn) = nqn(&data[512..768]) else {
             return Err(invalid(true, 512));
         };
-        let subsys = if subnqn == DISCOVERY_NQN {
-            None
+        let (subsys, read_only) = if subnqn == DISCOVERY_NQN {
+            (None, false)
         } else {
             let Some(i) = self.subsystems.iter().position(|s| s.nqn == subnqn) else {
                 return Err(invalid(true, 256));
             };
-            if !allowed(i, hostnqn) {
-                return Err((Status::CONNECT_INVALID_HOST, 0));
+            match access(i, hostnqn) {
+                Access::Denied => return Err((Status::CONNECT_INVALID_HOST, 0)),
+                a => (Some(i), a == Access::ReadOnly),
             }
-            Some(i)
         };
         let cntlid = u16::from_le_bytes([data[16], data[17]]);
         let hostid: [u8; 16] = data[..16].try_into().unwrap_or_default();
@@ -161,20 +169,26 @@ impl Target {
             hostnqn,
             hostid,
             cntlid,
+            read_only,
         };
         let size = if qid == 0 {
             self.connect_admin(&peer, sqsize, kato, now)?
         } else {
             self.connect_io(&peer, qid, sqsize)?
         };
+        let ro = self.controllers.get(&size.0).is_some_and(|c| c.read_only);
+        let mut namespaces = subsys
+            .map(|i| self.subsystems[i].namespaces.clone())
+            .unwrap_or_default();
+        for ns in &mut namespaces {
+            ns.read_only |= ro;
+        }
         Ok(Connected {
             cntlid: size.0,
             qid,
             queue_size: size.1,
             subsys,
-            namespaces: subsys
-                .map(|i| self.subsystems[i].namespaces.clone())
-                .unwrap_or_default(),
+            namespaces,
         })
     }
 
@@ -198,6 +212,7 @@ impl Target {
         let mut c = Controller::new(cntlid, p.subsys, &self.limits);
         c.hostnqn = p.hostnqn.to_string();
         c.hostid = p.hostid;
+        c.read_only = p.read_only;
         if kato > 0 {
             c.kato_ms = kato;
         }
@@ -381,7 +396,8 @@ impl Target {
                 if nsid > nn && nsid != u32::MAX {
                     return AdminDone::status(Status::INVALID_NAMESPACE);
                 }
-                AdminDone::data(pages::identify_namespace(s.namespace(nsid)))
+                let wp = c.read_only;
+                AdminDone::data(pages::identify_namespace(s.namespace(nsid), wp))
             }
             (2, Some(_)) if nsid < 0xFFFF_FFFE => {
                 AdminDone::data(pages::active_namespaces(subsys, nsid))
@@ -449,6 +465,7 @@ struct Peer<'a> {
     hostnqn: &'a str,
     hostid: [u8; 16],
     cntlid: u16,
+    read_only: bool,
 }
 
 /// Property Get or Set (fabrics types 04h and 00h); true when a Property

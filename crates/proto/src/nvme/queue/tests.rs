@@ -32,6 +32,8 @@ pub(crate) struct Rig {
     pub hosts: Vec<Decoder>,
     pub framing: Vec<Framing>,
     pub trims: Vec<(u64, u64)>,
+    /// What every host may do (None: the subsystems' host lists decide).
+    pub access: Option<crate::Access>,
 }
 
 impl Rig {
@@ -60,6 +62,7 @@ impl Rig {
             hosts: Vec::new(),
             framing: Vec::new(),
             trims: Vec::new(),
+            access: None,
         }
     }
 
@@ -118,7 +121,10 @@ impl Rig {
     fn act(&mut self, q: usize, a: Action) {
         match a {
             Action::Connect { cid, sqe, data } => {
-                let r = self.target.connect(&sqe, &data, self.now);
+                let r = match self.access {
+                    Some(a) => self.target.connect_with(&sqe, &data, self.now, &|_, _| a),
+                    None => self.target.connect(&sqe, &data, self.now),
+                };
                 self.queues[q].connected(cid, r);
             }
             Action::Admin { cid, cntlid, sqe } => {

@@ -192,3 +192,27 @@ fn discovery_lists_what_the_host_may_see() {
     let c = r.connect(q2, 0, 0xFFFF, "nqn.2026-11.io.iopace:private");
     assert_eq!(c.status, Status::CONNECT_INVALID_HOST);
 }
+
+#[test]
+fn read_only_host_sees_write_protection() {
+    let mut r = Rig::new();
+    r.access = Some(crate::Access::ReadOnly);
+    let (a, q, _) = r.io_queue(Digests::default());
+    let (d, _) = get(&mut r, a, identify(2, 0, 1));
+    assert_eq!(d[99] & 1, 1, "NSATTR write protected");
+    let w = super::tests::in_capsule(super::tests::rw(crate::nvme::cmd::io::WRITE, 3, 0, 1), 512);
+    let got = r.cmd(q, w, &[1; 512]);
+    assert_eq!(resp(&got).status, Status::NAMESPACE_WRITE_PROTECTED);
+    let got = r.cmd(
+        q,
+        super::tests::rw(crate::nvme::cmd::io::READ, 4, 0, 1),
+        &[],
+    );
+    assert_eq!(resp(&got).status, Status::SUCCESS);
+    r.access = Some(crate::Access::Denied);
+    let q2 = r.open(Digests::default());
+    assert_eq!(
+        r.connect(q2, 0, 0xFFFF, NQN).status,
+        Status::CONNECT_INVALID_HOST
+    );
+}
