@@ -261,7 +261,7 @@ impl Host {
         }
     }
 
-    /// Sends a command, returns the completion's status field and dword 0.
+    /// Sends a command, returns the completion's status (SCT << 8 | SC) and dword 0.
     fn command(&mut self, sqe: Sqe, data: &[u8]) -> (u16, u32) {
         self.send(Pdu::CapsuleCmd(sqe, data));
         loop {
@@ -269,7 +269,8 @@ impl Host {
             assert_ne!(t, 0xFF, "connection closed");
             if t == 5 {
                 let dw0 = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-                return (u16::from_le_bytes([b[22], b[23]]) >> 1, dw0);
+                // SC in bits 7:0, SCT in 10:8 (DNR and More left out).
+                return ((u16::from_le_bytes([b[22], b[23]]) >> 1) & 0x7FF, dw0);
             }
         }
     }
@@ -419,4 +420,50 @@ fn stalled_and_idle_connections() {
         .map(str::to_string)
         .unwrap_or_default();
     eprintln!("with 300 idle NVMe/TCP connections: {rss}");
+}
+
+#[test]
+fn allow_and_read_only_for_by_host_nqn() {
+    let port = free_port();
+    let body = r#"
+[[bdev]]
+name = "m0"
+kind = "malloc"
+size = "16MiB"
+
+[[export]]
+name = "default"
+bdev = "m0"
+allow = ["hostnqn:nqn.2014-08.org.nvmexpress:uuid:raw-host", "hostnqn:nqn.other"]
+read_only_for = ["hostnqn:nqn.2014-08.org.nvmexpress:uuid:raw-host"]
+"#;
+    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
+    let _server = Server::start_full(&extra, body, "num_shared_buffers = 64");
+    // The raw host is allowed, read-only: a write is refused, a read served.
+    let (_a, cntlid) = admin_queue(port, 0);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0);
+    let mut w = Sqe::new(io::WRITE, 5);
+    w.set_nsid(1);
+    w.set_sgl(Sgl {
+        address: 0,
+        length: 512,
+        id: sgl::DATA_BLOCK_OFFSET,
+    });
+    assert_eq!(
+        q.command(w, &[1; 512]).0,
+        0x20,
+        "Namespace Is Write Protected"
+    );
+    // Another host NQN is not let in.
+    let mut b = Host::connect(port);
+    let (s, mut d) = connect_cmd(0, 0, 0xFFFF);
+    d[512..768].fill(0);
+    d[512..520].copy_from_slice(b"nqn.nope");
+    assert_eq!(
+        b.command(s, &d).0,
+        0x184,
+        "Connect Invalid Host (SCT 1, SC 84h)"
+    );
 }
