@@ -467,3 +467,71 @@ read_only_for = ["hostnqn:nqn.2014-08.org.nvmexpress:uuid:raw-host"]
         "Connect Invalid Host (SCT 1, SC 84h)"
     );
 }
+
+/// A WRITE of 1 MiB at block `lba` whose data comes by R2T.
+fn big_write(cid: u16, lba: u32) -> Sqe {
+    let mut w = Sqe::new(io::WRITE, cid);
+    w.set_nsid(1);
+    w.set_cdw(10, lba);
+    w.set_cdw(12, 2047);
+    w.set_sgl(Sgl {
+        address: 0,
+        length: 1 << 20,
+        id: sgl::TRANSPORT_DATA_BLOCK,
+    });
+    w
+}
+
+#[test]
+fn a_connection_holds_at_most_its_cap_of_write_data() {
+    let port = free_port();
+    // Pacing `none`: the pacer admits everything at once, so only the
+    // connection's cap (8 MiB) holds R2Ts back.
+    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
+    let body = format!("{MALLOC_EXPORTS}\n[pacing]\nmode = \"none\"\n");
+    let _server = Server::start_full(&extra, &body, "num_shared_buffers = 64");
+    let (_a, cntlid) = admin_queue(port, 0);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0);
+    for cid in 0..16u16 {
+        q.send(Pdu::CapsuleCmd(big_write(cid, u32::from(cid) * 2048), &[]));
+    }
+    let mut r2ts = Vec::new();
+    for _ in 0..8 {
+        let (t, b) = q.recv();
+        assert_eq!(t, 9, "an R2T");
+        r2ts.push((
+            u16::from_le_bytes([b[8], b[9]]),
+            u16::from_le_bytes([b[10], b[11]]),
+        ));
+    }
+    // No ninth R2T while 8 MiB are out.
+    q.s.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut byte = [0u8; 1];
+    assert!(q.s.read(&mut byte).is_err(), "a ninth R2T came");
+    q.s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    // The first write's data: its completion, then the next R2T.
+    let (cid, ttag) = r2ts[0];
+    let data = vec![0xC3u8; 128 << 10];
+    for i in 0..8u32 {
+        let h = DataHdr {
+            cccid: cid,
+            ttag,
+            datao: i * (128 << 10),
+            last: i == 7,
+            success: false,
+        };
+        q.send(Pdu::H2CData(h, &data));
+    }
+    let (t, _) = q.recv();
+    assert_eq!(t, 5, "the write's completion");
+    let (t, b) = q.recv();
+    assert_eq!(
+        (t, u16::from_le_bytes([b[8], b[9]])),
+        (9, 8),
+        "the ninth write's R2T"
+    );
+}

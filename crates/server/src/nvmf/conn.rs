@@ -29,6 +29,10 @@ pub(crate) struct Conn {
     pub leaving: VecDeque<(u64, u64)>,
     /// Pacer ids of this connection's admitted commands, by command id.
     pub paced: HashMap<u16, u64>,
+    /// Bytes of this connection's data commands admitted and not yet gone.
+    pub admitted: u64,
+    /// Data commands waiting for the connection's cap: (cid, bytes, write).
+    pub waiting: VecDeque<(u16, u32, bool)>,
     pub flow: u64,
     /// (cntlid, qid) once its Connect succeeded.
     pub bound: Option<(u16, u16)>,
@@ -66,6 +70,8 @@ impl Conn {
             queued: 0,
             leaving: VecDeque::new(),
             paced: HashMap::new(),
+            admitted: 0,
+            waiting: VecDeque::new(),
             flow,
             bound: None,
             accepted_at: now,

@@ -27,6 +27,11 @@ use crate::exports::Catalog;
 
 /// Longest sleep, so a stop request is seen.
 const MAX_WAIT_NS: Nanos = 100_000_000;
+/// Most bytes of data commands one connection may have admitted (their
+/// data in memory, or its R2T out) before the next waits on the connection:
+/// with pacing `none` or `buffers` the pacer admits at once, and a queue
+/// of 128 commands of 1 MiB would otherwise hold 128 MiB.
+const CONN_ADMITTED_CAP: u64 = 8 << 20;
 
 /// Connection timeouts (ns): to send ICReq, and for a PDU half sent.
 #[derive(Debug, Clone, Copy)]
@@ -46,8 +51,8 @@ pub(crate) struct Driver {
     pacer: Pacer,
     dev: DeviceRunner,
     catalog: Arc<Catalog>,
-    /// Pacer id -> (connection, command id).
-    paced: HashMap<u64, (u64, u16)>,
+    /// Pacer id -> (connection, command id, bytes).
+    paced: HashMap<u64, (u64, u16, u32)>,
     next_io: u64,
     held: BinaryHeap<Reverse<Held>>,
     held_results: HashMap<u64, Result<Vec<u8>, Status>>,
@@ -244,12 +249,29 @@ impl Driver {
         }
         let now = self.origin.elapsed().as_nanos() as Nanos;
         for id in c.left() {
-            self.paced.remove(&id);
+            if let Some((_, _, len)) = self.paced.remove(&id) {
+                c.admitted -= u64::from(len);
+            }
             self.pacer.on_complete(id, now);
         }
-        let c = &self.conns[&k];
         if c.queue.closing() && c.pending_output() == 0 {
-            self.close(k);
+            return self.close(k);
+        }
+        self.admit_waiting(k, now);
+    }
+
+    /// Data commands held back by the connection's cap go to the pacer as
+    /// the connection's admitted bytes leave.
+    fn admit_waiting(&mut self, k: u64, now: Nanos) {
+        while let Some(c) = self.conns.get_mut(&k) {
+            let Some(&(cid, len, write)) = c.waiting.front() else {
+                return;
+            };
+            if c.admitted > 0 && c.admitted + u64::from(len) > CONN_ADMITTED_CAP {
+                return;
+            }
+            c.waiting.pop_front();
+            self.enqueue(k, cid, len, write, now);
         }
     }
 
@@ -313,7 +335,22 @@ impl Driver {
         b.subsys
     }
 
+    /// A data command asks for admission: to the pacer, unless the
+    /// connection already has `CONN_ADMITTED_CAP` bytes admitted (then it
+    /// waits its turn on the connection, holding no memory).
     fn admit(&mut self, k: u64, cid: u16, len: u32, write: bool, now: Nanos) {
+        let Some(c) = self.conns.get_mut(&k) else {
+            return;
+        };
+        let full = c.admitted > 0 && c.admitted + u64::from(len) > CONN_ADMITTED_CAP;
+        if full || !c.waiting.is_empty() {
+            c.waiting.push_back((cid, len, write));
+            return;
+        }
+        self.enqueue(k, cid, len, write, now);
+    }
+
+    fn enqueue(&mut self, k: u64, cid: u16, len: u32, write: bool, now: Nanos) {
         let Some(e) = self.export_of(k).and_then(|i| self.catalog.exports.get(i)) else {
             return;
         };
@@ -324,7 +361,8 @@ impl Driver {
         let id = self.next_io;
         self.next_io += 1;
         c.paced.insert(cid, id);
-        self.paced.insert(id, (k, cid));
+        c.admitted += u64::from(len);
+        self.paced.insert(id, (k, cid, len));
         let io = PacedIo {
             id,
             flow: c.flow,
@@ -391,7 +429,7 @@ impl Driver {
         self.pacer.poll(now, &mut out);
         for id in out {
             match self.paced.get(&id).copied() {
-                Some((k, cid)) if self.conns.contains_key(&k) => {
+                Some((k, cid, _)) if self.conns.contains_key(&k) => {
                     if let Some(c) = self.conns.get_mut(&k) {
                         c.queue.admit(cid);
                     }
