@@ -535,3 +535,39 @@ fn a_connection_holds_at_most_its_cap_of_write_data() {
         "the ninth write's R2T"
     );
 }
+
+#[test]
+fn set_pacing_reaches_the_nvme_thread() {
+    let (server, port) = nvme_server();
+    let out = Command::new(common::BIN)
+        .args(["rpc", "set_pacing", r#"{"mode":"buffers"}"#, "--rpc"])
+        .arg(&server.rpc)
+        .output()
+        .expect("iopace rpc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server
+        .log_text()
+        .contains("nvme/tcp: pacing changed mode=Buffers")
+    {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And IO still flows under the new mode.
+    let (_a, cntlid) = admin_queue(port, 0);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0);
+    let mut r = Sqe::new(io::READ, 4);
+    r.set_nsid(1);
+    r.set_sgl(Sgl {
+        address: 0,
+        length: 512,
+        id: sgl::TRANSPORT_DATA_BLOCK,
+    });
+    assert_eq!(q.command(r, &[]).0, 0);
+}

@@ -242,11 +242,13 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
             return Err(e);
         }
     };
-    let rpc_state = Arc::new(rpc::RpcState::new(
+    let mut rpc_state = rpc::RpcState::new(
         reactors.handles.clone(),
         loaded.to_json(),
         catalog.pacing.clone(),
-    ));
+    );
+    rpc_state.nvmf_pacing = nvmf.as_ref().map(|n| n.pacing());
+    let rpc_state = Arc::new(rpc_state);
     if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {
         if let Some(n) = nvmf.take() {
             n.stop();

@@ -49,6 +49,7 @@ pub(crate) struct Driver {
     next_conn: u64,
     pub target: Target,
     pacer: Pacer,
+    pacing: super::PacingMailbox,
     dev: DeviceRunner,
     catalog: Arc<Catalog>,
     /// Pacer id -> (connection, command id, bytes).
@@ -60,29 +61,33 @@ pub(crate) struct Driver {
     timeouts: Timeouts,
 }
 
+/// What the driver is built from.
+pub(crate) struct Parts {
+    pub target: Target,
+    pub pacer: Pacer,
+    pub pacing: super::PacingMailbox,
+    pub catalog: Arc<Catalog>,
+    pub origin: Instant,
+    pub timeouts: Timeouts,
+}
+
 impl Driver {
-    pub(crate) fn new(
-        listeners: Vec<TcpListener>,
-        target: Target,
-        pacer: Pacer,
-        catalog: Arc<Catalog>,
-        origin: Instant,
-        timeouts: Timeouts,
-    ) -> std::io::Result<Driver> {
+    pub(crate) fn new(listeners: Vec<TcpListener>, p: Parts) -> std::io::Result<Driver> {
         Ok(Driver {
             listeners,
             conns: HashMap::new(),
             next_conn: 1,
-            target,
-            pacer,
+            target: p.target,
+            pacer: p.pacer,
+            pacing: p.pacing,
             dev: DeviceRunner::new()?,
-            catalog,
+            catalog: p.catalog,
             paced: HashMap::new(),
             next_io: 1,
             held: BinaryHeap::new(),
             held_results: HashMap::new(),
-            origin,
-            timeouts,
+            origin: p.origin,
+            timeouts: p.timeouts,
         })
     }
 
@@ -411,6 +416,11 @@ impl Driver {
     /// Held completions, pacer releases, keep-alive and connection timers.
     fn timers(&mut self) {
         let now = self.now();
+        let change = self.pacing.try_lock().ok().and_then(|mut m| m.take());
+        if let Some(cfg) = change {
+            tracing::info!(mode = ?cfg.mode, "nvme/tcp: pacing changed");
+            self.pacer.reconfigure(cfg, now);
+        }
         while let Some(Reverse((at, k, cid, seq))) = self.held.peek().copied() {
             if at > now {
                 break;

@@ -11,24 +11,33 @@ mod driver;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use pace::pacer::{PacedDevice, PacerGroup};
+use pace::pacer::{PacedDevice, PacerGroup, PacingConfig};
 use proto::nvme::ctrl::{Limits, Listener, Namespace, Subsystem, Target};
 
 use crate::config::LoadedConfig;
 use crate::exports::Catalog;
 use crate::server::{runtime, ServeError};
 
+/// A pacing change for the NVMe/TCP thread, taken at its next turn.
+pub type PacingMailbox = Arc<Mutex<Option<PacingConfig>>>;
+
 /// The running NVMe/TCP thread.
 pub struct NvmfServer {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
+    pacing: PacingMailbox,
 }
 
 impl NvmfServer {
+    /// Where a pacing change (SIGHUP, `set_pacing`) is left for the thread.
+    pub fn pacing(&self) -> PacingMailbox {
+        self.pacing.clone()
+    }
+
     /// Stops accepting and serving, closes every connection, and waits.
     pub fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -117,7 +126,16 @@ pub fn start(
         handshake: s.handshake_timeout_s.saturating_mul(1_000_000_000),
         stalled_pdu: s.payload_timeout_s.saturating_mul(1_000_000_000),
     };
-    let d = driver::Driver::new(listeners_, target, pacer, catalog.clone(), origin, timeouts)
+    let pacing: PacingMailbox = Arc::new(Mutex::new(None));
+    let parts = driver::Parts {
+        target,
+        pacer,
+        pacing: pacing.clone(),
+        catalog: catalog.clone(),
+        origin,
+        timeouts,
+    };
+    let d = driver::Driver::new(listeners_, parts)
         .map_err(|e| runtime(format!("nvme-tcp: cannot set up io_uring: {e}")))?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
@@ -125,7 +143,11 @@ pub fn start(
         .name("iopace-nvmf".into())
         .spawn(move || d.run(&flag))
         .map_err(|e| runtime(format!("spawn nvme-tcp thread: {e}")))?;
-    Ok(Some(NvmfServer { stop, thread }))
+    Ok(Some(NvmfServer {
+        stop,
+        thread,
+        pacing,
+    }))
 }
 
 /// Resolves an `ADDR:PORT` (for messages and tests).
