@@ -121,7 +121,13 @@ impl Conn {
         if self.queue.has_output() {
             let o = self.queue.take_output();
             self.queued += o.len() as u64;
-            self.out.extend_from_slice(&o);
+            if self.out_pos == self.out.len() {
+                // Nothing pending: take the queue's buffer, no copy.
+                self.out = o;
+                self.out_pos = 0;
+            } else {
+                self.out.extend_from_slice(&o);
+            }
         }
     }
 

@@ -283,6 +283,9 @@ impl Queue {
                 State::Admitting
             }
             (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) if wants_data => {
+                if let Some(c) = self.cmds.get_mut(&cid) {
+                    c.data.reserve_exact(xfer as usize);
+                }
                 let ttag = self.send_r2t(cid, xfer);
                 State::Receiving { ttag, got: 0 }
             }
