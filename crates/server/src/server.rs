@@ -233,13 +233,13 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let mut files = SocketFiles::default();
     let tls = loaded.tls_config().map_err(ServeError::Config)?;
     let listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
-    let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp)?;
+    let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp).map_err(runtime)?;
     let reactors = start_reactors(&loaded, &catalog, &pool)?;
     let mut nvmf = match crate::nvmf::start(nvme_listeners, &loaded, &catalog, pool.buffer_size()) {
         Ok(n) => n,
         Err(e) => {
             reactors.stop();
-            return Err(e);
+            return Err(runtime(e));
         }
     };
     let mut rpc_state = rpc::RpcState::new(

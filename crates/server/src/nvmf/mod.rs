@@ -20,7 +20,6 @@ use proto::nvme::ctrl::{Limits, Listener, Namespace, Subsystem, Target};
 
 use crate::config::LoadedConfig;
 use crate::exports::Catalog;
-use crate::server::{runtime, ServeError};
 
 /// A pacing change for the NVMe/TCP thread, taken at its next turn.
 pub type PacingMailbox = Arc<Mutex<Option<PacingConfig>>>;
@@ -45,14 +44,14 @@ impl NvmfServer {
     }
 }
 
-/// Binds every `[server] nvme_tcp` address.
-pub fn bind(addrs: &[String]) -> Result<Vec<TcpListener>, ServeError> {
+/// Binds every `[server] nvme_tcp` address; Err says which failed and why.
+pub fn bind(addrs: &[String]) -> Result<Vec<TcpListener>, String> {
     let mut out = Vec::with_capacity(addrs.len());
     for a in addrs {
         let l = TcpListener::bind(a.as_str())
-            .map_err(|e| runtime(format!("cannot listen on nvme-tcp {a}: {e}")))?;
+            .map_err(|e| format!("cannot listen on nvme-tcp {a}: {e}"))?;
         l.set_nonblocking(true)
-            .map_err(|e| runtime(format!("nvme-tcp {a}: {e}")))?;
+            .map_err(|e| format!("nvme-tcp {a}: {e}"))?;
         tracing::info!("listening on nvme-tcp {a}");
         out.push(l);
     }
@@ -95,13 +94,14 @@ fn listeners(ls: &[TcpListener]) -> Vec<Listener> {
         .collect()
 }
 
-/// Starts the NVMe/TCP thread on `listeners` (none: nothing starts).
+/// Starts the NVMe/TCP thread on `listeners` (none: nothing starts); Err
+/// says what the environment refused.
 pub fn start(
     listeners_: Vec<TcpListener>,
     loaded: &LoadedConfig,
     catalog: &Arc<Catalog>,
     buffer_size: u32,
-) -> Result<Option<NvmfServer>, ServeError> {
+) -> Result<Option<NvmfServer>, String> {
     if listeners_.is_empty() {
         return Ok(None);
     }
@@ -136,13 +136,13 @@ pub fn start(
         timeouts,
     };
     let d = driver::Driver::new(listeners_, parts)
-        .map_err(|e| runtime(format!("nvme-tcp: cannot set up io_uring: {e}")))?;
+        .map_err(|e| format!("nvme-tcp: cannot set up io_uring: {e}"))?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let thread = std::thread::Builder::new()
         .name("iopace-nvmf".into())
         .spawn(move || d.run(&flag))
-        .map_err(|e| runtime(format!("spawn nvme-tcp thread: {e}")))?;
+        .map_err(|e| format!("spawn nvme-tcp thread: {e}"))?;
     Ok(Some(NvmfServer {
         stop,
         thread,
