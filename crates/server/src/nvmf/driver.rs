@@ -23,6 +23,7 @@ use proto::Access;
 use super::conn::{Conn, Rx, OUT_HIGH_WATER};
 use super::device::DeviceRunner;
 use crate::access::Client;
+use crate::config::PollMode;
 use crate::exports::Catalog;
 
 /// Longest sleep, so a stop request is seen.
@@ -33,11 +34,14 @@ const MAX_WAIT_NS: Nanos = 100_000_000;
 /// of 128 commands of 1 MiB would otherwise hold 128 MiB.
 const CONN_ADMITTED_CAP: u64 = 8 << 20;
 
-/// Connection timeouts (ns): to send ICReq, and for a PDU half sent.
+/// Connection timeouts (ns): to send ICReq, and for a PDU half sent; and
+/// how the thread waits (`[server] poll`, `poll_spin_us`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeouts {
     pub handshake: Nanos,
     pub stalled_pdu: Nanos,
+    pub poll: PollMode,
+    pub spin: Nanos,
 }
 
 /// A device completion held for an emulated delay.
@@ -59,6 +63,8 @@ pub(crate) struct Driver {
     held_results: HashMap<u64, Result<Vec<u8>, Status>>,
     origin: Instant,
     timeouts: Timeouts,
+    /// When bytes last arrived (for `adaptive` polling).
+    last_rx: Nanos,
 }
 
 /// What the driver is built from.
@@ -88,6 +94,7 @@ impl Driver {
             held_results: HashMap::new(),
             origin: p.origin,
             timeouts: p.timeouts,
+            last_rx: 0,
         })
     }
 
@@ -110,7 +117,17 @@ impl Driver {
     fn turn(&mut self) {
         let (mut fds, keys) = self.poll_set();
         let now = self.now();
-        let wait = self.next_deadline(now).saturating_sub(now).min(MAX_WAIT_NS);
+        let t = self.timeouts;
+        let spinning = match t.poll {
+            PollMode::Busy => true,
+            PollMode::Adaptive => now.saturating_sub(self.last_rx) < t.spin,
+            PollMode::Interrupt => false,
+        };
+        let wait = if spinning {
+            0
+        } else {
+            self.next_deadline(now).saturating_sub(now).min(MAX_WAIT_NS)
+        };
         let ts = libc::timespec {
             tv_sec: (wait / 1_000_000_000) as libc::time_t,
             tv_nsec: (wait % 1_000_000_000) as libc::c_long,
@@ -207,8 +224,10 @@ impl Driver {
             return;
         };
         if revents & libc::POLLIN != 0 || revents & (libc::POLLHUP | libc::POLLERR) != 0 {
-            if let Rx::Gone = c.receive(now) {
-                return self.close(k);
+            match c.receive(now) {
+                Rx::Gone => return self.close(k),
+                Rx::Data => self.last_rx = now,
+                Rx::Idle => {}
             }
         }
         self.drive(k);

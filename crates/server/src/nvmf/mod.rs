@@ -125,6 +125,8 @@ pub fn start(
     let timeouts = driver::Timeouts {
         handshake: s.handshake_timeout_s.saturating_mul(1_000_000_000),
         stalled_pdu: s.payload_timeout_s.saturating_mul(1_000_000_000),
+        poll: s.poll,
+        spin: s.poll_spin_us.saturating_mul(1000),
     };
     let pacing: PacingMailbox = Arc::new(Mutex::new(None));
     let parts = driver::Parts {
