@@ -17,6 +17,8 @@ SPDK=${SPDK_DIR:-$HOME/.cache/iopace-spdk-v26.05}
 REPS=${REPS:-3}
 RUNTIME=${RUNTIME:-8}
 LOCK=${BENCH_LOCK:-/work/wt/bench.lock}
+# iopace: the default poll mode (adaptive); iopace-busy: poll = "busy", like SPDK.
+TARGETS=${TARGETS:-spdk iopace iopace-busy}
 BIN=target/release/iopace
 [ -f "$SPDK/.built" ] || { echo "no SPDK build at $SPDK: run ../shared/spdk/build.sh" >&2; exit 2; }
 [ -x "$BIN" ] || cargo build --release -p iopace
@@ -43,10 +45,11 @@ start_spdk() {
   "${rpc[@]}" nvmf_subsystem_add_listener "$SPDK_NQN" -t tcp -a 127.0.0.1 -s $SPDK_PORT >/dev/null
 }
 
-start_iopace() {
+start_iopace() {   # $1: the NVMe/TCP thread's poll mode
   cat > "$WORK/iopace.toml" <<EOF
 [server]
 reactors = 1
+poll = "$1"
 tcp = []
 unix = []
 rpc = ""
@@ -70,7 +73,7 @@ EOF
 perf() {
   local target=$1 name=$2 rep=$3; shift 3
   local port=$SPDK_PORT nqn=$SPDK_NQN
-  [ "$target" = iopace ] && port=$IOPACE_PORT nqn=$IOPACE_NQN
+  case $target in iopace*) port=$IOPACE_PORT nqn=$IOPACE_NQN ;; esac
   local log="$OUT/perf-$target-$name-$rep.txt"
   "$SPDK/build/bin/spdk_nvme_perf" --no-huge -s 512 -i 8 -c 0x2 "$@" \
     -r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$port subnqn:$nqn" > "$log" 2>&1
@@ -96,9 +99,13 @@ uptime > "$OUT/load.txt"
 # One target runs at a time (SPDK's reactor spins on core 0 even when idle),
 # started afresh and filled once per rep, in alternating order.
 for rep in $(seq "$REPS"); do
-  order="spdk iopace"; [ $((rep % 2)) = 0 ] && order="iopace spdk"
+  order=$TARGETS; [ $((rep % 2)) = 0 ] && order=$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')
   for t in $order; do
-    if [ "$t" = spdk ]; then start_spdk; pid=$SPDK_PID; else start_iopace; pid=$IOPACE_PID; fi
+    case $t in
+      spdk) start_spdk; pid=$SPDK_PID ;;
+      iopace) start_iopace adaptive; pid=$IOPACE_PID ;;
+      iopace-busy) start_iopace busy; pid=$IOPACE_PID ;;
+    esac
     perf "$t" fill "$rep" -q 16 -o 131072 -w write -t 3   # no read sees a hole
     perf "$t" 4k-randread-qd32 "$rep" -q 32 -o 4096 -w randread -t "$RUNTIME"
     perf "$t" 4k-randread-qd1 "$rep" -q 1 -o 4096 -w randread -t "$RUNTIME"
@@ -113,16 +120,16 @@ python3 - "$OUT/results.tsv" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 work = sorted({r["workload"] for r in rows if r["workload"] != "fill"}, key=lambda w: rows.index(next(r for r in rows if r["workload"] == w)))
-print("| workload | SPDK nvmf_tgt | iopace | iopace / SPDK |")
-print("|---|---|---|---|")
+targets = [t for t in ("iopace", "iopace-busy") if any(r["target"] == t for r in rows)]
+print("| workload | SPDK nvmf_tgt | " + " | ".join(f"{t} | {t} / SPDK" for t in targets) + " |")
+print("|---|---|" + "---|---|" * len(targets))
 for w in work:
     def med(t, k):
         v = [float(r[k]) for r in rows if r["workload"] == w and r["target"] == t]
         return statistics.median(v) if v else float("nan")
     k, unit = ("mibs", "MiB/s") if "128k" in w else ("iops", "IOPS")
-    s, i = med("spdk", k), med("iopace", k)
-    extra = ""
-    if "qd1" in w:
-        extra = f" ({med('spdk', 'avg_us'):.1f} / {med('iopace', 'avg_us'):.1f} us mean)"
-    print(f"| {w} | {s:,.0f} {unit} | {i:,.0f} {unit} | {i / s:.2f}x{extra} |")
+    s = med("spdk", k)
+    lat = lambda t: f", {med(t, 'avg_us'):.1f} us" if w.endswith("qd1") else ""
+    cells = [f"{med(t, k):,.0f} {unit}{lat(t)} | {med(t, k) / s:.2f}x" for t in targets]
+    print(f"| {w} | {s:,.0f} {unit}{lat('spdk')} | " + " | ".join(cells) + " |")
 PY
