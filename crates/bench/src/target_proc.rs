@@ -141,6 +141,11 @@ fn iopace_launch(spec: &TargetSpec, ctx: &StartCtx, args: &[String]) -> Result<L
             cmd.args(["--tcp", "none", "--unix"]).arg(p);
         }
     }
+    // The embedded default also serves NVMe/TCP on 4420; bench runs do not
+    // (an older build named by `bin` has no such option, nor NVMe/TCP).
+    if spec.bin.is_none() {
+        cmd.args(["--nvme-tcp", "none"]);
+    }
     cmd.arg("--rpc").arg(&rpc_path).args(args);
     Ok(Launch {
         cmd,

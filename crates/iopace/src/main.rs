@@ -144,6 +144,10 @@ struct ServeArgs {
     /// list; `none` disables Unix sockets.
     #[arg(long, value_name = "PATH")]
     unix: Vec<PathBuf>,
+    /// NVMe/TCP address to listen on (repeatable), replacing the config's
+    /// list; `none` disables NVMe/TCP.
+    #[arg(long, value_name = "ADDR:PORT")]
+    nvme_tcp: Vec<String>,
     /// Admin JSON-RPC socket path; `none` disables it.
     #[arg(long, value_name = "PATH")]
     rpc: Option<PathBuf>,
@@ -368,6 +372,9 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
             .filter(|p| !is_none(&p.to_string_lossy()))
             .collect();
     }
+    if !args.nvme_tcp.is_empty() {
+        server.nvme_tcp = args.nvme_tcp.into_iter().filter(|s| !is_none(s)).collect();
+    }
     if let Some(rpc) = args.rpc {
         server.rpc = if is_none(&rpc.to_string_lossy()) {
             PathBuf::new()
@@ -384,6 +391,9 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
     for path in &server.unix {
         server::config::check_socket_path(path).map_err(|e| format!("--unix: {e}"))?;
     }
+    for addr in &server.nvme_tcp {
+        server::config::check_tcp_address(addr).map_err(|e| format!("--nvme-tcp: {e}"))?;
+    }
     if !server.rpc.as_os_str().is_empty() {
         server::config::check_socket_path(&server.rpc).map_err(|e| format!("--rpc: {e}"))?;
     }
@@ -394,8 +404,8 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
             server.reactors
         ));
     }
-    if server.tcp.is_empty() && server.unix.is_empty() {
-        return Err("no listener left: give --tcp or --unix".into());
+    if server.tcp.is_empty() && server.unix.is_empty() && server.nvme_tcp.is_empty() {
+        return Err("no listener left: give --tcp, --unix or --nvme-tcp".into());
     }
     if let Some(mode) = &args.pacing {
         let pacing = &mut loaded.config.pacing;

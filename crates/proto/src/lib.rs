@@ -5,6 +5,7 @@
 pub mod consts;
 pub mod fuzzing;
 mod handshake;
+pub mod nvme;
 mod transmission;
 
 pub use consts::*;

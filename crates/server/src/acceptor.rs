@@ -204,6 +204,7 @@ impl Acceptors {
         let client = Client {
             addr,
             cert_name: None,
+            hostnqn: None,
         };
         if !c.access.is_open() {
             hs.set_access(c.access.for_client(&client, &peer));

@@ -1,6 +1,7 @@
 //! Per-export access control: which clients may open an export (`allow`) and
 //! which get it read-only (`read_only_for`), by peer address range (CIDR),
-//! Unix-socket peer (`unix`) or TLS client-certificate common name (`cn:NAME`).
+//! Unix-socket peer (`unix`), TLS client-certificate common name (`cn:NAME`)
+//! or NVMe host NQN (`hostnqn:NQN`, NVMe/TCP hosts only).
 //! The handshake enforces it ([`proto::Access`]); this module only decides.
 
 use std::net::IpAddr;
@@ -16,6 +17,8 @@ pub enum Rule {
     Unix,
     /// A TLS client whose certificate's common name is this.
     CertName(String),
+    /// An NVMe/TCP host whose Connect gives this host NQN.
+    HostNqn(String),
 }
 
 impl Rule {
@@ -26,9 +29,14 @@ impl Rule {
         if let Some(name) = s.strip_prefix("cn:") {
             return Ok(Rule::CertName(name.to_string()));
         }
+        if let Some(nqn) = s.strip_prefix("hostnqn:") {
+            return Ok(Rule::HostNqn(nqn.to_string()));
+        }
         let (addr, prefix) = s.split_once('/').unwrap_or((s, ""));
         let addr: IpAddr = addr.parse().map_err(|_| {
-            format!("`{s}` is not an address range (10.0.0.0/8), `unix` or `cn:NAME`")
+            format!(
+                "`{s}` is not an address range (10.0.0.0/8), `unix`, `cn:NAME` or `hostnqn:NQN`"
+            )
         })?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = if prefix.is_empty() {
@@ -48,6 +56,7 @@ impl Rule {
             (Rule::Unix, None) => true,
             (Rule::Net { addr, prefix }, Some(peer)) => in_range(peer, *addr, *prefix),
             (Rule::CertName(name), _) => client.cert_name.as_deref() == Some(name),
+            (Rule::HostNqn(nqn), _) => client.hostnqn.as_deref() == Some(nqn),
             _ => false,
         }
     }
@@ -79,6 +88,8 @@ pub struct Client {
     pub addr: Option<IpAddr>,
     /// The TLS client certificate's common name, once TLS is up.
     pub cert_name: Option<String>,
+    /// An NVMe/TCP host's NQN, from its Connect.
+    pub hostnqn: Option<String>,
 }
 
 /// One export's rules.
@@ -90,7 +101,8 @@ pub struct ExportRules {
 }
 
 impl ExportRules {
-    fn access(&self, client: &Client) -> Access {
+    /// What `client` may do with the export.
+    pub fn access(&self, client: &Client) -> Access {
         let allowed = match &self.allow {
             None => true,
             Some(rules) => rules.iter().any(|r| r.matches(client)),
@@ -153,6 +165,7 @@ mod tests {
         Client {
             addr: addr.parse().ok(),
             cert_name: name.map(str::to_string),
+            hostnqn: None,
         }
     }
 
@@ -174,6 +187,11 @@ mod tests {
         let cn = Rule::parse("cn:client1").expect("cn");
         assert!(cn.matches(&client("192.0.2.1", Some("client1"))));
         assert!(!cn.matches(&client("192.0.2.1", None)));
+        let h = Rule::parse("hostnqn:nqn.2014-08.org.nvmexpress:uuid:a").expect("hostnqn");
+        let mut host = client("192.0.2.1", None);
+        assert!(!h.matches(&host));
+        host.hostnqn = Some("nqn.2014-08.org.nvmexpress:uuid:a".into());
+        assert!(h.matches(&host));
         assert!(Rule::parse("10.0.0.0/33").is_err());
         assert!(Rule::parse("nonsense").is_err());
     }

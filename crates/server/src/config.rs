@@ -79,6 +79,9 @@ pub struct ServerConfig {
     pub tls: TlsMode,
     #[serde(default = "default_unix")]
     pub unix: Vec<PathBuf>,
+    /// NVMe/TCP listeners ("ADDR:PORT"); none unless set.
+    #[serde(default)]
+    pub nvme_tcp: Vec<String>,
     /// Admin JSON-RPC socket; empty disables it.
     #[serde(default = "default_rpc")]
     pub rpc: PathBuf,
@@ -279,6 +282,7 @@ impl Default for ServerConfig {
             tcp: default_tcp(),
             tls: TlsMode::Off,
             unix: default_unix(),
+            nvme_tcp: Vec::new(),
             rpc: default_rpc(),
             max_requests_per_reactor: default_max_requests(),
             drain_timeout_s: default_drain_timeout(),
@@ -390,6 +394,18 @@ pub struct ExportConfig {
     /// Who gets it read-only (the same rules).
     #[serde(default)]
     pub read_only_for: Vec<String>,
+    /// Its NVMe subsystem NQN; default `nqn.2026-11.io.iopace:NAME`.
+    #[serde(default)]
+    pub nqn: Option<String>,
+}
+
+impl ExportConfig {
+    /// The NVMe subsystem NQN this export is served as.
+    pub fn subsystem_nqn(&self) -> String {
+        self.nqn
+            .clone()
+            .unwrap_or_else(|| format!("nqn.2026-11.io.iopace:{}", self.name))
+    }
 }
 
 impl ExportConfig {
@@ -536,6 +552,9 @@ impl LoadedConfig {
         for path in &s.unix {
             check_socket_path(path).map_err(|m| self.error_at("server", 0, "unix", m))?;
         }
+        for addr in &s.nvme_tcp {
+            check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "nvme_tcp", m))?;
+        }
         if !s.rpc.as_os_str().is_empty() {
             check_socket_path(&s.rpc).map_err(|m| self.error_at("server", 0, "rpc", m))?;
         }
@@ -543,12 +562,12 @@ impl LoadedConfig {
         if let Some(addr) = &s.metrics {
             check_tcp_address(addr).map_err(|m| self.error_at("server", 0, "metrics", m))?;
         }
-        if s.tcp.is_empty() && s.unix.is_empty() {
+        if s.tcp.is_empty() && s.unix.is_empty() && s.nvme_tcp.is_empty() {
             return Err(self.error_at(
                 "server",
                 0,
                 "tcp",
-                "no listener: give at least one tcp address or unix path".into(),
+                "no listener: give at least one tcp address, unix path or nvme_tcp address".into(),
             ));
         }
         Ok(())

@@ -10,6 +10,7 @@ pub mod exports;
 pub mod fault_ctl;
 mod gather;
 mod metrics;
+pub mod nvmf;
 pub mod reactor;
 mod reload;
 mod ring;

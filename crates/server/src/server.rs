@@ -237,14 +237,27 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let mut files = SocketFiles::default();
     let tls = loaded.tls_config().map_err(ServeError::Config)?;
     let listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
+    let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp).map_err(runtime)?;
     let reactors = start_reactors(&loaded, &catalog, &pool)?;
-    let rpc_state = Arc::new(rpc::RpcState::new(
+    let mut nvmf = match crate::nvmf::start(nvme_listeners, &loaded, &catalog, pool.buffer_size()) {
+        Ok(n) => n,
+        Err(e) => {
+            reactors.stop();
+            return Err(runtime(e));
+        }
+    };
+    let mut rpc_state = rpc::RpcState::new(
         reactors.handles.clone(),
         loaded.to_json(),
         catalog.pacing.clone(),
         crate::fault_ctl::FaultControl::new(catalog.bdevs.faults(), reactors.origin),
-    ));
+    );
+    rpc_state.nvmf_pacing = nvmf.as_ref().map(|n| n.pacing());
+    let rpc_state = Arc::new(rpc_state);
     if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {
+        if let Some(n) = nvmf.take() {
+            n.stop();
+        }
         reactors.stop();
         return Err(e);
     }
@@ -256,6 +269,9 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let accept_threads = match acceptor::start(&acceptors) {
         Ok(a) => a,
         Err(e) => {
+            if let Some(n) = nvmf.take() {
+                n.stop();
+            }
             reactors.stop();
             return Err(e);
         }
@@ -266,6 +282,9 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         "iopace serving"
     );
     wait_for_stop(&set, &loaded, &rpc_state);
+    if let Some(n) = nvmf {
+        n.stop();
+    }
     acceptor::stop(&acceptors, accept_threads);
     reactors.stop();
     if let Err(e) = catalog.bdevs.flush_all_sync() {

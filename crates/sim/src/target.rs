@@ -151,6 +151,7 @@ fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Ca
             description: String::new(),
             allow: None,
             read_only_for: Vec::new(),
+            nqn: None,
         })
         .collect();
     let mut pacing = run.pacing.clone();

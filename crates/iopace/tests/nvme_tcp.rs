@@ -1,0 +1,573 @@
+//! NVMe/TCP against real initiators: SPDK's spdk_nvme_identify (subsystem
+//! and discovery log), spdk_nvme_perf (reads, writes, mixed, large, with
+//! digests, several queues) and bdevperf (verify, write_zeroes, unmap,
+//! flush). SPDK comes from `../shared/spdk/build.sh` (cached in
+//! `$SPDK_DIR`, default `~/.cache/iopace-spdk-v26.05`); without a finished
+//! build those tests say so and skip. The raw-protocol tests (a host that
+//! leaves mid-write, keep-alive expiry) need nothing but the binary.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{free_port, run, Server, MALLOC_EXPORTS};
+use proto::nvme::cmd::{admin, fctype, io, sgl, Sgl, Sqe};
+use proto::nvme::decode::{Decoded, Decoder, Role};
+use proto::nvme::pdu::{DataHdr, Digests, Framing, IcReq, Pdu};
+
+const NQN: &str = "nqn.2026-11.io.iopace:default";
+const DISCOVERY: &str = "nqn.2014-08.org.nvmexpress.discovery";
+
+/// The SPDK build, or None (and a message) when it is not there.
+fn spdk() -> Option<PathBuf> {
+    let dir = std::env::var_os("SPDK_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/iopace-spdk-v26.05")
+        });
+    if dir.join(".built").exists() {
+        return Some(dir);
+    }
+    eprintln!(
+        "SKIPPED: no SPDK build at {} (run ../shared/spdk/build.sh, or set SPDK_DIR)",
+        dir.display()
+    );
+    None
+}
+
+fn nvme_server() -> (Server, u16) {
+    let port = free_port();
+    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
+    let s = Server::start_full(
+        &extra,
+        MALLOC_EXPORTS,
+        "num_shared_buffers = 256\nbuf_cache_size = 8",
+    );
+    (s, port)
+}
+
+/// An SPDK tool with its library path, no hugepages, and a shared-memory
+/// id of its own (tests and other users may run SPDK tools at once).
+fn tool(spdk: &std::path::Path, rel: &str, shm: u32) -> Command {
+    let mut c = Command::new(spdk.join(rel));
+    c.env("LD_LIBRARY_PATH", spdk.join("build/lib"));
+    c.args(["--no-huge", "-s", "512", "-i"])
+        .arg(shm.to_string());
+    c
+}
+
+fn shm_id(k: u32) -> u32 {
+    (std::process::id() % 10_000) * 10 + k
+}
+
+fn trid(port: u16, nqn: &str) -> String {
+    format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}")
+}
+
+fn text(o: &std::process::Output) -> String {
+    let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&o.stderr));
+    s.replace('\r', "\n")
+}
+
+/// The IOPS of spdk_nvme_perf's "Total" line.
+fn perf_iops(out: &str) -> f64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("Total"))
+        .unwrap_or_else(|| panic!("no Total line:\n{out}"));
+    let after = line.split(':').nth(1).unwrap_or_default();
+    after
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no IOPS in {line}"))
+}
+
+#[test]
+fn spdk_identify_perf_and_bdevperf() {
+    let Some(spdk) = spdk() else { return };
+    let (server, port) = nvme_server();
+    let limit = Duration::from_secs(60);
+    // Discovery log, then the subsystem.
+    let o = run(
+        tool(&spdk, "build/bin/spdk_nvme_identify", shm_id(0)).args(["-r", &trid(port, DISCOVERY)]),
+        limit,
+    );
+    let out = text(&o);
+    assert!(out.contains("Discovery Log Entry 0"), "{out}");
+    assert!(
+        out.contains(&format!("NVM Subsystem Qualified Name:          {NQN}")),
+        "{out}"
+    );
+    assert!(out.contains("nqn.2026-11.io.iopace:ro"), "{out}");
+    let o = run(
+        tool(&spdk, "build/bin/spdk_nvme_identify", shm_id(0)).args(["-r", &trid(port, NQN)]),
+        limit,
+    );
+    let out = text(&o);
+    assert!(out.contains("Namespace ID:1"), "{out}");
+    assert!(
+        out.contains("Size (in LBAs):                        1048576"),
+        "{out}"
+    );
+    perf_runs(&spdk, port);
+    bdevperf_runs(&spdk, &server, port);
+    assert!(
+        !server.log_text().contains("panicked"),
+        "{}",
+        server.log_text()
+    );
+}
+
+fn perf_runs(spdk: &std::path::Path, port: u16) {
+    let runs: [(&str, &[&str]); 6] = [
+        ("4k randread", &["-q", "32", "-o", "4096", "-w", "randread"]),
+        (
+            "4k randwrite",
+            &["-q", "32", "-o", "4096", "-w", "randwrite"],
+        ),
+        (
+            "4k 70/30",
+            &["-q", "32", "-o", "4096", "-w", "randrw", "-M", "70"],
+        ),
+        ("128k read", &["-q", "16", "-o", "131072", "-w", "read"]),
+        (
+            "digests",
+            &[
+                "-q", "16", "-o", "16384", "-w", "randrw", "-M", "50", "-H", "-I",
+            ],
+        ),
+        (
+            "4 queues",
+            &["-q", "8", "-o", "4096", "-w", "randread", "-P", "4"],
+        ),
+    ];
+    for (name, args) in runs {
+        let o = run(
+            tool(spdk, "build/bin/spdk_nvme_perf", shm_id(1))
+                .args(["-c", "0x1", "-t", "2", "-r", &trid(port, NQN)])
+                .args(args),
+            Duration::from_secs(60),
+        );
+        let out = text(&o);
+        assert!(!out.contains("completed with error"), "{name}:\n{out}");
+        let iops = perf_iops(&out);
+        eprintln!("spdk_nvme_perf {name}: {iops} IOPS");
+        assert!(iops > 10.0, "{name}: {iops} IOPS\n{out}");
+    }
+}
+
+fn bdevperf_runs(spdk: &std::path::Path, server: &Server, port: u16) {
+    let json = server.dir.path().join("bdevperf.json");
+    let cfg = format!(
+        r#"{{"subsystems":[{{"subsystem":"bdev","config":[{{"method":"bdev_nvme_attach_controller",
+"params":{{"name":"Nvme0","trtype":"tcp","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}",
+"subnqn":"{NQN}","hdgst":true,"ddgst":true}}}}]}}]}}"#
+    );
+    std::fs::write(&json, cfg).expect("write bdevperf config");
+    let sock = server.dir.path().join("bdevperf.sock");
+    let runs: [(&str, &str, &str); 5] = [
+        ("verify", "4096", "32"),
+        ("verify", "131072", "8"),
+        ("write_zeroes", "65536", "8"),
+        ("unmap", "65536", "8"),
+        ("flush", "4096", "8"),
+    ];
+    for (w, size, qd) in runs {
+        let o = run(
+            tool(spdk, "build/examples/bdevperf", shm_id(2))
+                .args(["-m", "0x1", "-r"])
+                .arg(&sock)
+                .arg("--json")
+                .arg(&json)
+                .args(["-q", qd, "-o", size, "-w", w, "-t", "2"]),
+            Duration::from_secs(90),
+        );
+        let out = text(&o);
+        let total = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("Total"))
+            .unwrap_or_else(|| panic!("bdevperf {w} {size}: no Total\n{out}"));
+        // Total: runtime? IOPS MiB/s Fail/s TO/s ...
+        let cols: Vec<f64> = total
+            .split(':')
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        eprintln!("bdevperf {w} {size}: {total}");
+        assert!(cols.len() >= 4, "{total}");
+        assert!(cols[0] > 0.0, "bdevperf {w} {size}: no IO\n{out}");
+        assert_eq!(cols[2], 0.0, "bdevperf {w} {size}: failures\n{out}");
+    }
+}
+
+/// A bare NVMe/TCP host over one TCP connection.
+struct Host {
+    s: TcpStream,
+    dec: Decoder,
+    buf: Vec<u8>,
+}
+
+impl Host {
+    fn connect(port: u16) -> Host {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut h = Host {
+            s,
+            dec: Decoder::new(Role::Host, 1 << 20),
+            buf: Vec::new(),
+        };
+        let ic = IcReq {
+            pfv: 0,
+            hpda: 0,
+            digests: Digests::default(),
+            maxr2t: 0,
+        };
+        h.send(Pdu::IcReq(ic));
+        let r = h.recv();
+        assert_eq!(r.0, 1, "ICResp");
+        h.dec.digests = Some(Digests::default());
+        h
+    }
+
+    fn send(&mut self, p: Pdu<'_>) {
+        let mut b = Vec::new();
+        p.encode(&mut b, Framing::default());
+        self.s.write_all(&b).expect("send");
+    }
+
+    /// The next PDU: (type, its bytes); type 0xFF on EOF.
+    fn recv(&mut self) -> (u8, Vec<u8>) {
+        loop {
+            if let Ok(Decoded::Pdu { pdu, len, .. }) = self.dec.decode(&self.buf) {
+                let t = pdu.type_code();
+                let b: Vec<u8> = self.buf.drain(..len).collect();
+                return (t, b);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return (0xFF, Vec::new()),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Sends a command, returns the completion's status (SCT << 8 | SC) and dword 0.
+    fn command(&mut self, sqe: Sqe, data: &[u8]) -> (u16, u32) {
+        self.send(Pdu::CapsuleCmd(sqe, data));
+        loop {
+            let (t, b) = self.recv();
+            assert_ne!(t, 0xFF, "connection closed");
+            if t == 5 {
+                let dw0 = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+                // SC in bits 7:0, SCT in 10:8 (DNR and More left out).
+                return ((u16::from_le_bytes([b[22], b[23]]) >> 1) & 0x7FF, dw0);
+            }
+        }
+    }
+}
+
+fn connect_cmd(qid: u16, kato_ms: u32, cntlid: u16) -> (Sqe, Vec<u8>) {
+    let mut s = Sqe::new(admin::FABRICS, 1);
+    s.0[4] = fctype::CONNECT;
+    s.set_cdw(10, u32::from(qid) << 16);
+    s.set_cdw(11, 31);
+    s.set_cdw(12, kato_ms);
+    s.set_sgl(Sgl {
+        address: 0,
+        length: 1024,
+        id: sgl::DATA_BLOCK_OFFSET,
+    });
+    let mut d = vec![0u8; 1024];
+    d[16..18].copy_from_slice(&cntlid.to_le_bytes());
+    d[256..256 + NQN.len()].copy_from_slice(NQN.as_bytes());
+    let host = b"nqn.2014-08.org.nvmexpress:uuid:raw-host";
+    d[512..512 + host.len()].copy_from_slice(host);
+    (s, d)
+}
+
+/// An admin queue connected (KATO `kato_ms`) and enabled; its controller id.
+fn admin_queue(port: u16, kato_ms: u32) -> (Host, u16) {
+    let mut a = Host::connect(port);
+    let (s, d) = connect_cmd(0, kato_ms, 0xFFFF);
+    let (st, cntlid) = a.command(s, &d);
+    assert_eq!(st, 0, "admin connect");
+    let mut p = Sqe::new(admin::FABRICS, 2);
+    p.0[4] = fctype::PROPERTY_SET;
+    p.set_cdw(11, 0x14);
+    p.set_cdw(12, 0x0046_0001);
+    assert_eq!(a.command(p, &[]).0, 0, "CC.EN");
+    (a, cntlid as u16)
+}
+
+#[test]
+fn host_that_leaves_mid_write_is_forgotten() {
+    let (server, port) = nvme_server();
+    let (mut a, cntlid) = admin_queue(port, 0);
+    for round in 0..3 {
+        let mut q = Host::connect(port);
+        let (s, d) = connect_cmd(1, 0, cntlid);
+        assert_eq!(q.command(s, &d).0, 0, "io connect");
+        let mut w = Sqe::new(io::WRITE, 7);
+        w.set_nsid(1);
+        w.set_cdw(12, 255); // 256 blocks: 128 KiB
+        w.set_sgl(Sgl {
+            address: 0,
+            length: 128 << 10,
+            id: sgl::TRANSPORT_DATA_BLOCK,
+        });
+        q.send(Pdu::CapsuleCmd(w, &[]));
+        let (t, r2t) = q.recv();
+        assert_eq!(t, 9, "R2T");
+        let ttag = u16::from_le_bytes([r2t[10], r2t[11]]);
+        let h = DataHdr {
+            cccid: 7,
+            ttag,
+            datao: 0,
+            last: false,
+            success: false,
+        };
+        // Half the data, then half a PDU, then gone.
+        let mut b = Vec::new();
+        Pdu::H2CData(h, &[0x5A; 64 << 10]).encode(&mut b, Framing::default());
+        b.truncate(b.len() - (round * 1000 + 7));
+        q.s.write_all(&b).expect("partial data");
+        drop(q);
+        // Each time the queue id is free again: the queue left its controller.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The controller and the target carry on: the admin queue still works.
+    let ka = Sqe::new(admin::KEEP_ALIVE, 9);
+    assert_eq!(a.command(ka, &[]).0, 0);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0, "the IO queue id is free again");
+    let log = server.log_text();
+    assert_eq!(
+        log.matches("nvme/tcp: connection closed").count(),
+        3,
+        "{log}"
+    );
+}
+
+#[test]
+fn keep_alive_expiry_closes_the_controller() {
+    let (server, port) = nvme_server();
+    let (mut a, cntlid) = admin_queue(port, 1000);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0);
+    // Keep-alives hold it past its timeout.
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(a.command(Sqe::new(admin::KEEP_ALIVE, 10 + i), &[]).0, 0);
+    }
+    // Then silence: both queues are closed within the timeout and a bit.
+    let t = Instant::now();
+    assert_eq!(a.recv().0, 0xFF, "admin queue not closed");
+    assert_eq!(q.recv().0, 0xFF, "IO queue not closed");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(
+        server.log_text().contains("controller gone"),
+        "{}",
+        server.log_text()
+    );
+}
+
+#[test]
+fn stalled_and_idle_connections() {
+    let port = free_port();
+    let extra = format!(
+        "nvme_tcp = [\"127.0.0.1:{port}\"]\nhandshake_timeout_s = 1\npayload_timeout_s = 1"
+    );
+    let server = Server::start_full(&extra, MALLOC_EXPORTS, "num_shared_buffers = 256");
+    // Hundreds of idle connections past ICReq stay, and cost the others nothing.
+    let idle: Vec<Host> = (0..300).map(|_| Host::connect(port)).collect();
+    // One that never sends ICReq, one that stops halfway through a PDU.
+    let mut silent = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut half = Host::connect(port);
+    let (s, d) = connect_cmd(0, 0, 0xFFFF);
+    let mut b = Vec::new();
+    Pdu::CapsuleCmd(s, &d).encode(&mut b, Framing::default());
+    half.s.write_all(&b[..100]).expect("half a PDU");
+    let t = Instant::now();
+    let mut byte = [0u8; 1];
+    assert_eq!(silent.read(&mut byte).unwrap_or(0), 0, "no ICReq: closed");
+    assert_eq!(half.recv().0, 0xFF, "half a PDU: closed");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // The idle ones are still served.
+    let (mut a, _) = admin_queue(port, 0);
+    assert_eq!(a.command(Sqe::new(admin::KEEP_ALIVE, 3), &[]).0, 0);
+    let mut last = idle.into_iter().last().expect("a connection");
+    let (s, d) = connect_cmd(0, 0, 0xFFFF);
+    assert_eq!(last.command(s, &d).0, 0);
+    let rss = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS"))
+        .map(str::to_string)
+        .unwrap_or_default();
+    eprintln!("with 300 idle NVMe/TCP connections: {rss}");
+}
+
+#[test]
+fn allow_and_read_only_for_by_host_nqn() {
+    let port = free_port();
+    let body = r#"
+[[bdev]]
+name = "m0"
+kind = "malloc"
+size = "16MiB"
+
+[[export]]
+name = "default"
+bdev = "m0"
+allow = ["hostnqn:nqn.2014-08.org.nvmexpress:uuid:raw-host", "hostnqn:nqn.other"]
+read_only_for = ["hostnqn:nqn.2014-08.org.nvmexpress:uuid:raw-host"]
+"#;
+    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
+    let _server = Server::start_full(&extra, body, "num_shared_buffers = 64");
+    // The raw host is allowed, read-only: a write is refused, a read served.
+    let (_a, cntlid) = admin_queue(port, 0);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0);
+    let mut w = Sqe::new(io::WRITE, 5);
+    w.set_nsid(1);
+    w.set_sgl(Sgl {
+        address: 0,
+        length: 512,
+        id: sgl::DATA_BLOCK_OFFSET,
+    });
+    assert_eq!(
+        q.command(w, &[1; 512]).0,
+        0x20,
+        "Namespace Is Write Protected"
+    );
+    // Another host NQN is not let in.
+    let mut b = Host::connect(port);
+    let (s, mut d) = connect_cmd(0, 0, 0xFFFF);
+    d[512..768].fill(0);
+    d[512..520].copy_from_slice(b"nqn.nope");
+    assert_eq!(
+        b.command(s, &d).0,
+        0x184,
+        "Connect Invalid Host (SCT 1, SC 84h)"
+    );
+}
+
+/// A WRITE of 1 MiB at block `lba` whose data comes by R2T.
+fn big_write(cid: u16, lba: u32) -> Sqe {
+    let mut w = Sqe::new(io::WRITE, cid);
+    w.set_nsid(1);
+    w.set_cdw(10, lba);
+    w.set_cdw(12, 2047);
+    w.set_sgl(Sgl {
+        address: 0,
+        length: 1 << 20,
+        id: sgl::TRANSPORT_DATA_BLOCK,
+    });
+    w
+}
+
+#[test]
+fn a_connection_holds_at_most_its_cap_of_write_data() {
+    let port = free_port();
+    // Pacing `none`: the pacer admits everything at once, so only the
+    // connection's cap (8 MiB) holds R2Ts back.
+    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
+    let body = format!("{MALLOC_EXPORTS}\n[pacing]\nmode = \"none\"\n");
+    let _server = Server::start_full(&extra, &body, "num_shared_buffers = 64");
+    let (_a, cntlid) = admin_queue(port, 0);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0);
+    for cid in 0..16u16 {
+        q.send(Pdu::CapsuleCmd(big_write(cid, u32::from(cid) * 2048), &[]));
+    }
+    let mut r2ts = Vec::new();
+    for _ in 0..8 {
+        let (t, b) = q.recv();
+        assert_eq!(t, 9, "an R2T");
+        r2ts.push((
+            u16::from_le_bytes([b[8], b[9]]),
+            u16::from_le_bytes([b[10], b[11]]),
+        ));
+    }
+    // No ninth R2T while 8 MiB are out.
+    q.s.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut byte = [0u8; 1];
+    assert!(q.s.read(&mut byte).is_err(), "a ninth R2T came");
+    q.s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    // The first write's data: its completion, then the next R2T.
+    let (cid, ttag) = r2ts[0];
+    let data = vec![0xC3u8; 128 << 10];
+    for i in 0..8u32 {
+        let h = DataHdr {
+            cccid: cid,
+            ttag,
+            datao: i * (128 << 10),
+            last: i == 7,
+            success: false,
+        };
+        q.send(Pdu::H2CData(h, &data));
+    }
+    let (t, _) = q.recv();
+    assert_eq!(t, 5, "the write's completion");
+    let (t, b) = q.recv();
+    assert_eq!(
+        (t, u16::from_le_bytes([b[8], b[9]])),
+        (9, 8),
+        "the ninth write's R2T"
+    );
+}
+
+#[test]
+fn set_pacing_reaches_the_nvme_thread() {
+    let (server, port) = nvme_server();
+    let out = Command::new(common::BIN)
+        .args(["rpc", "set_pacing", r#"{"mode":"buffers"}"#, "--rpc"])
+        .arg(&server.rpc)
+        .output()
+        .expect("iopace rpc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server
+        .log_text()
+        .contains("nvme/tcp: pacing changed mode=Buffers")
+    {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And IO still flows under the new mode.
+    let (_a, cntlid) = admin_queue(port, 0);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0);
+    let mut r = Sqe::new(io::READ, 4);
+    r.set_nsid(1);
+    r.set_sgl(Sgl {
+        address: 0,
+        length: 512,
+        id: sgl::TRANSPORT_DATA_BLOCK,
+    });
+    assert_eq!(q.command(r, &[]).0, 0);
+}

@@ -1,0 +1,125 @@
+//! The NVMe/TCP fuzz harnesses, in the library so the cargo-fuzz targets
+//! (`fuzz/fuzz_targets/nvme_decode.rs`, `nvme_queue.rs`) and the corpus
+//! replay run the same code.
+
+use super::decode::{Decoded, Decoder, Role};
+use super::pdu::{Digests, Framing, Pdu};
+
+/// The first byte picks the role and what was negotiated; the rest is a
+/// stream of PDUs. Each decoded PDU is encoded again and must decode to
+/// itself. Panics only on a broken invariant. Returns how many PDUs decoded.
+pub fn run(data: &[u8]) -> usize {
+    let Some((&mode, rest)) = data.split_first() else {
+        return 0;
+    };
+    let role = if mode & 1 == 0 {
+        Role::Controller
+    } else {
+        Role::Host
+    };
+    let mut d = Decoder::new(role, 1 << 16);
+    if mode & 2 != 0 {
+        d.digests = Some(Digests::from_byte(mode >> 2));
+    }
+    let (mut pos, mut n) = (0, 0);
+    while pos < rest.len() {
+        let Ok(Decoded::Pdu { pdu, len, .. }) = d.decode(&rest[pos..]) else {
+            break;
+        };
+        n += 1;
+        assert!(len > 0 && pos + len <= rest.len(), "a PDU past its input");
+        check_round_trip(&d, pdu);
+        if let Pdu::IcReq(r) = pdu {
+            d.digests = Some(r.digests);
+        } else if let Pdu::IcResp(r) = pdu {
+            d.digests = Some(r.digests);
+        }
+        pos += len;
+    }
+    n
+}
+
+fn check_round_trip(d: &Decoder, pdu: Pdu<'_>) {
+    let f = Framing {
+        digests: d.digests.unwrap_or_default(),
+        pda: 0,
+    };
+    let mut out = Vec::new();
+    pdu.encode(&mut out, f);
+    match d.decode(&out) {
+        Ok(Decoded::Pdu {
+            pdu: again, len, ..
+        }) => {
+            assert_eq!(again, pdu, "re-encoded PDU decodes differently");
+            assert_eq!(len, out.len());
+        }
+        other => panic!("re-encoded {pdu:?} does not decode: {other:?}"),
+    }
+}
+
+/// Feeds the stream to a controller's queue and target, as a driver would
+/// (every data command admitted, every IO done at once), in pieces the data
+/// chooses. Panics only on a broken invariant: a queue holding more
+/// commands than it may, or consuming more than it was given.
+pub fn run_queue(data: &[u8]) {
+    use super::ctrl::{Limits, Namespace, Subsystem, Target};
+    use super::queue::{Action, DevOp, Queue};
+    let Some((&cut, rest)) = data.split_first() else {
+        return;
+    };
+    let nqn = "nqn.2026-11.io.iopace:default";
+    let sub = Subsystem {
+        nqn: nqn.into(),
+        serial: "fuzz".into(),
+        model: "fuzz".into(),
+        namespaces: vec![Namespace::new(1, 1 << 20, 9, nqn)],
+        hosts: None,
+    };
+    let mut target = Target::new(vec![sub], Vec::new(), Limits::default());
+    let mut q = Queue::new(Limits::default(), cut & 1 == 0);
+    let step = 1 + usize::from(cut >> 1);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut now = 0;
+    for chunk in rest.chunks(step) {
+        buf.extend_from_slice(chunk);
+        let (used, _) = q.receive(&buf);
+        assert!(used <= buf.len(), "the queue used more than it was given");
+        buf.drain(..used);
+        now += 1_000_000;
+        loop {
+            let actions = q.take_actions();
+            if actions.is_empty() {
+                break;
+            }
+            for a in actions {
+                match a {
+                    Action::Connect { cid, sqe, data } => {
+                        let r = target.connect(&sqe, &data, now);
+                        q.connected(cid, r);
+                    }
+                    Action::Admin { cid, cntlid, sqe } => {
+                        let d = target.admin(cntlid, &sqe, now);
+                        q.admin_done(cid, d);
+                    }
+                    Action::Admit { cid, .. } => q.admit(cid),
+                    Action::Io { cid, op, .. } => {
+                        let r = match op {
+                            DevOp::Read { len, .. } => Ok(vec![0xA5; len as usize]),
+                            _ => Ok(Vec::new()),
+                        };
+                        q.io_done(cid, r);
+                    }
+                    Action::DropAer { cid, cntlid } => target.drop_async_event(cntlid, cid),
+                    Action::Close => {}
+                }
+            }
+        }
+        let depth = q.bound().map_or(1, |b| usize::from(b.queue_size));
+        assert!(
+            q.outstanding() <= depth,
+            "more commands than the queue holds"
+        );
+        let _ = q.take_output();
+        target.tick(now);
+    }
+}

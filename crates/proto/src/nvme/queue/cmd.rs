@@ -1,0 +1,395 @@
+//! A command's life on its queue. `State` is where it is; `Queue::step` is
+//! the one function that moves it:
+//!
+//! ```text
+//! New --Start--> Admitting --Admitted--> Receiving --DataIn--> Ready
+//!   \                    \________________________________/   |
+//!    \________________________________________________________/|
+//!                                                   Ready -> Executing
+//! Executing --Done--> (completion sent, gone)
+//! Executing --Park--> Parked --Done--> (completion sent, gone)
+//! ```
+//!
+//! A data command waits in `Admitting` until the driver's pacer admits its
+//! buffers; only then does a WRITE's R2T go out, so write data never waits
+//! in a socket holding a buffer. `Ready` is transient: `step` executes it.
+
+use super::{Phase, Queue};
+use crate::nvme::cmd::{admin, fctype, sgl, Sqe, Status};
+use crate::nvme::ctrl::{check_io, dsm_ranges, IoCmd, IoOp, ADMIN_IN_CAPSULE};
+use crate::nvme::decode::Fatal;
+use crate::nvme::pdu::fes;
+
+/// What the queue asks of its driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Fabrics Connect: `Target::connect`, then `Queue::connected`.
+    Connect { cid: u16, sqe: Sqe, data: Vec<u8> },
+    /// An admin-queue command: `Target::admin`, then `Queue::admin_done`.
+    Admin { cid: u16, cntlid: u16, sqe: Sqe },
+    /// A data command waits for the pacer: `Queue::admit` once `len`
+    /// bytes of buffers are its own.
+    Admit { cid: u16, len: u32, write: bool },
+    /// Device IO on namespace `nsid`, then `Queue::io_done`.
+    Io { cid: u16, nsid: u32, op: DevOp },
+    /// The host gave up a parked Async Event Request:
+    /// `Target::drop_async_event`.
+    DropAer { cid: u16, cntlid: u16 },
+    /// Send what is queued, then close the connection.
+    Close,
+}
+
+/// A device operation, in bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DevOp {
+    Read {
+        offset: u64,
+        len: u64,
+    },
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+        fua: bool,
+    },
+    Flush,
+    WriteZeroes {
+        offset: u64,
+        len: u64,
+    },
+    Trim {
+        ranges: Vec<(u64, u64)>,
+    },
+}
+
+/// What a command is, for where it executes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Kind {
+    Connect,
+    Admin,
+    Io(IoCmd),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum State {
+    New,
+    Admitting,
+    Receiving { ttag: u16, got: u32 },
+    Ready,
+    Executing,
+    Parked,
+}
+
+/// Events that move a command.
+#[derive(Debug)]
+pub(super) enum Ev {
+    Start,
+    Admitted,
+    DataIn,
+    Done(Status, u64, Vec<u8>),
+    Park,
+}
+
+#[derive(Debug)]
+pub(super) struct Cmd {
+    sqe: Sqe,
+    kind: Kind,
+    /// Bytes of data the command moves.
+    pub(super) xfer: u32,
+    /// Data moves host to controller.
+    h2c: bool,
+    /// Data from the host so far (in-capsule or H2CData).
+    pub(super) data: Vec<u8>,
+    pub(super) bad_digest: bool,
+    state: State,
+}
+
+impl Cmd {
+    /// (TTAG, bytes so far) while an R2T's data is coming.
+    pub(super) fn receiving(&self) -> Option<(u16, u32)> {
+        match self.state {
+            State::Receiving { ttag, got } => Some((ttag, got)),
+            _ => None,
+        }
+    }
+
+    pub(super) fn set_received(&mut self, n: u32) {
+        if let State::Receiving { got, .. } = &mut self.state {
+            *got = n;
+        }
+    }
+
+    pub(super) fn at_device(&self) -> bool {
+        self.state == State::Executing && matches!(self.kind, Kind::Io(_))
+    }
+}
+
+/// Data direction from an opcode (or fabrics type): bits 1:0.
+fn h2c_opcode(op: u8) -> bool {
+    op & 3 == 1
+}
+
+impl Queue {
+    /// A command capsule arrived.
+    pub(super) fn capsule(&mut self, sqe: Sqe, data: &[u8], digest_ok: bool) -> Result<(), Fatal> {
+        let depth = self.depth();
+        self.sqhd = (self.sqhd + 1) % depth.max(1) as u16;
+        let cid = sqe.cid();
+        if self
+            .cmds
+            .get(&cid)
+            .is_some_and(|c| c.state == State::Parked)
+        {
+            // A host that reuses a parked Async Event Request's id gave it
+            // up (SPDK's host does at shutdown): the new command takes it.
+            self.cmds.remove(&cid);
+            let cntlid = self.bound().map_or(0, |b| b.cntlid);
+            self.actions.push(Action::DropAer { cid, cntlid });
+        }
+        if self.cmds.contains_key(&cid) {
+            self.respond(cid, Status::CID_CONFLICT, 0);
+            return Ok(());
+        }
+        if self.cmds.len() >= depth {
+            // More commands than the queue holds: the host broke flow control.
+            return Err(Fatal {
+                fes: fes::PDU_SEQUENCE_ERROR,
+                fei: 0,
+            });
+        }
+        match self.classify(&sqe).and_then(|(k, x, h)| {
+            let icd = self.check_sgl(&sqe, &k, x, h, data)?;
+            Ok((k, x, h, icd))
+        }) {
+            Err(s) => self.respond(cid, s, 0),
+            Ok(_) if !digest_ok => self.respond(cid, Status::TRANSIENT_TRANSPORT_ERROR, 0),
+            Ok((kind, xfer, h2c, in_capsule)) => {
+                let data = if in_capsule {
+                    data.to_vec()
+                } else {
+                    Vec::new()
+                };
+                let c = Cmd {
+                    sqe,
+                    kind,
+                    xfer,
+                    h2c,
+                    data,
+                    bad_digest: false,
+                    state: State::New,
+                };
+                self.cmds.insert(cid, c);
+                self.step(cid, Ev::Start);
+            }
+        }
+        Ok(())
+    }
+
+    /// What the command is, how much data it moves and which way.
+    fn classify(&self, sqe: &Sqe) -> Result<(Kind, u32, bool), Status> {
+        let opc = sqe.opcode();
+        let fabrics = opc == admin::FABRICS;
+        let connect = fabrics && sqe.fctype() == fctype::CONNECT;
+        let sgl_len = sqe.sgl().length;
+        match &self.phase {
+            Phase::Unbound if connect => Ok((Kind::Connect, sgl_len, true)),
+            Phase::Bound(b) if b.qid == 0 && !connect => {
+                let dir = if fabrics { sqe.fctype() } else { opc };
+                let h2c = h2c_opcode(dir);
+                let xfer = if dir & 3 == 0 { 0 } else { sgl_len };
+                if h2c && xfer > 0 && sqe.sgl().id != sgl::DATA_BLOCK_OFFSET {
+                    return Err(Status::INVALID_FIELD); // no admin command needs it
+                }
+                Ok((Kind::Admin, xfer, h2c))
+            }
+            Phase::Bound(b) if !fabrics => {
+                let io = check_io(sqe, &b.namespaces, &self.limits)?;
+                let h2c = matches!(io.op, IoOp::Write | IoOp::Dsm { .. });
+                Ok((Kind::Io(io), io.xfer, h2c))
+            }
+            Phase::Bound(_) if fabrics && !connect => Err(Status::INVALID_OPCODE),
+            _ => Err(Status::COMMAND_SEQUENCE_ERROR),
+        }
+    }
+
+    /// Checks the SGL and any in-capsule data; true if the data came in it.
+    fn check_sgl(
+        &self,
+        sqe: &Sqe,
+        kind: &Kind,
+        xfer: u32,
+        h2c: bool,
+        data: &[u8],
+    ) -> Result<bool, Status> {
+        if sqe.psdt() == 0 {
+            return Err(Status::INVALID_FIELD); // PRPs: fabrics need SGLs
+        }
+        if xfer == 0 || !h2c {
+            // A command that moves no data to the controller carries none.
+            if !data.is_empty() {
+                return Err(Status::DATA_SGL_LENGTH_INVALID);
+            }
+            let d = sqe.sgl();
+            if xfer > 0 && d.id != sgl::TRANSPORT_DATA_BLOCK {
+                return Err(Status::SGL_TYPE_INVALID);
+            }
+            if xfer > 0 && d.length < xfer {
+                return Err(Status::DATA_SGL_LENGTH_INVALID);
+            }
+            return Ok(false);
+        }
+        let d = sqe.sgl();
+        if d.length != xfer {
+            return Err(Status::DATA_SGL_LENGTH_INVALID);
+        }
+        match d.id {
+            sgl::DATA_BLOCK_OFFSET => {
+                let io = matches!(kind, Kind::Io(_));
+                let max = if io {
+                    self.limits.in_capsule
+                } else {
+                    ADMIN_IN_CAPSULE
+                };
+                if d.address != 0 {
+                    return Err(Status::SGL_OFFSET_INVALID);
+                }
+                if xfer > max || data.len() != xfer as usize {
+                    return Err(Status::DATA_SGL_LENGTH_INVALID);
+                }
+                Ok(true)
+            }
+            sgl::TRANSPORT_DATA_BLOCK if data.is_empty() => Ok(false),
+            sgl::TRANSPORT_DATA_BLOCK => Err(Status::DATA_SGL_LENGTH_INVALID),
+            _ => Err(Status::SGL_TYPE_INVALID),
+        }
+    }
+
+    /// Moves command `cid` on by `ev` until it waits; the one place a
+    /// command changes state. Events for commands no longer here (after an
+    /// abort) or out of turn are ignored.
+    pub(super) fn step(&mut self, cid: u16, ev: Ev) {
+        let Some(c) = self.cmds.get(&cid) else {
+            return;
+        };
+        let pacing = !self.auto_admit && c.xfer > 0 && matches!(c.kind, Kind::Io(_));
+        let wants_data = c.h2c && c.data.len() < c.xfer as usize;
+        let (xfer, h2c, bad) = (c.xfer, c.h2c, c.bad_digest);
+        let next = match (c.state, ev) {
+            (State::New, Ev::Start) if pacing => {
+                self.actions.push(Action::Admit {
+                    cid,
+                    len: xfer,
+                    write: h2c,
+                });
+                State::Admitting
+            }
+            (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) if wants_data => {
+                if let Some(c) = self.cmds.get_mut(&cid) {
+                    c.data.reserve_exact(xfer as usize);
+                }
+                let ttag = self.send_r2t(cid, xfer);
+                State::Receiving { ttag, got: 0 }
+            }
+            (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) => State::Ready,
+            (State::Receiving { .. }, Ev::DataIn) if bad => {
+                return self.finish(cid, Status::TRANSIENT_TRANSPORT_ERROR, 0, Vec::new());
+            }
+            (State::Receiving { .. }, Ev::DataIn) => State::Ready,
+            (State::Executing, Ev::Park) => State::Parked,
+            (State::Executing | State::Parked, Ev::Done(s, r, d)) => {
+                return self.finish(cid, s, r, d);
+            }
+            _ => return,
+        };
+        if let Some(c) = self.cmds.get_mut(&cid) {
+            c.state = next;
+        }
+        if next == State::Ready {
+            self.execute(cid);
+        }
+    }
+
+    /// Hands a Ready command to the target or the device.
+    fn execute(&mut self, cid: u16) {
+        let Some(c) = self.cmds.get_mut(&cid) else {
+            return;
+        };
+        c.state = State::Executing;
+        let action = match &c.kind {
+            Kind::Connect => {
+                self.phase = Phase::Connecting;
+                Action::Connect {
+                    cid,
+                    sqe: c.sqe,
+                    data: std::mem::take(&mut c.data),
+                }
+            }
+            Kind::Admin => {
+                let cntlid = self.bound().map_or(0, |b| b.cntlid);
+                let sqe = self.cmds[&cid].sqe;
+                Action::Admin { cid, cntlid, sqe }
+            }
+            Kind::Io(io) => {
+                let io = *io;
+                let data = std::mem::take(&mut c.data);
+                match dev_op(&io, data, self.bound().map(|b| &b.namespaces[..])) {
+                    Ok(Some(op)) => Action::Io {
+                        cid,
+                        nsid: io.nsid,
+                        op,
+                    },
+                    Ok(None) => return self.finish(cid, Status::SUCCESS, 0, Vec::new()),
+                    Err(s) => return self.finish(cid, s, 0, Vec::new()),
+                }
+            }
+        };
+        self.actions.push(action);
+    }
+
+    /// Sends a command's data (for the host) and completion; it is gone.
+    fn finish(&mut self, cid: u16, status: Status, result: u64, mut data: Vec<u8>) {
+        let Some(c) = self.cmds.remove(&cid) else {
+            return;
+        };
+        if status.is_success() && !c.h2c && c.xfer > 0 {
+            data.resize(c.xfer as usize, 0);
+            self.send_data(cid, &data);
+        }
+        self.respond(cid, status, result);
+    }
+}
+
+/// The device operation for a checked IO command with its data; None when
+/// there is nothing for the device to do (a DSM without deallocate).
+fn dev_op(
+    io: &IoCmd,
+    data: Vec<u8>,
+    nss: Option<&[crate::nvme::ctrl::Namespace]>,
+) -> Result<Option<DevOp>, Status> {
+    Ok(Some(match io.op {
+        IoOp::Read => DevOp::Read {
+            offset: io.offset,
+            len: io.len,
+        },
+        IoOp::Write => DevOp::Write {
+            offset: io.offset,
+            data,
+            fua: io.fua,
+        },
+        IoOp::Flush => DevOp::Flush,
+        IoOp::WriteZeroes => DevOp::WriteZeroes {
+            offset: io.offset,
+            len: io.len,
+        },
+        IoOp::Dsm { deallocate: false } => return Ok(None),
+        IoOp::Dsm { deallocate: true } => {
+            let ns = nss
+                .and_then(|n| n.iter().find(|n| n.nsid == io.nsid))
+                .ok_or(Status::INVALID_NAMESPACE)?;
+            let ranges = dsm_ranges(&data, ns)?;
+            if ranges.is_empty() {
+                return Ok(None);
+            }
+            DevOp::Trim { ranges }
+        }
+    }))
+}

@@ -1,0 +1,349 @@
+//! One NVMe/TCP queue (one TCP connection), sans-IO: bytes in, bytes and
+//! actions out. It runs the connection's PDU sequence (ICReq, then
+//! capsules and H2CData), tracks each command's life (`cmd.rs`) and asks its
+//! driver for what it cannot do itself: Connect and admin commands go to
+//! the `ctrl::Target`, data commands wait for the pacer's admission, IO
+//! goes to the device.
+
+mod cmd;
+
+#[cfg(test)]
+mod prop_tests;
+#[cfg(test)]
+pub(crate) mod tests;
+#[cfg(test)]
+mod tests_admin;
+#[cfg(test)]
+mod tests_bad;
+
+use std::collections::HashMap;
+
+use super::cmd::{Cqe, Status};
+use super::ctrl::{AdminDone, Connected, Limits, ADMIN_IN_CAPSULE};
+use super::decode::{Decoded, Decoder, Fatal, Role};
+use super::pdu::{fes, DataHdr, Digests, Framing, IcResp, Pdu, R2t, TermReq, TERM_MAX_DATA};
+pub use cmd::{Action, DevOp};
+use cmd::{Cmd, Ev};
+
+/// Where the connection is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for ICReq.
+    Init,
+    /// ICResp sent; the first capsule must be a Connect.
+    Unbound,
+    /// Connect sent to the target.
+    Connecting,
+    Bound(Connected),
+    /// A TermReq went out or came in: nothing more is read.
+    Closing,
+}
+
+/// One queue's connection.
+#[derive(Debug)]
+pub struct Queue {
+    limits: Limits,
+    /// Data commands go without asking the driver to admit them.
+    auto_admit: bool,
+    phase: Phase,
+    decoder: Decoder,
+    /// How this end frames what it sends (digests, the host's HPDA).
+    framing: Framing,
+    cmds: HashMap<u16, Cmd>,
+    sqhd: u16,
+    next_ttag: u16,
+    out: Vec<u8>,
+    actions: Vec<Action>,
+}
+
+impl Queue {
+    pub fn new(limits: Limits, auto_admit: bool) -> Queue {
+        let max = limits
+            .in_capsule
+            .max(limits.maxh2cdata)
+            .max(ADMIN_IN_CAPSULE);
+        Queue {
+            limits,
+            auto_admit,
+            phase: Phase::Init,
+            decoder: Decoder::new(Role::Controller, max),
+            framing: Framing::default(),
+            cmds: HashMap::new(),
+            sqhd: 0,
+            next_ttag: 0,
+            out: Vec::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    /// The Connect this queue made, once made.
+    pub fn bound(&self) -> Option<&Connected> {
+        match &self.phase {
+            Phase::Bound(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Whether nothing more is read (a TermReq was sent or received).
+    pub fn closing(&self) -> bool {
+        self.phase == Phase::Closing
+    }
+
+    /// Commands received and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.cmds.len()
+    }
+
+    /// Whether command `cid` is received and not yet completed.
+    pub fn has(&self, cid: u16) -> bool {
+        self.cmds.contains_key(&cid)
+    }
+
+    /// Bytes to send, in order; the caller takes them all.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// Consumes whole PDUs from `buf`; returns how many bytes it used.
+    /// The rest (a partial PDU) must be offered again with more behind it.
+    /// `want` says how many bytes the next PDU needs in all.
+    pub fn receive(&mut self, buf: &[u8]) -> (usize, usize) {
+        let mut pos = 0;
+        while self.phase != Phase::Closing {
+            let rest = &buf[pos..];
+            if rest.is_empty() {
+                return (pos, 8);
+            }
+            match self.decoder.decode(rest) {
+                Ok(Decoded::Need(n)) => return (pos, n),
+                Ok(Decoded::Pdu {
+                    pdu,
+                    len,
+                    data_digest_ok,
+                }) => {
+                    pos += len;
+                    if let Err(f) = self.on_pdu(pdu, data_digest_ok) {
+                        self.fatal(f, rest);
+                    }
+                }
+                Err(f) => self.fatal(f, rest),
+            }
+        }
+        (buf.len(), 0)
+    }
+
+    /// A fatal transport error: C2HTermReq with the offending header, close.
+    fn fatal(&mut self, f: Fatal, header: &[u8]) {
+        let hlen = header.get(2).map_or(0, |&h| usize::from(h));
+        let n = header.len().min(hlen.max(8)).min(TERM_MAX_DATA);
+        Pdu::C2HTerm(TermReq {
+            fes: f.fes,
+            fei: f.fei,
+            data: &header[..n],
+        })
+        .encode(&mut self.out, Framing::default());
+        self.close();
+    }
+
+    /// Stops reading and asks the driver to close once the output is sent.
+    fn close(&mut self) {
+        if self.phase != Phase::Closing {
+            self.phase = Phase::Closing;
+            self.actions.push(Action::Close);
+        }
+    }
+
+    fn on_pdu(&mut self, pdu: Pdu<'_>, digest_ok: bool) -> Result<(), Fatal> {
+        match pdu {
+            Pdu::IcReq(r) => {
+                let digests = r.digests;
+                self.decoder.digests = Some(digests);
+                self.framing = Framing {
+                    digests,
+                    pda: r.hpda,
+                };
+                let resp = IcResp {
+                    pfv: 0,
+                    cpda: 0,
+                    digests,
+                    maxh2cdata: self.limits.maxh2cdata,
+                };
+                Pdu::IcResp(resp).encode(&mut self.out, Framing::default());
+                self.phase = Phase::Unbound;
+                Ok(())
+            }
+            Pdu::H2CTerm(_) => {
+                self.close();
+                Ok(())
+            }
+            Pdu::CapsuleCmd(sqe, data) => self.capsule(sqe, data, digest_ok),
+            Pdu::H2CData(h, data) => self.h2c_data(h, data, digest_ok),
+            _ => Err(Fatal {
+                fes: fes::INVALID_HEADER_FIELD,
+                fei: 0,
+            }),
+        }
+    }
+
+    /// The most commands this queue may hold.
+    fn depth(&self) -> usize {
+        match &self.phase {
+            Phase::Bound(c) => usize::from(c.queue_size),
+            _ => 1,
+        }
+    }
+
+    fn h2c_data(&mut self, h: DataHdr, data: &[u8], digest_ok: bool) -> Result<(), Fatal> {
+        let range = |fei| Fatal {
+            fes: fes::DATA_OUT_OF_RANGE,
+            fei,
+        };
+        let field = |fei| Fatal {
+            fes: fes::INVALID_HEADER_FIELD,
+            fei,
+        };
+        let Some(c) = self.cmds.get_mut(&h.cccid) else {
+            return Err(field(8));
+        };
+        let Some((ttag, got)) = c.receiving() else {
+            return Err(field(8)); // no R2T outstanding for it
+        };
+        if h.ttag != ttag {
+            return Err(field(10));
+        }
+        if h.datao != got {
+            return Err(range(12));
+        }
+        if data.len() > self.limits.maxh2cdata as usize {
+            return Err(Fatal {
+                fes: fes::DATA_LIMIT_EXCEEDED,
+                fei: 0,
+            });
+        }
+        let end = u64::from(got) + data.len() as u64;
+        if end > u64::from(c.xfer) {
+            return Err(range(16));
+        }
+        if h.last != (end == u64::from(c.xfer)) {
+            return Err(field(1));
+        }
+        c.data.extend_from_slice(data);
+        c.bad_digest |= !digest_ok;
+        c.set_received(end as u32);
+        if h.last {
+            self.step(h.cccid, Ev::DataIn);
+        }
+        Ok(())
+    }
+
+    /// Appends a completion for `cid`.
+    fn respond(&mut self, cid: u16, status: Status, result: u64) {
+        let qid = self.bound().map_or(0, |c| c.qid);
+        let cqe = Cqe {
+            result,
+            sqhd: self.sqhd,
+            sqid: qid,
+            cid,
+            status,
+        };
+        Pdu::CapsuleResp(cqe).encode(&mut self.out, self.framing);
+    }
+
+    /// Appends a C2HData PDU with `data` for `cid`.
+    fn send_data(&mut self, cid: u16, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let hdr = DataHdr {
+            cccid: cid,
+            ttag: 0,
+            datao: 0,
+            last: true,
+            success: false,
+        };
+        Pdu::C2HData(hdr, data).encode(&mut self.out, self.framing);
+    }
+
+    fn send_r2t(&mut self, cid: u16, len: u32) -> u16 {
+        let ttag = self.next_ttag;
+        self.next_ttag = self.next_ttag.wrapping_add(1);
+        let r = R2t {
+            cccid: cid,
+            ttag,
+            r2to: 0,
+            r2tl: len,
+        };
+        Pdu::R2T(r).encode(&mut self.out, self.framing);
+        ttag
+    }
+
+    /// The target answered this queue's Connect.
+    pub fn connected(&mut self, cid: u16, r: Result<Connected, (Status, u32)>) {
+        if self.phase != Phase::Connecting || !self.cmds.contains_key(&cid) {
+            return;
+        }
+        let done = match r {
+            Ok(c) => {
+                let result = u64::from(c.cntlid);
+                self.phase = Phase::Bound(c);
+                (Status::SUCCESS, result)
+            }
+            Err((s, dw0)) => {
+                self.phase = Phase::Unbound;
+                (s, u64::from(dw0))
+            }
+        };
+        self.step(cid, Ev::Done(done.0, done.1, Vec::new()));
+    }
+
+    /// The target finished an admin command (or a parked AER's event came).
+    pub fn admin_done(&mut self, cid: u16, d: AdminDone) {
+        if d.parked {
+            self.step(cid, Ev::Park);
+        } else {
+            self.step(cid, Ev::Done(d.status, d.result, d.data));
+        }
+    }
+
+    /// The pacer admitted a data command's buffers.
+    pub fn admit(&mut self, cid: u16) {
+        self.step(cid, Ev::Admitted);
+    }
+
+    /// The device finished an IO: a READ's data, or an error status.
+    pub fn io_done(&mut self, cid: u16, r: Result<Vec<u8>, Status>) {
+        let ev = match r {
+            Ok(data) => Ev::Done(Status::SUCCESS, 0, data),
+            Err(s) => Ev::Done(s, 0, Vec::new()),
+        };
+        self.step(cid, ev);
+    }
+
+    /// The negotiated digests (after ICReq).
+    pub fn digests(&self) -> Option<Digests> {
+        self.decoder.digests
+    }
+
+    /// The connection is gone: every command is dropped. Returns the ids
+    /// of commands at the device (their buffers come back with `io_done`,
+    /// which is then ignored) so the driver can account for them.
+    pub fn abort_all(&mut self) -> Vec<u16> {
+        self.phase = Phase::Closing;
+        let busy = self
+            .cmds
+            .iter()
+            .filter(|(_, c)| c.at_device())
+            .map(|(&id, _)| id)
+            .collect();
+        self.cmds.clear();
+        busy
+    }
+}

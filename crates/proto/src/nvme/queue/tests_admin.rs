@@ -1,0 +1,218 @@
+//! The admin queue and the discovery controller, end to end.
+
+use super::tests::{connect_data, connect_sqe, resp, sqe, Got, Rig, HOST, NQN};
+use crate::nvme::cmd::{admin, fctype, Cqe, Sqe, Status};
+use crate::nvme::ctrl::{Limits, DISCOVERY_NQN, VERSION};
+use crate::nvme::pdu::Digests;
+
+fn prop_get(r: &mut Rig, q: usize, ofst: u32, eight: bool) -> Cqe {
+    let mut s = Sqe::new(admin::FABRICS, 50);
+    s.0[4] = fctype::PROPERTY_GET;
+    s.0[40] = u8::from(eight);
+    s.set_cdw(11, ofst);
+    resp(&r.cmd(q, s, &[]))
+}
+
+/// An admin command that returns `len` bytes; (data, completion).
+fn get(r: &mut Rig, q: usize, s: Sqe) -> (Vec<u8>, Cqe) {
+    let got = r.cmd(q, s, &[]);
+    let data = got
+        .iter()
+        .find_map(|g| match g {
+            Got::Data(_, d) => Some(d.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    (data, resp(&got))
+}
+
+fn identify(cid: u16, cns: u32, nsid: u32) -> Sqe {
+    let mut s = sqe(admin::IDENTIFY, cid, nsid, 4096);
+    s.set_cdw(10, cns);
+    s
+}
+
+fn log_page(cid: u16, lid: u32, len: u32) -> Sqe {
+    let mut s = sqe(admin::GET_LOG_PAGE, cid, 0xFFFF_FFFF, len);
+    s.set_cdw(10, lid | ((len / 4 - 1) << 16));
+    s
+}
+
+#[test]
+fn properties_enable_and_shutdown() {
+    let mut r = Rig::new();
+    let q = r.open(Digests::default());
+    let c = r.connect(q, 0, 0xFFFF, NQN);
+    assert_eq!(c.status, Status::SUCCESS);
+    let cntlid = c.result as u16;
+    let cap = prop_get(&mut r, q, 0, true).result;
+    assert_eq!(cap & 0xFFFF, 127); // MQES
+    assert_eq!((cap >> 37) & 1, 1); // NVM command set
+    assert_eq!(prop_get(&mut r, q, 0x08, false).result, u64::from(VERSION));
+    assert_eq!(prop_get(&mut r, q, 0, false).status, Status::INVALID_FIELD);
+    // Admin commands wait for CC.EN.
+    let (_, c) = get(&mut r, q, identify(2, 1, 0));
+    assert_eq!(c.status, Status::COMMAND_SEQUENCE_ERROR);
+    r.enable(q);
+    assert_eq!(prop_get(&mut r, q, 0x1C, false).result & 1, 1); // CSTS.RDY
+    let mut s = Sqe::new(admin::FABRICS, 51);
+    s.0[4] = fctype::PROPERTY_SET;
+    s.set_cdw(11, 0x14);
+    s.set_cdw(12, 0x0046_0001 | (1 << 14)); // CC.SHN normal
+    assert_eq!(resp(&r.cmd(q, s, &[])).status, Status::SUCCESS);
+    assert_eq!(prop_get(&mut r, q, 0x1C, false).result & 0b1100, 0b1000);
+    assert_eq!(r.target.take_dropped(), vec![cntlid]);
+}
+
+#[test]
+fn identify_and_logs() {
+    let mut r = Rig::new();
+    let (a, _, cntlid) = r.io_queue(Digests::default());
+    let (d, c) = get(&mut r, a, identify(2, 1, 0));
+    assert_eq!(c.status, Status::SUCCESS);
+    assert_eq!(d.len(), 4096);
+    assert_eq!(u16::from_le_bytes([d[78], d[79]]), cntlid);
+    assert_eq!(d[77], Limits::default().mdts());
+    assert_eq!(&d[768..768 + NQN.len()], NQN.as_bytes());
+    assert_eq!(d[111], 1);
+    let (d, _) = get(&mut r, a, identify(3, 0, 1));
+    assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), 8192);
+    assert_eq!(d[130], 9); // LBADS
+    let (d, _) = get(&mut r, a, identify(4, 2, 0));
+    assert_eq!(&d[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+    let (d, _) = get(&mut r, a, identify(5, 3, 1));
+    assert_eq!(&d[..2], &[2, 16]);
+    assert_eq!(
+        get(&mut r, a, identify(6, 0, 9)).1.status,
+        Status::INVALID_NAMESPACE
+    );
+    assert_eq!(
+        get(&mut r, a, identify(7, 0x55, 0)).1.status,
+        Status::INVALID_FIELD
+    );
+    for (lid, len) in [(1, 64), (2, 512), (4, 4096)] {
+        let (d, c) = get(&mut r, a, log_page(8, lid, len));
+        assert_eq!(
+            (c.status, d.len()),
+            (Status::SUCCESS, len as usize),
+            "log {lid}"
+        );
+    }
+    let (_, c) = get(&mut r, a, log_page(9, 0x70, 1024));
+    assert_eq!(c.status, Status::INVALID_LOG_PAGE);
+}
+
+#[test]
+fn features_keep_alive_aer_abort() {
+    let mut r = Rig::new();
+    let a = r.open(Digests::default());
+    let cntlid = r.connect(a, 0, 0xFFFF, NQN).result as u16;
+    r.enable(a);
+    let mut s = sqe(admin::SET_FEATURES, 2, 0, 0);
+    s.set_cdw(10, 0x07);
+    s.set_cdw(11, 3 | (3 << 16)); // 4 queues each
+    assert_eq!(resp(&r.cmd(a, s, &[])).result, 3 | (3 << 16));
+    let mut s = sqe(admin::GET_FEATURES, 3, 0, 0);
+    s.set_cdw(10, 0x0F);
+    assert_eq!(resp(&r.cmd(a, s, &[])).result, 0);
+    let mut s = sqe(admin::SET_FEATURES, 4, 0, 0);
+    s.set_cdw(10, 0x0F);
+    s.set_cdw(11, 2000); // 2 s keep-alive
+    assert_eq!(resp(&r.cmd(a, s, &[])).status, Status::SUCCESS);
+    let mut s = sqe(admin::SET_FEATURES, 5, 0, 0);
+    s.set_cdw(10, 0x0B | (1 << 31)); // save: not saveable
+    assert_eq!(resp(&r.cmd(a, s, &[])).status, Status::FEATURE_NOT_SAVEABLE);
+    // An AER parks; a namespace change completes it.
+    assert!(r.cmd(a, sqe(admin::ASYNC_EVENT, 6, 0, 0), &[]).is_empty());
+    assert_eq!(r.queues[a].outstanding(), 1);
+    r.target.namespace_changed(0, 1);
+    let evs = r.target.take_events();
+    assert_eq!(evs, vec![(cntlid, 6, 0x0004_0002)]);
+    let d = crate::nvme::ctrl::AdminDone {
+        result: u64::from(evs[0].2),
+        ..Default::default()
+    };
+    r.queues[a].admin_done(6, d);
+    assert_eq!(resp(&r.drive(a)).result, 0x0004_0002);
+    // A host that reuses a parked AER's id gave it up: no conflict, and
+    // a later event does not complete the new command.
+    assert!(r.cmd(a, sqe(admin::ASYNC_EVENT, 10, 0, 0), &[]).is_empty());
+    let got = r.cmd(a, sqe(admin::KEEP_ALIVE, 10, 0, 0), &[]);
+    assert_eq!(resp(&got).status, Status::SUCCESS);
+    r.target.namespace_changed(0, 1);
+    assert!(r.target.take_events().is_empty());
+    // Abort: "not aborted".
+    let mut s = sqe(admin::ABORT, 7, 0, 0);
+    s.set_cdw(10, 6 << 16);
+    assert_eq!(resp(&r.cmd(a, s, &[])).result, 1);
+    // Keep alive, then silence past the timeout.
+    r.now = 1_500_000_000;
+    assert_eq!(
+        resp(&r.cmd(a, sqe(admin::KEEP_ALIVE, 8, 0, 0), &[])).status,
+        Status::SUCCESS
+    );
+    r.target.tick(3_400_000_000);
+    assert!(r.target.alive(cntlid));
+    assert_eq!(r.target.next_deadline(), Some(3_500_000_000));
+    r.target.tick(3_500_000_000);
+    assert!(!r.target.alive(cntlid));
+    assert_eq!(r.target.take_dropped(), vec![cntlid]);
+}
+
+#[test]
+fn discovery_lists_what_the_host_may_see() {
+    let mut r = Rig::new();
+    let mut other = r.target.subsystems[0].clone();
+    other.nqn = "nqn.2026-11.io.iopace:private".into();
+    other.hosts = Some(vec!["nqn.someone-else".into()]);
+    r.target.subsystems.push(other);
+    let q = r.open(Digests::default());
+    let data = connect_data(0xFFFF, DISCOVERY_NQN, HOST);
+    let c = resp(&r.cmd(q, connect_sqe(0, 31, 0), &data));
+    assert_eq!(c.status, Status::SUCCESS);
+    r.enable(q);
+    let (d, _) = get(&mut r, q, identify(2, 1, 0));
+    assert_eq!(d[111], 2); // a discovery controller
+    let (d, c) = get(&mut r, q, log_page(3, 0x70, 4096));
+    assert_eq!(c.status, Status::SUCCESS);
+    assert_eq!(u64::from_le_bytes(d[8..16].try_into().unwrap()), 1);
+    let e = &d[1024..2048];
+    assert_eq!((e[0], e[1], e[2]), (3, 1, 2));
+    assert_eq!(&e[32..36], b"4420");
+    assert_eq!(&e[256..256 + NQN.len()], NQN.as_bytes());
+    assert_eq!(&e[512..521], b"127.0.0.1");
+    // The discovery controller has no IO queues and no namespaces.
+    let (_, c) = get(&mut r, q, identify(4, 0, 1));
+    assert_eq!(c.status, Status::INVALID_NAMESPACE);
+    let q2 = r.open(Digests::default());
+    let data = connect_data(1, DISCOVERY_NQN, HOST);
+    let c = resp(&r.cmd(q2, connect_sqe(1, 31, 0), &data));
+    assert_eq!(c.status, Status::CONNECT_INVALID_PARAMETERS);
+    // A host not on the list cannot connect to the private subsystem.
+    let c = r.connect(q2, 0, 0xFFFF, "nqn.2026-11.io.iopace:private");
+    assert_eq!(c.status, Status::CONNECT_INVALID_HOST);
+}
+
+#[test]
+fn read_only_host_sees_write_protection() {
+    let mut r = Rig::new();
+    r.access = Some(crate::Access::ReadOnly);
+    let (a, q, _) = r.io_queue(Digests::default());
+    let (d, _) = get(&mut r, a, identify(2, 0, 1));
+    assert_eq!(d[99] & 1, 1, "NSATTR write protected");
+    let w = super::tests::in_capsule(super::tests::rw(crate::nvme::cmd::io::WRITE, 3, 0, 1), 512);
+    let got = r.cmd(q, w, &[1; 512]);
+    assert_eq!(resp(&got).status, Status::NAMESPACE_WRITE_PROTECTED);
+    let got = r.cmd(
+        q,
+        super::tests::rw(crate::nvme::cmd::io::READ, 4, 0, 1),
+        &[],
+    );
+    assert_eq!(resp(&got).status, Status::SUCCESS);
+    r.access = Some(crate::Access::Denied);
+    let q2 = r.open(Digests::default());
+    assert_eq!(
+        r.connect(q2, 0, 0xFFFF, NQN).status,
+        Status::CONNECT_INVALID_HOST
+    );
+}
