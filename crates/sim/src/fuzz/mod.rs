@@ -45,6 +45,10 @@ pub struct Case {
     pub score: Option<Score>,
     /// What the loader said wrongly, for a broken case.
     pub error: Option<String>,
+    /// What kind of scenario it is, for sorting failures into classes.
+    pub features: Option<Features>,
+    /// Wall-clock time the case took, ms.
+    pub elapsed_ms: u64,
     #[serde(skip)]
     pub text: String,
 }
@@ -60,8 +64,11 @@ pub fn run_case(seed: u64, index: u64) -> Case {
         broken: false,
         score: None,
         error: None,
+        features: None,
+        elapsed_ms: 0,
         text: text.clone(),
     };
+    let started = std::time::Instant::now();
     if index % BROKEN_EVERY == BROKEN_EVERY - 1 {
         let mut r = gen::rng(seed, index);
         let _: u64 = r.gen();
@@ -77,10 +84,52 @@ pub fn run_case(seed: u64, index: u64) -> Case {
             let s = score::score(&sc);
             case.pass = s.misses.is_empty();
             case.score = Some(s);
+            case.features = Some(Features::of(&sc));
         }
         Err(e) => case.error = Some(format!("a generated scenario did not load: {e}")),
     }
+    case.elapsed_ms = started.elapsed().as_millis() as u64;
     case
+}
+
+/// A scenario's shape in a few numbers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Features {
+    pub hosts: usize,
+    pub tenants: usize,
+    pub reactors: usize,
+    pub ports: usize,
+    pub qd: u32,
+    pub writes: bool,
+    pub max_io: u32,
+    pub cost_unknown: bool,
+    pub slow_links: bool,
+    pub qd1_tenant: bool,
+    pub port_step: bool,
+}
+
+impl Features {
+    fn of(sc: &crate::Scenario) -> Features {
+        let run = &sc.runs[0];
+        Features {
+            hosts: sc.hosts.iter().map(|g| g.count).sum(),
+            tenants: run.pacing.tenants.len(),
+            reactors: run.reactors.unwrap_or(sc.target.reactors),
+            ports: sc.ports.len(),
+            qd: sc.qds[0],
+            writes: sc.hosts.iter().any(|g| g.read_pct < 100),
+            max_io: sc
+                .hosts
+                .iter()
+                .flat_map(|g| g.bssplit.iter().map(|b| b.0))
+                .max()
+                .unwrap_or(0),
+            cost_unknown: sc.devices.iter().any(|d| !d.cost_known),
+            slow_links: sc.hosts.iter().any(|g| g.link_gbps.is_some()),
+            qd1_tenant: sc.hosts.iter().any(|g| g.fixed_qd == Some(1)),
+            port_step: sc.ports.iter().any(|p| p.step.is_some()),
+        }
+    }
 }
 
 /// Runs every case on `jobs` threads, in index order in the result.

@@ -3,6 +3,7 @@
 //! bandwidth-delay floor, tenants in the oracle's ratio, and a QD 1
 //! tenant's p99 near its physical floor.
 
+use pace::pacer::IoKind;
 use serde::Serialize;
 
 use crate::devices::Dev;
@@ -253,11 +254,18 @@ fn heavy_io_us(sc: &Scenario, g: usize) -> f64 {
         wire_us = wire_us.max(f64::from(size) * 8.0 / (slowest_port * 1e3));
         for d in used(other).into_iter().filter(|d| mine.contains(d)) {
             if devs[d].kind == DeviceKind::Nvme {
-                let kind = match other.read_pct {
-                    0 => pace::pacer::IoKind::Write,
-                    _ => pace::pacer::IoKind::Read,
-                };
-                device_us = device_us.max(devs[d].cost.cost(kind, size, false) / 1e3);
+                let mut kinds = Vec::new();
+                if other.read_pct > 0 {
+                    kinds.push(IoKind::Read);
+                }
+                if other.read_pct < 100 {
+                    kinds.push(IoKind::Write);
+                }
+                for kind in kinds {
+                    // The device serves an IO one buffer-sized piece at a time.
+                    let piece = size.min(sc.target.buffer_size);
+                    device_us = device_us.max(devs[d].cost.cost(kind, piece, false) / 1e3);
+                }
             }
         }
     }
