@@ -24,11 +24,6 @@ const FLOOR_REACTORS: u64 = 4;
 /// the largest IO between them (see [`flows`](super::flows)).
 const SHARED_MIN_IOS: u64 = 8;
 
-/// The reactor's window may reach this many times its own bandwidth-delay
-/// product (gain x rate x min latency): room for the rate to grow, and for
-/// flows whose devices hold buffers longer than the min latency.
-const BOTTLENECK_HEADROOM: f64 = 2.0;
-
 /// Rate samples are taken over this span of completions.
 pub(super) const RATE_SAMPLE_NS: Nanos = 1_000_000;
 
@@ -166,25 +161,10 @@ impl Pacer {
         if self.flows.unpublished() {
             self.publish_hosts();
         }
-        let w = self.clamp_window(w.min(self.bottleneck_window()), 4);
+        let w = self.clamp_window(w, 4);
         if w != self.window {
             self.window = w;
             self.publish_link();
-        }
-    }
-
-    /// The reactor's own bandwidth-delay product, gain x its delivered rate
-    /// x its min latency: what its shared bottleneck (a port, its drives)
-    /// needs in flight. The hosts' windows each follow a host's own rate,
-    /// which a host reaches in bursts; their sum grew with the host count
-    /// where many hosts share one port (256 hosts on 10 GbE behind 2 x 100
-    /// GbE: 117-128 MiB in flight). Unbounded until both are measured.
-    fn bottleneck_window(&self) -> u64 {
-        match (self.rate.get(), self.latency.get()) {
-            (Some(rate), Some(lat)) => {
-                (BOTTLENECK_HEADROOM * self.cfg.gain * rate * lat as f64 / 1e9) as u64
-            }
-            _ => u64::MAX,
         }
     }
 
