@@ -66,6 +66,10 @@ const HELD: [u64; 10] = [7, 29, 32, 39, 42, 61, 64, 68, 76, 90];
 fn cases_auto_holds_keep_passing() {
     for index in HELD {
         let case = run_case(1, index);
-        assert!(case.pass, "fuzz 1:{index} no longer passes: {:?}", case.score);
+        assert!(
+            case.pass,
+            "fuzz 1:{index} no longer passes: {:?}",
+            case.score
+        );
     }
 }
