@@ -108,6 +108,39 @@ fn negotiate(data: &[u8], exports: &Arc<[ExportInfo]>) -> (Negotiated, usize) {
     (neg, pos)
 }
 
+/// The inputs of a packed corpus file (`fuzz/corpus.py pack`): records of
+/// a big-endian u16 name length, the name, a u32 data length and the data.
+/// The corpus is kept packed so the tree holds one file per target, not
+/// hundreds; `fuzz/corpus.py unpack` restores the folder cargo-fuzz uses.
+pub fn packed_inputs(mut packed: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    while !packed.is_empty() {
+        let name = take_len(&mut packed, 2)?;
+        take(&mut packed, name)?;
+        let data = take_len(&mut packed, 4)?;
+        out.push(take(&mut packed, data)?.to_vec());
+    }
+    Ok(out)
+}
+
+/// A big-endian length of `width` bytes from the front of `b`.
+fn take_len(b: &mut &[u8], width: usize) -> Result<usize, String> {
+    let bytes = take(b, width)?;
+    Ok(bytes.iter().fold(0usize, |n, &x| n << 8 | usize::from(x)))
+}
+
+fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+    if b.len() < n {
+        return Err(format!(
+            "packed corpus cut short: {n} bytes wanted, {} left",
+            b.len()
+        ));
+    }
+    let (head, rest) = b.split_at(n);
+    *b = rest;
+    Ok(head)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

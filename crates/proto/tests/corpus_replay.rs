@@ -1,17 +1,19 @@
-//! Replays the committed fuzz corpus through the fuzz harness.
+//! Replays the committed fuzz corpus (`fuzz/corpus/decode.bin`, packed by
+//! `fuzz/corpus.py`) through the fuzz harness.
 
 use std::path::PathBuf;
 
 #[test]
 fn replay_fuzz_corpus() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/decode");
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let mut n = 0;
-    for entry in entries {
-        let path = entry.expect("dir entry").path();
-        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        proto::fuzzing::run(&data);
-        n += 1;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/decode.bin");
+    let packed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let inputs = proto::fuzzing::packed_inputs(&packed).unwrap_or_else(|e| panic!("{e}"));
+    for data in &inputs {
+        proto::fuzzing::run(data);
     }
-    assert!(n >= 10, "corpus has only {n} files");
+    assert!(
+        inputs.len() >= 10,
+        "corpus has only {} inputs",
+        inputs.len()
+    );
 }
