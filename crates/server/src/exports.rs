@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bdev::{Bdev, BdevSet};
-use pace::pacer::{CostModel, PacingConfig, QosConfig, TenantConfig};
+use pace::pacer::{CostModel, PacedDevice, PacingConfig, QosConfig, TenantConfig};
 use proto::ExportInfo;
 
 use crate::config::{ConfigError, LoadedConfig};
@@ -41,6 +41,17 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// Each device as the pacers see it: its cost model and latency targets.
+    pub fn paced_devices(&self) -> Vec<PacedDevice> {
+        self.devices
+            .iter()
+            .map(|d| PacedDevice {
+                cost: d.cost,
+                qos: d.qos,
+            })
+            .collect()
+    }
+
     pub fn build(cfg: &LoadedConfig) -> Result<Catalog, ConfigError> {
         Self::build_with(cfg, bdev::build)
     }

@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pace::pacer::{PacedDevice, PacerGroup};
+use pace::pacer::PacerGroup;
 use pace::pool::SharedPool;
 
 use crate::acceptor::{self, Acceptors};
@@ -89,14 +89,7 @@ fn start_reactors(
     let cfg = &loaded.config;
     let n = reactor_count(&cfg.server);
     let origin = Instant::now();
-    let devices: Vec<PacedDevice> = catalog
-        .devices
-        .iter()
-        .map(|d| PacedDevice {
-            cost: d.cost,
-            qos: d.qos,
-        })
-        .collect();
+    let devices = catalog.paced_devices();
     let pacers = Arc::new(PacerGroup::new(
         &catalog.pacing,
         &devices,
@@ -111,23 +104,7 @@ fn start_reactors(
     };
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     for id in 0..n {
-        let settings = ReactorSettings {
-            id,
-            pacers: pacers.clone(),
-            max_requests: cfg.server.max_requests_per_reactor,
-            drain_timeout: Duration::from_secs(cfg.server.drain_timeout_s),
-            timeouts: Timeouts {
-                handshake: secs(cfg.server.handshake_timeout_s),
-                idle: secs(cfg.server.idle_timeout_s),
-                payload: secs(cfg.server.payload_timeout_s),
-            },
-            poll: cfg.server.poll,
-            poll_spin: Duration::from_micros(cfg.server.poll_spin_us),
-            batch_wait: Duration::from_micros(cfg.server.batch_wait_us),
-            splice: cfg.server.splice,
-            unix_send_buffer: cfg.server.unix_send_buffer.0 as usize,
-            ring_entries: 0,
-        };
+        let settings = reactor_settings(&cfg.server, id, pacers.clone());
         let spawned = spawn_reactor(settings, catalog, pool, origin, ready_tx.clone());
         match spawned {
             Ok((handle, thread)) => {
@@ -151,6 +128,31 @@ fn start_reactors(
         return Err(runtime(failure));
     }
     Ok(reactors)
+}
+
+/// Reactor `id`'s settings from `[server]`.
+fn reactor_settings(
+    server: &crate::config::ServerConfig,
+    id: usize,
+    pacers: Arc<PacerGroup>,
+) -> ReactorSettings {
+    ReactorSettings {
+        id,
+        pacers,
+        max_requests: server.max_requests_per_reactor,
+        drain_timeout: Duration::from_secs(server.drain_timeout_s),
+        timeouts: Timeouts {
+            handshake: secs(server.handshake_timeout_s),
+            idle: secs(server.idle_timeout_s),
+            payload: secs(server.payload_timeout_s),
+        },
+        poll: server.poll,
+        poll_spin: Duration::from_micros(server.poll_spin_us),
+        batch_wait: Duration::from_micros(server.batch_wait_us),
+        splice: server.splice,
+        unix_send_buffer: server.unix_send_buffer.0 as usize,
+        ring_entries: 0,
+    }
 }
 
 fn spawn_reactor(
@@ -239,7 +241,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
     let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp).map_err(runtime)?;
     let reactors = start_reactors(&loaded, &catalog, &pool)?;
-    let mut nvmf = match crate::nvmf::start(nvme_listeners, &loaded, &catalog, pool.buffer_size()) {
+    let nvmf = match crate::nvmf::start(nvme_listeners, &loaded, &catalog, pool.buffer_size()) {
         Ok(n) => n,
         Err(e) => {
             reactors.stop();
@@ -255,10 +257,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     rpc_state.nvmf_pacing = nvmf.as_ref().map(|n| n.pacing());
     let rpc_state = Arc::new(rpc_state);
     if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {
-        if let Some(n) = nvmf.take() {
-            n.stop();
-        }
-        reactors.stop();
+        stop_started(nvmf, reactors);
         return Err(e);
     }
     let tls = tls.map(|config| crate::acceptor::TlsServer {
@@ -269,10 +268,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let accept_threads = match acceptor::start(&acceptors) {
         Ok(a) => a,
         Err(e) => {
-            if let Some(n) = nvmf.take() {
-                n.stop();
-            }
-            reactors.stop();
+            stop_started(nvmf, reactors);
             return Err(e);
         }
     };
@@ -295,6 +291,14 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let free = pool.free_total();
     tracing::info!(free_buffers = free, total = pool.total(), "stopped");
     Ok(())
+}
+
+/// Stops what a failed start had started.
+fn stop_started(nvmf: Option<crate::nvmf::NvmfServer>, reactors: Reactors) {
+    if let Some(n) = nvmf {
+        n.stop();
+    }
+    reactors.stop();
 }
 
 fn secs(s: u64) -> pace::Nanos {

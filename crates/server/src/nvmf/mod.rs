@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use pace::pacer::{PacedDevice, PacerGroup, PacingConfig};
+use pace::pacer::{PacerGroup, PacingConfig};
 use proto::nvme::ctrl::{Limits, Listener, Namespace, Subsystem, Target};
 
 use crate::config::LoadedConfig;
@@ -112,14 +112,7 @@ pub fn start(
     };
     let target = Target::new(subsystems(loaded, catalog), listeners(&listeners_), limits);
     let origin = Instant::now();
-    let devices: Vec<PacedDevice> = catalog
-        .devices
-        .iter()
-        .map(|d| PacedDevice {
-            cost: d.cost,
-            qos: d.qos,
-        })
-        .collect();
+    let devices = catalog.paced_devices();
     let group = PacerGroup::new(&catalog.pacing, &devices, 1, buffer_size, 0);
     let pacer = group.pacer(0, 0);
     let timeouts = driver::Timeouts {
