@@ -8,6 +8,7 @@ pub mod converge;
 pub mod db;
 pub mod driver;
 pub mod fit;
+pub mod iocost;
 pub mod report;
 pub mod run;
 pub mod safety;
