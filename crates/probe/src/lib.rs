@@ -9,6 +9,8 @@ pub mod db;
 pub mod driver;
 pub mod fit;
 pub mod iocost;
+pub mod plan;
+pub mod qd_search;
 pub mod report;
 pub mod run;
 pub mod safety;
@@ -155,10 +157,13 @@ pub struct DeviceResult {
     pub cost: CostModel,
     /// The cost, datasheet and held-out points: label, workload, QD and
     /// measurement (the median of its rounds).
-    pub cost_points: Vec<run::Row>,
+    pub cost_points: Vec<plan::Row>,
     /// Each of those points' IOPS in every round, in the order measured.
     #[serde(default)]
-    pub round_iops: Vec<run::Rounds>,
+    pub round_iops: Vec<plan::Rounds>,
+    /// Each cost point's search for the QD where its rate peaks.
+    #[serde(default)]
+    pub qd_search: Vec<qd_search::Trace>,
     pub write_refusal: Option<String>,
     pub curves: Vec<Curve>,
     pub thread_scaling: Vec<Point>,

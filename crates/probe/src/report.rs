@@ -59,7 +59,7 @@ pub fn write(out: &Path, r: &ProbeResult) -> Result<(), String> {
             md,
             "## All devices at once\n\n4 KiB random reads, QD {} each on {}: {:.0} IOPS together \
              against {:.0} IOPS as the sum of each alone ({:.0}%).\n",
-            crate::run::COST_QD_SMALL,
+            crate::plan::COST_QD_SMALL,
             m.devices.join(", "),
             m.together.iops,
             m.sum_alone_iops,
@@ -196,7 +196,7 @@ fn curves_section(md: &mut String, d: &DeviceResult) {
         }
         md.push('\n');
     }
-    let _ = writeln!(md, "![QD curves]({slug}-qd.png)\n\n### Scaling over threads (total QD {})\n\n| threads | IOPS | p99 us |\n|---|---|---|", crate::run::COST_QD_SMALL);
+    let _ = writeln!(md, "![QD curves]({slug}-qd.png)\n\n### Scaling over threads (total QD {})\n\n| threads | IOPS | p99 us |\n|---|---|---|", crate::plan::COST_QD_SMALL);
     for p in &d.thread_scaling {
         let _ = writeln!(md, "| {} | {:.0} | {:.0} |", p.x, p.m.iops, p.m.p99_us);
     }

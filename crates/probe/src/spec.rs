@@ -185,6 +185,7 @@ mod tests {
                 ("70/30 random 4KiB".into(), w, 64, at(900.0)),
             ],
             round_iops: Vec::new(),
+            qd_search: Vec::new(),
             write_refusal: None,
             curves: Vec::new(),
             thread_scaling: Vec::new(),
