@@ -76,6 +76,25 @@ pub struct ProbeArgs {
     /// (0.5 s each); each point is its median round (default 10, quick 3).
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
+    #[command(flatten)]
+    kernel: KernelArgs,
+}
+
+/// Where the Linux iocost lines go.
+#[derive(Args)]
+struct KernelArgs {
+    /// The MAJ:MIN the io.cost lines name (default: the disk of the target;
+    /// a `model` bdev or a file on tmpfs has none: 0:0, a placeholder).
+    #[arg(long, value_name = "MAJ:MIN", value_parser = parse_devnum)]
+    devnum: Option<probe::iocost::DevNum>,
+    /// Write the io.cost lines into this cgroup2 root (e.g. /sys/fs/cgroup);
+    /// says why not where the kernel offers no iocost files there.
+    #[arg(long, value_name = "CGROUP2_DIR")]
+    apply: Option<PathBuf>,
+}
+
+fn parse_devnum(s: &str) -> Result<probe::iocost::DevNum, String> {
+    s.parse()
 }
 
 pub fn probe_or_db(cmd: ProbeCmd) -> ExitCode {
@@ -127,6 +146,7 @@ fn probe(args: ProbeArgs) -> ExitCode {
         threads: args.threads.unwrap_or(cpus.min(8)).max(1),
         rounds: args.rounds.unwrap_or(0),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        devnum: args.kernel.devnum,
     };
     match probe::probe(&opts) {
         Ok(r) => {
@@ -134,9 +154,39 @@ fn probe(args: ProbeArgs) -> ExitCode {
                 println!("{}", probe::report_summary(d));
             }
             println!("report: {}", args.out.join("report.md").display());
-            ExitCode::SUCCESS
+            match &args.kernel.apply {
+                Some(dir) => {
+                    let lines: Vec<_> = r
+                        .devices
+                        .iter()
+                        .map(|d| probe::cgroup::Line::Model(probe::model_line(d)))
+                        .collect();
+                    applied("probe --apply", probe::cgroup::apply(dir, &lines))
+                }
+                None => ExitCode::SUCCESS,
+            }
         }
         Err(e) => exit_with("probe", e),
+    }
+}
+
+/// Writes the sweep's cost model and `solution`'s QoS into a cgroup2 root.
+fn apply_tune(dir: &std::path::Path, r: &probe::tune::TuneResult, solution: &str) -> ExitCode {
+    let done = probe::tune_report::kernel_lines(r, solution)
+        .and_then(|lines| probe::cgroup::apply(dir, &lines));
+    applied("tune --apply", done)
+}
+
+/// Says what `--apply` wrote, or why it wrote nothing (exit status 1).
+fn applied(what: &str, done: Result<Vec<String>, String>) -> ExitCode {
+    match done {
+        Ok(done) => {
+            for d in done {
+                println!("applied {d}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => exit_with(what, probe::ProbeError::Run(e)),
     }
 }
 
@@ -178,6 +228,12 @@ pub struct TuneArgs {
     /// bandwidth then include the server and the client.
     #[arg(long, requires = "config")]
     served: bool,
+    #[command(flatten)]
+    kernel: KernelArgs,
+    /// The solution whose io.cost.qos line is written (and applied).
+    #[arg(long, value_name = "NAME", default_value = "isolation",
+          value_parser = ["isolation", "bandwidth", "balanced"])]
+    solution: String,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -210,6 +266,7 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         threads: 1,
         rounds: 0,
         command: command.clone(),
+        devnum: args.kernel.devnum,
     };
     let mut tune = probe::tune::TuneOptions {
         out: args.out.clone(),
@@ -219,10 +276,13 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         isolation_factor: args.isolation_factor,
         command,
         served: None,
+        line_dev: None,
+        kernel_solution: args.solution.clone(),
     };
     let mut run = || -> Result<probe::tune::TuneResult, probe::ProbeError> {
         let targets = probe::open_targets(&opts)?;
         let t = &targets[0];
+        tune.line_dev = Some(t.line_dev.clone());
         let (cost, from) = probe::cost_for_tune(&opts, t)?;
         eprintln!("iopace tune: cost model from {from}");
         if let (true, Some(config)) = (args.served, &opts.config) {
@@ -249,9 +309,13 @@ pub fn tune(args: TuneArgs) -> ExitCode {
                     "{}",
                     probe::tune::qos_snippet(&probe::report::slug(&r.device), s)
                 );
+                println!("io.cost.qos: {}\n", probe::tune_report::kernel_qos(&r, s));
             }
             println!("report: {}", args.out.join("report.md").display());
-            ExitCode::SUCCESS
+            match &args.kernel.apply {
+                Some(dir) => apply_tune(dir, &r, &args.solution),
+                None => ExitCode::SUCCESS,
+            }
         }
         Err(e) => {
             if args.out.join("points").exists() {

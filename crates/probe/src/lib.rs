@@ -4,19 +4,25 @@
 //! depth, the knee, scaling over threads and devices, and "% of spec"; it
 //! writes report.md with plots, result.json and a `[cost.NAME]` snippet.
 
+pub mod cgroup;
 pub mod converge;
 pub mod db;
 pub mod driver;
 pub mod fit;
 pub mod iocost;
+pub mod measurer;
 pub mod plan;
 pub mod qd_search;
 pub mod report;
 pub mod run;
 pub mod safety;
 pub mod served;
+pub mod solve;
 pub mod spec;
 pub mod tune;
+pub mod tune_point;
+pub mod tune_report;
+pub mod tune_store;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,6 +73,8 @@ pub struct Options {
     /// machine held the probe).
     pub rounds: u32,
     pub command: String,
+    /// The MAJ:MIN the iocost lines name, instead of the device's own (one target only).
+    pub devnum: Option<iocost::DevNum>,
 }
 
 impl Options {
@@ -112,6 +120,8 @@ pub struct Target {
     pub identity: Identity,
     /// Why writes are not measured, if they are not.
     pub write_refusal: Option<String>,
+    /// The device number its iocost lines name.
+    pub line_dev: cgroup::LineDev,
 }
 
 /// One point of a curve.
@@ -165,6 +175,9 @@ pub struct DeviceResult {
     #[serde(default)]
     pub qd_search: Vec<qd_search::Trace>,
     pub write_refusal: Option<String>,
+    /// The device number its iocost lines name, and how it was found.
+    #[serde(default)]
+    pub line_dev: Option<cgroup::LineDev>,
     pub curves: Vec<Curve>,
     pub thread_scaling: Vec<Point>,
     /// The held-out mixes: what the cost model predicts against what they did.
@@ -219,6 +232,16 @@ pub fn open_targets(opts: &Options) -> Result<Vec<Target>, ProbeError> {
         };
         targets.push(target);
     }
+    if let Some(dev) = opts.devnum {
+        if targets.len() != 1 {
+            return Err(ProbeError::Usage(
+                "--devnum names the device of one target; give one".into(),
+            ));
+        }
+        for t in &mut targets {
+            t.line_dev = cgroup::LineDev::given(dev);
+        }
+    }
     Ok(targets)
 }
 
@@ -231,17 +254,19 @@ fn config_target(
     let specs = &loaded.config.bdevs;
     let identity = server::cost_db::identity_of(specs, name, &bdev);
     // A config bdev over a file is that file's data: the same rules as a path.
-    let write_refusal = match server::cost_db::leaf_path(specs, name) {
-        Some(path) if bdev.kind() == "file" => {
-            write_refusal(safety::check_writes(Path::new(&path), &opts.destructive))?
-        }
-        _ => None,
+    let (write_refusal, line_dev) = match server::cost_db::leaf_path(specs, name) {
+        Some(path) if bdev.kind() == "file" => (
+            write_refusal(safety::check_writes(Path::new(&path), &opts.destructive))?,
+            cgroup::of_path(Path::new(&path)),
+        ),
+        _ => (None, cgroup::of_bdev(name, bdev.kind())),
     };
     Ok(Target {
         name: name.to_string(),
         bdev,
         identity,
         write_refusal,
+        line_dev,
     })
 }
 
@@ -277,8 +302,22 @@ fn path_target(name: &str, opts: &Options) -> Result<Target, ProbeError> {
         name: name.to_string(),
         identity: identity::of_path(path, &bdev),
         write_refusal: write_refusal(safety::check_writes(path, &opts.destructive))?,
+        line_dev: cgroup::of_path(path),
         bdev,
     })
+}
+
+/// The device's `io.cost.model` line: its cost model, rounded, for the
+/// device number of its target (a placeholder if none was found).
+pub fn model_line(d: &DeviceResult) -> iocost::ModelLine {
+    iocost::ModelLine {
+        dev: d
+            .line_dev
+            .as_ref()
+            .map_or(iocost::DevNum::PLACEHOLDER, |l| l.dev),
+        ctrl: iocost::Ctrl::User,
+        params: iocost::ModelParams::of(&d.cost),
+    }
 }
 
 /// One line per device for the terminal: its cost model and knee.
@@ -289,9 +328,10 @@ pub fn report_summary(d: &DeviceResult) -> String {
         .and_then(|c| c.knee_qd)
         .map_or("-".into(), |k| k.to_string());
     format!(
-        "{}\n{}knee (4KiB random read): QD {knee}",
+        "{}\n{}knee (4KiB random read): QD {knee}\nio.cost.model: {}",
         d.name,
-        report::cost_snippet(&report::slug(&d.name), &d.cost)
+        report::cost_snippet(&report::slug(&d.name), &d.cost),
+        model_line(d)
     )
 }
 

@@ -187,6 +187,7 @@ mod tests {
             round_iops: Vec::new(),
             qd_search: Vec::new(),
             write_refusal: None,
+            line_dev: None,
             curves: Vec::new(),
             thread_scaling: Vec::new(),
             predictions: Vec::new(),
