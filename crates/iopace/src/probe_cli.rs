@@ -25,7 +25,8 @@ enum DbCmd {
 
 #[derive(Subcommand)]
 enum DbAction {
-    /// Add every device of a probe's result.json as one run.
+    /// Add every device of a probe's result.json as one run, or a tune
+    /// result.json's solutions as its model's iocost solutions.
     Add {
         #[arg(value_name = "DB-DIR")]
         db: PathBuf,
@@ -39,6 +40,20 @@ enum DbAction {
     },
     /// Print every model and firmware with its merged cost model and spread.
     Show {
+        #[arg(value_name = "DB-DIR")]
+        db: PathBuf,
+    },
+    /// Import iocost-benchmarks' hwdb file: each model's solutions, and the
+    /// default solution's cost model as a run.
+    Import {
+        #[arg(value_name = "DB-DIR")]
+        db: PathBuf,
+        #[arg(value_name = "FILE.hwdb", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the database as an iocost-benchmarks hwdb file: each model's
+    /// cost model and QoS solutions (tuned ones if added, else vrate 100%).
+    Export {
         #[arg(value_name = "DB-DIR")]
         db: PathBuf,
     },
@@ -126,6 +141,13 @@ fn db(action: DbAction) -> ExitCode {
             }
         }),
         DbAction::Show { db } => probe::db::show(&db).map(|t| print!("{t}")),
+        DbAction::Import { db, files } => files.iter().try_for_each(|f| {
+            for path in probe::db::import(&db, f)? {
+                println!("imported {}", path.display());
+            }
+            Ok(())
+        }),
+        DbAction::Export { db } => probe::db::export(&db).map(|t| print!("{t}")),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -277,12 +299,14 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         command,
         served: None,
         line_dev: None,
+        identity: None,
         kernel_solution: args.solution.clone(),
     };
     let mut run = || -> Result<probe::tune::TuneResult, probe::ProbeError> {
         let targets = probe::open_targets(&opts)?;
         let t = &targets[0];
         tune.line_dev = Some(t.line_dev.clone());
+        tune.identity = Some(t.identity.clone());
         let (cost, from) = probe::cost_for_tune(&opts, t)?;
         eprintln!("iopace tune: cost model from {from}");
         if let (true, Some(config)) = (args.served, &opts.config) {

@@ -9,6 +9,7 @@ pub mod converge;
 pub mod db;
 pub mod driver;
 pub mod fit;
+pub mod hwdb;
 pub mod iocost;
 pub mod measurer;
 pub mod plan;

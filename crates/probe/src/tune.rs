@@ -65,6 +65,8 @@ pub struct TuneOptions {
     pub served: Option<Served>,
     /// The device number its iocost lines name.
     pub line_dev: Option<crate::cgroup::LineDev>,
+    /// The device's model and firmware.
+    pub identity: Option<bdev::identity::Identity>,
     /// The solution whose `io.cost.qos` line is written beside the report.
     pub kernel_solution: String,
 }
@@ -129,6 +131,7 @@ fn sweep(
     let result = TuneResult {
         device: device.to_string(),
         line_dev: o.line_dev.clone(),
+        identity: o.identity.clone(),
         cost,
         solo,
         solutions: solutions(&points, &depths, solo, o.isolation_factor),

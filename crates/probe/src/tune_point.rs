@@ -110,6 +110,9 @@ pub struct TuneResult {
     /// The device number its iocost lines name, and how it was found.
     #[serde(default)]
     pub line_dev: Option<crate::cgroup::LineDev>,
+    /// The device's model and firmware, for `probe db add`.
+    #[serde(default)]
+    pub identity: Option<bdev::identity::Identity>,
     pub cost: CostModel,
     pub solo: JobStats,
     pub points: Vec<TunePoint>,

@@ -435,6 +435,7 @@ mod tests {
         let r = TuneResult {
             device: "disk".into(),
             line_dev: Some(crate::cgroup::LineDev::given(DevNum { major: 8, minor: 0 })),
+            identity: None,
             cost: pace::pacer::CostModel::nvme(),
             solo,
             points: pts.to_vec(),
