@@ -12,7 +12,8 @@
 //! ```
 //!
 //! The first solution listed is the default. [`print`] writes entries in
-//! that form and [`parse`] reads them back (comments are dropped).
+//! that form and [`parse`] reads them back, with the comment lines right
+//! above each match.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -33,7 +34,7 @@ pub struct Entry {
     pub model: String,
     /// The firmware matched, `*` for any.
     pub firmware: String,
-    /// Comment lines printed above the match (not read back).
+    /// The comment lines right above the match, without their `# `.
     pub comment: Vec<String>,
     pub solutions: Vec<Solution>,
 }
@@ -110,12 +111,22 @@ fn parse_match(line: &str) -> Result<(String, String), String> {
     Ok((model.to_string(), fw.to_string()))
 }
 
-/// One entry from its match and properties.
-fn entry(
+/// An entry being read: its match, its comment and its properties so far.
+struct Open {
     model: String,
     firmware: String,
-    props: &BTreeMap<String, String>,
-) -> Result<Entry, String> {
+    comment: Vec<String>,
+    props: BTreeMap<String, String>,
+}
+
+/// One entry from its match and properties.
+fn entry(o: Open) -> Result<Entry, String> {
+    let Open {
+        model,
+        firmware,
+        comment,
+        props,
+    } = o;
     let names = props
         .get("IOCOST_SOLUTIONS")
         .ok_or_else(|| format!("{model}: no IOCOST_SOLUTIONS"))?;
@@ -140,7 +151,7 @@ fn entry(
     Ok(Entry {
         model,
         firmware,
-        comment: Vec::new(),
+        comment,
         solutions,
     })
 }
@@ -148,31 +159,43 @@ fn entry(
 /// The entries of an hwdb text; an error names the line or entry at fault.
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
     let mut entries = Vec::new();
-    let mut cur: Option<(String, String, BTreeMap<String, String>)> = None;
+    let mut cur: Option<Open> = None;
+    let mut comment = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let at = |e: String| format!("line {}: {e}", n + 1);
-        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            comment.clear();
+            continue;
+        }
+        if let Some(c) = trimmed.strip_prefix('#') {
+            comment.push(c.strip_prefix(' ').unwrap_or(c).to_string());
             continue;
         }
         if !line.starts_with(char::is_whitespace) {
-            if let Some((m, f, p)) = cur.take() {
-                entries.push(entry(m, f, &p)?);
+            if let Some(o) = cur.take() {
+                entries.push(entry(o)?);
             }
-            let (m, f) = parse_match(line).map_err(at)?;
-            cur = Some((m, f, BTreeMap::new()));
+            let (model, firmware) = parse_match(line).map_err(at)?;
+            cur = Some(Open {
+                model,
+                firmware,
+                comment: std::mem::take(&mut comment),
+                props: BTreeMap::new(),
+            });
             continue;
         }
-        let (k, v) = line
-            .trim()
+        comment.clear();
+        let (k, v) = trimmed
             .split_once('=')
-            .ok_or_else(|| at(format!("`{}`: not KEY=VALUE", line.trim())))?;
-        let Some((_, _, props)) = cur.as_mut() else {
+            .ok_or_else(|| at(format!("`{trimmed}`: not KEY=VALUE")))?;
+        let Some(o) = cur.as_mut() else {
             return Err(at("a property before any match line".into()));
         };
-        props.insert(k.to_string(), v.to_string());
+        o.props.insert(k.to_string(), v.to_string());
     }
-    if let Some((m, f, p)) = cur {
-        entries.push(entry(m, f, &p)?);
+    if let Some(o) = cur {
+        entries.push(entry(o)?);
     }
     Ok(entries)
 }
@@ -204,6 +227,13 @@ block:*:name:HFS256GD9TNG-62A0A:fwver:*:
         assert_eq!(names, ["isolation", "isolated-bandwidth"]);
         assert_eq!(e[0].solutions[1].model.rbps, 1091439492);
         assert_eq!(e[0].solutions[1].qos.min.0, 7500);
+        assert_eq!(
+            e[0].comment,
+            [
+                "This file was auto-generated",
+                "12 points, MOF=[1.346,1.346], aMOF=[1.249,1.249]"
+            ]
+        );
         let text = print(&e).expect("printed");
         assert_eq!(parse(&text).expect("again"), e);
         assert_eq!(print(&parse(&text).expect("again")).expect("printed"), text);
