@@ -173,7 +173,7 @@ fn probe(args: ProbeArgs) -> ExitCode {
     match probe::probe(&opts) {
         Ok(r) => {
             for d in &r.devices {
-                println!("{}", probe::report_summary(d));
+                println!("{}", probe::report::summary(d));
             }
             println!("report: {}", args.out.join("report.md").display());
             match &args.kernel.apply {
@@ -307,7 +307,7 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         let t = &targets[0];
         tune.line_dev = Some(t.line_dev.clone());
         tune.identity = Some(t.identity.clone());
-        let (cost, from) = probe::cost_for_tune(&opts, t)?;
+        let (cost, from) = probe::run::cost_for_tune(&opts, t)?;
         eprintln!("iopace tune: cost model from {from}");
         if let (true, Some(config)) = (args.served, &opts.config) {
             let dir = args.out.join("served");

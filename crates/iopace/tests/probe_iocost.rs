@@ -172,8 +172,9 @@ fn tune_writes_and_applies_the_kernels_qos_line() {
     // This machine's cgroup2 mount has no iocost: the stand-in without io.cost.qos.
     std::fs::remove_file(root.join("io.cost.qos")).expect("rm");
     let out = dir.path().join("tune");
-    let done = Command::new(BIN)
-        .args([
+    let tune = |extra: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args([
             "tune",
             "--quick",
             "--solution",
@@ -188,8 +189,10 @@ fn tune_writes_and_applies_the_kernels_qos_line() {
         .arg(&out)
         .arg("--apply")
         .arg(&root)
-        .output()
-        .expect("run tune");
+        .args(extra);
+        c
+    };
+    let done = tune(&[]).output().expect("run tune");
     assert_eq!(done.status.code(), Some(1), "{done:?}");
     let err = String::from_utf8_lossy(&done.stderr);
     assert!(err.contains("has no io.cost.qos"), "{err}");
@@ -206,26 +209,7 @@ fn tune_writes_and_applies_the_kernels_qos_line() {
     );
     // With the file there, both are written: the model first.
     std::fs::write(root.join("io.cost.qos"), "").expect("stand-in");
-    let again = run(
-        Command::new(BIN)
-            .args([
-                "tune",
-                "--quick",
-                "--resume",
-                "--solution",
-                "bandwidth",
-                "--devnum",
-                "8:16",
-                "-c",
-            ])
-            .arg(&cfg)
-            .arg("dev")
-            .arg("--out")
-            .arg(&out)
-            .arg("--apply")
-            .arg(&root),
-        Duration::from_secs(120),
-    );
+    let again = run(&mut tune(&["--resume"]), Duration::from_secs(120));
     assert!(String::from_utf8_lossy(&again.stdout).contains("applied"));
     assert_eq!(
         std::fs::read_to_string(root.join("io.cost.qos")).expect("qos"),

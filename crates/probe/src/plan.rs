@@ -228,18 +228,21 @@ pub fn predictions(
         .collect()
 }
 
+/// A round of a point, for tests: its IOPS and p99, half a second long.
+#[cfg(test)]
+pub(crate) fn test_round(iops: f64, p99_us: f64) -> Measurement {
+    Measurement {
+        iops,
+        p99_us,
+        secs: 0.5,
+        ..Measurement::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_round as round;
     use super::*;
-
-    fn round(iops: f64, p99_us: f64) -> Measurement {
-        Measurement {
-            iops,
-            p99_us,
-            secs: 0.5,
-            ..Measurement::default()
-        }
-    }
 
     #[test]
     fn the_plan_holds_cost_datasheet_and_held_out_points() {

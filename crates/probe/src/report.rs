@@ -32,6 +32,21 @@ pub fn cost_snippet(name: &str, c: &CostModel) -> String {
     )
 }
 
+/// One line per device for the terminal: its cost model and knee.
+pub fn summary(d: &DeviceResult) -> String {
+    let knee = d
+        .curves
+        .first()
+        .and_then(|c| c.knee_qd)
+        .map_or("-".into(), |k| k.to_string());
+    format!(
+        "{}\n{}knee (4KiB random read): QD {knee}\nio.cost.model: {}",
+        d.name,
+        cost_snippet(&slug(&d.name), &d.cost),
+        crate::model_line(d)
+    )
+}
+
 fn io(e: std::io::Error, path: &Path) -> String {
     format!("{}: {e}", path.display())
 }

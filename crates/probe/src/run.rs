@@ -415,18 +415,33 @@ fn together(
     })
 }
 
+/// The cost model `tune` throttles by: the config's `[cost.NAME]`, else its
+/// cost database's entry, else the read cost points measured now.
+pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), ProbeError> {
+    if let Some(path) = &opts.config {
+        let loaded = server::Config::load(Some(path))
+            .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
+        let c = &loaded.config;
+        if let Some(cost) = c.cost.get(&t.name) {
+            return Ok((*cost, format!("[cost.{}] of {}", t.name, path.display())));
+        }
+        if let Some(db) = &c.cost_db {
+            if let Some(cost) = server::cost_db::cost_for(db, &c.bdevs, &t.name, &t.bdev) {
+                return Ok((cost, format!("the cost database {}", db.display())));
+            }
+        }
+    }
+    let read = read_cost_points(t, opts)?;
+    Ok((
+        fit::cost_model(&read, None),
+        "read cost points measured now".into(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn round(iops: f64, p99_us: f64) -> Measurement {
-        Measurement {
-            iops,
-            p99_us,
-            secs: 0.5,
-            ..Measurement::default()
-        }
-    }
+    use crate::plan::test_round as round;
 
     #[test]
     fn a_point_is_its_median_round_with_the_rounds_interval() {

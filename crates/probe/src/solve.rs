@@ -225,8 +225,8 @@ pub fn solutions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune::VRATES;
     use crate::tune_point::test_point as point;
+    use crate::tune_point::VRATES;
 
     #[test]
     fn bandwidth_knee_meets_line_and_plateau() {

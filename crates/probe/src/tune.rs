@@ -21,22 +21,8 @@ use crate::tune_store::{check_plan, path_name, saved_or, Plan};
 use crate::{ProbeError, Target};
 
 pub use crate::served::ADVERSARY_QD;
-pub use crate::tune_point::{Solution, TuneResult};
+pub use crate::tune_point::{Solution, TuneResult, DEPTHS, VRATES};
 pub use crate::tune_report::qos_snippet;
-
-/// vrates tried, in percent of the cost model's rate, highest first.
-pub const VRATES: [f64; 12] = [
-    200.0, 160.0, 130.0, 115.0, 100.0, 90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0,
-];
-
-/// Caps on the adversary's IOs at the device (`[qos] light_depth`) tried,
-/// highest first: a cap bounds the queue the probe's IO finds, which a
-/// budget does not, and costs only what the device's curve loses at that
-/// depth (on a disk that serves many IOs at once, a cap of 8-16 kept the
-/// probe within 2x solo at 79-100% of its rate, docs/evidence.md#tune-lone-depth).
-/// Finer at the low end, where served through a busy reactor the probe
-/// crossed its target between 4 and 8 (docs/evidence.md#tune-light-depth).
-pub const DEPTHS: [u32; 8] = [32, 24, 16, 12, 10, 8, 6, 4];
 
 /// Extra runs of the isolation candidate before it is named: one 10 s
 /// point read the probe's p99 130-400 us under what the bench's runs then
