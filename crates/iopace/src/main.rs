@@ -49,7 +49,7 @@ enum Cmd {
     /// and report.md.
     Bench(BenchArgs),
     /// Measure devices on iopace's own bdev path: the cost model, IOPS and
-    /// latency against QD, the knee, scaling; writes report.md, result.json
+    /// latency against QD, the knee, scaling; writes report.md, result.json,
     /// a [cost.NAME] snippet and Linux's io.cost.model line (--apply writes
     /// it into a cgroup2 root). `probe db` keeps results by model.
     Probe(probe_cli::ProbeCmd),

@@ -192,8 +192,25 @@ fn probe(args: ProbeArgs) -> ExitCode {
     }
 }
 
-/// Writes the sweep's cost model and `solution`'s QoS into a cgroup2 root.
-fn apply_tune(dir: &std::path::Path, r: &probe::tune::TuneResult, solution: &str) -> ExitCode {
+/// Prints a sweep's solutions and, with `apply`, writes its cost model and
+/// `solution`'s QoS into that cgroup2 root.
+fn tuned(
+    r: &probe::tune::TuneResult,
+    out: &std::path::Path,
+    apply: Option<&std::path::Path>,
+    solution: &str,
+) -> ExitCode {
+    for s in &r.solutions {
+        println!(
+            "{}",
+            probe::tune::qos_snippet(&probe::report::slug(&r.device), s)
+        );
+        println!("io.cost.qos: {}\n", probe::tune_report::kernel_qos(r, s));
+    }
+    println!("report: {}", out.join("report.md").display());
+    let Some(dir) = apply else {
+        return ExitCode::SUCCESS;
+    };
     let done = probe::tune_report::kernel_lines(r, solution)
         .and_then(|lines| probe::cgroup::apply(dir, &lines));
     applied("tune --apply", done)
@@ -327,20 +344,7 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         probe::tune::tune(t, cost, &tune)
     };
     match run() {
-        Ok(r) => {
-            for s in &r.solutions {
-                println!(
-                    "{}",
-                    probe::tune::qos_snippet(&probe::report::slug(&r.device), s)
-                );
-                println!("io.cost.qos: {}\n", probe::tune_report::kernel_qos(&r, s));
-            }
-            println!("report: {}", args.out.join("report.md").display());
-            match &args.kernel.apply {
-                Some(dir) => apply_tune(dir, &r, &args.solution),
-                None => ExitCode::SUCCESS,
-            }
-        }
+        Ok(r) => tuned(&r, &args.out, args.kernel.apply.as_deref(), &args.solution),
         Err(e) => {
             if args.out.join("points").exists() {
                 eprintln!("finished points are saved; add --resume to continue");
