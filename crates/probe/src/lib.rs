@@ -1,8 +1,10 @@
 //! `iopace probe`: know a device. It measures, on iopace's own bdev path,
-//! the six parameters of the linear cost model (each point until its 95%
-//! interval is within ±3% or a time cap), IOPS and latency against queue
-//! depth, the knee, scaling over threads and devices, and "% of spec"; it
-//! writes report.md with plots, result.json and a `[cost.NAME]` snippet.
+//! the six parameters of the linear cost model (each point at the QD where
+//! its rate peaks, [`qd_search`], in rounds taken in turn), IOPS and
+//! latency against queue depth, the knee, scaling over threads and
+//! devices, and "% of spec"; it writes report.md with plots, result.json,
+//! a `[cost.NAME]` snippet and Linux iocost's `io.cost.model` line
+//! ([`iocost`], [`cgroup`]). `iopace tune` ([`tune`]) finds the QoS.
 
 pub mod cgroup;
 pub mod converge;
