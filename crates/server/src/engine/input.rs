@@ -5,7 +5,7 @@ use proto::HandshakeStatus;
 
 use super::conn::{EndReason, Input, Life, Phase, RecvOp, DIRECT_RECV_MIN};
 use super::ids::ConnId;
-use super::req::PieceState;
+use super::slot::PieceState;
 use super::{conn_at, Action, Engine, Received};
 
 /// What one pass over a connection's buffered input did next.

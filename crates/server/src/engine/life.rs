@@ -8,7 +8,7 @@ use proto::Handshake;
 
 use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, ReqId, GEN_MASK};
-use super::req::ReqState;
+use super::slot::ReqStage;
 use super::{conn_at, Action, Engine};
 
 impl Engine {
@@ -112,7 +112,7 @@ impl Engine {
         }
         for i in 0..self.reqs.len() as u32 {
             let req = &self.reqs[i as usize];
-            if req.conn == id && req.state != ReqState::Free {
+            if req.conn == id && req.state != ReqStage::Free {
                 self.abort(ReqId(i));
             }
         }

@@ -7,10 +7,10 @@
 //! the engine owns, send iovecs, submit a device IO, shut down or close a
 //! socket. Nothing in here knows a file descriptor or reads a clock.
 //!
-//! - `conn.rs`, `req.rs`: connection and request-slot state (enums).
+//! - `conn.rs`, `slot.rs`: connection and request-slot state (enums).
 //! - `input.rs`: received bytes: handshake, request headers, WRITE payload.
 //! - `request.rs`: the request state machine, [`Engine::advance`].
-//! - `write.rs`: WRITE payload pieces.
+//! - `pieces.rs`: buffer-sized pieces of a WRITE payload or a streamed READ.
 //! - `stream.rs`: large READs, piece by piece.
 //! - `turns.rs`: when a READ may start: a stream runs alone on its connection.
 //! - `output.rs`: replies and sends.
@@ -22,12 +22,12 @@ mod ids;
 mod input;
 mod life;
 mod output;
-mod req;
+mod pieces;
 mod request;
+mod slot;
 mod stream;
 mod trace;
 mod turns;
-mod write;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -45,7 +45,8 @@ use crate::stats::{ReactorStats, StatsCollector};
 use conn::Conn;
 pub use conn::{Input, Life, RecvOp, SendOp};
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
-pub use req::{PieceState, Req, ReqState};
+use slot::Req;
+pub use slot::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
 
 /// Time limits on a connection, enforced with the engine's clock.

@@ -30,7 +30,7 @@ use pace::pool::BufId;
 
 use super::conn::{EndReason, Life};
 use super::ids::{IoToken, ReqId};
-use super::req::{PieceState, ReqState};
+use super::slot::{PieceState, ReqStage};
 use super::{conn_at, Action, Engine};
 
 impl Engine {
@@ -53,7 +53,7 @@ impl Engine {
         loop {
             let req = &self.reqs[id.index()];
             let k = req.started;
-            let serving = matches!(req.state, ReqState::Streaming | ReqState::Reply);
+            let serving = matches!(req.state, ReqStage::Streaming | ReqStage::Reply);
             if !serving || k >= req.stream_end || req.pieces_live >= window {
                 return;
             }
@@ -103,7 +103,7 @@ impl Engine {
         self.device_finished(IoToken::piece(id, k));
         let req = &self.reqs[id.index()];
         let (conn, state, failed) = (req.conn, req.state, req.error != 0);
-        if state == ReqState::Dropping {
+        if state == ReqStage::Dropping {
             self.drop_piece(id, k);
             self.release_dropped(id);
             return;
@@ -122,10 +122,10 @@ impl Engine {
             self.close(conn);
             return;
         }
-        if state == ReqState::Streaming && k == 0 {
-            self.set_state(id, ReqState::Answered);
+        if state == ReqStage::Streaming && k == 0 {
+            self.set_state(id, ReqStage::Answered);
             self.advance(id);
-        } else if state == ReqState::Reply {
+        } else if state == ReqStage::Reply {
             self.mark_send(conn);
         }
     }
@@ -150,7 +150,7 @@ impl Engine {
     /// covers it): pieces not at the device end now, the rest as they come
     /// back; then the slot frees.
     pub(super) fn abandon_stream(&mut self, id: ReqId) {
-        self.set_state(id, ReqState::Dropping);
+        self.set_state(id, ReqStage::Dropping);
         let req = &self.reqs[id.index()];
         for k in req.sent_pieces..req.started {
             let token = IoToken::piece(id, k).encode();

@@ -8,7 +8,7 @@ use pace::Nanos;
 use serde::{Deserialize, Serialize};
 
 use super::ids::{ConnId, ReqId};
-use super::req::ReqState;
+use super::slot::ReqStage;
 use super::Engine;
 
 /// State changes kept per engine: about 500 requests' whole lives.
@@ -19,7 +19,7 @@ struct TraceEntry {
     t: Nanos,
     req: ReqId,
     cookie: u64,
-    to: ReqState,
+    to: ReqStage,
 }
 
 pub struct TraceRing {
@@ -36,7 +36,7 @@ impl TraceRing {
         }
     }
 
-    pub fn record(&mut self, t: Nanos, req: ReqId, cookie: u64, to: ReqState) {
+    pub fn record(&mut self, t: Nanos, req: ReqId, cookie: u64, to: ReqStage) {
         let e = TraceEntry { t, req, cookie, to };
         if self.entries.len() < TRACE_LEN {
             self.entries.push(e);
@@ -106,7 +106,7 @@ impl Engine {
     /// The requests in flight that `q` names, oldest first, with their states.
     pub fn trace(&self, q: TraceQuery, now: Nanos) -> Vec<TracedReq> {
         let mut live: Vec<(ReqId, Nanos)> = (self.reqs.iter().enumerate())
-            .filter(|(_, r)| r.state != ReqState::Free)
+            .filter(|(_, r)| r.state != ReqStage::Free)
             .filter(|(_, r)| match q {
                 TraceQuery::Conn(c) => r.conn.index == c,
                 TraceQuery::Oldest(_) => true,
@@ -161,7 +161,7 @@ mod tests {
     fn the_ring_keeps_the_last_entries_in_order() {
         let mut ring = TraceRing::new();
         for i in 0..(TRACE_LEN as u64 + 10) {
-            ring.record(i, ReqId(1), 7, ReqState::New);
+            ring.record(i, ReqId(1), 7, ReqStage::New);
         }
         let times: Vec<Nanos> = ring.in_order().map(|e| e.t).collect();
         assert_eq!(times.len(), TRACE_LEN);

@@ -10,20 +10,20 @@
 //! then either at the device, ahead of or in the reply being sent, or the
 //! stream's own: all of it moves.
 //!
-//! READs wait in the connection's `deferred` queue (`ReqState::Deferred`),
+//! READs wait in the connection's `deferred` queue (`ReqStage::Deferred`),
 //! in arrival order; they commit their buffers as they arrive, so the
 //! connection's cap still bounds what it parses.
 
 use super::conn::Life;
 use super::ids::{ConnId, IoToken, ReqId};
-use super::req::ReqState;
+use super::slot::ReqStage;
 use super::{conn_at, Engine};
 use pace::pacer::IoKind;
 
 impl Engine {
     /// New READ `id` (paced whole, or planned as a stream): starts now if
     /// its turn has come, else waits for it.
-    pub(super) fn read_turn(&mut self, id: ReqId) -> ReqState {
+    pub(super) fn read_turn(&mut self, id: ReqId) -> ReqStage {
         let streamed = self.reqs[id.index()].streamed();
         let conn = self.reqs[id.index()].conn;
         let Some(c) = conn_at(&mut self.conns, conn) else {
@@ -33,12 +33,12 @@ impl Engine {
             return self.start_read(id);
         }
         c.deferred.push_back(id);
-        ReqState::Deferred
+        ReqStage::Deferred
     }
 
     /// READ `id`'s turn has come: a stream claims its connection, a whole
     /// READ goes to the pacer.
-    fn start_read(&mut self, id: ReqId) -> ReqState {
+    fn start_read(&mut self, id: ReqId) -> ReqStage {
         let streamed = self.reqs[id.index()].streamed();
         let conn = self.reqs[id.index()].conn;
         if let Some(c) = conn_at(&mut self.conns, conn) {
@@ -49,11 +49,11 @@ impl Engine {
             }
         }
         if streamed {
-            return ReqState::Streaming;
+            return ReqStage::Streaming;
         }
         let io = self.paced_io(IoToken::whole(id), IoKind::Read);
         self.pacer.enqueue(io, self.now);
-        ReqState::Pacing
+        ReqStage::Pacing
     }
 
     /// Whether READ `id`, being released, still counts as pending on its
@@ -62,9 +62,9 @@ impl Engine {
     pub(super) fn read_pending(&self, id: ReqId) -> bool {
         let req = &self.reqs[id.index()];
         match req.state {
-            ReqState::Deferred => false,
+            ReqStage::Deferred => false,
             _ if req.streamed() => true,
-            ReqState::Reply | ReqState::Sent => false,
+            ReqStage::Reply | ReqStage::Sent => false,
             _ => req.paced,
         }
     }

@@ -15,7 +15,7 @@ use super::ids::ConnId;
 /// WRITE pieces, its connection's send queue); transient states are where an
 /// event left it for [`super::Engine::advance`] to move on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReqState {
+pub enum ReqStage {
     /// The slot is free.
     Free,
     /// Transient: header decoded and valid.
@@ -54,24 +54,24 @@ pub enum ReqState {
     Sent,
 }
 
-impl ReqState {
+impl ReqStage {
     /// The label the statistics count this state under.
     pub fn stat(self) -> StatState {
         match self {
-            ReqState::Free => StatState::Done,
-            ReqState::New => StatState::New,
-            ReqState::Deferred | ReqState::Pacing => StatState::Pacing,
-            ReqState::Released | ReqState::NeedBuffers => StatState::NeedBuffer,
-            ReqState::Ready
-            | ReqState::Device
-            | ReqState::Executed
-            | ReqState::Delayed
-            | ReqState::Streaming => StatState::Executing,
-            ReqState::Payload
-            | ReqState::Answered
-            | ReqState::Reply
-            | ReqState::Sent
-            | ReqState::Dropping => StatState::Transfer,
+            ReqStage::Free => StatState::Done,
+            ReqStage::New => StatState::New,
+            ReqStage::Deferred | ReqStage::Pacing => StatState::Pacing,
+            ReqStage::Released | ReqStage::NeedBuffers => StatState::NeedBuffer,
+            ReqStage::Ready
+            | ReqStage::Device
+            | ReqStage::Executed
+            | ReqStage::Delayed
+            | ReqStage::Streaming => StatState::Executing,
+            ReqStage::Payload
+            | ReqStage::Answered
+            | ReqStage::Reply
+            | ReqStage::Sent
+            | ReqStage::Dropping => StatState::Transfer,
         }
     }
 }
@@ -148,7 +148,7 @@ pub struct Req {
     pub done: u64,
     /// NBD errno of the reply, 0 for success.
     pub error: u32,
-    pub state: ReqState,
+    pub state: ReqStage,
     pub style: ReplyStyle,
     pub meta_context: u32,
     /// A READ's buffers.
@@ -193,7 +193,7 @@ impl Default for Req {
             span: 0,
             done: 0,
             error: 0,
-            state: ReqState::Free,
+            state: ReqStage::Free,
             style: ReplyStyle::Simple,
             meta_context: 0,
             bufs: Vec::new(),
@@ -224,7 +224,7 @@ pub struct ReqOrigin {
 
 impl Req {
     pub fn reset(&mut self, origin: &ReqOrigin, request: &proto::Request, now: Nanos) {
-        debug_assert_eq!(self.state, ReqState::Free, "slot reused while live");
+        debug_assert_eq!(self.state, ReqStage::Free, "slot reused while live");
         debug_assert!(self.bufs.is_empty() && self.pieces.is_empty());
         self.conn = origin.conn;
         self.export = origin.export;
@@ -252,7 +252,7 @@ impl Req {
         self.data_reply = false;
         self.iov.clear();
         self.hdr.clear();
-        self.state = ReqState::New;
+        self.state = ReqStage::New;
     }
 
     /// Empties the slot; the caller has returned every buffer.
@@ -265,9 +265,20 @@ impl Req {
         self.iov.clear();
         self.pieces.clear();
         self.hdr.clear();
-        self.state = ReqState::Free;
+        self.state = ReqStage::Free;
         self.paced = false;
         self.data_reply = false;
+    }
+
+    /// What the statistics count of this request once its reply has left.
+    pub fn served(&self) -> crate::stats::Served {
+        crate::stats::Served {
+            command: self.command,
+            export: self.export,
+            error: self.error,
+            len: self.len,
+            started: self.t_start,
+        }
     }
 
     pub fn fua(&self) -> bool {
@@ -640,5 +651,5 @@ fn push_skipping<'a>(
 }
 
 #[cfg(test)]
-#[path = "req_tests.rs"]
+#[path = "slot_tests.rs"]
 mod tests;
