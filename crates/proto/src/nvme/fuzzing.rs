@@ -76,16 +76,21 @@ pub fn run_queue(data: &[u8]) {
         hosts: None,
     };
     let mut target = Target::new(vec![sub], Vec::new(), Limits::default());
-    let mut q = Queue::new(Limits::default(), cut & 1 == 0);
-    let step = 1 + usize::from(cut >> 1);
+    // The top bit: a queue whose READs and WRITEs the driver serves.
+    let mut q = if cut & 0x80 != 0 {
+        Queue::external(Limits::default())
+    } else {
+        Queue::new(Limits::default(), cut & 1 == 0)
+    };
+    let step = 1 + usize::from((cut & 0x7f) >> 1);
     let mut buf: Vec<u8> = Vec::new();
     let mut now = 0;
     for chunk in rest.chunks(step) {
         buf.extend_from_slice(chunk);
         let (used, _) = q.receive(&buf);
         assert!(used <= buf.len(), "the queue used more than it was given");
-        buf.drain(..used);
         now += 1_000_000;
+        let mut first = true;
         loop {
             let actions = q.take_actions();
             if actions.is_empty() {
@@ -93,6 +98,26 @@ pub fn run_queue(data: &[u8]) {
             }
             for a in actions {
                 match a {
+                    Action::Data { at, len, .. } => {
+                        assert!(first, "data ranges come only from receive");
+                        assert!(at + len as usize <= used, "data outside the PDUs used");
+                    }
+                    Action::DataIn { cid, .. } => {
+                        q.finish_external(cid, crate::nvme::Status::SUCCESS, &mut Vec::new());
+                    }
+                    Action::Admit { cid, len, write }
+                        if q.io_cmd(cid).is_some() && external(&q, cid) =>
+                    {
+                        let mut out = Vec::new();
+                        if !write {
+                            q.c2h_head(cid, len, &mut out);
+                            q.finish_external(cid, crate::nvme::Status::SUCCESS, &mut out);
+                        } else if let crate::nvme::queue::DataStart::InCapsule(_) =
+                            q.request_data(cid)
+                        {
+                            q.finish_external(cid, crate::nvme::Status::SUCCESS, &mut out);
+                        }
+                    }
                     Action::Connect { cid, sqe, data } => {
                         let r = target.connect(&sqe, &data, now);
                         q.connected(cid, r);
@@ -113,7 +138,9 @@ pub fn run_queue(data: &[u8]) {
                     Action::Close => {}
                 }
             }
+            first = false;
         }
+        buf.drain(..used);
         let depth = q.bound().map_or(1, |b| usize::from(b.queue_size));
         assert!(
             q.outstanding() <= depth,
@@ -122,4 +149,17 @@ pub fn run_queue(data: &[u8]) {
         let _ = q.take_output();
         target.tick(now);
     }
+}
+
+/// Whether the queue serves `cid` externally (a READ or WRITE of an
+/// external queue): its admission is answered by `request_data` or
+/// `finish_external`, not `admit`.
+fn external(q: &crate::nvme::queue::Queue, cid: u16) -> bool {
+    q.is_external()
+        && q.io_cmd(cid).is_some_and(|io| {
+            matches!(
+                io.op,
+                crate::nvme::ctrl::IoOp::Read | crate::nvme::ctrl::IoOp::Write
+            )
+        })
 }

@@ -138,6 +138,7 @@ impl Rig {
                 self.queues[q].io_done(cid, r);
             }
             Action::DropAer { cid, cntlid } => self.target.drop_async_event(cntlid, cid),
+            Action::Data { .. } | Action::DataIn { .. } => panic!("only external queues"),
             Action::Close => self.closed[q] = true,
         }
     }
