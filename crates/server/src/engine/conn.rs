@@ -7,6 +7,7 @@ use pace::Nanos;
 use proto::{Handshake, Negotiated};
 
 use super::ids::{ConnId, ReqId};
+use super::nvme::NvmeConn;
 
 /// Receive buffer size: large enough to batch many request headers per recv
 /// and to hold small write payloads without a second syscall.
@@ -19,9 +20,14 @@ pub const DIRECT_RECV_MIN: u32 = 16 << 10;
 /// Most iovecs in one sendmsg.
 pub const MAX_SEND_IOV: usize = 512;
 
+/// The connection's protocol and where it is in it.
 pub enum Phase {
+    /// NBD, negotiating.
     Handshake(Box<Handshake>),
+    /// NBD, serving an export.
     Transmission { export: u16, neg: Negotiated },
+    /// NVMe/TCP, its queue in front (`engine/nvme.rs`).
+    Nvme(Box<NvmeConn>),
 }
 
 /// What the connection's next input bytes are.
@@ -38,6 +44,8 @@ pub enum Input {
     Payload(ReqId),
     /// This many payload bytes of a rejected WRITE, to be discarded.
     Discard(u64),
+    /// NVMe/TCP PDUs, which its queue parses.
+    Pdus,
     /// Nothing more: EOF, DISC, a failed handshake, or the server draining.
     Ended,
 }
@@ -76,8 +84,11 @@ pub enum Life {
 pub enum EndReason {
     /// The client closed its side (EOF).
     ClientClosed,
-    /// The client sent NBD_CMD_DISC.
+    /// The client sent NBD_CMD_DISC (or an NVMe/TCP H2CTermReq).
     Disconnect,
+    /// The NVMe controller it served is gone (keep-alive expired, reset,
+    /// shut down, or its admin queue closed).
+    ControllerGone,
     /// The handshake ended without an export (aborted, refused or failed).
     HandshakeEnded,
     /// A request the protocol does not allow.
@@ -158,7 +169,11 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(id: ConnId, flow: u64, handshake: Box<Handshake>, now: Nanos) -> Conn {
+    pub fn new(id: ConnId, flow: u64, phase: Phase, now: Nanos) -> Conn {
+        let input = match phase {
+            Phase::Nvme(_) => Input::Pdus,
+            _ => Input::Handshake,
+        };
         // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
         let msg: libc::msghdr = unsafe { std::mem::zeroed() };
         Conn {
@@ -167,8 +182,8 @@ impl Conn {
             end: None,
             traffic: Traffic::default(),
             flow,
-            phase: Phase::Handshake(handshake),
-            input: Input::Handshake,
+            phase,
+            input,
             recv: RecvOp::Idle,
             send: SendOp::Idle,
             life: Life::Open,

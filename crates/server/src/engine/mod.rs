@@ -15,12 +15,15 @@
 //! - `turns.rs`: when a READ may start: a stream runs alone on its connection.
 //! - `output.rs`: replies and sends.
 //! - `life.rs`: accepting, closing, timeouts, draining.
+//! - `nvme.rs`: the NVMe/TCP front end (NBD's is `input.rs`, `slot.rs`'s
+//!   reply encoding and the handshake in `proto`).
 //! - `trace.rs`: the last request state changes, for `iopace rpc trace`.
 
 mod conn;
 mod ids;
 mod input;
 mod life;
+mod nvme;
 mod output;
 mod pieces;
 mod request;
@@ -45,9 +48,19 @@ use crate::stats::{ReactorStats, StatsCollector};
 use conn::Conn;
 pub use conn::{Input, Life, RecvOp, SendOp};
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
+pub use nvme::NvmeTarget;
 use slot::Req;
 pub use slot::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
+
+/// How a new connection begins.
+pub enum Opening {
+    /// NBD: a fresh handshake, or one already under way (a connection
+    /// handed over mid-negotiation).
+    Nbd(Option<Box<proto::Handshake>>),
+    /// NVMe/TCP: the host's ICReq comes first.
+    Nvme,
+}
 
 /// Time limits on a connection, enforced with the engine's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +174,9 @@ pub struct Engine {
     conn_cap: u32,
     /// The last request state changes, with their times.
     trace: trace::TraceRing,
+    /// NVMe/TCP connections open, and when their controllers are next checked.
+    nvme_conns: u32,
+    nvme_check_at: Nanos,
     now: Nanos,
 }
 
@@ -205,6 +221,8 @@ impl Engine {
             draining_since: None,
             trace: trace::TraceRing::new(),
             payload_cap: settings.payload_cap.max(1),
+            nvme_conns: 0,
+            nvme_check_at: 0,
             now,
         }
     }
@@ -306,6 +324,7 @@ impl Engine {
         self.fire_delayed();
         self.poll_pacer();
         self.fire_conn_timers();
+        self.nvme_tick();
         self.check_drain();
         self.settle();
         self.flush();
@@ -335,6 +354,7 @@ impl Engine {
             self.delayed.peek().map(|Reverse((t, _))| *t),
             self.pacer.next_wakeup(self.now),
             self.conn_timers.peek().map(|Reverse((t, _))| *t),
+            self.nvme_deadline(),
             // Re-check the drain even when nothing completes.
             self.draining_since.map(|_| self.now + 50_000_000),
         ];
@@ -343,6 +363,7 @@ impl Engine {
 
     pub fn set_pacing(&mut self, cfg: PacingConfig, now: Nanos) {
         self.set_now(now);
+        tracing::info!(mode = ?cfg.mode, reactor = self.id, "pacing changed");
         self.pacer.reconfigure(cfg, now);
     }
 

@@ -8,6 +8,7 @@
 //!  │        (pacer)     │          (pool)          ▲  │                   │            │
 //!  │                    └──────────────────────────┘  │ (no device)       ▼            │
 //!  ├──► Payload (WRITE pieces) ───────────────────────┴──────────────► Answered ◄─────┘
+//!  │   Released, NeedBuffers ──► Receiving (an NVMe WRITE's data) ──► Ready, Answered
 //!  ├──► Streaming (large READ pieces) ──────────────────────────────────► │
 //!  ├──► Deferred (a READ waiting for its turn around a stream) ──► Pacing, Streaming
 //!  └──► Ready (FLUSH, TRIM, ...)                                          │
@@ -15,7 +16,7 @@
 //!        └─ WRITE_ZEROES or CACHE (`next_piece`)                          │
 //!                                                    Free ◄── Sent ◄── Reply (send queue)
 //!  Streaming, Answered, Reply ──► Dropping (connection closed) ──► Free
-//!  Pacing, NeedBuffers, Payload, Answered, Reply ──► Free (connection closed)
+//!  Pacing, NeedBuffers, Payload, Receiving, Answered, Reply ──► Free (connection closed)
 //! ```
 //!
 //! Every change goes through [`Engine::set_state`], which asserts it is an
@@ -50,8 +51,9 @@ fn legal(from: ReqStage, to: ReqStage) -> bool {
             | (Streaming | Answered | Reply, Dropping)
             | (Streaming, Answered)
             | (Pacing, Released)
-            | (Released, NeedBuffers | Ready)
-            | (NeedBuffers, Ready)
+            | (Released, NeedBuffers | Ready | Receiving)
+            | (NeedBuffers, Ready | Receiving)
+            | (Receiving, Ready | Answered)
             | (Ready, Device | Answered)
             | (Device, Executed)
             | (Executed, Delayed | Answered | Ready)
@@ -60,7 +62,15 @@ fn legal(from: ReqStage, to: ReqStage) -> bool {
             | (Answered, Reply)
             | (Reply, Sent)
             | (
-                Deferred | Pacing | NeedBuffers | Payload | Answered | Reply | Sent | Dropping,
+                Deferred
+                    | Pacing
+                    | NeedBuffers
+                    | Payload
+                    | Receiving
+                    | Answered
+                    | Reply
+                    | Sent
+                    | Dropping,
                 Free
             )
     )
@@ -109,6 +119,7 @@ impl Engine {
                 | ReqStage::Device
                 | ReqStage::Delayed
                 | ReqStage::Payload
+                | ReqStage::Receiving
                 | ReqStage::Reply
                 | ReqStage::Dropping
                 | ReqStage::Free => return,
@@ -168,10 +179,22 @@ impl Engine {
     /// piece, other commands go to the device.
     fn start(&mut self, id: ReqId) -> Option<ReqStage> {
         let buf_size = self.buf_size;
-        let streams = self.streams(self.reqs[id.index()].len);
+        let req = &self.reqs[id.index()];
+        // An NVMe/TCP command is at most MDTS, which the pool holds at once.
+        let nvme = req.style == ReplyStyle::Nvme;
+        let streams = !nvme && self.streams(req.len);
         let req = &mut self.reqs[id.index()];
         let conn = req.conn;
         match req.command {
+            Command::Write if nvme && req.len > 0 => {
+                // Paced whole, as a READ: its R2T goes once its buffers are in.
+                req.paced = true;
+                let need = self.commitment(id);
+                self.commit(conn, need);
+                let io = self.paced_io(IoToken::whole(id), IoKind::Write);
+                self.pacer.enqueue(io, self.now);
+                Some(ReqStage::Pacing)
+            }
             Command::Read if req.len > 0 => {
                 if streams {
                     req.plan_pieces(buf_size);
@@ -247,12 +270,23 @@ impl Engine {
         match self.bufs.alloc(len, IoToken::whole(id).encode()) {
             Alloc::Ready(bufs) => {
                 self.attach(id, bufs);
-                Some(ReqStage::Ready)
+                Some(self.holds_buffers(id))
             }
             Alloc::Queued => {
                 self.stats.buffer_waits += 1;
                 Some(ReqStage::NeedBuffers)
             }
+        }
+    }
+
+    /// A whole request took its buffers: to the device, or (an NVMe
+    /// WRITE) its data comes first.
+    fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
+        let req = &self.reqs[id.index()];
+        if req.style == ReplyStyle::Nvme && req.command == Command::Write {
+            self.nvme_data_wanted(id)
+        } else {
+            ReqStage::Ready
         }
     }
 
@@ -280,6 +314,12 @@ impl Engine {
             return Some(ReqStage::Answered);
         };
         req.t_submit = now;
+        if req.paced && req.command == Command::Write {
+            // Its data is in: it goes to its device now (a READ is at its
+            // device from its release).
+            self.pacer.on_device_start(IoToken::whole(id).encode(), now);
+        }
+        let req = &self.reqs[id.index()];
         let io = req.io_request(op, None, self.buf_size);
         self.actions.push(Action::Submit {
             io: IoToken::whole(id),
@@ -327,6 +367,9 @@ impl Engine {
     pub(super) fn device_finished(&mut self, io: IoToken) {
         let req = &self.reqs[io.req.index()];
         let (kind, t_submit) = match io.part {
+            Part::Whole if req.paced && req.command == Command::Write => {
+                (IoKind::Write, req.t_submit)
+            }
             Part::Whole if req.paced => (IoKind::Read, req.t_submit),
             Part::Whole => return,
             Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
@@ -343,14 +386,19 @@ impl Engine {
         match conn_at(&mut self.conns, conn) {
             Some(c) if c.life == Life::Open => {
                 let req = &self.reqs[id.index()];
-                let paced = req.paced;
+                let paced = req.paced && req.command == Command::Read;
+                let nvme = req.style == ReplyStyle::Nvme;
                 debug_assert!(
                     !(paced && c.streams_out > 0),
                     "request {id:?}: a READ's data queued behind a stream"
                 );
                 c.streams_out += u32::from(req.streamed());
                 c.out.push_back(id);
-                self.reqs[id.index()].encode_reply();
+                if nvme {
+                    self.nvme_reply(id);
+                } else {
+                    self.reqs[id.index()].encode_reply();
+                }
                 self.mark_send(conn);
                 if paced {
                     self.read_queued(conn);
@@ -419,8 +467,13 @@ impl Engine {
         }
         self.touched.push(conn);
         if let Some(waiter) = self.slot_waiters.pop_front() {
-            if let Some(c) = conn_at(&mut self.conns, waiter) {
-                c.set_input(Input::Headers);
+            // An NBD connection parses its next header; an NVMe/TCP one
+            // starts its next waiting command.
+            match conn_at(&mut self.conns, waiter) {
+                Some(c) if c.input == Input::WaitSlot => {
+                    c.set_input(Input::Headers);
+                }
+                _ => {}
             }
             self.touched.push(waiter);
         }
@@ -447,6 +500,7 @@ impl Engine {
                 self.release(id);
             }
             ReqStage::Payload => self.abort_pieces(id),
+            ReqStage::Receiving => self.release(id),
             ReqStage::Streaming => self.abandon_stream(id),
             // At the device or delayed: released when done. Replies: their
             // connection's send queue releases them. Dropping: when its
@@ -488,7 +542,8 @@ impl Engine {
                 Part::Whole => {
                     debug_assert_eq!(self.reqs[io.req.index()].state, ReqStage::NeedBuffers);
                     self.attach(io.req, bufs);
-                    self.set_state(io.req, ReqStage::Ready);
+                    let next = self.holds_buffers(io.req);
+                    self.set_state(io.req, next);
                     self.advance(io.req);
                 }
                 Part::Piece(k) => {

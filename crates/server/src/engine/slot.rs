@@ -40,6 +40,9 @@ pub enum ReqStage {
     /// Waiting: a WRITE whose payload is arriving or whose pieces are at the
     /// device; each piece has its own state.
     Payload,
+    /// Waiting: an NVMe/TCP WRITE holds its buffers; its R2T is out and
+    /// its data arrives into them.
+    Receiving,
     /// Waiting: a READ too large for its buffers at once, read piece by
     /// piece; it joins the send queue once its first piece is read.
     Streaming,
@@ -68,6 +71,7 @@ impl ReqStage {
             | ReqStage::Delayed
             | ReqStage::Streaming => StatState::Executing,
             ReqStage::Payload
+            | ReqStage::Receiving
             | ReqStage::Answered
             | ReqStage::Reply
             | ReqStage::Sent
@@ -107,6 +111,8 @@ pub enum ReplyStyle {
     Structured,
     /// Extended headers: every reply is extended chunks.
     Extended,
+    /// NVMe/TCP: the front end encodes the reply (`engine/nvme.rs`).
+    Nvme,
 }
 
 impl ReplyStyle {
@@ -159,6 +165,14 @@ pub struct Req {
     pub pieces: Vec<Piece>,
     /// Reply header bytes (and the whole reply when it carries no data).
     pub hdr: Vec<u8>,
+    /// Reply bytes after the data (NVMe/TCP: a data digest, the completion).
+    pub trailer: Vec<u8>,
+    /// Byte ranges still to go to the device after this one (an NVMe
+    /// Dataset Management's), last first.
+    pub ranges: Vec<(u64, u64)>,
+    /// The reply's NVMe status when the front end, not the device, decided
+    /// it (a data digest failed).
+    pub fault: Option<proto::nvme::Status>,
     /// WRITE payload bytes received so far.
     pub filled: u32,
     /// Pieces started (the next one to start is `started`).
@@ -200,6 +214,9 @@ impl Default for Req {
             iov: Vec::new(),
             pieces: Vec::new(),
             hdr: Vec::with_capacity(64),
+            trailer: Vec::new(),
+            ranges: Vec::new(),
+            fault: None,
             filled: 0,
             started: 0,
             pieces_live: 0,
@@ -252,6 +269,9 @@ impl Req {
         self.data_reply = false;
         self.iov.clear();
         self.hdr.clear();
+        self.trailer.clear();
+        self.ranges.clear();
+        self.fault = None;
         self.state = ReqStage::New;
     }
 
@@ -412,7 +432,15 @@ impl Req {
         let done = self.done + u64::from(self.len);
         debug_assert!(done <= self.span, "pieces past the request's end");
         if done >= self.span {
-            return false;
+            // The next range, if the command has several.
+            let Some((offset, span)) = self.ranges.pop() else {
+                return false;
+            };
+            self.offset = offset;
+            self.span = span;
+            self.done = 0;
+            self.len = span.min(proto::MAX_EFFECT_LEN) as u32;
+            return true;
         }
         self.done = done;
         self.len = (self.span - done).min(proto::MAX_EFFECT_LEN) as u32;
@@ -450,7 +478,7 @@ impl Req {
     /// The chunk framing of this reply; None for a simple reply.
     fn framing(&self) -> Option<proto::Framing> {
         match self.style {
-            ReplyStyle::Simple => None,
+            ReplyStyle::Simple | ReplyStyle::Nvme => None,
             // Structured replies are for READs; the rest may stay simple.
             ReplyStyle::Structured if self.command == Command::Read => {
                 Some(proto::Framing::Structured)
@@ -539,7 +567,7 @@ impl Req {
     /// Most iovecs [`Req::push_reply_iov`] adds (a WRITE's piece iovecs
     /// are not part of its reply).
     pub fn reply_iov_len(&self) -> usize {
-        1 + match (self.data_reply, self.streamed()) {
+        2 + match (self.data_reply, self.streamed()) {
             (false, _) => 0,
             (true, true) => 2 * self.pieces_live as usize,
             (true, false) => self.iov.len(),
@@ -556,6 +584,7 @@ impl Req {
             } else {
                 0
             }
+            + self.trailer.len()
     }
 
     /// Adds this reply's iovecs, leaving out its first `skip` bytes (already
@@ -568,7 +597,12 @@ impl Req {
         };
         if !self.streamed() {
             let data: &[libc::iovec] = if self.data_reply { &self.iov } else { &[] };
-            push_skipping(out, std::iter::once(&hdr).chain(data), skip);
+            let trailer = libc::iovec {
+                iov_base: self.trailer.as_ptr() as *mut libc::c_void,
+                iov_len: self.trailer.len(),
+            };
+            let segs = std::iter::once(&hdr).chain(data).chain(Some(&trailer));
+            push_skipping(out, segs, skip);
             return true;
         }
         if self.chunked() {

@@ -65,7 +65,7 @@ impl Engine {
             ReqStage::Deferred => false,
             _ if req.streamed() => true,
             ReqStage::Reply | ReqStage::Sent => false,
-            _ => req.paced,
+            _ => req.paced && req.command == proto::Command::Read,
         }
     }
 

@@ -372,7 +372,7 @@ impl Queue {
             last: true,
             success: false,
         };
-        crate::nvme::pdu::Pdu::C2HData(hdr, &[]).encode_head(out, self.framing, len as usize);
+        crate::nvme::pdu::encode_c2h_data_head(out, self.framing, hdr, len as usize);
     }
 
     /// Whether data PDUs carry a data digest.
