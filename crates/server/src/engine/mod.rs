@@ -435,6 +435,8 @@ fn conn_at(conns: &mut [Option<Box<Conn>>], id: ConnId) -> Option<&mut Conn> {
 #[cfg(test)]
 mod fake;
 #[cfg(test)]
+mod nvme_tests;
+#[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
 mod tests;

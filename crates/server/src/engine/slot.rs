@@ -567,11 +567,12 @@ impl Req {
     /// Most iovecs [`Req::push_reply_iov`] adds (a WRITE's piece iovecs
     /// are not part of its reply).
     pub fn reply_iov_len(&self) -> usize {
-        2 + match (self.data_reply, self.streamed()) {
-            (false, _) => 0,
-            (true, true) => 2 * self.pieces_live as usize,
-            (true, false) => self.iov.len(),
-        }
+        1 + usize::from(!self.trailer.is_empty())
+            + match (self.data_reply, self.streamed()) {
+                (false, _) => 0,
+                (true, true) => 2 * self.pieces_live as usize,
+                (true, false) => self.iov.len(),
+            }
     }
 
     pub fn reply_len(&self, buf_size: u32) -> usize {
