@@ -267,6 +267,10 @@ impl Host {
         loop {
             let (t, b) = self.recv();
             assert_ne!(t, 0xFF, "connection closed");
+            if t == 7 && b[1] & 0x08 != 0 {
+                // C2HData flagged SUCCESS: the command completed, no CapsuleResp.
+                return (0, 0);
+            }
             if t == 5 {
                 let dw0 = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
                 // SC in bits 7:0, SCT in 10:8 (DNR and More left out).

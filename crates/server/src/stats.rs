@@ -164,8 +164,12 @@ impl ExportCounters {
 pub struct ReactorStats {
     pub reactor: usize,
     pub uptime_s: f64,
+    /// Open connections, NBD and NVMe/TCP.
     pub connections: u64,
     pub connections_total: u64,
+    /// Of `connections`, the NVMe/TCP ones (queues).
+    #[serde(default)]
+    pub nvme_connections: u64,
     pub loop_iterations: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
@@ -341,6 +345,7 @@ impl StatsCollector {
             uptime_s: now as f64 / 1e9,
             connections: self.conns_now,
             connections_total: self.conns_total,
+            nvme_connections: 0,
             loop_iterations: self.loops,
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,

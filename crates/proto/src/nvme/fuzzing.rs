@@ -110,8 +110,12 @@ pub fn run_queue(data: &[u8]) {
                     {
                         let mut out = Vec::new();
                         if !write {
-                            q.c2h_head(cid, len, &mut out);
-                            q.finish_external(cid, crate::nvme::Status::SUCCESS, &mut out);
+                            q.c2h_head(cid, len, cid & 1 == 0, &mut out);
+                            if cid & 1 == 0 {
+                                q.finish_silently(cid);
+                            } else {
+                                q.finish_external(cid, crate::nvme::Status::SUCCESS, &mut out);
+                            }
                         } else if let crate::nvme::queue::DataStart::InCapsule(_) =
                             q.request_data(cid)
                         {

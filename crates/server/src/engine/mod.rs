@@ -374,6 +374,7 @@ impl Engine {
         let mut snap = self.stats.snapshot(now, pool, free, self.delayed.len());
         snap.buffers.pool_bytes = self.pool.map_len() as u64;
         snap.pacer = self.pacer.stats(now);
+        snap.nvme_connections = u64::from(self.nvme_conns);
         snap
     }
 

@@ -419,7 +419,9 @@ impl Engine {
         };
         n.slots.remove(&cid);
         if req.command == Command::Read && status.is_success() && req.len > 0 {
-            n.queue.c2h_head(cid, req.len, &mut req.hdr);
+            // The data PDU completes it (SUCCESS flag, as SPDK's target
+            // sends by default): no CapsuleResp follows.
+            n.queue.c2h_head(cid, req.len, true, &mut req.hdr);
             req.data_reply = true;
             if n.queue.data_digest() {
                 let crc = req.iov.iter().fold(0u32, |crc, v| {
@@ -431,7 +433,7 @@ impl Engine {
                 });
                 req.trailer.extend_from_slice(&crc.to_le_bytes());
             }
-            n.queue.finish_external(cid, status, &mut req.trailer);
+            n.queue.finish_silently(cid);
         } else {
             n.queue.finish_external(cid, status, &mut req.hdr);
         }

@@ -197,7 +197,9 @@ fn a_write_by_r2t_then_its_read_round_trip_through_the_pool() {
     q.send(&mut net, Pdu::CapsuleCmd(rw(io::READ, 8, 8192, 16384), &[]));
     net.run_to_quiet();
     let got = q.drain(&net);
-    assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), [7, 5]);
+    // One C2HData flagged LAST and SUCCESS: no CapsuleResp follows.
+    assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), [7]);
+    assert_eq!(got[0].1[1] & 0x0C, 0x0C, "LAST_PDU and SUCCESS");
     assert_eq!(
         &got[0].1[24..],
         &data[..],

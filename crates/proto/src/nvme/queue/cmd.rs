@@ -364,13 +364,15 @@ impl Queue {
 
     /// Appends the head of the C2HData PDU that carries an external READ's
     /// `len` bytes (its data follows, then `data_digest` bytes of digest).
-    pub fn c2h_head(&self, cid: u16, len: u32, out: &mut Vec<u8>) {
+    /// With `success` the PDU completes the command (SUCCESS flag): call
+    /// `finish_silently`, not `finish_external`.
+    pub fn c2h_head(&self, cid: u16, len: u32, success: bool, out: &mut Vec<u8>) {
         let hdr = crate::nvme::pdu::DataHdr {
             cccid: cid,
             ttag: 0,
             datao: 0,
             last: true,
-            success: false,
+            success,
         };
         crate::nvme::pdu::encode_c2h_data_head(out, self.framing, hdr, len as usize);
     }
@@ -389,6 +391,12 @@ impl Queue {
         }
         self.respond_into(cid, status, 0, out);
         true
+    }
+
+    /// Command `cid` completed with a C2HData PDU flagged SUCCESS: no
+    /// CapsuleResp follows, and it is gone. False when no such command is here.
+    pub fn finish_silently(&mut self, cid: u16) -> bool {
+        self.cmds.remove(&cid).is_some()
     }
 
     /// An external command's fields: the IO the queue checked.
