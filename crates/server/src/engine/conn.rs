@@ -8,6 +8,7 @@ use proto::{Handshake, Negotiated};
 
 use super::ids::{ConnId, ReqId};
 use super::nvme::NvmeConn;
+use super::turns::Turns;
 
 /// Receive buffer size: large enough to batch many request headers per recv
 /// and to hold small write payloads without a second syscall.
@@ -142,14 +143,10 @@ pub struct Conn {
     pub out: VecDeque<ReqId>,
     /// Streamed READs in `out`.
     pub streams_out: u32,
-    /// READs started whose data is not yet queued to send (a streamed
-    /// READ's until it ends), and the streamed READ among them: a stream
-    /// starts alone and nothing starts beside it, so no READ's data ever
-    /// waits behind a stream holding buffers (`stream.rs`).
-    pub reads_pending: u32,
-    pub stream: Option<ReqId>,
-    /// READs waiting for their turn around a stream, in arrival order.
-    pub deferred: VecDeque<ReqId>,
+    /// READ turns: a stream starts alone and nothing starts beside it, so
+    /// no READ's data ever waits behind a stream holding buffers
+    /// (`turns.rs`).
+    pub turns: Turns,
     /// Bytes of `out[0]`'s reply already sent (partial sends).
     pub out_skip: usize,
     pub send_iov: Vec<libc::iovec>,
@@ -194,9 +191,7 @@ impl Conn {
             raw_sending: Vec::new(),
             out: VecDeque::new(),
             streams_out: 0,
-            reads_pending: 0,
-            stream: None,
-            deferred: VecDeque::new(),
+            turns: Turns::default(),
             out_skip: 0,
             send_iov: Vec::with_capacity(MAX_SEND_IOV),
             msg: Box::new(msg),

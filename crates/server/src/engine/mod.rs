@@ -424,6 +424,58 @@ impl Engine {
     }
 }
 
+/// `iopace rpc trace`: the requests in flight and their last state changes.
+impl Engine {
+    /// The requests in flight that `q` names, oldest first, with their states.
+    pub fn trace(&self, q: TraceQuery, now: Nanos) -> Vec<TracedReq> {
+        let mut live: Vec<(ReqId, Nanos)> = (self.reqs.iter().enumerate())
+            .filter(|(_, r)| r.state != ReqStage::Free)
+            .filter(|(_, r)| match q {
+                TraceQuery::Conn(c) => r.conn.index == c,
+                TraceQuery::Oldest(_) => true,
+            })
+            .map(|(i, r)| (ReqId(i as u32), r.t_start))
+            .collect();
+        live.sort_by_key(|&(_, t)| t);
+        if let TraceQuery::Oldest(n) = q {
+            live.truncate(n);
+        }
+        live.into_iter()
+            .map(|(id, _)| self.traced(id, now))
+            .collect()
+    }
+
+    fn traced(&self, id: ReqId, now: Nanos) -> TracedReq {
+        let r = &self.reqs[id.index()];
+        let states = (self.trace.in_order())
+            .filter(|e| e.req == id && e.cookie == r.cookie && e.t >= r.t_start)
+            .map(|e| TracedState {
+                state: format!("{:?}", e.to),
+                at_us: trace::us(e.t - r.t_start),
+            })
+            .collect();
+        TracedReq {
+            reactor: self.id,
+            conn: r.conn.index,
+            peer: self.peer_of(r.conn),
+            cookie: r.cookie,
+            command: format!("{:?}", r.command),
+            offset: r.offset,
+            len: r.span.max(u64::from(r.len)),
+            state: format!("{:?}", r.state),
+            age_us: trace::us(now.saturating_sub(r.t_start)),
+            states,
+            cut: self.trace.since().is_some_and(|t| t > r.t_start),
+        }
+    }
+
+    fn peer_of(&self, conn: ConnId) -> String {
+        self.conn_ref(conn)
+            .map(|c| c.peer.to_string())
+            .unwrap_or_default()
+    }
+}
+
 /// The live connection `id` among `conns`: borrows only the connection
 /// table, so the caller may still touch the engine's other fields.
 fn conn_at(conns: &mut [Option<Box<Conn>>], id: ConnId) -> Option<&mut Conn> {

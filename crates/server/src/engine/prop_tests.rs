@@ -313,8 +313,13 @@ fn check_turns(e: &Engine, c: &conn::Conn) {
         .filter(live)
         .filter(|r| e.reqs[r.index()].state == ReqStage::Deferred)
         .count();
-    assert_eq!(c.deferred.len(), deferred, "{:?} READs deferred", c.id);
-    for r in &c.deferred {
+    assert_eq!(
+        c.turns.waiting().count(),
+        deferred,
+        "{:?} READs deferred",
+        c.id
+    );
+    for r in c.turns.waiting() {
         assert_eq!(e.reqs[r.index()].state, ReqStage::Deferred, "{:?}", c.id);
     }
     let pending: Vec<&ReqId> = mine
@@ -323,7 +328,7 @@ fn check_turns(e: &Engine, c: &conn::Conn) {
         .filter(|r| e.read_pending(**r))
         .collect();
     assert_eq!(
-        c.reads_pending as usize,
+        c.turns.pending() as usize,
         pending.len(),
         "{:?} READs pending",
         c.id
@@ -334,12 +339,12 @@ fn check_turns(e: &Engine, c: &conn::Conn) {
         .map(|r| **r)
         .collect();
     assert_eq!(
-        c.stream.into_iter().collect::<Vec<_>>(),
+        c.turns.stream().into_iter().collect::<Vec<_>>(),
         streams,
         "{:?} stream",
         c.id
     );
-    if c.stream.is_some() {
+    if c.turns.stream().is_some() {
         assert_eq!(pending.len(), 1, "{:?}: a stream beside other READs", c.id);
     }
 }

@@ -495,7 +495,7 @@ impl Engine {
             ReqStage::Deferred => {
                 let conn = self.reqs[id.index()].conn;
                 if let Some(c) = conn_at(&mut self.conns, conn) {
-                    c.deferred.retain(|&r| r != id);
+                    c.turns.forget(id);
                 }
                 self.release(id);
             }

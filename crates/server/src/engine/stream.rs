@@ -29,7 +29,7 @@ use pace::pacer::IoKind;
 use pace::pool::BufId;
 
 use super::conn::{EndReason, Life};
-use super::ids::{IoToken, ReqId};
+use super::ids::{ConnId, IoToken, ReqId};
 use super::slot::{PieceState, ReqStage};
 use super::{conn_at, Action, Engine};
 
@@ -177,6 +177,90 @@ impl Engine {
     fn release_dropped(&mut self, id: ReqId) {
         if self.reqs[id.index()].pieces_live == 0 {
             self.release(id);
+        }
+    }
+}
+
+/// READ turns around streams (`turns.rs` holds each connection's `Turns`).
+impl Engine {
+    /// New READ `id` (paced whole, or planned as a stream): starts now if
+    /// its turn has come, else waits for it.
+    pub(super) fn read_turn(&mut self, id: ReqId) -> ReqStage {
+        let streamed = self.reqs[id.index()].streamed();
+        let conn = self.reqs[id.index()].conn;
+        let Some(c) = conn_at(&mut self.conns, conn) else {
+            return self.start_read(id);
+        };
+        if c.turns.may_start(streamed) {
+            return self.start_read(id);
+        }
+        c.turns.wait(id);
+        ReqStage::Deferred
+    }
+
+    /// READ `id`'s turn has come: a stream claims its connection, a whole
+    /// READ goes to the pacer.
+    fn start_read(&mut self, id: ReqId) -> ReqStage {
+        let streamed = self.reqs[id.index()].streamed();
+        let conn = self.reqs[id.index()].conn;
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            c.turns.start(id, streamed);
+        }
+        if streamed {
+            return ReqStage::Streaming;
+        }
+        let io = self.paced_io(IoToken::whole(id), IoKind::Read);
+        self.pacer.enqueue(io, self.now);
+        ReqStage::Pacing
+    }
+
+    /// Whether READ `id`, being released, still counts as pending on its
+    /// connection: started, and its data not yet queued (a stream's: not
+    /// yet all sent).
+    pub(super) fn read_pending(&self, id: ReqId) -> bool {
+        let req = &self.reqs[id.index()];
+        match req.state {
+            ReqStage::Deferred => false,
+            _ if req.streamed() => true,
+            ReqStage::Reply | ReqStage::Sent => false,
+            _ => req.paced && req.command == proto::Command::Read,
+        }
+    }
+
+    /// Whole READ on `conn` queued its data to send.
+    pub(super) fn read_queued(&mut self, conn: ConnId) {
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            c.turns.queued();
+        }
+        self.start_deferred(conn);
+    }
+
+    /// READ `id` on `conn` ended before its data was queued, or it was a
+    /// stream: the READs waiting for it may start.
+    pub(super) fn read_ended(&mut self, conn: ConnId, id: ReqId) {
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            c.turns.ended(id);
+        }
+        self.start_deferred(conn);
+    }
+
+    /// Starts the READs waiting on `conn` whose turn has come, in order.
+    fn start_deferred(&mut self, conn: ConnId) {
+        loop {
+            let Some(c) = conn_at(&mut self.conns, conn) else {
+                return;
+            };
+            // A closing connection's waiting READs are aborted, not started.
+            if c.life != Life::Open {
+                return;
+            }
+            let reqs = &self.reqs;
+            let Some(id) = c.turns.next(|r| reqs[r.index()].streamed()) else {
+                return;
+            };
+            let to = self.start_read(id);
+            self.set_state(id, to);
+            self.advance(id);
         }
     }
 }
