@@ -15,6 +15,8 @@ pub(crate) mod tests;
 mod tests_admin;
 #[cfg(test)]
 mod tests_bad;
+#[cfg(test)]
+mod tests_external;
 
 use std::collections::HashMap;
 
