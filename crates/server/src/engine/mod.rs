@@ -11,13 +11,15 @@
 //! - `input.rs`: received bytes: handshake, request headers, WRITE payload.
 //! - `request.rs`: the request state machine, [`Engine::advance`].
 //! - `pieces.rs`: buffer-sized pieces of a WRITE payload or a streamed READ.
-//! - `stream.rs`: large READs, piece by piece.
-//! - `turns.rs`: when a READ may start: a stream runs alone on its connection.
+//! - `stream.rs`: large READs, piece by piece, and when a READ may start
+//!   around them.
+//! - `turns.rs`: `Turns`, a connection's READ turns (a stream runs alone).
 //! - `output.rs`: replies and sends.
 //! - `life.rs`: accepting, closing, timeouts, draining.
 //! - `nvme.rs`: the NVMe/TCP front end (NBD's is `input.rs`, `slot.rs`'s
 //!   reply encoding and the handshake in `proto`).
-//! - `trace.rs`: the last request state changes, for `iopace rpc trace`.
+//! - `trace.rs`: the ring of the last request state changes, which
+//!   `Engine::trace` reads for `iopace rpc trace`.
 
 mod conn;
 mod ids;
