@@ -17,6 +17,7 @@
 //! - `life.rs`: accepting, closing, timeouts, draining.
 //! - `trace.rs`: the last request state changes, for `iopace rpc trace`.
 
+mod audit;
 mod conn;
 mod ids;
 mod input;
