@@ -418,11 +418,16 @@ impl ReactorBufs {
     }
 
     /// The class and count of buffers `len` bytes take: one of the
-    /// smallest class it fits, or large pieces.
+    /// smallest class it fits that has buffers, or large pieces. (A small
+    /// class too big for its share of the small buffers' bytes has none:
+    /// an IO queued there would wait forever.)
     fn class_for(&self, len: u32) -> (usize, u32) {
         let classes = &self.pool.classes;
         let large = classes.len() - 1;
-        match classes[..large].iter().position(|c| len <= c.size) {
+        match classes[..large]
+            .iter()
+            .position(|c| len <= c.size && c.count > 0)
+        {
             Some(class) => (class, 1),
             None => (large, self.buffers_for(len)),
         }
@@ -757,6 +762,22 @@ mod tests {
         );
         let none = PoolConfig::large_only(2, 131072, 0);
         assert_eq!(none.classes().len(), 1);
+    }
+
+    /// Found by `iopace sim --faults`: one 8 KiB small buffer makes 16,
+    /// 32 KiB classes of none; an IO that fits them took its place in
+    /// their queue and waited forever.
+    #[test]
+    fn an_io_whose_class_has_no_buffers_takes_a_large_one() {
+        let p = two_classes(2, 1);
+        let (mut a, _) = reactor(&p);
+        let mid = ready(a.alloc(20000, 1));
+        assert_eq!((mid.len(), p.size_of(mid[0])), (1, 65536));
+        let small = ready(a.alloc(4096, 2));
+        assert_eq!(p.size_of(small[0]), 8192);
+        a.free(&mid);
+        a.free(&small);
+        assert_eq!(p.free_total(), u64::from(p.total()));
     }
 
     #[test]
