@@ -10,10 +10,11 @@ use pace::pacer::{
 };
 
 fn config(mode: Mode) -> PacingConfig {
-    let mut cfg = PacingConfig::default();
-    cfg.mode = mode;
-    cfg.tenants = vec![TenantConfig::new("a", 1.0), TenantConfig::new("b", 2.0)];
-    cfg
+    PacingConfig {
+        mode,
+        tenants: vec![TenantConfig::new("a", 1.0), TenantConfig::new("b", 2.0)],
+        ..PacingConfig::default()
+    }
 }
 
 #[test]

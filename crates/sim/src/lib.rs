@@ -5,6 +5,7 @@
 //! ([`scenario`]); [`report`] prints a sweep table per run (one row per QD).
 
 mod devices;
+pub mod faults;
 pub mod fuzz;
 mod hosts;
 pub mod oracle;

@@ -21,8 +21,18 @@ use crate::scenario::{DeviceKind, RunConfig, Scenario};
 /// Size of every export: past the farthest offset a host draws (2^32 4 KiB blocks).
 const EXPORT_SIZE: u64 = 1 << 46;
 
+/// What the fault fuzzer sets that a performance run leaves at the
+/// server's defaults: short timeouts that its faults reach (and no more
+/// request slots than the hosts' IOs need).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub timeouts: Timeouts,
+    pub drain_timeout: pace::Nanos,
+}
+
 pub struct Target {
     pub engines: Vec<Engine>,
+    pub pool: Arc<SharedPool>,
     catalog: Arc<Catalog>,
     /// Set by the pool's waker when a reactor has grants or must drain its
     /// cache: the simulator ticks that reactor's engine at once, as a woken
@@ -36,7 +46,13 @@ pub struct Target {
 impl Target {
     /// The target of `run`: its reactors, pool and exports; `slots` request
     /// slots per reactor.
-    pub fn new(sc: &Scenario, run: &RunConfig, devs: &[Dev], slots: u32) -> Target {
+    pub fn new(
+        sc: &Scenario,
+        run: &RunConfig,
+        devs: &[Dev],
+        slots: u32,
+        limits: Option<Limits>,
+    ) -> Target {
         let reactors = run.reactors.unwrap_or(sc.target.reactors);
         let tenants = run.pacing.tenants.len().max(1);
         let catalog = Arc::new(catalog(sc, run, devs.len(), tenants));
@@ -54,6 +70,18 @@ impl Target {
         let (pacers, qos) = pacers(sc, run, &catalog, devs, &qos_targets);
         let server = ServerConfig::default();
         let secs = |s: u64| s * 1_000_000_000;
+        let max_requests = match limits {
+            Some(_) => slots.max(1),
+            None => slots.max(server.max_requests_per_reactor),
+        };
+        let limits = limits.unwrap_or(Limits {
+            timeouts: Timeouts {
+                handshake: secs(server.handshake_timeout_s),
+                idle: secs(server.idle_timeout_s),
+                payload: secs(server.payload_timeout_s),
+            },
+            drain_timeout: secs(server.drain_timeout_s),
+        });
         let engines = pacers
             .into_iter()
             .enumerate()
@@ -64,13 +92,9 @@ impl Target {
                 }));
                 let settings = EngineSettings {
                     id,
-                    max_requests: slots.max(server.max_requests_per_reactor),
-                    drain_timeout: secs(server.drain_timeout_s),
-                    timeouts: Timeouts {
-                        handshake: secs(server.handshake_timeout_s),
-                        idle: secs(server.idle_timeout_s),
-                        payload: secs(server.payload_timeout_s),
-                    },
+                    max_requests,
+                    drain_timeout: limits.drain_timeout,
+                    timeouts: limits.timeouts,
                     payload_cap: PAYLOAD_CAP,
                 };
                 Engine::new(settings, catalog.clone(), bufs, pacer, 0)
@@ -78,6 +102,7 @@ impl Target {
             .collect();
         Target {
             engines,
+            pool,
             catalog,
             woken,
             tenants,

@@ -4,10 +4,8 @@
 //! [`Engine::audit`] after every event, and so does the simulator's fault
 //! fuzzer (`iopace sim --faults`); a driver never needs it.
 
-use std::collections::HashMap;
-
 use super::conn::{Conn, RecvOp};
-use super::ids::{ConnId, IoToken, ReqId};
+use super::ids::{IoToken, ReqId};
 use super::req::{PieceState, ReqState};
 use super::Engine;
 
@@ -20,14 +18,26 @@ macro_rules! ensure {
     };
 }
 
-/// Per connection: requests, commitments, WRITE pieces awaiting payload.
-type ConnBooks = (u32, u32, u32);
+/// What a connection's requests hold, counted from the requests.
+#[derive(Debug, Default)]
+struct ConnBooks {
+    requests: u32,
+    committed: u32,
+    /// WRITE pieces awaiting their payload.
+    pieces: u32,
+    /// READs waiting for their turn, and READs pending (`turns.rs`).
+    deferred: u32,
+    pending: u32,
+    /// Streamed READs pending, in slot order.
+    streams: Vec<ReqId>,
+}
 
 impl Engine {
     /// Checks every book against its second count; the first that does
-    /// not balance is returned, named.
+    /// not balance is returned, named. Linear in slots and connections.
     pub fn audit(&self) -> Result<(), String> {
-        let mut per_conn: HashMap<ConnId, ConnBooks> = HashMap::new();
+        let mut per_conn: Vec<ConnBooks> = Vec::new();
+        per_conn.resize_with(self.conns.len(), ConnBooks::default);
         let bufs = self.audit_requests(&mut per_conn)?;
         ensure!(
             self.bufs.in_use() == bufs,
@@ -54,8 +64,7 @@ impl Engine {
             self.stats.requests_in_flight()
         );
         for c in self.conns.iter().flatten() {
-            let books = per_conn.get(&c.id).copied().unwrap_or_default();
-            self.audit_conn(c, books)?;
+            self.audit_conn(c, &per_conn[c.id.index as usize])?;
         }
         self.audit_pacer()
     }
@@ -68,7 +77,7 @@ impl Engine {
 
     /// Each live request's books, added up per connection; returns the
     /// buffers the requests hold.
-    fn audit_requests(&self, per_conn: &mut HashMap<ConnId, ConnBooks>) -> Result<u64, String> {
+    fn audit_requests(&self, per_conn: &mut [ConnBooks]) -> Result<u64, String> {
         let mut bufs = 0u64;
         for (i, r) in self.reqs.iter().enumerate() {
             if r.state == ReqState::Free {
@@ -85,9 +94,17 @@ impl Engine {
                 "request {i} outlived {:?}",
                 r.conn
             );
-            let entry = per_conn.entry(r.conn).or_default();
-            entry.0 += 1;
-            entry.1 += self.commitment(ReqId(i as u32));
+            let id = ReqId(i as u32);
+            let books = &mut per_conn[r.conn.index as usize];
+            books.requests += 1;
+            books.committed += self.commitment(id);
+            books.deferred += u32::from(r.state == ReqState::Deferred);
+            if self.read_pending(id) {
+                books.pending += 1;
+                if r.streamed() {
+                    books.streams.push(id);
+                }
+            }
             if r.streamed() {
                 // A streamed READ's window is its own.
                 ensure!(
@@ -109,14 +126,14 @@ impl Engine {
                         PieceState::Pacing | PieceState::NeedBuffer | PieceState::Filling
                     )
                 });
-                entry.2 += awaiting.count() as u32;
+                books.pieces += awaiting.count() as u32;
             }
         }
         Ok(bufs)
     }
 
     /// One connection's books against what its requests hold.
-    fn audit_conn(&self, c: &Conn, (n, committed, pieces): ConnBooks) -> Result<(), String> {
+    fn audit_conn(&self, c: &Conn, books: &ConnBooks) -> Result<(), String> {
         if let RecvOp::Direct(r) = c.recv {
             // The kernel writes into that buffer: it must still be ours.
             let req = &self.reqs[r.index()];
@@ -143,24 +160,27 @@ impl Engine {
             c.id,
             c.streams_out
         );
-        self.audit_turns(c)?;
+        self.audit_turns(c, books)?;
         ensure!(
-            c.requests == n,
-            "{:?} requests {} vs. {n}",
+            c.requests == books.requests,
+            "{:?} requests {} vs. {}",
             c.id,
-            c.requests
+            c.requests,
+            books.requests
         );
         ensure!(
-            c.committed == committed,
-            "{:?} commitments {} vs. {committed}",
+            c.committed == books.committed,
+            "{:?} commitments {} vs. {}",
             c.id,
-            c.committed
+            c.committed,
+            books.committed
         );
         ensure!(
-            c.payload_pieces == pieces,
-            "{:?} payload pieces {} vs. {pieces}",
+            c.payload_pieces == books.pieces,
+            "{:?} payload pieces {} vs. {}",
             c.id,
-            c.payload_pieces
+            c.payload_pieces,
+            books.pieces
         );
         ensure!(
             c.payload_pieces <= self.payload_cap,
@@ -171,54 +191,40 @@ impl Engine {
     }
 
     /// A connection's READ turns (`turns.rs`) against its requests: the
-    /// waiting ones are in its queue in order, the pending ones counted,
-    /// and a stream runs alone.
-    fn audit_turns(&self, c: &Conn) -> Result<(), String> {
-        let mine = (0..self.reqs.len() as u32)
-            .map(ReqId)
-            .filter(|r| {
-                let req = &self.reqs[r.index()];
-                req.conn == c.id && req.state != ReqState::Free
-            })
-            .collect::<Vec<_>>();
-        let deferred = mine
-            .iter()
-            .filter(|r| self.reqs[r.index()].state == ReqState::Deferred)
-            .count();
+    /// waiting ones are in its queue, the pending ones counted, and a
+    /// stream runs alone.
+    fn audit_turns(&self, c: &Conn, books: &ConnBooks) -> Result<(), String> {
         ensure!(
-            c.deferred.len() == deferred,
-            "{:?} READs deferred {} vs. {deferred}",
+            c.deferred.len() == books.deferred as usize,
+            "{:?} READs deferred {} vs. {}",
             c.id,
-            c.deferred.len()
+            c.deferred.len(),
+            books.deferred
         );
         for r in &c.deferred {
+            let req = &self.reqs[r.index()];
             ensure!(
-                self.reqs[r.index()].state == ReqState::Deferred,
+                req.state == ReqState::Deferred && req.conn == c.id,
                 "{:?}: {r:?} queued for its turn, not deferred",
                 c.id
             );
         }
-        let pending: Vec<ReqId> = mine.into_iter().filter(|r| self.read_pending(*r)).collect();
         ensure!(
-            c.reads_pending as usize == pending.len(),
+            c.reads_pending == books.pending,
             "{:?} READs pending {} vs. {}",
             c.id,
             c.reads_pending,
-            pending.len()
+            books.pending
         );
-        let streams: Vec<ReqId> = pending
-            .iter()
-            .copied()
-            .filter(|r| self.reqs[r.index()].streamed())
-            .collect();
         ensure!(
-            c.stream.into_iter().collect::<Vec<_>>() == streams,
-            "{:?} stream {:?} vs. {streams:?}",
+            c.stream.into_iter().eq(books.streams.iter().copied()),
+            "{:?} stream {:?} vs. {:?}",
             c.id,
-            c.stream
+            c.stream,
+            books.streams
         );
         ensure!(
-            c.stream.is_none() || pending.len() == 1,
+            c.stream.is_none() || books.pending == 1,
             "{:?}: a stream beside other READs",
             c.id
         );
