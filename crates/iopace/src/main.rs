@@ -92,6 +92,18 @@ struct BenchArgs {
     vars: Vec<(String, String)>,
 }
 
+/// `iopace sim --faults SEED ...`.
+fn sim_faults(args: SimArgs) -> ExitCode {
+    let faults = sim::faults::FaultArgs {
+        seed: args.faults.unwrap_or(0),
+        count: args.count,
+        index: args.index,
+        json: args.json,
+        jobs: args.jobs,
+    };
+    ExitCode::from(sim::faults::faults(&faults) as u8)
+}
+
 fn parse_var(s: &str) -> Result<(String, String), String> {
     let (name, value) = s
         .split_once('=')
@@ -202,10 +214,8 @@ const DEFAULT_LOG: &str = "info,rustls=error";
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The fault fuzzer closes connections by the thousand: only warnings.
-    let default_log = match &cli.command {
-        Cmd::Sim(a) if a.faults.is_some() => "warn",
-        _ => DEFAULT_LOG,
-    };
+    let quiet = matches!(&cli.command, Cmd::Sim(a) if a.faults.is_some());
+    let default_log = if quiet { "warn" } else { DEFAULT_LOG };
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -237,16 +247,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Sim(args) if args.faults.is_some() => {
-            let faults = sim::faults::FaultArgs {
-                seed: args.faults.unwrap_or(0),
-                count: args.count,
-                index: args.index,
-                json: args.json,
-                jobs: args.jobs,
-            };
-            ExitCode::from(sim::faults::faults(&faults) as u8)
-        }
+        Cmd::Sim(args) if args.faults.is_some() => sim_faults(args),
         Cmd::Sim(args) if args.fuzz.is_some() => {
             let fuzz = sim::fuzz::FuzzArgs {
                 seed: args.fuzz.unwrap_or(0),

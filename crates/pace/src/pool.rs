@@ -764,22 +764,6 @@ mod tests {
         assert_eq!(none.classes().len(), 1);
     }
 
-    /// Found by `iopace sim --faults`: one 8 KiB small buffer makes 16,
-    /// 32 KiB classes of none; an IO that fits them took its place in
-    /// their queue and waited forever.
-    #[test]
-    fn an_io_whose_class_has_no_buffers_takes_a_large_one() {
-        let p = two_classes(2, 1);
-        let (mut a, _) = reactor(&p);
-        let mid = ready(a.alloc(20000, 1));
-        assert_eq!((mid.len(), p.size_of(mid[0])), (1, 65536));
-        let small = ready(a.alloc(4096, 2));
-        assert_eq!(p.size_of(small[0]), 8192);
-        a.free(&mid);
-        a.free(&small);
-        assert_eq!(p.free_total(), u64::from(p.total()));
-    }
-
     #[test]
     fn a_small_io_takes_one_small_buffer_and_a_large_one_pieces() {
         let p = two_classes(4, 8);

@@ -131,6 +131,19 @@ pub(crate) struct Sim<'a> {
     faults: Option<Box<faults::Faults>>,
 }
 
+/// One direction of every target port, each host a flow on its own.
+fn ports(sc: &Scenario, hosts: &[Host]) -> Vec<Port> {
+    let mut ports: Vec<Port> = sc
+        .ports
+        .iter()
+        .map(|p| Port::new(p.rate_gbps * 1e9))
+        .collect();
+    for (i, h) in hosts.iter().enumerate() {
+        ports[h.port].add_flow(i, sc.hosts[h.group].link_gbps.map(|r| r * 1e9));
+    }
+    ports
+}
+
 impl<'a> Sim<'a> {
     pub fn new(sc: &'a Scenario, run: &RunConfig, qd: u32) -> Sim<'a> {
         Sim::build(sc, run, qd, None)
@@ -155,21 +168,7 @@ impl<'a> Sim<'a> {
         }
         let most = slots.into_iter().max().unwrap_or(0);
         let target = Target::new(sc, run, &devs, most, limits);
-        let mut egress: Vec<Port> = sc
-            .ports
-            .iter()
-            .map(|p| Port::new(p.rate_gbps * 1e9))
-            .collect();
-        let mut ingress: Vec<Port> = sc
-            .ports
-            .iter()
-            .map(|p| Port::new(p.rate_gbps * 1e9))
-            .collect();
-        for (i, h) in hosts.iter().enumerate() {
-            let link = sc.hosts[h.group].link_gbps.map(|r| r * 1e9);
-            egress[h.port].add_flow(i, link);
-            ingress[h.port].add_flow(i, link);
-        }
+        let (egress, ingress) = (ports(sc, &hosts), ports(sc, &hosts));
         let mut sim = Sim {
             sc,
             trace_tag: format!("run={:?} qd={qd}", run.label),
