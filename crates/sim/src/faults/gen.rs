@@ -187,5 +187,6 @@ fn plan(r: &mut SmallRng, seed: u64, modes: Vec<PacingConfig>) -> FaultPlan {
             payload: pick(r, &[5, 30, 200]) * ms,
         },
         drain_timeout: pick(r, &[10, 50, 200]) * ms,
+        engine_delay_us: pick(r, &[0, 0, 20, 500]),
     }
 }

@@ -38,6 +38,7 @@ impl<'a> Sim<'a> {
         let limits = Limits {
             timeouts: plan.timeouts,
             drain_timeout: plan.drain_timeout,
+            engine_delay_us: plan.engine_delay_us,
         };
         let mut sim = Sim::build(sc, run, qd, Some(limits));
         let faults = Faults::new(plan, sim.hosts.len(), sim.target.engines.len());

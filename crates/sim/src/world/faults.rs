@@ -40,6 +40,8 @@ pub struct FaultPlan {
     pub run_for: Nanos,
     pub timeouts: Timeouts,
     pub drain_timeout: Nanos,
+    /// A delay layer in every device's bdev (see `Limits`), us; 0: none.
+    pub engine_delay_us: u64,
 }
 
 /// The timed faults.
