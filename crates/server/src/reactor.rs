@@ -17,7 +17,7 @@ use pace::Nanos;
 
 use crate::config::{PollMode, SpliceMode};
 use crate::engine::{
-    Action, ConnId, Engine, EngineSettings, IoToken, Received, Sent, Timeouts, PAYLOAD_CAP,
+    Action, ConnId, Engine, EngineSettings, IoToken, Opening, Received, Sent, Timeouts, PAYLOAD_CAP,
 };
 use crate::exports::Catalog;
 use crate::gather::GatherTrial;
@@ -30,6 +30,8 @@ use crate::stats::ReactorStats;
 pub enum Msg {
     /// A connection and its peer's description.
     NewConn(OwnedFd, String),
+    /// An NVMe/TCP connection and its peer's description.
+    NewNvme(OwnedFd, String),
     /// A connection whose handshake began elsewhere (a TLS listener's
     /// thread): resume it. The fd is plaintext (a TLS relay's socketpair end).
     Resume(OwnedFd, Box<proto::Handshake>, String),
@@ -760,8 +762,9 @@ impl Reactor {
         };
         for msg in msgs {
             match msg {
-                Msg::NewConn(fd, peer) => self.add_conn(fd, None, &peer),
-                Msg::Resume(fd, hs, peer) => self.add_conn(fd, Some(hs), &peer),
+                Msg::NewConn(fd, peer) => self.add_conn(fd, Opening::Nbd(None), &peer),
+                Msg::NewNvme(fd, peer) => self.add_conn(fd, Opening::Nvme, &peer),
+                Msg::Resume(fd, hs, peer) => self.add_conn(fd, Opening::Nbd(Some(hs)), &peer),
                 Msg::Stats(reply) => {
                     let mut snapshot = self.engine.snapshot(self.now);
                     snapshot.gathering = self.batch_wait_us > 0 && self.gather.gathering();
@@ -777,8 +780,8 @@ impl Reactor {
         }
     }
 
-    fn add_conn(&mut self, fd: OwnedFd, handshake: Option<Box<proto::Handshake>>, peer: &str) {
-        let Some(conn) = self.engine.accept(self.now, handshake) else {
+    fn add_conn(&mut self, fd: OwnedFd, opening: Opening, peer: &str) {
+        let Some(conn) = self.engine.open(self.now, opening) else {
             // Draining: dropping the fd closes it.
             self.conn_gone();
             return;

@@ -6,7 +6,7 @@
 
 use super::conn::{Conn, RecvOp};
 use super::ids::{IoToken, ReqId};
-use super::req::{PieceState, ReqState};
+use super::slot::{PieceState, ReqStage};
 use super::Engine;
 
 /// Returns the broken book as an error, naming it.
@@ -51,7 +51,7 @@ impl Engine {
         let live = self
             .reqs
             .iter()
-            .filter(|r| r.state != ReqState::Free)
+            .filter(|r| r.state != ReqStage::Free)
             .count();
         ensure!(
             self.requests_in_use() == live,
@@ -80,7 +80,7 @@ impl Engine {
     fn audit_requests(&self, per_conn: &mut [ConnBooks]) -> Result<u64, String> {
         let mut bufs = 0u64;
         for (i, r) in self.reqs.iter().enumerate() {
-            if r.state == ReqState::Free {
+            if r.state == ReqStage::Free {
                 ensure!(
                     r.bufs.is_empty() && r.pieces.is_empty(),
                     "free slot {i} holds data"
@@ -98,7 +98,7 @@ impl Engine {
             let books = &mut per_conn[r.conn.index as usize];
             books.requests += 1;
             books.committed += self.commitment(id);
-            books.deferred += u32::from(r.state == ReqState::Deferred);
+            books.deferred += u32::from(r.state == ReqStage::Deferred);
             if self.read_pending(id) {
                 books.pending += 1;
                 if r.streamed() {
@@ -139,7 +139,7 @@ impl Engine {
             let req = &self.reqs[r.index()];
             let k = req.filling_piece(self.buf_size) as usize;
             ensure!(
-                req.state == ReqState::Payload,
+                req.state == ReqStage::Payload,
                 "{:?} receives into a dead write",
                 c.id
             );
@@ -194,37 +194,37 @@ impl Engine {
     /// waiting ones are in its queue, the pending ones counted, and a
     /// stream runs alone.
     fn audit_turns(&self, c: &Conn, books: &ConnBooks) -> Result<(), String> {
+        let waiting = c.turns.waiting().count();
         ensure!(
-            c.deferred.len() == books.deferred as usize,
-            "{:?} READs deferred {} vs. {}",
+            waiting == books.deferred as usize,
+            "{:?} READs deferred {waiting} vs. {}",
             c.id,
-            c.deferred.len(),
             books.deferred
         );
-        for r in &c.deferred {
+        for r in c.turns.waiting() {
             let req = &self.reqs[r.index()];
             ensure!(
-                req.state == ReqState::Deferred && req.conn == c.id,
+                req.state == ReqStage::Deferred && req.conn == c.id,
                 "{:?}: {r:?} queued for its turn, not deferred",
                 c.id
             );
         }
         ensure!(
-            c.reads_pending == books.pending,
+            c.turns.pending() == books.pending,
             "{:?} READs pending {} vs. {}",
             c.id,
-            c.reads_pending,
+            c.turns.pending(),
             books.pending
         );
+        let stream = c.turns.stream();
         ensure!(
-            c.stream.into_iter().eq(books.streams.iter().copied()),
-            "{:?} stream {:?} vs. {:?}",
+            stream.into_iter().eq(books.streams.iter().copied()),
+            "{:?} stream {stream:?} vs. {:?}",
             c.id,
-            c.stream,
             books.streams
         );
         ensure!(
-            c.stream.is_none() || books.pending == 1,
+            stream.is_none() || books.pending == 1,
             "{:?}: a stream beside other READs",
             c.id
         );
@@ -240,8 +240,8 @@ impl Engine {
             let id = ReqId(i as u32);
             if r.paced {
                 let want = match r.state {
-                    ReqState::Free | ReqState::Deferred => Paced::Out,
-                    ReqState::Pacing => Paced::Queued,
+                    ReqStage::Free | ReqStage::Deferred => Paced::Out,
+                    ReqStage::Pacing => Paced::Queued,
                     _ => Paced::InFlight,
                 };
                 bytes += self.audit_paced(IoToken::whole(id), want, r.len, &mut queued)?;
