@@ -94,6 +94,18 @@ struct BenchArgs {
     vars: Vec<(String, String)>,
 }
 
+/// `iopace sim --faults SEED ...`.
+fn sim_faults(args: SimArgs) -> ExitCode {
+    let faults = sim::faults::FaultArgs {
+        seed: args.faults.unwrap_or(0),
+        count: args.count,
+        index: args.index,
+        json: args.json,
+        jobs: args.jobs,
+    };
+    ExitCode::from(sim::faults::faults(&faults) as u8)
+}
+
 fn parse_var(s: &str) -> Result<(String, String), String> {
     let (name, value) = s
         .split_once('=')
@@ -104,23 +116,29 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
 #[derive(Args)]
 struct SimArgs {
     /// Scenario files, e.g. scenarios/sim/test03_none.toml.
-    #[arg(required_unless_present = "fuzz", value_name = "SCENARIO.toml")]
+    #[arg(required_unless_present_any = ["fuzz", "faults"], value_name = "SCENARIO.toml")]
     scenarios: Vec<String>,
     /// Generate random scenarios from this seed instead, run each under
     /// `auto` and score it against the fairness oracle.
     #[arg(long, value_name = "SEED", conflicts_with = "scenarios")]
     fuzz: Option<u64>,
-    /// With --fuzz: how many cases.
-    #[arg(long, default_value_t = 100, requires = "fuzz")]
+    /// Generate small random targets from this seed instead and run each
+    /// under faults (device errors and stalls, resets, clients that stop
+    /// reading, link flaps, pacing switches, drains), checking the engine's
+    /// books after every event and that every IO and buffer comes back.
+    #[arg(long, value_name = "SEED", conflicts_with_all = ["scenarios", "fuzz"])]
+    faults: Option<u64>,
+    /// With --fuzz or --faults: how many cases.
+    #[arg(long, default_value_t = 100)]
     count: u64,
-    /// With --fuzz: only this case (the repro the report prints).
-    #[arg(long, requires = "fuzz")]
+    /// With --fuzz or --faults: only this case (the repro the report prints).
+    #[arg(long)]
     index: Option<u64>,
     /// With --fuzz: write each failing case's scenario file here.
     #[arg(long, value_name = "DIR", requires = "fuzz")]
     out: Option<PathBuf>,
-    /// With --fuzz: worker threads (default: one per core).
-    #[arg(long, requires = "fuzz")]
+    /// With --fuzz or --faults: worker threads (default: one per core).
+    #[arg(long)]
     jobs: Option<usize>,
     /// Print JSON instead of tables.
     #[arg(long)]
@@ -197,11 +215,14 @@ const DEFAULT_LOG: &str = "info,rustls=error";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The fault fuzzer closes connections by the thousand: only warnings.
+    let quiet = matches!(&cli.command, Cmd::Sim(a) if a.faults.is_some());
+    let default_log = if quiet { "warn" } else { DEFAULT_LOG };
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("IOPACE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
         );
     match cli.log_format {
         LogFormat::Text => logs
@@ -228,6 +249,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Sim(args) if args.faults.is_some() => sim_faults(args),
         Cmd::Sim(args) if args.fuzz.is_some() => {
             let fuzz = sim::fuzz::FuzzArgs {
                 seed: args.fuzz.unwrap_or(0),

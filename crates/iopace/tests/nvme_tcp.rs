@@ -573,3 +573,101 @@ fn set_pacing_reaches_nvme_connections() {
     let st = q.command(r, &[]).0;
     assert_eq!(st, 0, "{}", server.log_text());
 }
+
+/// The fault bdev over NVMe/TCP (issue 38): a failed IO comes back with
+/// the NVMe status for its errno (EIO and ENOMEM: Internal Error, as
+/// SPDK's target answers a failed bdev IO; ENOSPC: Capacity Exceeded;
+/// EPERM: Namespace Is Write Protected; EINVAL: Invalid Field), for a
+/// 512-byte READ and for a 1 MiB WRITE whose data came by R2T; IO outside
+/// the failing range, and the queue, carry on.
+#[test]
+fn fault_bdev_errors_come_back_as_nvme_status_codes() {
+    let port = free_port();
+    let body = "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"16MiB\"\n\n\
+        [[bdev]]\nname = \"flaky\"\nkind = \"fault\"\nbase = \"m0\"\n\
+        fail_range = { offset = 1048576, length = 1048576 }\n\n\
+        [[export]]\nname = \"default\"\nbdev = \"flaky\"\n";
+    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
+    let server = Server::start_full(&extra, body, "num_shared_buffers = 64");
+    let (_a, cntlid) = admin_queue(port, 0);
+    let mut q = Host::connect(port);
+    let (s, d) = connect_cmd(1, 0, cntlid);
+    assert_eq!(q.command(s, &d).0, 0);
+    let read = |cid: u16, lba: u32| {
+        let mut r = Sqe::new(io::READ, cid);
+        r.set_nsid(1);
+        r.set_cdw(10, lba);
+        r.set_sgl(Sgl {
+            address: 0,
+            length: 512,
+            id: sgl::TRANSPORT_DATA_BLOCK,
+        });
+        r
+    };
+    for (cid, (errno, status)) in [
+        ("EIO", 0x006),
+        ("ENOMEM", 0x006),
+        ("ENOSPC", 0x081),
+        ("EPERM", 0x020),
+        ("EINVAL", 0x002),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cid = 10 * cid as u16;
+        let params = format!(r#"{{"bdev":"flaky","errno":"{errno}"}}"#);
+        let out = Command::new(common::BIN)
+            .args(["rpc", "set_fault", &params, "--rpc"])
+            .arg(&server.rpc)
+            .output()
+            .expect("iopace rpc");
+        assert!(out.status.success(), "{params}: {out:?}");
+        assert_eq!(q.command(read(cid, 2048), &[]).0, status, "READ, {errno}");
+        assert_eq!(
+            q.command(read(cid + 1, 0), &[]).0,
+            0,
+            "READ outside, {errno}"
+        );
+        assert_eq!(
+            write_by_r2t(&mut q, cid + 2, 2048),
+            status,
+            "WRITE, {errno}"
+        );
+        assert_eq!(
+            write_by_r2t(&mut q, cid + 3, 4096),
+            0,
+            "WRITE outside, {errno}"
+        );
+    }
+}
+
+/// A 1 MiB WRITE at `lba`, its data sent as the R2Ts ask; its status.
+fn write_by_r2t(q: &mut Host, cid: u16, lba: u32) -> u16 {
+    q.send(Pdu::CapsuleCmd(big_write(cid, lba), &[]));
+    let data = vec![0x3Cu8; 128 << 10];
+    loop {
+        let (t, b) = q.recv();
+        match t {
+            // An R2T: its tag, offset and length.
+            9 => {
+                let ttag = u16::from_le_bytes([b[10], b[11]]);
+                let at = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
+                let len = u32::from_le_bytes([b[16], b[17], b[18], b[19]]);
+                for k in 0..len.div_ceil(128 << 10) {
+                    let off = k * (128 << 10);
+                    let n = (len - off).min(128 << 10) as usize;
+                    let h = DataHdr {
+                        cccid: cid,
+                        ttag,
+                        datao: at + off,
+                        last: off + n as u32 == len,
+                        success: false,
+                    };
+                    q.send(Pdu::H2CData(h, &data[..n]));
+                }
+            }
+            5 => return (u16::from_le_bytes([b[22], b[23]]) >> 1) & 0x7FF,
+            t => panic!("PDU type {t} during a WRITE"),
+        }
+    }
+}

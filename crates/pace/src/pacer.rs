@@ -471,6 +471,11 @@ impl Pacer {
     fn release_bypassed(&mut self, now: Nanos, out: &mut Vec<u64>) {
         for io in std::mem::take(&mut self.bypassed) {
             self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
+            // The gate counts every flight it will see land (none of
+            // these is light: it bypassed the pacer).
+            if let Some(g) = &self.gate {
+                g.released(io.tenant, false, now);
+            }
             self.take_flight(io, false, u64::from(io.bytes), now);
             out.push(io.id);
         }

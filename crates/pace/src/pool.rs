@@ -418,11 +418,16 @@ impl ReactorBufs {
     }
 
     /// The class and count of buffers `len` bytes take: one of the
-    /// smallest class it fits, or large pieces.
+    /// smallest class it fits that has buffers, or large pieces. (A small
+    /// class too big for its share of the small buffers' bytes has none:
+    /// an IO queued there would wait forever.)
     fn class_for(&self, len: u32) -> (usize, u32) {
         let classes = &self.pool.classes;
         let large = classes.len() - 1;
-        match classes[..large].iter().position(|c| len <= c.size) {
+        match classes[..large]
+            .iter()
+            .position(|c| len <= c.size && c.count > 0)
+        {
             Some(class) => (class, 1),
             None => (large, self.buffers_for(len)),
         }

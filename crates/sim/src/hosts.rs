@@ -21,6 +21,8 @@ pub(crate) struct Host {
     pub delivered: u64,
     /// Bytes per slot, for the BW STDDEV column.
     pub slots: Vec<u64>,
+    /// Its link is down until then (a fault).
+    pub down_until: Nanos,
 }
 
 /// One host's connection before the target accepts it.
@@ -77,6 +79,7 @@ pub(crate) fn hosts(
                 read_pct: run.read_pct.unwrap_or(g.read_pct),
                 delivered: 0,
                 slots: Vec::new(),
+                down_until: 0,
             });
         }
     }

@@ -5,8 +5,10 @@
 //! ([`scenario`]); [`report`] prints a sweep table per run (one row per QD).
 
 mod devices;
+pub mod faults;
 pub mod fuzz;
 mod hosts;
+mod jobs;
 pub mod oracle;
 mod ports;
 pub mod report;

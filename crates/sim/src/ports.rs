@@ -95,6 +95,14 @@ impl Port {
         self.rate_bps = rate_bps;
     }
 
+    /// Flow `flow`'s host link is down until `until` (a link flap): it
+    /// sends nothing before then.
+    pub fn hold(&mut self, flow: usize, until: Nanos) {
+        if let Some(f) = self.flows.get_mut(flow) {
+            f.link_free_at = f.link_free_at.max(until);
+        }
+    }
+
     /// Flow `flow` crosses a host link of `link_bps` (bits/s), if any.
     pub fn add_flow(&mut self, flow: usize, link_bps: Option<f64>) {
         if self.flows.len() <= flow {

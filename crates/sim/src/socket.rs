@@ -25,6 +25,8 @@ enum Inbound {
     },
     /// A WRITE's payload: `left` bytes still to cross.
     Payload { left: u32 },
+    /// The host hung up (arrives at `at`).
+    Eof { at: Nanos },
 }
 
 /// What the engine's posted recv can take now.
@@ -35,6 +37,8 @@ pub enum Feed {
     Copied(usize),
     /// This many payload bytes must cross the links first.
     Cross(u32),
+    /// The host hung up: the recv reads end of file.
+    Eof,
 }
 
 /// Bytes of one reply handed to the port at once: the whole reply, or the
@@ -80,6 +84,40 @@ pub struct Sock {
     parser: ReplyParser,
     /// Chunks on the port, in order.
     in_port: VecDeque<Chunk>,
+    /// What faults did to it (`iopace sim --faults`).
+    pub fate: Fate,
+    /// The host stopped reading: new chunks wait here, not on the port.
+    pub paused: bool,
+    pub held: Vec<Chunk>,
+}
+
+/// A connection's state under faults: up, or on its way down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fate {
+    /// The host reset it: operations fail with ECONNRESET.
+    pub reset: bool,
+    /// The engine shut it down: reads end (both ways: sends fail too).
+    pub shut: Option<Shut>,
+    /// The engine closed it.
+    pub closed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shut {
+    Read,
+    Both,
+}
+
+impl Fate {
+    /// Sends can no longer reach the host.
+    pub fn down(&self) -> bool {
+        self.reset || self.closed || self.shut == Some(Shut::Both)
+    }
+
+    /// Recvs can no longer read the host's bytes.
+    pub fn deaf(&self) -> bool {
+        self.down() || self.shut.is_some()
+    }
 }
 
 impl Sock {
@@ -98,7 +136,41 @@ impl Sock {
             sending: false,
             parser: ReplyParser::default(),
             in_port: VecDeque::new(),
+            fate: Fate::default(),
+            paused: false,
+            held: Vec::new(),
         }
+    }
+
+    /// A send posted on a connection that is down: it waits to fail.
+    pub fn hold_send(&mut self) {
+        debug_assert!(!self.sending, "two sends posted on {:?}", self.conn);
+        self.sending = true;
+    }
+
+    /// The host hangs up after what it sent.
+    pub fn send_eof(&mut self, at: Nanos) {
+        self.inbound.push_back(Inbound::Eof { at });
+    }
+
+    /// A WRITE's payload is on its way in (still to send or crossing).
+    pub fn mid_payload(&self) -> bool {
+        self.crossing.is_some()
+            || self
+                .inbound
+                .iter()
+                .any(|i| matches!(i, Inbound::Payload { .. }))
+    }
+
+    /// Takes back the posted recv (it fails): true if one was posted.
+    pub fn cancel_recv(&mut self) -> bool {
+        self.crossing = None;
+        self.recv.take().is_some()
+    }
+
+    /// Takes back the posted send (it fails): true if one was posted.
+    pub fn cancel_send(&mut self) -> bool {
+        std::mem::take(&mut self.sending)
     }
 
     /// The host sent `data` (and then `payload` bytes), arriving at `at`.
@@ -139,6 +211,10 @@ impl Sock {
                     if *taken == data.len() {
                         self.inbound.pop_front();
                     }
+                }
+                Some(Inbound::Eof { at }) if n == 0 && *at <= now => {
+                    self.recv = None;
+                    return Feed::Eof;
                 }
                 Some(Inbound::Payload { left }) if n == 0 => {
                     let k = (*left).min(len.min(u32::MAX as usize) as u32);

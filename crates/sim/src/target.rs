@@ -21,8 +21,21 @@ use crate::scenario::{DeviceKind, RunConfig, Scenario};
 /// Size of every export: past the farthest offset a host draws (2^32 4 KiB blocks).
 const EXPORT_SIZE: u64 = 1 << 46;
 
+/// What the fault fuzzer sets that a performance run leaves at the
+/// server's defaults: short timeouts that its faults reach (and no more
+/// request slots than the hosts' IOs need).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub timeouts: Timeouts,
+    /// A delay layer in each device's bdev, this many microseconds on
+    /// average (0: none): completions the engine holds on its own timers.
+    pub engine_delay_us: u64,
+    pub drain_timeout: pace::Nanos,
+}
+
 pub struct Target {
     pub engines: Vec<Engine>,
+    pub pool: Arc<SharedPool>,
     catalog: Arc<Catalog>,
     /// Set by the pool's waker when a reactor has grants or must drain its
     /// cache: the simulator ticks that reactor's engine at once, as a woken
@@ -36,10 +49,17 @@ pub struct Target {
 impl Target {
     /// The target of `run`: its reactors, pool and exports; `slots` request
     /// slots per reactor.
-    pub fn new(sc: &Scenario, run: &RunConfig, devs: &[Dev], slots: u32) -> Target {
+    pub fn new(
+        sc: &Scenario,
+        run: &RunConfig,
+        devs: &[Dev],
+        slots: u32,
+        limits: Option<Limits>,
+    ) -> Target {
         let reactors = run.reactors.unwrap_or(sc.target.reactors);
         let tenants = run.pacing.tenants.len().max(1);
-        let catalog = Arc::new(catalog(sc, run, devs.len(), tenants));
+        let delay_us = limits.map_or(0, |l| l.engine_delay_us);
+        let catalog = Arc::new(catalog(sc, run, devs.len(), tenants, delay_us));
         let pool = SharedPool::new(catalog_buffers(sc, run).pool())
             // Scenario validation checks the buffer size and count.
             .unwrap_or_else(|e| panic!("scenario {}: buffer pool: {e}", sc.name));
@@ -54,6 +74,19 @@ impl Target {
         let (pacers, qos) = pacers(sc, run, &catalog, devs, &qos_targets);
         let server = ServerConfig::default();
         let secs = |s: u64| s * 1_000_000_000;
+        let max_requests = match limits {
+            Some(_) => slots.max(1),
+            None => slots.max(server.max_requests_per_reactor),
+        };
+        let limits = limits.unwrap_or(Limits {
+            timeouts: Timeouts {
+                handshake: secs(server.handshake_timeout_s),
+                idle: secs(server.idle_timeout_s),
+                payload: secs(server.payload_timeout_s),
+            },
+            drain_timeout: secs(server.drain_timeout_s),
+            engine_delay_us: 0,
+        });
         let engines = pacers
             .into_iter()
             .enumerate()
@@ -64,13 +97,9 @@ impl Target {
                 }));
                 let settings = EngineSettings {
                     id,
-                    max_requests: slots.max(server.max_requests_per_reactor),
-                    drain_timeout: secs(server.drain_timeout_s),
-                    timeouts: Timeouts {
-                        handshake: secs(server.handshake_timeout_s),
-                        idle: secs(server.idle_timeout_s),
-                        payload: secs(server.payload_timeout_s),
-                    },
+                    max_requests,
+                    drain_timeout: limits.drain_timeout,
+                    timeouts: limits.timeouts,
                     payload_cap: PAYLOAD_CAP,
                 };
                 Engine::new(settings, catalog.clone(), bufs, pacer, 0)
@@ -78,6 +107,7 @@ impl Target {
             .collect();
         Target {
             engines,
+            pool,
             catalog,
             woken,
             tenants,
@@ -135,13 +165,14 @@ fn catalog_buffers(sc: &Scenario, run: &RunConfig) -> BufferConfig {
 
 /// The server's catalog for the run: a null bdev per device, an export per
 /// (device, tenant), each tenant listing its exports.
-fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Catalog {
-    let bdevs = (0..devices)
-        .map(|d| BdevSpec {
-            size: Some(ByteSize(EXPORT_SIZE)),
-            ..BdevSpec::new(&format!("d{d}"), BdevKindName::Null)
-        })
-        .collect();
+fn catalog(
+    sc: &Scenario,
+    run: &RunConfig,
+    devices: usize,
+    tenants: usize,
+    delay_us: u64,
+) -> Catalog {
+    let bdevs = (0..devices).flat_map(|d| bdevs(d, delay_us)).collect();
     let exports = (0..devices)
         .flat_map(|d| (0..tenants).map(move |t| (d, t)))
         .map(|(d, t)| ExportConfig {
@@ -177,6 +208,26 @@ fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Ca
     };
     // Null bdevs of a fixed size and generated names cannot fail to build.
     Catalog::build(&loaded).unwrap_or_else(|e| panic!("scenario {}: catalog: {e}", sc.name))
+}
+
+/// Device `d`'s bdev `d{d}`: null, or a delay layer over a null one.
+fn bdevs(d: usize, delay_us: u64) -> Vec<BdevSpec> {
+    let null = |name: &str| BdevSpec {
+        size: Some(ByteSize(EXPORT_SIZE)),
+        ..BdevSpec::new(name, BdevKindName::Null)
+    };
+    if delay_us == 0 {
+        return vec![null(&format!("d{d}"))];
+    }
+    let delay = BdevSpec {
+        base: Some(format!("n{d}")),
+        read_avg_us: Some(delay_us),
+        read_p99_us: Some(4 * delay_us),
+        write_avg_us: Some(delay_us),
+        write_p99_us: Some(4 * delay_us),
+        ..BdevSpec::new(&format!("d{d}"), BdevKindName::Delay)
+    };
+    vec![null(&format!("n{d}")), delay]
 }
 
 /// One pacer per reactor, sharing the tenant clock, latency targets, link

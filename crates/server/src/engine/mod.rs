@@ -21,6 +21,7 @@
 //! - `trace.rs`: the ring of the last request state changes, which
 //!   `Engine::trace` reads for `iopace rpc trace`.
 
+mod audit;
 mod conn;
 mod ids;
 mod input;

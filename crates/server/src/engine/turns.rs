@@ -89,18 +89,16 @@ impl Turns {
         self.waiting.retain(|&r| r != id);
     }
 
-    /// READs started and not yet queued (or, a stream, not ended).
-    #[cfg(test)]
+    /// READs started and not yet queued (or, a stream, not ended); these
+    /// three are read by `Engine::audit`.
     pub fn pending(&self) -> u32 {
         self.pending
     }
 
-    #[cfg(test)]
     pub fn stream(&self) -> Option<ReqId> {
         self.stream
     }
 
-    #[cfg(test)]
     pub fn waiting(&self) -> impl Iterator<Item = &ReqId> {
         self.waiting.iter()
     }

@@ -7,8 +7,6 @@ pub mod invalid;
 pub mod score;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use rand::Rng;
 use serde::Serialize;
@@ -134,28 +132,8 @@ impl Features {
 
 /// Runs every case on `jobs` threads, in index order in the result.
 pub fn run_cases(args: &FuzzArgs) -> Vec<Case> {
-    let indexes: Vec<u64> = match args.index {
-        Some(i) => vec![i],
-        None => (0..args.count).collect(),
-    };
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let next = AtomicU64::new(0);
-    let done = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..jobs.max(1) {
-            s.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(&index) = indexes.get(k) else { break };
-                let case = run_case(args.seed, index);
-                done.lock().unwrap_or_else(|e| e.into_inner()).push(case);
-            });
-        }
-    });
-    let mut cases = done.into_inner().unwrap_or_else(|e| e.into_inner());
-    cases.sort_by_key(|c| c.index);
-    cases
+    let indexes = crate::jobs::indexes(args.count, args.index);
+    crate::jobs::run_indexed(&indexes, args.jobs, |i| run_case(args.seed, i))
 }
 
 /// `iopace sim --fuzz`: prints the report (or JSON) and writes failing

@@ -13,13 +13,14 @@ use crate::socket::{send_len, Feed, Sock};
 impl Sim<'_> {
     /// Opens a host's connection: the target accepts it and the handshake
     /// runs to its end at once (its round trips are not simulated).
-    pub(super) fn connect(&mut self, dial: Dial) {
+    /// Returns its socket.
+    pub(super) fn connect(&mut self, dial: Dial) -> usize {
         let r = dial.reactor;
         let tenant = self.hosts[dial.host].tenant;
         let export = self.target.export(dial.device, tenant);
         let Some(conn) = self.target.engines[r].accept(self.now, None) else {
             debug_assert!(false, "a new engine is not draining");
-            return;
+            return usize::MAX;
         };
         let s = self.socks.len();
         // Each host has an address of its own: the target's pacer pools the
@@ -43,15 +44,17 @@ impl Sim<'_> {
         let state = self.target.engines[r].conn_state(conn).map(|c| c.0);
         debug_assert_eq!(state, Some(Input::Headers), "{export}: handshake failed");
         self.socks[s].negotiated = true;
+        s
     }
 
-    fn sock(&self, r: usize, conn: ConnId) -> usize {
+    pub(super) fn sock(&self, r: usize, conn: ConnId) -> usize {
         self.sock_of[r][conn.index as usize] as usize
     }
 
     /// Carries out reactor `r`'s actions until it has none.
-    fn pump(&mut self, r: usize) {
+    pub(super) fn pump(&mut self, r: usize) {
         self.touched[r] = true;
+        self.unaudited[r] = true;
         loop {
             self.target.engines[r].flush();
             let mut actions = std::mem::take(&mut self.actions);
@@ -72,7 +75,10 @@ impl Sim<'_> {
             Action::Recv { conn, buf, len } => {
                 let s = self.sock(r, conn);
                 self.socks[s].post_recv(buf, len);
-                self.feed(s);
+                match self.socks[s].fate.deaf() {
+                    true => self.fail_later(s),
+                    false => self.feed(s),
+                }
             }
             Action::Send { conn, msg } => self.post_send(r, conn, msg),
             Action::Submit { io, export, req } => {
@@ -82,8 +88,13 @@ impl Sim<'_> {
                     _ => IoKind::Write,
                 };
                 let done = self.devs[device].start(self.now, kind, req.len);
-                self.at(done, Ev::DeviceDone(r as u32, io, self.now));
+                let (errno, stall) = self.device_fault(io);
+                self.at(done + stall, Ev::DeviceDone(r as u32, io, self.now, errno));
             }
+            Action::Shutdown { conn, read_only } if self.faults.is_some() => {
+                self.shut(r, conn, read_only)
+            }
+            Action::Close { conn } if self.faults.is_some() => self.closed(r, conn),
             // Hosts never hang up and nothing times out within a run.
             Action::Shutdown { conn, .. } | Action::Close { conn } => {
                 debug_assert!(false, "reactor {r} closes {conn:?}");
@@ -91,17 +102,35 @@ impl Sim<'_> {
         }
     }
 
+    /// Tells reactor `r`'s engine of bytes received on `conn`.
+    pub(super) fn received(&mut self, r: usize, conn: ConnId, result: Received) {
+        if let Received::Data(n) = result {
+            self.moved[r].0 += n as u64;
+        }
+        self.target.engines[r].on_recv(self.now, conn, result);
+        self.pump(r);
+    }
+
+    /// Tells reactor `r`'s engine its send on `conn` finished.
+    pub(super) fn sent(&mut self, r: usize, conn: ConnId, result: Sent) {
+        if let Sent::Bytes(n) = result {
+            self.moved[r].1 += n as u64;
+        }
+        self.target.engines[r].on_send(self.now, conn, result);
+    }
+
     /// Hands socket `s`'s arrived bytes to its posted recv, or starts its
     /// payload across the links.
     pub(super) fn feed(&mut self, s: usize) {
         let now = self.now;
+        if self.socks[s].fate.deaf() {
+            return;
+        }
+        let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
         match self.socks[s].feed(now) {
             Feed::Wait => {}
-            Feed::Copied(n) => {
-                let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
-                self.target.engines[r].on_recv(now, conn, Received::Data(n));
-                self.pump(r);
-            }
+            Feed::Copied(n) => self.received(r, conn, Received::Data(n)),
+            Feed::Eof => self.received(r, conn, Received::Eof),
             Feed::Cross(n) => {
                 let host = self.socks[s].host;
                 let port = self.hosts[host].port;
@@ -112,10 +141,12 @@ impl Sim<'_> {
     }
 
     pub(super) fn crossed(&mut self, s: usize) {
+        if self.socks[s].fate.deaf() {
+            return; // the recv failed meanwhile
+        }
         let n = self.socks[s].crossed();
         let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
-        self.target.engines[r].on_recv(self.now, conn, Received::Data(n));
-        self.pump(r);
+        self.received(r, conn, Received::Data(n));
     }
 
     /// The engine posted a send: during the handshake it goes at once;
@@ -124,7 +155,12 @@ impl Sim<'_> {
         let s = self.sock(r, conn);
         if !self.socks[s].negotiated {
             let n = send_len(msg);
-            self.target.engines[r].on_send(self.now, conn, Sent::Bytes(n));
+            self.sent(r, conn, Sent::Bytes(n));
+            return;
+        }
+        if self.socks[s].fate.down() {
+            self.socks[s].hold_send();
+            self.fail_later(s);
             return;
         }
         let mut chunks = std::mem::take(&mut self.chunks);
@@ -138,6 +174,10 @@ impl Sim<'_> {
             }
         };
         self.socks[s].post_send(msg, data_len, &mut chunks);
+        if self.socks[s].paused {
+            // The host stopped reading: its window is shut.
+            self.socks[s].held.append(&mut chunks);
+        }
         let host = self.socks[s].host;
         let port = self.hosts[host].port;
         for c in chunks.drain(..) {
@@ -150,6 +190,9 @@ impl Sim<'_> {
     /// The port carried socket `s`'s oldest chunk: the engine's send
     /// reports it, and a reply's last chunk crosses back to the host.
     pub(super) fn tx_done(&mut self, s: usize, link_done: Nanos) {
+        if self.socks[s].fate.down() {
+            return; // its send failed meanwhile
+        }
         let (chunk, sent) = self.socks[s].carried();
         if let Some(c) = chunk.filter(|c| c.last) {
             let rtt = self.hosts[self.socks[s].host].rtt;
@@ -157,16 +200,20 @@ impl Sim<'_> {
         }
         if let Some(n) = sent {
             let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
-            self.target.engines[r].on_send(self.now, conn, Sent::Bytes(n));
+            self.sent(r, conn, Sent::Bytes(n));
             self.pump(r);
         }
     }
 
-    pub(super) fn device_done(&mut self, r: usize, io: IoToken, submitted: Nanos) {
+    pub(super) fn device_done(&mut self, r: usize, io: IoToken, submitted: Nanos, errno: u32) {
         if self.measuring {
             self.device_lat.record(self.now - submitted);
         }
-        self.target.engines[r].on_io_done(self.now, io, IoResult::Ok);
+        let result = match errno {
+            0 => IoResult::Ok,
+            e => IoResult::Err(e),
+        };
+        self.target.engines[r].on_io_done(self.now, io, result);
         self.pump(r);
     }
 

@@ -30,8 +30,13 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use server::engine::{Action, IoToken};
 
+mod checks;
 mod drive;
+mod faults;
 mod report;
+
+pub use checks::{FaultOutcome, HANG_NS};
+pub use faults::{FaultCounts, FaultPlan};
 
 use crate::devices::Dev;
 use crate::hosts::{self, Host};
@@ -57,8 +62,9 @@ enum Ev {
     Arrive(u32),
     /// Payload bytes crossed into this socket's posted recv.
     Crossed(u32),
-    /// A reactor's device IO, submitted at the given time, is done.
-    DeviceDone(u32, IoToken, Nanos),
+    /// A reactor's device IO, submitted at the given time, is done, with
+    /// this NBD error (0: none).
+    DeviceDone(u32, IoToken, Nanos, u32),
     /// A reactor's engine asked for a tick now.
     Tick(u32),
     /// The port carried a socket's oldest chunk of replies; it crossed the
@@ -69,6 +75,8 @@ enum Ev {
     /// IO `id`'s reply reached its host.
     Reply(u32),
     Rate(u32),
+    /// An injected fault, or what follows one (`iopace sim --faults`).
+    Fault(faults::FaultEv),
 }
 
 /// An IO a host has outstanding; its index is the request's cookie.
@@ -79,6 +87,8 @@ pub(crate) struct Io {
     pub bytes: u32,
     pub issued: Nanos,
     pub live: bool,
+    /// The socket it went on.
+    sock: u32,
 }
 
 pub(crate) struct Sim<'a> {
@@ -113,10 +123,38 @@ pub(crate) struct Sim<'a> {
     pub completed: u64,
     /// Names the run in `--trace` lines.
     pub trace_tag: String,
+    /// Bytes each reactor's engine was told it received and sent.
+    moved: Vec<(u64, u64)>,
+    /// Reactors whose engine ran since their books were last audited.
+    unaudited: Vec<bool>,
+    /// Faults injected, and the checks after each event (`--faults`).
+    faults: Option<Box<faults::Faults>>,
+}
+
+/// One direction of every target port, each host a flow on its own.
+fn ports(sc: &Scenario, hosts: &[Host]) -> Vec<Port> {
+    let mut ports: Vec<Port> = sc
+        .ports
+        .iter()
+        .map(|p| Port::new(p.rate_gbps * 1e9))
+        .collect();
+    for (i, h) in hosts.iter().enumerate() {
+        ports[h.port].add_flow(i, sc.hosts[h.group].link_gbps.map(|r| r * 1e9));
+    }
+    ports
 }
 
 impl<'a> Sim<'a> {
     pub fn new(sc: &'a Scenario, run: &RunConfig, qd: u32) -> Sim<'a> {
+        Sim::build(sc, run, qd, None)
+    }
+
+    fn build(
+        sc: &'a Scenario,
+        run: &RunConfig,
+        qd: u32,
+        limits: Option<crate::target::Limits>,
+    ) -> Sim<'a> {
         let mut devs = Dev::all(&sc.devices);
         let warm = sc.warmup_ms * 1_000_000;
         for d in &mut devs {
@@ -128,22 +166,9 @@ impl<'a> Sim<'a> {
         for d in &dials {
             slots[d.reactor] += hosts[d.host].qd;
         }
-        let target = Target::new(sc, run, &devs, slots.into_iter().max().unwrap_or(0));
-        let mut egress: Vec<Port> = sc
-            .ports
-            .iter()
-            .map(|p| Port::new(p.rate_gbps * 1e9))
-            .collect();
-        let mut ingress: Vec<Port> = sc
-            .ports
-            .iter()
-            .map(|p| Port::new(p.rate_gbps * 1e9))
-            .collect();
-        for (i, h) in hosts.iter().enumerate() {
-            let link = sc.hosts[h.group].link_gbps.map(|r| r * 1e9);
-            egress[h.port].add_flow(i, link);
-            ingress[h.port].add_flow(i, link);
-        }
+        let most = slots.into_iter().max().unwrap_or(0);
+        let target = Target::new(sc, run, &devs, most, limits);
+        let (egress, ingress) = (ports(sc, &hosts), ports(sc, &hosts));
         let mut sim = Sim {
             sc,
             trace_tag: format!("run={:?} qd={qd}", run.label),
@@ -176,6 +201,9 @@ impl<'a> Sim<'a> {
             measuring: false,
             issued: 0,
             completed: 0,
+            moved: vec![(0, 0); reactors],
+            unaudited: vec![false; reactors],
+            faults: None,
         };
         for d in dials {
             sim.connect(d);
@@ -208,16 +236,21 @@ impl<'a> Sim<'a> {
             pick -= w;
         }
         let (_, sock) = h.devices[self.rng.gen_range(0..h.devices.len())];
+        if self.faults.is_some() && !self.may_issue(host, sock) {
+            return;
+        }
+        let h = &self.hosts[host];
         // Reads-only hosts draw nothing more, so their runs stay as seeded.
         let read = h.read_pct >= 100 || self.rng.gen_range(0..100) < h.read_pct;
         let offset = u64::from(self.rng.gen::<u32>()) * 4096;
-        let arrive = self.now + h.rtt / 2;
+        let arrive = self.now.max(h.down_until) + h.rtt / 2;
         let io = Io {
             host,
             read,
             bytes,
             issued: self.now,
             live: true,
+            sock: sock as u32,
         };
         let id = match self.free_ios.pop() {
             Some(i) => {
@@ -281,6 +314,9 @@ impl<'a> Sim<'a> {
     /// IO `id`'s reply reached its host: latency and bytes are counted,
     /// and the host issues its next IO.
     fn reply(&mut self, id: u32) {
+        if !self.ios[id as usize].live {
+            return; // its connection died first (a fault)
+        }
         let io = std::mem::take(&mut self.ios[id as usize]);
         debug_assert!(io.live);
         self.free_ios.push(id);
@@ -305,7 +341,9 @@ impl<'a> Sim<'a> {
         match ev {
             Ev::Arrive(s) => self.feed(s as usize),
             Ev::Crossed(s) => self.crossed(s as usize),
-            Ev::DeviceDone(r, io, submitted) => self.device_done(r as usize, io, submitted),
+            Ev::DeviceDone(r, io, submitted, errno) => {
+                self.device_done(r as usize, io, submitted, errno)
+            }
             Ev::Tick(r) => self.tick(r as usize),
             Ev::TxDone(s, link_done) => self.tx_done(s as usize, link_done),
             Ev::PortFree(dir, p) => {
@@ -327,8 +365,12 @@ impl<'a> Sim<'a> {
                     self.ingress[p as usize].set_rate(rate);
                 }
             }
+            Ev::Fault(f) => self.fault_event(f),
         }
         self.settle();
+        if self.faults.is_some() {
+            self.after_event();
+        }
     }
 
     /// Runs the scenario's warm-up and measured stretch.
