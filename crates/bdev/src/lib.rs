@@ -71,7 +71,7 @@ pub struct BdevSpec {
     pub write_avg_us: Option<u64>,
     pub write_p99_us: Option<u64>,
     /// Model bdevs: the linear cost model they deliver.
-    pub cost: Option<pace::pacer::CostModel>,
+    pub cost: Option<types::CostModel>,
     /// Model bdevs: fixed latency of every IO.
     pub latency_us: Option<f64>,
     /// Model bdevs: IOs served at once.

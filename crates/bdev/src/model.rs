@@ -14,7 +14,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use pace::pacer::{CostModel, IoKind};
+use types::{CostModel, IoKind};
 
 use crate::IoOp;
 

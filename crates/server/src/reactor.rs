@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bdev::{IoResult, Prep};
 use io_uring::{opcode, squeue, types};
 use pace::pacer::{PacerGroup, PacingConfig};
-use pace::pool::SharedPool;
+use pool::SharedPool;
 use pace::Nanos;
 
 use crate::config::{PollMode, SpliceMode};

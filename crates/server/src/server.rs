@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pace::pacer::PacerGroup;
-use pace::pool::SharedPool;
+use pool::SharedPool;
 
 use crate::acceptor::{self, Acceptors};
 use crate::config::{ConfigError, LoadedConfig};

@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use pace::pacer::{PacedDevice, PacerGroup};
-use pace::pool::SharedPool;
+use pool::SharedPool;
 use server::config::{PollMode, SpliceMode};
 use server::engine::Timeouts;
 use server::exports::Catalog;

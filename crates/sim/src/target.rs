@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bdev::{BdevKindName, BdevSpec, ByteSize};
 use pace::pacer::{DeviceQos, PacedDevice, Pacer, PacerGroup, QosConfig};
-use pace::pool::SharedPool;
+use pool::SharedPool;
 use server::config::{BufferConfig, Config, ExportConfig, ServerConfig};
 use server::engine::{Engine, EngineSettings, Timeouts, PAYLOAD_CAP};
 use server::exports::Catalog;
