@@ -17,7 +17,7 @@ pub mod wire;
 use std::path::PathBuf;
 
 pub use run::{Options, Remote};
-use server::config::ConfigError;
+use tomlfile::ConfigError;
 
 #[derive(Debug)]
 pub enum BenchError {

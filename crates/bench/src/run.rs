@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use admin::stats::PacerStats;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use server::stats::PacerStats;
 
 use crate::fio::{self, FioResult};
 use crate::procs::{self, Proc};
@@ -599,7 +599,7 @@ struct ReactorCounts {
 
 /// Each reactor's counts from a `get_stats` reply, in reactor order (the
 /// reply's order is not promised, so sort by the reactor's index).
-fn reactor_counts(reactors: &[server::stats::ReactorStats]) -> Vec<ReactorCounts> {
+fn reactor_counts(reactors: &[admin::stats::ReactorStats]) -> Vec<ReactorCounts> {
     let mut sorted: Vec<_> = reactors.iter().collect();
     sorted.sort_by_key(|r| r.reactor);
     sorted
@@ -626,10 +626,7 @@ fn per_reactor_rates(start: &[ReactorCounts], end: &[ReactorCounts], secs: f64) 
 
 impl Snapshot {
     fn take(hosts: &Hosts, target: &target_proc::Running) -> Snapshot {
-        let stats = target
-            .rpc
-            .as_ref()
-            .and_then(|p| server::rpc::get_stats(p).ok());
+        let stats = target.rpc.as_ref().and_then(|p| admin::get_stats(p).ok());
         let reactors = stats.as_ref().map_or(&[][..], |st| &st.reactors[..]);
         let mut exports: BTreeMap<String, ExportCounts> = BTreeMap::new();
         for e in reactors.iter().flat_map(|r| &r.exports) {
@@ -673,7 +670,7 @@ impl Sampler {
             self.sock_queue
                 .push(procs::tcp_send_queue(*port) as f64 / (1u64 << 20) as f64);
         }
-        let Some(Ok(st)) = rpc.map(|p| server::rpc::get_stats(p)) else {
+        let Some(Ok(st)) = rpc.map(|p| admin::get_stats(p)) else {
             return;
         };
         self.n += 1;
@@ -750,7 +747,7 @@ pub fn progress(total: u64) -> ProgressBar {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use server::stats::{OpCount, ReactorStats, StatsReply};
+    use admin::stats::{OpCount, ReactorStats, StatsReply};
 
     fn reactor(index: usize, reads: u64, writes: u64, connections: u64) -> ReactorStats {
         let mut r = ReactorStats {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use server::config::{from_toml, locate, read_text, ConfigError};
+use tomlfile::{from_toml, locate, read_text, ConfigError};
 
 mod host_wire;
 mod validate;

@@ -1,13 +1,13 @@
 //! `iopace probe db add|merge|show`: keep probe results by device model and
-//! firmware (the layout is [`server::cost_db`]'s), merge repeated runs into
+//! firmware (the layout is [`config::cost_db`]'s), merge repeated runs into
 //! their median and report how far they spread.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use config::cost_db::{key_dir, DbEntry};
 use pace::pacer::CostModel;
-use server::cost_db::{key_dir, DbEntry};
 
 use crate::converge::median;
 use crate::{ProbeError, ProbeResult};

@@ -192,7 +192,7 @@ pub struct ProbeResult {
 pub fn open_targets(opts: &Options) -> Result<Vec<Target>, ProbeError> {
     let set = match &opts.config {
         Some(path) => {
-            let loaded = server::Config::load(Some(path))
+            let loaded = config::Config::load(Some(path))
                 .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
             let set = bdev::build(&loaded.config.bdevs).map_err(|e| {
                 ProbeError::Usage(format!(
@@ -219,13 +219,13 @@ pub fn open_targets(opts: &Options) -> Result<Vec<Target>, ProbeError> {
 fn config_target(
     name: &str,
     bdev: Arc<Bdev>,
-    loaded: &server::config::LoadedConfig,
+    loaded: &config::LoadedConfig,
     opts: &Options,
 ) -> Result<Target, ProbeError> {
     let specs = &loaded.config.bdevs;
-    let identity = server::cost_db::identity_of(specs, name, &bdev);
+    let identity = config::cost_db::identity_of(specs, name, &bdev);
     // A config bdev over a file is that file's data: the same rules as a path.
-    let write_refusal = match server::cost_db::leaf_path(specs, name) {
+    let write_refusal = match config::cost_db::leaf_path(specs, name) {
         Some(path) if bdev.kind() == "file" => {
             write_refusal(safety::check_writes(Path::new(&path), &opts.destructive))?
         }
@@ -293,14 +293,14 @@ pub fn report_summary(d: &DeviceResult) -> String {
 /// cost database's entry, else the read cost points measured now.
 pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), ProbeError> {
     if let Some(path) = &opts.config {
-        let loaded = server::Config::load(Some(path))
+        let loaded = config::Config::load(Some(path))
             .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
         let c = &loaded.config;
         if let Some(cost) = c.cost.get(&t.name) {
             return Ok((*cost, format!("[cost.{}] of {}", t.name, path.display())));
         }
         if let Some(db) = &c.cost_db {
-            if let Some(cost) = server::cost_db::cost_for(db, &c.bdevs, &t.name, &t.bdev) {
+            if let Some(cost) = config::cost_db::cost_for(db, &c.bdevs, &t.name, &t.bdev) {
                 return Ok((cost, format!("the cost database {}", db.display())));
             }
         }

@@ -123,7 +123,7 @@ mod tests {
             "[[bdev]]\nname = \"ram\"\nkind = \"malloc\"\nsize = \"16MiB\"\n\n{}",
             &readme[start..start + len]
         );
-        let loaded = crate::config::Config::parse(&text, "README.md").expect("valid config");
+        let loaded = config::Config::parse(&text, "README.md").expect("valid config");
         let catalog = crate::exports::Catalog::check(&loaded).expect("it builds");
         let fault = catalog.bdevs.fault("flaky").expect("a fault layer");
         assert_eq!(fault.params().spike_rate, 0.001);

@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 use bdev::{IoResult, Prep};
 use io_uring::{opcode, squeue, types};
 use pace::pacer::{PacerGroup, PacingConfig};
-use pool::SharedPool;
 use pace::Nanos;
+use pool::SharedPool;
 
-use crate::config::{PollMode, SpliceMode};
 use crate::engine::{
     Action, ConnId, Engine, EngineSettings, IoToken, Received, Sent, Timeouts, PAYLOAD_CAP,
 };
@@ -25,6 +24,7 @@ use crate::ring::Ring;
 use crate::sockets::{is_nonblocking, is_unix, set_nonblocking, set_send_buffer};
 use crate::splice::{self, Pipe};
 use crate::stats::ReactorStats;
+use config::{PollMode, SpliceMode};
 
 /// Messages from other threads, delivered through the inbox and an eventfd.
 pub enum Msg {

@@ -10,12 +10,12 @@ use pace::pacer::PacerGroup;
 use pool::SharedPool;
 
 use crate::acceptor::{self, Acceptors};
-use crate::config::{ConfigError, LoadedConfig};
 use crate::engine::Timeouts;
 use crate::exports::Catalog;
 use crate::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings};
 use crate::rpc;
 use crate::sockets::SocketFiles;
+use config::{ConfigError, LoadedConfig};
 
 #[derive(Debug)]
 pub enum ServeError {
@@ -71,7 +71,7 @@ impl Reactors {
     }
 }
 
-fn reactor_count(cfg: &crate::config::ServerConfig) -> usize {
+fn reactor_count(cfg: &config::ServerConfig) -> usize {
     if cfg.reactors == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -132,7 +132,7 @@ fn start_reactors(
 
 /// Reactor `id`'s settings from `[server]`.
 fn reactor_settings(
-    server: &crate::config::ServerConfig,
+    server: &config::ServerConfig,
     id: usize,
     pacers: Arc<PacerGroup>,
 ) -> ReactorSettings {
@@ -203,7 +203,7 @@ fn wait_for_stop(set: &libc::sigset_t, loaded: &LoadedConfig, rpc_state: &rpc::R
 
 /// The admin socket and the metrics endpoint, when configured.
 fn start_services(
-    cfg: &crate::config::ServerConfig,
+    cfg: &config::ServerConfig,
     rpc_state: &Arc<rpc::RpcState>,
     files: &mut SocketFiles,
 ) -> Result<(), ServeError> {
@@ -237,7 +237,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         .map_err(|e| runtime(format!("cannot allocate the buffer pool: {e}")))?;
     // Dropped on every return: a failed start leaves no socket file behind.
     let mut files = SocketFiles::default();
-    let tls = loaded.tls_config().map_err(ServeError::Config)?;
+    let tls = crate::tls::config_of(&loaded).map_err(ServeError::Config)?;
     let listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
     let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp).map_err(runtime)?;
     let reactors = start_reactors(&loaded, &catalog, &pool)?;

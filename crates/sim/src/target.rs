@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bdev::{BdevKindName, BdevSpec, ByteSize};
+use config::LoadedConfig;
+use config::{BufferConfig, Config, ExportConfig, ServerConfig};
 use pace::pacer::{DeviceQos, PacedDevice, Pacer, PacerGroup, QosConfig};
 use pool::SharedPool;
-use server::config::{BufferConfig, Config, ExportConfig, ServerConfig};
 use server::engine::{Engine, EngineSettings, Timeouts, PAYLOAD_CAP};
 use server::exports::Catalog;
-use server::LoadedConfig;
 
 use crate::devices::Dev;
 use crate::scenario::{DeviceKind, RunConfig, Scenario};

@@ -1,6 +1,6 @@
 //! Scenario checks: every error names the file, line and field.
 
-use server::config::ConfigError;
+use tomlfile::ConfigError;
 
 use super::{parse_size, parse_tc_rate, value_text, HostKind, Loaded, TargetKind, Transport};
 
