@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{export_groups, fio_disagreements};
-use crate::run::RunResult;
+use crate::result::RunResult;
 
 /// The mean over repetitions of one point of one series.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -429,7 +429,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
 mod tests {
     use super::*;
     use crate::fio::{FioResult, HostRow};
-    use crate::run::TargetStats;
+    use crate::result::TargetStats;
 
     fn run(target: &str, qd: &str, mode: &str, bw: f64) -> RunResult {
         let host = HostRow {

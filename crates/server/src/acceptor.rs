@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use proto::Handshake;
 
+use crate::error::{runtime, ServeError};
 use crate::exports::Catalog;
 use crate::reactor::{Msg, ReactorHandle};
-use crate::server::{runtime, ServeError};
 use crate::sockets::SocketFiles;
 use config::access::Client;
 use config::tls::TlsMode;

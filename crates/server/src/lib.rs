@@ -3,6 +3,7 @@
 
 mod acceptor;
 pub mod engine;
+mod error;
 pub mod exports;
 pub mod fault_ctl;
 mod gather;
@@ -12,7 +13,7 @@ pub mod reactor;
 mod reload;
 mod ring;
 pub mod rpc;
-pub mod server;
+pub mod serve;
 mod sockets;
 pub mod splice;
 pub mod stats;
@@ -24,4 +25,5 @@ pub mod trace_rpc;
 pub use config;
 use config::access;
 pub use config::{Config, ConfigError, LoadedConfig};
-pub use server::{serve, ServeError};
+pub use error::ServeError;
+pub use serve::serve;

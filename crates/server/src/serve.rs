@@ -6,37 +6,17 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use config::LoadedConfig;
 use pace::pacer::PacerGroup;
 use pool::SharedPool;
 
 use crate::acceptor::{self, Acceptors};
 use crate::engine::Timeouts;
+use crate::error::{runtime, ServeError};
 use crate::exports::Catalog;
 use crate::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings};
 use crate::rpc;
 use crate::sockets::SocketFiles;
-use config::{ConfigError, LoadedConfig};
-
-#[derive(Debug)]
-pub enum ServeError {
-    /// The configuration is wrong: exit status 2.
-    Config(ConfigError),
-    /// The environment refused something (bind, io_uring, memory): exit 1.
-    Runtime(String),
-}
-
-impl std::fmt::Display for ServeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ServeError::Config(e) => write!(f, "config error: {e}"),
-            ServeError::Runtime(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-pub(crate) fn runtime(what: impl std::fmt::Display) -> ServeError {
-    ServeError::Runtime(what.to_string())
-}
 
 /// Signals the main thread waits for; blocked in every thread so only sigwait sees them.
 fn blocked_signals() -> libc::sigset_t {
