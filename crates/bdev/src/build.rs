@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use crate::file::{self, FileLeaf};
 use crate::memory::{self, Budget, MallocMem};
-use crate::spec::{check_fields, err, kind_name};
+use crate::spec::{err, kind_name, DelaySpec, FaultSpec, Geometry, ModelSpec};
 use crate::{
-    Bdev, BdevKindName, BdevSet, BdevSpec, BuildError, ByteSize, Caps, DelayModel, Fault,
+    Bdev, BdevKind, BdevSet, BdevSpec, BuildError, ByteSize, Caps, DelayModel, DirectMode, Fault,
     FaultParams, Leaf, ModelDevice, ModelParams,
 };
 
@@ -40,9 +40,6 @@ fn build_as(specs: &[BdevSpec], mode: BuildMode) -> Result<BdevSet, BuildError> 
         if by_name.insert(&s.name, i).is_some() {
             return Err(err(i, "name", format!("duplicate bdev name `{}`", s.name)));
         }
-    }
-    for (i, s) in specs.iter().enumerate() {
-        check_fields(s, i)?;
     }
     let mut b = Builder {
         specs,
@@ -101,17 +98,14 @@ struct RamPlan {
 impl Builder<'_> {
     fn base_of(&mut self, i: usize) -> Result<Arc<Bdev>, BuildError> {
         let s = &self.specs[i];
-        let Some(base) = s.base.as_deref() else {
-            return Err(err(
-                i,
-                "base",
-                format!("a {:?} bdev needs a base", s.kind).to_lowercase(),
-            ));
+        let Some(base) = s.base() else {
+            let msg = format!("a {} bdev needs a base", kind_name(s.kind_name()));
+            return Err(err(i, "base", msg));
         };
         // A split part "namepN" is found through its split's spec.
         let found = self.by_name.get(base).copied().or_else(|| {
             self.specs.iter().position(|o| {
-                o.kind == BdevKindName::Split
+                matches!(o.kind, BdevKind::Split { .. })
                     && base.starts_with(&o.name)
                     && base[o.name.len()..].starts_with('p')
             })
@@ -152,7 +146,11 @@ impl Builder<'_> {
     /// `max_resident`, or half the machine's RAM shared by every malloc bdev
     /// without one. All of them together may not promise more than the
     /// machine has: past it, the OOM killer, not ENOSPC, would answer.
-    fn malloc_budget(&mut self, i: usize) -> Result<Arc<Budget>, BuildError> {
+    fn malloc_budget(
+        &mut self,
+        i: usize,
+        max_resident: Option<ByteSize>,
+    ) -> Result<Arc<Budget>, BuildError> {
         let ram = &mut self.ram;
         // RAM unknown (sysconf failed): the shared budget is unbounded, not
         // zero, which would refuse every write.
@@ -160,7 +158,7 @@ impl Builder<'_> {
             0 => u64::MAX,
             m => m / 2,
         };
-        let budget = match self.specs[i].max_resident {
+        let budget = match max_resident {
             Some(ByteSize(0)) => return Err(err(i, "max_resident", "must be more than 0")),
             Some(ByteSize(n)) => {
                 ram.own = ram.own.saturating_add(n);
@@ -173,7 +171,7 @@ impl Builder<'_> {
             _ => 0,
         };
         if ram.machine > 0 && ram.own.saturating_add(shared) > ram.machine {
-            let field = match self.specs[i].max_resident {
+            let field = match max_resident {
                 Some(_) => "max_resident",
                 None => "size",
             };
@@ -191,8 +189,8 @@ impl Builder<'_> {
     }
 
     /// A model device over a null or malloc base, which holds the data.
-    fn make_model(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
-        let params = ModelParams::from_spec(&self.specs[i]).map_err(|(f, m)| err(i, f, m))?;
+    fn make_model(&mut self, i: usize, model: &ModelSpec) -> Result<Vec<Arc<Bdev>>, BuildError> {
+        let params = ModelParams::from_spec(model).map_err(|(f, m)| err(i, f, m))?;
         let base = self.base_of(i)?;
         if base.kind() == "file" || base.has_delay() {
             return Err(err(
@@ -224,21 +222,27 @@ impl Builder<'_> {
     }
 
     fn make(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
-        let s = &self.specs[i];
-        let block_size = block_size_of(s, i)?;
-        let one = |leaf: Leaf, size: u64, caps: Caps| {
+        let specs = self.specs;
+        let s = &specs[i];
+        let leaf = |leaf: Leaf, geometry: &Geometry, size: u64, caps: Caps| {
+            let block_size = block_size_of(geometry, i)?;
             Ok(vec![leaf_bdev(s, block_size, leaf, size, caps)])
         };
-        match s.kind {
-            BdevKindName::Null => {
-                let size = sized(s, i)?;
-                let pattern = s.pattern.unwrap_or(0xA5);
-                one(Leaf::Null { pattern }, size, MEM_CAPS)
+        match &s.kind {
+            BdevKind::Null { geometry, pattern } => {
+                block_size_of(geometry, i)?;
+                let size = sized(geometry, "null", i)?;
+                let pattern = pattern.unwrap_or(0xA5);
+                leaf(Leaf::Null { pattern }, geometry, size, MEM_CAPS)
             }
             // Checked as served: mapping costs address space, not RAM.
-            BdevKindName::Malloc => {
-                let size = sized(s, i)?;
-                let budget = self.malloc_budget(i)?;
+            BdevKind::Malloc {
+                geometry,
+                max_resident,
+            } => {
+                block_size_of(geometry, i)?;
+                let size = sized(geometry, "malloc", i)?;
+                let budget = self.malloc_budget(i, *max_resident)?;
                 let mem = MallocMem::new(size, budget).map_err(|e| {
                     let msg = format!(
                         "cannot map {} of address space: {e} (a malloc bdev maps its \
@@ -247,26 +251,33 @@ impl Builder<'_> {
                     );
                     err(i, "size", msg)
                 })?;
-                one(Leaf::Malloc(mem), size, MEM_CAPS)
+                leaf(Leaf::Malloc(mem), geometry, size, MEM_CAPS)
             }
-            BdevKindName::File => {
-                let (leaf, size, caps) = self.file_leaf(i)?;
-                one(leaf, size, caps)
+            BdevKind::File {
+                geometry,
+                path,
+                direct,
+            } => {
+                block_size_of(geometry, i)?;
+                let (file, size, caps) = self.file_leaf(i, geometry, path, *direct)?;
+                leaf(file, geometry, size, caps)
             }
-            BdevKindName::Split => self.make_split(i),
-            BdevKindName::Delay => self.make_delay(i),
-            BdevKindName::Model => self.make_model(i),
-            BdevKindName::Fault => self.make_fault(i),
+            BdevKind::Split { parts, .. } => self.make_split(i, *parts),
+            BdevKind::Delay { delay, .. } => self.make_delay(i, delay),
+            BdevKind::Model { model, .. } => self.make_model(i, model),
+            BdevKind::Fault { fault, .. } => self.make_fault(i, fault),
         }
     }
 
     /// A file bdev's leaf (a null stand-in when only checking), size and caps.
-    fn file_leaf(&self, i: usize) -> Result<(Leaf, u64, Caps), BuildError> {
-        let s = &self.specs[i];
-        let Some(path) = &s.path else {
-            return Err(err(i, "path", "a file bdev needs a path"));
-        };
-        let size = s.size.map(|b| b.0);
+    fn file_leaf(
+        &self,
+        i: usize,
+        geometry: &Geometry,
+        path: &str,
+        direct: DirectMode,
+    ) -> Result<(Leaf, u64, Caps), BuildError> {
+        let size = geometry.size.map(|b| b.0);
         if let Some(n) = size {
             within_max_size(n, i)?;
         }
@@ -280,7 +291,7 @@ impl Builder<'_> {
         let leaf = match self.mode {
             BuildMode::Check => file::planned_size(path, size)
                 .map(|size| (Leaf::Null { pattern: 0 }, size, MEM_CAPS)),
-            BuildMode::Serve => FileLeaf::open(path, size, s.direct.unwrap_or_default()).map(|f| {
+            BuildMode::Serve => FileLeaf::open(path, size, direct).map(|f| {
                 let (size, caps) = (f.size(), f.caps());
                 (Leaf::File(f), size, caps)
             }),
@@ -299,8 +310,8 @@ impl Builder<'_> {
         Ok((leaf, size, caps))
     }
 
-    fn make_split(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
-        let parts = match self.specs[i].parts {
+    fn make_split(&mut self, i: usize, parts: Option<u32>) -> Result<Vec<Arc<Bdev>>, BuildError> {
+        let parts = match parts {
             Some(p) if (1..=MAX_PARTS).contains(&p) => p,
             _ => {
                 let msg = format!("a split bdev needs parts from 1 to {MAX_PARTS}");
@@ -330,9 +341,8 @@ impl Builder<'_> {
             .collect())
     }
 
-    fn make_delay(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
+    fn make_delay(&mut self, i: usize, s: &DelaySpec) -> Result<Vec<Arc<Bdev>>, BuildError> {
         let base = self.base_of(i)?;
-        let s = &self.specs[i];
         let read_avg = s.read_avg_us.unwrap_or(0);
         let write_avg = s.write_avg_us.unwrap_or(0);
         let model = DelayModel::new(
@@ -345,7 +355,7 @@ impl Builder<'_> {
         let mut delays = base.delays.clone();
         delays.push(model);
         Ok(vec![Arc::new(Bdev {
-            name: s.name.clone(),
+            name: self.specs[i].name.clone(),
             delays,
             ..(*base).clone()
         })])
@@ -353,9 +363,9 @@ impl Builder<'_> {
 }
 
 impl Builder<'_> {
-    fn make_fault(&mut self, i: usize) -> Result<Vec<Arc<Bdev>>, BuildError> {
+    fn make_fault(&mut self, i: usize, s: &FaultSpec) -> Result<Vec<Arc<Bdev>>, BuildError> {
         let base = self.base_of(i)?;
-        let s = &self.specs[i];
+        let name = &self.specs[i].name;
         let d = FaultParams::default();
         let params = FaultParams {
             ops: s.ops.clone().unwrap_or(d.ops),
@@ -380,9 +390,9 @@ impl Builder<'_> {
             }
         }
         let mut faults = base.faults.clone();
-        faults.push(Arc::new(Fault::new(&s.name, base.offset, params)));
+        faults.push(Arc::new(Fault::new(name, base.offset, params)));
         Ok(vec![Arc::new(Bdev {
-            name: s.name.clone(),
+            name: name.clone(),
             faults,
             ..(*base).clone()
         })])
@@ -403,8 +413,8 @@ const MEM_CAPS: Caps = Caps {
     rotational: false,
 };
 
-fn block_size_of(s: &BdevSpec, i: usize) -> Result<u32, BuildError> {
-    match s.block_size {
+fn block_size_of(geometry: &Geometry, i: usize) -> Result<u32, BuildError> {
+    match geometry.block_size {
         None => Ok(512),
         Some(ByteSize(b)) if (512..=65536).contains(&b) && b.is_power_of_two() => Ok(b as u32),
         Some(b) => Err(err(
@@ -422,15 +432,11 @@ pub const MAX_SIZE: u64 = i64::MAX as u64;
 /// The spec's size, exact to the byte as a file bdev's (NBD sizes are
 /// bytes; rounding would hide a tail the config asked for): 1 byte up to
 /// [`MAX_SIZE`].
-fn sized(s: &BdevSpec, i: usize) -> Result<u64, BuildError> {
-    match s.size {
+fn sized(geometry: &Geometry, kind: &str, i: usize) -> Result<u64, BuildError> {
+    match geometry.size {
         Some(ByteSize(0)) => Err(err(i, "size", "must be at least 1 byte")),
         Some(ByteSize(n)) => within_max_size(n, i),
-        None => Err(err(
-            i,
-            "size",
-            format!("a {} bdev needs a size", kind_name(s.kind)),
-        )),
+        None => Err(err(i, "size", format!("a {kind} bdev needs a size"))),
     }
 }
 

@@ -24,7 +24,10 @@ pub use delay::DelayModel;
 pub use fault::{Errno, FailRange, Fault, FaultOp, FaultParams, FaultStatus, STALL_RECHECK_NS};
 pub use model::{ModelDevice, ModelParams, ModelState};
 pub use size::ByteSize;
-pub use spec::{BdevKindName, BdevSpec, BuildError, DirectMode};
+pub use spec::{
+    specs, BdevKind, BdevKindName, BdevSpec, BdevTable, BuildError, DelaySpec, DirectMode,
+    FaultSpec, Geometry, ModelSpec,
+};
 
 pub use file::thin_shortfall;
 use file::FileLeaf;

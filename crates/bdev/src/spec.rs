@@ -1,5 +1,7 @@
-//! A bdev as the config gives it: `[[bdev]]` with a name, a kind and the
-//! fields of that kind; a field another kind takes is an error.
+//! A bdev as the config gives it ([`BdevTable`]: `[[bdev]]` with a name, a
+//! kind and fields, flat) and as the code uses it ([`BdevSpec`]: one
+//! variant per kind, with that kind's fields). A field another kind takes
+//! is an error, naming the field.
 
 use crate::{ByteSize, Errno, FailRange, FaultOp};
 
@@ -25,9 +27,13 @@ pub enum DirectMode {
     Off,
 }
 
+/// `[[bdev]]` as the config file has it: a name, a kind, and the fields of
+/// every kind, flat, as users write them. [`BdevTable::spec`] checks them
+/// into the typed [`BdevSpec`] the rest of the code uses; a field its kind
+/// does not take is an error there, naming the field.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BdevSpec {
+pub struct BdevTable {
     pub name: String,
     pub kind: BdevKindName,
     pub base: Option<String>,
@@ -65,10 +71,10 @@ pub struct BdevSpec {
     pub stall_ms: Option<u64>,
 }
 
-impl BdevSpec {
-    /// A spec with only name and kind set, for tests and programmatic use.
-    pub fn new(name: &str, kind: BdevKindName) -> BdevSpec {
-        BdevSpec {
+impl BdevTable {
+    /// A table with only name and kind set, for tests.
+    pub fn new(name: &str, kind: BdevKindName) -> BdevTable {
+        BdevTable {
             name: name.to_string(),
             kind,
             base: None,
@@ -101,6 +107,132 @@ impl BdevSpec {
     }
 }
 
+/// One bdev, typed: its name and what its kind takes.
+#[derive(Debug, Clone)]
+pub struct BdevSpec {
+    pub name: String,
+    pub kind: BdevKind,
+}
+
+/// Each kind with its own fields: leaves (null, malloc, file) have a size;
+/// layers (split, delay, model, fault) sit on a `base`.
+#[derive(Debug, Clone)]
+pub enum BdevKind {
+    Null {
+        geometry: Geometry,
+        /// The byte every READ returns.
+        pattern: Option<u8>,
+    },
+    Malloc {
+        geometry: Geometry,
+        /// Most RAM its written data may take (default: malloc bdevs share
+        /// half the machine's RAM); a write past it fails with ENOSPC.
+        max_resident: Option<ByteSize>,
+    },
+    File {
+        geometry: Geometry,
+        path: String,
+        direct: DirectMode,
+    },
+    Split {
+        base: String,
+        parts: Option<u32>,
+    },
+    Delay {
+        base: String,
+        delay: DelaySpec,
+    },
+    Model {
+        base: String,
+        model: ModelSpec,
+    },
+    Fault {
+        base: String,
+        fault: FaultSpec,
+    },
+}
+
+/// A leaf's size (a file's may be absent: the file's own) and block size
+/// (default 512).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Geometry {
+    pub size: Option<ByteSize>,
+    pub block_size: Option<ByteSize>,
+}
+
+impl Geometry {
+    pub fn sized(bytes: u64) -> Geometry {
+        Geometry {
+            size: Some(ByteSize(bytes)),
+            block_size: None,
+        }
+    }
+}
+
+/// A delay layer's latencies, microseconds (p99 defaults to the average).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DelaySpec {
+    pub read_avg_us: Option<u64>,
+    pub read_p99_us: Option<u64>,
+    pub write_avg_us: Option<u64>,
+    pub write_p99_us: Option<u64>,
+}
+
+/// A model device (see [`ModelParams`](crate::ModelParams)).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelSpec {
+    /// The linear cost model it delivers.
+    pub cost: Option<types::CostModel>,
+    /// Fixed latency of every IO.
+    pub latency_us: Option<f64>,
+    /// IOs served at once.
+    pub channels: Option<u32>,
+    /// In-flight IOs past which latency grows by `knee_us` each.
+    pub knee_qd: Option<u32>,
+    pub knee_us: Option<f64>,
+}
+
+/// A fault layer (see [`FaultParams`](crate::FaultParams)): unset fields
+/// take its defaults.
+#[derive(Debug, Clone, Default)]
+pub struct FaultSpec {
+    pub ops: Option<Vec<FaultOp>>,
+    pub errno: Option<Errno>,
+    pub error_rate: Option<f64>,
+    pub fail_range: Option<FailRange>,
+    pub fail_after: Option<u64>,
+    pub latency_us: Option<f64>,
+    pub spike_us: Option<f64>,
+    pub spike_rate: Option<f64>,
+    pub stall: Option<bool>,
+    pub stall_ms: Option<u64>,
+}
+
+impl BdevSpec {
+    /// The base it sits on: none for a leaf.
+    pub fn base(&self) -> Option<&str> {
+        match &self.kind {
+            BdevKind::Null { .. } | BdevKind::Malloc { .. } | BdevKind::File { .. } => None,
+            BdevKind::Split { base, .. }
+            | BdevKind::Delay { base, .. }
+            | BdevKind::Model { base, .. }
+            | BdevKind::Fault { base, .. } => Some(base),
+        }
+    }
+
+    pub fn kind_name(&self) -> BdevKindName {
+        match &self.kind {
+            BdevKind::Null { .. } => BdevKindName::Null,
+            BdevKind::Malloc { .. } => BdevKindName::Malloc,
+            BdevKind::File { .. } => BdevKindName::File,
+            BdevKind::Split { .. } => BdevKindName::Split,
+            BdevKind::Delay { .. } => BdevKindName::Delay,
+            BdevKind::Model { .. } => BdevKindName::Model,
+            BdevKind::Fault { .. } => BdevKindName::Fault,
+        }
+    }
+}
+
 /// A spec that cannot be built: which one, which field, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildError {
@@ -117,10 +249,94 @@ pub(crate) fn err(index: usize, field: &'static str, message: impl Into<String>)
     }
 }
 
+impl BdevTable {
+    /// The typed spec of the `index`-th `[[bdev]]`, or what is wrong with
+    /// it: a field its kind does not take, or a base or path it needs.
+    pub fn spec(&self, index: usize) -> Result<BdevSpec, BuildError> {
+        check_fields(self, index)?;
+        let t = self.clone();
+        let geometry = Geometry {
+            size: t.size,
+            block_size: t.block_size,
+        };
+        let base = || {
+            t.base.clone().ok_or_else(|| {
+                err(
+                    index,
+                    "base",
+                    format!("a {} bdev needs a base", kind_name(t.kind)),
+                )
+            })
+        };
+        let kind = match t.kind {
+            BdevKindName::Null => BdevKind::Null {
+                geometry,
+                pattern: t.pattern,
+            },
+            BdevKindName::Malloc => BdevKind::Malloc {
+                geometry,
+                max_resident: t.max_resident,
+            },
+            BdevKindName::File => BdevKind::File {
+                geometry,
+                path: t
+                    .path
+                    .clone()
+                    .ok_or_else(|| err(index, "path", "a file bdev needs a path"))?,
+                direct: t.direct.unwrap_or_default(),
+            },
+            BdevKindName::Split => BdevKind::Split {
+                base: base()?,
+                parts: t.parts,
+            },
+            BdevKindName::Delay => BdevKind::Delay {
+                base: base()?,
+                delay: DelaySpec {
+                    read_avg_us: t.read_avg_us,
+                    read_p99_us: t.read_p99_us,
+                    write_avg_us: t.write_avg_us,
+                    write_p99_us: t.write_p99_us,
+                },
+            },
+            BdevKindName::Model => BdevKind::Model {
+                base: base()?,
+                model: ModelSpec {
+                    cost: t.cost,
+                    latency_us: t.latency_us,
+                    channels: t.channels,
+                    knee_qd: t.knee_qd,
+                    knee_us: t.knee_us,
+                },
+            },
+            BdevKindName::Fault => BdevKind::Fault {
+                base: base()?,
+                fault: FaultSpec {
+                    ops: t.ops.clone(),
+                    errno: t.errno,
+                    error_rate: t.error_rate,
+                    fail_range: t.fail_range,
+                    fail_after: t.fail_after,
+                    latency_us: t.latency_us,
+                    spike_us: t.spike_us,
+                    spike_rate: t.spike_rate,
+                    stall: t.stall,
+                    stall_ms: t.stall_ms,
+                },
+            },
+        };
+        Ok(BdevSpec { name: t.name, kind })
+    }
+}
+
+/// The typed specs of every `[[bdev]]`, or the first error.
+pub fn specs(tables: &[BdevTable]) -> Result<Vec<BdevSpec>, BuildError> {
+    tables.iter().enumerate().map(|(i, t)| t.spec(i)).collect()
+}
+
 /// A field set that the bdev's kind does not use is an error, not ignored:
 /// `size` on a split or `max_resident` on a null says the config means
 /// something it does not get.
-pub(crate) fn check_fields(s: &BdevSpec, i: usize) -> Result<(), BuildError> {
+fn check_fields(s: &BdevTable, i: usize) -> Result<(), BuildError> {
     use BdevKindName::*;
     let set = [
         ("base", s.base.is_some(), &[Split, Delay, Model, Fault][..]),

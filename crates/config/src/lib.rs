@@ -18,7 +18,7 @@ pub mod tls;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bdev::BdevSpec;
+use bdev::{BdevSpec, BdevTable};
 use pace::pacer::{CostModel, PacingConfig, QosConfig};
 use serde::Deserialize;
 
@@ -55,8 +55,9 @@ pub struct Config {
     pub server: ServerConfig,
     #[serde(default)]
     pub buffers: BufferConfig,
+    /// `[[bdev]]` as written; checked into [`LoadedConfig::bdevs`].
     #[serde(default, rename = "bdev")]
-    pub bdevs: Vec<BdevSpec>,
+    pub bdev_tables: Vec<BdevTable>,
     #[serde(default, rename = "export")]
     pub exports: Vec<ExportConfig>,
     /// Pacing mode and parameters, tenants.
@@ -85,6 +86,8 @@ pub struct LoadedConfig {
     pub text: String,
     /// The file it was read from; `None` for the embedded default.
     pub path: Option<PathBuf>,
+    /// The bdevs, typed (one variant per kind), from `config.bdev_tables`.
+    pub bdevs: Vec<BdevSpec>,
 }
 
 impl Config {
@@ -101,12 +104,15 @@ impl Config {
 
     pub fn parse(text: &str, source_name: &str) -> Result<LoadedConfig, ConfigError> {
         let config: Config = from_toml(text, source_name)?;
-        let loaded = LoadedConfig {
+        let mut loaded = LoadedConfig {
             config,
             source_name: source_name.to_string(),
             text: text.to_string(),
             path: None,
+            bdevs: Vec::new(),
         };
+        loaded.bdevs = bdev::specs(&loaded.config.bdev_tables)
+            .map_err(|e| loaded.error_at("bdev", e.index, e.field, e.message))?;
         loaded.validate()?;
         Ok(loaded)
     }

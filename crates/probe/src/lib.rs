@@ -18,7 +18,7 @@ pub mod tune;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bdev::{Bdev, BdevKindName, BdevSpec, ByteSize, DirectMode};
+use bdev::{Bdev, BdevKind, BdevSpec, ByteSize, DirectMode, Geometry};
 use pace::pacer::CostModel;
 
 use bdev::identity::{self, Identity};
@@ -194,7 +194,7 @@ pub fn open_targets(opts: &Options) -> Result<Vec<Target>, ProbeError> {
         Some(path) => {
             let loaded = config::Config::load(Some(path))
                 .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
-            let set = bdev::build(&loaded.config.bdevs).map_err(|e| {
+            let set = bdev::build(&loaded.bdevs).map_err(|e| {
                 ProbeError::Usage(format!(
                     "config error: {}",
                     loaded.error_at("bdev", e.index, e.field, e.message.clone())
@@ -222,7 +222,7 @@ fn config_target(
     loaded: &config::LoadedConfig,
     opts: &Options,
 ) -> Result<Target, ProbeError> {
-    let specs = &loaded.config.bdevs;
+    let specs = &loaded.bdevs;
     let identity = config::cost_db::identity_of(specs, name, &bdev);
     // A config bdev over a file is that file's data: the same rules as a path.
     let write_refusal = match config::cost_db::leaf_path(specs, name) {
@@ -258,10 +258,17 @@ fn path_target(name: &str, opts: &Options) -> Result<Target, ProbeError> {
         };
         return Err(ProbeError::Usage(format!("{name}: {hint}")));
     }
-    let mut spec = BdevSpec::new("probe", BdevKindName::File);
-    spec.path = Some(name.to_string());
-    spec.direct = Some(DirectMode::Auto);
-    spec.block_size = Some(ByteSize(4096));
+    let spec = BdevSpec {
+        name: "probe".into(),
+        kind: BdevKind::File {
+            geometry: Geometry {
+                size: None,
+                block_size: Some(ByteSize(4096)),
+            },
+            path: name.to_string(),
+            direct: DirectMode::Auto,
+        },
+    };
     let set =
         bdev::build(&[spec]).map_err(|e| ProbeError::Usage(format!("{name}: {}", e.message)))?;
     let bdev = set
@@ -300,7 +307,7 @@ pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), 
             return Ok((*cost, format!("[cost.{}] of {}", t.name, path.display())));
         }
         if let Some(db) = &c.cost_db {
-            if let Some(cost) = config::cost_db::cost_for(db, &c.bdevs, &t.name, &t.bdev) {
+            if let Some(cost) = config::cost_db::cost_for(db, &loaded.bdevs, &t.name, &t.bdev) {
                 return Ok((cost, format!("the cost database {}", db.display())));
             }
         }

@@ -67,7 +67,7 @@ impl Catalog {
         build_bdevs: fn(&[bdev::BdevSpec]) -> Result<BdevSet, bdev::BuildError>,
     ) -> Result<Catalog, ConfigError> {
         let c = &cfg.config;
-        let bdevs = build_bdevs(&c.bdevs)
+        let bdevs = build_bdevs(&cfg.bdevs)
             .map_err(|e| cfg.error_at("bdev", e.index, e.field, e.message.clone()))?;
         let max_block = cfg.max_request_bytes();
         let mut pacing = c.pacing.clone();
@@ -121,13 +121,10 @@ impl Catalog {
 /// `serve --check`), since its writes fail with ENOSPC once the filesystem
 /// fills, not when it is served.
 fn warn_thin_images(cfg: &LoadedConfig, bdevs: &BdevSet) {
-    for (i, s) in cfg.config.bdevs.iter().enumerate() {
-        let (Some(path), Some(dev)) = (&s.path, bdevs.get(&s.name)) else {
+    for (i, s) in cfg.bdevs.iter().enumerate() {
+        let (bdev::BdevKind::File { path, .. }, Some(dev)) = (&s.kind, bdevs.get(&s.name)) else {
             continue;
         };
-        if s.kind != bdev::BdevKindName::File {
-            continue;
-        }
         if let Some((unwritten, free)) = bdev::thin_shortfall(path, dev.size()) {
             let msg = format!(
                 "{path} is {} bytes, {unwritten} of them not yet allocated, but its \
@@ -205,7 +202,7 @@ fn device_index(cfg: &LoadedConfig, devices: &mut Vec<Device>, name: &str, dev: 
     let c = &cfg.config;
     let from_db = || {
         let db = c.cost_db.as_deref()?;
-        config::cost_db::cost_for(db, &c.bdevs, name, dev)
+        config::cost_db::cost_for(db, &cfg.bdevs, name, dev)
     };
     let cost = c
         .cost

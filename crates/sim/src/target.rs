@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bdev::{BdevKindName, BdevSpec, ByteSize};
+use bdev::{BdevKind, BdevSpec, ByteSize, Geometry};
 use config::LoadedConfig;
 use config::{BufferConfig, Config, ExportConfig, ServerConfig};
 use pace::pacer::{DeviceQos, PacedDevice, Pacer, PacerGroup, QosConfig};
@@ -138,8 +138,11 @@ fn catalog_buffers(sc: &Scenario, run: &RunConfig) -> BufferConfig {
 fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Catalog {
     let bdevs = (0..devices)
         .map(|d| BdevSpec {
-            size: Some(ByteSize(EXPORT_SIZE)),
-            ..BdevSpec::new(&format!("d{d}"), BdevKindName::Null)
+            name: format!("d{d}"),
+            kind: BdevKind::Null {
+                geometry: Geometry::sized(EXPORT_SIZE),
+                pattern: None,
+            },
         })
         .collect();
     let exports = (0..devices)
@@ -161,7 +164,7 @@ fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Ca
     let config = Config {
         server: ServerConfig::default(),
         buffers: catalog_buffers(sc, run),
-        bdevs,
+        bdev_tables: Vec::new(),
         exports,
         pacing,
         cost: BTreeMap::new(),
@@ -174,6 +177,7 @@ fn catalog(sc: &Scenario, run: &RunConfig, devices: usize, tenants: usize) -> Ca
         source_name: sc.name.clone(),
         text: String::new(),
         path: None,
+        bdevs,
     };
     // Null bdevs of a fixed size and generated names cannot fail to build.
     Catalog::build(&loaded).unwrap_or_else(|e| panic!("scenario {}: catalog: {e}", sc.name))
