@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Structure measures a reader would take: import circles between the files
-of each crate, and non-test files over 700 lines.
+of each crate, non-test files over 700 lines, and functions over 70 lines.
 
 An edge A -> B means file A names an item of module B (`crate::b::..`,
 `super::b`, `self::b`, or a bare `b::` of a child module). Edges between a
@@ -17,6 +17,37 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates")
 LIMIT = 700
+FN_LIMIT = 70
+FN_START = re.compile(r"^\s*(pub(\([\w:]+\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\s+(\w+)")
+
+
+def long_functions(text):
+    """(name, lines) of each function longer than FN_LIMIT lines, counted
+    from its `fn` line to its closing brace."""
+    lines = text.split("\n")
+    out = []
+    i = 0
+    while i < len(lines):
+        m = FN_START.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        depth, opened, j = 0, False, i
+        while j < len(lines):
+            code = re.sub(r"//.*", "", lines[j])
+            code = re.sub(r'"(\\.|[^"\\])*"', '""', code)
+            code = re.sub(r"'(\\.|[^'\\])'", "''", code)
+            depth += code.count("{") - code.count("}")
+            opened = opened or "{" in code
+            if opened and depth <= 0:
+                break
+            if not opened and code.rstrip().endswith(";"):
+                break
+            j += 1
+        if opened and j - i + 1 > FN_LIMIT:
+            out.append((m.group(6), j - i + 1))
+        i += 1 if not opened else 1
+    return out
 
 
 def is_test_file(path):
@@ -149,7 +180,7 @@ def sccs(graph):
 
 def main():
     verbose = "-v" in sys.argv
-    circles, long_files = [], []
+    circles, long_files, long_fns = [], [], []
     for crate in sorted(os.listdir(ROOT)):
         src = os.path.join(ROOT, crate, "src")
         if not os.path.isdir(src):
@@ -161,9 +192,13 @@ def main():
         for m, f in mods.items():
             if is_test_file(f):
                 continue
-            n = strip_tests(open(f).read()).count("\n")
+            text = strip_tests(open(f).read())
+            rel = os.path.relpath(f, os.path.join(ROOT, ".."))
+            n = text.count("\n")
             if n > LIMIT:
-                long_files.append((n, os.path.relpath(f, os.path.join(ROOT, ".."))))
+                long_files.append((n, rel))
+            for name, k in long_functions(text):
+                long_fns.append((k, f"{rel} {name}"))
     print(f"import circles: {len(circles)}")
     if verbose:
         for c in circles:
@@ -171,6 +206,10 @@ def main():
     print(f"non-test files over {LIMIT} lines: {len(long_files)}")
     if verbose:
         for n, f in sorted(long_files, reverse=True):
+            print(f"  {n:5} {f}")
+    print(f"non-test functions over {FN_LIMIT} lines: {len(long_fns)}")
+    if verbose:
+        for n, f in sorted(long_fns, reverse=True):
             print(f"  {n:5} {f}")
 
 

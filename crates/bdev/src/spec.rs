@@ -254,77 +254,84 @@ impl BdevTable {
     /// it: a field its kind does not take, or a base or path it needs.
     pub fn spec(&self, index: usize) -> Result<BdevSpec, BuildError> {
         check_fields(self, index)?;
-        let t = self.clone();
         let geometry = Geometry {
-            size: t.size,
-            block_size: t.block_size,
+            size: self.size,
+            block_size: self.block_size,
         };
-        let base = || {
-            t.base.clone().ok_or_else(|| {
-                err(
-                    index,
-                    "base",
-                    format!("a {} bdev needs a base", kind_name(t.kind)),
-                )
-            })
-        };
-        let kind = match t.kind {
+        let kind = match self.kind {
             BdevKindName::Null => BdevKind::Null {
                 geometry,
-                pattern: t.pattern,
+                pattern: self.pattern,
             },
             BdevKindName::Malloc => BdevKind::Malloc {
                 geometry,
-                max_resident: t.max_resident,
+                max_resident: self.max_resident,
             },
             BdevKindName::File => BdevKind::File {
                 geometry,
-                path: t
+                path: self
                     .path
                     .clone()
                     .ok_or_else(|| err(index, "path", "a file bdev needs a path"))?,
-                direct: t.direct.unwrap_or_default(),
+                direct: self.direct.unwrap_or_default(),
             },
+            _ => self.layer(index)?,
+        };
+        Ok(BdevSpec {
+            name: self.name.clone(),
+            kind,
+        })
+    }
+
+    /// A layer's kind: its base and its own fields.
+    fn layer(&self, index: usize) -> Result<BdevKind, BuildError> {
+        let base = self.base.clone().ok_or_else(|| {
+            let msg = format!("a {} bdev needs a base", kind_name(self.kind));
+            err(index, "base", msg)
+        })?;
+        Ok(match self.kind {
+            BdevKindName::Null | BdevKindName::Malloc | BdevKindName::File => {
+                unreachable!("leaves are not layers")
+            }
             BdevKindName::Split => BdevKind::Split {
-                base: base()?,
-                parts: t.parts,
+                base,
+                parts: self.parts,
             },
             BdevKindName::Delay => BdevKind::Delay {
-                base: base()?,
+                base,
                 delay: DelaySpec {
-                    read_avg_us: t.read_avg_us,
-                    read_p99_us: t.read_p99_us,
-                    write_avg_us: t.write_avg_us,
-                    write_p99_us: t.write_p99_us,
+                    read_avg_us: self.read_avg_us,
+                    read_p99_us: self.read_p99_us,
+                    write_avg_us: self.write_avg_us,
+                    write_p99_us: self.write_p99_us,
                 },
             },
             BdevKindName::Model => BdevKind::Model {
-                base: base()?,
+                base,
                 model: ModelSpec {
-                    cost: t.cost,
-                    latency_us: t.latency_us,
-                    channels: t.channels,
-                    knee_qd: t.knee_qd,
-                    knee_us: t.knee_us,
+                    cost: self.cost,
+                    latency_us: self.latency_us,
+                    channels: self.channels,
+                    knee_qd: self.knee_qd,
+                    knee_us: self.knee_us,
                 },
             },
             BdevKindName::Fault => BdevKind::Fault {
-                base: base()?,
+                base,
                 fault: FaultSpec {
-                    ops: t.ops.clone(),
-                    errno: t.errno,
-                    error_rate: t.error_rate,
-                    fail_range: t.fail_range,
-                    fail_after: t.fail_after,
-                    latency_us: t.latency_us,
-                    spike_us: t.spike_us,
-                    spike_rate: t.spike_rate,
-                    stall: t.stall,
-                    stall_ms: t.stall_ms,
+                    ops: self.ops.clone(),
+                    errno: self.errno,
+                    error_rate: self.error_rate,
+                    fail_range: self.fail_range,
+                    fail_after: self.fail_after,
+                    latency_us: self.latency_us,
+                    spike_us: self.spike_us,
+                    spike_rate: self.spike_rate,
+                    stall: self.stall,
+                    stall_ms: self.stall_ms,
                 },
             },
-        };
-        Ok(BdevSpec { name: t.name, kind })
+        })
     }
 }
 

@@ -193,19 +193,7 @@ pub fn run_scenario(
         let run_dir = scratch.path().join(&key);
         std::fs::create_dir_all(&run_dir).map_err(|e| e.to_string())?;
         let result = one_run(s, &r, point, &hosts, &scenario_dir, &run_dir, opts);
-        // Keep the run's logs, configs and fio output with the results (also
-        // when it failed); sockets stay in scratch.
-        for entry in std::fs::read_dir(&run_dir).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            if [".log", ".toml", ".fio", ".json"]
-                .iter()
-                .any(|x| name.ends_with(x))
-            {
-                let _ = std::fs::copy(entry.path(), logs.join(format!("{key}-{name}")));
-            }
-        }
-        // Files a run created (a file bdev's image can be GiBs) go now.
-        let _ = std::fs::remove_dir_all(&run_dir);
+        keep_logs(&run_dir, &logs, &key);
         let result = result.map_err(|e| format!("{key}: {e} (logs: {})", logs.display()))?;
         let path = runs_dir.join(format!("{key}.json"));
         let text = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
@@ -216,6 +204,22 @@ pub fn run_scenario(
         results.push(result);
     }
     Ok(results)
+}
+
+/// Keeps a run's logs, configs and fio output with the results (also when
+/// it failed; sockets stay behind), then removes the run's directory: files
+/// a run created (a file bdev's image can be GiBs) go now.
+fn keep_logs(run_dir: &Path, logs: &Path, key: &str) {
+    for entry in std::fs::read_dir(run_dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if [".log", ".toml", ".fio", ".json"]
+            .iter()
+            .any(|x| name.ends_with(x))
+        {
+            let _ = std::fs::copy(entry.path(), logs.join(format!("{key}-{name}")));
+        }
+    }
+    let _ = std::fs::remove_dir_all(run_dir);
 }
 
 /// fio's nbd engine reports each connection on stdout before the JSON.
