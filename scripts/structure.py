@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Structure measures a reader would take: import circles between the files
-of each crate, non-test files over 700 lines, and functions over 70 lines.
+of each crate, non-test files over 700 lines, functions over 70 lines, and
+types whose inherent `impl` blocks are spread over more than one file.
 
 An edge A -> B means file A names an item of module B (`crate::b::..`,
 `super::b`, `self::b`, or a bare `b::` of a child module). Edges between a
@@ -178,14 +179,39 @@ def sccs(graph):
     return out
 
 
+IMPL = re.compile(r"^impl(?:<[^>]*>)?\s+([A-Z]\w*)(?:<[^{]*>)?\s*\{", re.M)
+
+
+def impl_files(mods):
+    """Type name -> files holding an inherent `impl` of it (non-test).
+    Types of one name defined in several files (two `Conn`s) are told
+    apart only as far as each file that impls one also defines it."""
+    out, defines = {}, {}
+    for m, f in mods.items():
+        if is_test_file(f):
+            continue
+        text = strip_tests(open(f).read())
+        for name in IMPL.findall(text):
+            out.setdefault(name, set()).add(f)
+            if re.search(rf"^\s*(pub(\([\w:]+\))?\s+)?(struct|enum)\s+{name}\b", text, re.M):
+                defines.setdefault(name, set()).add(f)
+    return {
+        n: fs for n, fs in out.items() if not (len(defines.get(n, ())) > 1 and defines[n] == fs)
+    }
+
+
 def main():
     verbose = "-v" in sys.argv
-    circles, long_files, long_fns = [], [], []
+    circles, long_files, long_fns, spread = [], [], [], []
     for crate in sorted(os.listdir(ROOT)):
         src = os.path.join(ROOT, crate, "src")
         if not os.path.isdir(src):
             continue
         mods = modules(src)
+        for name, files in impl_files(mods).items():
+            if len(files) > 1:
+                rels = sorted(os.path.relpath(f, src) for f in files)
+                spread.append(f"{crate}: {name} in {len(files)} files: " + " ".join(rels))
         for comp in sccs(edges(mods)):
             names = sorted("/".join(m) or "lib" for m in comp)
             circles.append(f"{crate}: " + " ".join(names))
@@ -207,6 +233,10 @@ def main():
     if verbose:
         for n, f in sorted(long_files, reverse=True):
             print(f"  {n:5} {f}")
+    print(f"types with inherent impls in more than one file: {len(spread)}")
+    if verbose:
+        for x in sorted(spread):
+            print("  " + x)
     print(f"non-test functions over {FN_LIMIT} lines: {len(long_fns)}")
     if verbose:
         for n, f in sorted(long_fns, reverse=True):

@@ -297,7 +297,7 @@ impl Loaded {
             path: path.to_path_buf(),
             text: text.to_string(),
         };
-        loaded.validate()?;
+        validate::validate(&loaded)?;
         Ok(loaded)
     }
 
