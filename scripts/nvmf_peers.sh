@@ -109,6 +109,7 @@ for rep in $(seq "$REPS"); do
     perf "$t" fill "$rep" -q 16 -o 131072 -w write -t 3   # no read sees a hole
     perf "$t" 4k-randread-qd32 "$rep" -q 32 -o 4096 -w randread -t "$RUNTIME"
     perf "$t" 4k-randread-qd1 "$rep" -q 1 -o 4096 -w randread -t "$RUNTIME"
+    perf "$t" 4k-randwrite-qd32 "$rep" -q 32 -o 4096 -w randwrite -t "$RUNTIME"
     perf "$t" 128k-read-qd16 "$rep" -q 16 -o 131072 -w read -t "$RUNTIME"
     [ "$rep" = 1 ] && idle_cpu "$t" "$pid"
     stop_pid "$pid"

@@ -78,8 +78,12 @@ pub const LATENCY_BUCKETS_S: [f64; 14] = [
 pub struct ReactorStats {
     pub reactor: usize,
     pub uptime_s: f64,
+    /// Open connections, NBD and NVMe/TCP.
     pub connections: u64,
     pub connections_total: u64,
+    /// Of `connections`, the NVMe/TCP ones (queues).
+    #[serde(default)]
+    pub nvme_connections: u64,
     pub loop_iterations: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,

@@ -49,11 +49,13 @@ enum Cmd {
     /// and report.md.
     Bench(BenchArgs),
     /// Measure devices on iopace's own bdev path: the cost model, IOPS and
-    /// latency against QD, the knee, scaling; writes report.md, result.json
-    /// and a [cost.NAME] snippet. `probe db` keeps results by model.
+    /// latency against QD, the knee, scaling; writes report.md, result.json,
+    /// a [cost.NAME] snippet and Linux's io.cost.model line (--apply writes
+    /// it into a cgroup2 root). `probe db` keeps results by model.
     Probe(probe_cli::ProbeCmd),
     /// Find a device's latency targets and vrate bounds: a QD 1 probe beside
-    /// a saturating reader throttled to vrate points; prints [qos.NAME].
+    /// a saturating reader throttled to vrate points; prints [qos.NAME] and
+    /// Linux's io.cost.qos lines (--apply writes them into a cgroup2 root).
     Tune(probe_cli::TuneArgs),
 }
 

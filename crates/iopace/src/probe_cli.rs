@@ -25,7 +25,8 @@ enum DbCmd {
 
 #[derive(Subcommand)]
 enum DbAction {
-    /// Add every device of a probe's result.json as one run.
+    /// Add every device of a probe's result.json as one run, or a tune
+    /// result.json's solutions as its model's iocost solutions.
     Add {
         #[arg(value_name = "DB-DIR")]
         db: PathBuf,
@@ -39,6 +40,20 @@ enum DbAction {
     },
     /// Print every model and firmware with its merged cost model and spread.
     Show {
+        #[arg(value_name = "DB-DIR")]
+        db: PathBuf,
+    },
+    /// Import iocost-benchmarks' hwdb file: each model's solutions, and the
+    /// default solution's cost model as a run.
+    Import {
+        #[arg(value_name = "DB-DIR")]
+        db: PathBuf,
+        #[arg(value_name = "FILE.hwdb", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the database as an iocost-benchmarks hwdb file: each model's
+    /// cost model and QoS solutions (tuned ones if added, else vrate 100%).
+    Export {
         #[arg(value_name = "DB-DIR")]
         db: PathBuf,
     },
@@ -76,6 +91,25 @@ pub struct ProbeArgs {
     /// (0.5 s each); each point is its median round (default 10, quick 3).
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
+    #[command(flatten)]
+    kernel: KernelArgs,
+}
+
+/// Where the Linux iocost lines go.
+#[derive(Args)]
+struct KernelArgs {
+    /// The MAJ:MIN the io.cost lines name (default: the disk of the target;
+    /// a `model` bdev or a file on tmpfs has none: 0:0, a placeholder).
+    #[arg(long, value_name = "MAJ:MIN", value_parser = parse_devnum)]
+    devnum: Option<probe::iocost::DevNum>,
+    /// Write the io.cost lines into this cgroup2 root (e.g. /sys/fs/cgroup);
+    /// says why not where the kernel offers no iocost files there.
+    #[arg(long, value_name = "CGROUP2_DIR")]
+    apply: Option<PathBuf>,
+}
+
+fn parse_devnum(s: &str) -> Result<probe::iocost::DevNum, String> {
+    s.parse()
 }
 
 pub fn probe_or_db(cmd: ProbeCmd) -> ExitCode {
@@ -107,6 +141,13 @@ fn db(action: DbAction) -> ExitCode {
             }
         }),
         DbAction::Show { db } => probe::db::show(&db).map(|t| print!("{t}")),
+        DbAction::Import { db, files } => files.iter().try_for_each(|f| {
+            for path in probe::db::import(&db, f)? {
+                println!("imported {}", path.display());
+            }
+            Ok(())
+        }),
+        DbAction::Export { db } => probe::db::export(&db).map(|t| print!("{t}")),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -127,16 +168,64 @@ fn probe(args: ProbeArgs) -> ExitCode {
         threads: args.threads.unwrap_or(cpus.min(8)).max(1),
         rounds: args.rounds.unwrap_or(0),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        devnum: args.kernel.devnum,
     };
     match probe::probe(&opts) {
         Ok(r) => {
             for d in &r.devices {
-                println!("{}", probe::report_summary(d));
+                println!("{}", probe::report::summary(d));
             }
             println!("report: {}", args.out.join("report.md").display());
-            ExitCode::SUCCESS
+            match &args.kernel.apply {
+                Some(dir) => {
+                    let lines: Vec<_> = r
+                        .devices
+                        .iter()
+                        .map(|d| probe::cgroup::Line::Model(probe::model_line(d)))
+                        .collect();
+                    applied("probe --apply", probe::cgroup::apply(dir, &lines))
+                }
+                None => ExitCode::SUCCESS,
+            }
         }
         Err(e) => exit_with("probe", e),
+    }
+}
+
+/// Prints a sweep's solutions and, with `apply`, writes its cost model and
+/// `solution`'s QoS into that cgroup2 root.
+fn tuned(
+    r: &probe::tune::TuneResult,
+    out: &std::path::Path,
+    apply: Option<&std::path::Path>,
+    solution: &str,
+) -> ExitCode {
+    for s in &r.solutions {
+        println!(
+            "{}",
+            probe::tune::qos_snippet(&probe::report::slug(&r.device), s)
+        );
+        println!("io.cost.qos: {}\n", probe::tune_report::kernel_qos(r, s));
+    }
+    println!("report: {}", out.join("report.md").display());
+    let Some(dir) = apply else {
+        return ExitCode::SUCCESS;
+    };
+    let done = probe::tune_report::kernel_lines(r, solution)
+        .and_then(|lines| probe::cgroup::apply(dir, &lines));
+    applied("tune --apply", done)
+}
+
+/// Says what `--apply` wrote, or why it wrote nothing (exit status 1).
+fn applied(what: &str, done: Result<Vec<String>, String>) -> ExitCode {
+    match done {
+        Ok(done) => {
+            for d in done {
+                println!("applied {d}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => exit_with(what, probe::ProbeError::Run(e)),
     }
 }
 
@@ -178,6 +267,12 @@ pub struct TuneArgs {
     /// bandwidth then include the server and the client.
     #[arg(long, requires = "config")]
     served: bool,
+    #[command(flatten)]
+    kernel: KernelArgs,
+    /// The solution whose io.cost.qos line is written (and applied).
+    #[arg(long, value_name = "NAME", default_value = "isolation",
+          value_parser = ["isolation", "bandwidth", "balanced"])]
+    solution: String,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -210,6 +305,7 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         threads: 1,
         rounds: 0,
         command: command.clone(),
+        devnum: args.kernel.devnum,
     };
     let mut tune = probe::tune::TuneOptions {
         out: args.out.clone(),
@@ -219,11 +315,16 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         isolation_factor: args.isolation_factor,
         command,
         served: None,
+        line_dev: None,
+        identity: None,
+        kernel_solution: args.solution.clone(),
     };
     let mut run = || -> Result<probe::tune::TuneResult, probe::ProbeError> {
         let targets = probe::open_targets(&opts)?;
         let t = &targets[0];
-        let (cost, from) = probe::cost_for_tune(&opts, t)?;
+        tune.line_dev = Some(t.line_dev.clone());
+        tune.identity = Some(t.identity.clone());
+        let (cost, from) = probe::run::cost_for_tune(&opts, t)?;
         eprintln!("iopace tune: cost model from {from}");
         if let (true, Some(config)) = (args.served, &opts.config) {
             let dir = args.out.join("served");
@@ -243,16 +344,7 @@ pub fn tune(args: TuneArgs) -> ExitCode {
         probe::tune::tune(t, cost, &tune)
     };
     match run() {
-        Ok(r) => {
-            for s in &r.solutions {
-                println!(
-                    "{}",
-                    probe::tune::qos_snippet(&probe::report::slug(&r.device), s)
-                );
-            }
-            println!("report: {}", args.out.join("report.md").display());
-            ExitCode::SUCCESS
-        }
+        Ok(r) => tuned(&r, &args.out, args.kernel.apply.as_deref(), &args.solution),
         Err(e) => {
             if args.out.join("points").exists() {
                 eprintln!("finished points are saved; add --resume to continue");

@@ -42,9 +42,10 @@ fn render_totals(s: &mut String, reactors: &[ReactorStats]) {
     let up = reactors.iter().map(|r| r.uptime_s).fold(0.0, f64::max);
     let _ = writeln!(
         s,
-        "iopace target: {} reactors, up {up:.1} s, {} connections now, {} accepted",
+        "iopace target: {} reactors, up {up:.1} s, {} connections now ({} NVMe/TCP), {} accepted",
         reactors.len(),
         sum(|r| r.connections),
+        sum(|r| r.nvme_connections),
         sum(|r| r.connections_total)
     );
     let mut io: std::collections::BTreeMap<&String, (u64, u64)> = Default::default();

@@ -74,6 +74,34 @@ fn db_merges_runs_and_serve_uses_it() {
         Duration::from_secs(10),
     );
     assert!(String::from_utf8_lossy(&shown.stdout).contains("iopace model"));
+    // As iocost-benchmarks' hwdb, and back into another database.
+    let exported = run(
+        Command::new(BIN).args(["probe", "db", "export"]).arg(&db),
+        Duration::from_secs(10),
+    );
+    let hwdb = String::from_utf8_lossy(&exported.stdout).into_owned();
+    assert!(
+        hwdb.contains("block:*:name:iopace model:fwver:")
+            && hwdb.contains(" IOCOST_MODEL_BANDWIDTH=rbps="),
+        "{hwdb}"
+    );
+    let file = dir.path().join("export.hwdb");
+    std::fs::write(&file, &hwdb).expect("hwdb");
+    let other = dir.path().join("other-db");
+    run(
+        Command::new(BIN)
+            .args(["probe", "db", "import"])
+            .arg(&other)
+            .arg(&file),
+        Duration::from_secs(10),
+    );
+    let again = run(
+        Command::new(BIN)
+            .args(["probe", "db", "export"])
+            .arg(&other),
+        Duration::from_secs(10),
+    );
+    assert_eq!(String::from_utf8_lossy(&again.stdout), hwdb);
 
     // Served without [cost.dev]: the merged entry, at 1.1x the first run's rbps.
     let served = dir.path().join("serve.toml");

@@ -48,13 +48,16 @@ fn truth(cost: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// QD up to 64: the curves' QDs are also the range each cost point's peak
+/// is searched over, and a debug build's timer overhead on a loaded machine
+/// costs a QD of 16 5-17% of these devices' rates (docs/evidence.md#probe-peak-qd).
 fn probe(config: &Path, name: &str, out: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args([
         "probe",
         "--quick",
         "--max-qd",
-        "16",
+        "64",
         "--threads",
         "1",
         "--config",

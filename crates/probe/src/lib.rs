@@ -1,19 +1,31 @@
 //! `iopace probe`: know a device. It measures, on iopace's own bdev path,
-//! the six parameters of the linear cost model (each point until its 95%
-//! interval is within ±3% or a time cap), IOPS and latency against queue
-//! depth, the knee, scaling over threads and devices, and "% of spec"; it
-//! writes report.md with plots, result.json and a `[cost.NAME]` snippet.
+//! the six parameters of the linear cost model (each point at the QD where
+//! its rate peaks, [`qd_search`], in rounds taken in turn), IOPS and
+//! latency against queue depth, the knee, scaling over threads and
+//! devices, and "% of spec"; it writes report.md with plots, result.json,
+//! a `[cost.NAME]` snippet and Linux iocost's `io.cost.model` line
+//! ([`iocost`], [`cgroup`]). `iopace tune` ([`tune`]) finds the QoS.
 
+pub mod cgroup;
 pub mod converge;
 pub mod db;
 pub mod driver;
 pub mod fit;
+pub mod hwdb;
+pub mod iocost;
+pub mod measurer;
+pub mod plan;
+pub mod qd_search;
 pub mod report;
 pub mod run;
 pub mod safety;
 pub mod served;
+pub mod solve;
 pub mod spec;
 pub mod tune;
+pub mod tune_point;
+pub mod tune_report;
+pub mod tune_store;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +76,8 @@ pub struct Options {
     /// machine held the probe).
     pub rounds: u32,
     pub command: String,
+    /// The MAJ:MIN the iocost lines name, instead of the device's own (one target only).
+    pub devnum: Option<iocost::DevNum>,
 }
 
 impl Options {
@@ -109,6 +123,8 @@ pub struct Target {
     pub identity: Identity,
     /// Why writes are not measured, if they are not.
     pub write_refusal: Option<String>,
+    /// The device number its iocost lines name.
+    pub line_dev: cgroup::LineDev,
 }
 
 /// One point of a curve.
@@ -154,11 +170,17 @@ pub struct DeviceResult {
     pub cost: CostModel,
     /// The cost, datasheet and held-out points: label, workload, QD and
     /// measurement (the median of its rounds).
-    pub cost_points: Vec<run::Row>,
+    pub cost_points: Vec<plan::Row>,
     /// Each of those points' IOPS in every round, in the order measured.
     #[serde(default)]
-    pub round_iops: Vec<run::Rounds>,
+    pub round_iops: Vec<plan::Rounds>,
+    /// Each cost point's search for the QD where its rate peaks.
+    #[serde(default)]
+    pub qd_search: Vec<qd_search::Trace>,
     pub write_refusal: Option<String>,
+    /// The device number its iocost lines name, and how it was found.
+    #[serde(default)]
+    pub line_dev: Option<cgroup::LineDev>,
     pub curves: Vec<Curve>,
     pub thread_scaling: Vec<Point>,
     /// The held-out mixes: what the cost model predicts against what they did.
@@ -213,6 +235,16 @@ pub fn open_targets(opts: &Options) -> Result<Vec<Target>, ProbeError> {
         };
         targets.push(target);
     }
+    if let Some(dev) = opts.devnum {
+        if targets.len() != 1 {
+            return Err(ProbeError::Usage(
+                "--devnum names the device of one target; give one".into(),
+            ));
+        }
+        for t in &mut targets {
+            t.line_dev = cgroup::LineDev::given(dev);
+        }
+    }
     Ok(targets)
 }
 
@@ -225,17 +257,19 @@ fn config_target(
     let specs = &loaded.bdevs;
     let identity = config::cost_db::identity_of(specs, name, &bdev);
     // A config bdev over a file is that file's data: the same rules as a path.
-    let write_refusal = match config::cost_db::leaf_path(specs, name) {
-        Some(path) if bdev.kind() == "file" => {
-            write_refusal(safety::check_writes(Path::new(&path), &opts.destructive))?
-        }
-        _ => None,
+    let (write_refusal, line_dev) = match config::cost_db::leaf_path(specs, name) {
+        Some(path) if bdev.kind() == "file" => (
+            write_refusal(safety::check_writes(Path::new(&path), &opts.destructive))?,
+            cgroup::of_path(Path::new(&path)),
+        ),
+        _ => (None, cgroup::of_bdev(name, bdev.kind())),
     };
     Ok(Target {
         name: name.to_string(),
         bdev,
         identity,
         write_refusal,
+        line_dev,
     })
 }
 
@@ -278,43 +312,20 @@ fn path_target(name: &str, opts: &Options) -> Result<Target, ProbeError> {
         name: name.to_string(),
         identity: identity::of_path(path, &bdev),
         write_refusal: write_refusal(safety::check_writes(path, &opts.destructive))?,
+        line_dev: cgroup::of_path(path),
         bdev,
     })
 }
 
-/// One line per device for the terminal: its cost model and knee.
-pub fn report_summary(d: &DeviceResult) -> String {
-    let knee = d
-        .curves
-        .first()
-        .and_then(|c| c.knee_qd)
-        .map_or("-".into(), |k| k.to_string());
-    format!(
-        "{}\n{}knee (4KiB random read): QD {knee}",
-        d.name,
-        report::cost_snippet(&report::slug(&d.name), &d.cost)
-    )
-}
-
-/// The cost model `tune` throttles by: the config's `[cost.NAME]`, else its
-/// cost database's entry, else the read cost points measured now.
-pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), ProbeError> {
-    if let Some(path) = &opts.config {
-        let loaded = config::Config::load(Some(path))
-            .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
-        let c = &loaded.config;
-        if let Some(cost) = c.cost.get(&t.name) {
-            return Ok((*cost, format!("[cost.{}] of {}", t.name, path.display())));
-        }
-        if let Some(db) = &c.cost_db {
-            if let Some(cost) = config::cost_db::cost_for(db, &loaded.bdevs, &t.name, &t.bdev) {
-                return Ok((cost, format!("the cost database {}", db.display())));
-            }
-        }
+/// The device's `io.cost.model` line: its cost model, rounded, for the
+/// device number of its target (a placeholder if none was found).
+pub fn model_line(d: &DeviceResult) -> iocost::ModelLine {
+    iocost::ModelLine {
+        dev: d
+            .line_dev
+            .as_ref()
+            .map_or(iocost::DevNum::PLACEHOLDER, |l| l.dev),
+        ctrl: iocost::Ctrl::User,
+        params: iocost::ModelParams::of(&d.cost),
     }
-    let read = run::read_cost_points(t, opts)?;
-    Ok((
-        fit::cost_model(&read, None),
-        "read cost points measured now".into(),
-    ))
 }

@@ -32,6 +32,21 @@ pub fn cost_snippet(name: &str, c: &CostModel) -> String {
     )
 }
 
+/// One line per device for the terminal: its cost model and knee.
+pub fn summary(d: &DeviceResult) -> String {
+    let knee = d
+        .curves
+        .first()
+        .and_then(|c| c.knee_qd)
+        .map_or("-".into(), |k| k.to_string());
+    format!(
+        "{}\n{}knee (4KiB random read): QD {knee}\nio.cost.model: {}",
+        d.name,
+        cost_snippet(&slug(&d.name), &d.cost),
+        crate::model_line(d)
+    )
+}
+
 fn io(e: std::io::Error, path: &Path) -> String {
     format!("{}: {e}", path.display())
 }
@@ -54,12 +69,18 @@ pub fn write(out: &Path, r: &ProbeResult) -> Result<(), String> {
             let _ = writeln!(md, "(plot not written: {w})\n");
         }
     }
+    let lines: String = r
+        .devices
+        .iter()
+        .map(|d| format!("{}\n", crate::model_line(d)))
+        .collect();
+    let path = out.join("io.cost.model");
+    std::fs::write(&path, lines).map_err(|e| io(e, &path))?;
     if let Some(m) = &r.multi {
         let _ = writeln!(
             md,
-            "## All devices at once\n\n4 KiB random reads, QD {} each on {}: {:.0} IOPS together \
+            "## All devices at once\n\n4 KiB random reads on {}, each at the QD of its cost point: {:.0} IOPS together \
              against {:.0} IOPS as the sum of each alone ({:.0}%).\n",
-            crate::run::COST_QD_SMALL,
             m.devices.join(", "),
             m.together.iops,
             m.sum_alone_iops,
@@ -137,6 +158,39 @@ fn cost_section(md: &mut String, d: &DeviceResult, snippet: &str) {
         );
     }
     let _ = writeln!(md, "\n```toml\n{snippet}```\n");
+    search_section(md, d);
+    iocost_section(md, d);
+}
+
+/// Each cost point's search for its peak QD.
+fn search_section(md: &mut String, d: &DeviceResult) {
+    if d.qd_search.is_empty() {
+        return;
+    }
+    md.push_str("### Peak QD of each cost point\n\nEach cost point above ran at the QD where its rate peaks: a search climbed QD 1, 2, 4, ... until two doublings rose less than 3%, tried 3/4 and 3/2 of the best QD, and took the middle QD of those within 3% of the best.\n\n| point | QD taken | QD: IOPS tried |\n|---|---|---|\n");
+    for t in &d.qd_search {
+        let tried: Vec<String> = t
+            .tried
+            .iter()
+            .map(|(q, i)| format!("{q}: {i:.0}"))
+            .collect();
+        let _ = writeln!(md, "| {} | {} | {} |", t.label, t.qd, tried.join(", "));
+    }
+    md.push('\n');
+}
+
+/// The device's `io.cost.model` line for Linux's iocost.
+fn iocost_section(md: &mut String, d: &DeviceResult) {
+    let line = crate::model_line(d);
+    let how = d
+        .line_dev
+        .as_ref()
+        .map_or("not recorded", |l| l.how.as_str());
+    let _ = writeln!(
+        md,
+        "### Linux iocost\n\nThe cost model as the kernel's `io.cost.model` takes it (also in `io.cost.model` beside this report; write it into the root of the cgroup2 hierarchy, or give `--apply`):\n\n```text\n{line}\n```\n\nMAJ:MIN {}: {how}.\n",
+        line.dev
+    );
 }
 
 fn predictions_section(md: &mut String, d: &DeviceResult) {
@@ -196,7 +250,7 @@ fn curves_section(md: &mut String, d: &DeviceResult) {
         }
         md.push('\n');
     }
-    let _ = writeln!(md, "![QD curves]({slug}-qd.png)\n\n### Scaling over threads (total QD {})\n\n| threads | IOPS | p99 us |\n|---|---|---|", crate::run::COST_QD_SMALL);
+    let _ = writeln!(md, "![QD curves]({slug}-qd.png)\n\n### Scaling over threads (total QD {})\n\n| threads | IOPS | p99 us |\n|---|---|---|", crate::plan::COST_QD_SMALL);
     for p in &d.thread_scaling {
         let _ = writeln!(md, "| {} | {:.0} | {:.0} |", p.x, p.m.iops, p.m.p99_us);
     }

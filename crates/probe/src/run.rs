@@ -5,122 +5,20 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 
+use pace::pacer::CostModel;
+
 use crate::converge::StopRule;
 use crate::driver::{measure, Job, Measurement, Workload};
-use crate::fit::{self, CostPoints, LARGE, SMALL};
+use crate::fit::{self, CostPoints, SMALL};
+use crate::plan::{self, workload, Fixed, Rounds, Row, COST_QD_SMALL};
+use crate::qd_search::{QdSearch, Trace};
 use crate::{
     open_targets, report, spec, Curve, DeviceResult, MultiDevice, Options, Point, Prediction,
     ProbeError, ProbeResult, Target,
 };
 
-/// IOs in flight for the small cost points: past the knee of most devices.
-pub const COST_QD_SMALL: u32 = 64;
-/// IOs in flight for the large (128 KiB) sequential cost points.
-pub const COST_QD_LARGE: u32 = 32;
-
-/// IOs in flight for the 4 KiB/64 KiB held-out mix (issue 12's example).
-pub const MIX_QD: u32 = 32;
-
-/// The sizes whose latency alone (QD 1) gives each direction's unloaded
-/// latency line: the small random and the large sequential cost point's.
-const UNLOADED: [(u32, bool); 2] = [(SMALL, true), (LARGE, false)];
-
-const fn workload(read_pct: u32, bs: u32, random: bool) -> Workload {
-    Workload {
-        read_pct,
-        bs,
-        random,
-        alt_bs: None,
-    }
-}
-
-/// A cost point, datasheet point or held-out mix: label, workload, QD and
-/// the measurement (the median of its rounds).
-pub type Row = (String, Workload, u32, Measurement);
-/// A point's label and its IOPS in every round.
-pub type Rounds = (String, Vec<f64>);
-
-/// A point measured once in every round of alternation.
-struct Fixed {
-    label: String,
-    w: Workload,
-    qd: u32,
-}
-
-fn direction(read_pct: u32) -> &'static str {
-    if read_pct == 100 {
-        "read"
-    } else {
-        "write"
-    }
-}
-
-/// One direction's three cost points.
-fn cost_plan(read_pct: u32) -> [Fixed; 3] {
-    let dir = direction(read_pct);
-    [
-        (
-            format!("seq {dir} {}KiB", LARGE >> 10),
-            workload(read_pct, LARGE, false),
-            COST_QD_LARGE,
-        ),
-        (
-            format!("seq {dir} 4KiB"),
-            workload(read_pct, SMALL, false),
-            COST_QD_SMALL,
-        ),
-        (
-            format!("rand {dir} 4KiB"),
-            workload(read_pct, SMALL, true),
-            COST_QD_SMALL,
-        ),
-    ]
-    .map(|(label, w, qd)| Fixed { label, w, qd })
-}
-
-/// The cost points, the datasheet's 8 KiB random points and the held-out
-/// mixes the cost model is checked against.
-fn fixed_plan(writes: bool) -> Vec<Fixed> {
-    // Writes first: they also fill a fresh file, so the reads that follow reach the disk.
-    let dirs: &[u32] = if writes { &[0, 100] } else { &[100] };
-    let mut plan: Vec<Fixed> = dirs.iter().flat_map(|d| cost_plan(*d)).collect();
-    // Each IO alone: what the prediction at a QD below the knee needs.
-    for d in dirs {
-        for (bs, random) in UNLOADED {
-            plan.push(Fixed {
-                label: format!(
-                    "{} {} {}KiB QD 1",
-                    if random { "rand" } else { "seq" },
-                    direction(*d),
-                    bs >> 10
-                ),
-                w: workload(*d, bs, random),
-                qd: 1,
-            });
-        }
-    }
-    plan.extend(dirs.iter().map(|d| Fixed {
-        label: format!("rand {} 8KiB", direction(*d)),
-        w: workload(*d, 8192, true),
-        qd: COST_QD_SMALL,
-    }));
-    if writes {
-        plan.push(Fixed {
-            label: "70/30 random 4KiB".into(),
-            w: workload(70, SMALL, true),
-            qd: COST_QD_SMALL,
-        });
-        plan.push(Fixed {
-            label: "70/30 random 4KiB/64KiB".into(),
-            w: Workload {
-                alt_bs: Some(64 << 10),
-                ..workload(70, SMALL, true)
-            },
-            qd: MIX_QD,
-        });
-    }
-    plan
-}
+/// The label of the 4 KiB random read cost point.
+const RAND_READ: &str = "rand read 4KiB";
 
 /// Probes every target and writes the report; returns what it measured.
 pub fn probe(opts: &Options) -> Result<ProbeResult, ProbeError> {
@@ -161,15 +59,20 @@ pub fn probe(opts: &Options) -> Result<ProbeResult, ProbeError> {
     Ok(result)
 }
 
-fn qds(opts: &Options) -> Vec<u32> {
+/// The highest QD of the curves and the peak searches.
+fn max_qd(opts: &Options) -> u32 {
     let max = if opts.quick {
         opts.max_qd.min(64)
     } else {
         opts.max_qd
     };
+    max.max(1)
+}
+
+fn qds(opts: &Options) -> Vec<u32> {
     (0..=9)
         .map(|i| 1 << i)
-        .filter(|q| *q <= max.max(1))
+        .filter(|q| *q <= max_qd(opts))
         .collect()
 }
 
@@ -182,7 +85,7 @@ fn thread_counts(opts: &Options) -> Vec<u32> {
 
 fn points_of(t: &Target, opts: &Options) -> u64 {
     let writes = t.write_refusal.is_none();
-    let fixed = fixed_plan(writes).len() as u64 * u64::from(opts.rounds());
+    let fixed = plan::fixed_plan(writes, &[]).len() as u64 * u64::from(opts.rounds());
     let curves = if writes { 3 } else { 2 };
     fixed + curves * qds(opts).len() as u64 + thread_counts(opts).len() as u64
 }
@@ -289,103 +192,95 @@ fn median_round(mut rounds: Vec<Measurement>, rule: &StopRule) -> Measurement {
     }
 }
 
-/// One direction's cost points out of the measured rows.
-fn cost_points(rows: &[Row], read_pct: u32) -> Option<CostPoints> {
-    let rate = |f: &Fixed| {
-        rows.iter()
-            .find(|r| r.1 == f.w && r.2 == f.qd)
-            .map(|r| r.3.iops)
-    };
-    let [large, small, rand] = cost_plan(read_pct);
-    Some(CostPoints {
-        seq_large_iops: rate(&large)?,
-        seq_small_iops: rate(&small)?,
-        rand_small_iops: rate(&rand)?,
-    })
-}
-
-/// One direction's latency alone out of the measured QD 1 rows (the mean
-/// latency: one over the rate at QD 1); none if they were not measured.
-fn unloaded(rows: &[Row], read_pct: u32) -> Option<fit::Unloaded> {
-    let alone = |(bs, random): (u32, bool)| {
-        rows.iter()
-            .find(|r| r.1 == workload(read_pct, bs, random) && r.2 == 1)
-            .map(|r| 1.0 / r.3.iops)
-    };
-    let [small, large] = UNLOADED.map(alone);
-    Some(fit::Unloaded::through(small?, large?))
-}
-
-/// One direction's cost points at saturation: each point's time less the
-/// share of its latency alone its QD did not hide (`fit::saturated_cost_s`).
-fn saturated(p: &CostPoints, u: &fit::Unloaded) -> CostPoints {
-    let at = |rate: f64, qd: u32, bs: u32| 1.0 / fit::saturated_cost_s(rate, qd, u.of(bs));
-    CostPoints {
-        seq_large_iops: at(p.seq_large_iops, COST_QD_LARGE, LARGE),
-        seq_small_iops: at(p.seq_small_iops, COST_QD_SMALL, SMALL),
-        rand_small_iops: at(p.rand_small_iops, COST_QD_SMALL, SMALL),
+/// A search point: three windows, after a warm-up of at most one.
+fn search_rule(opts: &Options) -> StopRule {
+    let rule = opts.rule();
+    StopRule {
+        warmup: rule.warmup.min(rule.window),
+        min_windows: 3,
+        cap: rule.window * 3,
+        ..rule
     }
 }
 
-/// The held-out mixes predicted at their QD: the linear model of the
-/// saturated cost points gives the capacity, each IO's latency alone the
-/// rate below the knee (`fit::iops_at_qd`). Without QD 1 points, the
-/// capacity of the cost model as measured.
-fn predictions(
-    rows: &[Row],
-    cost: &pace::pacer::CostModel,
-    read: &CostPoints,
-    write: Option<&CostPoints>,
-) -> Vec<Prediction> {
-    let read_u = unloaded(rows, 100);
-    let write_u = if write.is_some() {
-        unloaded(rows, 0)
-    } else {
-        read_u
-    };
-    let lat = read_u.zip(write_u);
-    let capacity = lat.map(|(ru, wu)| {
-        fit::cost_model(
-            &saturated(read, &ru),
-            write.map(|w| saturated(w, &wu)).as_ref(),
-        )
-    });
-    rows.iter()
-        .filter(|r| r.1.read_pct != 0 && r.1.read_pct != 100)
-        .map(|r| {
-            let (w, qd) = (r.1, r.2);
-            let sizes = w.sizes();
-            let linear_iops = fit::predicted_iops(cost, w.read_pct, &sizes);
-            let (capacity_iops, unloaded_us, predicted_iops) = match (capacity, lat) {
-                (Some(c), Some((ru, wu))) => {
-                    let cost_s = fit::mix_cost_s(&c, w.read_pct, &sizes);
-                    let alone_s = fit::mix_unloaded_s(&ru, &wu, w.read_pct, &sizes);
-                    (
-                        1.0 / cost_s,
-                        alone_s * 1e6,
-                        fit::iops_at_qd(cost_s, alone_s, qd),
-                    )
-                }
-                _ => (linear_iops, 0.0, linear_iops),
-            };
-            Prediction {
-                workload: w,
-                qd,
-                predicted_iops,
-                linear_iops,
-                capacity_iops,
-                unloaded_us,
-                measured: r.3,
-            }
-        })
-        .collect()
+/// Each cost point's peak: the QD where its rate is highest, by a short
+/// search over QD (`qd_search`) up to the curves' highest QD.
+fn search_peaks(
+    t: &Target,
+    points: &[Fixed],
+    opts: &Options,
+    bar: &ProgressBar,
+) -> Result<Vec<Trace>, ProbeError> {
+    let rule = search_rule(opts);
+    let mut traces = Vec::new();
+    for f in points {
+        let mut s = QdSearch::new(max_qd(opts));
+        while let Some(qd) = s.next() {
+            bar.inc_length(1);
+            let label = format!("{}: {} QD {qd} (peak search)", t.name, f.label);
+            s.record(qd, point(bar, &single(t, qd), &f.w, &rule, &label)?.iops);
+        }
+        let qd = s
+            .peak()
+            .ok_or_else(|| ProbeError::Run(format!("{}: {}: no QD measured", t.name, f.label)))?;
+        traces.push(Trace {
+            label: f.label.clone(),
+            tried: s.seen().to_vec(),
+            qd,
+        });
+    }
+    Ok(traces)
 }
 
-/// The read cost points alone, measured now (for `tune` without a cost model).
+/// The read cost points alone, each at its peak, measured now (for `tune`
+/// without a cost model).
 pub(crate) fn read_cost_points(t: &Target, opts: &Options) -> Result<CostPoints, ProbeError> {
     let bar = ProgressBar::hidden();
-    let (rows, _) = measure_plan(t, &cost_plan(100), opts, &bar)?;
-    cost_points(&rows, 100).ok_or_else(|| ProbeError::Run("read cost points missing".into()))
+    let points = plan::cost_plan(100);
+    let peaks = search_peaks(t, &points, opts, &bar)?;
+    let plan: Vec<Fixed> = points
+        .into_iter()
+        .zip(&peaks)
+        .map(|(f, p)| Fixed { qd: p.qd, ..f })
+        .collect();
+    let (rows, _) = measure_plan(t, &plan, opts, &bar)?;
+    plan::cost_points(&rows, 100)
+        .map(|p| p.0)
+        .ok_or_else(|| ProbeError::Run("read cost points missing".into()))
+}
+
+/// What the cost phase measured: its rows and rounds, each cost point's
+/// search, the cost model and the held-out predictions.
+struct CostPhase {
+    rows: Vec<Row>,
+    rounds: Vec<Rounds>,
+    peaks: Vec<Trace>,
+    cost: CostModel,
+    predictions: Vec<Prediction>,
+}
+
+/// Each cost point's peak QD, then every fixed point in rounds, each cost
+/// point at its peak; the cost model of the rows.
+fn cost_phase(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<CostPhase, ProbeError> {
+    let writes = t.write_refusal.is_none();
+    let peaks = search_peaks(t, &plan::cost_points_plan(writes), opts, bar)?;
+    let (rows, rounds) = measure_plan(t, &plan::fixed_plan(writes, &peaks), opts, bar)?;
+    let missing = || ProbeError::Run(format!("{}: cost points missing", t.name));
+    let read = plan::cost_points(&rows, 100).ok_or_else(missing)?;
+    let write = if writes {
+        Some(plan::cost_points(&rows, 0).ok_or_else(missing)?)
+    } else {
+        None
+    };
+    let cost = fit::cost_model(&read.0, write.as_ref().map(|w| &w.0));
+    let predictions = plan::predictions(&rows, &cost, &read, write.as_ref());
+    Ok(CostPhase {
+        rows,
+        rounds,
+        peaks,
+        cost,
+        predictions,
+    })
 }
 
 fn curve(
@@ -418,17 +313,8 @@ fn curve(
 fn device(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<DeviceResult, ProbeError> {
     let start = Instant::now();
     let writes = t.write_refusal.is_none();
-    let (cost_rows, round_iops) = measure_plan(t, &fixed_plan(writes), opts, bar)?;
-    let missing = || ProbeError::Run(format!("{}: cost points missing", t.name));
-    let read = cost_points(&cost_rows, 100).ok_or_else(missing)?;
-    let write = if writes {
-        Some(cost_points(&cost_rows, 0).ok_or_else(missing)?)
-    } else {
-        None
-    };
-    let cost = fit::cost_model(&read, write.as_ref());
+    let c = cost_phase(t, opts, bar)?;
     let cost_s = start.elapsed().as_secs_f64();
-    let predictions = predictions(&cost_rows, &cost, &read, write.as_ref());
     let curves = curves(t, writes, opts, bar)?;
     let mut thread_scaling = Vec::new();
     for threads in thread_counts(opts) {
@@ -448,13 +334,15 @@ fn device(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<DeviceResult,
     Ok(DeviceResult {
         name: t.name.clone(),
         identity: t.identity.clone(),
-        cost,
-        cost_points: cost_rows,
-        round_iops,
+        cost: c.cost,
+        cost_points: c.rows,
+        round_iops: c.rounds,
+        qd_search: c.peaks,
         write_refusal: t.write_refusal.clone(),
+        line_dev: Some(t.line_dev.clone()),
         curves,
         thread_scaling,
-        predictions,
+        predictions: c.predictions,
         spec: None,
         cost_s,
         elapsed_s: start.elapsed().as_secs_f64(),
@@ -493,7 +381,8 @@ fn curves(
     Ok(curves)
 }
 
-/// 4 KiB random reads on every device at once, against the sum alone.
+/// 4 KiB random reads on every device at once, each at the QD of its cost
+/// point, against the sum of those points alone.
 fn together(
     targets: &[Target],
     devices: &[DeviceResult],
@@ -501,7 +390,15 @@ fn together(
     bar: &ProgressBar,
 ) -> Result<MultiDevice, ProbeError> {
     bar.inc_length(1);
-    let jobs: Vec<Job> = targets.iter().map(|t| job(t, COST_QD_SMALL)).collect();
+    let alone: Vec<Option<&Row>> = devices
+        .iter()
+        .map(|d| d.cost_points.iter().find(|p| p.0 == RAND_READ))
+        .collect();
+    let jobs: Vec<Job> = targets
+        .iter()
+        .zip(&alone)
+        .map(|(t, r)| job(t, r.map_or(COST_QD_SMALL, |r| r.2)))
+        .collect();
     let w = workload(100, SMALL, true);
     let together = point(
         bar,
@@ -510,15 +407,7 @@ fn together(
         &opts.rule(),
         "all devices: 4KiB random read",
     )?;
-    let sum_alone_iops = devices
-        .iter()
-        .filter_map(|d| {
-            d.cost_points
-                .iter()
-                .find(|p| p.1 == w && p.2 == COST_QD_SMALL)
-        })
-        .map(|p| p.3.iops)
-        .sum();
+    let sum_alone_iops = alone.iter().flatten().map(|p| p.3.iops).sum();
     Ok(MultiDevice {
         devices: targets.iter().map(|t| t.name.clone()).collect(),
         sum_alone_iops,
@@ -526,18 +415,33 @@ fn together(
     })
 }
 
+/// The cost model `tune` throttles by: the config's `[cost.NAME]`, else its
+/// cost database's entry, else the read cost points measured now.
+pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), ProbeError> {
+    if let Some(path) = &opts.config {
+        let loaded = config::Config::load(Some(path))
+            .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
+        let c = &loaded.config;
+        if let Some(cost) = c.cost.get(&t.name) {
+            return Ok((*cost, format!("[cost.{}] of {}", t.name, path.display())));
+        }
+        if let Some(db) = &c.cost_db {
+            if let Some(cost) = config::cost_db::cost_for(db, &loaded.bdevs, &t.name, &t.bdev) {
+                return Ok((cost, format!("the cost database {}", db.display())));
+            }
+        }
+    }
+    let read = read_cost_points(t, opts)?;
+    Ok((
+        fit::cost_model(&read, None),
+        "read cost points measured now".into(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn round(iops: f64, p99_us: f64) -> Measurement {
-        Measurement {
-            iops,
-            p99_us,
-            secs: 0.5,
-            ..Measurement::default()
-        }
-    }
+    use crate::plan::test_round as round;
 
     #[test]
     fn a_point_is_its_median_round_with_the_rounds_interval() {
@@ -557,91 +461,5 @@ mod tests {
         assert!(m.converged, "±{:.1}%", 100.0 * m.rel_ci);
         let one = round(7.0, 3.0);
         assert_eq!(median_round(vec![one], &rule), one);
-    }
-
-    #[test]
-    fn the_plan_holds_cost_datasheet_and_held_out_points() {
-        let plan = fixed_plan(true);
-        let labels: Vec<&str> = plan.iter().map(|f| f.label.as_str()).collect();
-        assert_eq!(
-            labels[0], "seq write 128KiB",
-            "writes first: they fill a fresh file"
-        );
-        // No IO larger than the server sends a device (its default buffer).
-        let buffer = config::BufferConfig::default().buffer_size.0;
-        assert!(plan.iter().all(|f| u64::from(f.w.max_bs()) <= buffer));
-        for l in [
-            "seq read 128KiB",
-            "rand read 8KiB",
-            "rand write 8KiB",
-            "70/30 random 4KiB",
-            "70/30 random 4KiB/64KiB",
-        ] {
-            assert!(labels.contains(&l), "{l} in {labels:?}");
-        }
-        let mix = plan.last().expect("a mix");
-        assert_eq!((mix.w.alt_bs, mix.qd), (Some(64 << 10), MIX_QD));
-        assert_eq!(
-            fixed_plan(false).len(),
-            6,
-            "reads only: 3 cost points, 2 alone and 8 KiB"
-        );
-        for l in [
-            "rand read 4KiB QD 1",
-            "seq read 128KiB QD 1",
-            "rand write 4KiB QD 1",
-            "seq write 128KiB QD 1",
-        ] {
-            let f = plan.iter().find(|f| f.label == l);
-            assert_eq!(f.map(|f| f.qd), Some(1), "{l} in {labels:?}");
-        }
-    }
-
-    fn row(w: Workload, qd: u32, iops: f64) -> Row {
-        (String::new(), w, qd, round(iops, 0.0))
-    }
-
-    #[test]
-    fn held_out_mixes_are_predicted_at_their_qd() {
-        // A linear device, 30 us and 1 ns a byte an IO when busy, both
-        // ways; an IO alone takes 300 us whatever its size.
-        let cost_s = |bs: u32| 30e-6 + f64::from(bs) * 1e-9;
-        let alone_s = 300e-6;
-        let mix = Workload {
-            alt_bs: Some(64 << 10),
-            ..workload(70, SMALL, true)
-        };
-        let mut rows = vec![row(mix, 8, 1.0)];
-        for d in [0, 100] {
-            // The cost points as measured at their QD: below the knee.
-            for (bs, random, qd) in [
-                (LARGE, false, COST_QD_LARGE),
-                (SMALL, false, COST_QD_SMALL),
-                (SMALL, true, COST_QD_SMALL),
-            ] {
-                let rate = fit::iops_at_qd(cost_s(bs), alone_s, qd);
-                rows.push(row(workload(d, bs, random), qd, rate));
-            }
-            for (bs, random) in UNLOADED {
-                rows.push(row(workload(d, bs, random), 1, 1.0 / alone_s));
-            }
-        }
-        let read = cost_points(&rows, 100).expect("read points");
-        let write = cost_points(&rows, 0).expect("write points");
-        let cost = fit::cost_model(&read, Some(&write));
-        let p = predictions(&rows, &cost, &read, Some(&write));
-        assert_eq!(p.len(), 1);
-        let p = p[0];
-        assert!((p.unloaded_us - 300.0).abs() < 1e-6, "{}", p.unloaded_us);
-        // The capacity is the device's, not the cost points' rate below their knee.
-        let mix_cost_s = (cost_s(SMALL) + cost_s(64 << 10)) / 2.0;
-        assert!((p.capacity_iops * mix_cost_s - 1.0).abs() < 1e-6);
-        assert!(p.linear_iops < p.capacity_iops);
-        let at_8 = fit::iops_at_qd(mix_cost_s, alone_s, 8);
-        assert!((p.predicted_iops / at_8 - 1.0).abs() < 1e-6);
-        // Without the QD 1 points: the linear model as it was.
-        rows.retain(|r| r.2 != 1);
-        let p = predictions(&rows, &cost, &read, Some(&write))[0];
-        assert_eq!((p.predicted_iops, p.unloaded_us), (p.linear_iops, 0.0));
     }
 }

@@ -19,6 +19,9 @@ use serde_json::Value;
 
 use crate::driver::JobStats;
 
+/// IOs the adversary keeps in flight: enough to saturate when unthrottled.
+pub const ADVERSARY_QD: u32 = 64;
+
 /// The export (and tenant) names of the two jobs.
 pub const ADVERSARY: &str = "adversary";
 pub const PROBE: &str = "probe";
@@ -156,7 +159,7 @@ impl Served {
             dir: dir.to_path_buf(),
             runtime_s,
             ramp_s,
-            adversary_qd: crate::tune::ADVERSARY_QD,
+            adversary_qd: ADVERSARY_QD,
         })
     }
 

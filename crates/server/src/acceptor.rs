@@ -23,12 +23,14 @@ use config::ServerConfig;
 pub enum Listener {
     Tcp(TcpListener, TlsMode),
     Unix(UnixListener),
+    /// NVMe/TCP (`[server] nvme_tcp`).
+    Nvme(TcpListener),
 }
 
 impl Listener {
     fn raw_fd(&self) -> i32 {
         match self {
-            Listener::Tcp(l, _) => l.as_raw_fd(),
+            Listener::Tcp(l, _) | Listener::Nvme(l) => l.as_raw_fd(),
             Listener::Unix(l) => l.as_raw_fd(),
         }
     }
@@ -36,7 +38,7 @@ impl Listener {
     fn tls(&self) -> TlsMode {
         match self {
             Listener::Tcp(_, mode) => *mode,
-            Listener::Unix(_) => TlsMode::Off,
+            Listener::Unix(_) | Listener::Nvme(_) => TlsMode::Off,
         }
     }
 
@@ -44,7 +46,7 @@ impl Listener {
     /// and the peer's address (none on a Unix socket).
     fn accept(&self) -> std::io::Result<(OwnedFd, String, Option<IpAddr>)> {
         match self {
-            Listener::Tcp(l, _) => {
+            Listener::Tcp(l, _) | Listener::Nvme(l) => {
                 let (s, peer) = l.accept()?;
                 // Replies are batched per loop already; Nagle would only add latency.
                 s.set_nodelay(true)?;
@@ -178,6 +180,13 @@ impl Acceptors {
                 return;
             }
             match accepted {
+                Ok((fd, peer, _)) if matches!(listener, Listener::Nvme(_)) => {
+                    // Its host is known at Connect, and checked there.
+                    tracing::info!(%peer, "nvme/tcp: accepted a connection");
+                    let reactor = self.pick_reactor();
+                    reactor.conns.fetch_add(1, Ordering::Relaxed);
+                    reactor.send(Msg::NewNvme(fd, peer));
+                }
                 Ok((fd, peer, addr)) => self.dispatch(fd, peer, addr, listener.tls(), &mut refusal),
                 Err(e) => {
                     warning.warn("accept", &e);

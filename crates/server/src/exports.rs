@@ -38,6 +38,8 @@ pub struct Catalog {
     pub pacing: PacingConfig,
     /// Who may open which export, in export order.
     pub access: config::access::Policy,
+    /// The NVMe/TCP controllers, when NVMe/TCP is served.
+    pub nvme: Option<Arc<crate::engine::NvmeTarget>>,
 }
 
 impl Catalog {
@@ -112,6 +114,7 @@ impl Catalog {
             devices,
             pacing,
             access,
+            nvme: None,
         })
     }
 }

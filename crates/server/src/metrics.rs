@@ -149,7 +149,19 @@ impl Snapshot {
     fn encode_reactors(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let s = &self.0;
         let conns = per_reactor(s, |r| r.connections as f64);
-        gauge(enc, "connections", "Open NBD connections.", &conns)?;
+        gauge(
+            enc,
+            "connections",
+            "Open connections, NBD and NVMe/TCP.",
+            &conns,
+        )?;
+        let nvme = per_reactor(s, |r| r.nvme_connections as f64);
+        gauge(
+            enc,
+            "nvme_connections",
+            "Open NVMe/TCP connections (queues), also counted in connections.",
+            &nvme,
+        )?;
         let gathering = per_reactor(s, |r| f64::from(u8::from(r.gathering)));
         gauge(
             enc,
@@ -161,7 +173,7 @@ impl Snapshot {
         counter(
             enc,
             "connections_accepted",
-            "NBD connections accepted.",
+            "Connections accepted, NBD and NVMe/TCP.",
             &accepted,
         )?;
         let mut socket = Vec::new();

@@ -35,8 +35,6 @@ pub struct RpcState {
     clients: AtomicUsize,
     /// Fault bdevs, for `set_fault` and `get_faults`.
     pub faults: crate::fault_ctl::FaultControl,
-    /// The NVMe/TCP thread's pacing mailbox, when it runs.
-    pub nvmf_pacing: Option<crate::nvmf::PacingMailbox>,
 }
 
 impl RpcState {
@@ -53,7 +51,6 @@ impl RpcState {
             pacing: Mutex::new(pacing),
             stopping: AtomicBool::new(false),
             clients: AtomicUsize::new(0),
-            nvmf_pacing: None,
         }
     }
 
@@ -78,15 +75,12 @@ impl RpcState {
     }
 
     /// Checks a whole pacing configuration and puts it in force on every
-    /// reactor and the NVMe/TCP thread.
+    /// reactor (NBD's and NVMe/TCP's connections alike).
     pub fn replace_pacing(&self, cfg: PacingConfig) -> Result<PacingConfig, String> {
         config::bounds::check_pacing(&cfg).map_err(|(field, m)| format!("{field}: {m}"))?;
         let mut pacing = self.pacing.lock().unwrap_or_else(|e| e.into_inner());
         for r in &self.reactors {
             r.send(Msg::SetPacing(cfg.clone()));
-        }
-        if let Some(m) = &self.nvmf_pacing {
-            *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(cfg.clone());
         }
         *pacing = cfg.clone();
         let mut config = self.config.lock().unwrap_or_else(|e| e.into_inner());

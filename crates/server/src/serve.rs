@@ -212,32 +212,31 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let cfg = &loaded.config;
-    let catalog = Arc::new(Catalog::build(&loaded).map_err(ServeError::Config)?);
+    let mut catalog = Catalog::build(&loaded).map_err(ServeError::Config)?;
     let pool = SharedPool::new(cfg.buffers.pool())
         .map_err(|e| runtime(format!("cannot allocate the buffer pool: {e}")))?;
     // Dropped on every return: a failed start leaves no socket file behind.
     let mut files = SocketFiles::default();
     let tls = crate::tls::config_of(&loaded).map_err(ServeError::Config)?;
-    let listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
+    let mut listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
     let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp).map_err(runtime)?;
+    if !nvme_listeners.is_empty() {
+        let pool_bytes = u64::from(pool.large_buffers()) * u64::from(pool.buffer_size());
+        let target = crate::nvmf::target(&nvme_listeners, &loaded, &catalog, pool_bytes);
+        catalog.nvme = Some(target);
+    }
+    listeners.extend(nvme_listeners.into_iter().map(acceptor::Listener::Nvme));
+    let catalog = Arc::new(catalog);
     let reactors = start_reactors(&loaded, &catalog, &pool)?;
-    let nvmf = match crate::nvmf::start(nvme_listeners, &loaded, &catalog, pool.buffer_size()) {
-        Ok(n) => n,
-        Err(e) => {
-            reactors.stop();
-            return Err(runtime(e));
-        }
-    };
-    let mut rpc_state = rpc::RpcState::new(
+    let rpc_state = rpc::RpcState::new(
         reactors.handles.clone(),
         loaded.to_json(),
         catalog.pacing.clone(),
         crate::fault_ctl::FaultControl::new(catalog.bdevs.faults(), reactors.origin),
     );
-    rpc_state.nvmf_pacing = nvmf.as_ref().map(|n| n.pacing());
     let rpc_state = Arc::new(rpc_state);
     if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {
-        stop_started(nvmf, reactors);
+        reactors.stop();
         return Err(e);
     }
     let tls = tls.map(|config| crate::acceptor::TlsServer {
@@ -248,7 +247,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let accept_threads = match acceptor::start(&acceptors) {
         Ok(a) => a,
         Err(e) => {
-            stop_started(nvmf, reactors);
+            reactors.stop();
             return Err(e);
         }
     };
@@ -258,9 +257,6 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         "iopace serving"
     );
     wait_for_stop(&set, &loaded, &rpc_state);
-    if let Some(n) = nvmf {
-        n.stop();
-    }
     acceptor::stop(&acceptors, accept_threads);
     reactors.stop();
     if let Err(e) = catalog.bdevs.flush_all_sync() {
@@ -271,14 +267,6 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let free = pool.free_total();
     tracing::info!(free_buffers = free, total = pool.total(), "stopped");
     Ok(())
-}
-
-/// Stops what a failed start had started.
-fn stop_started(nvmf: Option<crate::nvmf::NvmfServer>, reactors: Reactors) {
-    if let Some(n) = nvmf {
-        n.stop();
-    }
-    reactors.stop();
 }
 
 fn secs(s: u64) -> pace::Nanos {

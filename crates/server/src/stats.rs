@@ -12,8 +12,20 @@ use pace::stats::{LatencyHist, ReqState, StateCounts, TimeAvg};
 use pace::Nanos;
 use proto::Command;
 
-use crate::engine::Req;
 use crate::exports::Catalog;
+
+/// A request whose reply has wholly left, as the statistics count it.
+#[derive(Debug, Clone, Copy)]
+pub struct Served {
+    pub command: Command,
+    pub export: u16,
+    /// The reply's error (an NBD errno, or any non-zero status), 0 for success.
+    pub error: u32,
+    /// Bytes of a READ or WRITE.
+    pub len: u32,
+    /// When its header arrived.
+    pub started: Nanos,
+}
 
 /// Per-export counters on one reactor.
 struct ExportCounters {
@@ -181,23 +193,23 @@ impl StatsCollector {
     }
 
     /// A reply was fully sent: count the IO, its data bytes and its latency.
-    pub fn record_done(&mut self, req: &Req, now: Nanos) {
-        let op = &mut self.ops[op_index(req.command)];
+    pub fn record_done(&mut self, done: &Served, now: Nanos) {
+        let op = &mut self.ops[op_index(done.command)];
         op.ios += 1;
         // Only reads and writes move data; a trim's or block status's length
         // is a range, not bytes.
-        let moves_data = matches!(req.command, Command::Read | Command::Write);
-        let bytes = if req.error == 0 && moves_data {
-            u64::from(req.len)
+        let moves_data = matches!(done.command, Command::Read | Command::Write);
+        let bytes = if done.error == 0 && moves_data {
+            u64::from(done.len)
         } else {
             0
         };
         op.bytes += bytes;
-        if let Some(e) = self.exports.get_mut(req.export as usize) {
+        if let Some(e) = self.exports.get_mut(usize::from(done.export)) {
             e.ios += 1;
             e.bytes += bytes;
-            e.errors += u64::from(req.error != 0);
-            e.record(now, now - req.t_start);
+            e.errors += u64::from(done.error != 0);
+            e.record(now, now - done.started);
         }
     }
 
@@ -226,6 +238,7 @@ impl StatsCollector {
             uptime_s: now as f64 / 1e9,
             connections: self.conns_now,
             connections_total: self.conns_total,
+            nvme_connections: 0,
             loop_iterations: self.loops,
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,

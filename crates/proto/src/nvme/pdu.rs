@@ -105,6 +105,11 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
+/// [`crc32c`] of data that goes on after bytes whose CRC was `crc`.
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
+}
+
 /// ICReq: the host's connection parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IcReq {

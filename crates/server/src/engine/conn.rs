@@ -7,6 +7,8 @@ use pace::Nanos;
 use proto::{Handshake, Negotiated};
 
 use super::ids::{ConnId, ReqId};
+use super::nvme::NvmeConn;
+use super::turns::Turns;
 
 /// Receive buffer size: large enough to batch many request headers per recv
 /// and to hold small write payloads without a second syscall.
@@ -19,9 +21,14 @@ pub const DIRECT_RECV_MIN: u32 = 16 << 10;
 /// Most iovecs in one sendmsg.
 pub const MAX_SEND_IOV: usize = 512;
 
+/// The connection's protocol and where it is in it.
 pub enum Phase {
+    /// NBD, negotiating.
     Handshake(Box<Handshake>),
+    /// NBD, serving an export.
     Transmission { export: u16, neg: Negotiated },
+    /// NVMe/TCP, its queue in front (`engine/nvme.rs`).
+    Nvme(Box<NvmeConn>),
 }
 
 /// What the connection's next input bytes are.
@@ -38,6 +45,8 @@ pub enum Input {
     Payload(ReqId),
     /// This many payload bytes of a rejected WRITE, to be discarded.
     Discard(u64),
+    /// NVMe/TCP PDUs, which its queue parses.
+    Pdus,
     /// Nothing more: EOF, DISC, a failed handshake, or the server draining.
     Ended,
 }
@@ -76,8 +85,11 @@ pub enum Life {
 pub enum EndReason {
     /// The client closed its side (EOF).
     ClientClosed,
-    /// The client sent NBD_CMD_DISC.
+    /// The client sent NBD_CMD_DISC (or an NVMe/TCP H2CTermReq).
     Disconnect,
+    /// The NVMe controller it served is gone (keep-alive expired, reset,
+    /// shut down, or its admin queue closed).
+    ControllerGone,
     /// The handshake ended without an export (aborted, refused or failed).
     HandshakeEnded,
     /// A request the protocol does not allow.
@@ -131,14 +143,10 @@ pub struct Conn {
     pub out: VecDeque<ReqId>,
     /// Streamed READs in `out`.
     pub streams_out: u32,
-    /// READs started whose data is not yet queued to send (a streamed
-    /// READ's until it ends), and the streamed READ among them: a stream
-    /// starts alone and nothing starts beside it, so no READ's data ever
-    /// waits behind a stream holding buffers (`stream.rs`).
-    pub reads_pending: u32,
-    pub stream: Option<ReqId>,
-    /// READs waiting for their turn around a stream, in arrival order.
-    pub deferred: VecDeque<ReqId>,
+    /// READ turns: a stream starts alone and nothing starts beside it, so
+    /// no READ's data ever waits behind a stream holding buffers
+    /// (`turns.rs`).
+    pub turns: Turns,
     /// Bytes of `out[0]`'s reply already sent (partial sends).
     pub out_skip: usize,
     pub send_iov: Vec<libc::iovec>,
@@ -158,7 +166,11 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(id: ConnId, flow: u64, handshake: Box<Handshake>, now: Nanos) -> Conn {
+    pub fn new(id: ConnId, flow: u64, phase: Phase, now: Nanos) -> Conn {
+        let input = match phase {
+            Phase::Nvme(_) => Input::Pdus,
+            _ => Input::Handshake,
+        };
         // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
         let msg: libc::msghdr = unsafe { std::mem::zeroed() };
         Conn {
@@ -167,8 +179,8 @@ impl Conn {
             end: None,
             traffic: Traffic::default(),
             flow,
-            phase: Phase::Handshake(handshake),
-            input: Input::Handshake,
+            phase,
+            input,
             recv: RecvOp::Idle,
             send: SendOp::Idle,
             life: Life::Open,
@@ -179,9 +191,7 @@ impl Conn {
             raw_sending: Vec::new(),
             out: VecDeque::new(),
             streams_out: 0,
-            reads_pending: 0,
-            stream: None,
-            deferred: VecDeque::new(),
+            turns: Turns::default(),
             out_skip: 0,
             send_iov: Vec::with_capacity(MAX_SEND_IOV),
             msg: Box::new(msg),

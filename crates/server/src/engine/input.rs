@@ -5,11 +5,11 @@ use proto::HandshakeStatus;
 
 use super::conn::{EndReason, Input, Life, Phase, RecvOp, DIRECT_RECV_MIN};
 use super::ids::ConnId;
-use super::req::PieceState;
+use super::slot::PieceState;
 use super::{conn_at, Action, Engine, Received};
 
 /// What one pass over a connection's buffered input did next.
-enum Step {
+pub(super) enum Step {
     /// Consumed something; look again.
     Again,
     /// Needs more bytes, or is waiting for something else.
@@ -72,6 +72,7 @@ impl Engine {
             // A WRITE whose payload will never arrive: nothing to execute.
             Input::Payload(r) => self.abort_pieces(r),
             Input::WaitSlot => self.slot_waiters.retain(|&w| w != id),
+            Input::Pdus => self.nvme_input_ended(id),
             _ => {}
         }
         self.touched.push(id);
@@ -89,6 +90,7 @@ impl Engine {
                 Input::Headers => self.header_input(id),
                 Input::Payload(r) => self.payload_input(id, r),
                 Input::Discard(left) => self.discard_input(id, left),
+                Input::Pdus => self.nvme_input(id),
                 Input::WaitSlot | Input::Ended => Step::Stop,
             };
             if let Step::Stop = step {
@@ -230,7 +232,7 @@ impl Engine {
             return;
         }
         let direct = match c.input {
-            Input::Handshake | Input::Discard(_) => None,
+            Input::Handshake | Input::Discard(_) | Input::Pdus => None,
             Input::Headers if c.committed < cap => None,
             Input::Payload(r) => {
                 let req = &self.reqs[r.index()];

@@ -8,24 +8,36 @@ use proto::Handshake;
 
 use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, ReqId, GEN_MASK};
-use super::req::ReqState;
-use super::{conn_at, Action, Engine};
+use super::nvme::NvmeConn;
+use super::slot::ReqStage;
+use super::{conn_at, Action, Engine, Opening};
 
 impl Engine {
     /// A new connection. `handshake` is one already under way (a connection
     /// handed over mid-negotiation); None starts a fresh one. None back means
     /// the engine is draining: the driver closes the socket.
     pub fn accept(&mut self, now: Nanos, handshake: Option<Box<Handshake>>) -> Option<ConnId> {
+        self.open(now, Opening::Nbd(handshake))
+    }
+
+    /// A new connection of either protocol; None: the engine is draining.
+    pub fn open(&mut self, now: Nanos, opening: Opening) -> Option<ConnId> {
         self.set_now(now);
         if self.draining_since.is_some() {
             return None;
         }
-        let handshake = handshake.unwrap_or_else(|| {
-            Box::new(Handshake::new(
-                self.catalog.infos.clone(),
-                self.catalog.default_export,
-            ))
-        });
+        let phase = match opening {
+            Opening::Nbd(handshake) => Phase::Handshake(handshake.unwrap_or_else(|| {
+                Box::new(Handshake::new(
+                    self.catalog.infos.clone(),
+                    self.catalog.default_export,
+                ))
+            })),
+            Opening::Nvme => {
+                self.nvme_count(true);
+                Phase::Nvme(Box::new(NvmeConn::new(&self.catalog)))
+            }
+        };
         let index = self.free_conns.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conn_gens.push(0);
@@ -34,7 +46,7 @@ impl Engine {
         let gen = self.conn_gens[index as usize].wrapping_add(1) & GEN_MASK;
         self.conn_gens[index as usize] = gen;
         let id = ConnId { index, gen };
-        let mut conn = Box::new(Conn::new(id, self.next_flow, handshake, now));
+        let mut conn = Box::new(Conn::new(id, self.next_flow, phase, now));
         self.next_flow += 1;
         if let Phase::Handshake(h) = &mut conn.phase {
             conn.raw_out = h.take_output();
@@ -75,6 +87,7 @@ impl Engine {
             self.start_pieces(r);
         }
         self.process_input(id);
+        self.nvme_settle(id);
         match self.conn_ref(id) {
             Some(c) if c.life == Life::Open && c.finished() => self.close(id),
             Some(c) if c.life == Life::Open => {
@@ -112,10 +125,11 @@ impl Engine {
         }
         for i in 0..self.reqs.len() as u32 {
             let req = &self.reqs[i as usize];
-            if req.conn == id && req.state != ReqState::Free {
+            if req.conn == id && req.state != ReqStage::Free {
                 self.abort(ReqId(i));
             }
         }
+        self.nvme_closed(id);
         self.touched.push(id);
     }
 
@@ -126,6 +140,10 @@ impl Engine {
         debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
         debug_assert!(c.out.is_empty(), "{id:?} freed with replies queued");
         self.log_closed(c);
+        if matches!(c.phase, Phase::Nvme(_)) {
+            self.nvme_count(false);
+        }
+        let Some(c) = self.conn_ref(id) else { return };
         // Its paced IOs were cancelled or completed before it went quiet.
         self.pacer.close_flow(c.flow);
         self.conns[id.index as usize] = None;
@@ -137,13 +155,13 @@ impl Engine {
 
     /// The connection's close log: who, which export, why, and what it did.
     fn log_closed(&self, c: &Conn) {
-        let export = match &c.phase {
-            Phase::Transmission { export, .. } => self
-                .catalog
-                .exports
-                .get(usize::from(*export))
-                .map_or("?", |e| e.info.name.as_str()),
-            Phase::Handshake(_) => "-",
+        let name = |i: u16| {
+            (self.catalog.exports.get(usize::from(i))).map_or("?", |e| e.info.name.as_str())
+        };
+        let (export, what) = match &c.phase {
+            Phase::Transmission { export, .. } => (name(*export), "connection closed"),
+            Phase::Handshake(_) => ("-", "connection closed"),
+            Phase::Nvme(n) => (n.export().map_or("-", name), "nvme/tcp: connection closed"),
         };
         let peer = if c.peer.is_empty() { "-" } else { &c.peer };
         debug_assert!(c.end.is_some(), "{:?} closed with no reason recorded", c.id);
@@ -158,7 +176,7 @@ impl Engine {
             bytes_in = c.traffic.bytes_in,
             bytes_out = c.traffic.bytes_out,
             seconds = (self.now - c.accepted_at) as f64 / 1e9,
-            "connection closed"
+            "{what}"
         );
     }
 
@@ -168,6 +186,10 @@ impl Engine {
     pub fn set_peer(&mut self, id: ConnId, peer: &str) {
         if let Some(c) = conn_at(&mut self.conns, id) {
             c.peer = peer.into();
+            if matches!(c.phase, Phase::Nvme(_)) {
+                // Its host is its host NQN, known at Connect (`nvme.rs`).
+                return;
+            }
             if let Ok(addr) = peer.parse::<std::net::SocketAddr>() {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 std::hash::Hash::hash(&addr.ip(), &mut h);
@@ -183,6 +205,13 @@ impl Engine {
         let t = &self.timeouts;
         match c.input {
             Input::Handshake => Some(c.accepted_at + t.handshake),
+            // No ICReq yet; or a PDU half received (an idle queue has no
+            // timeout here: NVMe's keep-alive is the host's to ask for).
+            Input::Pdus => match &c.phase {
+                Phase::Nvme(n) if !n.initialized() => Some(c.accepted_at + t.handshake),
+                _ if c.buffered() > 0 => Some(c.active_at + t.payload),
+                _ => None,
+            },
             // Only while the client's bytes could land: a piece waiting for
             // the pacer or a buffer is not the client's stall.
             Input::Payload(_) | Input::Discard(_) if c.recv != super::RecvOp::Idle => {

@@ -7,27 +7,32 @@
 //! the engine owns, send iovecs, submit a device IO, shut down or close a
 //! socket. Nothing in here knows a file descriptor or reads a clock.
 //!
-//! - `conn.rs`, `req.rs`: connection and request-slot state (enums).
+//! - `conn.rs`, `slot.rs`: connection and request-slot state (enums).
 //! - `input.rs`: received bytes: handshake, request headers, WRITE payload.
 //! - `request.rs`: the request state machine, [`Engine::advance`].
-//! - `write.rs`: WRITE payload pieces.
-//! - `stream.rs`: large READs, piece by piece.
-//! - `turns.rs`: when a READ may start: a stream runs alone on its connection.
+//! - `pieces.rs`: buffer-sized pieces of a WRITE payload or a streamed READ.
+//! - `stream.rs`: large READs, piece by piece, and when a READ may start
+//!   around them.
+//! - `turns.rs`: `Turns`, a connection's READ turns (a stream runs alone).
 //! - `output.rs`: replies and sends.
 //! - `life.rs`: accepting, closing, timeouts, draining.
-//! - `trace.rs`: the last request state changes, for `iopace rpc trace`.
+//! - `nvme.rs`: the NVMe/TCP front end (NBD's is `input.rs`, `slot.rs`'s
+//!   reply encoding and the handshake in `proto`).
+//! - `trace.rs`: the ring of the last request state changes, which
+//!   `Engine::trace` reads for `iopace rpc trace`.
 
 mod conn;
 mod ids;
 mod input;
 mod life;
+mod nvme;
 mod output;
-mod req;
+mod pieces;
 mod request;
+mod slot;
 mod stream;
 mod trace;
 mod turns;
-mod write;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -45,8 +50,19 @@ use crate::stats::{ReactorStats, StatsCollector};
 use conn::Conn;
 pub use conn::{Input, Life, RecvOp, SendOp};
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
-pub use req::{PieceState, Req, ReqState};
+pub use nvme::NvmeTarget;
+use slot::Req;
+pub use slot::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
+
+/// How a new connection begins.
+pub enum Opening {
+    /// NBD: a fresh handshake, or one already under way (a connection
+    /// handed over mid-negotiation).
+    Nbd(Option<Box<proto::Handshake>>),
+    /// NVMe/TCP: the host's ICReq comes first.
+    Nvme,
+}
 
 /// Time limits on a connection, enforced with the engine's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +176,9 @@ pub struct Engine {
     conn_cap: u32,
     /// The last request state changes, with their times.
     trace: trace::TraceRing,
+    /// NVMe/TCP connections open, and when their controllers are next checked.
+    nvme_conns: u32,
+    nvme_check_at: Nanos,
     now: Nanos,
 }
 
@@ -204,6 +223,8 @@ impl Engine {
             draining_since: None,
             trace: trace::TraceRing::new(),
             payload_cap: settings.payload_cap.max(1),
+            nvme_conns: 0,
+            nvme_check_at: 0,
             now,
         }
     }
@@ -305,6 +326,7 @@ impl Engine {
         self.fire_delayed();
         self.poll_pacer();
         self.fire_conn_timers();
+        self.nvme_tick();
         self.check_drain();
         self.settle();
         self.flush();
@@ -334,6 +356,7 @@ impl Engine {
             self.delayed.peek().map(|Reverse((t, _))| *t),
             self.pacer.next_wakeup(self.now),
             self.conn_timers.peek().map(|Reverse((t, _))| *t),
+            self.nvme_deadline(),
             // Re-check the drain even when nothing completes.
             self.draining_since.map(|_| self.now + 50_000_000),
         ];
@@ -342,6 +365,7 @@ impl Engine {
 
     pub fn set_pacing(&mut self, cfg: PacingConfig, now: Nanos) {
         self.set_now(now);
+        tracing::info!(mode = ?cfg.mode, reactor = self.id, "pacing changed");
         self.pacer.reconfigure(cfg, now);
     }
 
@@ -352,6 +376,7 @@ impl Engine {
         let mut snap = self.stats.snapshot(now, pool, free, self.delayed.len());
         snap.buffers.pool_bytes = self.pool.map_len() as u64;
         snap.pacer = self.pacer.stats(now);
+        snap.nvme_connections = u64::from(self.nvme_conns);
         snap
     }
 
@@ -401,6 +426,58 @@ impl Engine {
     }
 }
 
+/// `iopace rpc trace`: the requests in flight and their last state changes.
+impl Engine {
+    /// The requests in flight that `q` names, oldest first, with their states.
+    pub fn trace(&self, q: TraceQuery, now: Nanos) -> Vec<TracedReq> {
+        let mut live: Vec<(ReqId, Nanos)> = (self.reqs.iter().enumerate())
+            .filter(|(_, r)| r.state != ReqStage::Free)
+            .filter(|(_, r)| match q {
+                TraceQuery::Conn(c) => r.conn.index == c,
+                TraceQuery::Oldest(_) => true,
+            })
+            .map(|(i, r)| (ReqId(i as u32), r.t_start))
+            .collect();
+        live.sort_by_key(|&(_, t)| t);
+        if let TraceQuery::Oldest(n) = q {
+            live.truncate(n);
+        }
+        live.into_iter()
+            .map(|(id, _)| self.traced(id, now))
+            .collect()
+    }
+
+    fn traced(&self, id: ReqId, now: Nanos) -> TracedReq {
+        let r = &self.reqs[id.index()];
+        let states = (self.trace.in_order())
+            .filter(|e| e.req == id && e.cookie == r.cookie && e.t >= r.t_start)
+            .map(|e| TracedState {
+                state: format!("{:?}", e.to),
+                at_us: trace::us(e.t - r.t_start),
+            })
+            .collect();
+        TracedReq {
+            reactor: self.id,
+            conn: r.conn.index,
+            peer: self.peer_of(r.conn),
+            cookie: r.cookie,
+            command: format!("{:?}", r.command),
+            offset: r.offset,
+            len: r.span.max(u64::from(r.len)),
+            state: format!("{:?}", r.state),
+            age_us: trace::us(now.saturating_sub(r.t_start)),
+            states,
+            cut: self.trace.since().is_some_and(|t| t > r.t_start),
+        }
+    }
+
+    fn peer_of(&self, conn: ConnId) -> String {
+        self.conn_ref(conn)
+            .map(|c| c.peer.to_string())
+            .unwrap_or_default()
+    }
+}
+
 /// The live connection `id` among `conns`: borrows only the connection
 /// table, so the caller may still touch the engine's other fields.
 fn conn_at(conns: &mut [Option<Box<Conn>>], id: ConnId) -> Option<&mut Conn> {
@@ -412,6 +489,8 @@ fn conn_at(conns: &mut [Option<Box<Conn>>], id: ConnId) -> Option<&mut Conn> {
 
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod nvme_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]

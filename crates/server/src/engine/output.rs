@@ -3,7 +3,7 @@
 
 use super::conn::{EndReason, Life, SendOp, MAX_SEND_IOV};
 use super::ids::{ConnId, ReqId};
-use super::req::ReqState;
+use super::slot::ReqStage;
 use super::{conn_at, Action, Engine, Sent};
 
 impl Engine {
@@ -136,12 +136,13 @@ impl Engine {
                 if self.reqs[r.index()].pieces_live > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
-                    self.stats.record_done(&self.reqs[r.index()], self.now);
+                    self.stats
+                        .record_done(&self.reqs[r.index()].served(), self.now);
                     self.abandon_stream(r);
                     continue;
                 }
             }
-            self.set_state(r, ReqState::Sent);
+            self.set_state(r, ReqStage::Sent);
             self.advance(r);
         }
         if let Some((r, bytes)) = partial.filter(|(r, _)| self.reqs[r.index()].streamed()) {

@@ -213,7 +213,7 @@ fn check(net: &Net) {
     let mut bufs = 0u64;
     let mut per_conn: HashMap<ConnId, (u32, u32, u32)> = HashMap::new();
     for (i, r) in e.reqs.iter().enumerate() {
-        if r.state == ReqState::Free {
+        if r.state == ReqStage::Free {
             assert!(
                 r.bufs.is_empty() && r.pieces.is_empty(),
                 "free slot {i} holds data"
@@ -250,7 +250,7 @@ fn check(net: &Net) {
     }
     assert_eq!(e.bufs.in_use(), bufs, "buffers held vs. buffers counted");
     assert_eq!(e.free_reqs.len() + e.requests_in_use(), e.reqs.len());
-    let live = e.reqs.iter().filter(|r| r.state != ReqState::Free).count();
+    let live = e.reqs.iter().filter(|r| r.state != ReqStage::Free).count();
     assert_eq!(e.requests_in_use(), live, "free list vs. slot states");
     assert_eq!(
         e.stats.requests_in_flight(),
@@ -274,7 +274,7 @@ fn check_conn(e: &Engine, c: &conn::Conn, (n, committed, pieces): (u32, u32, u32
         let k = req.filling_piece(e.buf_size) as usize;
         assert_eq!(
             req.state,
-            ReqState::Payload,
+            ReqStage::Payload,
             "{:?} receives into a dead write",
             c.id
         );
@@ -307,15 +307,20 @@ fn check_conn(e: &Engine, c: &conn::Conn, (n, committed, pieces): (u32, u32, u32
 fn check_turns(e: &Engine, c: &conn::Conn) {
     let ids = (0..e.reqs.len() as u32).map(ReqId);
     let mine: Vec<ReqId> = ids.filter(|r| e.reqs[r.index()].conn == c.id).collect();
-    let live = |r: &&ReqId| e.reqs[r.index()].state != ReqState::Free;
+    let live = |r: &&ReqId| e.reqs[r.index()].state != ReqStage::Free;
     let deferred = mine
         .iter()
         .filter(live)
-        .filter(|r| e.reqs[r.index()].state == ReqState::Deferred)
+        .filter(|r| e.reqs[r.index()].state == ReqStage::Deferred)
         .count();
-    assert_eq!(c.deferred.len(), deferred, "{:?} READs deferred", c.id);
-    for r in &c.deferred {
-        assert_eq!(e.reqs[r.index()].state, ReqState::Deferred, "{:?}", c.id);
+    assert_eq!(
+        c.turns.waiting().count(),
+        deferred,
+        "{:?} READs deferred",
+        c.id
+    );
+    for r in c.turns.waiting() {
+        assert_eq!(e.reqs[r.index()].state, ReqStage::Deferred, "{:?}", c.id);
     }
     let pending: Vec<&ReqId> = mine
         .iter()
@@ -323,7 +328,7 @@ fn check_turns(e: &Engine, c: &conn::Conn) {
         .filter(|r| e.read_pending(**r))
         .collect();
     assert_eq!(
-        c.reads_pending as usize,
+        c.turns.pending() as usize,
         pending.len(),
         "{:?} READs pending",
         c.id
@@ -334,12 +339,12 @@ fn check_turns(e: &Engine, c: &conn::Conn) {
         .map(|r| **r)
         .collect();
     assert_eq!(
-        c.stream.into_iter().collect::<Vec<_>>(),
+        c.turns.stream().into_iter().collect::<Vec<_>>(),
         streams,
         "{:?} stream",
         c.id
     );
-    if c.stream.is_some() {
+    if c.turns.stream().is_some() {
         assert_eq!(pending.len(), 1, "{:?}: a stream beside other READs", c.id);
     }
 }
@@ -369,8 +374,8 @@ fn check_pacer(e: &Engine) {
         let id = ReqId(i as u32);
         if r.paced {
             let want = match r.state {
-                ReqState::Free | ReqState::Deferred => Paced::Out,
-                ReqState::Pacing => Paced::Queued,
+                ReqStage::Free | ReqStage::Deferred => Paced::Out,
+                ReqStage::Pacing => Paced::Queued,
                 _ => Paced::InFlight,
             };
             see(IoToken::whole(id), want, r.len);

@@ -8,6 +8,7 @@
 //!  │        (pacer)     │          (pool)          ▲  │                   │            │
 //!  │                    └──────────────────────────┘  │ (no device)       ▼            │
 //!  ├──► Payload (WRITE pieces) ───────────────────────┴──────────────► Answered ◄─────┘
+//!  │   Released, NeedBuffers ──► Receiving (an NVMe WRITE's data) ──► Ready, Answered
 //!  ├──► Streaming (large READ pieces) ──────────────────────────────────► │
 //!  ├──► Deferred (a READ waiting for its turn around a stream) ──► Pacing, Streaming
 //!  └──► Ready (FLUSH, TRIM, ...)                                          │
@@ -15,7 +16,7 @@
 //!        └─ WRITE_ZEROES or CACHE (`next_piece`)                          │
 //!                                                    Free ◄── Sent ◄── Reply (send queue)
 //!  Streaming, Answered, Reply ──► Dropping (connection closed) ──► Free
-//!  Pacing, NeedBuffers, Payload, Answered, Reply ──► Free (connection closed)
+//!  Pacing, NeedBuffers, Payload, Receiving, Answered, Reply ──► Free (connection closed)
 //! ```
 //!
 //! Every change goes through [`Engine::set_state`], which asserts it is an
@@ -29,7 +30,7 @@ use proto::Command;
 
 use super::conn::{EndReason, Input, Life, Phase};
 use super::ids::{ConnId, IoToken, Part, ReqId};
-use super::req::{ReplyStyle, ReqOrigin, ReqState};
+use super::slot::{ReplyStyle, ReqOrigin, ReqStage};
 use super::{conn_at, Action, Engine};
 
 /// Rejected WRITE payloads up to this size are read and discarded, as the
@@ -37,8 +38,8 @@ use super::{conn_at, Action, Engine};
 const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
 
 /// Whether `from -> to` is a transition of the diagram above.
-fn legal(from: ReqState, to: ReqState) -> bool {
-    use ReqState::*;
+fn legal(from: ReqStage, to: ReqStage) -> bool {
+    use ReqStage::*;
     matches!(
         (from, to),
         (Free, New)
@@ -50,8 +51,9 @@ fn legal(from: ReqState, to: ReqState) -> bool {
             | (Streaming | Answered | Reply, Dropping)
             | (Streaming, Answered)
             | (Pacing, Released)
-            | (Released, NeedBuffers | Ready)
-            | (NeedBuffers, Ready)
+            | (Released, NeedBuffers | Ready | Receiving)
+            | (NeedBuffers, Ready | Receiving)
+            | (Receiving, Ready | Answered)
             | (Ready, Device | Answered)
             | (Device, Executed)
             | (Executed, Delayed | Answered | Ready)
@@ -60,14 +62,22 @@ fn legal(from: ReqState, to: ReqState) -> bool {
             | (Answered, Reply)
             | (Reply, Sent)
             | (
-                Deferred | Pacing | NeedBuffers | Payload | Answered | Reply | Sent | Dropping,
+                Deferred
+                    | Pacing
+                    | NeedBuffers
+                    | Payload
+                    | Receiving
+                    | Answered
+                    | Reply
+                    | Sent
+                    | Dropping,
                 Free
             )
     )
 }
 
 impl Engine {
-    pub(super) fn set_state(&mut self, id: ReqId, to: ReqState) {
+    pub(super) fn set_state(&mut self, id: ReqId, to: ReqStage) {
         let req = &mut self.reqs[id.index()];
         // On in release builds too: a request past a broken arrow would
         // free or reuse memory the kernel may still write.
@@ -88,30 +98,31 @@ impl Engine {
     pub(super) fn advance(&mut self, id: ReqId) {
         loop {
             let next = match self.reqs[id.index()].state {
-                ReqState::New => self.start(id),
-                ReqState::Released => self.take_buffers(id),
-                ReqState::Ready => self.execute(id),
-                ReqState::Executed => self.executed(id),
-                ReqState::Answered => self.answered(id),
-                ReqState::Sent => {
+                ReqStage::New => self.start(id),
+                ReqStage::Released => self.take_buffers(id),
+                ReqStage::Ready => self.execute(id),
+                ReqStage::Executed => self.executed(id),
+                ReqStage::Answered => self.answered(id),
+                ReqStage::Sent => {
                     self.finish(id);
                     return;
                 }
-                ReqState::Streaming => {
+                ReqStage::Streaming => {
                     self.start_stream_pieces(id);
                     return;
                 }
                 // Waiting: for the pacer, the pool, the device, a timer,
                 // payload pieces, or the send queue.
-                ReqState::Deferred
-                | ReqState::Pacing
-                | ReqState::NeedBuffers
-                | ReqState::Device
-                | ReqState::Delayed
-                | ReqState::Payload
-                | ReqState::Reply
-                | ReqState::Dropping
-                | ReqState::Free => return,
+                ReqStage::Deferred
+                | ReqStage::Pacing
+                | ReqStage::NeedBuffers
+                | ReqStage::Device
+                | ReqStage::Delayed
+                | ReqStage::Payload
+                | ReqStage::Receiving
+                | ReqStage::Reply
+                | ReqStage::Dropping
+                | ReqStage::Free => return,
             };
             match next {
                 Some(state) => self.set_state(id, state),
@@ -140,8 +151,8 @@ impl Engine {
         let payload = request.payload_len(neg.extended_headers);
         c.requests += 1;
         self.reqs[slot.index()].reset(&origin, &request, now);
-        self.stats.enter(ReqState::New.stat());
-        self.trace.record(now, slot, request.cookie, ReqState::New);
+        self.stats.enter(ReqStage::New.stat());
+        self.trace.record(now, slot, request.cookie, ReqStage::New);
         let Err(errno) = verdict else {
             self.advance(slot);
             return;
@@ -159,19 +170,31 @@ impl Engine {
                 c.set_input(Input::Discard(payload));
             }
         }
-        self.set_state(slot, ReqState::Answered);
+        self.set_state(slot, ReqStage::Answered);
         self.advance(slot);
     }
 
     /// New: a READ goes to the pacer (a large one piece by piece) when its
     /// turn around streams has come, a WRITE takes its payload piece by
     /// piece, other commands go to the device.
-    fn start(&mut self, id: ReqId) -> Option<ReqState> {
+    fn start(&mut self, id: ReqId) -> Option<ReqStage> {
         let buf_size = self.buf_size;
-        let streams = self.streams(self.reqs[id.index()].len);
+        let req = &self.reqs[id.index()];
+        // An NVMe/TCP command is at most MDTS, which the pool holds at once.
+        let nvme = req.style == ReplyStyle::Nvme;
+        let streams = !nvme && self.streams(req.len);
         let req = &mut self.reqs[id.index()];
         let conn = req.conn;
         match req.command {
+            Command::Write if nvme && req.len > 0 => {
+                // Paced whole, as a READ: its R2T goes once its buffers are in.
+                req.paced = true;
+                let need = self.commitment(id);
+                self.commit(conn, need);
+                let io = self.paced_io(IoToken::whole(id), IoKind::Write);
+                self.pacer.enqueue(io, self.now);
+                Some(ReqStage::Pacing)
+            }
             Command::Read if req.len > 0 => {
                 if streams {
                     req.plan_pieces(buf_size);
@@ -191,11 +214,11 @@ impl Engine {
                 }
                 // Settling the connection starts the first pieces.
                 self.touched.push(conn);
-                Some(ReqState::Payload)
+                Some(ReqStage::Payload)
             }
             // A zero-length WRITE has nothing to do but answer.
-            Command::Write => Some(ReqState::Answered),
-            _ => Some(ReqState::Ready),
+            Command::Write => Some(ReqStage::Answered),
+            _ => Some(ReqStage::Ready),
         }
     }
 
@@ -242,17 +265,28 @@ impl Engine {
     }
 
     /// Released: a READ takes its buffers, or queues for them.
-    fn take_buffers(&mut self, id: ReqId) -> Option<ReqState> {
+    fn take_buffers(&mut self, id: ReqId) -> Option<ReqStage> {
         let len = self.reqs[id.index()].len;
         match self.bufs.alloc(len, IoToken::whole(id).encode()) {
             Alloc::Ready(bufs) => {
                 self.attach(id, bufs);
-                Some(ReqState::Ready)
+                Some(self.holds_buffers(id))
             }
             Alloc::Queued => {
                 self.stats.buffer_waits += 1;
-                Some(ReqState::NeedBuffers)
+                Some(ReqStage::NeedBuffers)
             }
+        }
+    }
+
+    /// A whole request took its buffers: to the device, or (an NVMe
+    /// WRITE) its data comes first.
+    fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
+        let req = &self.reqs[id.index()];
+        if req.style == ReplyStyle::Nvme && req.command == Command::Write {
+            self.nvme_data_wanted(id)
+        } else {
+            ReqStage::Ready
         }
     }
 
@@ -262,7 +296,7 @@ impl Engine {
     }
 
     /// Ready: to the device, or answered here (BLOCK_STATUS, unknown).
-    fn execute(&mut self, id: ReqId) -> Option<ReqState> {
+    fn execute(&mut self, id: ReqId) -> Option<ReqStage> {
         let now = self.now;
         let req = &mut self.reqs[id.index()];
         let export = req.export;
@@ -277,20 +311,26 @@ impl Engine {
             } else {
                 req.error = proto::EINVAL;
             }
-            return Some(ReqState::Answered);
+            return Some(ReqStage::Answered);
         };
         req.t_submit = now;
+        if req.paced && req.command == Command::Write {
+            // Its data is in: it goes to its device now (a READ is at its
+            // device from its release).
+            self.pacer.on_device_start(IoToken::whole(id).encode(), now);
+        }
+        let req = &self.reqs[id.index()];
         let io = req.io_request(op, None, self.buf_size);
         self.actions.push(Action::Submit {
             io: IoToken::whole(id),
             export,
             req: io,
         });
-        Some(ReqState::Device)
+        Some(ReqStage::Device)
     }
 
     /// Executed: hold the completion for an emulated delay, or answer.
-    fn executed(&mut self, id: ReqId) -> Option<ReqState> {
+    fn executed(&mut self, id: ReqId) -> Option<ReqStage> {
         let req = &self.reqs[id.index()];
         let dev = &self.catalog.exports[req.export as usize].bdev;
         if dev.has_delay() {
@@ -299,7 +339,7 @@ impl Engine {
                 if release > self.now {
                     self.delayed
                         .push(std::cmp::Reverse((release, IoToken::whole(id))));
-                    return Some(ReqState::Delayed);
+                    return Some(ReqStage::Delayed);
                 }
             }
         }
@@ -311,14 +351,14 @@ impl Engine {
     /// of a long TRIM, WRITE_ZEROES or CACHE goes to the device, unless a
     /// piece failed (the first error is the reply's) or the client is gone;
     /// anything else is answered.
-    fn piece_finished(&mut self, id: ReqId) -> ReqState {
+    fn piece_finished(&mut self, id: ReqId) -> ReqStage {
         let conn = self.reqs[id.index()].conn;
         let open = self.conn_ref(conn).is_some_and(|c| c.life == Life::Open);
         let req = &mut self.reqs[id.index()];
         if req.error == 0 && open && req.next_piece() {
-            ReqState::Ready
+            ReqStage::Ready
         } else {
-            ReqState::Answered
+            ReqStage::Answered
         }
     }
 
@@ -327,6 +367,9 @@ impl Engine {
     pub(super) fn device_finished(&mut self, io: IoToken) {
         let req = &self.reqs[io.req.index()];
         let (kind, t_submit) = match io.part {
+            Part::Whole if req.paced && req.command == Command::Write => {
+                (IoKind::Write, req.t_submit)
+            }
             Part::Whole if req.paced => (IoKind::Read, req.t_submit),
             Part::Whole => return,
             Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
@@ -338,24 +381,29 @@ impl Engine {
     }
 
     /// Answered: queue the reply, or drop it if the client is gone.
-    fn answered(&mut self, id: ReqId) -> Option<ReqState> {
+    fn answered(&mut self, id: ReqId) -> Option<ReqStage> {
         let conn = self.reqs[id.index()].conn;
         match conn_at(&mut self.conns, conn) {
             Some(c) if c.life == Life::Open => {
                 let req = &self.reqs[id.index()];
-                let paced = req.paced;
+                let paced = req.paced && req.command == Command::Read;
+                let nvme = req.style == ReplyStyle::Nvme;
                 debug_assert!(
                     !(paced && c.streams_out > 0),
                     "request {id:?}: a READ's data queued behind a stream"
                 );
                 c.streams_out += u32::from(req.streamed());
                 c.out.push_back(id);
-                self.reqs[id.index()].encode_reply();
+                if nvme {
+                    self.nvme_reply(id);
+                } else {
+                    self.reqs[id.index()].encode_reply();
+                }
                 self.mark_send(conn);
                 if paced {
                     self.read_queued(conn);
                 }
-                Some(ReqState::Reply)
+                Some(ReqStage::Reply)
             }
             _ if self.reqs[id.index()].streamed() => {
                 self.abandon_stream(id);
@@ -371,7 +419,7 @@ impl Engine {
     /// Sent: count it, tell the pacer its data has left, free the slot.
     fn finish(&mut self, id: ReqId) {
         let req = &self.reqs[id.index()];
-        self.stats.record_done(req, self.now);
+        self.stats.record_done(&req.served(), self.now);
         if let Some(c) = conn_at(&mut self.conns, req.conn) {
             c.traffic.replies += 1;
         }
@@ -387,7 +435,7 @@ impl Engine {
     pub(super) fn release(&mut self, id: ReqId) {
         let req = &self.reqs[id.index()];
         debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
-        if req.paced && !matches!(req.state, ReqState::Sent | ReqState::Deferred) {
+        if req.paced && !matches!(req.state, ReqStage::Sent | ReqStage::Deferred) {
             self.pacer.cancel(IoToken::whole(id).encode());
         }
         let (conn, need) = (req.conn, self.commitment(id));
@@ -397,8 +445,8 @@ impl Engine {
             self.bufs.free(&req.bufs);
             req.bufs.clear();
         }
-        self.set_state(id, ReqState::Free);
-        self.stats.leave(ReqState::Free.stat());
+        self.set_state(id, ReqStage::Free);
+        self.stats.leave(ReqStage::Free.stat());
         self.reqs[id.index()].clear();
         self.free_reqs.push(id);
         if let Some(c) = conn_at(&mut self.conns, conn) {
@@ -419,8 +467,13 @@ impl Engine {
         }
         self.touched.push(conn);
         if let Some(waiter) = self.slot_waiters.pop_front() {
-            if let Some(c) = conn_at(&mut self.conns, waiter) {
-                c.set_input(Input::Headers);
+            // An NBD connection parses its next header; an NVMe/TCP one
+            // starts its next waiting command.
+            match conn_at(&mut self.conns, waiter) {
+                Some(c) if c.input == Input::WaitSlot => {
+                    c.set_input(Input::Headers);
+                }
+                _ => {}
             }
             self.touched.push(waiter);
         }
@@ -431,23 +484,24 @@ impl Engine {
     pub(super) fn abort(&mut self, id: ReqId) {
         let token = IoToken::whole(id).encode();
         match self.reqs[id.index()].state {
-            ReqState::Pacing => {
+            ReqStage::Pacing => {
                 self.pacer.cancel(token);
                 self.release(id);
             }
-            ReqState::NeedBuffers => {
+            ReqStage::NeedBuffers => {
                 self.bufs.cancel(token);
                 self.release(id);
             }
-            ReqState::Deferred => {
+            ReqStage::Deferred => {
                 let conn = self.reqs[id.index()].conn;
                 if let Some(c) = conn_at(&mut self.conns, conn) {
-                    c.deferred.retain(|&r| r != id);
+                    c.turns.forget(id);
                 }
                 self.release(id);
             }
-            ReqState::Payload => self.abort_pieces(id),
-            ReqState::Streaming => self.abandon_stream(id),
+            ReqStage::Payload => self.abort_pieces(id),
+            ReqStage::Receiving => self.release(id),
+            ReqStage::Streaming => self.abandon_stream(id),
             // At the device or delayed: released when done. Replies: their
             // connection's send queue releases them. Dropping: when its
             // pieces are back.
@@ -466,7 +520,7 @@ impl Engine {
             let io = IoToken::decode(v);
             match io.part {
                 Part::Whole => {
-                    self.set_state(io.req, ReqState::Released);
+                    self.set_state(io.req, ReqStage::Released);
                     self.advance(io.req);
                 }
                 Part::Piece(k) => self.piece_released(io.req, k),
@@ -486,9 +540,10 @@ impl Engine {
             let io = IoToken::decode(token);
             match io.part {
                 Part::Whole => {
-                    debug_assert_eq!(self.reqs[io.req.index()].state, ReqState::NeedBuffers);
+                    debug_assert_eq!(self.reqs[io.req.index()].state, ReqStage::NeedBuffers);
                     self.attach(io.req, bufs);
-                    self.set_state(io.req, ReqState::Ready);
+                    let next = self.holds_buffers(io.req);
+                    self.set_state(io.req, next);
                     self.advance(io.req);
                 }
                 Part::Piece(k) => {
@@ -512,7 +567,7 @@ impl Engine {
         }
         match io.part {
             Part::Whole => {
-                self.set_state(io.req, ReqState::Executed);
+                self.set_state(io.req, ReqStage::Executed);
                 self.advance(io.req);
             }
             Part::Piece(k) if self.reqs[io.req.index()].streamed() => {

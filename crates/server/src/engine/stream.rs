@@ -29,8 +29,8 @@ use pace::pacer::IoKind;
 use pace::pool::BufId;
 
 use super::conn::{EndReason, Life};
-use super::ids::{IoToken, ReqId};
-use super::req::{PieceState, ReqState};
+use super::ids::{ConnId, IoToken, ReqId};
+use super::slot::{PieceState, ReqStage};
 use super::{conn_at, Action, Engine};
 
 impl Engine {
@@ -53,7 +53,7 @@ impl Engine {
         loop {
             let req = &self.reqs[id.index()];
             let k = req.started;
-            let serving = matches!(req.state, ReqState::Streaming | ReqState::Reply);
+            let serving = matches!(req.state, ReqStage::Streaming | ReqStage::Reply);
             if !serving || k >= req.stream_end || req.pieces_live >= window {
                 return;
             }
@@ -103,7 +103,7 @@ impl Engine {
         self.device_finished(IoToken::piece(id, k));
         let req = &self.reqs[id.index()];
         let (conn, state, failed) = (req.conn, req.state, req.error != 0);
-        if state == ReqState::Dropping {
+        if state == ReqStage::Dropping {
             self.drop_piece(id, k);
             self.release_dropped(id);
             return;
@@ -122,10 +122,10 @@ impl Engine {
             self.close(conn);
             return;
         }
-        if state == ReqState::Streaming && k == 0 {
-            self.set_state(id, ReqState::Answered);
+        if state == ReqStage::Streaming && k == 0 {
+            self.set_state(id, ReqStage::Answered);
             self.advance(id);
-        } else if state == ReqState::Reply {
+        } else if state == ReqStage::Reply {
             self.mark_send(conn);
         }
     }
@@ -136,10 +136,13 @@ impl Engine {
         loop {
             let req = &self.reqs[id.index()];
             let k = req.sent_pieces;
-            if k >= req.stream_end || req.piece_end(k, self.buf_size) > sent {
+            // A piece not yet read has not been sent, whatever its end says
+            // (a failed piece still in its emulated delay has an error but
+            // no error chunk yet, so its end is the end of the one before).
+            let ready = req.pieces.get(k as usize).map(|p| p.state) == Some(PieceState::Ready);
+            if k >= req.stream_end || !ready || req.piece_end(k, self.buf_size) > sent {
                 break;
             }
-            debug_assert_eq!(req.pieces[k as usize].state, PieceState::Ready);
             self.drop_piece(id, k);
             self.reqs[id.index()].sent_pieces += 1;
         }
@@ -150,7 +153,7 @@ impl Engine {
     /// covers it): pieces not at the device end now, the rest as they come
     /// back; then the slot frees.
     pub(super) fn abandon_stream(&mut self, id: ReqId) {
-        self.set_state(id, ReqState::Dropping);
+        self.set_state(id, ReqStage::Dropping);
         let req = &self.reqs[id.index()];
         for k in req.sent_pieces..req.started {
             let token = IoToken::piece(id, k).encode();
@@ -174,6 +177,90 @@ impl Engine {
     fn release_dropped(&mut self, id: ReqId) {
         if self.reqs[id.index()].pieces_live == 0 {
             self.release(id);
+        }
+    }
+}
+
+/// READ turns around streams (`turns.rs` holds each connection's `Turns`).
+impl Engine {
+    /// New READ `id` (paced whole, or planned as a stream): starts now if
+    /// its turn has come, else waits for it.
+    pub(super) fn read_turn(&mut self, id: ReqId) -> ReqStage {
+        let streamed = self.reqs[id.index()].streamed();
+        let conn = self.reqs[id.index()].conn;
+        let Some(c) = conn_at(&mut self.conns, conn) else {
+            return self.start_read(id);
+        };
+        if c.turns.may_start(streamed) {
+            return self.start_read(id);
+        }
+        c.turns.wait(id);
+        ReqStage::Deferred
+    }
+
+    /// READ `id`'s turn has come: a stream claims its connection, a whole
+    /// READ goes to the pacer.
+    fn start_read(&mut self, id: ReqId) -> ReqStage {
+        let streamed = self.reqs[id.index()].streamed();
+        let conn = self.reqs[id.index()].conn;
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            c.turns.start(id, streamed);
+        }
+        if streamed {
+            return ReqStage::Streaming;
+        }
+        let io = self.paced_io(IoToken::whole(id), IoKind::Read);
+        self.pacer.enqueue(io, self.now);
+        ReqStage::Pacing
+    }
+
+    /// Whether READ `id`, being released, still counts as pending on its
+    /// connection: started, and its data not yet queued (a stream's: not
+    /// yet all sent).
+    pub(super) fn read_pending(&self, id: ReqId) -> bool {
+        let req = &self.reqs[id.index()];
+        match req.state {
+            ReqStage::Deferred => false,
+            _ if req.streamed() => true,
+            ReqStage::Reply | ReqStage::Sent => false,
+            _ => req.paced && req.command == proto::Command::Read,
+        }
+    }
+
+    /// Whole READ on `conn` queued its data to send.
+    pub(super) fn read_queued(&mut self, conn: ConnId) {
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            c.turns.queued();
+        }
+        self.start_deferred(conn);
+    }
+
+    /// READ `id` on `conn` ended before its data was queued, or it was a
+    /// stream: the READs waiting for it may start.
+    pub(super) fn read_ended(&mut self, conn: ConnId, id: ReqId) {
+        if let Some(c) = conn_at(&mut self.conns, conn) {
+            c.turns.ended(id);
+        }
+        self.start_deferred(conn);
+    }
+
+    /// Starts the READs waiting on `conn` whose turn has come, in order.
+    fn start_deferred(&mut self, conn: ConnId) {
+        loop {
+            let Some(c) = conn_at(&mut self.conns, conn) else {
+                return;
+            };
+            // A closing connection's waiting READs are aborted, not started.
+            if c.life != Life::Open {
+                return;
+            }
+            let reqs = &self.reqs;
+            let Some(id) = c.turns.next(|r| reqs[r.index()].streamed()) else {
+                return;
+            };
+            let to = self.start_read(id);
+            self.set_state(id, to);
+            self.advance(id);
         }
     }
 }

@@ -7,19 +7,18 @@
 use pace::Nanos;
 use serde::{Deserialize, Serialize};
 
-use super::ids::{ConnId, ReqId};
-use super::req::ReqState;
-use super::Engine;
+use super::ids::ReqId;
+use super::slot::ReqStage;
 
 /// State changes kept per engine: about 500 requests' whole lives.
 pub const TRACE_LEN: usize = 4096;
 
 #[derive(Debug, Clone, Copy)]
-struct TraceEntry {
-    t: Nanos,
-    req: ReqId,
-    cookie: u64,
-    to: ReqState,
+pub(super) struct TraceEntry {
+    pub t: Nanos,
+    pub req: ReqId,
+    pub cookie: u64,
+    pub to: ReqStage,
 }
 
 pub struct TraceRing {
@@ -36,7 +35,7 @@ impl TraceRing {
         }
     }
 
-    pub fn record(&mut self, t: Nanos, req: ReqId, cookie: u64, to: ReqState) {
+    pub fn record(&mut self, t: Nanos, req: ReqId, cookie: u64, to: ReqStage) {
         let e = TraceEntry { t, req, cookie, to };
         if self.entries.len() < TRACE_LEN {
             self.entries.push(e);
@@ -47,13 +46,13 @@ impl TraceRing {
     }
 
     /// Oldest first.
-    fn in_order(&self) -> impl Iterator<Item = &TraceEntry> {
+    pub(super) fn in_order(&self) -> impl Iterator<Item = &TraceEntry> {
         let (newer, older) = self.entries.split_at(self.next.min(self.entries.len()));
         older.iter().chain(newer)
     }
 
     /// The ring's oldest time: a life that began before it is cut.
-    fn since(&self) -> Option<Nanos> {
+    pub(super) fn since(&self) -> Option<Nanos> {
         self.in_order().next().map(|e| e.t)
     }
 }
@@ -98,59 +97,8 @@ pub struct TracedReq {
     pub cut: bool,
 }
 
-fn us(ns: Nanos) -> f64 {
+pub(super) fn us(ns: Nanos) -> f64 {
     ns as f64 / 1000.0
-}
-
-impl Engine {
-    /// The requests in flight that `q` names, oldest first, with their states.
-    pub fn trace(&self, q: TraceQuery, now: Nanos) -> Vec<TracedReq> {
-        let mut live: Vec<(ReqId, Nanos)> = (self.reqs.iter().enumerate())
-            .filter(|(_, r)| r.state != ReqState::Free)
-            .filter(|(_, r)| match q {
-                TraceQuery::Conn(c) => r.conn.index == c,
-                TraceQuery::Oldest(_) => true,
-            })
-            .map(|(i, r)| (ReqId(i as u32), r.t_start))
-            .collect();
-        live.sort_by_key(|&(_, t)| t);
-        if let TraceQuery::Oldest(n) = q {
-            live.truncate(n);
-        }
-        live.into_iter()
-            .map(|(id, _)| self.traced(id, now))
-            .collect()
-    }
-
-    fn traced(&self, id: ReqId, now: Nanos) -> TracedReq {
-        let r = &self.reqs[id.index()];
-        let states = (self.trace.in_order())
-            .filter(|e| e.req == id && e.cookie == r.cookie && e.t >= r.t_start)
-            .map(|e| TracedState {
-                state: format!("{:?}", e.to),
-                at_us: us(e.t - r.t_start),
-            })
-            .collect();
-        TracedReq {
-            reactor: self.id,
-            conn: r.conn.index,
-            peer: self.peer_of(r.conn),
-            cookie: r.cookie,
-            command: format!("{:?}", r.command),
-            offset: r.offset,
-            len: r.span.max(u64::from(r.len)),
-            state: format!("{:?}", r.state),
-            age_us: us(now.saturating_sub(r.t_start)),
-            states,
-            cut: self.trace.since().is_some_and(|t| t > r.t_start),
-        }
-    }
-
-    fn peer_of(&self, conn: ConnId) -> String {
-        self.conn_ref(conn)
-            .map(|c| c.peer.to_string())
-            .unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
@@ -161,7 +109,7 @@ mod tests {
     fn the_ring_keeps_the_last_entries_in_order() {
         let mut ring = TraceRing::new();
         for i in 0..(TRACE_LEN as u64 + 10) {
-            ring.record(i, ReqId(1), 7, ReqState::New);
+            ring.record(i, ReqId(1), 7, ReqStage::New);
         }
         let times: Vec<Nanos> = ring.in_order().map(|e| e.t).collect();
         assert_eq!(times.len(), TRACE_LEN);

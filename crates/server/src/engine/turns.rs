@@ -10,114 +10,127 @@
 //! then either at the device, ahead of or in the reply being sent, or the
 //! stream's own: all of it moves.
 //!
-//! READs wait in the connection's `deferred` queue (`ReqState::Deferred`),
+//! READs wait in the connection's `deferred` queue (`ReqStage::Deferred`),
 //! in arrival order; they commit their buffers as they arrive, so the
 //! connection's cap still bounds what it parses.
 
-use super::conn::Life;
-use super::ids::{ConnId, IoToken, ReqId};
-use super::req::ReqState;
-use super::{conn_at, Engine};
-use pace::pacer::IoKind;
+use std::collections::VecDeque;
 
-impl Engine {
-    /// New READ `id` (paced whole, or planned as a stream): starts now if
-    /// its turn has come, else waits for it.
-    pub(super) fn read_turn(&mut self, id: ReqId) -> ReqState {
-        let streamed = self.reqs[id.index()].streamed();
-        let conn = self.reqs[id.index()].conn;
-        let Some(c) = conn_at(&mut self.conns, conn) else {
-            return self.start_read(id);
-        };
-        if c.deferred.is_empty() && turn_come(c, streamed) {
-            return self.start_read(id);
-        }
-        c.deferred.push_back(id);
-        ReqState::Deferred
+use super::ids::ReqId;
+
+/// One connection's READ turns: the READs started whose data is not yet
+/// queued to send (a streamed READ's until it ends), the stream among them,
+/// and the READs waiting for their turn, in arrival order.
+#[derive(Debug, Default)]
+pub struct Turns {
+    pending: u32,
+    stream: Option<ReqId>,
+    waiting: VecDeque<ReqId>,
+}
+
+impl Turns {
+    /// Whether a new READ (a stream, or a whole one) may start now: none
+    /// waits before it, and its turn has come.
+    pub fn may_start(&self, streamed: bool) -> bool {
+        self.waiting.is_empty() && self.turn_come(streamed)
     }
 
-    /// READ `id`'s turn has come: a stream claims its connection, a whole
-    /// READ goes to the pacer.
-    fn start_read(&mut self, id: ReqId) -> ReqState {
-        let streamed = self.reqs[id.index()].streamed();
-        let conn = self.reqs[id.index()].conn;
-        if let Some(c) = conn_at(&mut self.conns, conn) {
-            c.reads_pending += 1;
-            if streamed {
-                debug_assert!(c.stream.is_none(), "{conn:?}: two streams at once");
-                c.stream = Some(id);
-            }
-        }
+    /// A stream once no other READ is pending, a whole READ while no
+    /// stream is.
+    fn turn_come(&self, streamed: bool) -> bool {
         if streamed {
-            return ReqState::Streaming;
-        }
-        let io = self.paced_io(IoToken::whole(id), IoKind::Read);
-        self.pacer.enqueue(io, self.now);
-        ReqState::Pacing
-    }
-
-    /// Whether READ `id`, being released, still counts as pending on its
-    /// connection: started, and its data not yet queued (a stream's: not
-    /// yet all sent).
-    pub(super) fn read_pending(&self, id: ReqId) -> bool {
-        let req = &self.reqs[id.index()];
-        match req.state {
-            ReqState::Deferred => false,
-            _ if req.streamed() => true,
-            ReqState::Reply | ReqState::Sent => false,
-            _ => req.paced,
+            self.pending == 0
+        } else {
+            self.stream.is_none()
         }
     }
 
-    /// Whole READ on `conn` queued its data to send.
-    pub(super) fn read_queued(&mut self, conn: ConnId) {
-        if let Some(c) = conn_at(&mut self.conns, conn) {
-            debug_assert!(c.reads_pending > 0, "{conn:?}: a READ never started");
-            c.reads_pending -= 1;
-        }
-        self.start_deferred(conn);
+    /// READ `id` waits for its turn.
+    pub fn wait(&mut self, id: ReqId) {
+        self.waiting.push_back(id);
     }
 
-    /// READ `id` on `conn` ended before its data was queued, or it was a
-    /// stream: the READs waiting for it may start.
-    pub(super) fn read_ended(&mut self, conn: ConnId, id: ReqId) {
-        if let Some(c) = conn_at(&mut self.conns, conn) {
-            debug_assert!(c.reads_pending > 0, "{conn:?}: a READ never started");
-            c.reads_pending -= 1;
-            if c.stream == Some(id) {
-                c.stream = None;
-            }
+    /// READ `id` starts: pending, and (a stream) alone.
+    pub fn start(&mut self, id: ReqId, streamed: bool) {
+        self.pending += 1;
+        if streamed {
+            debug_assert!(self.stream.is_none(), "two streams at once");
+            self.stream = Some(id);
         }
-        self.start_deferred(conn);
     }
 
-    /// Starts the READs waiting on `conn` whose turn has come, in order.
-    fn start_deferred(&mut self, conn: ConnId) {
-        loop {
-            let Some(c) = conn_at(&mut self.conns, conn) else {
-                return;
-            };
-            // A closing connection's waiting READs are aborted, not started.
-            let Some(&id) = c.deferred.front().filter(|_| c.life == Life::Open) else {
-                return;
-            };
-            if !turn_come(c, self.reqs[id.index()].streamed()) {
-                return;
-            }
-            c.deferred.pop_front();
-            let to = self.start_read(id);
-            self.set_state(id, to);
-            self.advance(id);
+    /// A whole READ queued its data to send.
+    pub fn queued(&mut self) {
+        debug_assert!(self.pending > 0, "a READ never started");
+        self.pending -= 1;
+    }
+
+    /// READ `id` ended before its data was queued, or it was a stream.
+    pub fn ended(&mut self, id: ReqId) {
+        debug_assert!(self.pending > 0, "a READ never started");
+        self.pending -= 1;
+        if self.stream == Some(id) {
+            self.stream = None;
         }
+    }
+
+    /// The first waiting READ, if its turn has come (`streamed` says
+    /// whether a READ is a stream): it leaves the queue.
+    pub fn next(&mut self, streamed: impl Fn(ReqId) -> bool) -> Option<ReqId> {
+        let &id = self.waiting.front()?;
+        if !self.turn_come(streamed(id)) {
+            return None;
+        }
+        self.waiting.pop_front()
+    }
+
+    /// READ `id` no longer waits (its connection closed).
+    pub fn forget(&mut self, id: ReqId) {
+        self.waiting.retain(|&r| r != id);
+    }
+
+    /// READs started and not yet queued (or, a stream, not ended).
+    #[cfg(test)]
+    pub fn pending(&self) -> u32 {
+        self.pending
+    }
+
+    #[cfg(test)]
+    pub fn stream(&self) -> Option<ReqId> {
+        self.stream
+    }
+
+    #[cfg(test)]
+    pub fn waiting(&self) -> impl Iterator<Item = &ReqId> {
+        self.waiting.iter()
     }
 }
 
-/// Whether a READ (a stream, or a whole one) may start on `c` now: a
-/// stream once no other READ is pending, a whole READ while no stream is.
-fn turn_come(c: &super::conn::Conn, streamed: bool) -> bool {
-    if streamed {
-        c.reads_pending == 0
-    } else {
-        c.stream.is_none()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_starts_alone_and_reads_wait_behind_it() {
+        let mut t = Turns::default();
+        assert!(t.may_start(false));
+        t.start(ReqId(1), false);
+        assert!(!t.may_start(true), "a stream waits for the pending READ");
+        t.wait(ReqId(2));
+        assert!(!t.may_start(false), "nothing passes a waiting READ");
+        t.wait(ReqId(3));
+        assert_eq!(t.next(|r| r == ReqId(2)), None, "its turn has not come");
+        t.queued();
+        assert_eq!(t.next(|r| r == ReqId(2)), Some(ReqId(2)));
+        t.start(ReqId(2), true);
+        assert_eq!(
+            t.next(|r| r == ReqId(2)),
+            None,
+            "READ 3 waits for the stream"
+        );
+        t.ended(ReqId(2));
+        assert_eq!(t.stream(), None);
+        assert_eq!(t.next(|r| r == ReqId(2)), Some(ReqId(3)));
+        assert_eq!(t.pending(), 0);
     }
 }

@@ -14,6 +14,8 @@ use crate::stats::ReactorStats;
 pub enum Msg {
     /// A connection and its peer's description.
     NewConn(OwnedFd, String),
+    /// An NVMe/TCP connection and its peer's description.
+    NewNvme(OwnedFd, String),
     /// A connection whose handshake began elsewhere (a TLS listener's
     /// thread): resume it. The fd is plaintext (a TLS relay's socketpair end).
     Resume(OwnedFd, Box<proto::Handshake>, String),

@@ -32,7 +32,7 @@ use socks::{Drained, Socks};
 use wait::Waiter;
 
 use crate::engine::{
-    Action, ConnId, Engine, EngineSettings, IoToken, Received, Sent, Timeouts, PAYLOAD_CAP,
+    Action, ConnId, Engine, EngineSettings, IoToken, Opening, Received, Sent, Timeouts, PAYLOAD_CAP,
 };
 use crate::exports::Catalog;
 use crate::ring::Ring;
@@ -373,8 +373,9 @@ impl Reactor {
         };
         for msg in msgs {
             match msg {
-                Msg::NewConn(fd, peer) => self.add_conn(fd, None, &peer),
-                Msg::Resume(fd, hs, peer) => self.add_conn(fd, Some(hs), &peer),
+                Msg::NewConn(fd, peer) => self.add_conn(fd, Opening::Nbd(None), &peer),
+                Msg::NewNvme(fd, peer) => self.add_conn(fd, Opening::Nvme, &peer),
+                Msg::Resume(fd, hs, peer) => self.add_conn(fd, Opening::Nbd(Some(hs)), &peer),
                 Msg::Stats(reply) => {
                     let mut snapshot = self.engine.snapshot(self.now);
                     snapshot.gathering = self.wait.gathering();
@@ -390,8 +391,8 @@ impl Reactor {
         }
     }
 
-    fn add_conn(&mut self, fd: OwnedFd, handshake: Option<Box<proto::Handshake>>, peer: &str) {
-        let Some(conn) = self.engine.accept(self.now, handshake) else {
+    fn add_conn(&mut self, fd: OwnedFd, opening: Opening, peer: &str) {
+        let Some(conn) = self.engine.open(self.now, opening) else {
             // Draining: dropping the fd closes it.
             self.conn_gone();
             return;

@@ -288,6 +288,15 @@ impl Target {
         self.controllers.contains_key(&cntlid)
     }
 
+    /// Whether queue `qid` of controller `cntlid` may still serve: its
+    /// controller lives, and an IO queue was not dropped (reset, shutdown).
+    /// A driver whose queues live on several threads asks this of each.
+    pub fn queue_live(&self, cntlid: u16, qid: u16) -> bool {
+        self.controllers
+            .get(&cntlid)
+            .is_some_and(|c| qid == 0 || c.connected.contains(&qid))
+    }
+
     /// Controllers whose IO queues must close: keep-alive expired, reset,
     /// shut down, or their admin queue gone. (An admin queue closes too when
     /// its controller is no longer `alive`.)
@@ -351,6 +360,7 @@ impl Target {
             let (done, teardown) = property(c, sqe, &limits);
             if teardown {
                 // Reset or shutdown: the controller's IO queues must go.
+                c.connected.clear();
                 self.dropped.push(cntlid);
             }
             return done;

@@ -37,6 +37,29 @@ pub enum Action {
     DropAer { cid: u16, cntlid: u16 },
     /// Send what is queued, then close the connection.
     Close,
+    /// An external WRITE's data (`Queue::external`): `len` bytes at offset
+    /// `datao` of the command's data lie at `at` in the buffer `receive`
+    /// was given, until `receive` returns.
+    Data {
+        cid: u16,
+        datao: u32,
+        at: usize,
+        len: u32,
+    },
+    /// An external WRITE's data is all in; `ok` is false when a data
+    /// digest failed (complete it with a transient transport error).
+    DataIn { cid: u16, ok: bool },
+}
+
+/// Where an external WRITE's data comes from (`Queue::request_data`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataStart {
+    /// It came in the capsule: here it is.
+    InCapsule(Vec<u8>),
+    /// An R2T went out: `Action::Data` brings it.
+    Requested,
+    /// No such command waits for admission.
+    Gone,
 }
 
 /// A device operation, in bytes.
@@ -100,6 +123,8 @@ pub(super) struct Cmd {
     /// Data from the host so far (in-capsule or H2CData).
     pub(super) data: Vec<u8>,
     pub(super) bad_digest: bool,
+    /// A READ or WRITE whose data and completion the driver handles.
+    pub(super) external: bool,
     state: State,
 }
 
@@ -168,7 +193,10 @@ impl Queue {
                 } else {
                     Vec::new()
                 };
+                let external = self.external
+                    && matches!(&kind, Kind::Io(io) if matches!(io.op, IoOp::Read | IoOp::Write));
                 let c = Cmd {
+                    external,
                     sqe,
                     kind,
                     xfer,
@@ -270,9 +298,10 @@ impl Queue {
         let Some(c) = self.cmds.get(&cid) else {
             return;
         };
-        let pacing = !self.auto_admit && c.xfer > 0 && matches!(c.kind, Kind::Io(_));
+        let pacing =
+            c.external || (!self.auto_admit && c.xfer > 0 && matches!(c.kind, Kind::Io(_)));
         let wants_data = c.h2c && c.data.len() < c.xfer as usize;
-        let (xfer, h2c, bad) = (c.xfer, c.h2c, c.bad_digest);
+        let (xfer, h2c, bad, external) = (c.xfer, c.h2c, c.bad_digest, c.external);
         let next = match (c.state, ev) {
             (State::New, Ev::Start) if pacing => {
                 self.actions.push(Action::Admit {
@@ -290,6 +319,10 @@ impl Queue {
                 State::Receiving { ttag, got: 0 }
             }
             (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) => State::Ready,
+            (State::Receiving { .. }, Ev::DataIn) if external => {
+                self.actions.push(Action::DataIn { cid, ok: !bad });
+                State::Executing
+            }
             (State::Receiving { .. }, Ev::DataIn) if bad => {
                 return self.finish(cid, Status::TRANSIENT_TRANSPORT_ERROR, 0, Vec::new());
             }
@@ -305,6 +338,72 @@ impl Queue {
         }
         if next == State::Ready {
             self.execute(cid);
+        }
+    }
+
+    /// An external WRITE's buffers are the driver's: its data, from the
+    /// capsule, or asked for with an R2T.
+    pub fn request_data(&mut self, cid: u16) -> DataStart {
+        let Some(c) = self.cmds.get_mut(&cid) else {
+            return DataStart::Gone;
+        };
+        if !c.external || c.state != State::Admitting {
+            return DataStart::Gone;
+        }
+        if !c.h2c || c.data.len() == c.xfer as usize {
+            c.state = State::Executing;
+            return DataStart::InCapsule(std::mem::take(&mut c.data));
+        }
+        let xfer = c.xfer;
+        let ttag = self.send_r2t(cid, xfer);
+        if let Some(c) = self.cmds.get_mut(&cid) {
+            c.state = State::Receiving { ttag, got: 0 };
+        }
+        DataStart::Requested
+    }
+
+    /// Appends the head of the C2HData PDU that carries an external READ's
+    /// `len` bytes (its data follows, then `data_digest` bytes of digest).
+    /// With `success` the PDU completes the command (SUCCESS flag): call
+    /// `finish_silently`, not `finish_external`.
+    pub fn c2h_head(&self, cid: u16, len: u32, success: bool, out: &mut Vec<u8>) {
+        let hdr = crate::nvme::pdu::DataHdr {
+            cccid: cid,
+            ttag: 0,
+            datao: 0,
+            last: true,
+            success,
+        };
+        crate::nvme::pdu::encode_c2h_data_head(out, self.framing, hdr, len as usize);
+    }
+
+    /// Whether data PDUs carry a data digest.
+    pub fn data_digest(&self) -> bool {
+        self.framing.digests.data
+    }
+
+    /// The driver completes command `cid` (an external one, or one whose
+    /// device operation it ran): its completion is appended to `out`, and
+    /// it is gone. False when no such command is here.
+    pub fn finish_external(&mut self, cid: u16, status: Status, out: &mut Vec<u8>) -> bool {
+        if self.cmds.remove(&cid).is_none() {
+            return false;
+        }
+        self.respond_into(cid, status, 0, out);
+        true
+    }
+
+    /// Command `cid` completed with a C2HData PDU flagged SUCCESS: no
+    /// CapsuleResp follows, and it is gone. False when no such command is here.
+    pub fn finish_silently(&mut self, cid: u16) -> bool {
+        self.cmds.remove(&cid).is_some()
+    }
+
+    /// An external command's fields: the IO the queue checked.
+    pub fn io_cmd(&self, cid: u16) -> Option<IoCmd> {
+        match self.cmds.get(&cid)?.kind {
+            Kind::Io(io) => Some(io),
+            _ => None,
         }
     }
 

@@ -15,6 +15,8 @@ pub(crate) mod tests;
 mod tests_admin;
 #[cfg(test)]
 mod tests_bad;
+#[cfg(test)]
+mod tests_external;
 
 use std::collections::HashMap;
 
@@ -22,7 +24,7 @@ use super::cmd::{Cqe, Status};
 use super::ctrl::{AdminDone, Connected, Limits, ADMIN_IN_CAPSULE};
 use super::decode::{Decoded, Decoder, Fatal, Role};
 use super::pdu::{fes, DataHdr, Digests, Framing, IcResp, Pdu, R2t, TermReq, TERM_MAX_DATA};
-pub use cmd::{Action, DevOp};
+pub use cmd::{Action, DataStart, DevOp};
 use cmd::{Cmd, Ev};
 
 /// Where the connection is.
@@ -45,6 +47,12 @@ pub struct Queue {
     limits: Limits,
     /// Data commands go without asking the driver to admit them.
     auto_admit: bool,
+    /// READs and WRITEs are the driver's: it admits them, holds their data
+    /// in its own buffers and encodes their completions (`external`).
+    external: bool,
+    /// Where the buffer passed to `receive` starts: H2CData of an external
+    /// command is reported as a range of it (`Action::Data`).
+    rx_origin: usize,
     phase: Phase,
     decoder: Decoder,
     /// How this end frames what it sends (digests, the host's HPDA).
@@ -65,6 +73,8 @@ impl Queue {
         Queue {
             limits,
             auto_admit,
+            external: false,
+            rx_origin: 0,
             phase: Phase::Init,
             decoder: Decoder::new(Role::Controller, max),
             framing: Framing::default(),
@@ -74,6 +84,22 @@ impl Queue {
             out: Vec::new(),
             actions: Vec::new(),
         }
+    }
+
+    /// A queue whose READs and WRITEs a driver serves from its own buffers:
+    /// each asks for admission (`Action::Admit`); the driver then asks for a
+    /// WRITE's data (`request_data`), gets it as ranges of its receive
+    /// buffer (`Action::Data`, `Action::DataIn`) and answers with
+    /// `c2h_head` and `finish_external`. Other commands run as `new(_, true)`.
+    pub fn external(limits: Limits) -> Queue {
+        let mut q = Queue::new(limits, true);
+        q.external = true;
+        q
+    }
+
+    /// Whether READs and WRITEs are the driver's (`external`).
+    pub fn is_external(&self) -> bool {
+        self.external
     }
 
     /// The Connect this queue made, once made.
@@ -117,6 +143,7 @@ impl Queue {
     /// `want` says how many bytes the next PDU needs in all.
     pub fn receive(&mut self, buf: &[u8]) -> (usize, usize) {
         let mut pos = 0;
+        self.rx_origin = buf.as_ptr() as usize;
         while self.phase != Phase::Closing {
             let rest = &buf[pos..];
             if rest.is_empty() {
@@ -235,7 +262,16 @@ impl Queue {
         if h.last != (end == u64::from(c.xfer)) {
             return Err(field(1));
         }
-        c.data.extend_from_slice(data);
+        if c.external {
+            self.actions.push(Action::Data {
+                cid: h.cccid,
+                datao: got,
+                at: data.as_ptr() as usize - self.rx_origin,
+                len: data.len() as u32,
+            });
+        } else {
+            c.data.extend_from_slice(data);
+        }
         c.bad_digest |= !digest_ok;
         c.set_received(end as u32);
         if h.last {
@@ -246,6 +282,13 @@ impl Queue {
 
     /// Appends a completion for `cid`.
     fn respond(&mut self, cid: u16, status: Status, result: u64) {
+        let mut out = std::mem::take(&mut self.out);
+        self.respond_into(cid, status, result, &mut out);
+        self.out = out;
+    }
+
+    /// Appends a completion for `cid` to `out`.
+    fn respond_into(&self, cid: u16, status: Status, result: u64, out: &mut Vec<u8>) {
         let qid = self.bound().map_or(0, |c| c.qid);
         let cqe = Cqe {
             result,
@@ -254,7 +297,7 @@ impl Queue {
             cid,
             status,
         };
-        Pdu::CapsuleResp(cqe).encode(&mut self.out, self.framing);
+        Pdu::CapsuleResp(cqe).encode(out, self.framing);
     }
 
     /// Appends a C2HData PDU with `data` for `cid`.

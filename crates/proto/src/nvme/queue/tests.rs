@@ -34,6 +34,10 @@ pub(crate) struct Rig {
     pub trims: Vec<(u64, u64)>,
     /// What every host may do (None: the subsystems' host lists decide).
     pub access: Option<crate::Access>,
+    /// New queues are external (`Queue::external`); their data actions
+    /// are kept here, as (queue, action).
+    pub external: bool,
+    pub data: Vec<(usize, Action)>,
 }
 
 impl Rig {
@@ -63,12 +67,17 @@ impl Rig {
             framing: Vec::new(),
             trims: Vec::new(),
             access: None,
+            external: false,
+            data: Vec::new(),
         }
     }
 
     /// A new connection with ICReq done; returns its index.
     pub fn open(&mut self, digests: Digests) -> usize {
-        self.queues.push(Queue::new(self.target.limits, false));
+        self.queues.push(match self.external {
+            true => Queue::external(self.target.limits),
+            false => Queue::new(self.target.limits, false),
+        });
         self.closed.push(false);
         self.hosts.push(Decoder::new(Role::Host, 1 << 21));
         self.framing.push(Framing { digests, pda: 0 });
@@ -138,6 +147,7 @@ impl Rig {
                 self.queues[q].io_done(cid, r);
             }
             Action::DropAer { cid, cntlid } => self.target.drop_async_event(cntlid, cid),
+            Action::Data { .. } | Action::DataIn { .. } => self.data.push((q, a)),
             Action::Close => self.closed[q] = true,
         }
     }
@@ -163,7 +173,7 @@ impl Rig {
         })
     }
 
-    fn decode(&mut self, q: usize, mut b: &[u8]) -> Vec<Got> {
+    pub fn decode(&mut self, q: usize, mut b: &[u8]) -> Vec<Got> {
         let mut got = Vec::new();
         while !b.is_empty() {
             let d = &mut self.hosts[q];

@@ -1,11 +1,14 @@
-//! WRITE payloads, one buffer-sized piece at a time. A piece goes through the
-//! pacer, takes one buffer, receives its bytes and goes to the device as its
-//! own write; the reply goes when every piece is written. A connection holds
-//! at most `payload_cap` pieces at once, so a writer that stalls mid-payload
-//! holds at most that many buffers:
+//! Pieces: a request's data one buffer-sized piece at a time, for WRITE
+//! payloads and for READs too large for their buffers at once (streamed,
+//! `stream.rs`). A piece goes through the pacer, takes one buffer and goes
+//! to the device as its own IO. A WRITE piece receives its bytes before
+//! that; the reply goes when every piece is written. A connection holds at
+//! most `payload_cap` WRITE pieces waiting for their payload at once, so a
+//! writer that stalls mid-payload holds at most that many buffers:
 //!
 //! ```text
-//! Idle ──► Pacing ──► NeedBuffer ──► Filling ──► Device ──► (Delayed) ──► Done
+//! WRITE: Idle ──► Pacing ──► NeedBuffer ──► Filling ──► Device ──► (Delayed) ──► Done
+//! READ:  Idle ──► Pacing ──► NeedBuffer ──► Device ──► (Delayed) ──► Ready ──► Done
 //! ```
 
 use pace::pacer::IoKind;
@@ -13,7 +16,7 @@ use pace::pool::{Alloc, BufId};
 
 use super::conn::{Input, Life, RecvOp};
 use super::ids::{ConnId, IoToken, ReqId};
-use super::req::{PieceState, ReqState};
+use super::slot::{PieceState, ReqStage};
 use super::{conn_at, Action, Engine};
 
 impl Engine {
@@ -44,7 +47,7 @@ impl Engine {
         loop {
             let req = &self.reqs[id.index()];
             let k = req.started;
-            if k as usize >= req.pieces.len() || req.state != ReqState::Payload {
+            if k as usize >= req.pieces.len() || req.state != ReqStage::Payload {
                 return;
             }
             let cap = self.payload_cap;
@@ -200,7 +203,7 @@ impl Engine {
         if req.streamed() {
             // A READ's window is its own, not the connection's.
             let token = IoToken::piece(id, k).encode();
-            if req.state == ReqState::Dropping {
+            if req.state == ReqStage::Dropping {
                 self.pacer.cancel(token);
             } else {
                 self.pacer.on_complete(token, self.now);
@@ -228,11 +231,11 @@ impl Engine {
     /// will never arrive is released once its pieces are off the device.
     pub(super) fn write_progress(&mut self, id: ReqId) {
         let req = &self.reqs[id.index()];
-        if req.state != ReqState::Payload || req.pieces_live > 0 {
+        if req.state != ReqStage::Payload || req.pieces_live > 0 {
             return;
         }
         if req.filled == req.len {
-            self.set_state(id, ReqState::Answered);
+            self.set_state(id, ReqStage::Answered);
             self.advance(id);
             return;
         }

@@ -15,7 +15,7 @@ use super::ids::ConnId;
 /// WRITE pieces, its connection's send queue); transient states are where an
 /// event left it for [`super::Engine::advance`] to move on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReqState {
+pub enum ReqStage {
     /// The slot is free.
     Free,
     /// Transient: header decoded and valid.
@@ -40,6 +40,9 @@ pub enum ReqState {
     /// Waiting: a WRITE whose payload is arriving or whose pieces are at the
     /// device; each piece has its own state.
     Payload,
+    /// Waiting: an NVMe/TCP WRITE holds its buffers; its R2T is out and
+    /// its data arrives into them.
+    Receiving,
     /// Waiting: a READ too large for its buffers at once, read piece by
     /// piece; it joins the send queue once its first piece is read.
     Streaming,
@@ -54,24 +57,25 @@ pub enum ReqState {
     Sent,
 }
 
-impl ReqState {
+impl ReqStage {
     /// The label the statistics count this state under.
     pub fn stat(self) -> StatState {
         match self {
-            ReqState::Free => StatState::Done,
-            ReqState::New => StatState::New,
-            ReqState::Deferred | ReqState::Pacing => StatState::Pacing,
-            ReqState::Released | ReqState::NeedBuffers => StatState::NeedBuffer,
-            ReqState::Ready
-            | ReqState::Device
-            | ReqState::Executed
-            | ReqState::Delayed
-            | ReqState::Streaming => StatState::Executing,
-            ReqState::Payload
-            | ReqState::Answered
-            | ReqState::Reply
-            | ReqState::Sent
-            | ReqState::Dropping => StatState::Transfer,
+            ReqStage::Free => StatState::Done,
+            ReqStage::New => StatState::New,
+            ReqStage::Deferred | ReqStage::Pacing => StatState::Pacing,
+            ReqStage::Released | ReqStage::NeedBuffers => StatState::NeedBuffer,
+            ReqStage::Ready
+            | ReqStage::Device
+            | ReqStage::Executed
+            | ReqStage::Delayed
+            | ReqStage::Streaming => StatState::Executing,
+            ReqStage::Payload
+            | ReqStage::Receiving
+            | ReqStage::Answered
+            | ReqStage::Reply
+            | ReqStage::Sent
+            | ReqStage::Dropping => StatState::Transfer,
         }
     }
 }
@@ -107,6 +111,8 @@ pub enum ReplyStyle {
     Structured,
     /// Extended headers: every reply is extended chunks.
     Extended,
+    /// NVMe/TCP: the front end encodes the reply (`engine/nvme.rs`).
+    Nvme,
 }
 
 impl ReplyStyle {
@@ -148,7 +154,7 @@ pub struct Req {
     pub done: u64,
     /// NBD errno of the reply, 0 for success.
     pub error: u32,
-    pub state: ReqState,
+    pub state: ReqStage,
     pub style: ReplyStyle,
     pub meta_context: u32,
     /// A READ's buffers.
@@ -159,6 +165,14 @@ pub struct Req {
     pub pieces: Vec<Piece>,
     /// Reply header bytes (and the whole reply when it carries no data).
     pub hdr: Vec<u8>,
+    /// Reply bytes after the data (NVMe/TCP: a data digest, the completion).
+    pub trailer: Vec<u8>,
+    /// Byte ranges still to go to the device after this one (an NVMe
+    /// Dataset Management's), last first.
+    pub ranges: Vec<(u64, u64)>,
+    /// The reply's NVMe status when the front end, not the device, decided
+    /// it (a data digest failed).
+    pub fault: Option<proto::nvme::Status>,
     /// WRITE payload bytes received so far.
     pub filled: u32,
     /// Pieces started (the next one to start is `started`).
@@ -193,13 +207,16 @@ impl Default for Req {
             span: 0,
             done: 0,
             error: 0,
-            state: ReqState::Free,
+            state: ReqStage::Free,
             style: ReplyStyle::Simple,
             meta_context: 0,
             bufs: Vec::new(),
             iov: Vec::new(),
             pieces: Vec::new(),
             hdr: Vec::with_capacity(64),
+            trailer: Vec::new(),
+            ranges: Vec::new(),
+            fault: None,
             filled: 0,
             started: 0,
             pieces_live: 0,
@@ -224,7 +241,7 @@ pub struct ReqOrigin {
 
 impl Req {
     pub fn reset(&mut self, origin: &ReqOrigin, request: &proto::Request, now: Nanos) {
-        debug_assert_eq!(self.state, ReqState::Free, "slot reused while live");
+        debug_assert_eq!(self.state, ReqStage::Free, "slot reused while live");
         debug_assert!(self.bufs.is_empty() && self.pieces.is_empty());
         self.conn = origin.conn;
         self.export = origin.export;
@@ -252,7 +269,10 @@ impl Req {
         self.data_reply = false;
         self.iov.clear();
         self.hdr.clear();
-        self.state = ReqState::New;
+        self.trailer.clear();
+        self.ranges.clear();
+        self.fault = None;
+        self.state = ReqStage::New;
     }
 
     /// Empties the slot; the caller has returned every buffer.
@@ -265,9 +285,20 @@ impl Req {
         self.iov.clear();
         self.pieces.clear();
         self.hdr.clear();
-        self.state = ReqState::Free;
+        self.state = ReqStage::Free;
         self.paced = false;
         self.data_reply = false;
+    }
+
+    /// What the statistics count of this request once its reply has left.
+    pub fn served(&self) -> crate::stats::Served {
+        crate::stats::Served {
+            command: self.command,
+            export: self.export,
+            error: self.error,
+            len: self.len,
+            started: self.t_start,
+        }
     }
 
     pub fn fua(&self) -> bool {
@@ -401,7 +432,15 @@ impl Req {
         let done = self.done + u64::from(self.len);
         debug_assert!(done <= self.span, "pieces past the request's end");
         if done >= self.span {
-            return false;
+            // The next range, if the command has several.
+            let Some((offset, span)) = self.ranges.pop() else {
+                return false;
+            };
+            self.offset = offset;
+            self.span = span;
+            self.done = 0;
+            self.len = span.min(proto::MAX_EFFECT_LEN) as u32;
+            return true;
         }
         self.done = done;
         self.len = (self.span - done).min(proto::MAX_EFFECT_LEN) as u32;
@@ -439,7 +478,7 @@ impl Req {
     /// The chunk framing of this reply; None for a simple reply.
     fn framing(&self) -> Option<proto::Framing> {
         match self.style {
-            ReplyStyle::Simple => None,
+            ReplyStyle::Simple | ReplyStyle::Nvme => None,
             // Structured replies are for READs; the rest may stay simple.
             ReplyStyle::Structured if self.command == Command::Read => {
                 Some(proto::Framing::Structured)
@@ -528,11 +567,12 @@ impl Req {
     /// Most iovecs [`Req::push_reply_iov`] adds (a WRITE's piece iovecs
     /// are not part of its reply).
     pub fn reply_iov_len(&self) -> usize {
-        1 + match (self.data_reply, self.streamed()) {
-            (false, _) => 0,
-            (true, true) => 2 * self.pieces_live as usize,
-            (true, false) => self.iov.len(),
-        }
+        1 + usize::from(!self.trailer.is_empty())
+            + match (self.data_reply, self.streamed()) {
+                (false, _) => 0,
+                (true, true) => 2 * self.pieces_live as usize,
+                (true, false) => self.iov.len(),
+            }
     }
 
     pub fn reply_len(&self, buf_size: u32) -> usize {
@@ -545,6 +585,7 @@ impl Req {
             } else {
                 0
             }
+            + self.trailer.len()
     }
 
     /// Adds this reply's iovecs, leaving out its first `skip` bytes (already
@@ -557,7 +598,12 @@ impl Req {
         };
         if !self.streamed() {
             let data: &[libc::iovec] = if self.data_reply { &self.iov } else { &[] };
-            push_skipping(out, std::iter::once(&hdr).chain(data), skip);
+            let trailer = libc::iovec {
+                iov_base: self.trailer.as_ptr() as *mut libc::c_void,
+                iov_len: self.trailer.len(),
+            };
+            let segs = std::iter::once(&hdr).chain(data).chain(Some(&trailer));
+            push_skipping(out, segs, skip);
             return true;
         }
         if self.chunked() {
@@ -640,5 +686,5 @@ fn push_skipping<'a>(
 }
 
 #[cfg(test)]
-#[path = "req_tests.rs"]
+#[path = "slot_tests.rs"]
 mod tests;

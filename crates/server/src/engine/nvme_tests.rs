@@ -1,0 +1,266 @@
+//! The NVMe/TCP front end driven through the engine, sans-IO: a host built
+//! from the codec, the fake network and device of `fake.rs`.
+
+use std::sync::Arc;
+
+use pace::pacer::Pacer;
+use pace::pool::{PoolConfig, SharedPool};
+use proto::nvme::cmd::{admin, fctype, io, sgl, Sgl, Sqe};
+use proto::nvme::decode::{Decoded, Decoder, Role};
+use proto::nvme::pdu::{DataHdr, Digests, Framing, IcReq, Pdu};
+
+use super::fake::{Net, BUF_SIZE, TIMEOUTS};
+use super::*;
+
+const NQN: &str = "nqn.2026-11.io.iopace:default";
+
+/// An engine serving NVMe/TCP (and NBD) over `buffers` buffers of 4 KiB,
+/// one 1 MiB malloc export, pacing `mode`.
+fn nvme_net(mode: &str, buffers: u32) -> Net {
+    let pool = PoolConfig::large_only(buffers, BUF_SIZE, 2);
+    let text = format!(
+        "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n\
+         [[export]]\nname = \"default\"\nbdev = \"m0\"\n\n\
+         [buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"4096\"\nbuf_cache_size = 2\n\n\
+         [pacing]\nmode = \"{mode}\"\n"
+    );
+    let loaded = crate::config::Config::parse(&text, "test.toml").expect("test config");
+    let mut catalog = Catalog::build(&loaded).expect("catalog");
+    let bytes = u64::from(buffers) * u64::from(BUF_SIZE);
+    catalog.nvme = Some(crate::nvmf::target(&[], &loaded, &catalog, bytes));
+    let catalog = Arc::new(catalog);
+    let pool = SharedPool::new(pool).expect("pool");
+    let bufs = pool.register_reactor(Box::new(|| {}));
+    let pacer = Pacer::new(catalog.pacing.clone(), 1, BUF_SIZE, None, 0);
+    let settings = EngineSettings {
+        id: 0,
+        max_requests: 16,
+        drain_timeout: 1_000_000_000,
+        timeouts: TIMEOUTS,
+        payload_cap: 2,
+    };
+    Net::new(Engine::new(settings, catalog, bufs, pacer, 0))
+}
+
+/// One host queue over the fake network.
+struct Host {
+    conn: ConnId,
+    dec: Decoder,
+    /// Bytes of `from_server` already decoded.
+    seen: usize,
+}
+
+impl Host {
+    fn open(net: &mut Net) -> Host {
+        let conn = net.engine.open(net.now, Opening::Nvme).expect("open");
+        net.clients.insert(conn, super::fake::Client::default());
+        net.pump();
+        let mut h = Host {
+            conn,
+            dec: Decoder::new(Role::Host, 1 << 20),
+            seen: 0,
+        };
+        let ic = IcReq {
+            pfv: 0,
+            hpda: 0,
+            digests: Digests::default(),
+            maxr2t: 0,
+        };
+        h.send(net, Pdu::IcReq(ic));
+        net.run_to_quiet();
+        assert_eq!(h.recv(net).map(|p| p.0), Some(1), "ICResp");
+        h.dec.digests = Some(Digests::default());
+        h
+    }
+
+    fn send(&self, net: &mut Net, p: Pdu<'_>) {
+        let mut b = Vec::new();
+        p.encode(&mut b, Framing::default());
+        net.write(self.conn, &b);
+    }
+
+    /// The next whole PDU the engine sent: (type, bytes).
+    fn recv(&mut self, net: &Net) -> Option<(u8, Vec<u8>)> {
+        let all = &net.clients[&self.conn].from_server[self.seen..];
+        match self.dec.decode(all) {
+            Ok(Decoded::Pdu { pdu, len, .. }) => {
+                let t = pdu.type_code();
+                let b = all[..len].to_vec();
+                self.seen += len;
+                Some((t, b))
+            }
+            _ => None,
+        }
+    }
+
+    /// Every PDU sent so far.
+    fn drain(&mut self, net: &Net) -> Vec<(u8, Vec<u8>)> {
+        std::iter::from_fn(|| self.recv(net)).collect()
+    }
+
+    /// Sends a command and runs the engine; the completion's status.
+    fn command(&mut self, net: &mut Net, sqe: Sqe, data: &[u8]) -> u16 {
+        self.send(net, Pdu::CapsuleCmd(sqe, data));
+        net.run_to_quiet();
+        let got = self.drain(net);
+        let (_, b) = got.iter().find(|(t, _)| *t == 5).expect("a completion");
+        (u16::from_le_bytes([b[22], b[23]]) >> 1) & 0x7FF
+    }
+}
+
+fn connect_cmd(qid: u16, cntlid: u16) -> (Sqe, Vec<u8>) {
+    let mut s = Sqe::new(admin::FABRICS, 1);
+    s.0[4] = fctype::CONNECT;
+    s.set_cdw(10, u32::from(qid) << 16);
+    s.set_cdw(11, 31);
+    s.set_sgl(Sgl {
+        address: 0,
+        length: 1024,
+        id: sgl::DATA_BLOCK_OFFSET,
+    });
+    let mut d = vec![0u8; 1024];
+    d[16..18].copy_from_slice(&cntlid.to_le_bytes());
+    d[256..256 + NQN.len()].copy_from_slice(NQN.as_bytes());
+    let host = b"nqn.2014-08.org.nvmexpress:uuid:engine-test";
+    d[512..512 + host.len()].copy_from_slice(host);
+    (s, d)
+}
+
+/// An enabled controller's IO queue.
+fn io_queue(net: &mut Net) -> (Host, Host) {
+    let mut a = Host::open(net);
+    let (s, d) = connect_cmd(0, 0xFFFF);
+    assert_eq!(a.command(net, s, &d), 0, "admin connect");
+    let cntlid = 1;
+    let mut p = Sqe::new(admin::FABRICS, 2);
+    p.0[4] = fctype::PROPERTY_SET;
+    p.set_cdw(11, 0x14);
+    p.set_cdw(12, 0x0046_0001);
+    assert_eq!(a.command(net, p, &[]), 0, "CC.EN");
+    let mut q = Host::open(net);
+    let (s, d) = connect_cmd(1, cntlid);
+    assert_eq!(q.command(net, s, &d), 0, "io connect");
+    (a, q)
+}
+
+/// A READ or WRITE of `len` bytes at byte `at` (512-byte blocks), its data
+/// by R2T or to the host.
+fn rw(op: u8, cid: u16, at: u64, len: u32) -> Sqe {
+    let mut c = Sqe::new(op, cid);
+    c.set_nsid(1);
+    c.set_cdw(10, (at / 512) as u32);
+    c.set_cdw(12, len / 512 - 1);
+    c.set_sgl(Sgl {
+        address: 0,
+        length: len,
+        id: sgl::TRANSPORT_DATA_BLOCK,
+    });
+    c
+}
+
+fn r2t_of(b: &[u8]) -> (u16, u16, u32) {
+    let cid = u16::from_le_bytes([b[8], b[9]]);
+    let ttag = u16::from_le_bytes([b[10], b[11]]);
+    let len = u32::from_le_bytes([b[16], b[17], b[18], b[19]]);
+    (cid, ttag, len)
+}
+
+fn h2c(cid: u16, ttag: u16, data: &[u8]) -> Pdu<'_> {
+    let h = DataHdr {
+        cccid: cid,
+        ttag,
+        datao: 0,
+        last: true,
+        success: false,
+    };
+    Pdu::H2CData(h, data)
+}
+
+#[test]
+fn a_write_by_r2t_then_its_read_round_trip_through_the_pool() {
+    let mut net = nvme_net("auto", 64);
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(
+        &mut net,
+        Pdu::CapsuleCmd(rw(io::WRITE, 7, 8192, 16384), &[]),
+    );
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    assert_eq!(got.len(), 1, "one R2T");
+    assert_eq!(got[0].0, 9);
+    let (cid, ttag, len) = r2t_of(&got[0].1);
+    assert_eq!((cid, len), (7, 16384));
+    let data: Vec<u8> = (0..16384u32).map(|i| (i * 7 + 3) as u8).collect();
+    q.send(&mut net, h2c(cid, ttag, &data));
+    net.run_to_quiet();
+    assert_eq!(q.drain(&net).iter().map(|p| p.0).collect::<Vec<_>>(), [5]);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::READ, 8, 8192, 16384), &[]));
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    // One C2HData flagged LAST and SUCCESS: no CapsuleResp follows.
+    assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), [7]);
+    assert_eq!(got[0].1[1] & 0x0C, 0x0C, "LAST_PDU and SUCCESS");
+    assert_eq!(
+        &got[0].1[24..],
+        &data[..],
+        "C2HData carries what was written"
+    );
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    let served = net.engine.snapshot(net.now);
+    assert_eq!(served.io["read"].ios + served.io["write"].ios, 2);
+}
+
+#[test]
+fn a_write_waits_for_buffers_in_the_engine_before_its_r2t() {
+    // 16 buffers: a connection commits at most 4 (a quarter), so the
+    // second 16 KiB WRITE waits, with no R2T, until the first is done.
+    let mut net = nvme_net("buffers", 16);
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::WRITE, 1, 0, 16384), &[]));
+    q.send(
+        &mut net,
+        Pdu::CapsuleCmd(rw(io::WRITE, 2, 16384, 16384), &[]),
+    );
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    assert_eq!(got.len(), 1, "only the first WRITE's R2T: {got:?}");
+    let (cid, ttag, _) = r2t_of(&got[0].1);
+    assert_eq!(cid, 1);
+    assert_eq!(
+        net.engine.buffers_in_use(),
+        4,
+        "its buffers, none for the second"
+    );
+    q.send(&mut net, h2c(cid, ttag, &[0xAB; 16384]));
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    let types: Vec<u8> = got.iter().map(|p| p.0).collect();
+    assert_eq!(
+        types,
+        [5, 9],
+        "the first's completion, then the second's R2T"
+    );
+    assert_eq!(r2t_of(&got[1].1).0, 2);
+}
+
+#[test]
+fn a_host_gone_mid_write_leaves_nothing_held() {
+    let mut net = nvme_net("auto", 64);
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::WRITE, 3, 0, 16384), &[]));
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    let (cid, ttag, _) = r2t_of(&got[0].1);
+    // Half the data, then the host closes.
+    let mut b = Vec::new();
+    h2c(cid, ttag, &[1; 16384]).encode(&mut b, Framing::default());
+    b.truncate(b.len() / 2);
+    net.write(q.conn, &b);
+    net.clients.get_mut(&q.conn).expect("client").eof = true;
+    net.run_to_quiet();
+    assert!(net.clients[&q.conn].closed, "closed");
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    assert_eq!(net.engine.conns_open(), 1, "the admin queue stays");
+}
