@@ -14,7 +14,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use pace::pacer::{CostModel, IoKind};
+use types::{CostModel, IoKind};
 
 use crate::IoOp;
 
@@ -56,7 +56,7 @@ impl ModelParams {
     }
 
     /// The parameters a `kind = "model"` spec gives.
-    pub fn from_spec(s: &crate::BdevSpec) -> Result<ModelParams, (&'static str, String)> {
+    pub fn from_spec(s: &crate::ModelSpec) -> Result<ModelParams, (&'static str, String)> {
         let Some(cost) = s.cost else {
             return Err((
                 "cost",
@@ -292,19 +292,18 @@ mod tests {
 
     #[test]
     fn built_model_bdev_holds_its_ios() {
-        let mut base = crate::BdevSpec::new("m", crate::BdevKindName::Null);
+        let build = |t: &[crate::BdevTable]| crate::build(&crate::specs(t)?);
+        let mut base = crate::BdevTable::new("m", crate::BdevKindName::Null);
         base.size = Some(crate::ByteSize(1 << 30));
-        let mut model = crate::BdevSpec::new("dev", crate::BdevKindName::Model);
+        let mut model = crate::BdevTable::new("dev", crate::BdevKindName::Model);
         model.base = Some("m".into());
         assert_eq!(
-            crate::build(&[base.clone(), model.clone()])
-                .unwrap_err()
-                .field,
+            build(&[base.clone(), model.clone()]).unwrap_err().field,
             "cost"
         );
         model.cost = Some(params(4).cost);
         model.latency_us = Some(100.0);
-        let set = crate::build(&[base, model]).expect("build");
+        let set = build(&[base, model]).expect("build");
         let dev = set.get("dev").expect("dev");
         assert!(dev.has_delay());
         let mut buf = vec![0u8; 4096];

@@ -2,11 +2,20 @@
 
 use super::*;
 
-fn spec(name: &str, kind: BdevKindName) -> BdevSpec {
-    BdevSpec::new(name, kind)
+/// The tables are checked into specs first, as the config does.
+fn build(tables: &[BdevTable]) -> Result<BdevSet, BuildError> {
+    crate::build(&specs(tables)?)
 }
 
-fn malloc(name: &str, size: u64) -> BdevSpec {
+fn check(tables: &[BdevTable]) -> Result<BdevSet, BuildError> {
+    crate::check(&specs(tables)?)
+}
+
+fn spec(name: &str, kind: BdevKindName) -> BdevTable {
+    BdevTable::new(name, kind)
+}
+
+fn malloc(name: &str, size: u64) -> BdevTable {
     let mut s = spec(name, BdevKindName::Malloc);
     s.size = Some(ByteSize(size));
     s

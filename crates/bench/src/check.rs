@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::run::RunResult;
+use crate::result::RunResult;
 
 /// fio's per-export BW may differ from the target's by this share (the
 /// two windows differ by a sampling interval) ...
@@ -77,7 +77,7 @@ mod tests {
 
     fn run_with(exports: &[(&str, f64, Option<f64>)]) -> RunResult {
         let mut fio = FioResult::default();
-        let mut stats = crate::run::TargetStats::default();
+        let mut stats = crate::result::TargetStats::default();
         for &(name, fio_bw, target_bw) in exports {
             fio.exports.push(HostRow {
                 host: name.into(),

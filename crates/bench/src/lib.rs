@@ -8,7 +8,9 @@ pub mod fio;
 pub mod plot;
 pub mod procs;
 pub mod report;
+pub mod result;
 pub mod run;
+mod sampler;
 pub mod scenario;
 pub mod table;
 pub mod target_proc;
@@ -17,7 +19,7 @@ pub mod wire;
 use std::path::PathBuf;
 
 pub use run::{Options, Remote};
-use server::config::ConfigError;
+use tomlfile::ConfigError;
 
 #[derive(Debug)]
 pub enum BenchError {

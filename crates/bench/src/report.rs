@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::plot::{self, Series};
-use crate::run::RunResult;
+use crate::result::RunResult;
 use crate::scenario::Loaded;
 use crate::table::{self, SweepRow};
 

@@ -8,78 +8,16 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
-use server::stats::PacerStats;
 
 use crate::fio::{self, FioResult};
 use crate::procs::{self, Proc};
+use crate::result::RunResult;
+use crate::sampler::{target_stats, Sampler, Snapshot};
 use crate::scenario::{
     HostKind, HostWire, Loaded, Point, RunId, Scenario, TargetSpec, Transport, Workload,
 };
 use crate::target_proc::{self, Listen, Running, StartCtx};
 use crate::wire::{self, Wire};
-
-/// The target's side of a run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct TargetStats {
-    /// Buffers in flight, time-averaged over the measured window (iopace).
-    pub bufs_avg_mib: Option<f64>,
-    /// Peak buffers in use since the target started (each reactor's peak,
-    /// summed: an upper bound when reactors peak at different times).
-    pub bufs_max_mib: Option<f64>,
-    /// Mean pacer period over the samples (rate mode and tuner), us.
-    pub pacer_period_us: Option<f64>,
-    /// Mean in-flight window of the auto pacer, MiB.
-    pub pacer_window_mib: Option<f64>,
-    /// Mean over the samples of the lowest device vrate of the active
-    /// reactors (1.0: the cost model's rate; 1.0 without latency targets).
-    #[serde(default)]
-    pub pacer_vrate: Option<f64>,
-    /// Mean bytes in the target's TCP send queues (sent, not yet acked),
-    /// MiB: memory in flight that the kernel holds, not iopace's buffers.
-    pub sock_queue_mib: Option<f64>,
-    /// Mean requests per state over the samples.
-    pub req_states: BTreeMap<String, f64>,
-    pub samples: usize,
-    /// Target CPU over the window, in cores.
-    pub cpu_cores: f64,
-    /// Target CPU per IO, us.
-    pub cpu_us_per_io: f64,
-    /// Replies the target finished per export over the window, per second
-    /// (iopace): its own count, to check fio's per-job numbers against.
-    #[serde(default)]
-    pub export_replies_per_s: BTreeMap<String, f64>,
-    /// Data the target moved per export over the window, Gb/s (iopace):
-    /// the ground truth for fio's per-job bandwidth, which is wrong for a
-    /// job whose IOs wait longer than the ramp.
-    #[serde(default)]
-    pub export_gbps: BTreeMap<String, f64>,
-    /// Replies each reactor finished over the window, per second (iopace):
-    /// how the load split between reactors, not only how the connections did.
-    #[serde(default)]
-    pub reactor_replies_per_s: Vec<f64>,
-    /// Open connections per reactor, the larger of the counts at the
-    /// window's start and end (iopace): how the acceptor spread them.
-    #[serde(default)]
-    pub reactor_connections: Vec<u64>,
-}
-
-/// One run's result, saved as `runs/KEY.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunResult {
-    pub test: String,
-    pub key: String,
-    pub point: usize,
-    pub vars: BTreeMap<String, String>,
-    pub target: String,
-    pub rep: u32,
-    /// Total queue depth offered (per-job depth x jobs x hosts).
-    pub total_qd: u32,
-    pub job_iodepth: u32,
-    pub fio: FioResult,
-    pub stats: TargetStats,
-    pub window_s: f64,
-}
 
 pub struct Options {
     pub quick: bool,
@@ -255,19 +193,7 @@ pub fn run_scenario(
         let run_dir = scratch.path().join(&key);
         std::fs::create_dir_all(&run_dir).map_err(|e| e.to_string())?;
         let result = one_run(s, &r, point, &hosts, &scenario_dir, &run_dir, opts);
-        // Keep the run's logs, configs and fio output with the results (also
-        // when it failed); sockets stay in scratch.
-        for entry in std::fs::read_dir(&run_dir).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            if [".log", ".toml", ".fio", ".json"]
-                .iter()
-                .any(|x| name.ends_with(x))
-            {
-                let _ = std::fs::copy(entry.path(), logs.join(format!("{key}-{name}")));
-            }
-        }
-        // Files a run created (a file bdev's image can be GiBs) go now.
-        let _ = std::fs::remove_dir_all(&run_dir);
+        keep_logs(&run_dir, &logs, &key);
         let result = result.map_err(|e| format!("{key}: {e} (logs: {})", logs.display()))?;
         let path = runs_dir.join(format!("{key}.json"));
         let text = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
@@ -278,6 +204,22 @@ pub fn run_scenario(
         results.push(result);
     }
     Ok(results)
+}
+
+/// Keeps a run's logs, configs and fio output with the results (also when
+/// it failed; sockets stay behind), then removes the run's directory: files
+/// a run created (a file bdev's image can be GiBs) go now.
+fn keep_logs(run_dir: &Path, logs: &Path, key: &str) {
+    for entry in std::fs::read_dir(run_dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if [".log", ".toml", ".fio", ".json"]
+            .iter()
+            .any(|x| name.ends_with(x))
+        {
+            let _ = std::fs::copy(entry.path(), logs.join(format!("{key}-{name}")));
+        }
+    }
+    let _ = std::fs::remove_dir_all(run_dir);
 }
 
 /// fio's nbd engine reports each connection on stdout before the JSON.
@@ -469,18 +411,18 @@ impl FioRun {
             };
             let elapsed = now - began;
             if elapsed >= ramp && window.is_none() {
-                window = Some(Snapshot::take(hosts, target));
+                window = Some(Snapshot::take(hosts.counters(), target));
             }
             if window.is_some() && end.is_none() {
                 if elapsed + Duration::from_millis(300) >= ramp + runtime {
-                    end = Some(Snapshot::take(hosts, target));
+                    end = Some(Snapshot::take(hosts.counters(), target));
                 } else {
                     sampler.sample(target.rpc.as_ref(), listen);
                 }
             }
             std::thread::sleep(Duration::from_millis(200));
         };
-        let end = end.unwrap_or_else(|| Snapshot::take(hosts, target));
+        let end = end.unwrap_or_else(|| Snapshot::take(hosts.counters(), target));
         if !status.success() {
             return Err(format!(
                 "fio failed ({status}): {}",
@@ -526,205 +468,6 @@ fn wire_rates(
     }
 }
 
-/// The target's own numbers over the measured window.
-fn target_stats(
-    sampler: Sampler,
-    start: &Snapshot,
-    end: &Snapshot,
-    secs: f64,
-    ios: u64,
-) -> TargetStats {
-    let mut stats = sampler.finish();
-    stats.bufs_max_mib = end.bufs_peak;
-    let rate = |name: &String, end: u64, pick: fn(&ExportCounts) -> u64| {
-        let before = start.exports.get(name).map_or(0, pick);
-        // Another process's counters: a target that restarted between the
-        // snapshots counts from zero again, which reads as nothing moved.
-        end.saturating_sub(before) as f64 / secs
-    };
-    for (name, c) in &end.exports {
-        let replies = rate(name, c.replies, |c| c.replies);
-        let bytes = rate(name, c.bytes, |c| c.bytes);
-        stats.export_replies_per_s.insert(name.clone(), replies);
-        stats.export_gbps.insert(name.clone(), bytes * 8.0 / 1e9);
-    }
-    stats.reactor_replies_per_s = per_reactor_rates(&start.reactors, &end.reactors, secs);
-    stats.reactor_connections = start
-        .reactors
-        .iter()
-        .zip(&end.reactors)
-        .map(|(a, b)| a.connections.max(b.connections))
-        .collect();
-    if let (Some(a), Some(b)) = (start.bufs, end.bufs) {
-        stats.bufs_avg_mib = Some(((b.0 * b.1 - a.0 * a.1) / (b.1 - a.1).max(1e-9)).max(0.0));
-    }
-    if let (Some(a), Some(b)) = (start.cpu, end.cpu) {
-        stats.cpu_cores = (b - a) / secs;
-        stats.cpu_us_per_io = (b - a) * 1e6 / ios.max(1) as f64;
-    }
-    stats
-}
-
-/// Counters at one instant.
-#[derive(Clone)]
-struct Snapshot {
-    at: Instant,
-    link: Vec<u64>,
-    cpu: Option<f64>,
-    /// (time-averaged MiB in use since start, uptime seconds), summed over reactors.
-    bufs: Option<(f64, f64)>,
-    /// Peak MiB in use since start, summed over reactors.
-    bufs_peak: Option<f64>,
-    /// Replies and data bytes since start per export, summed over reactors.
-    exports: BTreeMap<String, ExportCounts>,
-    /// Each reactor's counts, in reactor order.
-    reactors: Vec<ReactorCounts>,
-}
-
-/// One export's counts at one instant, summed over reactors.
-#[derive(Debug, Clone, Copy, Default)]
-struct ExportCounts {
-    replies: u64,
-    bytes: u64,
-}
-
-/// One reactor's counts at one instant.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct ReactorCounts {
-    /// Replies sent since start, every command.
-    replies: u64,
-    /// Connections open now.
-    connections: u64,
-}
-
-/// Each reactor's counts from a `get_stats` reply, in reactor order (the
-/// reply's order is not promised, so sort by the reactor's index).
-fn reactor_counts(reactors: &[server::stats::ReactorStats]) -> Vec<ReactorCounts> {
-    let mut sorted: Vec<_> = reactors.iter().collect();
-    sorted.sort_by_key(|r| r.reactor);
-    sorted
-        .iter()
-        .map(|r| ReactorCounts {
-            replies: r.io.values().map(|c| c.ios).sum(),
-            connections: r.connections,
-        })
-        .collect()
-}
-
-/// Replies per second of each reactor between two snapshots; empty when
-/// the snapshots disagree on the reactors (one of them failed).
-fn per_reactor_rates(start: &[ReactorCounts], end: &[ReactorCounts], secs: f64) -> Vec<f64> {
-    if start.len() != end.len() {
-        return Vec::new();
-    }
-    start
-        .iter()
-        .zip(end)
-        .map(|(a, b)| b.replies.saturating_sub(a.replies) as f64 / secs.max(1e-9))
-        .collect()
-}
-
-impl Snapshot {
-    fn take(hosts: &Hosts, target: &target_proc::Running) -> Snapshot {
-        let stats = target
-            .rpc
-            .as_ref()
-            .and_then(|p| server::rpc::get_stats(p).ok());
-        let reactors = stats.as_ref().map_or(&[][..], |st| &st.reactors[..]);
-        let mut exports: BTreeMap<String, ExportCounts> = BTreeMap::new();
-        for e in reactors.iter().flat_map(|r| &r.exports) {
-            let c = exports.entry(e.name.clone()).or_default();
-            c.replies += e.latency.count;
-            c.bytes += e.bytes;
-        }
-        let bufs_peak = stats
-            .as_ref()
-            .map(|_| reactors.iter().map(|r| r.buffers.in_use_max_mib).sum());
-        let bufs = reactors.first().map(|first| {
-            let avg: f64 = reactors.iter().map(|r| r.buffers.in_use_avg_mib).sum();
-            (avg, first.uptime_s)
-        });
-        Snapshot {
-            exports,
-            reactors: reactor_counts(reactors),
-            at: Instant::now(),
-            link: hosts.counters(),
-            cpu: procs::cpu_seconds_tree(target.proc.pid()),
-            bufs,
-            bufs_peak,
-        }
-    }
-}
-
-/// Samples of iopace's stats during the measured window.
-#[derive(Default)]
-struct Sampler {
-    n: usize,
-    periods: Vec<f64>,
-    windows: Vec<f64>,
-    vrates: Vec<f64>,
-    sock_queue: Vec<f64>,
-    states: BTreeMap<String, f64>,
-}
-
-impl Sampler {
-    fn sample(&mut self, rpc: Option<&PathBuf>, listen: &Listen) {
-        if let Listen::Tcp { port, .. } = listen {
-            self.sock_queue
-                .push(procs::tcp_send_queue(*port) as f64 / (1u64 << 20) as f64);
-        }
-        let Some(Ok(st)) = rpc.map(|p| server::rpc::get_stats(p)) else {
-            return;
-        };
-        self.n += 1;
-        let active: Vec<&PacerStats> = st
-            .reactors
-            .iter()
-            .map(|r| &r.pacer)
-            .filter(|p| p.ios > 0)
-            .collect();
-        let mean = |f: &dyn Fn(&PacerStats) -> Option<f64>| {
-            let v: Vec<f64> = active.iter().filter_map(|p| f(p)).collect();
-            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-        };
-        if let Some(p) = mean(&|p| Some(p.period_us).filter(|x| *x > 0.0)) {
-            self.periods.push(p);
-        }
-        if let Some(w) = mean(&|p| Some(p.window_bytes as f64)) {
-            self.windows.push(w / (1u64 << 20) as f64);
-        }
-        if let Some(v) = active.iter().map(|p| p.vrate).reduce(f64::min) {
-            self.vrates.push(v);
-        }
-        for r in &st.reactors {
-            for (k, v) in &r.req_states {
-                *self.states.entry(k.clone()).or_default() += *v as f64;
-            }
-        }
-    }
-
-    fn finish(self) -> TargetStats {
-        let avg = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-        let n = self.n.max(1) as f64;
-        TargetStats {
-            bufs_avg_mib: None,
-            bufs_max_mib: None,
-            pacer_period_us: avg(&self.periods),
-            pacer_window_mib: avg(&self.windows),
-            pacer_vrate: avg(&self.vrates),
-            sock_queue_mib: avg(&self.sock_queue),
-            req_states: self.states.into_iter().map(|(k, v)| (k, v / n)).collect(),
-            samples: self.n,
-            cpu_cores: 0.0,
-            cpu_us_per_io: 0.0,
-            export_replies_per_s: BTreeMap::new(),
-            export_gbps: BTreeMap::new(),
-            reactor_replies_per_s: Vec::new(),
-            reactor_connections: Vec::new(),
-        }
-    }
-}
-
 /// Prints above the progress bar, or plainly when there is no terminal
 /// (indicatif drops `println` on a hidden bar).
 pub fn say(bar: &ProgressBar, msg: &str) {
@@ -745,77 +488,4 @@ pub fn progress(total: u64) -> ProgressBar {
     .progress_chars("=> ");
     bar.set_style(style);
     bar
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use server::stats::{OpCount, ReactorStats, StatsReply};
-
-    fn reactor(index: usize, reads: u64, writes: u64, connections: u64) -> ReactorStats {
-        let mut r = ReactorStats {
-            reactor: index,
-            connections,
-            ..ReactorStats::default()
-        };
-        for (op, ios) in [("read", reads), ("write", writes)] {
-            r.io.insert(op.into(), OpCount { ios, bytes: 0 });
-        }
-        r
-    }
-
-    /// Parsed from the JSON the admin socket sends, out of reactor order:
-    /// replies count every command, connections are the open ones.
-    #[test]
-    fn the_sampled_vrate_is_their_mean_and_absent_without_samples() {
-        let s = Sampler {
-            vrates: vec![0.3, 0.5],
-            ..Sampler::default()
-        };
-        let v = s.finish().pacer_vrate.expect("a vrate");
-        assert!((v - 0.4).abs() < 1e-12, "{v}");
-        assert_eq!(Sampler::default().finish().pacer_vrate, None);
-    }
-
-    #[test]
-    fn reactor_counts_come_from_the_stats_reply() {
-        let reply = StatsReply {
-            reactors: vec![reactor(1, 50, 5, 2), reactor(0, 100, 0, 1)],
-        };
-        let json = serde_json::to_value(&reply).expect("serialize");
-        let back: StatsReply = serde_json::from_value(json).expect("parse");
-        let counts = reactor_counts(&back.reactors);
-        let want = [
-            ReactorCounts {
-                replies: 100,
-                connections: 1,
-            },
-            ReactorCounts {
-                replies: 55,
-                connections: 2,
-            },
-        ];
-        assert_eq!(counts, want);
-    }
-
-    #[test]
-    fn reactor_rates_are_per_second_over_the_window() {
-        let at = |replies| ReactorCounts {
-            replies,
-            connections: 1,
-        };
-        let rates = per_reactor_rates(&[at(100), at(0)], &[at(300), at(50)], 2.0);
-        assert_eq!(rates, vec![100.0, 25.0]);
-        // A failed snapshot on one end: no numbers rather than wrong ones.
-        assert!(per_reactor_rates(&[], &[at(5)], 1.0).is_empty());
-    }
-
-    /// Results saved before these fields existed still load.
-    #[test]
-    fn old_target_stats_load_without_reactor_fields() {
-        let old = r#"{"req_states":{},"samples":3,"cpu_cores":1.0,"cpu_us_per_io":2.0}"#;
-        let s: TargetStats = serde_json::from_str(old).expect("old json");
-        assert!(s.reactor_replies_per_s.is_empty());
-        assert!(s.reactor_connections.is_empty());
-    }
 }

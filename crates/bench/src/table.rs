@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{export_groups, fio_disagreements};
-use crate::run::RunResult;
+use crate::result::RunResult;
 
 /// The mean over repetitions of one point of one series.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -350,49 +350,49 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
     )
 }
 
+/// One row's cells of the sweep table, the last two only for shaped links.
+fn sweep_cells(r: &SweepRow, x: Option<&str>) -> Vec<String> {
+    vec![
+        r.series.clone(),
+        if x == Some("qd") || x.is_none() {
+            r.total_qd.to_string()
+        } else {
+            r.x.clone()
+        },
+        if r.fio_suspect_reps > 0 {
+            format!("{:.3} !", r.bw_gbps)
+        } else {
+            format!("{:.3}", r.bw_gbps)
+        },
+        kiops(r.kiops),
+        opt(r.wire_gbps, 3),
+        format!("{:.1}", r.avg_lat_us),
+        format!("{:.1}", r.p99_us),
+        format!("{:.1}", r.p999_us),
+        format!("{:.3}", r.bw_stddev_gbps),
+        match (r.bufs_avg_mib, r.bufs_max_mib) {
+            (Some(a), Some(m)) => format!("{a:.2} ({m:.2})"),
+            (a, _) => opt(a, 2),
+        },
+        opt(r.sock_queue_mib, 2),
+        opt(r.pacer_period_us, 1),
+        format!("{:.2}", r.cpu_us_per_io),
+        opt(r.min_link_share.map(|x| x * 100.0), 1),
+        opt(
+            r.min_link_share
+                .map(|x| x * 100.0 / crate::fio::TCP_PAYLOAD_CEILING),
+            1,
+        ),
+    ]
+}
+
 /// The sweep table, one block of rows per series.
 pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
     let x_head = match x {
         Some("qd") | None => "QD".to_string(),
         Some(k) => k.to_uppercase(),
     };
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            vec![
-                r.series.clone(),
-                if x == Some("qd") || x.is_none() {
-                    r.total_qd.to_string()
-                } else {
-                    r.x.clone()
-                },
-                if r.fio_suspect_reps > 0 {
-                    format!("{:.3} !", r.bw_gbps)
-                } else {
-                    format!("{:.3}", r.bw_gbps)
-                },
-                kiops(r.kiops),
-                opt(r.wire_gbps, 3),
-                format!("{:.1}", r.avg_lat_us),
-                format!("{:.1}", r.p99_us),
-                format!("{:.1}", r.p999_us),
-                format!("{:.3}", r.bw_stddev_gbps),
-                match (r.bufs_avg_mib, r.bufs_max_mib) {
-                    (Some(a), Some(m)) => format!("{a:.2} ({m:.2})"),
-                    (a, _) => opt(a, 2),
-                },
-                opt(r.sock_queue_mib, 2),
-                opt(r.pacer_period_us, 1),
-                format!("{:.2}", r.cpu_us_per_io),
-                opt(r.min_link_share.map(|x| x * 100.0), 1),
-                opt(
-                    r.min_link_share
-                        .map(|x| x * 100.0 / crate::fio::TCP_PAYLOAD_CEILING),
-                    1,
-                ),
-            ]
-        })
-        .collect();
+    let cells: Vec<Vec<String>> = rows.iter().map(|r| sweep_cells(r, x)).collect();
     let shaped = rows.iter().any(|r| r.min_link_share.is_some());
     let cells: Vec<Vec<String>> = cells
         .into_iter()
@@ -429,7 +429,7 @@ pub fn sweep_table(rows: &[SweepRow], x: Option<&str>) -> String {
 mod tests {
     use super::*;
     use crate::fio::{FioResult, HostRow};
-    use crate::run::TargetStats;
+    use crate::result::TargetStats;
 
     fn run(target: &str, qd: &str, mode: &str, bw: f64) -> RunResult {
         let host = HostRow {

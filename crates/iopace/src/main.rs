@@ -352,7 +352,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if check {
-        let checked = server::exports::Catalog::check(&loaded).and_then(|_| loaded.tls_config());
+        let checked =
+            server::exports::Catalog::check(&loaded).and_then(|_| server::tls::config_of(&loaded));
         return match checked {
             Ok(_) => {
                 println!("{:#}", loaded.to_json());
@@ -386,7 +387,7 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
             .tcp
             .into_iter()
             .filter(|s| !is_none(s))
-            .map(server::config::TcpListenerConfig::Addr)
+            .map(config::TcpListenerConfig::Addr)
             .collect();
     }
     if !args.unix.is_empty() {
@@ -410,18 +411,18 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
         server.reactors = n;
     }
     for listener in &server.tcp {
-        server::config::check_tcp_address(listener.addr()).map_err(|e| format!("--tcp: {e}"))?;
+        config::check_tcp_address(listener.addr()).map_err(|e| format!("--tcp: {e}"))?;
     }
     for path in &server.unix {
-        server::config::check_socket_path(path).map_err(|e| format!("--unix: {e}"))?;
+        config::check_socket_path(path).map_err(|e| format!("--unix: {e}"))?;
     }
     for addr in &server.nvme_tcp {
-        server::config::check_tcp_address(addr).map_err(|e| format!("--nvme-tcp: {e}"))?;
+        config::check_tcp_address(addr).map_err(|e| format!("--nvme-tcp: {e}"))?;
     }
     if !server.rpc.as_os_str().is_empty() {
-        server::config::check_socket_path(&server.rpc).map_err(|e| format!("--rpc: {e}"))?;
+        config::check_socket_path(&server.rpc).map_err(|e| format!("--rpc: {e}"))?;
     }
-    let max = server::bounds::MAX_REACTORS;
+    let max = config::bounds::MAX_REACTORS;
     if server.reactors > max {
         return Err(format!(
             "--reactors: at most {max}, got {}",
@@ -435,7 +436,7 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
         let pacing = &mut loaded.config.pacing;
         pacing.mode = serde_json::from_value(serde_json::Value::String(mode.clone()))
             .map_err(|_| format!("--pacing `{mode}`: use none, buffers, rate or auto"))?;
-        server::bounds::check_pacing(pacing)
+        config::bounds::check_pacing(pacing)
             .map_err(|(field, msg)| format!("--pacing {mode}: [pacing] {field}: {msg}"))?;
     }
     Ok(())
@@ -457,10 +458,9 @@ fn stats(args: StatsArgs) -> ExitCode {
 
 fn stats_once(args: &StatsArgs) -> ExitCode {
     let printed = if args.json {
-        server::rpc::call(&args.rpc, "get_stats", serde_json::Value::Null)
-            .map(|v| println!("{v:#}"))
+        admin::call(&args.rpc, "get_stats", serde_json::Value::Null).map(|v| println!("{v:#}"))
     } else {
-        server::rpc::get_stats(&args.rpc).map(|reply| print!("{}", stats_report::render(&reply)))
+        admin::get_stats(&args.rpc).map(|reply| print!("{}", stats_report::render(&reply)))
     };
     match printed {
         Ok(()) => ExitCode::SUCCESS,
@@ -479,7 +479,7 @@ fn rpc(args: RpcArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match server::rpc::call(&args.rpc, &args.method, params) {
+    match admin::call(&args.rpc, &args.method, params) {
         Ok(v) => {
             println!("{v:#}");
             ExitCode::SUCCESS

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
+use admin::stats::{ExportStats, ReactorStats, StatsReply, RECENT_WINDOW_S};
 use pace::pacer::PacerStats;
-use server::stats::{ExportStats, ReactorStats, StatsReply, RECENT_WINDOW_S};
 
 fn mib(bytes: impl Into<f64>) -> f64 {
     bytes.into() / 1048576.0

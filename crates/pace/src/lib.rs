@@ -1,9 +1,10 @@
-//! Sans-IO pacing core: buffer pool, request lifecycle stats, pacer modes.
+//! Sans-IO pacing core: the pacer modes and the request lifecycle stats.
 //! Time is injected as [`Nanos`] so the target and the simulator run the same code.
 
-/// Monotonic time in nanoseconds from an arbitrary origin, supplied by the driver.
-pub type Nanos = u64;
+pub use types::Nanos;
 
 pub mod pacer;
-pub mod pool;
+/// The buffer pool is its own crate (`crates/pool`); this name stays for
+/// the engine's imports until they name `pool` directly.
+pub use pool;
 pub mod stats;

@@ -40,14 +40,11 @@
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
-use serde::Serialize;
-
 use crate::Nanos;
 
 mod admit;
 mod auto_window;
 mod config;
-mod cost;
 mod depth;
 mod device_gate;
 mod device_ops;
@@ -66,7 +63,6 @@ mod tenants;
 use admit::Verdict;
 use auto_window::{rate_filter, LATENCY_WINDOW_NS};
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
-pub use cost::CostModel;
 use depth::Factors;
 pub use depth::SharedDepth;
 pub use device_gate::DeviceGate;
@@ -81,15 +77,10 @@ use rate::RateCredit;
 pub use report::{PacerStats, TenantStats};
 pub use tenant_clock::TenantClock;
 use tenants::{Tenant, HOLD_RECHECK_NS};
+pub use types::{CostModel, IoKind};
 
 /// How often `auto` looks for flows that stopped draining (see [`flows`]).
 const STALL_CHECK_NS: Nanos = 1_000_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum IoKind {
-    Read,
-    Write,
-}
 
 /// One IO as the pacer sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

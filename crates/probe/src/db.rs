@@ -1,5 +1,5 @@
 //! `iopace probe db add|merge|show|import|export`: keep probe results by
-//! device model and firmware (the layout is [`server::cost_db`]'s), merge
+//! device model and firmware (the layout is [`config::cost_db`]'s), merge
 //! repeated runs into their median and report how far they spread, and
 //! trade them with iocost-benchmarks' hwdb files ([`crate::hwdb`]). A key's
 //! iocost solutions (a tune result's, or an import's) are kept beside its
@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use config::cost_db::{key_dir, DbEntry};
 use pace::pacer::CostModel;
-use server::cost_db::{key_dir, DbEntry};
 
 use crate::converge::median;
 use crate::hwdb;
@@ -379,7 +379,7 @@ mod tests {
         let entries = |t: &str| hwdb::parse(t).expect("hwdb");
         assert_eq!(entries(&second), entries(&first));
         // The imported run is the cost model serve looks up.
-        let (_, e) = server::cost_db::lookup(other.path(), "Disk", "1").expect("looked up");
+        let (_, e) = config::cost_db::lookup(other.path(), "Disk", "1").expect("looked up");
         assert_eq!(
             ModelParams::of(&e.cost),
             ModelParams::of(&run(1.0e9, 8).cost)

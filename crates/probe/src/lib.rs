@@ -30,7 +30,7 @@ pub mod tune_store;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bdev::{Bdev, BdevKindName, BdevSpec, ByteSize, DirectMode};
+use bdev::{Bdev, BdevKind, BdevSpec, ByteSize, DirectMode, Geometry};
 use pace::pacer::CostModel;
 
 use bdev::identity::{self, Identity};
@@ -214,9 +214,9 @@ pub struct ProbeResult {
 pub fn open_targets(opts: &Options) -> Result<Vec<Target>, ProbeError> {
     let set = match &opts.config {
         Some(path) => {
-            let loaded = server::Config::load(Some(path))
+            let loaded = config::Config::load(Some(path))
                 .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
-            let set = bdev::build(&loaded.config.bdevs).map_err(|e| {
+            let set = bdev::build(&loaded.bdevs).map_err(|e| {
                 ProbeError::Usage(format!(
                     "config error: {}",
                     loaded.error_at("bdev", e.index, e.field, e.message.clone())
@@ -251,13 +251,13 @@ pub fn open_targets(opts: &Options) -> Result<Vec<Target>, ProbeError> {
 fn config_target(
     name: &str,
     bdev: Arc<Bdev>,
-    loaded: &server::config::LoadedConfig,
+    loaded: &config::LoadedConfig,
     opts: &Options,
 ) -> Result<Target, ProbeError> {
-    let specs = &loaded.config.bdevs;
-    let identity = server::cost_db::identity_of(specs, name, &bdev);
+    let specs = &loaded.bdevs;
+    let identity = config::cost_db::identity_of(specs, name, &bdev);
     // A config bdev over a file is that file's data: the same rules as a path.
-    let (write_refusal, line_dev) = match server::cost_db::leaf_path(specs, name) {
+    let (write_refusal, line_dev) = match config::cost_db::leaf_path(specs, name) {
         Some(path) if bdev.kind() == "file" => (
             write_refusal(safety::check_writes(Path::new(&path), &opts.destructive))?,
             cgroup::of_path(Path::new(&path)),
@@ -292,10 +292,17 @@ fn path_target(name: &str, opts: &Options) -> Result<Target, ProbeError> {
         };
         return Err(ProbeError::Usage(format!("{name}: {hint}")));
     }
-    let mut spec = BdevSpec::new("probe", BdevKindName::File);
-    spec.path = Some(name.to_string());
-    spec.direct = Some(DirectMode::Auto);
-    spec.block_size = Some(ByteSize(4096));
+    let spec = BdevSpec {
+        name: "probe".into(),
+        kind: BdevKind::File {
+            geometry: Geometry {
+                size: None,
+                block_size: Some(ByteSize(4096)),
+            },
+            path: name.to_string(),
+            direct: DirectMode::Auto,
+        },
+    };
     let set =
         bdev::build(&[spec]).map_err(|e| ProbeError::Usage(format!("{name}: {}", e.message)))?;
     let bdev = set

@@ -253,7 +253,7 @@ mod tests {
             "writes first: they fill a fresh file"
         );
         // No IO larger than the server sends a device (its default buffer).
-        let buffer = server::config::BufferConfig::default().buffer_size.0;
+        let buffer = config::BufferConfig::default().buffer_size.0;
         assert!(plan.iter().all(|f| u64::from(f.w.max_bs()) <= buffer));
         for l in [
             "seq read 128KiB",

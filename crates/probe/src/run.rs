@@ -419,14 +419,14 @@ fn together(
 /// cost database's entry, else the read cost points measured now.
 pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), ProbeError> {
     if let Some(path) = &opts.config {
-        let loaded = server::Config::load(Some(path))
+        let loaded = config::Config::load(Some(path))
             .map_err(|e| ProbeError::Usage(format!("config error: {e}")))?;
         let c = &loaded.config;
         if let Some(cost) = c.cost.get(&t.name) {
             return Ok((*cost, format!("[cost.{}] of {}", t.name, path.display())));
         }
         if let Some(db) = &c.cost_db {
-            if let Some(cost) = server::cost_db::cost_for(db, &c.bdevs, &t.name, &t.bdev) {
+            if let Some(cost) = config::cost_db::cost_for(db, &loaded.bdevs, &t.name, &t.bdev) {
                 return Ok((cost, format!("the cost database {}", db.display())));
             }
         }

@@ -235,7 +235,7 @@ impl Served {
         Ok(Outcome {
             adversary,
             probe,
-            vrate_held: held_vrate(&server::rpc::call(rpc, "get_stats", Value::Null)?),
+            vrate_held: held_vrate(&admin::call(rpc, "get_stats", Value::Null)?),
             cpu_us_per_io: cpu.filter(|_| iops > 0.0).map(|c| c / secs / iops * 1e6),
         })
     }
@@ -333,7 +333,7 @@ mod tests {
             Some(pinned_qos(50.0)),
         )
         .expect("config");
-        let loaded = server::Config::parse(&text, "served.toml").expect("valid config");
+        let loaded = config::Config::parse(&text, "served.toml").expect("valid config");
         let c = &loaded.config;
         let names: Vec<&str> = c.exports.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, [ADVERSARY, PROBE]);
@@ -345,7 +345,7 @@ mod tests {
         assert_eq!((q.rpct, q.min, q.max), (0.0, 50.0, 50.0));
         // Untuned: no latency target, not even the user's.
         let text = served_config(&base(), "disk", CostModel::default(), None).expect("config");
-        let loaded = server::Config::parse(&text, "served.toml").expect("valid config");
+        let loaded = config::Config::parse(&text, "served.toml").expect("valid config");
         assert!(loaded.config.qos.is_empty(), "{text}");
     }
 

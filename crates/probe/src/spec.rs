@@ -33,8 +33,8 @@ pub struct SpecRow {
 
 /// Reads and checks a SPEC.toml; errors name the file, line and field.
 pub fn load(path: &Path) -> Result<Rated, ProbeError> {
-    let text = server::config::read_text(path).map_err(|e| ProbeError::Usage(e.to_string()))?;
-    let rated: Rated = server::config::from_toml(&text, &path.display().to_string())
+    let text = config::read_text(path).map_err(|e| ProbeError::Usage(e.to_string()))?;
+    let rated: Rated = config::from_toml(&text, &path.display().to_string())
         .map_err(|e| ProbeError::Usage(format!("spec error: {e}")))?;
     for (field, v) in [
         ("seq_read_mbps", rated.seq_read_mbps),

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use proto::Handshake;
 
-use crate::access::Client;
-use crate::config::ServerConfig;
+use crate::error::{runtime, ServeError};
 use crate::exports::Catalog;
 use crate::reactor::{Msg, ReactorHandle};
-use crate::server::{runtime, ServeError};
 use crate::sockets::SocketFiles;
-use crate::tls::TlsMode;
+use config::access::Client;
+use config::tls::TlsMode;
+use config::ServerConfig;
 
 pub enum Listener {
     Tcp(TcpListener, TlsMode),

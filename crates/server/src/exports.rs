@@ -6,7 +6,7 @@ use bdev::{Bdev, BdevSet};
 use pace::pacer::{CostModel, PacedDevice, PacingConfig, QosConfig, TenantConfig};
 use proto::ExportInfo;
 
-use crate::config::{ConfigError, LoadedConfig};
+use config::{ConfigError, LoadedConfig};
 
 /// One export as the reactors see it: the protocol view and the device behind it.
 pub struct Export {
@@ -37,7 +37,7 @@ pub struct Catalog {
     /// The pacing config, with a `default` tenant added for exports no tenant names.
     pub pacing: PacingConfig,
     /// Who may open which export, in export order.
-    pub access: crate::access::Policy,
+    pub access: config::access::Policy,
     /// The NVMe/TCP controllers, when NVMe/TCP is served.
     pub nvme: Option<Arc<crate::engine::NvmeTarget>>,
 }
@@ -69,7 +69,7 @@ impl Catalog {
         build_bdevs: fn(&[bdev::BdevSpec]) -> Result<BdevSet, bdev::BuildError>,
     ) -> Result<Catalog, ConfigError> {
         let c = &cfg.config;
-        let bdevs = build_bdevs(&c.bdevs)
+        let bdevs = build_bdevs(&cfg.bdevs)
             .map_err(|e| cfg.error_at("bdev", e.index, e.field, e.message.clone()))?;
         let max_block = cfg.max_request_bytes();
         let mut pacing = c.pacing.clone();
@@ -99,7 +99,7 @@ impl Catalog {
             .position(|e| e.info.name == "default")
             .or(if exports.len() == 1 { Some(0) } else { None });
         let infos: Arc<[ExportInfo]> = exports.iter().map(|e| e.info.clone()).collect();
-        let mut access = crate::access::Policy::default();
+        let mut access = config::access::Policy::default();
         for (i, e) in c.exports.iter().enumerate() {
             let rules = e
                 .rules()
@@ -124,13 +124,10 @@ impl Catalog {
 /// `serve --check`), since its writes fail with ENOSPC once the filesystem
 /// fills, not when it is served.
 fn warn_thin_images(cfg: &LoadedConfig, bdevs: &BdevSet) {
-    for (i, s) in cfg.config.bdevs.iter().enumerate() {
-        let (Some(path), Some(dev)) = (&s.path, bdevs.get(&s.name)) else {
+    for (i, s) in cfg.bdevs.iter().enumerate() {
+        let (bdev::BdevKind::File { path, .. }, Some(dev)) = (&s.kind, bdevs.get(&s.name)) else {
             continue;
         };
-        if s.kind != bdev::BdevKindName::File {
-            continue;
-        }
         if let Some((unwritten, free)) = bdev::thin_shortfall(path, dev.size()) {
             let msg = format!(
                 "{path} is {} bytes, {unwritten} of them not yet allocated, but its \
@@ -151,7 +148,7 @@ fn check_model_names(cfg: &LoadedConfig, bdevs: &BdevSet) -> Result<(), ConfigEr
         if bdevs.get(name).is_none() {
             return Err(ConfigError {
                 file: cfg.source_name.clone(),
-                line: crate::config::locate(&cfg.text, &format!("{table}.{name}"), 0, ""),
+                line: config::locate(&cfg.text, &format!("{table}.{name}"), 0, ""),
                 field: Some(format!("{table}.{name}")),
                 message: format!("no bdev named `{name}`"),
             });
@@ -161,7 +158,7 @@ fn check_model_names(cfg: &LoadedConfig, bdevs: &BdevSet) -> Result<(), ConfigEr
 }
 
 /// What the handshake tells clients about an export of `dev`.
-fn export_info(e: &crate::config::ExportConfig, dev: &Bdev, max_block: u32) -> ExportInfo {
+fn export_info(e: &config::ExportConfig, dev: &Bdev, max_block: u32) -> ExportInfo {
     let caps = dev.caps();
     let writable = !e.read_only;
     ExportInfo {
@@ -208,7 +205,7 @@ fn device_index(cfg: &LoadedConfig, devices: &mut Vec<Device>, name: &str, dev: 
     let c = &cfg.config;
     let from_db = || {
         let db = c.cost_db.as_deref()?;
-        crate::cost_db::cost_for(db, &c.bdevs, name, dev)
+        config::cost_db::cost_for(db, &cfg.bdevs, name, dev)
     };
     let cost = c
         .cost

@@ -69,12 +69,13 @@ mod tests {
     use super::*;
 
     fn control() -> FaultControl {
-        let mut m = bdev::BdevSpec::new("m", bdev::BdevKindName::Malloc);
+        let mut m = bdev::BdevTable::new("m", bdev::BdevKindName::Malloc);
         m.size = Some(bdev::ByteSize(1 << 20));
-        let mut f = bdev::BdevSpec::new("flaky", bdev::BdevKindName::Fault);
+        let mut f = bdev::BdevTable::new("flaky", bdev::BdevKindName::Fault);
         f.base = Some("m".into());
         f.error_rate = Some(0.5);
-        let set = bdev::build(&[m, f]).expect("build");
+        let specs = bdev::specs(&[m, f]).expect("specs");
+        let set = bdev::build(&specs).expect("build");
         FaultControl::new(set.faults(), Instant::now())
     }
 
@@ -123,7 +124,7 @@ mod tests {
             "[[bdev]]\nname = \"ram\"\nkind = \"malloc\"\nsize = \"16MiB\"\n\n{}",
             &readme[start..start + len]
         );
-        let loaded = crate::config::Config::parse(&text, "README.md").expect("valid config");
+        let loaded = config::Config::parse(&text, "README.md").expect("valid config");
         let catalog = crate::exports::Catalog::check(&loaded).expect("it builds");
         let fault = catalog.bdevs.fault("flaky").expect("a fault layer");
         assert_eq!(fault.params().spike_rate, 0.001);

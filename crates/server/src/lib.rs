@@ -1,11 +1,9 @@
-//! The iopace target: config, io_uring reactors, connections, admin RPC.
+//! The iopace target: io_uring reactors, connections, TLS, admin RPC, metrics.
+//! Its configuration is the `config` crate.
 
 mod acceptor;
-pub mod access;
-pub mod bounds;
-pub mod config;
-pub mod cost_db;
 pub mod engine;
+mod error;
 pub mod exports;
 pub mod fault_ctl;
 mod gather;
@@ -15,13 +13,17 @@ pub mod reactor;
 mod reload;
 mod ring;
 pub mod rpc;
-pub mod server;
+pub mod serve;
 mod sockets;
 pub mod splice;
 pub mod stats;
 pub mod tls;
-mod toml_locate;
 pub mod trace_rpc;
 
+/// The config crate, also under this crate's name for it: the engine's and
+/// the NVMe/TCP driver's `crate::config::..` paths stay as they were.
+pub use config;
+use config::access;
 pub use config::{Config, ConfigError, LoadedConfig};
-pub use server::{serve, ServeError};
+pub use error::ServeError;
+pub use serve::serve;

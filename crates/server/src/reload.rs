@@ -6,8 +6,8 @@
 use pace::pacer::PacingConfig;
 use serde_json::Value;
 
-use crate::config::{Config, LoadedConfig};
 use crate::rpc::RpcState;
+use config::{Config, LoadedConfig};
 
 /// Sections whose changes need a restart: they shape sockets, memory, threads
 /// or the devices the reactors hold (cost models and QoS targets are built

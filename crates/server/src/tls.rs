@@ -18,35 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use config::tls::{ClientCerts, TlsConfig};
+use config::{ConfigError, LoadedConfig};
 use proto::{Handshake, HandshakeStatus};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ServerConfig, ServerConnection};
-use serde::{Deserialize, Serialize};
-
-/// `[tls]`: the server's certificate and how clients are verified.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM certificate chain, the server's own certificate first.
-    pub cert: String,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: String,
-    /// PEM CA certificates that sign client certificates.
-    #[serde(default)]
-    pub ca: Option<String>,
-    /// Client certificates: "none", "optional" or "require" (default:
-    /// "require" when `ca` is given, else "none").
-    #[serde(default)]
-    pub client_certs: Option<ClientCerts>,
-    /// Most TLS connections at once (each holds a thread while it lives);
-    /// beyond it a new TLS listener's connection is closed at once, logged.
-    #[serde(default = "default_max_sessions")]
-    pub max_sessions: usize,
-}
-
-fn default_max_sessions() -> usize {
-    256
-}
 
 /// Counts the TLS connections alive, against `[tls] max_sessions`.
 #[derive(Debug)]
@@ -89,37 +65,18 @@ impl Drop for SessionSlot {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ClientCerts {
-    None,
-    Optional,
-    Require,
-}
-
-/// A listener's TLS mode, as nbdkit's `--tls`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TlsMode {
-    #[default]
-    Off,
-    On,
-    Require,
-}
-
-impl TlsMode {
-    /// How the handshake treats STARTTLS on such a listener.
-    pub fn handshake_tls(self) -> proto::Tls {
-        match self {
-            TlsMode::Off => proto::Tls::Off,
-            TlsMode::On => proto::Tls::Offered,
-            TlsMode::Require => proto::Tls::Required,
-        }
-    }
-}
-
 fn read_pem(path: &str) -> Result<Vec<u8>, (&'static str, String)> {
     std::fs::read(Path::new(path)).map_err(|e| ("", format!("{path}: {e}")))
+}
+
+/// The rustls configuration of `[tls]`, with its files read and checked.
+pub fn config_of(loaded: &LoadedConfig) -> Result<Option<Arc<ServerConfig>>, ConfigError> {
+    let Some(t) = &loaded.config.tls else {
+        return Ok(None);
+    };
+    server_config(t)
+        .map(Some)
+        .map_err(|(field, m)| loaded.error_at("tls", 0, field, m))
 }
 
 /// Builds the rustls server configuration; an error names the `[tls]` field.
@@ -187,7 +144,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// One TLS listener's connection: who it is and what it may reach.
 pub struct Session {
     pub peer: String,
-    pub client: crate::access::Client,
+    pub client: config::access::Client,
     pub catalog: Arc<crate::exports::Catalog>,
     pub config: Arc<ServerConfig>,
 }

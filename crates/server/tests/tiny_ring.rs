@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use config::{PollMode, SpliceMode};
 use pace::pacer::{PacedDevice, PacerGroup};
-use pace::pool::SharedPool;
-use server::config::{PollMode, SpliceMode};
+use pool::SharedPool;
 use server::engine::Timeouts;
 use server::exports::Catalog;
 use server::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings};

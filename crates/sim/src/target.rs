@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bdev::{BdevKindName, BdevSpec, ByteSize};
+use bdev::{BdevKind, BdevSpec, ByteSize, DelaySpec, Geometry};
+use config::LoadedConfig;
+use config::{BufferConfig, Config, ExportConfig, ServerConfig};
 use pace::pacer::{DeviceQos, PacedDevice, Pacer, PacerGroup, QosConfig};
-use pace::pool::SharedPool;
-use server::config::{BufferConfig, Config, ExportConfig, ServerConfig};
+use pool::SharedPool;
 use server::engine::{Engine, EngineSettings, Timeouts, PAYLOAD_CAP};
 use server::exports::Catalog;
-use server::LoadedConfig;
 
 use crate::devices::Dev;
 use crate::scenario::{DeviceKind, RunConfig, Scenario};
@@ -192,7 +192,7 @@ fn catalog(
     let config = Config {
         server: ServerConfig::default(),
         buffers: catalog_buffers(sc, run),
-        bdevs,
+        bdev_tables: Vec::new(),
         exports,
         pacing,
         cost: BTreeMap::new(),
@@ -205,6 +205,7 @@ fn catalog(
         source_name: sc.name.clone(),
         text: String::new(),
         path: None,
+        bdevs,
     };
     // Null bdevs of a fixed size and generated names cannot fail to build.
     Catalog::build(&loaded).unwrap_or_else(|e| panic!("scenario {}: catalog: {e}", sc.name))
@@ -212,22 +213,29 @@ fn catalog(
 
 /// Device `d`'s bdev `d{d}`: null, or a delay layer over a null one.
 fn bdevs(d: usize, delay_us: u64) -> Vec<BdevSpec> {
-    let null = |name: &str| BdevSpec {
-        size: Some(ByteSize(EXPORT_SIZE)),
-        ..BdevSpec::new(name, BdevKindName::Null)
+    let null = |name: String| BdevSpec {
+        name,
+        kind: BdevKind::Null {
+            geometry: Geometry::sized(EXPORT_SIZE),
+            pattern: None,
+        },
     };
     if delay_us == 0 {
-        return vec![null(&format!("d{d}"))];
+        return vec![null(format!("d{d}"))];
     }
     let delay = BdevSpec {
-        base: Some(format!("n{d}")),
-        read_avg_us: Some(delay_us),
-        read_p99_us: Some(4 * delay_us),
-        write_avg_us: Some(delay_us),
-        write_p99_us: Some(4 * delay_us),
-        ..BdevSpec::new(&format!("d{d}"), BdevKindName::Delay)
+        name: format!("d{d}"),
+        kind: BdevKind::Delay {
+            base: format!("n{d}"),
+            delay: DelaySpec {
+                read_avg_us: Some(delay_us),
+                read_p99_us: Some(4 * delay_us),
+                write_avg_us: Some(delay_us),
+                write_p99_us: Some(4 * delay_us),
+            },
+        },
     };
-    vec![null(&format!("n{d}")), delay]
+    vec![null(format!("n{d}")), delay]
 }
 
 /// One pacer per reactor, sharing the tenant clock, latency targets, link

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use server::config::{from_toml, locate, read_text, ConfigError, DEFAULT_MAX_REQUEST_BYTES};
+use config::{from_toml, locate, read_text, ConfigError, DEFAULT_MAX_REQUEST_BYTES};
 
 use crate::scenario::{HostGroup, RunConfig, Scenario};
 
@@ -149,13 +149,13 @@ impl Check<'_> {
                 format!("must be at most {MAX_SMALL_BUFFERS}")
             })?;
         }
-        let defaults = server::config::BufferConfig::default();
+        let defaults = config::BufferConfig::default();
         let n = t.num_small_buffers.unwrap_or(defaults.num_small_buffers);
         let size = t
             .small_buffer_size
             .map_or(defaults.small_buffer_size.0, u64::from);
         self.ensure(
-            u64::from(n) * size <= server::config::MAX_SMALL_CLASS_BYTES,
+            u64::from(n) * size <= config::MAX_SMALL_CLASS_BYTES,
             at("num_small_buffers"),
             || "x small_buffer_size must be at most 16 GiB".into(),
         )?;

@@ -1,6 +1,6 @@
 //! Scenario checks: every error names the file, line and field.
 
-use server::config::ConfigError;
+use tomlfile::ConfigError;
 
 use super::{parse_size, parse_tc_rate, value_text, HostKind, Loaded, TargetKind, Transport};
 
@@ -10,7 +10,15 @@ fn ok_name(n: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-impl Loaded {
+/// The checks of one loaded scenario.
+struct Checks<'a>(&'a Loaded);
+
+/// Checks a loaded scenario: the first error, located.
+pub(super) fn validate(loaded: &Loaded) -> Result<(), ConfigError> {
+    Checks(loaded).all()
+}
+
+impl Checks<'_> {
     /// Err with the field's location unless `ok`.
     fn ensure(
         &self,
@@ -23,12 +31,12 @@ impl Loaded {
         if ok {
             Ok(())
         } else {
-            Err(self.error(table, index, field, message.into()))
+            Err(self.0.error(table, index, field, message.into()))
         }
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        let s = &self.scenario;
+    fn all(&self) -> Result<(), ConfigError> {
+        let s = &self.0.scenario;
         self.ensure(
             ok_name(&s.test.name),
             "test",
@@ -53,7 +61,7 @@ impl Loaded {
     }
 
     fn validate_targets(&self) -> Result<(), ConfigError> {
-        let targets = &self.scenario.target;
+        let targets = &self.0.scenario.target;
         self.ensure(
             !targets.is_empty(),
             "target",
@@ -89,7 +97,7 @@ impl Loaded {
     }
 
     fn validate_hosts(&self) -> Result<(), ConfigError> {
-        let h = &self.scenario.hosts;
+        let h = &self.0.scenario.hosts;
         self.ensure(
             (1..=64).contains(&h.count),
             "hosts",
@@ -119,7 +127,7 @@ impl Loaded {
             .find(|r| parse_tc_rate(r).is_none())
         {
             let msg = format!("`{bad}` is not a tc rate like 1gbit or 250mbit");
-            return Err(self.error("hosts", 0, "rate", msg));
+            return Err(self.0.error("hosts", 0, "rate", msg));
         }
         let shaped = h.rate.is_some() || h.delay.is_some();
         let msg = "a shaped wire needs kind = \"netns\"";
@@ -136,7 +144,7 @@ impl Loaded {
     }
 
     fn validate_workload(&self) -> Result<(), ConfigError> {
-        let s = &self.scenario;
+        let s = &self.0.scenario;
         let w = &s.workload;
         let sized = w.bs.is_some() || w.bssplit.is_some() || s.sweep.contains_key("bs");
         self.ensure(sized, "workload", 0, "bs", "give `bs` or `bssplit`")?;
@@ -146,7 +154,7 @@ impl Loaded {
     }
 
     fn validate_sweep(&self) -> Result<(), ConfigError> {
-        for (k, vals) in &self.scenario.sweep {
+        for (k, vals) in &self.0.scenario.sweep {
             self.ensure(!vals.is_empty(), "sweep", 0, k, "an empty list")?;
             let scalars = vals.iter().all(|v| value_text(v).is_some());
             self.ensure(scalars, "sweep", 0, k, "values must be strings or numbers")?;

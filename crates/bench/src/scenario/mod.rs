@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use server::config::{from_toml, locate, read_text, ConfigError};
+use tomlfile::{from_toml, locate, read_text, ConfigError};
 
 mod host_wire;
 mod validate;
@@ -297,7 +297,7 @@ impl Loaded {
             path: path.to_path_buf(),
             text: text.to_string(),
         };
-        loaded.validate()?;
+        validate::validate(&loaded)?;
         Ok(loaded)
     }
 

@@ -24,7 +24,7 @@ Beside the server's CPU per IO each run records fio's own CPU (usr+sys % of
 one CPU, from its JSON), the server's CPU as % of one CPU, and the machine's
 busy % of all CPUs from /proc/stat over the measured window (results.json).
 Only the 128 KiB reads, for example:
-  JOBS=randread:128k:32 REPS=7 RUNTIME=15 RAMP=3 LOCK=/work/wt/bench.lock python3 bench/peers.py
+  JOBS=randread:128k:32 REPS=7 RUNTIME=15 RAMP=3 LOCK=/work/wt/bench.lock python3 scripts/peers.py
 """
 import fcntl
 import json

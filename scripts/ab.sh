@@ -3,7 +3,7 @@
 # 4 KiB random reads at QD 32 over a Unix socket against a RAM export, and
 # prints its IOPS. Rounds go A B A B ..., so drift of a shared machine hits
 # both alike. Take the bench lock for the whole run:
-#   flock /work/wt/bench.lock bench/ab.sh A_BINARY B_BINARY [ROUNDS] [SECONDS]
+#   flock /work/wt/bench.lock scripts/ab.sh A_BINARY B_BINARY [ROUNDS] [SECONDS]
 set -eu
 A=$1; B=$2; ROUNDS=${3:-5}; SECS=${4:-10}
 WORK=$(mktemp -d /tmp/iopace-ab.XXXXXX)

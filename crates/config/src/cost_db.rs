@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bdev::identity::{self, Identity};
-use bdev::{Bdev, BdevKindName, BdevSpec};
+use bdev::{Bdev, BdevKind, BdevKindName, BdevSpec};
 use pace::pacer::CostModel;
 
 /// One run, or the merge of several, for one model and firmware.
@@ -84,12 +84,12 @@ pub fn leaf_path(specs: &[BdevSpec], name: &str) -> Option<String> {
             // A split part `NAMEpK` belongs to split NAME.
             specs
                 .iter()
-                .find(|s| s.kind == BdevKindName::Split && name.starts_with(&s.name))
+                .find(|s| s.kind_name() == BdevKindName::Split && name.starts_with(&s.name))
         })?;
-        if let Some(p) = &s.path {
-            return Some(p.clone());
+        if let BdevKind::File { path, .. } = &s.kind {
+            return Some(path.clone());
         }
-        name = s.base.clone()?;
+        name = s.base()?.to_string();
     }
     None
 }

@@ -6,37 +6,17 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use config::LoadedConfig;
 use pace::pacer::PacerGroup;
-use pace::pool::SharedPool;
+use pool::SharedPool;
 
 use crate::acceptor::{self, Acceptors};
-use crate::config::{ConfigError, LoadedConfig};
 use crate::engine::Timeouts;
+use crate::error::{runtime, ServeError};
 use crate::exports::Catalog;
 use crate::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings};
 use crate::rpc;
 use crate::sockets::SocketFiles;
-
-#[derive(Debug)]
-pub enum ServeError {
-    /// The configuration is wrong: exit status 2.
-    Config(ConfigError),
-    /// The environment refused something (bind, io_uring, memory): exit 1.
-    Runtime(String),
-}
-
-impl std::fmt::Display for ServeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ServeError::Config(e) => write!(f, "config error: {e}"),
-            ServeError::Runtime(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-pub(crate) fn runtime(what: impl std::fmt::Display) -> ServeError {
-    ServeError::Runtime(what.to_string())
-}
 
 /// Signals the main thread waits for; blocked in every thread so only sigwait sees them.
 fn blocked_signals() -> libc::sigset_t {
@@ -71,7 +51,7 @@ impl Reactors {
     }
 }
 
-fn reactor_count(cfg: &crate::config::ServerConfig) -> usize {
+fn reactor_count(cfg: &config::ServerConfig) -> usize {
     if cfg.reactors == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -132,7 +112,7 @@ fn start_reactors(
 
 /// Reactor `id`'s settings from `[server]`.
 fn reactor_settings(
-    server: &crate::config::ServerConfig,
+    server: &config::ServerConfig,
     id: usize,
     pacers: Arc<PacerGroup>,
 ) -> ReactorSettings {
@@ -203,7 +183,7 @@ fn wait_for_stop(set: &libc::sigset_t, loaded: &LoadedConfig, rpc_state: &rpc::R
 
 /// The admin socket and the metrics endpoint, when configured.
 fn start_services(
-    cfg: &crate::config::ServerConfig,
+    cfg: &config::ServerConfig,
     rpc_state: &Arc<rpc::RpcState>,
     files: &mut SocketFiles,
 ) -> Result<(), ServeError> {
@@ -237,7 +217,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         .map_err(|e| runtime(format!("cannot allocate the buffer pool: {e}")))?;
     // Dropped on every return: a failed start leaves no socket file behind.
     let mut files = SocketFiles::default();
-    let tls = loaded.tls_config().map_err(ServeError::Config)?;
+    let tls = crate::tls::config_of(&loaded).map_err(ServeError::Config)?;
     let mut listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
     let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp).map_err(runtime)?;
     if !nvme_listeners.is_empty() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Every simulator scenario under two builds, and the table rows that differ.
 
-    bench/sim_diff.py OLD_BIN NEW_BIN [OUT]        # runs both, then compares
-    bench/sim_diff.py --compare OLD_DIR NEW_DIR    # compares saved runs
+    scripts/sim_diff.py OLD_BIN NEW_BIN [OUT]        # runs both, then compares
+    scripts/sim_diff.py --compare OLD_DIR NEW_DIR    # compares saved runs
 
 Each build runs `iopace sim` on every scenarios/sim/*.toml and saves one
 table file per scenario in OUT/old and OUT/new (default bench-out/sim-diff).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/counters.sh BIN RW QD [N]: one fio run of N 4 KiB IOs (fio nbd engine, Unix socket)
+# scripts/counters.sh BIN RW QD [N]: one fio run of N 4 KiB IOs (fio nbd engine, Unix socket)
 # against BIN's embedded default export, and the server's software counters per IO
 # (perf stat -p: CPU time, context switches, io_uring_enter calls). PIN_S / PIN_F pin the
 # server and fio to CPU lists (taskset), which removes the same-core/other-core

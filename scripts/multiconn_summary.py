@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summary of `iopace bench scenarios/multiconn.toml --out DIR` as a markdown table.
 
-Usage: bench/multiconn_summary.py DIR
+Usage: scripts/multiconn_summary.py DIR
 
 Reads DIR/runs/*.json (one file per run) and prints, per rw, target and
 numjobs: kIOPS (median of the repetitions, with min-max), the server's CPU

@@ -2,8 +2,8 @@
 """Two builds on the same fuzz cases: which pass, which goals each misses,
 and the cases that flip.
 
-    python3 bench/fuzz_ab.py OLD_BIN NEW_BIN [SEED] [COUNT] [JOBS]
-    python3 bench/fuzz_ab.py --compare OLD.json NEW.json
+    python3 scripts/fuzz_ab.py OLD_BIN NEW_BIN [SEED] [COUNT] [JOBS]
+    python3 scripts/fuzz_ab.py --compare OLD.json NEW.json
 
 Each build runs `iopace sim --fuzz SEED --count COUNT --json`. The
 simulator is deterministic, so one run of each is the whole comparison:

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::IoKind;
+use crate::IoKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

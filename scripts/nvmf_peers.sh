@@ -5,7 +5,7 @@
 # neither reads holes), loopback TCP. Targets alternate (order flipped each
 # rep); REPS reps (default 3) of RUNTIME s (default 8) per workload.
 #
-#   bench/nvmf_peers.sh [OUT]     # OUT: results directory (default bench-out/nvmf-peers)
+#   scripts/nvmf_peers.sh [OUT]     # OUT: results directory (default bench-out/nvmf-peers)
 #
 # Needs SPDK from ../shared/spdk/build.sh ($SPDK_DIR, default
 # ~/.cache/iopace-spdk-v26.05) and target/release/iopace. Holds
