@@ -27,17 +27,20 @@ const SHAPES: [(&str, &str, u32, u32, u32, u32); 2] = [
 ];
 
 fn config(dir: &Path) -> std::path::PathBuf {
-    let mut text = String::from("[[bdev]]\nname = \"base\"\nkind = \"null\"\nsize = \"8GiB\"\n\n");
-    for (name, cost, lat, channels, knee_qd, knee_us) in SHAPES {
-        text += &format!(
-            "[[bdev]]\nname = \"{name}\"\nkind = \"model\"\nbase = \"base\"\ncost = {{ {cost} }}\n\
-             latency_us = {lat}\nchannels = {channels}\nknee_qd = {knee_qd}\nknee_us = {knee_us}\n\n\
-             [[export]]\nname = \"{name}\"\nbdev = \"{name}\"\n\n"
-        );
-    }
-    let path = dir.join("shapes.toml");
-    std::fs::write(&path, text).expect("write config");
-    path
+    let shapes: Vec<common::ModelShape> = SHAPES
+        .iter()
+        .map(
+            |&(name, cost, latency_us, channels, knee_qd, knee_us)| common::ModelShape {
+                name,
+                cost,
+                latency_us,
+                channels,
+                knee_qd,
+                knee_us,
+            },
+        )
+        .collect();
+    common::model_config(dir, "shapes.toml", &shapes)
 }
 
 /// A directory standing in for the root of a cgroup2 hierarchy with iocost.

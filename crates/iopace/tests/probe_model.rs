@@ -26,17 +26,20 @@ const DEVICES: [(&str, &str, u32, u32, u32, u32); 3] = [
 ];
 
 fn config(dir: &Path) -> std::path::PathBuf {
-    let mut text = String::from("[[bdev]]\nname = \"base\"\nkind = \"null\"\nsize = \"8GiB\"\n\n");
-    for (name, cost, lat, knee_qd, knee_us, _) in DEVICES {
-        text += &format!(
-            "[[bdev]]\nname = \"{name}\"\nkind = \"model\"\nbase = \"base\"\ncost = {{ {cost} }}\n\
-             latency_us = {lat}\nchannels = 256\nknee_qd = {knee_qd}\nknee_us = {knee_us}\n\n\
-             [[export]]\nname = \"{name}\"\nbdev = \"{name}\"\n\n"
-        );
-    }
-    let path = dir.join("models.toml");
-    std::fs::write(&path, text).expect("write config");
-    path
+    let shapes: Vec<common::ModelShape> = DEVICES
+        .iter()
+        .map(
+            |&(name, cost, latency_us, knee_qd, knee_us, _)| common::ModelShape {
+                name,
+                cost,
+                latency_us,
+                channels: 256,
+                knee_qd,
+                knee_us,
+            },
+        )
+        .collect();
+    common::model_config(dir, "models.toml", &shapes)
 }
 
 fn truth(cost: &str) -> Vec<(String, f64)> {

@@ -486,3 +486,31 @@ pub fn stats_after_roundtrip(server: &Server) -> String {
     assert!(out.status.success(), "{text}");
     text
 }
+
+/// A `model` bdev for the probe tests: its cost model (the TOML inline
+/// table's body), latency, channels and knee.
+pub struct ModelShape<'a> {
+    pub name: &'a str,
+    pub cost: &'a str,
+    pub latency_us: u32,
+    pub channels: u32,
+    pub knee_qd: u32,
+    pub knee_us: u32,
+}
+
+/// Writes `dir/file`: a null base and one `model` bdev and export per
+/// shape; returns its path.
+pub fn model_config(dir: &Path, file: &str, shapes: &[ModelShape]) -> std::path::PathBuf {
+    let mut text = String::from("[[bdev]]\nname = \"base\"\nkind = \"null\"\nsize = \"8GiB\"\n\n");
+    for m in shapes {
+        text += &format!(
+            "[[bdev]]\nname = \"{}\"\nkind = \"model\"\nbase = \"base\"\ncost = {{ {} }}\n\
+             latency_us = {}\nchannels = {}\nknee_qd = {}\nknee_us = {}\n\n\
+             [[export]]\nname = \"{}\"\nbdev = \"{}\"\n\n",
+            m.name, m.cost, m.latency_us, m.channels, m.knee_qd, m.knee_us, m.name, m.name
+        );
+    }
+    let path = dir.join(file);
+    std::fs::write(&path, text).expect("write config");
+    path
+}
