@@ -17,31 +17,14 @@ use common::{run, BIN};
 /// (name, cost table, latency_us, channels, knee_qd, knee_us). Slow enough
 /// for a debug build on a loaded machine (a tenth of the rates of
 /// docs/evidence.md#probe-peak-qd's shapes, ten times the latencies).
-const SHAPES: [(&str, &str, u32, u32, u32, u32); 2] = [
+const SHAPES: [common::ModelShape; 2] = [
     // The drive: latency grows 300 us per IO past QD 24, so 4 KiB
     // sequential reads reach their 9,000 IOPS only between QD 8 and 32
     // (at QD 64 they gave -36%).
-    ("knee", "rbps = 120e6, rseqiops = 9000, rrandiops = 4000, wbps = 40e6, wseqiops = 3000, wrandiops = 900", 700, 64, 24, 300),
+    common::model("knee", "rbps = 120e6, rseqiops = 9000, rrandiops = 4000, wbps = 40e6, wseqiops = 3000, wrandiops = 900", 700, 64, 24, 300),
     // Four channels: the rates need QD 3-4, more only queue.
-    ("few", "rbps = 40e6, rseqiops = 2000, rrandiops = 1000, wbps = 20e6, wseqiops = 1000, wrandiops = 500", 1000, 4, 0, 0),
+    common::model("few", "rbps = 40e6, rseqiops = 2000, rrandiops = 1000, wbps = 20e6, wseqiops = 1000, wrandiops = 500", 1000, 4, 0, 0),
 ];
-
-fn config(dir: &Path) -> std::path::PathBuf {
-    let shapes: Vec<common::ModelShape> = SHAPES
-        .iter()
-        .map(
-            |&(name, cost, latency_us, channels, knee_qd, knee_us)| common::ModelShape {
-                name,
-                cost,
-                latency_us,
-                channels,
-                knee_qd,
-                knee_us,
-            },
-        )
-        .collect();
-    common::model_config(dir, "shapes.toml", &shapes)
-}
 
 /// A directory standing in for the root of a cgroup2 hierarchy with iocost.
 fn cgroup2_root(dir: &Path) -> std::path::PathBuf {
@@ -56,15 +39,6 @@ fn cgroup2_root(dir: &Path) -> std::path::PathBuf {
         std::fs::write(root.join(f), "").expect("stand-in file");
     }
     root
-}
-
-fn truth(cost: &str) -> Vec<(String, f64)> {
-    cost.split(", ")
-        .map(|kv| {
-            let (k, v) = kv.split_once(" = ").expect("k = v");
-            (k.to_string(), v.parse().expect("number"))
-        })
-        .collect()
 }
 
 /// `key=value` of a line's token `key`.
@@ -89,7 +63,7 @@ fn probe(cfg: &Path, name: &str, out: &Path) -> Command {
 #[test]
 fn probe_finds_each_peak_and_writes_the_kernels_model_line() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = config(dir.path());
+    let cfg = common::model_config(dir.path(), "shapes.toml", &SHAPES);
     let root = cgroup2_root(dir.path());
     // The knee device with a device number, applied; the other without.
     let mut knee = probe(&cfg, "knee", &dir.path().join("knee"));
@@ -118,7 +92,7 @@ fn probe_finds_each_peak_and_writes_the_kernels_model_line() {
         err.contains("placeholder") && err.contains("--devnum"),
         "{err}"
     );
-    for (name, cost, ..) in SHAPES {
+    for common::ModelShape { name, cost, .. } in SHAPES {
         let out = dir.path().join(name);
         let line = std::fs::read_to_string(out.join("io.cost.model")).expect("io.cost.model");
         let line = line.trim_end();
@@ -132,7 +106,7 @@ fn probe_finds_each_peak_and_writes_the_kernels_model_line() {
             report.contains(line) && report.contains("### Peak QD of each cost point"),
             "{report}"
         );
-        for (param, want) in truth(cost) {
+        for (param, want) in common::cost_truth(cost) {
             let got = value(line, &param);
             assert!(
                 (got / want - 1.0).abs() < 0.10,

@@ -15,40 +15,20 @@ use common::{run, BIN};
 /// The knee: the smallest power-of-two QD whose IOPS, min(QD / (service +
 /// latency + growth), 1 / service), reach 95% of 1 / service, for 4 KiB
 /// random reads (service = 1/rrandiops + 4096/rbps).
-const DEVICES: [(&str, &str, u32, u32, u32, u32); 3] = [
+/// Each shape (256 channels) and the knee QD the probe must find.
+const DEVICES: [(common::ModelShape, u32); 3] = [
     // service 220 us, + 100 us latency: QD 2 already saturates. (At 4,500
     // IOPS a debug build keeps up even on a loaded machine.)
-    ("fast", "rbps = 200e6, rseqiops = 10000, rrandiops = 5000, wbps = 100e6, wseqiops = 5000, wrandiops = 2500", 100, 0, 0, 2),
+    (common::model("fast", "rbps = 200e6, rseqiops = 10000, rrandiops = 5000, wbps = 100e6, wseqiops = 5000, wrandiops = 2500", 100, 256, 0, 0), 2),
     // service 1041 us, + 2 ms: QD 4 (QD 2 gives 68%).
-    ("slow", "rbps = 100e6, rseqiops = 3000, rrandiops = 1000, wbps = 100e6, wseqiops = 2000, wrandiops = 800", 2000, 0, 0, 4),
+    (common::model("slow", "rbps = 100e6, rseqiops = 3000, rrandiops = 1000, wbps = 100e6, wseqiops = 2000, wrandiops = 800", 2000, 256, 0, 0), 4),
     // service 264 us, + 1 ms, + 100 us per IO past 8: QD 8 (QD 4 gives 83%).
-    ("knee", "rbps = 300e6, rseqiops = 8000, rrandiops = 4000, wbps = 200e6, wseqiops = 6000, wrandiops = 3000", 1000, 8, 100, 8),
+    (common::model("knee", "rbps = 300e6, rseqiops = 8000, rrandiops = 4000, wbps = 200e6, wseqiops = 6000, wrandiops = 3000", 1000, 256, 8, 100), 8),
 ];
 
 fn config(dir: &Path) -> std::path::PathBuf {
-    let shapes: Vec<common::ModelShape> = DEVICES
-        .iter()
-        .map(
-            |&(name, cost, latency_us, knee_qd, knee_us, _)| common::ModelShape {
-                name,
-                cost,
-                latency_us,
-                channels: 256,
-                knee_qd,
-                knee_us,
-            },
-        )
-        .collect();
+    let shapes: Vec<common::ModelShape> = DEVICES.iter().map(|d| d.0).collect();
     common::model_config(dir, "models.toml", &shapes)
-}
-
-fn truth(cost: &str) -> Vec<(String, f64)> {
-    cost.split(", ")
-        .map(|kv| {
-            let (k, v) = kv.split_once(" = ").expect("k = v");
-            (k.to_string(), v.parse().expect("number"))
-        })
-        .collect()
 }
 
 /// QD up to 64: the curves' QDs are also the range each cost point's peak
@@ -80,17 +60,20 @@ fn probe_recovers_model_parameters_and_knees() {
     let handles: Vec<_> = DEVICES
         .iter()
         .map(|d| {
-            let (cfg, out) = (cfg.clone(), dir.path().join(d.0));
-            std::thread::spawn(move || run(&mut probe(&cfg, d.0, &out), Duration::from_secs(120)))
+            let (cfg, out) = (cfg.clone(), dir.path().join(d.0.name));
+            std::thread::spawn(move || {
+                run(&mut probe(&cfg, d.0.name, &out), Duration::from_secs(120))
+            })
         })
         .collect();
-    for (h, (name, cost, _, _, _, knee)) in handles.into_iter().zip(DEVICES) {
+    for (h, (shape, knee)) in handles.into_iter().zip(DEVICES) {
+        let common::ModelShape { name, cost, .. } = shape;
         h.join().expect("probe thread");
         let text = std::fs::read_to_string(dir.path().join(name).join("result.json"))
             .expect("result.json");
         let r: serde_json::Value = serde_json::from_str(&text).expect("json");
         let dev = &r["devices"][0];
-        for (param, want) in truth(cost) {
+        for (param, want) in common::cost_truth(cost) {
             let got = dev["cost"][&param].as_f64().expect("number");
             assert!(
                 (got / want - 1.0).abs() < 0.10,

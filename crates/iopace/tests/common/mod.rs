@@ -489,6 +489,7 @@ pub fn stats_after_roundtrip(server: &Server) -> String {
 
 /// A `model` bdev for the probe tests: its cost model (the TOML inline
 /// table's body), latency, channels and knee.
+#[derive(Clone, Copy)]
 pub struct ModelShape<'a> {
     pub name: &'a str,
     pub cost: &'a str,
@@ -496,6 +497,26 @@ pub struct ModelShape<'a> {
     pub channels: u32,
     pub knee_qd: u32,
     pub knee_us: u32,
+}
+
+/// A shape from its name, cost, latency (us), channels, knee QD and knee
+/// (us per IO past it).
+pub const fn model(
+    name: &'static str,
+    cost: &'static str,
+    latency_us: u32,
+    channels: u32,
+    knee_qd: u32,
+    knee_us: u32,
+) -> ModelShape<'static> {
+    ModelShape {
+        name,
+        cost,
+        latency_us,
+        channels,
+        knee_qd,
+        knee_us,
+    }
 }
 
 /// Writes `dir/file`: a null base and one `model` bdev and export per
@@ -513,4 +534,14 @@ pub fn model_config(dir: &Path, file: &str, shapes: &[ModelShape]) -> std::path:
     let path = dir.join(file);
     std::fs::write(&path, text).expect("write config");
     path
+}
+
+/// The six cost parameters of a shape's `cost` text, by name.
+pub fn cost_truth(cost: &str) -> Vec<(String, f64)> {
+    cost.split(", ")
+        .map(|kv| {
+            let (k, v) = kv.split_once(" = ").expect("k = v");
+            (k.to_string(), v.parse().expect("number"))
+        })
+        .collect()
 }
