@@ -96,14 +96,19 @@ struct BenchArgs {
 
 /// `iopace sim --faults SEED ...`.
 fn sim_faults(args: SimArgs) -> ExitCode {
-    let faults = sim::faults::FaultArgs {
-        seed: args.faults.unwrap_or(0),
+    let faults = sim_cases(&args, args.faults);
+    ExitCode::from(sim::faults::faults(&faults) as u8)
+}
+
+/// The cases a fuzzer (`--fuzz` or `--faults`, from `seed`) runs.
+fn sim_cases(args: &SimArgs, seed: Option<u64>) -> sim::jobs::Cases {
+    sim::jobs::Cases {
+        seed: seed.unwrap_or(0),
         count: args.count,
         index: args.index,
         json: args.json,
         jobs: args.jobs,
-    };
-    ExitCode::from(sim::faults::faults(&faults) as u8)
+    }
 }
 
 fn parse_var(s: &str) -> Result<(String, String), String> {
@@ -252,12 +257,8 @@ fn main() -> ExitCode {
         Cmd::Sim(args) if args.faults.is_some() => sim_faults(args),
         Cmd::Sim(args) if args.fuzz.is_some() => {
             let fuzz = sim::fuzz::FuzzArgs {
-                seed: args.fuzz.unwrap_or(0),
-                count: args.count,
-                index: args.index,
-                json: args.json,
+                cases: sim_cases(&args, args.fuzz),
                 out: args.out,
-                jobs: args.jobs,
             };
             ExitCode::from(sim::fuzz::fuzz(&fuzz) as u8)
         }

@@ -4,6 +4,26 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+/// What a fuzzer (`--fuzz`, `--faults`) was asked to run.
+#[derive(Debug, Clone, Default)]
+pub struct Cases {
+    pub seed: u64,
+    pub count: u64,
+    /// Only this case (a repro).
+    pub index: Option<u64>,
+    pub json: bool,
+    /// Worker threads (default: the machine's cores).
+    pub jobs: Option<usize>,
+}
+
+impl Cases {
+    /// `run_case(seed, index)` for each case asked for, in index order.
+    pub fn run<T: Send>(&self, run_case: impl Fn(u64, u64) -> T + Sync) -> Vec<T> {
+        let indexes = indexes(self.count, self.index);
+        run_indexed(&indexes, self.jobs, |i| run_case(self.seed, i))
+    }
+}
+
 /// The cases to run: only `index` (a repro), or `0..count`.
 pub fn indexes(count: u64, index: Option<u64>) -> Vec<u64> {
     match index {

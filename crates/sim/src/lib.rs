@@ -8,7 +8,7 @@ mod devices;
 pub mod faults;
 pub mod fuzz;
 mod hosts;
-mod jobs;
+pub mod jobs;
 pub mod oracle;
 mod ports;
 pub mod report;

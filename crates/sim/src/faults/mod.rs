@@ -20,16 +20,7 @@ pub use crate::world::{FaultCounts, FaultOutcome, FaultPlan, HANG_NS};
 use crate::{parse, world::Sim};
 
 /// What `iopace sim --faults` was asked for.
-#[derive(Debug, Clone, Default)]
-pub struct FaultArgs {
-    pub seed: u64,
-    pub count: u64,
-    /// Only this case (a repro).
-    pub index: Option<u64>,
-    pub json: bool,
-    /// Worker threads (default: the machine's cores).
-    pub jobs: Option<usize>,
-}
+pub type FaultArgs = crate::jobs::Cases;
 
 /// One case's outcome.
 #[derive(Debug, Clone, Serialize)]
@@ -86,8 +77,7 @@ pub fn run_case(seed: u64, index: u64) -> Case {
 
 /// Runs every case on `jobs` threads, in index order in the result.
 pub fn run_cases(args: &FaultArgs) -> Vec<Case> {
-    let indexes = crate::jobs::indexes(args.count, args.index);
-    crate::jobs::run_indexed(&indexes, args.jobs, |i| run_case(args.seed, i))
+    args.run(run_case)
 }
 
 /// `iopace sim --faults`: prints the report (or JSON); exit status 1

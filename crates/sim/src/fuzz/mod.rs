@@ -20,15 +20,9 @@ const BROKEN_EVERY: u64 = 50;
 /// What `iopace sim --fuzz` was asked for.
 #[derive(Debug, Clone, Default)]
 pub struct FuzzArgs {
-    pub seed: u64,
-    pub count: u64,
-    /// Only this case (a repro).
-    pub index: Option<u64>,
-    pub json: bool,
+    pub cases: crate::jobs::Cases,
     /// Where each failing case's scenario file is written.
     pub out: Option<PathBuf>,
-    /// Worker threads (default: the machine's cores).
-    pub jobs: Option<usize>,
 }
 
 /// One case's outcome.
@@ -132,8 +126,7 @@ impl Features {
 
 /// Runs every case on `jobs` threads, in index order in the result.
 pub fn run_cases(args: &FuzzArgs) -> Vec<Case> {
-    let indexes = crate::jobs::indexes(args.count, args.index);
-    crate::jobs::run_indexed(&indexes, args.jobs, |i| run_case(args.seed, i))
+    args.cases.run(run_case)
 }
 
 /// `iopace sim --fuzz`: prints the report (or JSON) and writes failing
@@ -146,7 +139,7 @@ pub fn fuzz(args: &FuzzArgs) -> i32 {
             return 2;
         }
     }
-    if args.json {
+    if args.cases.json {
         match serde_json::to_string_pretty(&cases) {
             Ok(j) => println!("{j}"),
             Err(e) => eprintln!("iopace sim --fuzz: {e}"),
