@@ -7,9 +7,19 @@ mod common;
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::{run, BIN};
+
+/// Each test measures rates on the machine's cores: run beside each other
+/// (cargo's threads), the knee test read vrate 55% for a 125% knee on an
+/// idle 2-core machine, and passed alone.
+static ALONE: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const CONFIG: &str = "[[bdev]]\nname = \"base\"\nkind = \"null\"\nsize = \"1GiB\"\n\n\
 [[bdev]]\nname = \"dev\"\nkind = \"model\"\nbase = \"base\"\n\
@@ -19,6 +29,7 @@ latency_us = 200\n\n[[export]]\nname = \"dev\"\nbdev = \"dev\"\n\n\
 
 #[test]
 fn tune_finds_the_bandwidth_knee_and_resumes() {
+    let _alone = alone();
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("tune.toml");
     std::fs::write(&cfg, CONFIG).expect("config");
@@ -89,6 +100,7 @@ fn tune_finds_the_bandwidth_knee_and_resumes() {
 /// config and fio's nbd engine; each point's vrate is held by the server.
 #[test]
 fn tune_served_measures_through_the_server_at_each_vrate() {
+    let _alone = alone();
     common::require("fio", "fio");
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("tune.toml");
@@ -152,6 +164,7 @@ fn tune_served_measures_through_the_server_at_each_vrate() {
 /// with "in use"). Solo, untuned and the first point are enough to show it.
 #[test]
 fn tune_served_on_a_file_image_serves_it() {
+    let _alone = alone();
     common::require("fio", "fio");
     let dir = tempfile::tempdir().expect("tempdir");
     let img = dir.path().join("disk.img");
