@@ -285,6 +285,9 @@ impl Engine {
     }
 
     fn lend_read(&mut self, io: IoToken, data: libc::iovec) -> bool {
+        if self.digests_read_data(io.req) {
+            return false;
+        }
         let Some(req) = self.reqs.get_mut(io.req.index()) else {
             return false;
         };

@@ -402,6 +402,19 @@ impl Engine {
         self.advance(slot);
     }
 
+    /// READ `id`'s reply carries a data digest, computed before the send:
+    /// bytes lent from a RAM bdev that a WRITE changed in between failed
+    /// it at the host (SPDK perf, randrw with -H -I), so such a READ is
+    /// copied into its buffers instead.
+    pub(super) fn digests_read_data(&mut self, id: ReqId) -> bool {
+        let Some(conn) = self.reqs.get(id.index()).map(|r| r.conn) else {
+            return false;
+        };
+        conn_at(&mut self.conns, conn)
+            .and_then(nvme_of)
+            .is_some_and(|n| n.queue.data_digest())
+    }
+
     /// Encodes an answered request's reply: a READ's C2HData head before
     /// its data, then its data digest and completion.
     pub(super) fn nvme_reply(&mut self, id: ReqId) {
