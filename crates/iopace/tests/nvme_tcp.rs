@@ -10,70 +10,13 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::nvme::*;
 use common::{free_port, run, Server, MALLOC_EXPORTS};
-use proto::nvme::cmd::{admin, fctype, io, sgl, Sgl, Sqe};
-use proto::nvme::decode::{Decoded, Decoder, Role};
-use proto::nvme::pdu::{DataHdr, Digests, Framing, IcReq, Pdu};
-
-const NQN: &str = "nqn.2026-11.io.iopace:default";
-const DISCOVERY: &str = "nqn.2014-08.org.nvmexpress.discovery";
-
-/// The SPDK build, or None (and a message) when it is not there.
-fn spdk() -> Option<PathBuf> {
-    let dir = std::env::var_os("SPDK_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/iopace-spdk-v26.05")
-        });
-    if dir.join(".built").exists() {
-        return Some(dir);
-    }
-    eprintln!(
-        "SKIPPED: no SPDK build at {} (run ../shared/spdk/build.sh, or set SPDK_DIR)",
-        dir.display()
-    );
-    None
-}
-
-fn nvme_server() -> (Server, u16) {
-    let port = free_port();
-    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
-    let s = Server::start_full(
-        &extra,
-        MALLOC_EXPORTS,
-        "num_shared_buffers = 256\nbuf_cache_size = 8",
-    );
-    (s, port)
-}
-
-/// An SPDK tool with its library path, no hugepages, and a shared-memory
-/// id of its own (tests and other users may run SPDK tools at once).
-fn tool(spdk: &std::path::Path, rel: &str, shm: u32) -> Command {
-    let mut c = Command::new(spdk.join(rel));
-    c.env("LD_LIBRARY_PATH", spdk.join("build/lib"));
-    c.args(["--no-huge", "-s", "512", "-i"])
-        .arg(shm.to_string());
-    c
-}
-
-fn shm_id(k: u32) -> u32 {
-    (std::process::id() % 10_000) * 10 + k
-}
-
-fn trid(port: u16, nqn: &str) -> String {
-    format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}")
-}
-
-fn text(o: &std::process::Output) -> String {
-    let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
-    s.push_str(&String::from_utf8_lossy(&o.stderr));
-    s.replace('\r', "\n")
-}
+use proto::nvme::cmd::{admin, io, sgl, Sgl, Sqe};
+use proto::nvme::pdu::{DataHdr, Framing, Pdu};
 
 /// The IOPS of spdk_nvme_perf's "Total" line.
 fn perf_iops(out: &str) -> f64 {
@@ -207,110 +150,6 @@ fn bdevperf_runs(spdk: &std::path::Path, server: &Server, port: u16) {
         assert!(cols[0] > 0.0, "bdevperf {w} {size}: no IO\n{out}");
         assert_eq!(cols[2], 0.0, "bdevperf {w} {size}: failures\n{out}");
     }
-}
-
-/// A bare NVMe/TCP host over one TCP connection.
-struct Host {
-    s: TcpStream,
-    dec: Decoder,
-    buf: Vec<u8>,
-}
-
-impl Host {
-    fn connect(port: u16) -> Host {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        let mut h = Host {
-            s,
-            dec: Decoder::new(Role::Host, 1 << 20),
-            buf: Vec::new(),
-        };
-        let ic = IcReq {
-            pfv: 0,
-            hpda: 0,
-            digests: Digests::default(),
-            maxr2t: 0,
-        };
-        h.send(Pdu::IcReq(ic));
-        let r = h.recv();
-        assert_eq!(r.0, 1, "ICResp");
-        h.dec.digests = Some(Digests::default());
-        h
-    }
-
-    fn send(&mut self, p: Pdu<'_>) {
-        let mut b = Vec::new();
-        p.encode(&mut b, Framing::default());
-        self.s.write_all(&b).expect("send");
-    }
-
-    /// The next PDU: (type, its bytes); type 0xFF on EOF.
-    fn recv(&mut self) -> (u8, Vec<u8>) {
-        loop {
-            if let Ok(Decoded::Pdu { pdu, len, .. }) = self.dec.decode(&self.buf) {
-                let t = pdu.type_code();
-                let b: Vec<u8> = self.buf.drain(..len).collect();
-                return (t, b);
-            }
-            let mut chunk = [0u8; 65536];
-            match self.s.read(&mut chunk) {
-                Ok(0) | Err(_) => return (0xFF, Vec::new()),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    /// Sends a command, returns the completion's status (SCT << 8 | SC) and dword 0.
-    fn command(&mut self, sqe: Sqe, data: &[u8]) -> (u16, u32) {
-        self.send(Pdu::CapsuleCmd(sqe, data));
-        loop {
-            let (t, b) = self.recv();
-            assert_ne!(t, 0xFF, "connection closed");
-            if t == 7 && b[1] & 0x08 != 0 {
-                // C2HData flagged SUCCESS: the command completed, no CapsuleResp.
-                return (0, 0);
-            }
-            if t == 5 {
-                let dw0 = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-                // SC in bits 7:0, SCT in 10:8 (DNR and More left out).
-                return ((u16::from_le_bytes([b[22], b[23]]) >> 1) & 0x7FF, dw0);
-            }
-        }
-    }
-}
-
-fn connect_cmd(qid: u16, kato_ms: u32, cntlid: u16) -> (Sqe, Vec<u8>) {
-    let mut s = Sqe::new(admin::FABRICS, 1);
-    s.0[4] = fctype::CONNECT;
-    s.set_cdw(10, u32::from(qid) << 16);
-    s.set_cdw(11, 31);
-    s.set_cdw(12, kato_ms);
-    s.set_sgl(Sgl {
-        address: 0,
-        length: 1024,
-        id: sgl::DATA_BLOCK_OFFSET,
-    });
-    let mut d = vec![0u8; 1024];
-    d[16..18].copy_from_slice(&cntlid.to_le_bytes());
-    d[256..256 + NQN.len()].copy_from_slice(NQN.as_bytes());
-    let host = b"nqn.2014-08.org.nvmexpress:uuid:raw-host";
-    d[512..512 + host.len()].copy_from_slice(host);
-    (s, d)
-}
-
-/// An admin queue connected (KATO `kato_ms`) and enabled; its controller id.
-fn admin_queue(port: u16, kato_ms: u32) -> (Host, u16) {
-    let mut a = Host::connect(port);
-    let (s, d) = connect_cmd(0, kato_ms, 0xFFFF);
-    let (st, cntlid) = a.command(s, &d);
-    assert_eq!(st, 0, "admin connect");
-    let mut p = Sqe::new(admin::FABRICS, 2);
-    p.0[4] = fctype::PROPERTY_SET;
-    p.set_cdw(11, 0x14);
-    p.set_cdw(12, 0x0046_0001);
-    assert_eq!(a.command(p, &[]).0, 0, "CC.EN");
-    (a, cntlid as u16)
 }
 
 #[test]
@@ -472,20 +311,6 @@ read_only_for = ["hostnqn:nqn.2014-08.org.nvmexpress:uuid:raw-host"]
     );
 }
 
-/// A WRITE of 1 MiB at block `lba` whose data comes by R2T.
-fn big_write(cid: u16, lba: u32) -> Sqe {
-    let mut w = Sqe::new(io::WRITE, cid);
-    w.set_nsid(1);
-    w.set_cdw(10, lba);
-    w.set_cdw(12, 2047);
-    w.set_sgl(Sgl {
-        address: 0,
-        length: 1 << 20,
-        id: sgl::TRANSPORT_DATA_BLOCK,
-    });
-    w
-}
-
 #[test]
 fn a_connection_holds_at_most_its_cap_of_write_data() {
     let port = free_port();
@@ -641,33 +466,58 @@ fn fault_bdev_errors_come_back_as_nvme_status_codes() {
     }
 }
 
-/// A 1 MiB WRITE at `lba`, its data sent as the R2Ts ask; its status.
-fn write_by_r2t(q: &mut Host, cid: u16, lba: u32) -> u16 {
-    q.send(Pdu::CapsuleCmd(big_write(cid, lba), &[]));
-    let data = vec![0x3Cu8; 128 << 10];
-    loop {
-        let (t, b) = q.recv();
-        match t {
-            // An R2T: its tag, offset and length.
-            9 => {
-                let ttag = u16::from_le_bytes([b[10], b[11]]);
-                let at = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
-                let len = u32::from_le_bytes([b[16], b[17], b[18], b[19]]);
-                for k in 0..len.div_ceil(128 << 10) {
-                    let off = k * (128 << 10);
-                    let n = (len - off).min(128 << 10) as usize;
-                    let h = DataHdr {
-                        cccid: cid,
-                        ttag,
-                        datao: at + off,
-                        last: off + n as u32 == len,
-                        success: false,
-                    };
-                    q.send(Pdu::H2CData(h, &data[..n]));
-                }
-            }
-            5 => return (u16::from_le_bytes([b[22], b[23]]) >> 1) & 0x7FF,
-            t => panic!("PDU type {t} during a WRITE"),
+/// bdevperf -w verify against a fault bdev failing 2% of reads (issue 38):
+/// the failed reads come back as NVMe Internal Error (00/06) and nothing
+/// else fails, every read that did not fail verifies, the target carries
+/// on, and every buffer is back in the pool at the end.
+#[test]
+fn bdevperf_verify_over_a_failing_device() {
+    let Some(spdk) = spdk() else { return };
+    let port = free_port();
+    let body = "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"64MiB\"\n\n\
+        [[bdev]]\nname = \"flaky\"\nkind = \"fault\"\nbase = \"m0\"\n\
+        ops = [\"read\"]\nerror_rate = 0.02\nspike_us = 2000\nspike_rate = 0.01\n\n\
+        [[export]]\nname = \"default\"\nbdev = \"flaky\"\n";
+    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
+    let server = Server::start_full(&extra, body, "num_shared_buffers = 256");
+    let json = server.dir.path().join("bdevperf.json");
+    // No retries in bdev_nvme: each failed IO reaches bdevperf as it came.
+    let cfg = format!(
+        r#"{{"subsystems":[{{"subsystem":"bdev","config":[
+{{"method":"bdev_nvme_set_options","params":{{"bdev_retry_count":0}}}},
+{{"method":"bdev_nvme_attach_controller","params":{{"name":"Nvme0","trtype":"tcp","adrfam":"IPv4",
+"traddr":"127.0.0.1","trsvcid":"{port}","subnqn":"{NQN}"}}}}]}}]}}"#
+    );
+    std::fs::write(&json, cfg).expect("write bdevperf config");
+    for size in ["4096", "131072"] {
+        let o = run(
+            tool(&spdk, "build/examples/bdevperf", shm_id(3))
+                .args(["-m", "0x1", "-r"])
+                .arg(server.dir.path().join("bdevperf.sock"))
+                .arg("--json")
+                .arg(&json)
+                .args(["-q", "16", "-o", size, "-w", "verify", "-f", "-t", "3"]),
+            Duration::from_secs(90),
+        );
+        let out = text(&o);
+        assert!(o.status.success(), "bdevperf {size}:\n{out}");
+        assert!(!out.contains("Buffer mismatch"), "bdevperf {size}:\n{out}");
+        // Completion errors on I/O queues (the set-up's admin commands may
+        // be refused: qid 0).
+        let errors: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("print_completion") && !l.contains(" qid:0 "))
+            .collect();
+        assert!(!errors.is_empty(), "bdevperf {size}: no IO failed\n{out}");
+        for e in &errors {
+            assert!(e.contains("INTERNAL DEVICE ERROR (00/06)"), "{e}");
         }
+        eprintln!("bdevperf verify {size}: {} reads failed", errors.len());
     }
+    server.assert_quiescent(256);
+    let faults = server.rpc("get_faults");
+    assert!(faults[0]["errors"].as_u64() > Some(0), "{faults:#}");
+    let (st, log) = server.stop();
+    assert!(st.success(), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
 }

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod nvme;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_iopace");
 
 /// Fails the test (not skips it) when a client is missing.
