@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use proto::nvme::cmd::{admin, fctype, io, sgl, Sgl, Sqe};
+use proto::nvme::ctrl::Connect;
 use proto::nvme::decode::{Decoded, Decoder, Role};
 use proto::nvme::pdu::{DataHdr, Digests, Framing, IcReq, Pdu};
 
@@ -154,23 +155,19 @@ pub fn status(resp: &[u8]) -> u16 {
     (u16::from_le_bytes([resp[22], resp[23]]) >> 1) & 0x7FF
 }
 
+/// A Connect of queue `qid` (KATO `kato_ms`) to the default export's
+/// subsystem: its capsule and data.
 pub fn connect_cmd(qid: u16, kato_ms: u32, cntlid: u16) -> (Sqe, Vec<u8>) {
-    let mut s = Sqe::new(admin::FABRICS, 1);
-    s.0[4] = fctype::CONNECT;
-    s.set_cdw(10, u32::from(qid) << 16);
-    s.set_cdw(11, 31);
-    s.set_cdw(12, kato_ms);
-    s.set_sgl(Sgl {
-        address: 0,
-        length: 1024,
-        id: sgl::DATA_BLOCK_OFFSET,
-    });
-    let mut d = vec![0u8; 1024];
-    d[16..18].copy_from_slice(&cntlid.to_le_bytes());
-    d[256..256 + NQN.len()].copy_from_slice(NQN.as_bytes());
-    let host = b"nqn.2014-08.org.nvmexpress:uuid:raw-host";
-    d[512..512 + host.len()].copy_from_slice(host);
-    (s, d)
+    let c = Connect {
+        qid,
+        sqsize: 31,
+        kato_ms,
+        hostid: [0; 16],
+        cntlid,
+        subnqn: NQN,
+        hostnqn: "nqn.2014-08.org.nvmexpress:uuid:raw-host",
+    };
+    (c.sqe(1), c.data())
 }
 
 /// An admin queue connected (KATO `kato_ms`) and enabled; its controller id.

@@ -3,11 +3,13 @@
 //! async events) and the discovery controller. The clock is injected
 //! (`Nanos`); a driver holds one `Target` for all connections.
 
+mod connect;
 mod controller;
 mod io;
 pub mod pages;
 mod target;
 
+pub use connect::{Connect, CONNECT_DATA_LEN};
 pub use controller::Controller;
 pub use io::{check_io, dsm_ranges, IoCmd, IoOp};
 pub use pages::VERSION;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::connect::{invalid, Connect};
 use super::controller::Controller;
 use super::pages::{self, CtrlView};
 use super::{Limits, Listener, Namespace, Nanos, Subsystem, DISCOVERY_NQN};
@@ -70,21 +71,6 @@ pub struct Target {
     events: Vec<(u16, u16, u32)>,
 }
 
-/// The Connect command's invalid-parameter dword 0: where the bad field is.
-fn invalid(in_data: bool, offset: u16) -> (Status, u32) {
-    (
-        Status::CONNECT_INVALID_PARAMETERS,
-        (u32::from(in_data) << 16) | u32::from(offset),
-    )
-}
-
-/// A NUL-terminated NQN field (possibly empty: SPDK's perf sends no
-/// host NQN, and SPDK's target takes it).
-fn nqn(field: &[u8]) -> Option<&str> {
-    let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
-    std::str::from_utf8(&field[..end]).ok()
-}
-
 impl Target {
     pub fn new(subsystems: Vec<Subsystem>, listeners: Vec<Listener>, limits: Limits) -> Target {
         Target {
@@ -135,46 +121,29 @@ impl Target {
         now: Nanos,
         access: &dyn Fn(usize, &str) -> Access,
     ) -> Result<Connected, (Status, u32)> {
-        let Some(data) = data.get(..1024) else {
-            return Err((Status::DATA_SGL_LENGTH_INVALID, 0));
-        };
-        let cdw10 = sqe.cdw(10);
-        if cdw10 & 0xFFFF != 0 {
-            return Err((Status::CONNECT_INCOMPATIBLE_FORMAT, 0));
-        }
-        let qid = (cdw10 >> 16) as u16;
-        let sqsize = sqe.cdw(11) as u16;
-        let kato = sqe.cdw(12);
-        let Some(subnqn) = nqn(&data[256..512]).filter(|s| !s.is_empty()) else {
-            return Err(invalid(true, 256));
-        };
-        let Some(hostnqn) = nqn(&data[512..768]) else {
-            return Err(invalid(true, 512));
-        };
-        let (subsys, read_only) = if subnqn == DISCOVERY_NQN {
+        let c = Connect::parse(sqe, data)?;
+        let (subsys, read_only) = if c.subnqn == DISCOVERY_NQN {
             (None, false)
         } else {
-            let Some(i) = self.subsystems.iter().position(|s| s.nqn == subnqn) else {
+            let Some(i) = self.subsystems.iter().position(|s| s.nqn == c.subnqn) else {
                 return Err(invalid(true, 256));
             };
-            match access(i, hostnqn) {
+            match access(i, c.hostnqn) {
                 Access::Denied => return Err((Status::CONNECT_INVALID_HOST, 0)),
                 a => (Some(i), a == Access::ReadOnly),
             }
         };
-        let cntlid = u16::from_le_bytes([data[16], data[17]]);
-        let hostid: [u8; 16] = data[..16].try_into().unwrap_or_default();
         let peer = Peer {
             subsys,
-            hostnqn,
-            hostid,
-            cntlid,
+            hostnqn: c.hostnqn,
+            hostid: c.hostid,
+            cntlid: c.cntlid,
             read_only,
         };
-        let size = if qid == 0 {
-            self.connect_admin(&peer, sqsize, kato, now)?
+        let size = if c.qid == 0 {
+            self.connect_admin(&peer, c.sqsize, c.kato_ms, now)?
         } else {
-            self.connect_io(&peer, qid, sqsize)?
+            self.connect_io(&peer, c.qid, c.sqsize)?
         };
         let ro = self.controllers.get(&size.0).is_some_and(|c| c.read_only);
         let mut namespaces = subsys
@@ -185,7 +154,7 @@ impl Target {
         }
         Ok(Connected {
             cntlid: size.0,
-            qid,
+            qid: c.qid,
             queue_size: size.1,
             subsys,
             namespaces,

@@ -3,7 +3,7 @@
 
 use super::{Action, DevOp, Queue};
 use crate::nvme::cmd::{admin, fctype, io, sgl, Cqe, Sgl, Sqe, Status};
-use crate::nvme::ctrl::{Limits, Listener, Namespace, Subsystem, Target};
+use crate::nvme::ctrl::{Connect, Limits, Listener, Namespace, Subsystem, Target};
 use crate::nvme::decode::{Decoded, Decoder, Role};
 use crate::nvme::pdu::{DataHdr, Digests, Framing, IcReq, Pdu, R2t};
 
@@ -204,9 +204,16 @@ impl Rig {
 
     /// Connect queue `q` (admin when qid 0); returns the completion.
     pub fn connect(&mut self, q: usize, qid: u16, cntlid: u16, subnqn: &str) -> Cqe {
-        let sqe = connect_sqe(qid, 31, 0);
-        let data = connect_data(cntlid, subnqn, HOST);
-        resp(&self.cmd(q, sqe, &data))
+        let c = Connect {
+            qid,
+            sqsize: 31,
+            kato_ms: 0,
+            hostid: *b"host-id-0123456\0",
+            cntlid,
+            subnqn,
+            hostnqn: HOST,
+        };
+        resp(&self.cmd(q, c.sqe(1), &c.data()))
     }
 
     /// Property Set CC.EN (and the IO queue entry sizes).
@@ -228,29 +235,6 @@ impl Rig {
         assert_eq!(c.status, Status::SUCCESS);
         (a, q, cntlid)
     }
-}
-
-pub(crate) fn connect_sqe(qid: u16, sqsize: u16, kato: u32) -> Sqe {
-    let mut s = Sqe::new(admin::FABRICS, 1);
-    s.0[4] = fctype::CONNECT;
-    s.set_cdw(10, u32::from(qid) << 16);
-    s.set_cdw(11, u32::from(sqsize));
-    s.set_cdw(12, kato);
-    s.set_sgl(Sgl {
-        address: 0,
-        length: 1024,
-        id: sgl::DATA_BLOCK_OFFSET,
-    });
-    s
-}
-
-pub(crate) fn connect_data(cntlid: u16, subnqn: &str, hostnqn: &str) -> Vec<u8> {
-    let mut d = vec![0u8; 1024];
-    d[..16].copy_from_slice(b"host-id-0123456\0");
-    d[16..18].copy_from_slice(&cntlid.to_le_bytes());
-    d[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
-    d[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
-    d
 }
 
 /// The one completion among what came back.

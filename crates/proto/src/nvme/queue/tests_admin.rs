@@ -1,6 +1,6 @@
 //! The admin queue and the discovery controller, end to end.
 
-use super::tests::{connect_data, connect_sqe, resp, sqe, Got, Rig, HOST, NQN};
+use super::tests::{resp, sqe, Got, Rig, NQN};
 use crate::nvme::cmd::{admin, fctype, Cqe, Sqe, Status};
 use crate::nvme::ctrl::{Limits, DISCOVERY_NQN, VERSION};
 use crate::nvme::pdu::Digests;
@@ -167,8 +167,7 @@ fn discovery_lists_what_the_host_may_see() {
     other.hosts = Some(vec!["nqn.someone-else".into()]);
     r.target.subsystems.push(other);
     let q = r.open(Digests::default());
-    let data = connect_data(0xFFFF, DISCOVERY_NQN, HOST);
-    let c = resp(&r.cmd(q, connect_sqe(0, 31, 0), &data));
+    let c = r.connect(q, 0, 0xFFFF, DISCOVERY_NQN);
     assert_eq!(c.status, Status::SUCCESS);
     r.enable(q);
     let (d, _) = get(&mut r, q, identify(2, 1, 0));
@@ -185,8 +184,7 @@ fn discovery_lists_what_the_host_may_see() {
     let (_, c) = get(&mut r, q, identify(4, 0, 1));
     assert_eq!(c.status, Status::INVALID_NAMESPACE);
     let q2 = r.open(Digests::default());
-    let data = connect_data(1, DISCOVERY_NQN, HOST);
-    let c = resp(&r.cmd(q2, connect_sqe(1, 31, 0), &data));
+    let c = r.connect(q2, 1, 1, DISCOVERY_NQN);
     assert_eq!(c.status, Status::CONNECT_INVALID_PARAMETERS);
     // A host not on the list cannot connect to the private subsystem.
     let c = r.connect(q2, 0, 0xFFFF, "nqn.2026-11.io.iopace:private");
