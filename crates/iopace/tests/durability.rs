@@ -18,15 +18,7 @@ const ROUNDS: u64 = 3;
 fn acknowledged_writes_survive_kill_9_rounds_with_io_in_flight() {
     require("qemu-io", "qemu-utils");
     require("fio", "fio");
-    let img = tempfile::Builder::new()
-        .prefix("iopace-it-durable")
-        .tempfile_in("/var/tmp")
-        .expect("image");
-    let body = format!(
-        "[[bdev]]\nname = \"disk\"\nkind = \"file\"\npath = \"{}\"\nsize = \"64MiB\"\n\n\
-         [[export]]\nname = \"default\"\nbdev = \"disk\"\n",
-        img.path().display()
-    );
+    let (_img, body) = file_export("iopace-it-durable", "/var/tmp", "64MiB");
     for round in 0..ROUNDS {
         let server = Server::start(&body);
         // fio keeps writing the upper half until the kill.

@@ -182,14 +182,7 @@ fn many_requests_beyond_buffers_do_not_deadlock() {
 /// spec wants a quick ENOTSUP instead, so the client picks its own way.
 #[test]
 fn fast_zero_that_could_only_write_zeros_gets_enotsup() {
-    let img = tempfile::Builder::new()
-        .prefix("iopace-it-fastzero")
-        .tempfile_in("/dev/shm")
-        .expect("temp file on tmpfs");
-    let body = format!(
-        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"16MiB\"\n\n[[export]]\nname = \"default\"\nbdev = \"f0\"\n",
-        img.path().display()
-    );
+    let (_img, body) = file_export("iopace-it-fastzero", "/dev/shm", "16MiB");
     let server = Server::start(&body);
     let mut c = raw_unix(&server, "default");
     const CMD_WRITE_ZEROES: u16 = 6;

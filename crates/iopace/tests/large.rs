@@ -407,15 +407,7 @@ fn qemu_io_zeroes_5_gib_in_one_request() {
     require("qemu-io", "qemu-utils");
     // RAM, and a sparse file on a disk filesystem (its pieces go through
     // io_uring's fallocate).
-    let img = tempfile::Builder::new()
-        .prefix("iopace-it-zero")
-        .tempfile_in("/var/tmp")
-        .expect("temp file on a disk filesystem");
-    let file = format!(
-        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"8GiB\"\n\n\
-         [[export]]\nname = \"default\"\nbdev = \"f0\"\n",
-        img.path().display()
-    );
+    let (_img, file) = file_export("iopace-it-zero", "/var/tmp", "8GiB");
     for body in [BIG_MALLOC, &file] {
         qemu_io_zeroes_5_gib(&Server::start_with(body, SMALL_POOL));
     }

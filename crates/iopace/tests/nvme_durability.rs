@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::nvme::*;
-use common::{free_port, Server, BIN};
+use common::{file_export, free_port, Server, BIN};
 use proto::nvme::cmd::io;
 use proto::nvme::pdu::{DataHdr, Pdu};
 
@@ -63,15 +63,7 @@ fn background_writer(port: u16, cntlid: u16, qid: u16) -> std::thread::JoinHandl
 
 #[test]
 fn acknowledged_nvme_writes_survive_kill_9_rounds_with_io_in_flight() {
-    let img = tempfile::Builder::new()
-        .prefix("iopace-it-nvme-durable")
-        .tempfile_in("/var/tmp")
-        .expect("image");
-    let body = format!(
-        "[[bdev]]\nname = \"disk\"\nkind = \"file\"\npath = \"{}\"\nsize = \"64MiB\"\n\n\
-         [[export]]\nname = \"default\"\nbdev = \"disk\"\n",
-        img.path().display()
-    );
+    let (_img, body) = file_export("iopace-it-nvme-durable", "/var/tmp", "64MiB");
     for round in 0..ROUNDS {
         let (server, port) = serve(&body);
         let (_a, cntlid) = admin_queue(port, 0);

@@ -243,6 +243,22 @@ impl Drop for Server {
     }
 }
 
+/// A temporary file in `dir` (its filesystem matters to some tests), and
+/// a config body serving it as file bdev "f0" of `size` under export
+/// "default".
+pub fn file_export(prefix: &str, dir: &str, size: &str) -> (tempfile::NamedTempFile, String) {
+    let img = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempfile_in(dir)
+        .expect("temp file");
+    let body = format!(
+        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"{size}\"\n\n\
+         [[export]]\nname = \"default\"\nbdev = \"f0\"\n",
+        img.path().display()
+    );
+    (img, body)
+}
+
 /// Runs `iopace serve ARGS` to completion (it must fail or be --check) with a time limit.
 pub fn serve_once(args: &[&str], config: &str, dir: &Path) -> Output {
     let cfg = dir.join("c.toml");
