@@ -154,6 +154,9 @@ fn act(
         Action::Admin { cid, cntlid, sqe } => {
             let d = target.admin(cntlid, &sqe, now);
             q.admin_done(cid, d);
+            for (aer, d) in target.take_events_of(cntlid) {
+                q.aer_end(aer, d);
+            }
         }
         Action::Admit { cid, .. } => q.admit(cid),
         Action::Io { cid, op, .. } => {

@@ -163,9 +163,15 @@ impl Engine {
                     return;
                 };
                 let d = target.admin(cntlid, &sqe, now);
+                // Async Event Requests an Abort or a reset ended: they
+                // were held by this queue, the controller's admin queue.
+                let aers = target.take_events_of(cntlid);
                 drop(target);
                 if let Some(n) = conn_at(&mut self.conns, id).and_then(nvme_of) {
                     n.queue.admin_done(cid, d);
+                    for (aer, end) in aers {
+                        n.queue.aer_end(aer, end);
+                    }
                 }
             }
             QAction::Admit { cid, write, .. } => self.nvme_wait(id, Waiting::Data { cid, write }),

@@ -260,3 +260,63 @@ fn a_host_gone_mid_write_leaves_nothing_held() {
     assert_eq!(net.engine.buffers_in_use(), 0);
     assert_eq!(net.engine.conns_open(), 1, "the admin queue stays");
 }
+
+/// The CapsuleResps among PDUs: (cid, status with SCT, dword 0).
+fn resps(got: &[(u8, Vec<u8>)]) -> Vec<(u16, u16, u32)> {
+    let mut r: Vec<_> = got
+        .iter()
+        .filter(|(t, _)| *t == 5)
+        .map(|(_, b)| {
+            let cid = u16::from_le_bytes([b[20], b[21]]);
+            let status = (u16::from_le_bytes([b[22], b[23]]) >> 1) & 0x7FF;
+            (cid, status, u32::from_le_bytes([b[8], b[9], b[10], b[11]]))
+        })
+        .collect();
+    r.sort_unstable();
+    r
+}
+
+#[test]
+fn an_abort_completes_a_held_async_event_request_and_a_reset_lets_go() {
+    let mut net = nvme_net("auto", 64);
+    let (mut a, _q) = io_queue(&mut net);
+    for cid in 10..12 {
+        a.send(
+            &mut net,
+            Pdu::CapsuleCmd(Sqe::new(admin::ASYNC_EVENT, cid), &[]),
+        );
+    }
+    net.run_to_quiet();
+    assert!(a.drain(&net).is_empty(), "AERs are held");
+    // Abort AER 10 (SQID 0): it completes as Command Abort Requested, and
+    // the Abort says it was aborted (dword 0 bit 0 clear).
+    let mut ab = Sqe::new(admin::ABORT, 20);
+    ab.set_cdw(10, 10 << 16);
+    a.send(&mut net, Pdu::CapsuleCmd(ab, &[]));
+    net.run_to_quiet();
+    assert_eq!(resps(&a.drain(&net)), [(10, 0x007, 0), (20, 0, 0)]);
+    // A reset: AER 11 is let go with no completion, and a new one holds.
+    let mut p = Sqe::new(admin::FABRICS, 21);
+    p.0[4] = fctype::PROPERTY_SET;
+    p.set_cdw(11, 0x14);
+    a.send(&mut net, Pdu::CapsuleCmd(p, &[]));
+    net.run_to_quiet();
+    assert_eq!(resps(&a.drain(&net)), [(21, 0, 0)]);
+    let mut p = Sqe::new(admin::FABRICS, 22);
+    p.0[4] = fctype::PROPERTY_SET;
+    p.set_cdw(11, 0x14);
+    p.set_cdw(12, 0x0046_0001);
+    a.send(&mut net, Pdu::CapsuleCmd(p, &[]));
+    for cid in [11, 23, 24, 25] {
+        a.send(
+            &mut net,
+            Pdu::CapsuleCmd(Sqe::new(admin::ASYNC_EVENT, cid), &[]),
+        );
+    }
+    net.run_to_quiet();
+    assert_eq!(
+        resps(&a.drain(&net)),
+        [(22, 0, 0)],
+        "CC.EN, then 4 AERs held"
+    );
+}

@@ -161,10 +161,10 @@ impl Controller {
             self.csts |= CSTS_RDY;
             self.csts &= !(3 << 2);
         } else if cc & CC_EN == 0 && was & CC_EN != 0 {
-            // Controller reset: IO queues are gone, features back to default.
+            // Controller reset: IO queues are gone, features back to
+            // default; the target completes the parked AERs (teardown).
             self.csts &= !CSTS_RDY;
             self.connected.clear();
-            self.aers.clear();
             teardown = true;
         }
         teardown
@@ -241,10 +241,22 @@ impl Controller {
         if let Some(ev) = self.events.pop_front() {
             return Ok(Some(ev));
         }
-        if self.aers.len() >= 4 {
+        if self.aers.len() >= super::MAX_AERS {
             return Err(Status::ASYNC_EVENT_LIMIT);
         }
         self.aers.push(cid);
         Ok(None)
+    }
+
+    /// Lets go of parked Async Event Request `cid`; false if none is parked.
+    pub(super) fn abort_aer(&mut self, cid: u16) -> bool {
+        let before = self.aers.len();
+        self.aers.retain(|&a| a != cid);
+        self.aers.len() < before
+    }
+
+    /// Lets go of every parked Async Event Request: their command ids.
+    pub(super) fn take_aers(&mut self) -> Vec<u16> {
+        std::mem::take(&mut self.aers)
     }
 }

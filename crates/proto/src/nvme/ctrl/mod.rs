@@ -123,6 +123,14 @@ impl Default for Limits {
     }
 }
 
+/// Async Event Requests a controller holds at once (Identify's AERL is
+/// this less one); one more is refused with Asynchronous Event Request
+/// Limit Exceeded.
+pub const MAX_AERS: usize = 4;
+/// Abort commands a controller takes at once (Identify's ACL, 0's based,
+/// is this less one). An Abort completes at once, so none is ever waiting.
+pub const MAX_ABORTS: u8 = 4;
+
 /// The admin queue's in-capsule data limit the transport guarantees.
 pub const ADMIN_IN_CAPSULE: u32 = 8192;
 

@@ -59,8 +59,8 @@ pub fn identify_controller(v: &CtrlView<'_>) -> Vec<u8> {
     put(&mut b, 92, &(1u32 << 8).to_le_bytes()); // OAES: namespace attribute notices
     put(&mut b, 96, &1u32.to_le_bytes()); // CTRATT: 128-bit host id
     b[111] = if v.subsys.is_some() { 1 } else { 2 }; // CNTRLTYPE: IO or discovery
-    b[258] = 3; // ACL: 4 aborts, 0's based
-    b[259] = 3; // AERL: 4 async events, 0's based
+    b[258] = super::MAX_ABORTS - 1; // ACL, 0's based
+    b[259] = super::MAX_AERS as u8 - 1; // AERL, 0's based
     b[261] = 0b0000_0100; // LPA: extended data for Get Log Page
     b[262] = 0; // ELPE: one error log entry, 0's based
     put(&mut b, 320, &10u16.to_le_bytes()); // KAS: 100 ms units -> 1 s granularity

@@ -32,7 +32,8 @@ pub struct AdminDone {
     pub result: u64,
     /// Data for the host (Identify, Get Log Page).
     pub data: Vec<u8>,
-    /// An Async Event Request parked: it completes later (`take_events`).
+    /// An Async Event Request parked: it completes later (`take_events`,
+    /// `take_events_of`).
     pub parked: bool,
 }
 
@@ -68,7 +69,9 @@ pub struct Target {
     controllers: BTreeMap<u16, Controller>,
     next_cntlid: u16,
     dropped: Vec<u16>,
-    events: Vec<(u16, u16, u32)>,
+    /// Parked Async Event Requests ended: (cntlid, cid, completion), no
+    /// completion when a reset or shutdown let them go.
+    events: Vec<(u16, u16, Option<AdminDone>)>,
 }
 
 impl Target {
@@ -273,9 +276,22 @@ impl Target {
         std::mem::take(&mut self.dropped)
     }
 
-    /// Parked Async Event Requests that completed: (cntlid, cid, dword 0).
-    pub fn take_events(&mut self) -> Vec<(u16, u16, u32)> {
+    /// Parked Async Event Requests that ended: (cntlid, cid, completion).
+    /// An event or an Abort completes one; a reset or shutdown lets them
+    /// go with no completion (None), as hosts cancel their own commands
+    /// then and take a late completion for a protocol error.
+    pub fn take_events(&mut self) -> Vec<(u16, u16, Option<AdminDone>)> {
         std::mem::take(&mut self.events)
+    }
+
+    /// As `take_events`, for controller `cntlid` only: (cid, completion).
+    /// Its admin queue's driver takes them after each admin command.
+    pub fn take_events_of(&mut self, cntlid: u16) -> Vec<(u16, Option<AdminDone>)> {
+        let (mine, others) = std::mem::take(&mut self.events)
+            .into_iter()
+            .partition(|e| e.0 == cntlid);
+        self.events = others;
+        mine.into_iter().map(|(_, cid, d)| (cid, d)).collect()
     }
 
     /// Expires controllers whose keep-alive timer ran out.
@@ -310,7 +326,10 @@ impl Target {
             c.changed_ns.push(nsid);
             let ev = 0x0004_0002; // notice, namespace attribute changed, log 04h
             match c.aers.pop() {
-                Some(cid) => self.events.push((c.cntlid, cid, ev)),
+                Some(cid) => {
+                    self.events
+                        .push((c.cntlid, cid, Some(AdminDone::result(u64::from(ev)))))
+                }
                 None => c.events.push_back(ev),
             }
         }
@@ -328,9 +347,13 @@ impl Target {
         if opc == admin::FABRICS {
             let (done, teardown) = property(c, sqe, &limits);
             if teardown {
-                // Reset or shutdown: the controller's IO queues must go.
+                // Reset or shutdown: the controller's IO queues must go, and
+                // its parked Async Event Requests are let go.
                 c.connected.clear();
                 self.dropped.push(cntlid);
+                for cid in c.take_aers() {
+                    self.events.push((cntlid, cid, None));
+                }
             }
             return done;
         }
@@ -350,10 +373,27 @@ impl Target {
                 },
                 Err(s) => AdminDone::status(s),
             },
-            // Commands complete too fast to abort: "not aborted" (bit 0).
-            admin::ABORT => AdminDone::result(1),
+            admin::ABORT => self.abort(cntlid, sqe),
             _ => AdminDone::status(Status::INVALID_OPCODE),
         }
+    }
+
+    /// Abort (SQID in dword 10 bits 15:0, CID in 31:16). Only a parked
+    /// Async Event Request waits long enough to be aborted: it completes
+    /// with Command Abort Requested, and the Abort's dword 0 bit 0 is 0.
+    /// Other commands complete too fast: "not aborted" (bit 0 set), which
+    /// the spec allows of any Abort.
+    fn abort(&mut self, cntlid: u16, sqe: &Sqe) -> AdminDone {
+        let (sqid, cid) = (sqe.cdw(10) as u16, (sqe.cdw(10) >> 16) as u16);
+        let Some(c) = self.controllers.get_mut(&cntlid) else {
+            return AdminDone::status(Status::COMMAND_SEQUENCE_ERROR);
+        };
+        if sqid != 0 || !c.abort_aer(cid) {
+            return AdminDone::result(1);
+        }
+        let aborted = AdminDone::status(Status::ABORT_REQUESTED);
+        self.events.push((cntlid, cid, Some(aborted)));
+        AdminDone::result(0)
     }
 
     fn identify(&self, cntlid: u16, sqe: &Sqe) -> AdminDone {

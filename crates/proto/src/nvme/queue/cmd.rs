@@ -8,6 +8,7 @@
 //!                                                   Ready -> Executing
 //! Executing --Done--> (completion sent, gone)
 //! Executing --Park--> Parked --Done--> (completion sent, gone)
+//!                      Parked --Release--> (gone, no completion)
 //! ```
 //!
 //! A data command waits in `Admitting` until the driver's pacer admits its
@@ -110,6 +111,8 @@ pub(super) enum Ev {
     DataIn,
     Done(Status, u64, Vec<u8>),
     Park,
+    /// A parked command let go with no completion (a controller reset).
+    Release,
 }
 
 #[derive(Debug)]
@@ -330,6 +333,10 @@ impl Queue {
             (State::Executing, Ev::Park) => State::Parked,
             (State::Executing | State::Parked, Ev::Done(s, r, d)) => {
                 return self.finish(cid, s, r, d);
+            }
+            (State::Parked, Ev::Release) => {
+                self.cmds.remove(&cid);
+                return;
             }
             _ => return,
         };

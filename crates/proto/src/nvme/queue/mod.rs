@@ -356,6 +356,15 @@ impl Queue {
         }
     }
 
+    /// A parked Async Event Request ended as the target says
+    /// (`Target::take_events_of`): completed, or let go with no completion.
+    pub fn aer_end(&mut self, cid: u16, end: Option<AdminDone>) {
+        match end {
+            Some(d) => self.admin_done(cid, d),
+            None => self.step(cid, Ev::Release),
+        }
+    }
+
     /// The pacer admitted a data command's buffers.
     pub fn admit(&mut self, cid: u16) {
         self.step(cid, Ev::Admitted);

@@ -139,6 +139,11 @@ impl Rig {
             Action::Admin { cid, cntlid, sqe } => {
                 let d = self.target.admin(cntlid, &sqe, self.now);
                 self.queues[q].admin_done(cid, d);
+                // As the engine does: Async Event Requests that an Abort
+                // or a reset let go complete on this (the admin) queue.
+                for (aer, d) in self.target.take_events_of(cntlid) {
+                    self.queues[q].aer_end(aer, d);
+                }
             }
             Action::Admit { cid, .. } if self.admit => self.queues[q].admit(cid),
             Action::Admit { cid, .. } => self.admits.push((q, cid)),

@@ -2,7 +2,7 @@
 
 use super::tests::{resp, sqe, Got, Rig, NQN};
 use crate::nvme::cmd::{admin, fctype, Cqe, Sqe, Status};
-use crate::nvme::ctrl::{Limits, DISCOVERY_NQN, VERSION};
+use crate::nvme::ctrl::{Limits, DISCOVERY_NQN, MAX_AERS, VERSION};
 use crate::nvme::pdu::Digests;
 
 fn prop_get(r: &mut Rig, q: usize, ofst: u32, eight: bool) -> Cqe {
@@ -127,11 +127,9 @@ fn features_keep_alive_aer_abort() {
     assert_eq!(r.queues[a].outstanding(), 1);
     r.target.namespace_changed(0, 1);
     let evs = r.target.take_events();
-    assert_eq!(evs, vec![(cntlid, 6, 0x0004_0002)]);
-    let d = crate::nvme::ctrl::AdminDone {
-        result: u64::from(evs[0].2),
-        ..Default::default()
-    };
+    assert_eq!(evs.len(), 1);
+    let d = evs[0].2.clone().expect("a completion");
+    assert_eq!((evs[0].0, evs[0].1, d.result), (cntlid, 6, 0x0004_0002));
     r.queues[a].admin_done(6, d);
     assert_eq!(resp(&r.drive(a)).result, 0x0004_0002);
     // A host that reuses a parked AER's id gave it up: no conflict, and
@@ -213,4 +211,73 @@ fn read_only_host_sees_write_protection() {
         r.connect(q2, 0, 0xFFFF, NQN).status,
         Status::CONNECT_INVALID_HOST
     );
+}
+
+fn abort(cid: u16, sqid: u16, of: u16) -> Sqe {
+    let mut s = sqe(admin::ABORT, cid, 0, 0);
+    s.set_cdw(10, u32::from(sqid) | (u32::from(of) << 16));
+    s
+}
+
+/// The completions among what came back: (cid, status, dword 0).
+fn completions(got: &[Got]) -> Vec<(u16, Status, u64)> {
+    got.iter()
+        .filter_map(|g| match g {
+            Got::Resp(c) => Some((c.cid, c.status, c.result)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Async Event Requests: held up to the AERL that Identify Controller
+/// advertises, one more refused; an Abort of a held one completes it with
+/// Command Abort Requested (the Abort's dword 0 bit 0 clear), an Abort of
+/// anything else is "not aborted" (bit 0 set); a reset lets go of the rest
+/// with no completion (hosts cancel their own then: a late completion is an
+/// error to Linux's and SPDK's), as does the admin queue's end.
+#[test]
+fn aers_held_to_the_limit_then_aborted_reset_or_dropped() {
+    let mut r = Rig::new();
+    let a = r.open(Digests::default());
+    let cntlid = r.connect(a, 0, 0xFFFF, NQN).result as u16;
+    r.enable(a);
+    let (d, _) = get(&mut r, a, identify(2, 1, 0));
+    assert_eq!(usize::from(d[259]) + 1, MAX_AERS, "AERL, 0's based");
+    for cid in 10..10 + MAX_AERS as u16 {
+        assert!(r.cmd(a, sqe(admin::ASYNC_EVENT, cid, 0, 0), &[]).is_empty());
+    }
+    assert_eq!(r.queues[a].outstanding(), MAX_AERS);
+    let c = resp(&r.cmd(a, sqe(admin::ASYNC_EVENT, 20, 0, 0), &[]));
+    assert_eq!((c.cid, c.status), (20, Status::ASYNC_EVENT_LIMIT));
+    // Abort the held AER 11: both complete.
+    let mut got = completions(&r.cmd(a, abort(21, 0, 11), &[]));
+    got.sort_by_key(|g| g.0);
+    assert_eq!(
+        got,
+        vec![(11, Status::ABORT_REQUESTED, 0), (21, Status::SUCCESS, 0)]
+    );
+    assert_eq!(r.queues[a].outstanding(), MAX_AERS - 1);
+    // AER 11 is gone, an IO queue's command 12, no command 99: not aborted.
+    for (sqid, of) in [(0, 11), (1, 12), (0, 99)] {
+        let got = completions(&r.cmd(a, abort(22, sqid, of), &[]));
+        assert_eq!(got, vec![(22, Status::SUCCESS, 1)], "abort {sqid}:{of}");
+    }
+    // A reset (CC.EN 0): the three left go, with no completion.
+    let mut s = Sqe::new(admin::FABRICS, 23);
+    s.0[4] = fctype::PROPERTY_SET;
+    s.set_cdw(11, 0x14);
+    let got = completions(&r.cmd(a, s, &[]));
+    assert_eq!(got, vec![(23, Status::SUCCESS, 0)]);
+    assert_eq!(r.queues[a].outstanding(), 0);
+    assert!(r.target.take_events().is_empty());
+    // Enabled again, two held; the admin queue goes: its controller and
+    // what it held are let go, and no completion is left for anyone.
+    r.enable(a);
+    for cid in 30..32 {
+        assert!(r.cmd(a, sqe(admin::ASYNC_EVENT, cid, 0, 0), &[]).is_empty());
+    }
+    r.queues[a].abort_all();
+    r.target.queue_closed(cntlid, 0);
+    assert!(r.target.controller(cntlid).is_none());
+    assert!(r.target.take_events().is_empty());
 }
