@@ -555,7 +555,10 @@ fn spdk_abort_and_the_limits_identify_advertises() {
     );
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert!(!out.contains("no tcp_req is found"), "a stray completion\n{out}");
+    assert!(
+        !out.contains("no tcp_req is found"),
+        "a stray completion\n{out}"
+    );
     let after = |key: &str| -> u64 {
         out.split(key)
             .nth(1)
