@@ -116,7 +116,7 @@ client_nbd() {
   echo "$runs $killed $failed" > "$WORK/client$i"
 }
 
-# One NVMe/TCP client: bdevperf -w verify runs of 20 s on quarter $i of
+# One NVMe/TCP client: bdevperf -w verify runs of 10 s on quarter $i of
 # the namespace (two clients), killed at random like the fio runs. A run that was not
 # killed must exit 0 with no "Buffer mismatch", and print no completion
 # error but the fault's.
@@ -134,12 +134,12 @@ JSON
     log="$WORK/bdevperf$i.$runs.log"
     LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" \
       --no-huge -s 512 -i $(( $$ % 1000 * 10 + i )) -m 0x$((1 << i)) -r "$WORK/bdevperf$i.sock" \
-      --json "$WORK/bdevperf$i.json" -T Nvme0n1p$i -q 16 -o $(( (i + 1) * 4096 )) -w verify -f -t 20 \
+      --json "$WORK/bdevperf$i.json" -T Nvme0n1p$i -q 16 -o $(( (i + 1) * 4096 )) -w verify -f -t 10 \
       > "$log" 2>&1 &
     BP=$!
     kill_it=no
     if [ $(( $(od -An -N1 -tu1 /dev/urandom) % 3 )) -eq 0 ]; then
-      sleep $(( $(od -An -N1 -tu1 /dev/urandom) % 8 + 3 ))
+      sleep $(( $(od -An -N1 -tu1 /dev/urandom) % 7 + 2 ))
       kill -9 $BP 2> /dev/null && kill_it=yes && killed=$((killed + 1))
     fi
     status=0; wait $BP 2> /dev/null || status=$?
