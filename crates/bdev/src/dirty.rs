@@ -83,6 +83,17 @@ impl DirtyBitmap {
         })
     }
 
+    /// A bitmap that is no longer kept: all dirty, at no memory cost.
+    pub fn retired(name: &str, size: u64) -> DirtyBitmap {
+        DirtyBitmap {
+            name: name.to_string(),
+            size,
+            shift: MAX_GRANULARITY.trailing_zeros(),
+            words: Box::new([]),
+            retired: AtomicBool::new(true),
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -120,7 +131,9 @@ impl DirtyBitmap {
             } else {
                 ((1u64 << n) - 1) << bit
             };
-            let word = &self.words[w];
+            let Some(word) = self.words.get(w) else {
+                return; // a retired bitmap holds no words
+            };
             if word.load(Ordering::Relaxed) & mask != mask {
                 word.fetch_or(mask, Ordering::Release);
             }
@@ -136,7 +149,8 @@ impl DirtyBitmap {
     }
 
     fn is_dirty(&self, block: u64) -> bool {
-        self.words[(block / 64) as usize].load(Ordering::Acquire) & (1 << (block % 64)) != 0
+        let word = self.words.get((block / 64) as usize);
+        word.is_none_or(|w| w.load(Ordering::Acquire) & (1 << (block % 64)) != 0)
     }
 
     /// The first block at or after `block`, before `end`, whose state is

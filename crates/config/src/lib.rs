@@ -218,7 +218,7 @@ impl LoadedConfig {
                     "longer than 4096 bytes".into(),
                 ));
             }
-            if let Err((field, m)) = e.rules() {
+            if let Err((field, m)) = e.rules().map(|_| ()).and_then(|()| e.check_bitmaps()) {
                 return Err(self.error_at("export", i, field, m));
             }
             if !names.insert(e.name.as_str()) {
