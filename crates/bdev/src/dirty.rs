@@ -263,6 +263,31 @@ impl DirtyBitmaps {
         Ok(bitmap)
     }
 
+    /// Clears bitmap `name`, moving what it held into a new bitmap `into`
+    /// (same granularity), word by word with atomic swaps: every mark lands
+    /// in one of the two, so an incremental backup copies `into` while
+    /// `name` tracks what comes after. `into` is marked by later writes
+    /// too (extra blocks copied, never a change lost); remove it when done.
+    pub fn snapshot(&self, name: &str, into: &str) -> Result<Arc<DirtyBitmap>, String> {
+        let mut list = self.list.write().unwrap_or_else(|e| e.into_inner());
+        let Some(from) = list.iter().find(|b| b.name == name).cloned() else {
+            return Err(format!("no dirty bitmap `{name}`"));
+        };
+        if list.iter().any(|b| b.name == into) {
+            return Err(format!("dirty bitmap `{into}` exists"));
+        }
+        let snap = DirtyBitmap::new(into, self.size, from.granularity())?;
+        for (to, w) in snap.words.iter().zip(from.words.iter()) {
+            to.store(w.swap(0, Ordering::AcqRel), Ordering::Release);
+        }
+        let snap = Arc::new(snap);
+        let mut v = list.to_vec();
+        v.push(snap.clone());
+        *list = v.into();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(snap)
+    }
+
     /// Removes a bitmap; connections that selected it see it all dirty.
     pub fn remove(&self, name: &str) -> Result<(), String> {
         let mut list = self.list.write().unwrap_or_else(|e| e.into_inner());

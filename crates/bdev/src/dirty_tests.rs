@@ -109,6 +109,23 @@ fn marks_follow_bitmaps_added_and_removed() {
     assert_eq!((a.dirty_bytes(), b.dirty_bytes()), (8 * K, 8 * K));
 }
 
+#[test]
+fn a_snapshot_takes_the_marks_and_leaves_the_bitmap_clean() {
+    let set = DirtyBitmaps::new(1 << 20);
+    let live = set.add("backup", 4 * K).expect("add");
+    let mut marks = DirtyMarks::default();
+    marks.mark(0, &set, 4 * K, 10);
+    let snap = set.snapshot("backup", "inc").expect("snapshot");
+    assert!(set.snapshot("backup", "inc").is_err(), "`inc` exists");
+    assert!(set.snapshot("nope", "x").is_err());
+    assert_eq!((live.dirty_bytes(), snap.dirty_bytes()), (0, 4 * K));
+    assert_eq!(snap.granularity(), 4 * K);
+    // Later writes mark both: the snapshot errs on the side of copying.
+    marks.mark(0, &set, 0, 1);
+    assert_eq!((live.dirty_bytes(), snap.dirty_bytes()), (4 * K, 8 * K));
+    assert_eq!(set.names(), ["backup", "inc"]);
+}
+
 /// The model: one bool per block.
 fn model_extents(dirty: &[bool], g: u64, size: u64, offset: u64, len: u64) -> Vec<(u32, u32)> {
     let end = (offset + len).min(size);

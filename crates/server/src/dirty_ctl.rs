@@ -65,11 +65,22 @@ impl DirtyControl {
         Ok(json!({ "export": e.info.name, "name": name, "removed": true }))
     }
 
-    /// `{export, name}`: every block clean (a new incremental starts);
-    /// answers with the dirty bytes it had.
+    /// `{export, name, snapshot?}`: every block clean (a new incremental
+    /// starts); answers with the dirty bytes it had. With `snapshot`, what
+    /// it had moves atomically into a new bitmap of that name, for the
+    /// backup to copy (then remove).
     pub fn clear(&self, params: &Value) -> Result<Value, String> {
         let e = self.export(params)?;
         let name = text(params, "name")?;
+        if params.get("snapshot").is_some_and(|s| !s.is_null()) {
+            let snap = e.dirty.snapshot(name, text(params, "snapshot")?)?;
+            tracing::info!(export = %e.info.name, bitmap = name, snapshot = snap.name(), "dirty bitmap cleared into a snapshot");
+            let cleared = snap.dirty_bytes();
+            let snapshot = describe(&e.info.name, &snap);
+            return Ok(
+                json!({ "export": e.info.name, "name": name, "cleared_bytes": cleared, "snapshot": snapshot }),
+            );
+        }
         let b = (e.dirty.get(name)).ok_or_else(|| format!("no dirty bitmap `{name}`"))?;
         let before = b.dirty_bytes();
         b.clear();
