@@ -520,6 +520,7 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::tests::data as meta_data;
     use proptest::prelude::*;
 
     fn exports() -> Arc<[ExportInfo]> {
@@ -543,17 +544,6 @@ mod tests {
         d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
         for i in infos {
             d.extend_from_slice(&i.to_be_bytes());
-        }
-        d
-    }
-
-    fn meta_data(name: &str, queries: &[&str]) -> Vec<u8> {
-        let mut d = (name.len() as u32).to_be_bytes().to_vec();
-        d.extend_from_slice(name.as_bytes());
-        d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
-        for q in queries {
-            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
-            d.extend_from_slice(q.as_bytes());
         }
         d
     }

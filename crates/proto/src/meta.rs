@@ -129,10 +129,11 @@ pub(crate) fn select(queries: &[&str], bitmaps: &[String]) -> Vec<SelectedContex
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn data(export: &str, queries: &[&str]) -> Vec<u8> {
+    /// A LIST or SET option's data: export `export`, these queries.
+    pub(crate) fn data(export: &str, queries: &[&str]) -> Vec<u8> {
         let mut d = (export.len() as u32).to_be_bytes().to_vec();
         d.extend_from_slice(export.as_bytes());
         d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
