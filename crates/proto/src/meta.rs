@@ -199,6 +199,33 @@ pub(crate) mod tests {
         assert_eq!(twice[0].context, MetaContext::DirtyBitmap("backup".into()));
     }
 
+    proptest::proptest! {
+        /// Any bytes parse or are refused, never panic; and whatever SET
+        /// selects, LIST with the same queries lists.
+        #[test]
+        fn parsing_never_panics_and_set_is_within_list(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            picks in proptest::collection::vec(0usize..9, 0..6),
+        ) {
+            let _ = parse(&bytes);
+            let pool = ["base:", "base:allocation", "qemu:", "qemu:dirty-bitmap:",
+                "qemu:dirty-bitmap:backup", "qemu:dirty-bitmap:other", "qemu:dirty-bitmap:b",
+                "x-y:z", "qemu:allocation-depth"];
+            let queries: Vec<&str> = picks.iter().map(|&i| pool[i]).collect();
+            let request = data("e", &queries);
+            let parsed = parse(&request).expect("well formed");
+            proptest::prop_assert_eq!(&parsed.queries, &queries);
+            let listed = list(&queries, &bitmaps());
+            let selected = select(&queries, &bitmaps());
+            for c in &selected {
+                proptest::prop_assert!(listed.contains(&c.context), "{c:?} not listed");
+            }
+            let mut ids: Vec<u32> = selected.iter().map(|c| c.id).collect();
+            ids.dedup();
+            proptest::prop_assert_eq!(ids.len(), selected.len(), "unique ids");
+        }
+    }
+
     #[test]
     fn malformed_requests_are_refused() {
         assert!(parse(&data("e", &["base:allocation"])).is_ok());
