@@ -25,6 +25,9 @@ pub struct Negotiated {
     pub read_only: bool,
 }
 
+/// Each export's dirty bitmap names, by export index.
+pub type BitmapNames = Arc<dyn Fn(usize) -> Vec<String> + Send + Sync>;
+
 /// What one client may do with one export (access control).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -81,9 +84,9 @@ pub struct Handshake {
     no_zeroes: bool,
     structured: bool,
     extended: bool,
-    /// Per export, parallel to `exports`, its dirty bitmaps' names (empty:
-    /// none), as when the connection opened.
-    bitmaps: Vec<Vec<String>>,
+    /// Each export's dirty bitmaps' names, asked when a client lists or
+    /// selects metadata contexts (none: no export has any).
+    bitmaps: Option<BitmapNames>,
     /// The export the last SET_META_CONTEXT named, and what it selected.
     meta_export: Option<usize>,
     meta_selected: Vec<SelectedContext>,
@@ -119,22 +122,23 @@ impl Handshake {
             no_zeroes: false,
             structured: false,
             extended: false,
-            bitmaps: Vec::new(),
+            bitmaps: None,
             meta_export: None,
             meta_selected: Vec::new(),
         }
     }
 
-    /// The same handshake offering each export's dirty bitmaps (parallel to
-    /// the exports) as `qemu:dirty-bitmap:NAME` contexts.
-    pub fn with_bitmaps(mut self, bitmaps: Vec<Vec<String>>) -> Handshake {
-        debug_assert!(bitmaps.is_empty() || bitmaps.len() == self.exports.len());
-        self.bitmaps = bitmaps;
+    /// The same handshake offering each export's dirty bitmaps, as
+    /// `bitmaps` names them when asked, as `qemu:dirty-bitmap:NAME` contexts.
+    pub fn with_bitmaps(mut self, bitmaps: BitmapNames) -> Handshake {
+        self.bitmaps = Some(bitmaps);
         self
     }
 
-    fn bitmaps_of(&self, idx: usize) -> &[String] {
-        self.bitmaps.get(idx).map_or(&[], Vec::as_slice)
+    fn bitmaps_of(&self, idx: usize) -> Vec<String> {
+        self.bitmaps
+            .as_ref()
+            .map_or_else(Vec::new, |names| names(idx))
     }
 
     /// The same handshake with STARTTLS handled as `tls` says.
@@ -499,13 +503,13 @@ impl Handshake {
         let bitmaps = self.bitmaps_of(idx);
         // Unknown namespaces and names match nothing, as the spec requires.
         let answers: Vec<(u32, String)> = if set {
-            let selected = meta::select(&request.queries, bitmaps);
+            let selected = meta::select(&request.queries, &bitmaps);
             let answers = selected.iter().map(|c| (c.id, c.context.name())).collect();
             self.meta_export = Some(idx);
             self.meta_selected = selected;
             answers
         } else {
-            let listed = meta::list(&request.queries, bitmaps);
+            let listed = meta::list(&request.queries, &bitmaps);
             listed.iter().map(|c| (0, c.name())).collect()
         };
         for (id, name) in answers {
@@ -882,8 +886,11 @@ mod tests {
     #[test]
     fn dirty_bitmaps_are_listed_and_selected_per_export() {
         let (h, mut input) = opened(Some(0));
-        let bitmaps = vec![vec!["backup".to_string()], Vec::new()];
-        let mut h = h.with_bitmaps(bitmaps);
+        let names = |i: usize| match i {
+            0 => vec!["backup".to_string()],
+            _ => Vec::new(),
+        };
+        let mut h = h.with_bitmaps(Arc::new(names));
         input.extend(option(OPT_STRUCTURED_REPLY, &[]));
         input.extend(option(
             OPT_LIST_META_CONTEXT,

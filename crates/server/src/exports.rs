@@ -18,7 +18,7 @@ pub struct Export {
     /// The pacer's tenant for this export.
     pub tenant: usize,
     /// Its dirty bitmaps, marked by every reactor's writes.
-    pub dirty: DirtyBitmaps,
+    pub dirty: Arc<DirtyBitmaps>,
     /// The granularity of bitmaps added without one.
     pub granularity: u64,
 }
@@ -80,14 +80,17 @@ pub struct Catalog {
     pub access: config::access::Policy,
     /// The NVMe/TCP controllers, when NVMe/TCP is served.
     pub nvme: Option<Arc<crate::engine::NvmeTarget>>,
+    /// Each export's dirty bitmaps (as `Export::dirty`), for handshakes.
+    dirty: Arc<[Arc<DirtyBitmaps>]>,
 }
 
 impl Catalog {
     /// An NBD handshake over these exports, offering their dirty bitmaps
-    /// as they are now.
+    /// as they are when the client asks.
     pub fn handshake(&self) -> Handshake {
-        let bitmaps = self.exports.iter().map(|e| e.dirty.names()).collect();
-        Handshake::new(self.infos.clone(), self.default_export).with_bitmaps(bitmaps)
+        let dirty = self.dirty.clone();
+        let names = move |i: usize| dirty.get(i).map_or_else(Vec::new, |d| d.names());
+        Handshake::new(self.infos.clone(), self.default_export).with_bitmaps(Arc::new(names))
     }
 
     /// Each device as the pacers see it: its cost model and latency targets.
@@ -134,7 +137,7 @@ impl Catalog {
                     format!("no bdev named `{}` (bdevs: {known})", e.bdev),
                 ));
             };
-            let dirty = DirtyBitmaps::new(dev.size());
+            let dirty = Arc::new(DirtyBitmaps::new(dev.size()));
             for name in &e.dirty_bitmaps {
                 let added = dirty.add(name, e.granularity());
                 added.map_err(|m| cfg.error_at("export", i, "dirty_bitmaps", m))?;
@@ -153,6 +156,7 @@ impl Catalog {
             .position(|e| e.info.name == "default")
             .or(if exports.len() == 1 { Some(0) } else { None });
         let infos: Arc<[ExportInfo]> = exports.iter().map(|e| e.info.clone()).collect();
+        let dirty = exports.iter().map(|e| e.dirty.clone()).collect();
         let mut access = config::access::Policy::default();
         for (i, e) in c.exports.iter().enumerate() {
             let rules = e
@@ -169,6 +173,7 @@ impl Catalog {
             pacing,
             access,
             nvme: None,
+            dirty,
         })
     }
 }
