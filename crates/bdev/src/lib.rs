@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 mod build;
 mod delay;
+pub mod dirty;
 mod fault;
 mod file;
 pub mod identity;

@@ -218,7 +218,7 @@ impl LoadedConfig {
                     "longer than 4096 bytes".into(),
                 ));
             }
-            if let Err((field, m)) = e.rules() {
+            if let Err((field, m)) = e.rules().map(|_| ()).and_then(|()| e.check_bitmaps()) {
                 return Err(self.error_at("export", i, field, m));
             }
             if !names.insert(e.name.as_str()) {
@@ -471,7 +471,11 @@ mod tests {
     #[test]
     fn readme_example_config_parses() {
         let readme = include_str!("../../../README.md");
-        let start = readme.find("```toml\n").expect("README has a toml block") + 8;
+        // The full example: the toml block that starts with [server].
+        let start = readme
+            .find("```toml\n[server]")
+            .expect("README has the example")
+            + 8;
         let len = readme[start..].find("```").expect("block ends");
         let c = Config::parse(&readme[start..start + len], "README.md").expect("valid config");
         assert!(c.config.qos.contains_key("disk"));

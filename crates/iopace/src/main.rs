@@ -204,7 +204,8 @@ struct StatsArgs {
 
 #[derive(Args)]
 struct RpcArgs {
-    /// get_stats, get_config, set_pacing, set_fault, get_faults, trace or rpc_get_methods.
+    /// get_stats, get_config, set_pacing, set_fault, get_faults, add_dirty_bitmap,
+    /// remove_dirty_bitmap, clear_dirty_bitmap, get_dirty_bitmaps, trace or rpc_get_methods.
     method: String,
     /// The params as JSON, e.g. '{"mode":"rate","period_us":500}'.
     params: Option<String>,

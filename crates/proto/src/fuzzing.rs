@@ -100,7 +100,10 @@ fn negotiate(data: &[u8], exports: &Arc<[ExportInfo]>) -> (Negotiated, usize) {
             export_index: 0,
             structured_replies: data.len().is_multiple_of(2),
             extended_headers: data.len().is_multiple_of(5),
-            base_allocation: Some(1),
+            contexts: vec![crate::SelectedContext {
+                id: 1,
+                context: crate::MetaContext::Allocation,
+            }],
             no_zeroes: true,
             read_only: data.len().is_multiple_of(3),
         },

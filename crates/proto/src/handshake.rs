@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::consts::*;
+use crate::meta::{self, take_string, SelectedContext};
 use crate::ExportInfo;
 
 /// Largest option payload buffered; larger ones get ERR_TOO_BIG and are skipped.
@@ -16,12 +17,16 @@ pub struct Negotiated {
     /// NBD_OPT_EXTENDED_HEADERS: 32-byte requests with 64-bit lengths, and
     /// every reply an extended chunk.
     pub extended_headers: bool,
-    /// Metadata context id of `base:allocation`, if the client selected it.
-    pub base_allocation: Option<u32>,
+    /// The metadata contexts the client selected for BLOCK_STATUS (none:
+    /// BLOCK_STATUS is not allowed).
+    pub contexts: Vec<SelectedContext>,
     pub no_zeroes: bool,
     /// This client may only read the export, whatever the export allows.
     pub read_only: bool,
 }
+
+/// Each export's dirty bitmap names, by export index.
+pub type BitmapNames = Arc<dyn Fn(usize) -> Vec<String> + Send + Sync>;
 
 /// What one client may do with one export (access control).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +72,6 @@ enum Stage {
     Skip(u64),
 }
 
-const BASE_ALLOCATION_ID: u32 = 1;
-
 pub struct Handshake {
     exports: Arc<[ExportInfo]>,
     default_export: Option<usize>,
@@ -81,8 +84,12 @@ pub struct Handshake {
     no_zeroes: bool,
     structured: bool,
     extended: bool,
-    /// Export for which base:allocation was selected by the last SET_META_CONTEXT.
+    /// Each export's dirty bitmaps' names, asked when a client lists or
+    /// selects metadata contexts (none: no export has any).
+    bitmaps: Option<BitmapNames>,
+    /// The export the last SET_META_CONTEXT named, and what it selected.
     meta_export: Option<usize>,
+    meta_selected: Vec<SelectedContext>,
 }
 
 fn be16(b: &[u8], at: usize) -> u16 {
@@ -95,15 +102,6 @@ fn be32(b: &[u8], at: usize) -> u32 {
 
 fn be64(b: &[u8], at: usize) -> u64 {
     (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
-}
-
-/// Reads a length-prefixed string (u32 length) at `*pos`, advancing it.
-fn take_string<'a>(data: &'a [u8], pos: &mut usize) -> Option<&'a str> {
-    let len = data.get(*pos..*pos + 4).map(|b| be32(b, 0) as usize)?;
-    *pos += 4;
-    let s = data.get(*pos..pos.checked_add(len)?)?;
-    *pos += len;
-    std::str::from_utf8(s).ok()
 }
 
 impl Handshake {
@@ -124,8 +122,23 @@ impl Handshake {
             no_zeroes: false,
             structured: false,
             extended: false,
+            bitmaps: None,
             meta_export: None,
+            meta_selected: Vec::new(),
         }
+    }
+
+    /// The same handshake offering each export's dirty bitmaps, as
+    /// `bitmaps` names them when asked, as `qemu:dirty-bitmap:NAME` contexts.
+    pub fn with_bitmaps(mut self, bitmaps: BitmapNames) -> Handshake {
+        self.bitmaps = Some(bitmaps);
+        self
+    }
+
+    fn bitmaps_of(&self, idx: usize) -> Vec<String> {
+        self.bitmaps
+            .as_ref()
+            .map_or_else(Vec::new, |names| names(idx))
     }
 
     /// The same handshake with STARTTLS handled as `tls` says.
@@ -172,6 +185,7 @@ impl Handshake {
         self.structured = false;
         self.extended = false;
         self.meta_export = None;
+        self.meta_selected.clear();
     }
 
     pub fn status(&self) -> &HandshakeStatus {
@@ -304,7 +318,11 @@ impl Handshake {
             export_index,
             structured_replies: self.structured,
             extended_headers: self.extended,
-            base_allocation: (self.meta_export == Some(export_index)).then_some(BASE_ALLOCATION_ID),
+            contexts: if self.meta_export == Some(export_index) {
+                self.meta_selected.clone()
+            } else {
+                Vec::new()
+            },
             no_zeroes: self.no_zeroes,
             read_only: self.access(export_index) == Access::ReadOnly,
         }
@@ -466,54 +484,38 @@ impl Handshake {
             // "Issuing this command replaces all previously-set metadata contexts
             // (including when this command fails)."
             self.meta_export = None;
+            self.meta_selected.clear();
         }
         if !(self.structured || self.extended) {
             self.reply(opt, REP_ERR_INVALID, b"negotiate structured replies first");
             return;
         }
-        let mut pos = 0;
-        let name = take_string(data, &mut pos);
-        let count = data.get(pos..pos + 4).map(|b| be32(b, 0));
-        let (Some(name), Some(count)) = (name, count) else {
-            self.reply(opt, REP_ERR_INVALID, b"malformed request");
-            return;
-        };
-        pos += 4;
-        let mut queries = Vec::new();
-        for _ in 0..count {
-            match take_string(data, &mut pos) {
-                Some(q) => queries.push(q),
-                None => {
-                    self.reply(opt, REP_ERR_INVALID, b"malformed query");
-                    return;
-                }
+        let request = match meta::parse(data) {
+            Ok(r) => r,
+            Err(why) => {
+                self.reply(opt, REP_ERR_INVALID, why.as_bytes());
+                return;
             }
-        }
-        if pos != data.len() {
-            self.reply(opt, REP_ERR_INVALID, b"trailing data");
-            return;
-        }
-        let Some(idx) = self.export_for(opt, name) else {
+        };
+        let Some(idx) = self.export_for(opt, request.export) else {
             return;
         };
-        // Unknown namespaces are ignored, as the spec requires; "base:" lists
-        // every base context.
-        let matched = if set {
-            queries.contains(&BASE_ALLOCATION)
+        let bitmaps = self.bitmaps_of(idx);
+        // Unknown namespaces and names match nothing, as the spec requires.
+        let answers: Vec<(u32, String)> = if set {
+            let selected = meta::select(&request.queries, &bitmaps);
+            let answers = selected.iter().map(|c| (c.id, c.context.name())).collect();
+            self.meta_export = Some(idx);
+            self.meta_selected = selected;
+            answers
         } else {
-            queries.is_empty()
-                || queries
-                    .iter()
-                    .any(|q| *q == BASE_ALLOCATION || *q == "base:")
+            let listed = meta::list(&request.queries, &bitmaps);
+            listed.iter().map(|c| (0, c.name())).collect()
         };
-        if matched {
-            let id = if set { BASE_ALLOCATION_ID } else { 0 };
+        for (id, name) in answers {
             let mut d = id.to_be_bytes().to_vec();
-            d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+            d.extend_from_slice(name.as_bytes());
             self.reply(opt, REP_META_CONTEXT, &d);
-            if set {
-                self.meta_export = Some(idx);
-            }
         }
         self.reply(opt, REP_ACK, &[]);
     }
@@ -522,6 +524,7 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::tests::data as meta_data;
     use proptest::prelude::*;
 
     fn exports() -> Arc<[ExportInfo]> {
@@ -545,17 +548,6 @@ mod tests {
         d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
         for i in infos {
             d.extend_from_slice(&i.to_be_bytes());
-        }
-        d
-    }
-
-    fn meta_data(name: &str, queries: &[&str]) -> Vec<u8> {
-        let mut d = (name.len() as u32).to_be_bytes().to_vec();
-        d.extend_from_slice(name.as_bytes());
-        d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
-        for q in queries {
-            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
-            d.extend_from_slice(q.as_bytes());
         }
         d
     }
@@ -703,7 +695,7 @@ mod tests {
             HandshakeStatus::Done(n) => {
                 assert_eq!(n.export_index, 0);
                 assert!(n.structured_replies);
-                assert_eq!(n.base_allocation, Some(1));
+                assert_eq!(ids(n), [1]);
             }
             s => panic!("{s:?}"),
         }
@@ -742,7 +734,7 @@ mod tests {
         match h.status() {
             HandshakeStatus::Done(n) => {
                 assert!(n.extended_headers && !n.structured_replies);
-                assert_eq!(n.base_allocation, Some(1));
+                assert_eq!(ids(n), [1]);
             }
             s => panic!("{s:?}"),
         }
@@ -885,6 +877,69 @@ mod tests {
                 REP_ACK
             ]
         );
+    }
+
+    fn ids(n: &Negotiated) -> Vec<u32> {
+        n.contexts.iter().map(|c| c.id).collect()
+    }
+
+    #[test]
+    fn dirty_bitmaps_are_listed_and_selected_per_export() {
+        let (h, mut input) = opened(Some(0));
+        let names = |i: usize| match i {
+            0 => vec!["backup".to_string()],
+            _ => Vec::new(),
+        };
+        let mut h = h.with_bitmaps(Arc::new(names));
+        input.extend(option(OPT_STRUCTURED_REPLY, &[]));
+        input.extend(option(
+            OPT_LIST_META_CONTEXT,
+            &meta_data("default", &["qemu:"]),
+        ));
+        input.extend(option(
+            OPT_LIST_META_CONTEXT,
+            &meta_data("other", &["qemu:"]),
+        ));
+        input.extend(option(
+            OPT_LIST_META_CONTEXT,
+            &meta_data("default", &["nons"]),
+        ));
+        let both = ["qemu:dirty-bitmap:backup", "base:allocation"];
+        input.extend(option(OPT_SET_META_CONTEXT, &meta_data("default", &both)));
+        input.extend(option(OPT_GO, &go_data("default", &[])));
+        h.feed(&input);
+        let r = replies(&h.take_output())[1..].to_vec();
+        let types: Vec<u32> = r.iter().map(|x| x.1).collect();
+        let mut want = vec![REP_META_CONTEXT, REP_ACK, REP_ACK, REP_ERR_INVALID];
+        want.extend([REP_META_CONTEXT, REP_META_CONTEXT, REP_ACK]);
+        assert_eq!(types[..want.len()], want);
+        assert_eq!(&r[0].2[..4], &[0; 4], "LIST's ids are zero");
+        assert_eq!(&r[0].2[4..], b"qemu:dirty-bitmap:backup");
+        assert_eq!(be32(&r[4].2, 0), 1);
+        assert_eq!(&r[4].2[4..], b"base:allocation");
+        assert_eq!(be32(&r[5].2, 0), 2);
+        match h.status() {
+            HandshakeStatus::Done(n) => {
+                assert_eq!(ids(n), [1, 2]);
+                let bitmap = &n.contexts[1].context;
+                assert_eq!(*bitmap, crate::MetaContext::DirtyBitmap("backup".into()));
+            }
+            s => panic!("{s:?}"),
+        }
+    }
+
+    #[test]
+    fn contexts_set_for_another_export_are_not_kept() {
+        let (mut h, mut input) = opened(Some(0));
+        input.extend(option(OPT_STRUCTURED_REPLY, &[]));
+        let q = meta_data("other", &["base:allocation"]);
+        input.extend(option(OPT_SET_META_CONTEXT, &q));
+        input.extend(option(OPT_GO, &go_data("default", &[])));
+        h.feed(&input);
+        match h.status() {
+            HandshakeStatus::Done(n) => assert!(n.contexts.is_empty()),
+            s => panic!("{s:?}"),
+        }
     }
 
     proptest! {

@@ -5,11 +5,15 @@
 pub mod consts;
 pub mod fuzzing;
 mod handshake;
+mod meta;
 pub mod nvme;
 mod transmission;
 
 pub use consts::*;
-pub use handshake::{Access, Handshake, HandshakeStatus, Negotiated, Tls, MAX_OPTION_LEN};
+pub use handshake::{
+    Access, BitmapNames, Handshake, HandshakeStatus, Negotiated, Tls, MAX_OPTION_LEN,
+};
+pub use meta::{MetaContext, SelectedContext, DIRTY_BITMAP_PREFIX, QEMU_NAMESPACE};
 pub use transmission::{
     decode_request, decode_simple_reply, encode_block_status, encode_done, encode_error_chunk,
     encode_offset_data_header, encode_request, encode_simple_reply, request_header_len, validate,

@@ -177,7 +177,7 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
         Command::Trim => export.can_trim,
         Command::Cache => export.can_cache,
         Command::WriteZeroes => export.can_write_zeroes,
-        Command::BlockStatus => neg.base_allocation.is_some(),
+        Command::BlockStatus => !neg.contexts.is_empty(),
         Command::Unknown(_) => false,
     };
     if !advertised {
@@ -406,7 +406,14 @@ mod tests {
             export_index: 0,
             structured_replies: structured,
             extended_headers: false,
-            base_allocation: ctx.then_some(1),
+            contexts: if ctx {
+                vec![crate::SelectedContext {
+                    id: 1,
+                    context: crate::MetaContext::Allocation,
+                }]
+            } else {
+                Vec::new()
+            },
             no_zeroes: true,
             read_only: false,
         }

@@ -10,8 +10,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use proto::Handshake;
-
 use crate::error::{runtime, ServeError};
 use crate::exports::Catalog;
 use crate::reactor::{Msg, ReactorHandle};
@@ -208,8 +206,7 @@ impl Acceptors {
         let reactor = self.pick_reactor().clone();
         tracing::info!(%peer, ?tls, "accepted a connection");
         let c = &self.catalog;
-        let mut hs =
-            Handshake::new(c.infos.clone(), c.default_export).with_tls(tls.handshake_tls());
+        let mut hs = c.handshake().with_tls(tls.handshake_tls());
         let client = Client {
             addr,
             cert_name: None,

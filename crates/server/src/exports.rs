@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use bdev::dirty::{DirtyBitmap, DirtyBitmaps};
 use bdev::{Bdev, BdevSet};
 use pace::pacer::{CostModel, PacedDevice, PacingConfig, QosConfig, TenantConfig};
-use proto::ExportInfo;
+use proto::{ExportInfo, Handshake, MetaContext, SelectedContext};
 
 use config::{ConfigError, LoadedConfig};
 
@@ -16,6 +17,45 @@ pub struct Export {
     pub device: usize,
     /// The pacer's tenant for this export.
     pub tenant: usize,
+    /// Its dirty bitmaps, marked by every reactor's writes.
+    pub dirty: Arc<DirtyBitmaps>,
+    /// The granularity of bitmaps added without one.
+    pub granularity: u64,
+}
+
+/// Where one selected metadata context's extents come from.
+pub enum MetaSource {
+    Allocation,
+    Bitmap(Arc<DirtyBitmap>),
+}
+
+impl Export {
+    /// The sources of the contexts a client selected, with their ids. A
+    /// bitmap removed since the handshake stands in retired (all dirty).
+    pub fn meta_sources(&self, contexts: &[SelectedContext]) -> Vec<(u32, MetaSource)> {
+        let source = |c: &MetaContext| match c {
+            MetaContext::Allocation => MetaSource::Allocation,
+            MetaContext::DirtyBitmap(name) => MetaSource::Bitmap(
+                self.dirty
+                    .get(name)
+                    .unwrap_or_else(|| Arc::new(DirtyBitmap::retired(name, self.info.size))),
+            ),
+        };
+        contexts
+            .iter()
+            .map(|c| (c.id, source(&c.context)))
+            .collect()
+    }
+}
+
+impl MetaSource {
+    /// Extents `(length, flags)` of `offset..offset + len` (or less).
+    pub fn extents(&self, dev: &Bdev, offset: u64, len: u32) -> Vec<(u32, u32)> {
+        match self {
+            MetaSource::Allocation => dev.block_status(offset, len),
+            MetaSource::Bitmap(b) => b.extents(offset, len),
+        }
+    }
 }
 
 /// One pacer device queue: an exported bdev.
@@ -40,9 +80,19 @@ pub struct Catalog {
     pub access: config::access::Policy,
     /// The NVMe/TCP controllers, when NVMe/TCP is served.
     pub nvme: Option<Arc<crate::engine::NvmeTarget>>,
+    /// Each export's dirty bitmaps (as `Export::dirty`), for handshakes.
+    dirty: Arc<[Arc<DirtyBitmaps>]>,
 }
 
 impl Catalog {
+    /// An NBD handshake over these exports, offering their dirty bitmaps
+    /// as they are when the client asks.
+    pub fn handshake(&self) -> Handshake {
+        let dirty = self.dirty.clone();
+        let names = move |i: usize| dirty.get(i).map_or_else(Vec::new, |d| d.names());
+        Handshake::new(self.infos.clone(), self.default_export).with_bitmaps(Arc::new(names))
+    }
+
     /// Each device as the pacers see it: its cost model and latency targets.
     pub fn paced_devices(&self) -> Vec<PacedDevice> {
         self.devices
@@ -87,11 +137,18 @@ impl Catalog {
                     format!("no bdev named `{}` (bdevs: {known})", e.bdev),
                 ));
             };
+            let dirty = Arc::new(DirtyBitmaps::new(dev.size()));
+            for name in &e.dirty_bitmaps {
+                let added = dirty.add(name, e.granularity());
+                added.map_err(|m| cfg.error_at("export", i, "dirty_bitmaps", m))?;
+            }
             exports.push(Export {
                 info: export_info(e, &dev, max_block),
                 device: device_index(cfg, &mut devices, &e.bdev, &dev),
                 tenant: tenant_index(&mut pacing, &e.name),
                 bdev: dev,
+                dirty,
+                granularity: e.granularity(),
             });
         }
         let default_export = exports
@@ -99,6 +156,7 @@ impl Catalog {
             .position(|e| e.info.name == "default")
             .or(if exports.len() == 1 { Some(0) } else { None });
         let infos: Arc<[ExportInfo]> = exports.iter().map(|e| e.info.clone()).collect();
+        let dirty = exports.iter().map(|e| e.dirty.clone()).collect();
         let mut access = config::access::Policy::default();
         for (i, e) in c.exports.iter().enumerate() {
             let rules = e
@@ -115,6 +173,7 @@ impl Catalog {
             pacing,
             access,
             nvme: None,
+            dirty,
         })
     }
 }

@@ -2,6 +2,7 @@
 //! Its configuration is the `config` crate.
 
 mod acceptor;
+pub mod dirty_ctl;
 pub mod engine;
 mod error;
 pub mod exports;

@@ -35,6 +35,8 @@ pub struct RpcState {
     clients: AtomicUsize,
     /// Fault bdevs, for `set_fault` and `get_faults`.
     pub faults: crate::fault_ctl::FaultControl,
+    /// The exports' dirty bitmaps, for the `*_dirty_bitmap(s)` calls.
+    pub dirty: crate::dirty_ctl::DirtyControl,
 }
 
 impl RpcState {
@@ -43,9 +45,11 @@ impl RpcState {
         config: Value,
         pacing: PacingConfig,
         faults: crate::fault_ctl::FaultControl,
+        dirty: crate::dirty_ctl::DirtyControl,
     ) -> Self {
         RpcState {
             faults,
+            dirty,
             reactors,
             config: Mutex::new(config),
             pacing: Mutex::new(pacing),
@@ -135,6 +139,9 @@ fn handle_call(state: &RpcState, req: &Value) -> Result<Value, (i64, String)> {
             (state.faults.set(&params)).map_err(|m| (-32602, format!("invalid params: {m}")))
         }
         "get_faults" => Ok(state.faults.get()),
+        "add_dirty_bitmap" | "remove_dirty_bitmap" | "clear_dirty_bitmap" | "get_dirty_bitmaps" => {
+            dirty_call(state, method, req)
+        }
         "trace" => {
             let params = req.get("params").cloned().unwrap_or(Value::Null);
             let (q, reactor) = crate::trace_rpc::query(&params)
@@ -147,11 +154,27 @@ fn handle_call(state: &RpcState, req: &Value) -> Result<Value, (i64, String)> {
             "set_pacing",
             "set_fault",
             "get_faults",
+            "add_dirty_bitmap",
+            "remove_dirty_bitmap",
+            "clear_dirty_bitmap",
+            "get_dirty_bitmaps",
             "trace",
             "rpc_get_methods"
         ])),
         other => Err((-32601, format!("method not found: {other}"))),
     }
+}
+
+fn dirty_call(state: &RpcState, method: &str, req: &Value) -> Result<Value, (i64, String)> {
+    let params = req.get("params").cloned().unwrap_or(Value::Null);
+    let d = &state.dirty;
+    let done = match method {
+        "add_dirty_bitmap" => d.add(&params),
+        "remove_dirty_bitmap" => d.remove(&params),
+        "clear_dirty_bitmap" => d.clear(&params),
+        _ => d.get(&params),
+    };
+    done.map_err(|m| (-32602, format!("invalid params: {m}")))
 }
 
 fn serve_client(state: &RpcState, stream: UnixStream) {

@@ -233,6 +233,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         loaded.to_json(),
         catalog.pacing.clone(),
         crate::fault_ctl::FaultControl::new(catalog.bdevs.faults(), reactors.origin),
+        crate::dirty_ctl::DirtyControl::new(catalog.clone()),
     );
     let rpc_state = Arc::new(rpc_state);
     if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {

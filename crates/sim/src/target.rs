@@ -183,6 +183,8 @@ fn catalog(
             allow: None,
             read_only_for: Vec::new(),
             nqn: None,
+            dirty_bitmaps: Vec::new(),
+            dirty_granularity: None,
         })
         .collect();
     let mut pacing = run.pacing.clone();

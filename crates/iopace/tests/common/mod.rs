@@ -150,6 +150,20 @@ impl Server {
         format!("nbd://127.0.0.1:{}/{export}", self.port)
     }
 
+    /// One JSON-RPC call with `params` on the admin socket: its whole reply
+    /// (`result` or `error`).
+    pub fn rpc_call(&self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let mut s = UnixStream::connect(&self.rpc).expect("connect admin socket");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let call =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        writeln!(s, "{call}").expect("write rpc");
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).expect("read rpc");
+        serde_json::from_str(&line).expect("rpc reply is JSON")
+    }
+
     /// One JSON-RPC call on the admin socket.
     pub fn rpc(&self, method: &str) -> serde_json::Value {
         let mut s = UnixStream::connect(&self.rpc).expect("connect admin socket");

@@ -25,8 +25,13 @@ pub const MAX_SEND_IOV: usize = 512;
 pub enum Phase {
     /// NBD, negotiating.
     Handshake(Box<Handshake>),
-    /// NBD, serving an export.
-    Transmission { export: u16, neg: Negotiated },
+    /// NBD, serving an export; `meta` are the sources of the metadata
+    /// contexts it selected, with their ids.
+    Transmission {
+        export: u16,
+        neg: Negotiated,
+        meta: Vec<(u32, crate::exports::MetaSource)>,
+    },
     /// NVMe/TCP, its queue in front (`engine/nvme.rs`).
     Nvme(Box<NvmeConn>),
 }

@@ -413,6 +413,12 @@ pub fn ext_request_flagged(
 /// The client's handshake with extended headers and base:allocation, then
 /// GO for the default export.
 pub fn ext_handshake_bytes() -> Vec<u8> {
+    ext_handshake_with(&["base:allocation"])
+}
+
+/// The client's handshake with extended headers and the metadata contexts
+/// `contexts`, then GO for the default export.
+pub fn ext_handshake_with(contexts: &[&str]) -> Vec<u8> {
     let option = |m: &mut Vec<u8>, opt: u32, data: &[u8]| {
         m.extend_from_slice(&0x4948_4156_454f_5054u64.to_be_bytes());
         m.extend_from_slice(&opt.to_be_bytes());
@@ -423,9 +429,11 @@ pub fn ext_handshake_bytes() -> Vec<u8> {
     option(&mut m, proto::OPT_EXTENDED_HEADERS, &[]);
     let mut meta = 7u32.to_be_bytes().to_vec();
     meta.extend_from_slice(b"default");
-    meta.extend_from_slice(&1u32.to_be_bytes());
-    meta.extend_from_slice(&15u32.to_be_bytes());
-    meta.extend_from_slice(b"base:allocation");
+    meta.extend_from_slice(&(contexts.len() as u32).to_be_bytes());
+    for c in contexts {
+        meta.extend_from_slice(&(c.len() as u32).to_be_bytes());
+        meta.extend_from_slice(c.as_bytes());
+    }
     option(&mut m, proto::OPT_SET_META_CONTEXT, &meta);
     let mut go = 7u32.to_be_bytes().to_vec();
     go.extend_from_slice(b"default");

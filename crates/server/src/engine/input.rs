@@ -126,7 +126,8 @@ impl Engine {
                     c.set_input(Input::Ended);
                     return Step::Stop;
                 };
-                c.phase = Phase::Transmission { export, neg };
+                let meta = self.catalog.exports[export as usize].meta_sources(&neg.contexts);
+                c.phase = Phase::Transmission { export, neg, meta };
                 c.set_input(Input::Headers);
                 Step::Again
             }

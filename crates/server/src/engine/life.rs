@@ -27,12 +27,9 @@ impl Engine {
             return None;
         }
         let phase = match opening {
-            Opening::Nbd(handshake) => Phase::Handshake(handshake.unwrap_or_else(|| {
-                Box::new(Handshake::new(
-                    self.catalog.infos.clone(),
-                    self.catalog.default_export,
-                ))
-            })),
+            Opening::Nbd(handshake) => {
+                Phase::Handshake(handshake.unwrap_or_else(|| Box::new(self.catalog.handshake())))
+            }
             Opening::Nvme => {
                 self.nvme_count(true);
                 Phase::Nvme(Box::new(NvmeConn::new(&self.catalog)))

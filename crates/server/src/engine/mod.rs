@@ -180,6 +180,8 @@ pub struct Engine {
     /// NVMe/TCP connections open, and when their controllers are next checked.
     nvme_conns: u32,
     nvme_check_at: Nanos,
+    /// This reactor's view of the exports' dirty bitmaps.
+    dirty: bdev::dirty::DirtyMarks,
     now: Nanos,
 }
 
@@ -226,8 +228,25 @@ impl Engine {
             payload_cap: settings.payload_cap.max(1),
             nvme_conns: 0,
             nvme_check_at: 0,
+            dirty: bdev::dirty::DirtyMarks::default(),
             now,
         }
+    }
+
+    /// Hands a device IO to the driver. A WRITE, WRITE_ZEROES or TRIM
+    /// marks its export's dirty bitmaps first, before its data can change
+    /// (and again at completion, see `io_done`), so a write that fails or
+    /// races a clear never loses a change.
+    fn submit(&mut self, io: IoToken, export: u16, req: IoRequest) {
+        if req.op.is_write() {
+            self.mark_dirty(export, &req);
+        }
+        self.actions.push(Action::Submit { io, export, req });
+    }
+
+    fn mark_dirty(&mut self, export: u16, req: &IoRequest) {
+        let set = &self.catalog.exports[export as usize].dirty;
+        (self.dirty).mark(export as usize, set, req.offset, u64::from(req.len));
     }
 
     /// The driver's clock at an event. It never goes back, so the engine's

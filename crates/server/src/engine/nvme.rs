@@ -312,7 +312,6 @@ impl Engine {
             conn: id,
             export,
             style: ReplyStyle::Nvme,
-            meta_context: 0,
         };
         let req = &mut self.reqs[slot.index()];
         req.reset(&origin, &request, now);

@@ -18,10 +18,15 @@ const NQN: &str = "nqn.2026-11.io.iopace:default";
 /// An engine serving NVMe/TCP (and NBD) over `buffers` buffers of 4 KiB,
 /// one 1 MiB malloc export, pacing `mode`.
 fn nvme_net(mode: &str, buffers: u32) -> Net {
+    nvme_net_with(mode, buffers, "")
+}
+
+/// As [`nvme_net`], with `export` lines added to the export.
+fn nvme_net_with(mode: &str, buffers: u32, export: &str) -> Net {
     let pool = PoolConfig::large_only(buffers, BUF_SIZE, 2);
     let text = format!(
         "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n\
-         [[export]]\nname = \"default\"\nbdev = \"m0\"\n\n\
+         [[export]]\nname = \"default\"\nbdev = \"m0\"\n{export}\n\
          [buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"4096\"\nbuf_cache_size = 2\n\n\
          [pacing]\nmode = \"{mode}\"\n"
     );
@@ -319,4 +324,36 @@ fn an_abort_completes_a_held_async_event_request_and_a_reset_lets_go() {
         [(22, 0, 0)],
         "CC.EN, then 4 AERs held"
     );
+}
+
+#[test]
+fn nvme_writes_and_write_zeroes_mark_the_exports_dirty_bitmap() {
+    let bitmap = "dirty_bitmaps = [\"backup\"]\ndirty_granularity = \"4K\"\n";
+    let mut net = nvme_net_with("auto", 64, bitmap);
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::WRITE, 7, 8192, 8192), &[]));
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    let (cid, ttag, _) = r2t_of(&got[0].1);
+    q.send(&mut net, h2c(cid, ttag, &[9u8; 8192]));
+    net.run_to_quiet();
+    q.drain(&net);
+    let mut z = Sqe::new(io::WRITE_ZEROES, 8);
+    z.set_nsid(1);
+    z.set_cdw(10, (65536 / 512) as u32);
+    z.set_cdw(12, 1); // two 512-byte blocks
+    assert_eq!(q.command(&mut net, z, &[]), 0, "write zeroes");
+    let b = net.engine.catalog.exports[0]
+        .dirty
+        .get("backup")
+        .expect("kept");
+    let k = 1024;
+    let want = [
+        (8 * k, 0),
+        (8 * k, 1),
+        (48 * k, 0),
+        (4 * k, 1),
+        (956 * k, 0),
+    ];
+    assert_eq!(b.extents(0, 1 << 20), want);
 }

@@ -17,7 +17,7 @@ use pace::pool::{Alloc, BufId};
 use super::conn::{Input, Life, RecvOp};
 use super::ids::{ConnId, IoToken, ReqId};
 use super::slot::{PieceState, ReqStage};
-use super::{conn_at, Action, Engine};
+use super::{conn_at, Engine};
 
 impl Engine {
     pub(super) fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
@@ -139,11 +139,7 @@ impl Engine {
             .on_device_start(IoToken::piece(id, k).encode(), self.now);
         let io = req.io_request(bdev::IoOp::Write { fua: req.fua() }, Some(k), self.buf_size);
         let export = req.export;
-        self.actions.push(Action::Submit {
-            io: IoToken::piece(id, k),
-            export,
-            req: io,
-        });
+        self.submit(IoToken::piece(id, k), export, io);
     }
 
     /// The device wrote piece `k`; an emulated delay may hold it back.

@@ -31,7 +31,7 @@ use proto::Command;
 use super::conn::{EndReason, Input, Life, Phase};
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::slot::{ReplyStyle, ReqOrigin, ReqStage};
-use super::{conn_at, Action, Engine};
+use super::{conn_at, Engine};
 
 /// Rejected WRITE payloads up to this size are read and discarded, as the
 /// spec prefers; larger ones close the connection instead.
@@ -137,14 +137,13 @@ impl Engine {
         let Some(c) = conn_at(&mut self.conns, conn) else {
             return;
         };
-        let Phase::Transmission { export, neg } = &c.phase else {
+        let Phase::Transmission { export, neg, .. } = &c.phase else {
             return;
         };
         let origin = ReqOrigin {
             conn,
             export: *export,
             style: ReplyStyle::of(neg),
-            meta_context: neg.base_allocation.unwrap_or(0),
         };
         let info = &self.catalog.exports[origin.export as usize].info;
         let verdict = proto::validate(&request, info, neg);
@@ -300,14 +299,9 @@ impl Engine {
         let now = self.now;
         let req = &mut self.reqs[id.index()];
         let export = req.export;
-        let dev = &self.catalog.exports[export as usize].bdev;
         let Some(op) = req.io_op() else {
             if req.command == Command::BlockStatus {
-                let mut extents = dev.block_status(req.offset, req.len);
-                if req.flags & proto::CMD_FLAG_REQ_ONE != 0 {
-                    extents.truncate(1);
-                }
-                req.block_status(&extents);
+                self.answer_block_status(id);
             } else {
                 req.error = proto::EINVAL;
             }
@@ -321,12 +315,34 @@ impl Engine {
         }
         let req = &self.reqs[id.index()];
         let io = req.io_request(op, None, self.buf_size);
-        self.actions.push(Action::Submit {
-            io: IoToken::whole(id),
-            export,
-            req: io,
-        });
+        self.submit(IoToken::whole(id), export, io);
         Some(ReqStage::Device)
+    }
+
+    /// BLOCK_STATUS: one chunk per metadata context the client selected.
+    fn answer_block_status(&mut self, id: ReqId) {
+        let req = &self.reqs[id.index()];
+        let export = &self.catalog.exports[req.export as usize];
+        let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
+        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match self.conn_ref(req.conn).map(|c| &c.phase) {
+            Some(Phase::Transmission { meta, .. }) => meta
+                .iter()
+                .map(|(ctx, source)| {
+                    let mut extents = source.extents(&export.bdev, req.offset, req.len);
+                    if one {
+                        extents.truncate(1);
+                    }
+                    (*ctx, extents)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let req = &mut self.reqs[id.index()];
+        if chunks.is_empty() || chunks.iter().any(|(_, e)| e.is_empty()) {
+            req.error = proto::EINVAL;
+        } else {
+            req.block_status(&chunks);
+        }
     }
 
     /// Executed: hold the completion for an emulated delay, or answer.
@@ -556,6 +572,11 @@ impl Engine {
 
     /// The device finished `io` (as the bdev reads its completion).
     pub(super) fn io_done(&mut self, io: IoToken, result: IoResult) {
+        // A write marks its blocks dirty again at completion, failed or not:
+        // a bitmap cleared while it was at the device must not lose it.
+        if let Some((export, r)) = self.io_request(io).filter(|(_, r)| r.op.is_write()) {
+            self.mark_dirty(export, &r);
+        }
         if let IoResult::Err(errno) = result {
             let req = &mut self.reqs[io.req.index()];
             if req.error == 0 {

@@ -156,7 +156,6 @@ pub struct Req {
     pub error: u32,
     pub state: ReqStage,
     pub style: ReplyStyle,
-    pub meta_context: u32,
     /// A READ's buffers.
     pub bufs: Vec<BufId>,
     /// Data segments: a READ's across `bufs`, a WRITE's one per piece.
@@ -209,7 +208,6 @@ impl Default for Req {
             error: 0,
             state: ReqStage::Free,
             style: ReplyStyle::Simple,
-            meta_context: 0,
             bufs: Vec::new(),
             iov: Vec::new(),
             pieces: Vec::new(),
@@ -236,7 +234,6 @@ pub struct ReqOrigin {
     pub conn: ConnId,
     pub export: u16,
     pub style: ReplyStyle,
-    pub meta_context: u32,
 }
 
 impl Req {
@@ -246,7 +243,6 @@ impl Req {
         self.conn = origin.conn;
         self.export = origin.export;
         self.style = origin.style;
-        self.meta_context = origin.meta_context;
         self.cookie = request.cookie;
         self.command = request.command;
         self.flags = request.flags;
@@ -467,12 +463,22 @@ impl Req {
         })
     }
 
-    /// Encodes a BLOCK_STATUS reply as the whole response.
-    pub fn block_status(&mut self, extents: &[(u32, u32)]) {
+    /// Encodes a BLOCK_STATUS reply as the whole response: one chunk of
+    /// extents per metadata context `(id, extents)`, the last one done.
+    pub fn block_status(&mut self, chunks: &[(u32, Vec<(u32, u32)>)]) {
         self.hdr.clear();
         let framing = self.framing().unwrap_or(proto::Framing::Structured);
-        let (cookie, context) = (self.cookie, self.meta_context);
-        proto::encode_block_status(&mut self.hdr, framing, cookie, context, extents, true);
+        for (k, (context, extents)) in chunks.iter().enumerate() {
+            let done = k + 1 == chunks.len();
+            proto::encode_block_status(
+                &mut self.hdr,
+                framing,
+                self.cookie,
+                *context,
+                extents,
+                done,
+            );
+        }
     }
 
     /// The chunk framing of this reply; None for a simple reply.

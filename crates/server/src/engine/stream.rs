@@ -31,7 +31,7 @@ use pace::pool::BufId;
 use super::conn::{EndReason, Life};
 use super::ids::{ConnId, IoToken, ReqId};
 use super::slot::{PieceState, ReqStage};
-use super::{conn_at, Action, Engine};
+use super::{conn_at, Engine};
 
 impl Engine {
     /// A READ of `len` bytes streams when it needs more buffers than a
@@ -83,11 +83,7 @@ impl Engine {
         };
         let io = req.io_request(bdev::IoOp::Read, Some(k), self.buf_size);
         let export = req.export;
-        self.actions.push(Action::Submit {
-            io: IoToken::piece(id, k),
-            export,
-            req: io,
-        });
+        self.submit(IoToken::piece(id, k), export, io);
     }
 
     /// The device read piece `k`; an emulated delay may hold it back.

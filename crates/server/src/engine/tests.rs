@@ -552,3 +552,74 @@ fn a_piece_failing_mid_stream_ends_a_chunked_reply_with_its_error() {
     assert_eq!(net.engine.requests_in_use(), 0);
     assert_eq!(net.engine.pacer.queued(), 0);
 }
+
+/// A 1 MiB RAM export keeping a dirty bitmap of 4 KiB granularity.
+const DIRTY: &str = "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n\
+    [[export]]\nname = \"default\"\nbdev = \"m0\"\ndirty_bitmaps = [\"backup\"]\n\
+    dirty_granularity = \"4K\"\n";
+
+/// A BLOCK_STATUS_EXT payload's (context id, extents).
+fn ext_status(p: &[u8]) -> (u32, Vec<(u64, u64)>) {
+    let be = |at: usize| u64::from_be_bytes(p[at..at + 8].try_into().expect("8 bytes"));
+    let n = u32::from_be_bytes(p[4..8].try_into().expect("count")) as usize;
+    assert_eq!(p.len(), 8 + 16 * n);
+    let extents = (0..n).map(|i| (be(8 + 16 * i), be(16 + 16 * i))).collect();
+    (u32::from_be_bytes(p[..4].try_into().expect("id")), extents)
+}
+
+#[test]
+fn writes_zeroes_and_trims_mark_the_dirty_bitmap_failed_or_not() {
+    let mut net = Net::new(engine_over(DIRTY, "auto", 24, TIMEOUTS));
+    let c = net.connect();
+    let mut b = ext_handshake_with(&["qemu:dirty-bitmap:backup", "base:allocation"]);
+    b.extend(ext_request_bytes(Command::Write, 1, 8192, 100));
+    b.extend([7u8; 100]);
+    b.extend(ext_request_bytes(Command::WriteZeroes, 2, 65536, 8192));
+    b.extend(ext_request_bytes(Command::Trim, 3, 200_000, 1));
+    net.write(c, &b);
+    net.run_to_quiet();
+    // A WRITE the device fails is dirty all the same.
+    net.write(c, &ext_request_bytes(Command::Write, 4, 1 << 19, 4096));
+    net.write(c, &[1u8; 4096]);
+    for _ in 0..10 {
+        net.deliver(c, usize::MAX);
+        if !net.ios.is_empty() {
+            net.complete_io_as(0, Some(proto::EIO));
+        }
+    }
+    net.write(c, &ext_request_bytes(Command::BlockStatus, 5, 0, 1 << 20));
+    net.run_to_quiet();
+    let got = ext_chunks(&net.clients[&c].from_server, 3);
+    let status: Vec<_> = got.iter().filter(|r| r.0 == 5).collect();
+    assert_eq!(status.len(), 2, "one chunk per context");
+    assert_eq!(status[0].2, 0, "the first chunk is not the last");
+    assert_eq!(status[1].2, proto::REPLY_FLAG_DONE);
+    let (id, _) = ext_status(&status[0].3);
+    assert_eq!(id, 1, "base:allocation");
+    let (id, dirty) = ext_status(&status[1].3);
+    assert_eq!(id, 2, "qemu:dirty-bitmap:backup");
+    let k = 1024;
+    let want = [
+        (8 * k, 0),
+        (4 * k, 1),
+        (52 * k, 0),
+        (8 * k, 1),
+        (120 * k, 0),
+        (4 * k, 1),
+        (316 * k, 0),
+        (4 * k, 1),
+        (508 * k, 0),
+    ];
+    assert_eq!(dirty, want);
+    let bitmap = net.engine.catalog.exports[0]
+        .dirty
+        .get("backup")
+        .expect("kept");
+    assert_eq!(bitmap.dirty_bytes(), 20 * k);
+    bitmap.clear();
+    net.write(c, &ext_request_bytes(Command::BlockStatus, 6, 0, 1 << 20));
+    net.run_to_quiet();
+    let got = ext_chunks(&net.clients[&c].from_server, 3);
+    let last = got.iter().rev().find(|r| r.0 == 6).expect("answered");
+    assert_eq!(ext_status(&last.3).1, [(1 << 20, 0)]);
+}
