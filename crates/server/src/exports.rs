@@ -40,6 +40,8 @@ pub struct Catalog {
     pub access: config::access::Policy,
     /// The NVMe/TCP controllers, when NVMe/TCP is served.
     pub nvme: Option<Arc<crate::engine::NvmeTarget>>,
+    /// The rustls configuration of `[tls]`, for connections that STARTTLS.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Catalog {
@@ -115,6 +117,7 @@ impl Catalog {
             pacing,
             access,
             nvme: None,
+            tls: None,
         })
     }
 }
