@@ -93,16 +93,20 @@ impl Window {
         }
     }
 
-    /// At least `min` bytes of room after the live bytes, moving them to the
-    /// front or growing the buffer (to `want` when it grows).
+    /// At least `min` bytes of room after the live bytes: the live bytes
+    /// move to the front when that makes the room (and they are fewer than
+    /// the bytes freed before them), else the buffer doubles (at least to
+    /// `want`). It is never shrunk, so it is zeroed only as it grows.
     fn room(&mut self, min: usize, want: usize) -> &mut [u8] {
         if self.buf.len() - self.end < min {
             let live = self.len();
-            self.buf.copy_within(self.start..self.end, 0);
-            self.start = 0;
-            self.end = live;
-            if self.buf.len() - self.end < min {
-                self.buf.resize((live + min).max(want), 0);
+            if self.start > 0 && self.buf.len() - live >= min && live <= self.start {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.start = 0;
+                self.end = live;
+            } else {
+                let len = (self.buf.len() * 2).max(self.end + min).max(want);
+                self.buf.resize(len, 0);
             }
         }
         &mut self.buf[self.end..]
@@ -387,7 +391,9 @@ fn seal(
     plain: &[u8],
 ) -> bool {
     let mut exhausted = false;
-    encode(out, total, |o| {
+    // Each record adds a header, its content type and the AEAD tag.
+    let room = plain.len() + (plain.len() / RECORD + 1) * 64;
+    encode_into(out, total, room, &mut |o| {
         traffic.encrypt(plain, o).map_err(|e| match e {
             EncryptError::InsufficientSize(s) => Some(s),
             EncryptError::EncryptExhausted => {
@@ -406,7 +412,16 @@ fn encode(
     total: &mut u64,
     mut f: impl FnMut(&mut [u8]) -> Result<usize, Option<InsufficientSizeError>>,
 ) {
-    let mut min = RECORD + 256;
+    encode_into(out, total, RECORD + 256, &mut f)
+}
+
+/// [`encode`], starting with `min` bytes of room.
+fn encode_into(
+    out: &mut Window,
+    total: &mut u64,
+    mut min: usize,
+    f: &mut impl FnMut(&mut [u8]) -> Result<usize, Option<InsufficientSizeError>>,
+) {
     loop {
         match f(out.room(min, 0)) {
             Ok(n) => {
@@ -414,13 +429,8 @@ fn encode(
                 *total += n as u64;
                 return;
             }
-            Err(Some(s)) => {
-                assert!(
-                    s.required_size >= min,
-                    "rustls asked for less room than it had"
-                );
-                min = s.required_size;
-            }
+            // It had at least `min`: ask for more each time.
+            Err(Some(s)) => min = s.required_size.max(min + 1),
             Err(None) => return,
         }
     }
