@@ -339,3 +339,45 @@ fn a_client_certificate_that_fails_is_logged_and_alerted() {
     assert!(log.contains("UnsupportedCertVersion"), "{log}");
     assert!(log.contains("CertificateUnknown"), "{log}");
 }
+
+/// TLS clients killed in the middle of writes and reads: every buffer comes
+/// back, and the server goes on serving.
+#[test]
+fn tls_clients_killed_mid_io_return_every_buffer() {
+    require("nbdcopy", "libnbd-bin");
+    let certs = tempfile::tempdir().expect("tempdir");
+    make_certs(certs.path());
+    let server = tls_server("require", certs.path());
+    let nbds = format!(
+        "nbds://127.0.0.1:{}/default?tls-certificates={}",
+        server.port,
+        certs.path().display()
+    );
+    let data = certs.path().join("data.raw");
+    random_file(&data, 48 << 20, 7);
+    for (from, to) in [
+        (data.display().to_string(), nbds.clone()),
+        (nbds.clone(), "null:".to_string()),
+    ] {
+        for kill_after in ["0.2", "0.5"] {
+            let _ = Command::new("timeout")
+                .args(["-s", "KILL", kill_after, "nbdcopy", "-C", "2"])
+                .args(["--request-size=262144", &from, &to])
+                .status()
+                .expect("nbdcopy");
+        }
+    }
+    assert!(nbdinfo(&nbds).status.success(), "still serving");
+    let (status, text) = server.stop();
+    assert!(status.success(), "exit {status}:\n{text}");
+    let field = |name: &str| {
+        let at = text.find(name).map(|i| &text[i + name.len()..]);
+        at.and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    let (free, total) = (field("free_buffers="), field("total="));
+    assert!(
+        free.is_some() && free == total,
+        "every buffer back at exit:\n{text}"
+    );
+}
