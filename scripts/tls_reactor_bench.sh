@@ -3,7 +3,7 @@
 # a RAM export to null:, over TLS (STARTTLS, no client certificates), iopace
 # and nbdkit --tls=require alternating, at 64 KiB and 256 KiB requests; with
 # iopace in plaintext beside them, and optionally a second iopace binary
-# (the one before a change). Server CPU is utime+stime from /proc/PID/stat
+# (the one before a change, in TLS and plaintext). Server CPU is utime+stime from /proc/PID/stat
 # around each copy. Each timed copy holds /work/wt/bench.lock.
 #
 # Usage: scripts/tls_reactor_bench.sh OUT_DIR [REPS] [IOPACE] [IOPACE_BEFORE]
@@ -21,6 +21,7 @@ PORT_TLS=10931
 PORT_PLAIN=10932
 PORT_BEFORE=10933
 PORT_KIT=10934
+PORT_BEFORE_PLAIN=10935
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 CERTS=$OUT/certs
@@ -97,8 +98,10 @@ PIDS="$PIDS $P_KIT"
 SERVERS="iopace-tls:$P_TLS:$URI_TLS nbdkit-tls:$P_KIT:$URI_KIT iopace-plain:$P_PLAIN:$URI_PLAIN"
 if [ -n "$BEFORE" ]; then
     P_BEFORE=$(start_iopace iopace-before "$BEFORE" $PORT_BEFORE require)
-    PIDS="$PIDS $P_BEFORE"
+    P_BEFORE_PLAIN=$(start_iopace iopace-before-plain "$BEFORE" $PORT_BEFORE_PLAIN off)
+    PIDS="$PIDS $P_BEFORE $P_BEFORE_PLAIN"
     SERVERS="$SERVERS iopace-before-tls:$P_BEFORE:$URI_BEFORE"
+    SERVERS="$SERVERS iopace-before-plain:$P_BEFORE_PLAIN:nbd://127.0.0.1:$PORT_BEFORE_PLAIN/default"
 fi
 for s in $SERVERS; do
     uri=${s#*:}
