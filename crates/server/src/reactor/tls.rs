@@ -171,8 +171,9 @@ impl TlsConns {
             let m = &*msg;
             std::slice::from_raw_parts(m.msg_iov, m.msg_iovlen)
         };
+        // The first SEND_CHUNK bytes, empty iovecs skipped.
         let mut left = SEND_CHUNK;
-        let pieces = iovs.iter().map_while(|v| {
+        let pieces = iovs.iter().filter_map(|v| {
             let n = v.iov_len.min(left);
             left -= n;
             // SAFETY: as above; each iovec is readable for its length.
@@ -433,3 +434,7 @@ fn failed(id: usize, t: &TlsConn, f: &TlsFailure) {
         "{what}"
     );
 }
+
+#[cfg(test)]
+#[path = "tls_tests.rs"]
+mod tests;

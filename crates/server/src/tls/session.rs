@@ -438,4 +438,4 @@ fn encode_into(
 
 #[cfg(test)]
 #[path = "session_tests.rs"]
-mod tests;
+pub(crate) mod tests;

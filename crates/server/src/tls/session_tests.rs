@@ -16,7 +16,7 @@ use super::{Phase, TlsSession};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/tls/testdata");
 
-fn server_config() -> Arc<rustls::ServerConfig> {
+pub(crate) fn server_config() -> Arc<rustls::ServerConfig> {
     let c = TlsConfig {
         cert: format!("{DIR}/server-cert.pem"),
         key: format!("{DIR}/server-key.pem"),
@@ -35,7 +35,7 @@ fn pem_certs(name: &str) -> Vec<CertificateDer<'static>> {
 }
 
 /// A client presenting `cert`, preferring AES-256 (as GnuTLS does).
-fn client(cert: &str) -> ClientConnection {
+pub(crate) fn client(cert: &str) -> ClientConnection {
     let mut roots = rustls::RootCertStore::empty();
     for c in pem_certs("ca-cert.pem") {
         roots.add(c).expect("root");
@@ -143,7 +143,7 @@ fn handshake(cert: &str, step: usize) -> Pair {
     p
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
         .collect()
