@@ -10,9 +10,6 @@ pub const MAX_REACTORS: usize = 256;
 /// Most request slots per reactor; slots are preallocated.
 pub const MAX_REQUESTS_PER_REACTOR: u32 = 65_536;
 
-/// Most TLS connections at once: each holds a thread.
-pub const MAX_TLS_SESSIONS: usize = 4_096;
-
 /// Longest shutdown drain.
 pub const MAX_DRAIN_TIMEOUT_S: u64 = 3_600;
 

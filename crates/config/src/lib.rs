@@ -390,6 +390,17 @@ mod tests {
     }
 
     #[test]
+    fn the_removed_tls_max_sessions_is_an_error_naming_its_line() {
+        let text = "[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n\
+                    [[export]]\nname = \"a\"\nbdev = \"m\"\n\
+                    [tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nmax_sessions = 256\n";
+        let e = Config::parse(text, "x.toml").expect_err("removed key");
+        assert_eq!(e.line, Some(11), "{e}");
+        assert_eq!(e.field.as_deref(), Some("tls.max_sessions"), "{e}");
+        assert!(e.message.contains("removed"), "{e}");
+    }
+
+    #[test]
     fn wrong_type_names_line_and_field() {
         let text = "[server]\nreactors = \"two\"\n";
         let e = Config::parse(text, "x.toml").unwrap_err();

@@ -316,10 +316,15 @@ impl ServerConfig {
                 "tls",
                 "a TLS listener needs a [tls] table with cert and key".into(),
             )),
-            Some(t) => {
-                bounds::in_range("max_sessions", t.max_sessions, 1, bounds::MAX_TLS_SESSIONS)
-                    .map_err(|e| at.field_error("tls", e))
-            }
+            Some(t) if t.max_sessions.is_some() => Err(at.error_at(
+                "tls",
+                0,
+                "max_sessions",
+                "removed: TLS connections are served in the reactors and hold no thread \
+                 each any more; delete this line"
+                    .into(),
+            )),
+            Some(_) => Ok(()),
             None => Ok(()),
         }
     }

@@ -19,14 +19,11 @@ pub struct TlsConfig {
     /// "require" when `ca` is given, else "none").
     #[serde(default)]
     pub client_certs: Option<ClientCerts>,
-    /// Most TLS connections at once (each holds a thread while it lives);
-    /// beyond it a new TLS listener's connection is closed at once, logged.
-    #[serde(default = "default_max_sessions")]
-    pub max_sessions: usize,
-}
-
-fn default_max_sessions() -> usize {
-    256
+    /// Removed: TLS connections are served in the reactors and hold no
+    /// thread, so there is nothing to bound. Still parsed only to say so
+    /// (file, line and field) instead of "unknown field".
+    #[serde(default, skip_serializing)]
+    pub max_sessions: Option<toml::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]

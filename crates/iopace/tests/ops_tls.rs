@@ -25,6 +25,8 @@ openssl req -newkey rsa:2048 -nodes -keyout client-key.pem -out client.csr -subj
 printf "extendedKeyUsage=clientAuth\n" > client.ext
 openssl x509 -req -in client.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out client-cert.pem -days 2 -extfile client.ext
 mkdir nocert && cp ca-cert.pem nocert/
+mkdir v1 && cp ca-cert.pem client-key.pem v1/
+openssl x509 -req -in client.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out v1/client-cert.pem -days 2
 "#;
     run(
         Command::new("sh").arg("-c").arg(script).current_dir(dir),
@@ -221,51 +223,161 @@ fn access_rules_deny_and_narrow_by_address_and_certificate_name() {
     assert!(log.contains("cert_name=\"client1\""), "{log}");
 }
 
+/// Sends `dir`'s client certificate as it is (rustls's client would check
+/// it), whatever it is.
+#[derive(Debug)]
+struct SendsCert(std::sync::Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for SendsCert {
+    fn resolve(
+        &self,
+        _: &[&[u8]],
+        _: &[rustls::SignatureScheme],
+    ) -> Option<std::sync::Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// STARTTLS by hand, then TLS with `dir`'s client certificate: the error
+/// the client's session ends with.
+fn tls_error_of_client(port: u16, dir: &Path) -> rustls::Error {
+    use std::sync::Arc;
+    let pem = |name: &str| std::fs::read(dir.join(name)).expect("read pem");
+    let certs = |name: &str| -> Vec<_> {
+        rustls_pemfile::certs(&mut pem(name).as_slice())
+            .collect::<Result<_, _>>()
+            .expect("certs")
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs("ca-cert.pem") {
+        roots.add(c).expect("root");
+    }
+    let key = rustls_pemfile::private_key(&mut pem("client-key.pem").as_slice())
+        .expect("key pem")
+        .expect("a key");
+    let provider = rustls::crypto::ring::default_provider();
+    let signer = provider.key_provider.load_private_key(key).expect("signer");
+    let certified = rustls::sign::CertifiedKey::new(certs("client-cert.pem"), signer);
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(Arc::new(SendsCert(Arc::new(certified))));
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut c = RawClient { s };
+    c.greet();
+    c.option(5, &[]); // NBD_OPT_STARTTLS
+    assert_eq!(c.option_reply().1, 1, "STARTTLS acknowledged");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
+    let mut s = c.s;
+    let tls_error = |e: std::io::Error| -> rustls::Error {
+        let inner = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+        inner
+            .cloned()
+            .unwrap_or_else(|| panic!("not a TLS error: {e}"))
+    };
+    while tls.is_handshaking() {
+        if let Err(e) = tls.complete_io(&mut s) {
+            return tls_error(e);
+        }
+    }
+    // TLS 1.3: the server's verdict comes after the client's Finished.
+    loop {
+        match tls.read_tls(&mut s) {
+            Ok(0) => break,
+            Ok(_) => {
+                if let Err(e) = tls.process_new_packets() {
+                    return e;
+                }
+            }
+            Err(e) => return tls_error(e),
+        }
+    }
+    panic!("the server closed without an alert");
+}
+
+/// A v1 client certificate (what `openssl x509 -req` makes without
+/// extensions) is refused with its reason in the log, and the client gets
+/// the alert that names the fault (certificate_unknown).
 #[test]
-fn tls_connections_beyond_max_sessions_are_closed_and_logged() {
+fn a_client_certificate_that_fails_is_logged_and_alerted() {
+    require("nbdinfo", "libnbd-bin");
     let certs = tempfile::tempdir().expect("tempdir");
     make_certs(certs.path());
-    let tls = format!(
-        "\n[tls]\ncert = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nmax_sessions = 1\n",
+    let server = tls_server("require", certs.path());
+    let v1 = format!(
+        "nbds://127.0.0.1:{}/default?tls-certificates={}/v1",
+        server.port,
         certs.path().display()
     );
-    let server = Server::start_full(
-        "tls = \"require\"",
-        &format!("{MALLOC_EXPORTS}{tls}"),
-        BUFFERS,
+    let out = nbdinfo(&v1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    // libnbd names no alert; a client that reads it sees which.
+    assert!(stderr.contains("fatal alert"), "{stderr}");
+    assert_eq!(
+        tls_error_of_client(server.port, &certs.path().join("v1")),
+        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateUnknown)
     );
-    let connect = || {
-        let s = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        s
-    };
-    // A connection that got the greeting, once a session is free (the
-    // readiness probe's may still hold it for a moment).
-    let greeted = || {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut s = connect();
-            let mut greeting = [0u8; 8];
-            if std::io::Read::read_exact(&mut s, &mut greeting).is_ok() {
-                assert_eq!(&greeting, b"NBDMAGIC");
-                return s;
-            }
-            assert!(std::time::Instant::now() < deadline, "no session freed");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    // The first connection holds the only session while it negotiates.
-    let first = greeted();
-    let mut second = connect();
-    let mut byte = [0u8; 1];
-    let n = std::io::Read::read(&mut second, &mut byte).expect("closed, not reset");
-    assert_eq!(n, 0, "beyond max_sessions the connection is closed at once");
-    // Once the first goes, its place is free again.
-    drop(first);
-    drop(greeted());
+    // The server goes on serving others.
+    let good = format!(
+        "nbds://127.0.0.1:{}/default?tls-certificates={}",
+        server.port,
+        certs.path().display()
+    );
+    assert!(nbdinfo(&good).status.success());
     let (status, log) = server.stop();
     assert!(status.success(), "{log}");
-    assert!(log.contains("refused a TLS connection"), "{log}");
-    assert!(log.contains("max_sessions"), "{log}");
+    assert!(log.contains("TLS handshake failed"), "{log}");
+    assert!(log.contains("UnsupportedCertVersion"), "{log}");
+    assert!(log.contains("CertificateUnknown"), "{log}");
+}
+
+/// TLS clients killed in the middle of writes and reads: every buffer comes
+/// back, and the server goes on serving.
+#[test]
+fn tls_clients_killed_mid_io_return_every_buffer() {
+    require("nbdcopy", "libnbd-bin");
+    let certs = tempfile::tempdir().expect("tempdir");
+    make_certs(certs.path());
+    let server = tls_server("require", certs.path());
+    let nbds = format!(
+        "nbds://127.0.0.1:{}/default?tls-certificates={}",
+        server.port,
+        certs.path().display()
+    );
+    let data = certs.path().join("data.raw");
+    random_file(&data, 48 << 20, 7);
+    for (from, to) in [
+        (data.display().to_string(), nbds.clone()),
+        (nbds.clone(), "null:".to_string()),
+    ] {
+        for kill_after in ["0.2", "0.5"] {
+            let _ = Command::new("timeout")
+                .args(["-s", "KILL", kill_after, "nbdcopy", "-C", "2"])
+                .args(["--request-size=262144", &from, &to])
+                .status()
+                .expect("nbdcopy");
+        }
+    }
+    assert!(nbdinfo(&nbds).status.success(), "still serving");
+    let (status, text) = server.stop();
+    assert!(status.success(), "exit {status}:\n{text}");
+    let field = |name: &str| {
+        let at = text.find(name).map(|i| &text[i + name.len()..]);
+        at.and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    let (free, total) = (field("free_buffers="), field("total="));
+    assert!(
+        free.is_some() && free == total,
+        "every buffer back at exit:\n{text}"
+    );
 }

@@ -1,8 +1,8 @@
 //! Listeners and their accept threads: each accepted connection goes to the
-//! least-loaded reactor, straight away or (TLS listeners) through a thread
-//! that negotiates STARTTLS and then relays (see [`crate::tls`]).
+//! least-loaded reactor straight away; a TLS listener's with a handshake
+//! that offers STARTTLS, which the reactor serves (see [`crate::tls`]).
 
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -123,19 +123,11 @@ impl RateLimitedWarning {
     }
 }
 
-/// What TLS listeners' connections share: the rustls configuration and the
-/// bound on connections alive at once.
-pub struct TlsServer {
-    pub config: Arc<rustls::ServerConfig>,
-    pub sessions: Arc<crate::tls::SessionLimit>,
-}
-
 /// What every accept thread shares.
 pub struct Acceptors {
     pub listeners: Arc<Vec<Listener>>,
     pub handles: Vec<Arc<ReactorHandle>>,
     pub catalog: Arc<Catalog>,
-    pub tls: Option<TlsServer>,
     next: AtomicUsize,
     stopping: AtomicBool,
 }
@@ -145,13 +137,11 @@ impl Acceptors {
         listeners: Vec<Listener>,
         handles: Vec<Arc<ReactorHandle>>,
         catalog: Arc<Catalog>,
-        tls: Option<TlsServer>,
     ) -> Arc<Acceptors> {
         Arc::new(Acceptors {
             listeners: Arc::new(listeners),
             handles,
             catalog,
-            tls,
             next: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         })
@@ -171,7 +161,6 @@ impl Acceptors {
 
     fn accept_loop(&self, listener: &Listener) {
         let mut warning = RateLimitedWarning::new(Duration::from_secs(10));
-        let mut refusal = RateLimitedWarning::new(Duration::from_secs(10));
         loop {
             let accepted = listener.accept();
             if self.stopping.load(Ordering::Relaxed) {
@@ -185,7 +174,7 @@ impl Acceptors {
                     reactor.conns.fetch_add(1, Ordering::Relaxed);
                     reactor.send(Msg::NewNvme(fd, peer));
                 }
-                Ok((fd, peer, addr)) => self.dispatch(fd, peer, addr, listener.tls(), &mut refusal),
+                Ok((fd, peer, addr)) => self.dispatch(fd, peer, addr, listener.tls()),
                 Err(e) => {
                     warning.warn("accept", &e);
                     // Out of descriptors (EMFILE): give connections time to close.
@@ -195,70 +184,25 @@ impl Acceptors {
         }
     }
 
-    fn dispatch(
-        &self,
-        fd: OwnedFd,
-        peer: String,
-        addr: Option<IpAddr>,
-        tls: TlsMode,
-        refusal: &mut RateLimitedWarning,
-    ) {
-        let reactor = self.pick_reactor().clone();
+    fn dispatch(&self, fd: OwnedFd, peer: String, addr: Option<IpAddr>, tls: TlsMode) {
+        let reactor = self.pick_reactor();
         tracing::info!(%peer, ?tls, "accepted a connection");
         let c = &self.catalog;
+        reactor.conns.fetch_add(1, Ordering::Relaxed);
+        if tls == TlsMode::Off && c.access.is_open() {
+            reactor.send(Msg::NewConn(fd, peer));
+            return;
+        }
         let mut hs = c.handshake().with_tls(tls.handshake_tls());
-        let client = Client {
-            addr,
-            cert_name: None,
-            hostnqn: None,
-        };
         if !c.access.is_open() {
+            let client = Client {
+                addr,
+                cert_name: None,
+                hostnqn: None,
+            };
             hs.set_access(c.access.for_client(&client, &peer));
         }
-        let (config, slot) = match (&self.tls, tls) {
-            (Some(t), TlsMode::On | TlsMode::Require) => match t.sessions.try_enter() {
-                Some(slot) => (t.config.clone(), slot),
-                None => {
-                    let why = format!(
-                        "{} TLS connections alive ([tls] max_sessions)",
-                        t.sessions.max()
-                    );
-                    refusal.warn(&format!("refused a TLS connection from {peer}"), &why);
-                    return; // dropping fd closes it
-                }
-            },
-            _ if c.access.is_open() => {
-                reactor.conns.fetch_add(1, Ordering::Relaxed);
-                reactor.send(Msg::NewConn(fd, peer));
-                return;
-            }
-            _ => {
-                reactor.conns.fetch_add(1, Ordering::Relaxed);
-                reactor.send(Msg::Resume(fd, Box::new(hs), peer));
-                return;
-            }
-        };
-        let tls_peer = format!("{peer} (TLS)");
-        let hand_off: crate::tls::HandOff = Box::new(move |fd, hs| {
-            reactor.conns.fetch_add(1, Ordering::Relaxed);
-            reactor.send(Msg::Resume(fd, Box::new(hs), tls_peer));
-        });
-        let catalog = self.catalog.clone();
-        let spawned = std::thread::Builder::new()
-            .name("iopace-tls".into())
-            .spawn(move || {
-                let _slot = slot;
-                let session = crate::tls::Session {
-                    peer,
-                    client,
-                    catalog,
-                    config,
-                };
-                crate::tls::serve_connection(TcpStream::from(fd), session, hs, hand_off)
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("no thread for a TLS connection: {e}");
-        }
+        reactor.send(Msg::Resume(fd, Box::new(hs), peer));
     }
 }
 

@@ -82,6 +82,8 @@ pub struct Catalog {
     pub nvme: Option<Arc<crate::engine::NvmeTarget>>,
     /// Each export's dirty bitmaps (as `Export::dirty`), for handshakes.
     dirty: Arc<[Arc<DirtyBitmaps>]>,
+    /// The rustls configuration of `[tls]`, for connections that STARTTLS.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Catalog {
@@ -174,6 +176,7 @@ impl Catalog {
             access,
             nvme: None,
             dirty,
+            tls: None,
         })
     }
 }

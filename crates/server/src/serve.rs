@@ -217,7 +217,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         .map_err(|e| runtime(format!("cannot allocate the buffer pool: {e}")))?;
     // Dropped on every return: a failed start leaves no socket file behind.
     let mut files = SocketFiles::default();
-    let tls = crate::tls::config_of(&loaded).map_err(ServeError::Config)?;
+    catalog.tls = crate::tls::config_of(&loaded).map_err(ServeError::Config)?;
     let mut listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
     let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp).map_err(runtime)?;
     if !nvme_listeners.is_empty() {
@@ -240,11 +240,7 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         reactors.stop();
         return Err(e);
     }
-    let tls = tls.map(|config| crate::acceptor::TlsServer {
-        config,
-        sessions: crate::tls::SessionLimit::new(cfg.tls.as_ref().map_or(1, |t| t.max_sessions)),
-    });
-    let acceptors = Acceptors::new(listeners, reactors.handles.clone(), catalog.clone(), tls);
+    let acceptors = Acceptors::new(listeners, reactors.handles.clone(), catalog.clone());
     let accept_threads = match acceptor::start(&acceptors) {
         Ok(a) => a,
         Err(e) => {

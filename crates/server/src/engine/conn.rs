@@ -41,6 +41,9 @@ pub enum Phase {
 pub enum Input {
     /// Handshake bytes.
     Handshake,
+    /// STARTTLS was acknowledged: once the answer has left, the driver runs
+    /// the TLS handshake (`Action::StartTls`), then handshake bytes again.
+    StartTls,
     /// Request headers.
     Headers,
     /// Request headers, but no request slot is free: the connection waits in
@@ -64,6 +67,8 @@ pub enum RecvOp {
     Buffered,
     /// Straight into a WRITE's payload buffer.
     Direct(ReqId),
+    /// The driver runs the TLS handshake; it reports with `Engine::on_tls`.
+    Tls,
 }
 
 /// The send side's operation.
@@ -107,6 +112,8 @@ pub enum EndReason {
     StreamFailed,
     RecvError,
     SendError,
+    /// The TLS handshake failed (the driver logs why).
+    TlsFailed,
     /// The server shut down and drained it.
     Draining,
     /// The server's drain timeout closed it.
@@ -218,7 +225,8 @@ impl Conn {
             matches!(
                 (from, to),
                 (_, Ended)
-                    | (Handshake, Headers)
+                    | (Handshake, Headers | StartTls)
+                    | (StartTls, Handshake)
                     | (Headers, WaitSlot | Payload(_) | Discard(_))
                     | (WaitSlot | Payload(_) | Discard(_), Headers)
                     | (Discard(_), Discard(_))

@@ -106,6 +106,8 @@ pub struct Client {
     pub recv: Option<(*mut u8, usize)>,
     /// A posted send.
     pub send: Option<*const libc::msghdr>,
+    /// The engine asked to start TLS (the fake has none: a test reports).
+    pub start_tls: bool,
     pub closed: bool,
 }
 
@@ -159,10 +161,15 @@ impl Net {
                     }
                     shut.push((conn, read_only));
                 }
+                Action::StartTls { conn } => {
+                    let c = self.clients.get_mut(&conn).expect("TLS on a known conn");
+                    assert!(!c.start_tls, "TLS started twice on {conn:?}");
+                    c.start_tls = true;
+                }
                 Action::Close { conn } => {
                     let c = self.clients.get_mut(&conn).expect("close of a known conn");
                     assert!(
-                        c.recv.is_none() && c.send.is_none(),
+                        c.recv.is_none() && c.send.is_none() && !c.start_tls,
                         "{conn:?} closed mid-op"
                     );
                     assert!(!c.closed, "{conn:?} closed twice");
@@ -214,6 +221,12 @@ impl Net {
         };
         let recv = c.recv.take().is_some();
         let send = !read_only && c.send.take().is_some();
+        let tls = std::mem::take(&mut c.start_tls);
+        if tls {
+            // The driver's TLS receive ends as a plain one would.
+            self.engine
+                .on_tls(self.now, conn, super::TlsOutcome::Failed);
+        }
         if recv {
             self.engine.on_recv(self.now, conn, Received::Eof);
         }
@@ -221,16 +234,35 @@ impl Net {
             self.engine
                 .on_send(self.now, conn, Sent::Error(libc::EPIPE));
         }
-        if recv || send {
+        if recv || send || tls {
             self.pump();
         }
     }
 
     pub fn connect(&mut self) -> ConnId {
-        let id = self.engine.accept(self.now, None).expect("not draining");
+        self.connect_with(None)
+    }
+
+    /// A connection whose handshake began elsewhere (a TLS listener's).
+    pub fn connect_with(&mut self, handshake: Option<Box<proto::Handshake>>) -> ConnId {
+        let id = self
+            .engine
+            .accept(self.now, handshake)
+            .expect("not draining");
         self.clients.insert(id, Client::default());
         self.pump();
         id
+    }
+
+    /// Reports the TLS handshake the engine asked `conn`'s driver for.
+    pub fn tls_done(&mut self, conn: ConnId, outcome: super::TlsOutcome) {
+        let c = self.clients.get_mut(&conn).expect("a known conn");
+        assert!(
+            std::mem::take(&mut c.start_tls),
+            "no TLS started on {conn:?}"
+        );
+        self.engine.on_tls(self.now, conn, outcome);
+        self.pump();
     }
 
     pub fn write(&mut self, conn: ConnId, bytes: &[u8]) {

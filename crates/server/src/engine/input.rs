@@ -87,6 +87,7 @@ impl Engine {
             }
             let step = match c.input {
                 Input::Handshake => self.handshake_input(id),
+                Input::StartTls => self.start_tls(id),
                 Input::Headers => self.header_input(id),
                 Input::Payload(r) => self.payload_input(id, r),
                 Input::Discard(left) => self.discard_input(id, left),
@@ -131,7 +132,12 @@ impl Engine {
                 c.set_input(Input::Headers);
                 Step::Again
             }
-            // STARTTLS is answered only on a TLS listener's thread, never here.
+            // TLS starts once the answer has left; a byte the client sent
+            // after STARTTLS and before TLS breaks the protocol.
+            HandshakeStatus::StartTls if c.buffered() == 0 => {
+                c.set_input(Input::StartTls);
+                Step::Again
+            }
             HandshakeStatus::Closed | HandshakeStatus::StartTls => {
                 c.ending(EndReason::HandshakeEnded);
                 c.set_input(Input::Ended);
@@ -246,7 +252,7 @@ impl Engine {
                     .then(|| req.payload_target(bs).map(|t| (r, t)))
                     .flatten()
             }
-            Input::Headers | Input::WaitSlot | Input::Ended => return,
+            Input::Headers | Input::WaitSlot | Input::StartTls | Input::Ended => return,
         };
         let (buf, len, op) = match direct {
             Some((r, (buf, len))) => (buf, len, RecvOp::Direct(r)),

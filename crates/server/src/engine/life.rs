@@ -177,6 +177,11 @@ impl Engine {
         );
     }
 
+    /// The client of a connection, as [`Engine::set_peer`] named it.
+    pub fn peer(&self, id: ConnId) -> &str {
+        self.conn_ref(id).map_or("", |c| &c.peer)
+    }
+
     /// Names the client of a connection just accepted, for its logs, and
     /// tells the pacer its host: connections from one address share that
     /// host's link (a Unix client is a host of its own).
@@ -201,7 +206,7 @@ impl Engine {
     fn deadline(&self, c: &Conn) -> Option<Nanos> {
         let t = &self.timeouts;
         match c.input {
-            Input::Handshake => Some(c.accepted_at + t.handshake),
+            Input::Handshake | Input::StartTls => Some(c.accepted_at + t.handshake),
             // No ICReq yet; or a PDU half received (an idle queue has no
             // timeout here: NVMe's keep-alive is the host's to ask for).
             Input::Pdus => match &c.phase {

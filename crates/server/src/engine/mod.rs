@@ -16,6 +16,7 @@
 //! - `turns.rs`: `Turns`, a connection's READ turns (a stream runs alone).
 //! - `output.rs`: replies and sends.
 //! - `life.rs`: accepting, closing, timeouts, draining.
+//! - `tls.rs`: STARTTLS: when the driver starts TLS, and what follows.
 //! - `nvme.rs`: the NVMe/TCP front end (NBD's is `input.rs`, `slot.rs`'s
 //!   reply encoding and the handshake in `proto`).
 //! - `trace.rs`: the ring of the last request state changes, which
@@ -32,6 +33,7 @@ mod pieces;
 mod request;
 mod slot;
 mod stream;
+mod tls;
 mod trace;
 mod turns;
 
@@ -119,6 +121,20 @@ pub enum Action {
     Shutdown { conn: ConnId, read_only: bool },
     /// Nothing is in flight on this socket any more: close it.
     Close { conn: ConnId },
+    /// STARTTLS was answered: run the TLS handshake on this connection, and
+    /// from then on receive and send through TLS; report the handshake
+    /// with [`Engine::on_tls`].
+    StartTls { conn: ConnId },
+}
+
+/// How a connection's TLS handshake ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsOutcome {
+    /// Up; with the common name of the client's certificate, if it sent one.
+    Up {
+        cert_name: Option<String>,
+    },
+    Failed,
 }
 
 /// A receive's outcome.
@@ -269,6 +285,13 @@ impl Engine {
     pub fn on_recv(&mut self, now: Nanos, conn: ConnId, result: Received) {
         self.set_now(now);
         self.recv_done(conn, result);
+        self.settle();
+    }
+
+    /// `conn`'s TLS handshake (after [`Action::StartTls`]) ended.
+    pub fn on_tls(&mut self, now: Nanos, conn: ConnId, outcome: TlsOutcome) {
+        self.set_now(now);
+        self.tls_done(conn, outcome);
         self.settle();
     }
 

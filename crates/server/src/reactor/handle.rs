@@ -16,8 +16,9 @@ pub enum Msg {
     NewConn(OwnedFd, String),
     /// An NVMe/TCP connection and its peer's description.
     NewNvme(OwnedFd, String),
-    /// A connection whose handshake began elsewhere (a TLS listener's
-    /// thread): resume it. The fd is plaintext (a TLS relay's socketpair end).
+    /// A connection with a handshake of its own: a TLS listener's (which
+    /// offers STARTTLS; the reactor then runs TLS on the fd, `reactor::tls`)
+    /// or one under access rules for its address.
     Resume(OwnedFd, Box<proto::Handshake>, String),
     Stats(mpsc::Sender<ReactorStats>),
     /// The requests in flight a trace query names, with their state changes.

@@ -6,11 +6,13 @@
 //!
 //! Its parts: [`handle`] what other threads touch (inbox, eventfd),
 //! [`op`] the tag of each SQE, [`socks`] the connections' sockets and
-//! splicing sends, [`wait`] how each turn waits (sleep, spin, gather).
+//! splicing sends, [`tls`] the TLS sessions of connections that STARTTLS,
+//! [`wait`] how each turn waits (sleep, spin, gather).
 
 mod handle;
 mod op;
 mod socks;
+mod tls;
 mod wait;
 
 use std::io;
@@ -29,6 +31,7 @@ use pool::SharedPool;
 pub use handle::{Msg, ReactorHandle};
 use op::Op;
 use socks::{Drained, Socks};
+use tls::{TlsConns, TlsOut};
 use wait::Waiter;
 
 use crate::engine::{
@@ -65,6 +68,9 @@ pub struct Reactor {
     catalog: Arc<Catalog>,
     engine: Engine,
     socks: Socks,
+    tls: TlsConns,
+    /// What `tls` asked for, executed by `run_tls`.
+    tls_out: Vec<TlsOut>,
     actions: Vec<Action>,
     /// Results of failed earlier SQEs of linked chains, until their tails complete.
     chain_errors: Vec<(IoToken, IoResult)>,
@@ -117,7 +123,7 @@ impl Reactor {
             ring,
             handle,
             event_buf: Box::new(0),
-            catalog,
+            catalog: catalog.clone(),
             engine,
             socks: Socks::new(
                 settings.id,
@@ -125,6 +131,8 @@ impl Reactor {
                 settings.unix_send_buffer,
                 lendable,
             ),
+            tls: TlsConns::new(settings.id, catalog.tls.clone()),
+            tls_out: Vec::new(),
             actions: Vec::new(),
             chain_errors: Vec::new(),
             origin,
@@ -162,7 +170,7 @@ impl Reactor {
             let now = self.clock();
             let recvs = cqes
                 .iter()
-                .any(|&(u, _)| matches!(Op::decode(u), Some(Op::Recv(_))));
+                .any(|&(u, _)| matches!(Op::decode(u), Some(Op::Recv(_) | Op::TlsRecv(_))));
             self.wait.on_completions(now, !cqes.is_empty(), recvs);
             for &(user_data, res) in &cqes {
                 self.dispatch(user_data, res);
@@ -228,6 +236,9 @@ impl Reactor {
     fn execute(&mut self, action: Action) {
         match action {
             Action::Recv { conn, buf, len } => {
+                if self.tls.recv(conn, buf, len, &mut self.tls_out) {
+                    return self.run_tls();
+                }
                 let Some(fd) = self.socks.fd(conn) else {
                     return;
                 };
@@ -237,6 +248,9 @@ impl Reactor {
                 self.push_sqe(sqe);
             }
             Action::Send { conn, msg } => {
+                if self.tls.send(conn, msg, &mut self.tls_out) {
+                    return self.run_tls();
+                }
                 let Some(fd) = self.socks.fd(conn) else {
                     return;
                 };
@@ -252,6 +266,9 @@ impl Reactor {
             }
             Action::Submit { io, export, req } => self.submit(io, export, req),
             Action::Shutdown { conn, read_only } => {
+                if !read_only {
+                    self.tls.shutdown(conn);
+                }
                 if let Some(fd) = self.socks.fd(conn) {
                     let how = if read_only {
                         libc::SHUT_RD
@@ -263,10 +280,45 @@ impl Reactor {
                 }
             }
             Action::Close { conn } => {
+                self.tls.close(conn);
                 self.socks.close(conn);
                 self.conn_gone();
             }
+            Action::StartTls { conn } => {
+                let fd = self.socks.fd(conn).unwrap_or(-1);
+                let peer = self.engine.peer(conn);
+                self.tls.start(conn, fd, peer, &mut self.tls_out);
+                self.run_tls();
+            }
         }
+    }
+
+    /// Executes what the TLS sessions asked for: ciphertext SQEs, and the
+    /// engine's events they answer.
+    fn run_tls(&mut self) {
+        let mut outs = std::mem::take(&mut self.tls_out);
+        let now = self.now;
+        for out in outs.drain(..) {
+            match out {
+                TlsOut::Recv { conn, fd, buf, len } => {
+                    let sqe = opcode::Recv::new(types::Fd(fd), buf, len as u32)
+                        .build()
+                        .user_data(Op::TlsRecv(conn).encode());
+                    self.push_sqe(sqe);
+                }
+                TlsOut::Send { conn, fd, buf, len } => {
+                    let sqe = opcode::Send::new(types::Fd(fd), buf, len as u32)
+                        .flags(libc::MSG_NOSIGNAL)
+                        .build()
+                        .user_data(Op::TlsSend(conn).encode());
+                    self.push_sqe(sqe);
+                }
+                TlsOut::Tls(conn, outcome) => self.engine.on_tls(now, conn, outcome),
+                TlsOut::Received(conn, result) => self.engine.on_recv(now, conn, result),
+                TlsOut::Sent(conn, result) => self.engine.on_send(now, conn, result),
+            }
+        }
+        self.tls_out = outs;
     }
 
     /// One connection fewer for the acceptor's count (it counted it in).
@@ -337,6 +389,17 @@ impl Reactor {
                 }
             }
             Some(Op::Io { io, link }) => self.io_cqe(io, link, res),
+            Some(Op::TlsRecv(conn)) => {
+                if res > 0 {
+                    self.wait.on_received(res as usize);
+                }
+                self.tls.recv_done(conn, res, &mut self.tls_out);
+                self.run_tls();
+            }
+            Some(Op::TlsSend(conn)) => {
+                self.tls.send_done(conn, res, &mut self.tls_out);
+                self.run_tls();
+            }
             None => tracing::error!(reactor = self.id, user_data, "unknown completion"),
         }
     }

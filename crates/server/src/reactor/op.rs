@@ -12,6 +12,10 @@ pub(super) enum Op {
     Send(ConnId),
     /// A splicing send's socket became writable (a poll).
     Splice(ConnId),
+    /// A TLS connection's ciphertext receive, into its session's buffer.
+    TlsRecv(ConnId),
+    /// A TLS connection's ciphertext send, from its session's output.
+    TlsSend(ConnId),
     /// A device IO's SQE; `link` for an earlier SQE of a linked chain, which
     /// completes only on error.
     Io {
@@ -27,6 +31,8 @@ const OP_RECV: u64 = 2;
 const OP_SEND: u64 = 3;
 const OP_IO: u64 = 4;
 const OP_SPLICE: u64 = 5;
+const OP_TLS_RECV: u64 = 6;
+const OP_TLS_SEND: u64 = 7;
 
 impl Op {
     pub(super) fn encode(self) -> u64 {
@@ -36,6 +42,8 @@ impl Op {
             Op::Recv(c) => (OP_RECV << 60) | conn(c),
             Op::Send(c) => (OP_SEND << 60) | conn(c),
             Op::Splice(c) => (OP_SPLICE << 60) | conn(c),
+            Op::TlsRecv(c) => (OP_TLS_RECV << 60) | conn(c),
+            Op::TlsSend(c) => (OP_TLS_SEND << 60) | conn(c),
             Op::Io { io, link } => (OP_IO << 60) | (u64::from(link) << 56) | io.encode(),
         }
     }
@@ -50,6 +58,8 @@ impl Op {
             OP_RECV => Op::Recv(conn()),
             OP_SEND => Op::Send(conn()),
             OP_SPLICE => Op::Splice(conn()),
+            OP_TLS_RECV => Op::TlsRecv(conn()),
+            OP_TLS_SEND => Op::TlsSend(conn()),
             OP_IO => Op::Io {
                 io: IoToken::decode(v & ((1 << 56) - 1)),
                 link: (v >> 56) & 1 == 1,
@@ -75,6 +85,8 @@ mod tests {
             Op::Recv(conn),
             Op::Send(ConnId { index: 3, gen: 1 }),
             Op::Splice(ConnId { index: 9, gen: 2 }),
+            Op::TlsRecv(ConnId { index: 4, gen: 5 }),
+            Op::TlsSend(conn),
             Op::Io {
                 io: IoToken::whole(ReqId(u32::MAX)),
                 link: false,

@@ -4,7 +4,7 @@
 use bdev::{IoOp, IoResult};
 use pace::pacer::IoKind;
 use pace::Nanos;
-use server::engine::{Action, ConnId, Input, IoToken, Received, Sent};
+use server::engine::{Action, ConnId, Input, IoToken, Received, Sent, TlsOutcome};
 
 use super::{Dir, Ev, Sim};
 use crate::hosts::{self, Dial};
@@ -81,6 +81,11 @@ impl Sim<'_> {
                 }
             }
             Action::Send { conn, msg } => self.post_send(r, conn, msg),
+            // The simulated hosts never ask for STARTTLS.
+            Action::StartTls { conn } => {
+                debug_assert!(false, "reactor {r}: STARTTLS on {conn:?}");
+                self.target.engines[r].on_tls(self.now, conn, TlsOutcome::Failed);
+            }
             Action::Submit { io, export, req } => {
                 let device = self.target.device(export);
                 let kind = match req.op {
