@@ -114,12 +114,7 @@ fn stop_with_pool_full(server: Server, buffers: u64) {
     server.assert_quiescent(buffers);
     let (status, log) = server.stop();
     assert!(status.success(), "{log}");
-    let field = |name: &str| {
-        let at = log.find(name).map(|i| &log[i + name.len()..]);
-        at.and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse::<u64>().ok())
-    };
-    let (free, total) = (field("free_buffers="), field("total="));
+    let (free, total) = pool_at_exit(&log);
     assert!(
         free.is_some() && free == total,
         "every buffer back at exit:\n{log}"

@@ -88,12 +88,7 @@ fn sigterm_with_io_in_flight_drains_and_exits_0() {
     let _ = fio.wait();
     assert!(status.success(), "exit {status}:\n{text}");
     // 256 large buffers and the small ones, all back.
-    let field = |name: &str| {
-        let at = text.find(name).map(|i| &text[i + name.len()..]);
-        at.and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse::<u64>().ok())
-    };
-    let (free, total) = (field("free_buffers="), field("total="));
+    let (free, total) = pool_at_exit(&text);
     assert!(
         free.is_some() && free == total && total >= Some(256),
         "every buffer back at exit:\n{text}"

@@ -60,11 +60,7 @@ fn libnbd_and_qemu_connect_with_tls_and_others_are_refused() {
     let certs = tempfile::tempdir().expect("tempdir");
     make_certs(certs.path());
     let server = tls_server("require", certs.path());
-    let nbds = format!(
-        "nbds://127.0.0.1:{}/default?tls-certificates={}",
-        server.port,
-        certs.path().display()
-    );
+    let nbds = nbds_uri(server.port, "default", certs.path());
     let out = nbdinfo(&nbds);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -77,11 +73,7 @@ fn libnbd_and_qemu_connect_with_tls_and_others_are_refused() {
     // No TLS on a `require` listener: every option is refused.
     assert!(!nbdinfo(&server.tcp_uri("default")).status.success());
     // TLS without a client certificate signed by the CA.
-    let nocert = format!(
-        "nbds://127.0.0.1:{}/default?tls-certificates={}/nocert",
-        server.port,
-        certs.path().display()
-    );
+    let nocert = nbds_uri(server.port, "default", &certs.path().join("nocert"));
     assert!(!nbdinfo(&nocert).status.success());
 
     // qemu-img writes 4 MiB through TLS and reads them back.
@@ -155,11 +147,7 @@ fn require_answers_options_with_tls_reqd_and_on_serves_plaintext() {
 
     let server = tls_server("on", certs.path());
     assert!(nbdinfo(&server.tcp_uri("default")).status.success());
-    let nbds = format!(
-        "nbds://127.0.0.1:{}/default?tls-certificates={}",
-        server.port,
-        certs.path().display()
-    );
+    let nbds = nbds_uri(server.port, "default", certs.path());
     assert!(nbdinfo(&nbds).status.success());
     roundtrip_ok(&server);
 }
@@ -209,11 +197,7 @@ fn access_rules_deny_and_narrow_by_address_and_certificate_name() {
     // `ro` is writable in plaintext, read-only for the certificate client1.
     let plain = nbdinfo(&server.tcp_uri("ro"));
     assert!(String::from_utf8_lossy(&plain.stdout).contains("is_read_only: false"));
-    let nbds = format!(
-        "nbds://127.0.0.1:{}/ro?tls-certificates={}",
-        server.port,
-        certs.path().display()
-    );
+    let nbds = nbds_uri(server.port, "ro", certs.path());
     let out = nbdinfo(&nbds);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("is_read_only: true"), "{text}");
@@ -303,6 +287,15 @@ fn tls_error_of_client(port: u16, dir: &Path) -> rustls::Error {
     panic!("the server closed without an alert");
 }
 
+/// The NBD-over-TLS URI of `export` on the server at `port`, with client
+/// certificates from `certs`.
+fn nbds_uri(port: u16, export: &str, certs: &Path) -> String {
+    format!(
+        "nbds://127.0.0.1:{port}/{export}?tls-certificates={}",
+        certs.display()
+    )
+}
+
 /// A v1 client certificate (what `openssl x509 -req` makes without
 /// extensions) is refused with its reason in the log, and the client gets
 /// the alert that names the fault (certificate_unknown).
@@ -312,11 +305,7 @@ fn a_client_certificate_that_fails_is_logged_and_alerted() {
     let certs = tempfile::tempdir().expect("tempdir");
     make_certs(certs.path());
     let server = tls_server("require", certs.path());
-    let v1 = format!(
-        "nbds://127.0.0.1:{}/default?tls-certificates={}/v1",
-        server.port,
-        certs.path().display()
-    );
+    let v1 = nbds_uri(server.port, "default", &certs.path().join("v1"));
     let out = nbdinfo(&v1);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
@@ -327,11 +316,7 @@ fn a_client_certificate_that_fails_is_logged_and_alerted() {
         rustls::Error::AlertReceived(rustls::AlertDescription::CertificateUnknown)
     );
     // The server goes on serving others.
-    let good = format!(
-        "nbds://127.0.0.1:{}/default?tls-certificates={}",
-        server.port,
-        certs.path().display()
-    );
+    let good = nbds_uri(server.port, "default", certs.path());
     assert!(nbdinfo(&good).status.success());
     let (status, log) = server.stop();
     assert!(status.success(), "{log}");
@@ -348,11 +333,7 @@ fn tls_clients_killed_mid_io_return_every_buffer() {
     let certs = tempfile::tempdir().expect("tempdir");
     make_certs(certs.path());
     let server = tls_server("require", certs.path());
-    let nbds = format!(
-        "nbds://127.0.0.1:{}/default?tls-certificates={}",
-        server.port,
-        certs.path().display()
-    );
+    let nbds = nbds_uri(server.port, "default", certs.path());
     let data = certs.path().join("data.raw");
     random_file(&data, 48 << 20, 7);
     for (from, to) in [
@@ -370,12 +351,7 @@ fn tls_clients_killed_mid_io_return_every_buffer() {
     assert!(nbdinfo(&nbds).status.success(), "still serving");
     let (status, text) = server.stop();
     assert!(status.success(), "exit {status}:\n{text}");
-    let field = |name: &str| {
-        let at = text.find(name).map(|i| &text[i + name.len()..]);
-        at.and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse::<u64>().ok())
-    };
-    let (free, total) = (field("free_buffers="), field("total="));
+    let (free, total) = pool_at_exit(&text);
     assert!(
         free.is_some() && free == total,
         "every buffer back at exit:\n{text}"

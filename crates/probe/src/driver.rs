@@ -165,14 +165,7 @@ pub fn measure_jobs(jobs: &[Job], rule: &StopRule) -> Result<(Measurement, Vec<J
                 .join()
                 .map_err(|_| "a probe worker panicked".to_string())??;
             hist.add(&part).map_err(|e| e.to_string())?;
-            // The median window: robust to the probe being descheduled.
-            let rate = median(&windows.per_job[i]);
-            per_job.push(JobStats {
-                rate,
-                bytes_per_s: rate * jobs[i].workload.mean_bs(),
-                p50_us: part.value_at_quantile(0.5) as f64 / 1000.0,
-                p99_us: part.value_at_quantile(0.99) as f64 / 1000.0,
-            });
+            per_job.push(JobStats::of(&jobs[i], &windows.per_job[i], &part));
         }
         Ok::<_, String>((windows, hist, per_job))
     })?;
@@ -205,6 +198,20 @@ pub fn measure_jobs(jobs: &[Job], rule: &StopRule) -> Result<(Measurement, Vec<J
         secs: windows.secs,
     };
     Ok((m, per_job))
+}
+
+impl JobStats {
+    /// Job `job`'s stats from its windows' rates and its latencies.
+    fn of(job: &Job, window_rates: &[f64], hist: &Histogram<u64>) -> JobStats {
+        // The median window: robust to the probe being descheduled.
+        let rate = median(window_rates);
+        JobStats {
+            rate,
+            bytes_per_s: rate * job.workload.mean_bs(),
+            p50_us: hist.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_us: hist.value_at_quantile(0.99) as f64 / 1000.0,
+        }
+    }
 }
 
 /// Samples the completion rate once a window until the rule stops the point.

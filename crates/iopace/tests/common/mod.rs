@@ -357,6 +357,16 @@ pub fn run(cmd: &mut Command, limit: Duration) -> Output {
 }
 
 /// Writes `len` bytes of deterministic pseudo-random data to `path`.
+/// The buffer pool as the server's exit log reports it: (free, total).
+pub fn pool_at_exit(log: &str) -> (Option<u64>, Option<u64>) {
+    let field = |name: &str| {
+        let at = log.find(name).map(|i| &log[i + name.len()..]);
+        at.and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    (field("free_buffers="), field("total="))
+}
+
 pub fn random_file(path: &Path, len: usize, seed: u64) {
     let mut x = seed | 1;
     let mut data = vec![0u8; len];
