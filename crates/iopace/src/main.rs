@@ -458,11 +458,24 @@ fn stats(args: StatsArgs) -> ExitCode {
     }
 }
 
+/// Writes `text` to stdout. A reader that went away (`iopace rpc ... |
+/// head`) is not an error: the output was for it alone.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("iopace: stdout: {e}");
+        }
+    }
+}
+
 fn stats_once(args: &StatsArgs) -> ExitCode {
     let printed = if args.json {
-        admin::call(&args.rpc, "get_stats", serde_json::Value::Null).map(|v| println!("{v:#}"))
+        admin::call(&args.rpc, "get_stats", serde_json::Value::Null)
+            .map(|v| print_out(&format!("{v:#}\n")))
     } else {
-        admin::get_stats(&args.rpc).map(|reply| print!("{}", stats_report::render(&reply)))
+        admin::get_stats(&args.rpc).map(|reply| print_out(&stats_report::render(&reply)))
     };
     match printed {
         Ok(()) => ExitCode::SUCCESS,
@@ -483,7 +496,7 @@ fn rpc(args: RpcArgs) -> ExitCode {
     };
     match admin::call(&args.rpc, &args.method, params) {
         Ok(v) => {
-            println!("{v:#}");
+            print_out(&format!("{v:#}\n"));
             ExitCode::SUCCESS
         }
         Err(e) => {
