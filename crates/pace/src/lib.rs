@@ -4,7 +4,4 @@
 pub use types::Nanos;
 
 pub mod pacer;
-/// The buffer pool is its own crate (`crates/pool`); this name stays for
-/// the engine's imports until they name `pool` directly.
-pub use pool;
 pub mod stats;

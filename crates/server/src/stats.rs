@@ -7,9 +7,9 @@ pub use admin::stats::{
     BufferStats, ExportStats, OpCount, PacerStats, ReactorStats, StatsReply, LATENCY_BUCKETS_S,
     RECENT_WINDOW_S,
 };
-use pace::pool::PoolStats;
 use pace::stats::{LatencyHist, ReqState, StateCounts, TimeAvg};
 use pace::Nanos;
+use pool::PoolStats;
 use proto::Command;
 
 use crate::exports::Catalog;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bdev::{IoRequest, Prep};
 use pace::pacer::Pacer;
-use pace::pool::{PoolConfig, SharedPool};
 use pace::Nanos;
+use pool::{PoolConfig, SharedPool};
 use proto::{Command, Request};
 
 use super::*;

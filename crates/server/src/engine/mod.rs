@@ -43,8 +43,8 @@ use std::sync::Arc;
 
 use bdev::{IoRequest, IoResult};
 use pace::pacer::{Pacer, PacingConfig};
-use pace::pool::{BufId, ReactorBufs, SharedPool};
 use pace::Nanos;
+use pool::{BufId, ReactorBufs, SharedPool};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use pace::pacer::Pacer;
-use pace::pool::{PoolConfig, SharedPool};
+use pool::{PoolConfig, SharedPool};
 use proto::nvme::cmd::{admin, fctype, io, sgl, Sgl, Sqe};
 use proto::nvme::ctrl::Connect;
 use proto::nvme::decode::{Decoded, Decoder, Role};

@@ -12,7 +12,7 @@
 //! ```
 
 use pace::pacer::IoKind;
-use pace::pool::{Alloc, BufId};
+use pool::{Alloc, BufId};
 
 use super::conn::{Input, Life, RecvOp};
 use super::ids::{ConnId, IoToken, ReqId};

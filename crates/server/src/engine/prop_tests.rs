@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use pace::pool::PoolConfig;
+use pool::PoolConfig;
 use proptest::prelude::*;
 use proto::Command;
 

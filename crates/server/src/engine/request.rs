@@ -25,7 +25,7 @@
 
 use bdev::IoResult;
 use pace::pacer::{IoKind, PacedIo};
-use pace::pool::{Alloc, BufId};
+use pool::{Alloc, BufId};
 use proto::Command;
 
 use super::conn::{EndReason, Input, Life, Phase};

@@ -3,9 +3,9 @@
 //! capacity and the hot path does not allocate.
 
 use bdev::{IoOp, IoRequest};
-use pace::pool::BufId;
 use pace::stats::ReqState as StatState;
 use pace::Nanos;
+use pool::BufId;
 use proto::Command;
 
 use super::ids::ConnId;

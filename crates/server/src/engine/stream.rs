@@ -26,7 +26,7 @@
 //! so what holds its flow's windows and the pool moves.
 
 use pace::pacer::IoKind;
-use pace::pool::BufId;
+use pool::BufId;
 
 use super::conn::{EndReason, Life};
 use super::ids::{ConnId, IoToken, ReqId};

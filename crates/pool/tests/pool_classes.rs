@@ -3,7 +3,7 @@
 //! one 8 KiB small buffer makes 16 and 32 KiB classes of none; an IO that
 //! fitted one took its place in their queue and waited forever.
 
-use pace::pool::{Alloc, PoolConfig, SharedPool};
+use pool::{Alloc, PoolConfig, SharedPool};
 
 #[test]
 fn an_io_whose_class_has_no_buffers_takes_a_large_one() {
