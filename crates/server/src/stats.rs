@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
-pub use admin::stats::{
-    BufferStats, ExportStats, OpCount, PacerStats, ReactorStats, StatsReply, LATENCY_BUCKETS_S,
-    RECENT_WINDOW_S,
+pub(crate) use admin::stats::{
+    BufferStats, ExportStats, OpCount, PacerStats, ReactorStats, LATENCY_BUCKETS_S, RECENT_WINDOW_S,
 };
 use pace::stats::{LatencyHist, ReqState, StateCounts, TimeAvg};
 use pace::Nanos;
@@ -277,6 +276,7 @@ impl StatsCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use admin::stats::StatsReply;
 
     /// "Recent" latency covers the last one to two windows; older IOs only
     /// count since start.
