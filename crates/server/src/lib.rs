@@ -22,7 +22,7 @@ pub mod tls;
 pub mod trace_rpc;
 
 /// The config crate, also under this crate's name for it: the engine's and
-/// the NVMe/TCP driver's `crate::config::..` paths stay as they were.
+/// the NVMe/TCP driver's `config::..` paths stay as they were.
 pub use config;
 use config::access;
 pub use config::{Config, ConfigError, LoadedConfig};

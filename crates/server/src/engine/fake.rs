@@ -66,7 +66,7 @@ fn engine_over_pool(body: &str, mode: &str, pool: PoolConfig, timeouts: Timeouts
         pool.num_small_buffers,
         pool.small_buffer_size.max(4096),
     );
-    let loaded = crate::config::Config::parse(&text, "test.toml").expect("test config");
+    let loaded = config::Config::parse(&text, "test.toml").expect("test config");
     let catalog = Arc::new(Catalog::build(&loaded).expect("catalog"));
     let pool = SharedPool::new(loaded.config.buffers.pool()).expect("pool");
     let bufs = pool.register_reactor(Box::new(|| {}));

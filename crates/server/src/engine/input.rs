@@ -121,7 +121,7 @@ impl Engine {
             HandshakeStatus::Negotiating => Step::Stop,
             HandshakeStatus::Done(neg) => {
                 // The config holds at most MAX_EXPORTS exports.
-                debug_assert!(neg.export_index < crate::config::MAX_EXPORTS);
+                debug_assert!(neg.export_index < config::MAX_EXPORTS);
                 let Ok(export) = u16::try_from(neg.export_index) else {
                     c.ending(EndReason::HandshakeEnded);
                     c.set_input(Input::Ended);

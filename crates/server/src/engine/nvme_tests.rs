@@ -30,7 +30,7 @@ fn nvme_net_with(mode: &str, buffers: u32, export: &str) -> Net {
          [buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"4096\"\nbuf_cache_size = 2\n\n\
          [pacing]\nmode = \"{mode}\"\n"
     );
-    let loaded = crate::config::Config::parse(&text, "test.toml").expect("test config");
+    let loaded = config::Config::parse(&text, "test.toml").expect("test config");
     let mut catalog = Catalog::build(&loaded).expect("catalog");
     let bytes = u64::from(buffers) * u64::from(BUF_SIZE);
     catalog.nvme = Some(crate::nvmf::target(&[], &loaded, &catalog, bytes));

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use proto::nvme::ctrl::{Limits, Listener, Namespace, Subsystem, Target};
 
-use crate::config::LoadedConfig;
 use crate::engine::NvmeTarget;
 use crate::exports::Catalog;
+use config::LoadedConfig;
 
 /// Binds every `[server] nvme_tcp` address; Err says which failed and why.
 pub fn bind(addrs: &[String]) -> Result<Vec<TcpListener>, String> {
