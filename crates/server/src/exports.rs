@@ -79,11 +79,16 @@ pub struct Catalog {
     /// Who may open which export, in export order.
     pub access: config::access::Policy,
     /// The NVMe/TCP controllers, when NVMe/TCP is served.
-    pub nvme: Option<Arc<crate::engine::NvmeTarget>>,
+    pub nvme: Option<Arc<NvmeTarget>>,
     /// Each export's dirty bitmaps (as `Export::dirty`), for handshakes.
     dirty: Arc<[Arc<DirtyBitmaps>]>,
     /// The rustls configuration of `[tls]`, for connections that STARTTLS.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// What every engine's NVMe/TCP connections share: the controllers.
+pub struct NvmeTarget {
+    pub target: std::sync::Mutex<proto::nvme::ctrl::Target>,
 }
 
 impl Catalog {

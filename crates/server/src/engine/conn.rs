@@ -7,7 +7,7 @@ use pace::Nanos;
 use proto::{Handshake, Negotiated};
 
 use super::ids::{ConnId, ReqId};
-use super::nvme::NvmeConn;
+use super::nvme_conn::NvmeConn;
 use super::turns::Turns;
 
 /// Receive buffer size: large enough to batch many request headers per recv
@@ -34,6 +34,14 @@ pub enum Phase {
     },
     /// NVMe/TCP, its queue in front (`engine/nvme.rs`).
     Nvme(Box<NvmeConn>),
+}
+
+/// What one pass over a connection's buffered input did next.
+pub enum Step {
+    /// Consumed something; look again.
+    Again,
+    /// Needs more bytes, or is waiting for something else.
+    Stop,
 }
 
 /// What the connection's next input bytes are.

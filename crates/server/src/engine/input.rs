@@ -3,18 +3,10 @@
 
 use proto::HandshakeStatus;
 
-use super::conn::{EndReason, Input, Life, Phase, RecvOp, DIRECT_RECV_MIN};
+use super::conn::{EndReason, Input, Life, Phase, RecvOp, Step, DIRECT_RECV_MIN};
 use super::ids::ConnId;
 use super::slot::PieceState;
 use super::{conn_at, Action, Engine, Received};
-
-/// What one pass over a connection's buffered input did next.
-pub(super) enum Step {
-    /// Consumed something; look again.
-    Again,
-    /// Needs more bytes, or is waiting for something else.
-    Stop,
-}
 
 impl Engine {
     pub(super) fn recv_done(&mut self, id: ConnId, result: Received) {

@@ -8,7 +8,7 @@ use proto::Handshake;
 
 use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, ReqId, GEN_MASK};
-use super::nvme::NvmeConn;
+use super::nvme_conn::NvmeConn;
 use super::slot::ReqStage;
 use super::{conn_at, Action, Engine, Opening};
 

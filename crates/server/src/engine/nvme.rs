@@ -15,77 +15,20 @@
 //! A connection is a flow of the host its Connect names (its host NQN):
 //! all the queues of one host share that host's link in the pacer.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
-
-use proto::nvme::ctrl::{IoOp, Target};
+use proto::nvme::ctrl::IoOp;
 use proto::nvme::queue::{Action as QAction, DataStart, DevOp, Queue};
 use proto::nvme::Status;
 use proto::Command;
 
-use super::conn::{EndReason, Input, Life, Phase};
+use super::conn::{EndReason, Input, Life, Phase, Step};
 use super::ids::{ConnId, ReqId};
-use super::input::Step;
+use super::nvme_conn::{NvmeConn, Waiting};
 use super::slot::{ReplyStyle, ReqOrigin, ReqStage};
 use super::{conn_at, Engine};
-use crate::exports::Catalog;
 
 /// How often each engine checks its queues' controllers (keep-alive
 /// expiry, resets, an admin queue gone), and takes their async events.
 const CHECK_EVERY: pace::Nanos = 100_000_000;
-
-/// What every engine's NVMe/TCP connections share: the controllers.
-pub struct NvmeTarget {
-    pub target: Mutex<Target>,
-}
-
-/// One NVMe/TCP connection (one queue of a controller).
-pub struct NvmeConn {
-    queue: Queue,
-    /// (cntlid, qid, export) once its Connect succeeded; the discovery
-    /// controller has no export.
-    bound: Option<(u16, u16, Option<u16>)>,
-    /// Commands holding a request slot, by command id.
-    slots: HashMap<u16, ReqId>,
-    /// Commands waiting for a slot or for the connection's share of the
-    /// pool, in arrival order.
-    waiting: VecDeque<Waiting>,
-}
-
-/// A command that needs a request slot.
-#[derive(Debug)]
-enum Waiting {
-    /// A READ or WRITE asking for admission.
-    Data { cid: u16, write: bool },
-    /// A command without data the device runs.
-    Op { cid: u16, op: DevOp },
-}
-
-impl NvmeConn {
-    pub fn new(catalog: &Catalog) -> NvmeConn {
-        let limits = catalog
-            .nvme
-            .as_ref()
-            .and_then(|n| n.target.lock().ok().map(|t| t.limits))
-            .unwrap_or_default();
-        NvmeConn {
-            queue: Queue::external(limits),
-            bound: None,
-            slots: HashMap::new(),
-            waiting: VecDeque::new(),
-        }
-    }
-
-    /// Past ICReq.
-    pub fn initialized(&self) -> bool {
-        self.queue.digests().is_some()
-    }
-
-    /// The export its subsystem serves, once connected.
-    pub fn export(&self) -> Option<u16> {
-        self.bound.and_then(|(_, _, e)| e)
-    }
-}
 
 /// The NVMe connection behind `c`, if it is one.
 fn nvme_of(c: &mut super::conn::Conn) -> Option<&mut NvmeConn> {

@@ -8,8 +8,7 @@ use std::net::SocketAddr;
 
 use config::access::Client;
 
-use super::conn::{EndReason, Input, Life, Phase, RecvOp, SendOp};
-use super::input::Step;
+use super::conn::{EndReason, Input, Life, Phase, RecvOp, SendOp, Step};
 use super::{conn_at, Action, ConnId, Engine, TlsOutcome};
 
 impl Engine {

@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use proto::nvme::ctrl::{Limits, Listener, Namespace, Subsystem, Target};
 
-use crate::engine::NvmeTarget;
-use crate::exports::Catalog;
+use crate::exports::{Catalog, NvmeTarget};
 use config::LoadedConfig;
 
 /// Binds every `[server] nvme_tcp` address; Err says which failed and why.
