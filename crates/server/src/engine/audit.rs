@@ -40,9 +40,9 @@ impl Engine {
         per_conn.resize_with(self.conns.len(), ConnBooks::default);
         let bufs = self.audit_requests(&mut per_conn)?;
         ensure!(
-            self.bufs.in_use() == bufs,
+            self.io.bufs.in_use() == bufs,
             "buffers held {} vs. buffers counted {bufs}",
-            self.bufs.in_use()
+            self.io.bufs.in_use()
         );
         ensure!(
             self.free_reqs.len() + self.requests_in_use() == self.reqs.len(),
@@ -59,9 +59,9 @@ impl Engine {
             self.requests_in_use()
         );
         ensure!(
-            self.stats.requests_in_flight() == live as u64,
+            self.io.stats.requests_in_flight() == live as u64,
             "state statistics vs. slot states: {} vs. {live}",
-            self.stats.requests_in_flight()
+            self.io.stats.requests_in_flight()
         );
         for c in self.conns.iter().flatten() {
             self.audit_conn(c, &per_conn[c.id.index as usize])?;
@@ -72,7 +72,7 @@ impl Engine {
     /// Bytes received and sent since the start, as counted: a driver
     /// checks them against what it moved.
     pub fn bytes_moved(&self) -> (u64, u64) {
-        (self.stats.bytes_in, self.stats.bytes_out)
+        (self.io.stats.bytes_in, self.io.stats.bytes_out)
     }
 
     /// Each live request's books, added up per connection; returns the
@@ -108,7 +108,7 @@ impl Engine {
             if r.streamed() {
                 // A streamed READ's window is its own.
                 ensure!(
-                    r.pieces_live <= self.payload_cap,
+                    r.pieces_live <= self.io.payload_cap,
                     "request {i} over its window"
                 );
                 ensure!(
@@ -137,7 +137,7 @@ impl Engine {
         if let RecvOp::Direct(r) = c.recv {
             // The kernel writes into that buffer: it must still be ours.
             let req = &self.reqs[r.index()];
-            let k = req.filling_piece(self.buf_size) as usize;
+            let k = req.filling_piece(self.io.buf_size) as usize;
             ensure!(
                 req.state == ReqStage::Payload,
                 "{:?} receives into a dead write",
@@ -183,7 +183,7 @@ impl Engine {
             books.pieces
         );
         ensure!(
-            c.payload_pieces <= self.payload_cap,
+            c.payload_pieces <= self.io.payload_cap,
             "{:?} over its payload cap",
             c.id
         );
@@ -254,20 +254,20 @@ impl Engine {
                     PieceState::Idle | PieceState::Ready | PieceState::Done => Paced::Out,
                     _ => Paced::InFlight,
                 };
-                let len = r.piece_len(k as u32, self.buf_size);
+                let len = r.piece_len(k as u32, self.io.buf_size);
                 let token = IoToken::piece(id, k as u32);
                 bytes += self.audit_paced(token, want, len, &mut queued)?;
             }
         }
         ensure!(
-            self.pacer.queued() == queued,
+            self.io.pacer.queued() == queued,
             "IOs queued in the pacer {} vs. {queued}",
-            self.pacer.queued()
+            self.io.pacer.queued()
         );
         ensure!(
-            self.pacer.bytes_in_flight() == bytes,
+            self.io.pacer.bytes_in_flight() == bytes,
             "bytes in flight in the pacer {} vs. {bytes}",
-            self.pacer.bytes_in_flight()
+            self.io.pacer.bytes_in_flight()
         );
         Ok(())
     }
@@ -281,7 +281,7 @@ impl Engine {
         len: u32,
         queued: &mut usize,
     ) -> Result<u64, String> {
-        let flying = self.pacer.in_flight(token.encode());
+        let flying = self.io.pacer.in_flight(token.encode());
         match want {
             Paced::Queued => *queued += 1,
             _ => ensure!(

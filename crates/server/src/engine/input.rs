@@ -10,14 +10,14 @@ use super::{conn_at, Action, Engine, Received};
 
 impl Engine {
     pub(super) fn recv_done(&mut self, id: ConnId, result: Received) {
-        let now = self.now;
+        let now = self.io.now;
         let Some(c) = conn_at(&mut self.conns, id) else {
             return;
         };
         let op = c.set_recv(RecvOp::Idle);
         self.touched.push(id);
         if let Received::Data(n) = result {
-            self.stats.bytes_in += n as u64;
+            self.io.stats.bytes_in += n as u64;
             c.traffic.bytes_in += n as u64;
         }
         if c.life == Life::Closing {
@@ -119,7 +119,7 @@ impl Engine {
                     c.set_input(Input::Ended);
                     return Step::Stop;
                 };
-                let meta = self.catalog.exports[export as usize].meta_sources(&neg.contexts);
+                let meta = self.io.catalog.exports[export as usize].meta_sources(&neg.contexts);
                 c.phase = Phase::Transmission { export, neg, meta };
                 c.set_input(Input::Headers);
                 Step::Again
@@ -163,7 +163,7 @@ impl Engine {
                     conn = id.index,
                     "closing connection: {e:?}"
                 );
-                self.stats.protocol_errors += 1;
+                self.io.stats.protocol_errors += 1;
                 c.ending(EndReason::ProtocolError);
                 self.close(id);
                 return Step::Stop;
@@ -187,7 +187,7 @@ impl Engine {
     }
 
     fn payload_input(&mut self, id: ConnId, r: super::ReqId) -> Step {
-        let bs = self.buf_size;
+        let bs = self.io.buf_size;
         let Some(c) = conn_at(&mut self.conns, id) else {
             return Step::Stop;
         };
@@ -223,7 +223,7 @@ impl Engine {
     /// Posts the connection's next recv if its input can take bytes: into
     /// the receive buffer, or straight into a WRITE piece's buffer.
     pub(super) fn post_recv(&mut self, id: ConnId) {
-        let (bs, cap) = (self.buf_size, self.conn_cap);
+        let (bs, cap) = (self.io.buf_size, self.conn_cap);
         let Some(c) = conn_at(&mut self.conns, id) else {
             return;
         };
@@ -257,6 +257,6 @@ impl Engine {
             return;
         }
         c.set_recv(op);
-        self.actions.push(Action::Recv { conn: id, buf, len });
+        self.io.actions.push(Action::Recv { conn: id, buf, len });
     }
 }

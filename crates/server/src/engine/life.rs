@@ -28,11 +28,11 @@ impl Engine {
         }
         let phase = match opening {
             Opening::Nbd(handshake) => {
-                Phase::Handshake(handshake.unwrap_or_else(|| Box::new(self.catalog.handshake())))
+                Phase::Handshake(handshake.unwrap_or_else(|| Box::new(self.io.catalog.handshake())))
             }
             Opening::Nvme => {
                 self.nvme_count(true);
-                Phase::Nvme(Box::new(NvmeConn::new(&self.catalog)))
+                Phase::Nvme(Box::new(NvmeConn::new(&self.io.catalog)))
             }
         };
         let index = self.free_conns.pop().unwrap_or_else(|| {
@@ -49,8 +49,8 @@ impl Engine {
             conn.raw_out = h.take_output();
         }
         self.conns[index as usize] = Some(conn);
-        self.stats.conns_total += 1;
-        self.stats.conns_now += 1;
+        self.io.stats.conns_total += 1;
+        self.io.stats.conns_now += 1;
         self.mark_send(id);
         self.touched.push(id);
         self.settle();
@@ -110,7 +110,7 @@ impl Engine {
         if c.send == SendOp::Ready {
             c.set_send(SendOp::Idle);
         }
-        self.actions.push(Action::Shutdown {
+        self.io.actions.push(Action::Shutdown {
             conn: id,
             read_only: false,
         });
@@ -142,18 +142,18 @@ impl Engine {
         }
         let Some(c) = self.conn_ref(id) else { return };
         // Its paced IOs were cancelled or completed before it went quiet.
-        self.pacer.close_flow(c.flow);
+        self.io.pacer.close_flow(c.flow);
         self.conns[id.index as usize] = None;
         self.free_conns.push(id.index);
-        debug_assert!(self.stats.conns_now > 0);
-        self.stats.conns_now -= 1;
-        self.actions.push(Action::Close { conn: id });
+        debug_assert!(self.io.stats.conns_now > 0);
+        self.io.stats.conns_now -= 1;
+        self.io.actions.push(Action::Close { conn: id });
     }
 
     /// The connection's close log: who, which export, why, and what it did.
     fn log_closed(&self, c: &Conn) {
         let name = |i: u16| {
-            (self.catalog.exports.get(usize::from(i))).map_or("?", |e| e.info.name.as_str())
+            (self.io.catalog.exports.get(usize::from(i))).map_or("?", |e| e.info.name.as_str())
         };
         let (export, what) = match &c.phase {
             Phase::Transmission { export, .. } => (name(*export), "connection closed"),
@@ -172,7 +172,7 @@ impl Engine {
             replies = c.traffic.replies,
             bytes_in = c.traffic.bytes_in,
             bytes_out = c.traffic.bytes_out,
-            seconds = (self.now - c.accepted_at) as f64 / 1e9,
+            seconds = (self.io.now - c.accepted_at) as f64 / 1e9,
             "{what}"
         );
     }
@@ -195,7 +195,9 @@ impl Engine {
             if let Ok(addr) = peer.parse::<std::net::SocketAddr>() {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 std::hash::Hash::hash(&addr.ip(), &mut h);
-                self.pacer.open_flow(c.flow, std::hash::Hasher::finish(&h));
+                self.io
+                    .pacer
+                    .open_flow(c.flow, std::hash::Hasher::finish(&h));
             }
         }
     }
@@ -241,7 +243,7 @@ impl Engine {
     /// heap update: an early entry re-arms itself.
     pub(super) fn fire_conn_timers(&mut self) {
         while let Some(Reverse((t, id))) = self.conn_timers.peek().copied() {
-            if t > self.now {
+            if t > self.io.now {
                 return;
             }
             self.conn_timers.pop();
@@ -254,9 +256,9 @@ impl Engine {
             c.timer_at = Nanos::MAX;
             let c = &**self.conns[id.index as usize].as_ref().expect("just seen");
             match self.deadline(c) {
-                Some(d) if d <= self.now && c.life == Life::Open => {
+                Some(d) if d <= self.io.now && c.life == Life::Open => {
                     tracing::info!(reactor = self.id, conn = id.index, input = ?c.input, "connection timed out");
-                    self.stats.timeouts += 1;
+                    self.io.stats.timeouts += 1;
                     if let Some(c) = conn_at(&mut self.conns, id) {
                         c.ending(EndReason::Timeout);
                     }
@@ -284,7 +286,7 @@ impl Engine {
                 continue;
             }
             c.ending(EndReason::Draining);
-            self.actions.push(Action::Shutdown {
+            self.io.actions.push(Action::Shutdown {
                 conn: id,
                 read_only: true,
             });
@@ -303,7 +305,7 @@ impl Engine {
         let Some(since) = self.draining_since else {
             return;
         };
-        if self.now - since <= self.drain_timeout {
+        if self.io.now - since <= self.drain_timeout {
             return;
         }
         for index in 0..self.conns.len() {
@@ -324,6 +326,6 @@ impl Engine {
         let Some(since) = self.draining_since else {
             return false;
         };
-        self.conns.iter().all(Option::is_none) || self.now - since > 2 * self.drain_timeout
+        self.conns.iter().all(Option::is_none) || self.io.now - since > 2 * self.drain_timeout
     }
 }

@@ -26,6 +26,7 @@ mod audit;
 mod conn;
 mod ids;
 mod input;
+mod io;
 mod life;
 mod nvme;
 mod nvme_conn;
@@ -45,15 +46,14 @@ use std::sync::Arc;
 use bdev::{IoRequest, IoResult};
 use pace::pacer::{Pacer, PacingConfig};
 use pace::Nanos;
-use pool::{BufId, ReactorBufs, SharedPool};
-use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use pool::ReactorBufs;
 
 use crate::exports::Catalog;
-use crate::stats::{ReactorStats, StatsCollector};
+use crate::stats::ReactorStats;
 use conn::Conn;
 pub use conn::{Input, Life, RecvOp, SendOp};
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
+use io::IoPath;
 use slot::Req;
 pub use slot::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
@@ -156,11 +156,8 @@ pub enum Sent {
 
 pub struct Engine {
     id: usize,
-    catalog: Arc<Catalog>,
-    pool: Arc<SharedPool>,
-    buf_size: u32,
-    bufs: ReactorBufs,
-    pacer: Pacer,
+    /// The clock, pacer, pool, devices, statistics and the driver's actions.
+    io: IoPath,
     conns: Vec<Option<Box<Conn>>>,
     conn_gens: Vec<u32>,
     free_conns: Vec<u32>,
@@ -174,21 +171,13 @@ pub struct Engine {
     /// Connections an event touched: settled (parse, recv, close) before
     /// the event returns.
     touched: Vec<ConnId>,
-    /// Completions held back by delay bdevs.
-    delayed: BinaryHeap<Reverse<(Nanos, IoToken)>>,
     /// Connection timeouts, checked lazily against each connection's deadline.
     conn_timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
-    grants: Vec<(u64, Vec<BufId>)>,
-    released: Vec<u64>,
     /// Scratch list of requests whose replies a send finished.
     sent: Vec<ReqId>,
-    actions: Vec<Action>,
-    rng: SmallRng,
-    stats: StatsCollector,
     timeouts: Timeouts,
     drain_timeout: Nanos,
     draining_since: Option<Nanos>,
-    payload_cap: u32,
     /// Buffers one connection's requests may commit before it stops parsing.
     conn_cap: u32,
     /// The last request state changes, with their times.
@@ -196,9 +185,6 @@ pub struct Engine {
     /// NVMe/TCP connections open, and when their controllers are next checked.
     nvme_conns: u32,
     nvme_check_at: Nanos,
-    /// This reactor's view of the exports' dirty bitmaps.
-    dirty: bdev::dirty::DirtyMarks,
-    now: Nanos,
 }
 
 impl Engine {
@@ -209,17 +195,12 @@ impl Engine {
         pacer: Pacer,
         now: Nanos,
     ) -> Engine {
-        let pool = bufs.pool().clone();
-        let buf_size = pool.buffer_size();
-        let stats = StatsCollector::new(settings.id, &catalog);
+        let conn_cap = (bufs.pool().large_buffers() / 4).max(settings.payload_cap);
+        let io = IoPath::new(settings.id, catalog, bufs, pacer, settings.payload_cap, now);
         Engine {
             id: settings.id,
-            catalog,
-            conn_cap: (pool.large_buffers() / 4).max(settings.payload_cap),
-            pool,
-            buf_size,
-            bufs,
-            pacer,
+            io,
+            conn_cap,
             conns: Vec::new(),
             conn_gens: Vec::new(),
             free_conns: Vec::new(),
@@ -229,56 +210,35 @@ impl Engine {
             slot_waiters: VecDeque::new(),
             send_ready: Vec::new(),
             touched: Vec::new(),
-            delayed: BinaryHeap::new(),
             conn_timers: BinaryHeap::new(),
-            grants: Vec::new(),
-            released: Vec::new(),
             sent: Vec::new(),
-            actions: Vec::new(),
-            rng: SmallRng::seed_from_u64(0x10_9ace ^ settings.id as u64),
-            stats,
             timeouts: settings.timeouts,
             drain_timeout: settings.drain_timeout,
             draining_since: None,
             trace: trace::TraceRing::new(),
-            payload_cap: settings.payload_cap.max(1),
             nvme_conns: 0,
             nvme_check_at: 0,
-            dirty: bdev::dirty::DirtyMarks::default(),
-            now,
         }
-    }
-
-    /// Hands a device IO to the driver. A WRITE, WRITE_ZEROES or TRIM
-    /// marks its export's dirty bitmaps first, before its data can change
-    /// (and again at completion, see `io_done`), so a write that fails or
-    /// races a clear never loses a change.
-    fn submit(&mut self, io: IoToken, export: u16, req: IoRequest) {
-        if req.op.is_write() {
-            self.mark_dirty(export, &req);
-        }
-        self.actions.push(Action::Submit { io, export, req });
-    }
-
-    fn mark_dirty(&mut self, export: u16, req: &IoRequest) {
-        let set = &self.catalog.exports[export as usize].dirty;
-        (self.dirty).mark(export as usize, set, req.offset, u64::from(req.len));
     }
 
     /// The driver's clock at an event. It never goes back, so the engine's
     /// time differences are exact.
     fn set_now(&mut self, now: Nanos) {
-        debug_assert!(now >= self.now, "time went back: {} -> {now}", self.now);
-        self.now = now;
+        debug_assert!(
+            now >= self.io.now,
+            "time went back: {} -> {now}",
+            self.io.now
+        );
+        self.io.now = now;
     }
 
     /// Moves the actions produced so far into `out` (which should be empty).
     pub fn take_actions(&mut self, out: &mut Vec<Action>) {
-        std::mem::swap(&mut self.actions, out);
+        std::mem::swap(&mut self.io.actions, out);
     }
 
     pub fn has_actions(&self) -> bool {
-        !self.actions.is_empty()
+        !self.io.actions.is_empty()
     }
 
     /// Bytes received on `conn`'s posted recv.
@@ -361,7 +321,7 @@ impl Engine {
             Part::Whole => None,
             Part::Piece(k) => Some(k),
         };
-        Some((req.export, req.io_request(op, piece, self.buf_size)))
+        Some((req.export, req.io_request(op, piece, self.io.buf_size)))
     }
 
     /// Time passes: buffer grants, delayed completions, the pacer, timeouts;
@@ -376,8 +336,9 @@ impl Engine {
         self.check_drain();
         self.settle();
         self.flush();
-        self.stats
-            .sample_buffers(now, self.bufs.in_use(), self.bufs.in_use_bytes());
+        self.io
+            .stats
+            .sample_buffers(now, self.io.bufs.in_use(), self.io.bufs.in_use_bytes());
     }
 
     /// Posts the sends the events since the last flush made ready. Replies
@@ -399,12 +360,12 @@ impl Engine {
     /// When the engine next needs a tick without any completion.
     pub fn next_deadline(&self) -> Option<Nanos> {
         let candidates = [
-            self.delayed.peek().map(|Reverse((t, _))| *t),
-            self.pacer.next_wakeup(self.now),
+            self.io.delayed.peek().map(|Reverse((t, _))| *t),
+            self.io.pacer.next_wakeup(self.io.now),
             self.conn_timers.peek().map(|Reverse((t, _))| *t),
             self.nvme_deadline(),
             // Re-check the drain even when nothing completes.
-            self.draining_since.map(|_| self.now + 50_000_000),
+            self.draining_since.map(|_| self.io.now + 50_000_000),
         ];
         candidates.into_iter().flatten().min()
     }
@@ -412,28 +373,31 @@ impl Engine {
     pub fn set_pacing(&mut self, cfg: PacingConfig, now: Nanos) {
         self.set_now(now);
         tracing::info!(mode = ?cfg.mode, reactor = self.id, "pacing changed");
-        self.pacer.reconfigure(cfg, now);
+        self.io.pacer.reconfigure(cfg, now);
     }
 
     pub fn snapshot(&mut self, now: Nanos) -> ReactorStats {
         self.set_now(now);
-        let pool = self.bufs.stats();
-        let free = (self.pool.free_total(), u64::from(self.pool.total()));
-        let mut snap = self.stats.snapshot(now, pool, free, self.delayed.len());
-        snap.buffers.pool_bytes = self.pool.map_len() as u64;
-        snap.pacer = self.pacer.stats(now);
+        let pool = self.io.bufs.stats();
+        let free = (self.io.pool.free_total(), u64::from(self.io.pool.total()));
+        let mut snap = self
+            .io
+            .stats
+            .snapshot(now, pool, free, self.io.delayed.len());
+        snap.buffers.pool_bytes = self.io.pool.map_len() as u64;
+        snap.pacer = self.io.pacer.stats(now);
         snap.nvme_connections = u64::from(self.nvme_conns);
         snap
     }
 
     /// One more turn of the driver's loop (statistics).
     pub fn count_loop(&mut self) {
-        self.stats.loops += 1;
+        self.io.stats.loops += 1;
     }
 
     /// Requests served (replies wholly sent) since the start.
     pub fn ios_done(&self) -> u64 {
-        self.stats.ios_done()
+        self.io.stats.ios_done()
     }
 
     /// Live connections.
@@ -442,17 +406,17 @@ impl Engine {
     }
 
     pub fn buffers_in_use(&self) -> u64 {
-        self.bufs.in_use()
+        self.io.bufs.in_use()
     }
 
     /// Bytes of the buffers held by requests (small and large ones differ).
     pub fn buffer_bytes_in_use(&self) -> u64 {
-        self.bufs.in_use_bytes()
+        self.io.bufs.in_use_bytes()
     }
 
     /// The pacer, read-only: its estimates for a driver's own reports.
     pub fn pacer(&self) -> &Pacer {
-        &self.pacer
+        &self.io.pacer
     }
 
     pub fn requests_in_use(&self) -> usize {

@@ -98,8 +98,8 @@ impl Engine {
         match a {
             QAction::Connect { cid, sqe, data } => self.nvme_connect(id, cid, &sqe, &data),
             QAction::Admin { cid, cntlid, sqe } => {
-                let now = self.now;
-                let Some(t) = self.catalog.nvme.as_ref() else {
+                let now = self.io.now;
+                let Some(t) = self.io.catalog.nvme.as_ref() else {
                     return;
                 };
                 let Ok(mut target) = t.target.lock() else {
@@ -128,6 +128,7 @@ impl Engine {
             QAction::DataIn { cid, ok } => self.nvme_data_in(id, cid, ok),
             QAction::DropAer { cid, cntlid } => {
                 if let Some(mut t) = self
+                    .io
                     .catalog
                     .nvme
                     .as_ref()
@@ -140,7 +141,7 @@ impl Engine {
                 if let Some(c) = conn_at(&mut self.conns, id) {
                     c.ending(EndReason::ProtocolError);
                 }
-                self.stats.protocol_errors += 1;
+                self.io.stats.protocol_errors += 1;
                 self.input_ended(id);
             }
         }
@@ -149,12 +150,12 @@ impl Engine {
     /// Fabrics Connect: the target decides, with the export's allow rules
     /// for the host NQN; the connection becomes a flow of that host.
     fn nvme_connect(&mut self, id: ConnId, cid: u16, sqe: &proto::nvme::Sqe, data: &[u8]) {
-        let now = self.now;
+        let now = self.io.now;
         let Some(c) = conn_at(&mut self.conns, id) else {
             return;
         };
         let addr = c.peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip());
-        let access = &self.catalog.access;
+        let access = &self.io.catalog.access;
         let allowed = |i: usize, host: &str| {
             let client = crate::access::Client {
                 addr,
@@ -163,7 +164,7 @@ impl Engine {
             };
             (access.exports.get(i)).map_or(proto::Access::ReadWrite, |(_, r)| r.access(&client))
         };
-        let Some(t) = self.catalog.nvme.as_ref() else {
+        let Some(t) = self.io.catalog.nvme.as_ref() else {
             return;
         };
         let Ok(mut target) = t.target.lock() else {
@@ -182,7 +183,7 @@ impl Engine {
             Ok(b) => {
                 let export = b.subsys.and_then(|s| u16::try_from(s).ok());
                 n.bound = Some((b.cntlid, b.qid, export));
-                self.pacer.open_flow(flow, host.unwrap_or(flow));
+                self.io.pacer.open_flow(flow, host.unwrap_or(flow));
                 tracing::info!(reactor = self.id, peer = %peer, cntlid = b.cntlid, qid = b.qid, "nvme/tcp: connected");
             }
             Err((s, dw0)) => {
@@ -231,7 +232,7 @@ impl Engine {
 
     /// Command `w` takes request `slot` and starts its life.
     fn nvme_request(&mut self, id: ConnId, slot: ReqId, w: Waiting) {
-        let now = self.now;
+        let now = self.io.now;
         let Some(c) = conn_at(&mut self.conns, id) else {
             self.free_reqs.push(slot);
             return;
@@ -259,7 +260,7 @@ impl Engine {
         let req = &mut self.reqs[slot.index()];
         req.reset(&origin, &request, now);
         req.ranges = ranges;
-        self.stats.enter(ReqStage::New.stat());
+        self.io.stats.enter(ReqStage::New.stat());
         self.trace.record(now, slot, u64::from(cid), ReqStage::New);
         self.advance(slot);
     }
@@ -439,7 +440,7 @@ impl Engine {
         n.slots.clear();
         let bound = n.bound.take();
         self.slot_waiters.retain(|&w| w != id);
-        if let (Some((cntlid, qid, _)), Some(t)) = (bound, self.catalog.nvme.as_ref()) {
+        if let (Some((cntlid, qid, _)), Some(t)) = (bound, self.io.catalog.nvme.as_ref()) {
             if let Ok(mut target) = t.target.lock() {
                 target.queue_closed(cntlid, qid);
             }
@@ -449,17 +450,17 @@ impl Engine {
     /// Every `CHECK_EVERY`: the controllers' keep-alive timers run, and
     /// queues whose controller (or IO queue) is gone close.
     pub(super) fn nvme_tick(&mut self) {
-        if self.nvme_conns == 0 || self.now < self.nvme_check_at {
+        if self.nvme_conns == 0 || self.io.now < self.nvme_check_at {
             return;
         }
-        self.nvme_check_at = self.now + CHECK_EVERY;
-        let Some(t) = self.catalog.nvme.clone() else {
+        self.nvme_check_at = self.io.now + CHECK_EVERY;
+        let Some(t) = self.io.catalog.nvme.clone() else {
             return;
         };
         let Ok(mut target) = t.target.lock() else {
             return;
         };
-        target.tick(self.now);
+        target.tick(self.io.now);
         // Each engine checks its own queues below; the list is not needed.
         target.take_dropped();
         let mut gone = Vec::new();
@@ -497,7 +498,7 @@ impl Engine {
     pub(super) fn nvme_count(&mut self, opened: bool) {
         if opened {
             if self.nvme_conns == 0 {
-                self.nvme_check_at = self.now + CHECK_EVERY;
+                self.nvme_check_at = self.io.now + CHECK_EVERY;
             }
             self.nvme_conns += 1;
         } else {

@@ -46,7 +46,7 @@ impl Engine {
                 if c.send_iov.len() + req.reply_iov_len() > MAX_SEND_IOV {
                     break;
                 }
-                let whole = req.push_reply_iov(&mut c.send_iov, skip, self.buf_size);
+                let whole = req.push_reply_iov(&mut c.send_iov, skip, self.io.buf_size);
                 skip = 0;
                 if !whole {
                     // A streamed READ's later pieces come first: in order.
@@ -63,7 +63,7 @@ impl Engine {
         c.msg.msg_iovlen = c.send_iov.len();
         c.set_send(SendOp::InFlight);
         let msg = &*c.msg as *const libc::msghdr;
-        self.actions.push(Action::Send { conn: id, msg });
+        self.io.actions.push(Action::Send { conn: id, msg });
     }
 
     pub(super) fn send_done(&mut self, id: ConnId, result: Sent) {
@@ -78,7 +78,7 @@ impl Engine {
         c.set_send(SendOp::Idle);
         self.touched.push(id);
         if let Sent::Bytes(n) = result {
-            self.stats.bytes_out += n as u64;
+            self.io.stats.bytes_out += n as u64;
             c.traffic.bytes_out += n as u64;
         }
         if c.life == Life::Closing {
@@ -104,7 +104,7 @@ impl Engine {
             c.raw_sending.drain(..sent.min(c.raw_sending.len()));
         } else {
             while let Some(&r) = c.out.front() {
-                let size = self.reqs[r.index()].reply_len(self.buf_size) - c.out_skip;
+                let size = self.reqs[r.index()].reply_len(self.io.buf_size) - c.out_skip;
                 if sent < size {
                     c.out_skip += sent;
                     partial = Some((r, c.out_skip));
@@ -136,8 +136,9 @@ impl Engine {
                 if self.reqs[r.index()].pieces_live > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
-                    self.stats
-                        .record_done(&self.reqs[r.index()].served(), self.now);
+                    self.io
+                        .stats
+                        .record_done(&self.reqs[r.index()].served(), self.io.now);
                     self.abandon_stream(r);
                     continue;
                 }

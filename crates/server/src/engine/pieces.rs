@@ -50,7 +50,7 @@ impl Engine {
             if k as usize >= req.pieces.len() || req.state != ReqStage::Payload {
                 return;
             }
-            let cap = self.payload_cap;
+            let cap = self.io.payload_cap;
             let Some(c) = conn_at(&mut self.conns, conn) else {
                 return;
             };
@@ -63,20 +63,20 @@ impl Engine {
             req.pieces_live += 1;
             self.set_piece(id, k, PieceState::Pacing);
             let io = self.paced_io(IoToken::piece(id, k), IoKind::Write);
-            self.pacer.enqueue(io, self.now);
+            self.io.pacer.enqueue(io, self.io.now);
         }
     }
 
     /// The pacer released piece `k`: it takes its buffer, or queues for it.
     pub(super) fn piece_released(&mut self, id: ReqId, k: u32) {
         self.set_piece(id, k, PieceState::NeedBuffer);
-        let len = self.reqs[id.index()].piece_len(k, self.buf_size);
-        match self.bufs.alloc(len, IoToken::piece(id, k).encode()) {
+        let len = self.reqs[id.index()].piece_len(k, self.io.buf_size);
+        match self.io.bufs.alloc(len, IoToken::piece(id, k).encode()) {
             Alloc::Ready(bufs) => {
                 debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
                 self.piece_granted(id, k, bufs[0]);
             }
-            Alloc::Queued => self.stats.buffer_waits += 1,
+            Alloc::Queued => self.io.stats.buffer_waits += 1,
         }
     }
 
@@ -88,17 +88,17 @@ impl Engine {
             return;
         }
         self.set_piece(id, k, PieceState::Filling);
-        let len = self.reqs[id.index()].piece_len(k, self.buf_size);
+        let len = self.reqs[id.index()].piece_len(k, self.io.buf_size);
         let req = &mut self.reqs[id.index()];
         req.pieces[k as usize].buf = Some(buf);
         req.iov[k as usize] = libc::iovec {
-            iov_base: self.pool.ptr(buf).cast(),
+            iov_base: self.io.pool.ptr(buf).cast(),
             iov_len: len as usize,
         };
         let conn = req.conn;
         if let Some(c) = conn_at(&mut self.conns, conn) {
             // The stall clock runs only while the client's bytes can land.
-            c.active_at = self.now;
+            c.active_at = self.io.now;
         }
         self.touched.push(conn);
     }
@@ -107,7 +107,7 @@ impl Engine {
     /// them already): a full piece goes to the device, and a full payload
     /// returns the connection to headers.
     pub(super) fn payload_received(&mut self, id: ReqId, n: usize) {
-        let bs = self.buf_size;
+        let bs = self.io.buf_size;
         let req = &self.reqs[id.index()];
         debug_assert!(n > 0 && req.filled <= req.len);
         // The bytes all went into one piece: fills never cross a piece's end.
@@ -134,12 +134,17 @@ impl Engine {
         // QD 32 to this machine's disk ran at 0.37 MiB in flight under none.
         self.release_payload_slot(self.reqs[id.index()].conn);
         let req = &mut self.reqs[id.index()];
-        req.pieces[k as usize].t_submit = self.now;
-        self.pacer
-            .on_device_start(IoToken::piece(id, k).encode(), self.now);
-        let io = req.io_request(bdev::IoOp::Write { fua: req.fua() }, Some(k), self.buf_size);
+        req.pieces[k as usize].t_submit = self.io.now;
+        self.io
+            .pacer
+            .on_device_start(IoToken::piece(id, k).encode(), self.io.now);
+        let io = req.io_request(
+            bdev::IoOp::Write { fua: req.fua() },
+            Some(k),
+            self.io.buf_size,
+        );
         let export = req.export;
-        self.submit(IoToken::piece(id, k), export, io);
+        self.io.submit(IoToken::piece(id, k), export, io);
     }
 
     /// The device wrote piece `k`; an emulated delay may hold it back.
@@ -156,18 +161,18 @@ impl Engine {
     /// if it has one still to run: true when it did.
     pub(super) fn delay_piece(&mut self, id: ReqId, k: u32, op: bdev::IoOp) -> bool {
         let req = &self.reqs[id.index()];
-        let dev = &self.catalog.exports[req.export as usize].bdev;
+        let dev = &self.io.catalog.exports[req.export as usize].bdev;
         if !dev.has_delay() {
             return false;
         }
         let t_submit = req.pieces[k as usize].t_submit;
-        let release = dev.release_at(op, t_submit, self.now, &mut self.rng);
-        if release <= self.now {
+        let release = dev.release_at(op, t_submit, self.io.now, &mut self.io.rng);
+        if release <= self.io.now {
             return false;
         }
         self.set_piece(id, k, PieceState::Delayed);
         let token = IoToken::piece(id, k);
-        self.delayed.push(std::cmp::Reverse((release, token)));
+        self.io.delayed.push(std::cmp::Reverse((release, token)));
         true
     }
 
@@ -175,7 +180,7 @@ impl Engine {
     pub(super) fn piece_done(&mut self, id: ReqId, k: u32) {
         let token = IoToken::piece(id, k);
         self.device_finished(token);
-        self.pacer.on_complete(token.encode(), self.now);
+        self.io.pacer.on_complete(token.encode(), self.io.now);
         self.drop_piece(id, k);
         self.write_progress(id);
     }
@@ -190,7 +195,7 @@ impl Engine {
         self.set_piece(id, k, PieceState::Done);
         let req = &mut self.reqs[id.index()];
         if let Some(buf) = req.pieces[k as usize].buf.take() {
-            self.bufs.free(&[buf]);
+            self.io.bufs.free(&[buf]);
         }
         debug_assert!(req.pieces_live > 0);
         req.pieces_live -= 1;
@@ -200,9 +205,9 @@ impl Engine {
             // A READ's window is its own, not the connection's.
             let token = IoToken::piece(id, k).encode();
             if req.state == ReqStage::Dropping {
-                self.pacer.cancel(token);
+                self.io.pacer.cancel(token);
             } else {
-                self.pacer.on_complete(token, self.now);
+                self.io.pacer.on_complete(token, self.io.now);
             }
             return;
         }
@@ -252,7 +257,7 @@ impl Engine {
         let receiving = self
             .conn_ref(conn)
             .is_some_and(|c| c.recv == RecvOp::Direct(id));
-        let filling = self.reqs[id.index()].filling_piece(self.buf_size);
+        let filling = self.reqs[id.index()].filling_piece(self.io.buf_size);
         for k in 0..self.reqs[id.index()].started {
             if receiving && k == filling {
                 continue;
@@ -260,11 +265,11 @@ impl Engine {
             let token = IoToken::piece(id, k);
             match self.reqs[id.index()].pieces[k as usize].state {
                 PieceState::Pacing | PieceState::Filling => {
-                    self.pacer.cancel(token.encode());
+                    self.io.pacer.cancel(token.encode());
                 }
                 PieceState::NeedBuffer => {
-                    self.pacer.cancel(token.encode());
-                    self.bufs.cancel(token.encode());
+                    self.io.pacer.cancel(token.encode());
+                    self.io.bufs.cancel(token.encode());
                 }
                 _ => continue,
             }

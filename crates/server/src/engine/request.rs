@@ -88,10 +88,10 @@ impl Engine {
         );
         let (from, into) = (req.state.stat(), to.stat());
         if from != into {
-            self.stats.transition(from, into);
+            self.io.stats.transition(from, into);
         }
         req.state = to;
-        self.trace.record(self.now, id, req.cookie, to);
+        self.trace.record(self.io.now, id, req.cookie, to);
     }
 
     /// Every request transition: moves `id` until it waits for something.
@@ -133,7 +133,7 @@ impl Engine {
 
     /// A request header arrived on `conn`, and `slot` is free for it.
     pub(super) fn accept_request(&mut self, conn: ConnId, slot: ReqId, request: proto::Request) {
-        let now = self.now;
+        let now = self.io.now;
         let Some(c) = conn_at(&mut self.conns, conn) else {
             return;
         };
@@ -145,19 +145,19 @@ impl Engine {
             export: *export,
             style: ReplyStyle::of(neg),
         };
-        let info = &self.catalog.exports[origin.export as usize].info;
+        let info = &self.io.catalog.exports[origin.export as usize].info;
         let verdict = proto::validate(&request, info, neg);
         let payload = request.payload_len(neg.extended_headers);
         c.requests += 1;
         self.reqs[slot.index()].reset(&origin, &request, now);
-        self.stats.enter(ReqStage::New.stat());
+        self.io.stats.enter(ReqStage::New.stat());
         self.trace.record(now, slot, request.cookie, ReqStage::New);
         let Err(errno) = verdict else {
             self.advance(slot);
             return;
         };
         self.reqs[slot.index()].error = errno;
-        self.stats.rejected += 1;
+        self.io.stats.rejected += 1;
         if payload > MAX_DISCARD_PAYLOAD {
             // Discarding gigabytes of junk is not worth it: drop the client.
             if let Some(c) = conn_at(&mut self.conns, conn) {
@@ -177,11 +177,11 @@ impl Engine {
     /// turn around streams has come, a WRITE takes its payload piece by
     /// piece, other commands go to the device.
     fn start(&mut self, id: ReqId) -> Option<ReqStage> {
-        let buf_size = self.buf_size;
+        let buf_size = self.io.buf_size;
         let req = &self.reqs[id.index()];
         // An NVMe/TCP command is at most MDTS, which the pool holds at once.
         let nvme = req.style == ReplyStyle::Nvme;
-        let streams = !nvme && self.streams(req.len);
+        let streams = !nvme && self.io.streams(req.len);
         let req = &mut self.reqs[id.index()];
         let conn = req.conn;
         match req.command {
@@ -191,7 +191,7 @@ impl Engine {
                 let need = self.commitment(id);
                 self.commit(conn, need);
                 let io = self.paced_io(IoToken::whole(id), IoKind::Write);
-                self.pacer.enqueue(io, self.now);
+                self.io.pacer.enqueue(io, self.io.now);
                 Some(ReqStage::Pacing)
             }
             Command::Read if req.len > 0 => {
@@ -224,12 +224,12 @@ impl Engine {
     /// The pacer's view of `io`: its device, tenant, size and flow.
     pub(super) fn paced_io(&self, io: IoToken, kind: IoKind) -> PacedIo {
         let req = &self.reqs[io.req.index()];
-        let export = &self.catalog.exports[req.export as usize];
+        let export = &self.io.catalog.exports[req.export as usize];
         let (offset, bytes) = match io.part {
             Part::Whole => (req.offset, req.len),
             Part::Piece(k) => (
-                req.offset + u64::from(k) * u64::from(self.buf_size),
-                req.piece_len(k, self.buf_size),
+                req.offset + u64::from(k) * u64::from(self.io.buf_size),
+                req.piece_len(k, self.io.buf_size),
             ),
         };
         let flow = self.conn_ref(req.conn).map_or(0, |c| c.flow);
@@ -249,11 +249,11 @@ impl Engine {
     pub(super) fn commitment(&self, id: ReqId) -> u32 {
         let req = &self.reqs[id.index()];
         if req.paced {
-            self.bufs.buffers_for(req.len)
+            self.io.bufs.buffers_for(req.len)
         } else if req.streamed() {
-            self.stream_window()
+            self.io.stream_window()
         } else {
-            (req.pieces.len() as u32).min(self.payload_cap)
+            (req.pieces.len() as u32).min(self.io.payload_cap)
         }
     }
 
@@ -266,13 +266,13 @@ impl Engine {
     /// Released: a READ takes its buffers, or queues for them.
     fn take_buffers(&mut self, id: ReqId) -> Option<ReqStage> {
         let len = self.reqs[id.index()].len;
-        match self.bufs.alloc(len, IoToken::whole(id).encode()) {
+        match self.io.bufs.alloc(len, IoToken::whole(id).encode()) {
             Alloc::Ready(bufs) => {
                 self.attach(id, bufs);
                 Some(self.holds_buffers(id))
             }
             Alloc::Queued => {
-                self.stats.buffer_waits += 1;
+                self.io.stats.buffer_waits += 1;
                 Some(ReqStage::NeedBuffers)
             }
         }
@@ -290,13 +290,13 @@ impl Engine {
     }
 
     fn attach(&mut self, id: ReqId, bufs: Vec<BufId>) {
-        let pool = &self.pool;
-        self.reqs[id.index()].attach_buffers(bufs, self.buf_size, |b| pool.ptr(b));
+        let pool = &self.io.pool;
+        self.reqs[id.index()].attach_buffers(bufs, self.io.buf_size, |b| pool.ptr(b));
     }
 
     /// Ready: to the device, or answered here (BLOCK_STATUS, unknown).
     fn execute(&mut self, id: ReqId) -> Option<ReqStage> {
-        let now = self.now;
+        let now = self.io.now;
         let req = &mut self.reqs[id.index()];
         let export = req.export;
         let Some(op) = req.io_op() else {
@@ -311,18 +311,20 @@ impl Engine {
         if req.paced && req.command == Command::Write {
             // Its data is in: it goes to its device now (a READ is at its
             // device from its release).
-            self.pacer.on_device_start(IoToken::whole(id).encode(), now);
+            self.io
+                .pacer
+                .on_device_start(IoToken::whole(id).encode(), now);
         }
         let req = &self.reqs[id.index()];
-        let io = req.io_request(op, None, self.buf_size);
-        self.submit(IoToken::whole(id), export, io);
+        let io = req.io_request(op, None, self.io.buf_size);
+        self.io.submit(IoToken::whole(id), export, io);
         Some(ReqStage::Device)
     }
 
     /// BLOCK_STATUS: one chunk per metadata context the client selected.
     fn answer_block_status(&mut self, id: ReqId) {
         let req = &self.reqs[id.index()];
-        let export = &self.catalog.exports[req.export as usize];
+        let export = &self.io.catalog.exports[req.export as usize];
         let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
         let chunks: Vec<(u32, Vec<(u32, u32)>)> = match self.conn_ref(req.conn).map(|c| &c.phase) {
             Some(Phase::Transmission { meta, .. }) => meta
@@ -348,12 +350,13 @@ impl Engine {
     /// Executed: hold the completion for an emulated delay, or answer.
     fn executed(&mut self, id: ReqId) -> Option<ReqStage> {
         let req = &self.reqs[id.index()];
-        let dev = &self.catalog.exports[req.export as usize].bdev;
+        let dev = &self.io.catalog.exports[req.export as usize].bdev;
         if dev.has_delay() {
             if let Some(op) = req.io_op() {
-                let release = dev.release_at(op, req.t_submit, self.now, &mut self.rng);
-                if release > self.now {
-                    self.delayed
+                let release = dev.release_at(op, req.t_submit, self.io.now, &mut self.io.rng);
+                if release > self.io.now {
+                    self.io
+                        .delayed
                         .push(std::cmp::Reverse((release, IoToken::whole(id))));
                     return Some(ReqStage::Delayed);
                 }
@@ -391,9 +394,10 @@ impl Engine {
             Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
             Part::Piece(k) => (IoKind::Write, req.pieces[k as usize].t_submit),
         };
-        let latency = self.now - t_submit;
-        self.pacer
-            .on_device_complete(io.encode(), kind, latency, self.now);
+        let latency = self.io.now - t_submit;
+        self.io
+            .pacer
+            .on_device_complete(io.encode(), kind, latency, self.io.now);
     }
 
     /// Answered: queue the reply, or drop it if the client is gone.
@@ -435,13 +439,14 @@ impl Engine {
     /// Sent: count it, tell the pacer its data has left, free the slot.
     fn finish(&mut self, id: ReqId) {
         let req = &self.reqs[id.index()];
-        self.stats.record_done(&req.served(), self.now);
+        self.io.stats.record_done(&req.served(), self.io.now);
         if let Some(c) = conn_at(&mut self.conns, req.conn) {
             c.traffic.replies += 1;
         }
         if req.paced {
-            self.pacer
-                .on_complete(IoToken::whole(id).encode(), self.now);
+            self.io
+                .pacer
+                .on_complete(IoToken::whole(id).encode(), self.io.now);
         }
         self.release(id);
     }
@@ -452,17 +457,17 @@ impl Engine {
         let req = &self.reqs[id.index()];
         debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
         if req.paced && !matches!(req.state, ReqStage::Sent | ReqStage::Deferred) {
-            self.pacer.cancel(IoToken::whole(id).encode());
+            self.io.pacer.cancel(IoToken::whole(id).encode());
         }
         let (conn, need) = (req.conn, self.commitment(id));
         let pending = self.read_pending(id);
         let req = &mut self.reqs[id.index()];
         if !req.bufs.is_empty() {
-            self.bufs.free(&req.bufs);
+            self.io.bufs.free(&req.bufs);
             req.bufs.clear();
         }
         self.set_state(id, ReqStage::Free);
-        self.stats.leave(ReqStage::Free.stat());
+        self.io.stats.leave(ReqStage::Free.stat());
         self.reqs[id.index()].clear();
         self.free_reqs.push(id);
         if let Some(c) = conn_at(&mut self.conns, conn) {
@@ -476,7 +481,7 @@ impl Engine {
             );
             c.requests -= 1;
             c.committed -= need;
-            c.active_at = self.now;
+            c.active_at = self.io.now;
         }
         if pending {
             self.read_ended(conn, id);
@@ -501,11 +506,11 @@ impl Engine {
         let token = IoToken::whole(id).encode();
         match self.reqs[id.index()].state {
             ReqStage::Pacing => {
-                self.pacer.cancel(token);
+                self.io.pacer.cancel(token);
                 self.release(id);
             }
             ReqStage::NeedBuffers => {
-                self.bufs.cancel(token);
+                self.io.bufs.cancel(token);
                 self.release(id);
             }
             ReqStage::Deferred => {
@@ -527,11 +532,11 @@ impl Engine {
 
     /// The pacer releases IOs it holds.
     pub(super) fn poll_pacer(&mut self) -> bool {
-        if self.pacer.queued() == 0 {
+        if self.io.pacer.queued() == 0 {
             return false;
         }
-        self.pacer.poll(self.now, &mut self.released);
-        let released = std::mem::take(&mut self.released);
+        self.io.pacer.poll(self.io.now, &mut self.io.released);
+        let released = std::mem::take(&mut self.io.released);
         for &v in &released {
             let io = IoToken::decode(v);
             match io.part {
@@ -543,15 +548,15 @@ impl Engine {
             }
         }
         let any = !released.is_empty();
-        self.released = released;
-        self.released.clear();
+        self.io.released = released;
+        self.io.released.clear();
         any
     }
 
     /// Buffers granted to requests that queued for them.
     pub(super) fn poll_grants(&mut self) {
-        self.bufs.poll(&mut self.grants);
-        let grants = std::mem::take(&mut self.grants);
+        self.io.bufs.poll(&mut self.io.grants);
+        let grants = std::mem::take(&mut self.io.grants);
         for (token, bufs) in grants {
             let io = IoToken::decode(token);
             match io.part {
@@ -575,7 +580,7 @@ impl Engine {
         // A write marks its blocks dirty again at completion, failed or not:
         // a bitmap cleared while it was at the device must not lose it.
         if let Some((export, r)) = self.io_request(io).filter(|(_, r)| r.op.is_write()) {
-            self.mark_dirty(export, &r);
+            self.io.mark_dirty(export, &r);
         }
         if let IoResult::Err(errno) = result {
             let req = &mut self.reqs[io.req.index()];
@@ -600,15 +605,18 @@ impl Engine {
 
     /// Completions whose emulated delay (and fault stall) has passed.
     pub(super) fn fire_delayed(&mut self) {
-        while let Some(std::cmp::Reverse((t, io))) = self.delayed.peek().copied() {
-            if t > self.now {
+        while let Some(std::cmp::Reverse((t, io))) = self.io.delayed.peek().copied() {
+            if t > self.io.now {
                 break;
             }
-            self.delayed.pop();
+            self.io.delayed.pop();
             let export = self.reqs[io.req.index()].export as usize;
-            if let Some(later) = self.catalog.exports[export].bdev.still_stalled(self.now) {
+            if let Some(later) = self.io.catalog.exports[export]
+                .bdev
+                .still_stalled(self.io.now)
+            {
                 // A fault layer's stall still holds it.
-                self.delayed.push(std::cmp::Reverse((later, io)));
+                self.io.delayed.push(std::cmp::Reverse((later, io)));
                 continue;
             }
             match io.part {

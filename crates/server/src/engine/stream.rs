@@ -34,22 +34,10 @@ use super::slot::{PieceState, ReqStage};
 use super::{conn_at, Engine};
 
 impl Engine {
-    /// A READ of `len` bytes streams when it needs more buffers than a
-    /// stream's window.
-    pub(super) fn streams(&self, len: u32) -> bool {
-        self.bufs.buffers_for(len) > self.stream_window()
-    }
-
-    /// Pieces a streamed READ has live at most: `payload_cap`, or the whole
-    /// pool when that is smaller.
-    pub(super) fn stream_window(&self) -> u32 {
-        self.payload_cap.min(self.pool.large_buffers())
-    }
-
     /// Starts the next pieces of streamed READ `id` while it holds fewer
     /// than its window.
     pub(super) fn start_stream_pieces(&mut self, id: ReqId) {
-        let window = self.stream_window();
+        let window = self.io.stream_window();
         loop {
             let req = &self.reqs[id.index()];
             let k = req.started;
@@ -65,25 +53,25 @@ impl Engine {
             req.pieces_live += 1;
             self.set_piece(id, k, PieceState::Pacing);
             let io = self.paced_io(IoToken::piece(id, k), IoKind::Read);
-            self.pacer.enqueue(io, self.now);
+            self.io.pacer.enqueue(io, self.io.now);
         }
     }
 
     /// Piece `k` of a streamed READ holds its buffer: to the device.
     pub(super) fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
         self.set_piece(id, k, PieceState::Device);
-        let len = self.reqs[id.index()].piece_len(k, self.buf_size);
+        let len = self.reqs[id.index()].piece_len(k, self.io.buf_size);
         let req = &mut self.reqs[id.index()];
         let piece = &mut req.pieces[k as usize];
         piece.buf = Some(buf);
-        piece.t_submit = self.now;
+        piece.t_submit = self.io.now;
         req.iov[k as usize] = libc::iovec {
-            iov_base: self.pool.ptr(buf).cast(),
+            iov_base: self.io.pool.ptr(buf).cast(),
             iov_len: len as usize,
         };
-        let io = req.io_request(bdev::IoOp::Read, Some(k), self.buf_size);
+        let io = req.io_request(bdev::IoOp::Read, Some(k), self.io.buf_size);
         let export = req.export;
-        self.submit(IoToken::piece(id, k), export, io);
+        self.io.submit(IoToken::piece(id, k), export, io);
     }
 
     /// The device read piece `k`; an emulated delay may hold it back.
@@ -107,7 +95,7 @@ impl Engine {
         self.set_piece(id, k, PieceState::Ready);
         let req = &mut self.reqs[id.index()];
         if req.chunked() {
-            req.encode_piece_chunk(k, self.buf_size);
+            req.encode_piece_chunk(k, self.io.buf_size);
             if req.pieces[k as usize].error != 0 {
                 req.stream_end = req.stream_end.min(k + 1);
             }
@@ -136,7 +124,7 @@ impl Engine {
             // (a failed piece still in its emulated delay has an error but
             // no error chunk yet, so its end is the end of the one before).
             let ready = req.pieces.get(k as usize).map(|p| p.state) == Some(PieceState::Ready);
-            if k >= req.stream_end || !ready || req.piece_end(k, self.buf_size) > sent {
+            if k >= req.stream_end || !ready || req.piece_end(k, self.io.buf_size) > sent {
                 break;
             }
             self.drop_piece(id, k);
@@ -156,11 +144,11 @@ impl Engine {
             match self.reqs[id.index()].pieces[k as usize].state {
                 PieceState::Ready => {}
                 PieceState::Pacing => {
-                    self.pacer.cancel(token);
+                    self.io.pacer.cancel(token);
                 }
                 PieceState::NeedBuffer => {
-                    self.pacer.cancel(token);
-                    self.bufs.cancel(token);
+                    self.io.pacer.cancel(token);
+                    self.io.bufs.cancel(token);
                 }
                 _ => continue,
             }
@@ -206,7 +194,7 @@ impl Engine {
             return ReqStage::Streaming;
         }
         let io = self.paced_io(IoToken::whole(id), IoKind::Read);
-        self.pacer.enqueue(io, self.now);
+        self.io.pacer.enqueue(io, self.io.now);
         ReqStage::Pacing
     }
 

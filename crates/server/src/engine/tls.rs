@@ -20,7 +20,7 @@ impl Engine {
         let answered = c.send == SendOp::Idle && c.raw_out.is_empty() && c.raw_sending.is_empty();
         if answered && c.recv == RecvOp::Idle {
             c.set_recv(RecvOp::Tls);
-            self.actions.push(Action::StartTls { conn: id });
+            self.io.actions.push(Action::StartTls { conn: id });
         }
         Step::Stop
     }
@@ -28,7 +28,7 @@ impl Engine {
     /// The driver's TLS handshake ended: the NBD handshake goes on inside
     /// the session, with the access rules of the client's certificate.
     pub(super) fn tls_done(&mut self, id: ConnId, outcome: TlsOutcome) {
-        let catalog = self.catalog.clone();
+        let catalog = self.io.catalog.clone();
         let Some(c) = conn_at(&mut self.conns, id) else {
             return;
         };
@@ -72,7 +72,7 @@ mod tests {
     }
 
     fn tls_client(net: &mut Net) -> ConnId {
-        let infos = net.engine.catalog.infos.clone();
+        let infos = net.engine.io.catalog.infos.clone();
         let hs = proto::Handshake::new(infos, Some(0)).with_tls(proto::Tls::Required);
         let c = net.connect_with(Some(Box::new(hs)));
         net.write(c, &starttls_bytes());

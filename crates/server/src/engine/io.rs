@@ -1,0 +1,99 @@
+//! The path below the requests, which every part of the engine uses: the
+//! engine's clock, the pacer, the buffer pool, the devices (submission,
+//! emulated delays, dirty marks), the statistics, and the actions the
+//! driver carries out.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use bdev::IoRequest;
+use pace::pacer::Pacer;
+use pace::Nanos;
+use pool::{BufId, ReactorBufs, SharedPool};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use super::ids::IoToken;
+use super::Action;
+use crate::exports::Catalog;
+use crate::stats::StatsCollector;
+
+pub struct IoPath {
+    pub catalog: Arc<Catalog>,
+    pub pool: Arc<SharedPool>,
+    pub buf_size: u32,
+    pub bufs: ReactorBufs,
+    pub pacer: Pacer,
+    /// Completions held back by delay bdevs.
+    pub delayed: BinaryHeap<Reverse<(Nanos, IoToken)>>,
+    pub grants: Vec<(u64, Vec<BufId>)>,
+    pub released: Vec<u64>,
+    pub actions: Vec<Action>,
+    pub rng: SmallRng,
+    pub stats: StatsCollector,
+    /// WRITE pieces one connection may have waiting for their payload at
+    /// once, and buffers one streamed READ may hold at once.
+    pub payload_cap: u32,
+    /// This reactor's view of the exports' dirty bitmaps.
+    pub dirty: bdev::dirty::DirtyMarks,
+    pub now: Nanos,
+}
+
+impl IoPath {
+    pub fn new(
+        id: usize,
+        catalog: Arc<Catalog>,
+        bufs: ReactorBufs,
+        pacer: Pacer,
+        payload_cap: u32,
+        now: Nanos,
+    ) -> IoPath {
+        let pool = bufs.pool().clone();
+        let stats = StatsCollector::new(id, &catalog);
+        IoPath {
+            catalog,
+            buf_size: pool.buffer_size(),
+            pool,
+            bufs,
+            pacer,
+            delayed: BinaryHeap::new(),
+            grants: Vec::new(),
+            released: Vec::new(),
+            actions: Vec::new(),
+            rng: SmallRng::seed_from_u64(0x10_9ace ^ id as u64),
+            stats,
+            payload_cap: payload_cap.max(1),
+            dirty: bdev::dirty::DirtyMarks::default(),
+            now,
+        }
+    }
+
+    /// Hands a device IO to the driver. A WRITE, WRITE_ZEROES or TRIM
+    /// marks its export's dirty bitmaps first, before its data can change
+    /// (and again at completion, see `io_done`), so a write that fails or
+    /// races a clear never loses a change.
+    pub fn submit(&mut self, io: IoToken, export: u16, req: IoRequest) {
+        if req.op.is_write() {
+            self.mark_dirty(export, &req);
+        }
+        self.actions.push(Action::Submit { io, export, req });
+    }
+
+    pub fn mark_dirty(&mut self, export: u16, req: &IoRequest) {
+        let set = &self.catalog.exports[export as usize].dirty;
+        (self.dirty).mark(export as usize, set, req.offset, u64::from(req.len));
+    }
+
+    /// A READ of `len` bytes streams when it needs more buffers than a
+    /// stream's window.
+    pub fn streams(&self, len: u32) -> bool {
+        self.bufs.buffers_for(len) > self.stream_window()
+    }
+
+    /// Pieces a streamed READ has live at most: `payload_cap`, or the whole
+    /// pool when that is smaller.
+    pub fn stream_window(&self) -> u32 {
+        self.payload_cap.min(self.pool.large_buffers())
+    }
+}
