@@ -37,7 +37,7 @@ impl Engine {
     /// not balance is returned, named. Linear in slots and connections.
     pub fn audit(&self) -> Result<(), String> {
         let mut per_conn: Vec<ConnBooks> = Vec::new();
-        per_conn.resize_with(self.conns.len(), ConnBooks::default);
+        per_conn.resize_with(self.conns.slots(), ConnBooks::default);
         let bufs = self.audit_requests(&mut per_conn)?;
         ensure!(
             self.io.bufs.in_use() == bufs,
@@ -63,7 +63,7 @@ impl Engine {
             "state statistics vs. slot states: {} vs. {live}",
             self.io.stats.requests_in_flight()
         );
-        for c in self.conns.iter().flatten() {
+        for c in self.conns.iter() {
             self.audit_conn(c, &per_conn[c.id.index as usize])?;
         }
         self.audit_pacer()
@@ -90,7 +90,7 @@ impl Engine {
             let held = r.pieces.iter().filter(|p| p.buf.is_some()).count();
             bufs += (r.bufs.len() + held) as u64;
             ensure!(
-                self.conn_ref(r.conn).is_some(),
+                self.conns.get(r.conn).is_some(),
                 "request {i} outlived {:?}",
                 r.conn
             );

@@ -9,6 +9,7 @@ use proto::{Handshake, Negotiated};
 use super::ids::{ConnId, ReqId};
 use super::nvme_conn::NvmeConn;
 use super::turns::Turns;
+use super::Timeouts;
 
 /// Receive buffer size: large enough to batch many request headers per recv
 /// and to hold small write payloads without a second syscall.
@@ -324,5 +325,29 @@ impl Conn {
             && self.raw_out.is_empty()
             && self.raw_sending.is_empty()
             && self.out.is_empty()
+    }
+
+    /// When the connection's current timeout fires, if one applies: the
+    /// handshake's from accept, a payload's and an idle connection's from the
+    /// last bytes received (or request finished).
+    pub fn deadline(&self, t: &Timeouts) -> Option<Nanos> {
+        let c = self;
+        match c.input {
+            Input::Handshake | Input::StartTls => Some(c.accepted_at + t.handshake),
+            // No ICReq yet; or a PDU half received (an idle queue has no
+            // timeout here: NVMe's keep-alive is the host's to ask for).
+            Input::Pdus => match &c.phase {
+                Phase::Nvme(n) if !n.initialized() => Some(c.accepted_at + t.handshake),
+                _ if c.buffered() > 0 => Some(c.active_at + t.payload),
+                _ => None,
+            },
+            // Only while the client's bytes could land: a piece waiting for
+            // the pacer or a buffer is not the client's stall.
+            Input::Payload(_) | Input::Discard(_) if c.recv != RecvOp::Idle => {
+                Some(c.active_at + t.payload)
+            }
+            Input::Headers if c.requests == 0 => Some(c.active_at + t.idle),
+            _ => None,
+        }
     }
 }

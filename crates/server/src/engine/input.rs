@@ -6,12 +6,12 @@ use proto::HandshakeStatus;
 use super::conn::{EndReason, Input, Life, Phase, RecvOp, Step, DIRECT_RECV_MIN};
 use super::ids::ConnId;
 use super::slot::PieceState;
-use super::{conn_at, Action, Engine, Received};
+use super::{Action, Engine, Received};
 
 impl Engine {
     pub(super) fn recv_done(&mut self, id: ConnId, result: Received) {
         let now = self.io.now;
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         let op = c.set_recv(RecvOp::Idle);
@@ -56,7 +56,7 @@ impl Engine {
 
     /// No more input from this connection: serve what is in flight, then close.
     pub(super) fn input_ended(&mut self, id: ConnId) {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         let was = c.set_input(Input::Ended);
@@ -73,7 +73,7 @@ impl Engine {
     /// Consumes buffered input as far as it goes.
     pub(super) fn process_input(&mut self, id: ConnId) {
         loop {
-            let Some(c) = self.conn_ref(id) else { return };
+            let Some(c) = self.conns.get(id) else { return };
             if c.life != Life::Open {
                 return;
             }
@@ -90,13 +90,13 @@ impl Engine {
                 break;
             }
         }
-        if let Some(c) = conn_at(&mut self.conns, id) {
+        if let Some(c) = self.conns.get_mut(id) {
             c.compact();
         }
     }
 
     fn handshake_input(&mut self, id: ConnId) -> Step {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;
         };
         let Phase::Handshake(h) = &mut c.phase else {
@@ -137,14 +137,14 @@ impl Engine {
             }
         };
         if has_output {
-            self.mark_send(id);
+            self.conns.mark_send(id);
         }
         step
     }
 
     fn header_input(&mut self, id: ConnId) -> Step {
         let cap = self.conn_cap;
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;
         };
         if c.committed >= cap {
@@ -188,7 +188,7 @@ impl Engine {
 
     fn payload_input(&mut self, id: ConnId, r: super::ReqId) -> Step {
         let bs = self.io.buf_size;
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;
         };
         if c.buffered() == 0 {
@@ -205,7 +205,7 @@ impl Engine {
     }
 
     fn discard_input(&mut self, id: ConnId, left: u64) -> Step {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;
         };
         let n = (c.buffered() as u64).min(left);
@@ -224,7 +224,7 @@ impl Engine {
     /// the receive buffer, or straight into a WRITE piece's buffer.
     pub(super) fn post_recv(&mut self, id: ConnId) {
         let (bs, cap) = (self.io.buf_size, self.conn_cap);
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         if c.life != Life::Open || c.recv != RecvOp::Idle {

@@ -1,16 +1,14 @@
 //! Connections' lives: accepted, serving, closing, closed; their timeouts;
 //! and the engine's drain at shutdown.
 
-use std::cmp::Reverse;
-
 use pace::Nanos;
 use proto::Handshake;
 
 use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
-use super::ids::{ConnId, ReqId, GEN_MASK};
+use super::ids::{ConnId, ReqId};
 use super::nvme_conn::NvmeConn;
 use super::slot::ReqStage;
-use super::{conn_at, Action, Engine, Opening};
+use super::{Action, Engine, Opening};
 
 impl Engine {
     /// A new connection. `handshake` is one already under way (a connection
@@ -35,23 +33,10 @@ impl Engine {
                 Phase::Nvme(Box::new(NvmeConn::new(&self.io.catalog)))
             }
         };
-        let index = self.free_conns.pop().unwrap_or_else(|| {
-            self.conns.push(None);
-            self.conn_gens.push(0);
-            (self.conns.len() - 1) as u32
-        });
-        let gen = self.conn_gens[index as usize].wrapping_add(1) & GEN_MASK;
-        self.conn_gens[index as usize] = gen;
-        let id = ConnId { index, gen };
-        let mut conn = Box::new(Conn::new(id, self.next_flow, phase, now));
-        self.next_flow += 1;
-        if let Phase::Handshake(h) = &mut conn.phase {
-            conn.raw_out = h.take_output();
-        }
-        self.conns[index as usize] = Some(conn);
+        let id = self.conns.insert(phase, now);
         self.io.stats.conns_total += 1;
         self.io.stats.conns_now += 1;
-        self.mark_send(id);
+        self.conns.mark_send(id);
         self.touched.push(id);
         self.settle();
         Some(id)
@@ -73,7 +58,7 @@ impl Engine {
     }
 
     fn settle_conn(&mut self, id: ConnId) {
-        let Some(c) = self.conn_ref(id) else { return };
+        let Some(c) = self.conns.get(id) else { return };
         if c.life == Life::Closing {
             if c.quiet() {
                 self.remove_conn(id);
@@ -85,11 +70,11 @@ impl Engine {
         }
         self.process_input(id);
         self.nvme_settle(id);
-        match self.conn_ref(id) {
+        match self.conns.get(id) {
             Some(c) if c.life == Life::Open && c.finished() => self.close(id),
             Some(c) if c.life == Life::Open => {
                 self.post_recv(id);
-                self.arm_timer(id);
+                self.conns.arm_timer(id, &self.timeouts);
             }
             _ => {}
         }
@@ -98,7 +83,7 @@ impl Engine {
     /// Shuts the socket down and releases everything not in the kernel's or
     /// the device's hands; the rest is released as it completes.
     pub(super) fn close(&mut self, id: ConnId) {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         if c.life == Life::Closing {
@@ -131,7 +116,7 @@ impl Engine {
     }
 
     fn remove_conn(&mut self, id: ConnId) {
-        let Some(c) = self.conn_ref(id) else { return };
+        let Some(c) = self.conns.get(id) else { return };
         debug_assert!(c.quiet(), "{id:?} freed with operations in flight");
         debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
         debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
@@ -140,11 +125,10 @@ impl Engine {
         if matches!(c.phase, Phase::Nvme(_)) {
             self.nvme_count(false);
         }
-        let Some(c) = self.conn_ref(id) else { return };
+        let Some(c) = self.conns.get(id) else { return };
         // Its paced IOs were cancelled or completed before it went quiet.
         self.io.pacer.close_flow(c.flow);
-        self.conns[id.index as usize] = None;
-        self.free_conns.push(id.index);
+        self.conns.remove(id);
         debug_assert!(self.io.stats.conns_now > 0);
         self.io.stats.conns_now -= 1;
         self.io.actions.push(Action::Close { conn: id });
@@ -179,14 +163,14 @@ impl Engine {
 
     /// The client of a connection, as [`Engine::set_peer`] named it.
     pub fn peer(&self, id: ConnId) -> &str {
-        self.conn_ref(id).map_or("", |c| &c.peer)
+        self.conns.get(id).map_or("", |c| &c.peer)
     }
 
     /// Names the client of a connection just accepted, for its logs, and
     /// tells the pacer its host: connections from one address share that
     /// host's link (a Unix client is a host of its own).
     pub fn set_peer(&mut self, id: ConnId, peer: &str) {
-        if let Some(c) = conn_at(&mut self.conns, id) {
+        if let Some(c) = self.conns.get_mut(id) {
             c.peer = peer.into();
             if matches!(c.phase, Phase::Nvme(_)) {
                 // Its host is its host NQN, known at Connect (`nvme.rs`).
@@ -202,70 +186,16 @@ impl Engine {
         }
     }
 
-    /// When the connection's current timeout fires, if one applies: the
-    /// handshake's from accept, a payload's and an idle connection's from the
-    /// last bytes received (or request finished).
-    fn deadline(&self, c: &Conn) -> Option<Nanos> {
-        let t = &self.timeouts;
-        match c.input {
-            Input::Handshake | Input::StartTls => Some(c.accepted_at + t.handshake),
-            // No ICReq yet; or a PDU half received (an idle queue has no
-            // timeout here: NVMe's keep-alive is the host's to ask for).
-            Input::Pdus => match &c.phase {
-                Phase::Nvme(n) if !n.initialized() => Some(c.accepted_at + t.handshake),
-                _ if c.buffered() > 0 => Some(c.active_at + t.payload),
-                _ => None,
-            },
-            // Only while the client's bytes could land: a piece waiting for
-            // the pacer or a buffer is not the client's stall.
-            Input::Payload(_) | Input::Discard(_) if c.recv != super::RecvOp::Idle => {
-                Some(c.active_at + t.payload)
-            }
-            Input::Headers if c.requests == 0 => Some(c.active_at + t.idle),
-            _ => None,
-        }
-    }
-
-    /// Makes sure a timer entry fires no later than the connection's deadline.
-    fn arm_timer(&mut self, id: ConnId) {
-        let Some(c) = self.conn_ref(id) else { return };
-        let Some(d) = self.deadline(c) else { return };
-        if d < c.timer_at {
-            if let Some(c) = conn_at(&mut self.conns, id) {
-                c.timer_at = d;
-            }
-            self.conn_timers.push(Reverse((d, id)));
-        }
-    }
-
-    /// Closes connections whose deadline has passed. Entries are checked
-    /// against the connection's current deadline, so progress needs no
-    /// heap update: an early entry re-arms itself.
+    /// Closes connections whose deadline has passed.
     pub(super) fn fire_conn_timers(&mut self) {
-        while let Some(Reverse((t, id))) = self.conn_timers.peek().copied() {
-            if t > self.io.now {
-                return;
-            }
-            self.conn_timers.pop();
-            let Some(c) = conn_at(&mut self.conns, id) else {
+        while let Some(id) = self.conns.next_timed_out(self.io.now, &self.timeouts) {
+            let Some(c) = self.conns.get_mut(id) else {
                 continue;
             };
-            if c.timer_at != t {
-                continue; // superseded by an earlier entry
-            }
-            c.timer_at = Nanos::MAX;
-            let c = &**self.conns[id.index as usize].as_ref().expect("just seen");
-            match self.deadline(c) {
-                Some(d) if d <= self.io.now && c.life == Life::Open => {
-                    tracing::info!(reactor = self.id, conn = id.index, input = ?c.input, "connection timed out");
-                    self.io.stats.timeouts += 1;
-                    if let Some(c) = conn_at(&mut self.conns, id) {
-                        c.ending(EndReason::Timeout);
-                    }
-                    self.close(id);
-                }
-                _ => self.arm_timer(id),
-            }
+            tracing::info!(reactor = self.id, conn = id.index, input = ?c.input, "connection timed out");
+            self.io.stats.timeouts += 1;
+            c.ending(EndReason::Timeout);
+            self.close(id);
         }
         self.settle();
     }
@@ -277,11 +207,10 @@ impl Engine {
             return;
         }
         self.draining_since = Some(now);
-        for index in 0..self.conns.len() {
-            let Some(c) = self.conns[index].as_deref_mut() else {
+        for id in self.conns.ids() {
+            let Some(c) = self.conns.get_mut(id) else {
                 continue;
             };
-            let id = c.id;
             if c.life != Life::Open {
                 continue;
             }
@@ -308,12 +237,15 @@ impl Engine {
         if self.io.now - since <= self.drain_timeout {
             return;
         }
-        for index in 0..self.conns.len() {
-            if let Some(c) = self.conns[index].as_deref_mut() {
+        for id in self.conns.ids() {
+            if let Some(c) = self.conns.get_mut(id) {
                 if c.life == Life::Open {
-                    tracing::warn!(reactor = self.id, conn = index, "drain timed out; closing");
+                    tracing::warn!(
+                        reactor = self.id,
+                        conn = id.index,
+                        "drain timed out; closing"
+                    );
                     c.end = Some(EndReason::DrainTimeout);
-                    let id = c.id;
                     self.close(id);
                 }
             }
@@ -326,6 +258,6 @@ impl Engine {
         let Some(since) = self.draining_since else {
             return false;
         };
-        self.conns.iter().all(Option::is_none) || self.io.now - since > 2 * self.drain_timeout
+        self.conns.open() == 0 || self.io.now - since > 2 * self.drain_timeout
     }
 }

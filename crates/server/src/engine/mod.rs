@@ -24,6 +24,7 @@
 
 mod audit;
 mod conn;
+mod conns;
 mod ids;
 mod input;
 mod io;
@@ -40,7 +41,7 @@ mod trace;
 mod turns;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bdev::{IoRequest, IoResult};
@@ -50,8 +51,8 @@ use pool::ReactorBufs;
 
 use crate::exports::Catalog;
 use crate::stats::ReactorStats;
-use conn::Conn;
 pub use conn::{Input, Life, RecvOp, SendOp};
+use conns::Conns;
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
 use io::IoPath;
 use slot::Req;
@@ -158,21 +159,15 @@ pub struct Engine {
     id: usize,
     /// The clock, pacer, pool, devices, statistics and the driver's actions.
     io: IoPath,
-    conns: Vec<Option<Box<Conn>>>,
-    conn_gens: Vec<u32>,
-    free_conns: Vec<u32>,
-    next_flow: u64,
+    /// The connections, their send list and their timeouts.
+    conns: Conns,
     reqs: Vec<Req>,
     free_reqs: Vec<ReqId>,
     /// Connections waiting for a request slot, in arrival order.
     slot_waiters: VecDeque<ConnId>,
-    /// Connections with something to send at the end of this round.
-    send_ready: Vec<ConnId>,
     /// Connections an event touched: settled (parse, recv, close) before
     /// the event returns.
     touched: Vec<ConnId>,
-    /// Connection timeouts, checked lazily against each connection's deadline.
-    conn_timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
     /// Scratch list of requests whose replies a send finished.
     sent: Vec<ReqId>,
     timeouts: Timeouts,
@@ -201,16 +196,11 @@ impl Engine {
             id: settings.id,
             io,
             conn_cap,
-            conns: Vec::new(),
-            conn_gens: Vec::new(),
-            free_conns: Vec::new(),
-            next_flow: 1,
+            conns: Conns::new(),
             reqs: (0..settings.max_requests).map(|_| Req::default()).collect(),
             free_reqs: (0..settings.max_requests).rev().map(ReqId).collect(),
             slot_waiters: VecDeque::new(),
-            send_ready: Vec::new(),
             touched: Vec::new(),
-            conn_timers: BinaryHeap::new(),
             sent: Vec::new(),
             timeouts: settings.timeouts,
             drain_timeout: settings.drain_timeout,
@@ -344,14 +334,14 @@ impl Engine {
     /// Posts the sends the events since the last flush made ready. Replies
     /// queued in one round go out in one sendmsg per connection.
     pub fn flush(&mut self) {
-        while !self.send_ready.is_empty() {
-            let mut ready = std::mem::take(&mut self.send_ready);
+        while !self.conns.send_ready.is_empty() {
+            let mut ready = std::mem::take(&mut self.conns.send_ready);
             for &conn in &ready {
                 self.start_send(conn);
             }
             ready.clear();
-            if self.send_ready.is_empty() {
-                self.send_ready = ready; // keeps its capacity
+            if self.conns.send_ready.is_empty() {
+                self.conns.send_ready = ready; // keeps its capacity
             }
             self.settle();
         }
@@ -362,7 +352,7 @@ impl Engine {
         let candidates = [
             self.io.delayed.peek().map(|Reverse((t, _))| *t),
             self.io.pacer.next_wakeup(self.io.now),
-            self.conn_timers.peek().map(|Reverse((t, _))| *t),
+            self.conns.timers.peek().map(|Reverse((t, _))| *t),
             self.nvme_deadline(),
             // Re-check the drain even when nothing completes.
             self.draining_since.map(|_| self.io.now + 50_000_000),
@@ -402,7 +392,7 @@ impl Engine {
 
     /// Live connections.
     pub fn conns_open(&self) -> usize {
-        self.conns.iter().filter(|c| c.is_some()).count()
+        self.conns.open()
     }
 
     pub fn buffers_in_use(&self) -> u64 {
@@ -424,15 +414,8 @@ impl Engine {
     }
 
     pub fn conn_state(&self, conn: ConnId) -> Option<(Input, RecvOp, SendOp, Life)> {
-        let c = self.conn_ref(conn)?;
+        let c = self.conns.get(conn)?;
         Some((c.input, c.recv, c.send, c.life))
-    }
-
-    fn conn_ref(&self, id: ConnId) -> Option<&Conn> {
-        match self.conns.get(id.index as usize) {
-            Some(Some(c)) if c.id == id => Some(c),
-            _ => None,
-        }
     }
 }
 
@@ -482,18 +465,10 @@ impl Engine {
     }
 
     fn peer_of(&self, conn: ConnId) -> String {
-        self.conn_ref(conn)
+        self.conns
+            .get(conn)
             .map(|c| c.peer.to_string())
             .unwrap_or_default()
-    }
-}
-
-/// The live connection `id` among `conns`: borrows only the connection
-/// table, so the caller may still touch the engine's other fields.
-fn conn_at(conns: &mut [Option<Box<Conn>>], id: ConnId) -> Option<&mut Conn> {
-    match conns.get_mut(id.index as usize) {
-        Some(Some(c)) if c.id == id => Some(c),
-        _ => None,
     }
 }
 

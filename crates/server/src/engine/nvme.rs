@@ -24,7 +24,7 @@ use super::conn::{EndReason, Input, Life, Phase, Step};
 use super::ids::{ConnId, ReqId};
 use super::nvme_conn::{NvmeConn, Waiting};
 use super::slot::{ReplyStyle, ReqOrigin, ReqStage};
-use super::{conn_at, Engine};
+use super::Engine;
 
 /// How often each engine checks its queues' controllers (keep-alive
 /// expiry, resets, an admin queue gone), and takes their async events.
@@ -60,7 +60,7 @@ impl Engine {
     /// Feeds the connection's buffered bytes to its queue and carries out
     /// what the queue asks: every whole PDU is consumed at once.
     pub(super) fn nvme_input(&mut self, id: ConnId) -> Step {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;
         };
         let (rstart, rend) = (c.rstart, c.rend);
@@ -72,7 +72,7 @@ impl Engine {
         // The data ranges point into the bytes just given: act on them
         // before those bytes are let go.
         self.nvme_actions(id);
-        if let Some(c) = conn_at(&mut self.conns, id) {
+        if let Some(c) = self.conns.get_mut(id) {
             c.rstart += used;
         }
         Step::Stop
@@ -81,7 +81,7 @@ impl Engine {
     /// Carries out the queue's actions until it asks for nothing more.
     fn nvme_actions(&mut self, id: ConnId) {
         loop {
-            let actions = match conn_at(&mut self.conns, id).and_then(nvme_of) {
+            let actions = match self.conns.get_mut(id).and_then(nvme_of) {
                 Some(n) => n.queue.take_actions(),
                 None => return,
             };
@@ -110,7 +110,7 @@ impl Engine {
                 // were held by this queue, the controller's admin queue.
                 let aers = target.take_events_of(cntlid);
                 drop(target);
-                if let Some(n) = conn_at(&mut self.conns, id).and_then(nvme_of) {
+                if let Some(n) = self.conns.get_mut(id).and_then(nvme_of) {
                     n.queue.admin_done(cid, d);
                     for (aer, end) in aers {
                         n.queue.aer_end(aer, end);
@@ -138,7 +138,7 @@ impl Engine {
                 }
             }
             QAction::Close => {
-                if let Some(c) = conn_at(&mut self.conns, id) {
+                if let Some(c) = self.conns.get_mut(id) {
                     c.ending(EndReason::ProtocolError);
                 }
                 self.io.stats.protocol_errors += 1;
@@ -151,7 +151,7 @@ impl Engine {
     /// for the host NQN; the connection becomes a flow of that host.
     fn nvme_connect(&mut self, id: ConnId, cid: u16, sqe: &proto::nvme::Sqe, data: &[u8]) {
         let now = self.io.now;
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         let addr = c.peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip());
@@ -195,7 +195,7 @@ impl Engine {
 
     /// A command that needs a request slot: it starts now, or waits its turn.
     fn nvme_wait(&mut self, id: ConnId, w: Waiting) {
-        if let Some(n) = conn_at(&mut self.conns, id).and_then(nvme_of) {
+        if let Some(n) = self.conns.get_mut(id).and_then(nvme_of) {
             n.waiting.push_back(w);
         }
         self.nvme_start_waiting(id);
@@ -206,7 +206,7 @@ impl Engine {
     fn nvme_start_waiting(&mut self, id: ConnId) {
         loop {
             let cap = self.conn_cap;
-            let Some(c) = conn_at(&mut self.conns, id) else {
+            let Some(c) = self.conns.get_mut(id) else {
                 return;
             };
             if c.life != Life::Open || c.committed >= cap {
@@ -233,7 +233,7 @@ impl Engine {
     /// Command `w` takes request `slot` and starts its life.
     fn nvme_request(&mut self, id: ConnId, slot: ReqId, w: Waiting) {
         let now = self.io.now;
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             self.free_reqs.push(slot);
             return;
         };
@@ -270,7 +270,7 @@ impl Engine {
     pub(super) fn nvme_data_wanted(&mut self, id: ReqId) -> ReqStage {
         let req = &self.reqs[id.index()];
         let (conn, cid) = (req.conn, req.cookie as u16);
-        let Some(c) = conn_at(&mut self.conns, conn) else {
+        let Some(c) = self.conns.get_mut(conn) else {
             return ReqStage::Answered;
         };
         if c.input != Input::Pdus {
@@ -306,7 +306,7 @@ impl Engine {
 
     /// H2CData bytes for `cid` at `at` of the bytes given to the queue.
     fn nvme_data(&mut self, id: ConnId, cid: u16, datao: u32, at: usize, len: u32) {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         let Some(&slot) = nvme_of(c).and_then(|n| n.slots.get(&cid)) else {
@@ -328,7 +328,9 @@ impl Engine {
     /// A WRITE's data is all in: to the device (or answered, when a data
     /// digest failed).
     fn nvme_data_in(&mut self, id: ConnId, cid: u16, ok: bool) {
-        let Some(&slot) = conn_at(&mut self.conns, id)
+        let Some(&slot) = self
+            .conns
+            .get_mut(id)
             .and_then(nvme_of)
             .and_then(|n| n.slots.get(&cid))
         else {
@@ -359,7 +361,8 @@ impl Engine {
         let Some(conn) = self.reqs.get(id.index()).map(|r| r.conn) else {
             return false;
         };
-        conn_at(&mut self.conns, conn)
+        self.conns
+            .get_mut(conn)
             .and_then(nvme_of)
             .is_some_and(|n| n.queue.data_digest())
     }
@@ -376,7 +379,7 @@ impl Engine {
         };
         req.hdr.clear();
         req.trailer.clear();
-        let Some(n) = conn_at(&mut self.conns, conn).and_then(nvme_of) else {
+        let Some(n) = self.conns.get_mut(conn).and_then(nvme_of) else {
             return;
         };
         n.slots.remove(&cid);
@@ -403,7 +406,7 @@ impl Engine {
 
     /// No more bytes come: WRITEs waiting for their data never get it.
     pub(super) fn nvme_input_ended(&mut self, id: ConnId) {
-        let Some(n) = conn_at(&mut self.conns, id).and_then(nvme_of) else {
+        let Some(n) = self.conns.get_mut(id).and_then(nvme_of) else {
             return;
         };
         let slots: Vec<ReqId> = n.slots.values().copied().collect();
@@ -418,21 +421,21 @@ impl Engine {
     /// (ICResp, R2Ts, admin completions) goes out.
     pub(super) fn nvme_settle(&mut self, id: ConnId) {
         self.nvme_start_waiting(id);
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         let super::conn::Conn { raw_out, phase, .. } = c;
         let Phase::Nvme(n) = phase else { return };
         if n.queue.has_output() {
             raw_out.extend_from_slice(&n.queue.take_output());
-            self.mark_send(id);
+            self.conns.mark_send(id);
         }
     }
 
     /// The connection closed: its queue leaves its controller, its waiting
     /// commands are dropped (those with slots were aborted by `close`).
     pub(super) fn nvme_closed(&mut self, id: ConnId) {
-        let Some(n) = conn_at(&mut self.conns, id).and_then(nvme_of) else {
+        let Some(n) = self.conns.get_mut(id).and_then(nvme_of) else {
             return;
         };
         n.queue.abort_all();
@@ -464,7 +467,7 @@ impl Engine {
         // Each engine checks its own queues below; the list is not needed.
         target.take_dropped();
         let mut gone = Vec::new();
-        for c in self.conns.iter_mut().flatten() {
+        for c in self.conns.iter_mut() {
             let Phase::Nvme(n) = &c.phase else { continue };
             match n.bound {
                 Some((cntlid, qid, _)) if !target.queue_live(cntlid, qid) => {
@@ -481,7 +484,7 @@ impl Engine {
                 conn = id.index,
                 "nvme/tcp: controller gone, closing its queue"
             );
-            if let Some(c) = conn_at(&mut self.conns, id) {
+            if let Some(c) = self.conns.get_mut(id) {
                 c.ending(EndReason::ControllerGone);
             }
             self.close(id);

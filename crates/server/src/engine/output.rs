@@ -4,23 +4,13 @@
 use super::conn::{EndReason, Life, SendOp, MAX_SEND_IOV};
 use super::ids::{ConnId, ReqId};
 use super::slot::ReqStage;
-use super::{conn_at, Action, Engine, Sent};
+use super::{Action, Engine, Sent};
 
 impl Engine {
-    /// The connection has something to send: at the end of this round.
-    pub(super) fn mark_send(&mut self, id: ConnId) {
-        if let Some(c) = conn_at(&mut self.conns, id) {
-            if c.send == SendOp::Idle {
-                c.set_send(SendOp::Ready);
-                self.send_ready.push(id);
-            }
-        }
-    }
-
     /// Posts one sendmsg with the handshake bytes, or with every queued
     /// reply that fits.
     pub(super) fn start_send(&mut self, id: ConnId) {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         if c.send != SendOp::Ready {
@@ -67,7 +57,7 @@ impl Engine {
     }
 
     pub(super) fn send_done(&mut self, id: ConnId, result: Sent) {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         debug_assert_eq!(
@@ -122,7 +112,7 @@ impl Engine {
         let more = !c.raw_out.is_empty() || !c.raw_sending.is_empty() || !c.out.is_empty();
         self.replies_left(partial);
         if more {
-            self.mark_send(id);
+            self.conns.mark_send(id);
         }
     }
 
@@ -156,7 +146,7 @@ impl Engine {
     /// Releases the replies queued on a closing connection: no send covers
     /// them any more.
     pub(super) fn drop_replies(&mut self, id: ConnId) {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         debug_assert_ne!(c.send, SendOp::InFlight);

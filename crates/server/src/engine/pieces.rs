@@ -17,7 +17,7 @@ use pool::{Alloc, BufId};
 use super::conn::{Input, Life, RecvOp};
 use super::ids::{ConnId, IoToken, ReqId};
 use super::slot::{PieceState, ReqStage};
-use super::{conn_at, Engine};
+use super::Engine;
 
 impl Engine {
     pub(super) fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
@@ -51,7 +51,7 @@ impl Engine {
                 return;
             }
             let cap = self.io.payload_cap;
-            let Some(c) = conn_at(&mut self.conns, conn) else {
+            let Some(c) = self.conns.get_mut(conn) else {
                 return;
             };
             if c.payload_pieces >= cap || c.input != Input::Payload(id) {
@@ -96,7 +96,7 @@ impl Engine {
             iov_len: len as usize,
         };
         let conn = req.conn;
-        if let Some(c) = conn_at(&mut self.conns, conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             // The stall clock runs only while the client's bytes can land.
             c.active_at = self.io.now;
         }
@@ -118,7 +118,7 @@ impl Engine {
         let req = &self.reqs[id.index()];
         if req.filled == req.len {
             let conn = req.conn;
-            if let Some(c) = conn_at(&mut self.conns, conn) {
+            if let Some(c) = self.conns.get_mut(conn) {
                 debug_assert_eq!(c.input, Input::Payload(id));
                 c.set_input(Input::Headers);
             }
@@ -218,7 +218,7 @@ impl Engine {
 
     /// A WRITE piece of `conn` no longer waits for its payload.
     fn release_payload_slot(&mut self, conn: ConnId) {
-        if let Some(c) = conn_at(&mut self.conns, conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             debug_assert!(
                 c.payload_pieces > 0,
                 "{conn:?} frees a payload slot it never took"
@@ -241,7 +241,8 @@ impl Engine {
             return;
         }
         let receiving = self
-            .conn_ref(req.conn)
+            .conns
+            .get(req.conn)
             .is_some_and(|c| c.life == Life::Open && c.input == Input::Payload(id));
         if !receiving {
             self.release(id);
@@ -255,7 +256,8 @@ impl Engine {
         // A recv in flight writes into the filling piece: it keeps its
         // buffer until that recv completes (recv_done aborts again).
         let receiving = self
-            .conn_ref(conn)
+            .conns
+            .get(conn)
             .is_some_and(|c| c.recv == RecvOp::Direct(id));
         let filling = self.reqs[id.index()].filling_piece(self.io.buf_size);
         for k in 0..self.reqs[id.index()].started {

@@ -31,7 +31,7 @@ use proto::Command;
 use super::conn::{EndReason, Input, Life, Phase};
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::slot::{ReplyStyle, ReqOrigin, ReqStage};
-use super::{conn_at, Engine};
+use super::Engine;
 
 /// Rejected WRITE payloads up to this size are read and discarded, as the
 /// spec prefers; larger ones close the connection instead.
@@ -134,7 +134,7 @@ impl Engine {
     /// A request header arrived on `conn`, and `slot` is free for it.
     pub(super) fn accept_request(&mut self, conn: ConnId, slot: ReqId, request: proto::Request) {
         let now = self.io.now;
-        let Some(c) = conn_at(&mut self.conns, conn) else {
+        let Some(c) = self.conns.get_mut(conn) else {
             return;
         };
         let Phase::Transmission { export, neg, .. } = &c.phase else {
@@ -160,12 +160,12 @@ impl Engine {
         self.io.stats.rejected += 1;
         if payload > MAX_DISCARD_PAYLOAD {
             // Discarding gigabytes of junk is not worth it: drop the client.
-            if let Some(c) = conn_at(&mut self.conns, conn) {
+            if let Some(c) = self.conns.get_mut(conn) {
                 c.ending(EndReason::RejectedWrite);
             }
             self.close(conn);
         } else if payload > 0 {
-            if let Some(c) = conn_at(&mut self.conns, conn) {
+            if let Some(c) = self.conns.get_mut(conn) {
                 c.set_input(Input::Discard(payload));
             }
         }
@@ -208,7 +208,7 @@ impl Engine {
                 req.plan_pieces(buf_size);
                 let need = self.commitment(id);
                 self.commit(conn, need);
-                if let Some(c) = conn_at(&mut self.conns, conn) {
+                if let Some(c) = self.conns.get_mut(conn) {
                     c.set_input(Input::Payload(id));
                 }
                 // Settling the connection starts the first pieces.
@@ -232,7 +232,7 @@ impl Engine {
                 req.piece_len(k, self.io.buf_size),
             ),
         };
-        let flow = self.conn_ref(req.conn).map_or(0, |c| c.flow);
+        let flow = self.conns.get(req.conn).map_or(0, |c| c.flow);
         PacedIo {
             id: io.encode(),
             flow,
@@ -258,7 +258,7 @@ impl Engine {
     }
 
     fn commit(&mut self, conn: ConnId, n: u32) {
-        if let Some(c) = conn_at(&mut self.conns, conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.committed += n;
         }
     }
@@ -326,7 +326,7 @@ impl Engine {
         let req = &self.reqs[id.index()];
         let export = &self.io.catalog.exports[req.export as usize];
         let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
-        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match self.conn_ref(req.conn).map(|c| &c.phase) {
+        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match self.conns.get(req.conn).map(|c| &c.phase) {
             Some(Phase::Transmission { meta, .. }) => meta
                 .iter()
                 .map(|(ctx, source)| {
@@ -372,7 +372,7 @@ impl Engine {
     /// anything else is answered.
     fn piece_finished(&mut self, id: ReqId) -> ReqStage {
         let conn = self.reqs[id.index()].conn;
-        let open = self.conn_ref(conn).is_some_and(|c| c.life == Life::Open);
+        let open = self.conns.get(conn).is_some_and(|c| c.life == Life::Open);
         let req = &mut self.reqs[id.index()];
         if req.error == 0 && open && req.next_piece() {
             ReqStage::Ready
@@ -403,7 +403,7 @@ impl Engine {
     /// Answered: queue the reply, or drop it if the client is gone.
     fn answered(&mut self, id: ReqId) -> Option<ReqStage> {
         let conn = self.reqs[id.index()].conn;
-        match conn_at(&mut self.conns, conn) {
+        match self.conns.get_mut(conn) {
             Some(c) if c.life == Life::Open => {
                 let req = &self.reqs[id.index()];
                 let paced = req.paced && req.command == Command::Read;
@@ -419,7 +419,7 @@ impl Engine {
                 } else {
                     self.reqs[id.index()].encode_reply();
                 }
-                self.mark_send(conn);
+                self.conns.mark_send(conn);
                 if paced {
                     self.read_queued(conn);
                 }
@@ -440,7 +440,7 @@ impl Engine {
     fn finish(&mut self, id: ReqId) {
         let req = &self.reqs[id.index()];
         self.io.stats.record_done(&req.served(), self.io.now);
-        if let Some(c) = conn_at(&mut self.conns, req.conn) {
+        if let Some(c) = self.conns.get_mut(req.conn) {
             c.traffic.replies += 1;
         }
         if req.paced {
@@ -470,7 +470,7 @@ impl Engine {
         self.io.stats.leave(ReqStage::Free.stat());
         self.reqs[id.index()].clear();
         self.free_reqs.push(id);
-        if let Some(c) = conn_at(&mut self.conns, conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             debug_assert!(
                 c.requests > 0,
                 "connection {conn:?} releases more than it took"
@@ -490,7 +490,7 @@ impl Engine {
         if let Some(waiter) = self.slot_waiters.pop_front() {
             // An NBD connection parses its next header; an NVMe/TCP one
             // starts its next waiting command.
-            match conn_at(&mut self.conns, waiter) {
+            match self.conns.get_mut(waiter) {
                 Some(c) if c.input == Input::WaitSlot => {
                     c.set_input(Input::Headers);
                 }
@@ -515,7 +515,7 @@ impl Engine {
             }
             ReqStage::Deferred => {
                 let conn = self.reqs[id.index()].conn;
-                if let Some(c) = conn_at(&mut self.conns, conn) {
+                if let Some(c) = self.conns.get_mut(conn) {
                     c.turns.forget(id);
                 }
                 self.release(id);

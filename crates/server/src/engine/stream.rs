@@ -31,7 +31,7 @@ use pool::BufId;
 use super::conn::{EndReason, Life};
 use super::ids::{ConnId, IoToken, ReqId};
 use super::slot::{PieceState, ReqStage};
-use super::{conn_at, Engine};
+use super::Engine;
 
 impl Engine {
     /// Starts the next pieces of streamed READ `id` while it holds fewer
@@ -45,7 +45,11 @@ impl Engine {
             if !serving || k >= req.stream_end || req.pieces_live >= window {
                 return;
             }
-            if self.conn_ref(req.conn).is_none_or(|c| c.life != Life::Open) {
+            if self
+                .conns
+                .get(req.conn)
+                .is_none_or(|c| c.life != Life::Open)
+            {
                 return;
             }
             let req = &mut self.reqs[id.index()];
@@ -100,7 +104,7 @@ impl Engine {
                 req.stream_end = req.stream_end.min(k + 1);
             }
         } else if failed {
-            if let Some(c) = conn_at(&mut self.conns, conn) {
+            if let Some(c) = self.conns.get_mut(conn) {
                 c.ending(EndReason::StreamFailed);
             }
             self.close(conn);
@@ -110,7 +114,7 @@ impl Engine {
             self.set_state(id, ReqStage::Answered);
             self.advance(id);
         } else if state == ReqStage::Reply {
-            self.mark_send(conn);
+            self.conns.mark_send(conn);
         }
     }
 
@@ -172,7 +176,7 @@ impl Engine {
     pub(super) fn read_turn(&mut self, id: ReqId) -> ReqStage {
         let streamed = self.reqs[id.index()].streamed();
         let conn = self.reqs[id.index()].conn;
-        let Some(c) = conn_at(&mut self.conns, conn) else {
+        let Some(c) = self.conns.get_mut(conn) else {
             return self.start_read(id);
         };
         if c.turns.may_start(streamed) {
@@ -187,7 +191,7 @@ impl Engine {
     fn start_read(&mut self, id: ReqId) -> ReqStage {
         let streamed = self.reqs[id.index()].streamed();
         let conn = self.reqs[id.index()].conn;
-        if let Some(c) = conn_at(&mut self.conns, conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.turns.start(id, streamed);
         }
         if streamed {
@@ -213,7 +217,7 @@ impl Engine {
 
     /// Whole READ on `conn` queued its data to send.
     pub(super) fn read_queued(&mut self, conn: ConnId) {
-        if let Some(c) = conn_at(&mut self.conns, conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.turns.queued();
         }
         self.start_deferred(conn);
@@ -222,7 +226,7 @@ impl Engine {
     /// READ `id` on `conn` ended before its data was queued, or it was a
     /// stream: the READs waiting for it may start.
     pub(super) fn read_ended(&mut self, conn: ConnId, id: ReqId) {
-        if let Some(c) = conn_at(&mut self.conns, conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.turns.ended(id);
         }
         self.start_deferred(conn);
@@ -231,7 +235,7 @@ impl Engine {
     /// Starts the READs waiting on `conn` whose turn has come, in order.
     fn start_deferred(&mut self, conn: ConnId) {
         loop {
-            let Some(c) = conn_at(&mut self.conns, conn) else {
+            let Some(c) = self.conns.get_mut(conn) else {
                 return;
             };
             // A closing connection's waiting READs are aborted, not started.

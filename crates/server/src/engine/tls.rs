@@ -9,12 +9,12 @@ use std::net::SocketAddr;
 use config::access::Client;
 
 use super::conn::{EndReason, Input, Life, Phase, RecvOp, SendOp, Step};
-use super::{conn_at, Action, ConnId, Engine, TlsOutcome};
+use super::{Action, ConnId, Engine, TlsOutcome};
 
 impl Engine {
     /// Asks the driver to start TLS once the STARTTLS answer is sent.
     pub(super) fn start_tls(&mut self, id: ConnId) -> Step {
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;
         };
         let answered = c.send == SendOp::Idle && c.raw_out.is_empty() && c.raw_sending.is_empty();
@@ -29,7 +29,7 @@ impl Engine {
     /// the session, with the access rules of the client's certificate.
     pub(super) fn tls_done(&mut self, id: ConnId, outcome: TlsOutcome) {
         let catalog = self.io.catalog.clone();
-        let Some(c) = conn_at(&mut self.conns, id) else {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         let op = c.set_recv(RecvOp::Idle);

@@ -1,0 +1,150 @@
+//! The engine's connection table: live connections by index, with each
+//! slot's generation (a completion for a connection whose slot was reused
+//! finds nothing); the connections with something to send this round; and
+//! their timeouts, checked lazily against each connection's deadline.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use pace::Nanos;
+
+use super::conn::{Conn, Phase, SendOp};
+use super::ids::{ConnId, GEN_MASK};
+use super::Timeouts;
+
+pub struct Conns {
+    table: Vec<Option<Box<Conn>>>,
+    gens: Vec<u32>,
+    free: Vec<u32>,
+    /// The next connection's pacer flow: unique over the engine's life.
+    next_flow: u64,
+    /// Connections with something to send at the end of this round.
+    pub send_ready: Vec<ConnId>,
+    /// Connection timeouts, checked lazily against each connection's deadline.
+    pub timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
+}
+
+impl Conns {
+    pub fn new() -> Conns {
+        Conns {
+            table: Vec::new(),
+            gens: Vec::new(),
+            free: Vec::new(),
+            next_flow: 1,
+            send_ready: Vec::new(),
+            timers: BinaryHeap::new(),
+        }
+    }
+
+    /// The live connection `id`.
+    pub fn get(&self, id: ConnId) -> Option<&Conn> {
+        match self.table.get(id.index as usize) {
+            Some(Some(c)) if c.id == id => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        match self.table.get_mut(id.index as usize) {
+            Some(Some(c)) if c.id == id => Some(c),
+            _ => None,
+        }
+    }
+
+    /// A new connection in `phase`, in a free slot under a new generation,
+    /// with a flow of its own; an NBD one's greeting is ready to send.
+    pub fn insert(&mut self, phase: Phase, now: Nanos) -> ConnId {
+        let index = self.free.pop().unwrap_or_else(|| {
+            self.table.push(None);
+            self.gens.push(0);
+            (self.table.len() - 1) as u32
+        });
+        let gen = self.gens[index as usize].wrapping_add(1) & GEN_MASK;
+        self.gens[index as usize] = gen;
+        let id = ConnId { index, gen };
+        let mut conn = Box::new(Conn::new(id, self.next_flow, phase, now));
+        self.next_flow += 1;
+        if let Phase::Handshake(h) = &mut conn.phase {
+            conn.raw_out = h.take_output();
+        }
+        self.table[index as usize] = Some(conn);
+        id
+    }
+
+    /// Frees `id`'s slot.
+    pub fn remove(&mut self, id: ConnId) {
+        debug_assert!(self.get(id).is_some(), "{id:?} removed twice");
+        self.table[id.index as usize] = None;
+        self.free.push(id.index);
+    }
+
+    /// The ids of the live connections, in slot order.
+    pub fn ids(&self) -> Vec<ConnId> {
+        self.iter().map(|c| c.id).collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Conn> {
+        self.table.iter().flatten().map(|c| &**c)
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Conn> {
+        self.table.iter_mut().flatten().map(|c| &mut **c)
+    }
+
+    /// Slots in the table, live or not: a bound on connection indexes.
+    pub fn slots(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Live connections.
+    pub fn open(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// The connection has something to send: at the end of this round.
+    pub fn mark_send(&mut self, id: ConnId) {
+        if let Some(c) = self.get_mut(id) {
+            if c.send == SendOp::Idle {
+                c.set_send(SendOp::Ready);
+                self.send_ready.push(id);
+            }
+        }
+    }
+
+    /// Makes sure a timer entry fires no later than the connection's deadline.
+    pub fn arm_timer(&mut self, id: ConnId, timeouts: &Timeouts) {
+        let Some(c) = self.get_mut(id) else { return };
+        let Some(d) = c.deadline(timeouts) else {
+            return;
+        };
+        if d < c.timer_at {
+            c.timer_at = d;
+            self.timers.push(Reverse((d, id)));
+        }
+    }
+
+    /// The next open connection whose deadline has passed by `now`, its
+    /// timer entry spent. Entries are checked against the connection's
+    /// current deadline, so progress needs no heap update: an early entry
+    /// re-arms itself.
+    pub fn next_timed_out(&mut self, now: Nanos, timeouts: &Timeouts) -> Option<ConnId> {
+        while let Some(Reverse((t, id))) = self.timers.peek().copied() {
+            if t > now {
+                return None;
+            }
+            self.timers.pop();
+            let Some(c) = self.get_mut(id) else {
+                continue;
+            };
+            if c.timer_at != t {
+                continue; // superseded by an earlier entry
+            }
+            c.timer_at = Nanos::MAX;
+            match c.deadline(timeouts) {
+                Some(d) if d <= now && c.life == super::Life::Open => return Some(id),
+                _ => self.arm_timer(id, timeouts),
+            }
+        }
+        None
+    }
+}
