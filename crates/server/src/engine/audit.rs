@@ -45,10 +45,11 @@ impl Engine {
             self.io.bufs.in_use()
         );
         ensure!(
-            self.free_reqs.len() + self.requests_in_use() == self.reqs.len(),
+            self.slots.free.len() + self.requests_in_use() == self.slots.reqs.len(),
             "free list and slots"
         );
         let live = self
+            .slots
             .reqs
             .iter()
             .filter(|r| r.state != ReqStage::Free)
@@ -79,7 +80,7 @@ impl Engine {
     /// buffers the requests hold.
     fn audit_requests(&self, per_conn: &mut [ConnBooks]) -> Result<u64, String> {
         let mut bufs = 0u64;
-        for (i, r) in self.reqs.iter().enumerate() {
+        for (i, r) in self.slots.reqs.iter().enumerate() {
             if r.state == ReqStage::Free {
                 ensure!(
                     r.bufs.is_empty() && r.pieces.is_empty(),
@@ -136,7 +137,7 @@ impl Engine {
     fn audit_conn(&self, c: &Conn, books: &ConnBooks) -> Result<(), String> {
         if let RecvOp::Direct(r) = c.recv {
             // The kernel writes into that buffer: it must still be ours.
-            let req = &self.reqs[r.index()];
+            let req = &self.slots.reqs[r.index()];
             let k = req.filling_piece(self.io.buf_size) as usize;
             ensure!(
                 req.state == ReqStage::Payload,
@@ -152,7 +153,7 @@ impl Engine {
         let streams = c
             .out
             .iter()
-            .filter(|r| self.reqs[r.index()].streamed())
+            .filter(|r| self.slots.reqs[r.index()].streamed())
             .count();
         ensure!(
             c.streams_out as usize == streams,
@@ -202,7 +203,7 @@ impl Engine {
             books.deferred
         );
         for r in c.turns.waiting() {
-            let req = &self.reqs[r.index()];
+            let req = &self.slots.reqs[r.index()];
             ensure!(
                 req.state == ReqStage::Deferred && req.conn == c.id,
                 "{:?}: {r:?} queued for its turn, not deferred",
@@ -236,7 +237,7 @@ impl Engine {
     /// and the pacer holds nothing else.
     fn audit_pacer(&self) -> Result<(), String> {
         let (mut queued, mut bytes) = (0usize, 0u64);
-        for (i, r) in self.reqs.iter().enumerate() {
+        for (i, r) in self.slots.reqs.iter().enumerate() {
             let id = ReqId(i as u32);
             if r.paced {
                 let want = match r.state {

@@ -42,7 +42,7 @@ impl Engine {
                 c.active_at = now;
                 match op {
                     RecvOp::Direct(r) => {
-                        self.reqs[r.index()].filled += n as u32;
+                        self.slots.reqs[r.index()].filled += n as u32;
                         self.payload_received(r, n);
                     }
                     _ => {
@@ -63,7 +63,7 @@ impl Engine {
         match was {
             // A WRITE whose payload will never arrive: nothing to execute.
             Input::Payload(r) => self.abort_pieces(r),
-            Input::WaitSlot => self.slot_waiters.retain(|&w| w != id),
+            Input::WaitSlot => self.slots.waiters.retain(|&w| w != id),
             Input::Pdus => self.nvme_input_ended(id),
             _ => {}
         }
@@ -176,9 +176,9 @@ impl Engine {
             self.input_ended(id);
             return Step::Stop;
         }
-        let Some(slot) = self.free_reqs.pop() else {
+        let Some(slot) = self.slots.free.pop() else {
             c.set_input(Input::WaitSlot);
-            self.slot_waiters.push_back(id);
+            self.slots.waiters.push_back(id);
             return Step::Stop;
         };
         c.rstart += header_len;
@@ -194,7 +194,7 @@ impl Engine {
         if c.buffered() == 0 {
             return Step::Stop;
         }
-        let n = self.reqs[r.index()].fill_from(&c.rbuf[c.rstart..c.rend], bs);
+        let n = self.slots.reqs[r.index()].fill_from(&c.rbuf[c.rstart..c.rend], bs);
         if n == 0 {
             // The filling piece waits for the pacer or a buffer.
             return Step::Stop;
@@ -234,7 +234,7 @@ impl Engine {
             Input::Handshake | Input::Discard(_) | Input::Pdus => None,
             Input::Headers if c.committed < cap => None,
             Input::Payload(r) => {
-                let req = &self.reqs[r.index()];
+                let req = &self.slots.reqs[r.index()];
                 let k = req.filling_piece(bs) as usize;
                 if req.pieces[k].state != PieceState::Filling {
                     return;

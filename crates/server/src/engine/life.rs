@@ -100,13 +100,13 @@ impl Engine {
             read_only: false,
         });
         if input == Input::WaitSlot {
-            self.slot_waiters.retain(|&w| w != id);
+            self.slots.waiters.retain(|&w| w != id);
         }
         if !sending {
             self.drop_replies(id);
         }
-        for i in 0..self.reqs.len() as u32 {
-            let req = &self.reqs[i as usize];
+        for i in 0..self.slots.reqs.len() as u32 {
+            let req = &self.slots.reqs[i as usize];
             if req.conn == id && req.state != ReqStage::Free {
                 self.abort(ReqId(i));
             }

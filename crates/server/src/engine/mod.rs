@@ -35,13 +35,13 @@ mod output;
 mod pieces;
 mod request;
 mod slot;
+mod slots;
 mod stream;
 mod tls;
 mod trace;
 mod turns;
 
 use std::cmp::Reverse;
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bdev::{IoRequest, IoResult};
@@ -55,8 +55,8 @@ pub use conn::{Input, Life, RecvOp, SendOp};
 use conns::Conns;
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
 use io::IoPath;
-use slot::Req;
 pub use slot::{PieceState, ReqStage};
+use slots::Slots;
 pub use trace::{TraceQuery, TracedReq, TracedState};
 
 /// How a new connection begins.
@@ -161,10 +161,8 @@ pub struct Engine {
     io: IoPath,
     /// The connections, their send list and their timeouts.
     conns: Conns,
-    reqs: Vec<Req>,
-    free_reqs: Vec<ReqId>,
-    /// Connections waiting for a request slot, in arrival order.
-    slot_waiters: VecDeque<ConnId>,
+    /// The request slots, and the ring of their last state changes.
+    slots: Slots,
     /// Connections an event touched: settled (parse, recv, close) before
     /// the event returns.
     touched: Vec<ConnId>,
@@ -175,8 +173,6 @@ pub struct Engine {
     draining_since: Option<Nanos>,
     /// Buffers one connection's requests may commit before it stops parsing.
     conn_cap: u32,
-    /// The last request state changes, with their times.
-    trace: trace::TraceRing,
     /// NVMe/TCP connections open, and when their controllers are next checked.
     nvme_conns: u32,
     nvme_check_at: Nanos,
@@ -197,15 +193,12 @@ impl Engine {
             io,
             conn_cap,
             conns: Conns::new(),
-            reqs: (0..settings.max_requests).map(|_| Req::default()).collect(),
-            free_reqs: (0..settings.max_requests).rev().map(ReqId).collect(),
-            slot_waiters: VecDeque::new(),
+            slots: Slots::new(settings.max_requests),
             touched: Vec::new(),
             sent: Vec::new(),
             timeouts: settings.timeouts,
             drain_timeout: settings.drain_timeout,
             draining_since: None,
-            trace: trace::TraceRing::new(),
             nvme_conns: 0,
             nvme_check_at: 0,
         }
@@ -280,7 +273,7 @@ impl Engine {
         if self.digests_read_data(io.req) {
             return false;
         }
-        let Some(req) = self.reqs.get_mut(io.req.index()) else {
+        let Some(req) = self.slots.reqs.get_mut(io.req.index()) else {
             return false;
         };
         if req.command != proto::Command::Read {
@@ -305,7 +298,7 @@ impl Engine {
 
     /// The IO `io` as submitted, for the driver to interpret its completion.
     pub fn io_request(&self, io: IoToken) -> Option<(u16, IoRequest)> {
-        let req = self.reqs.get(io.req.index())?;
+        let req = self.slots.reqs.get(io.req.index())?;
         let op = req.io_op()?;
         let piece = match io.part {
             Part::Whole => None,
@@ -410,65 +403,18 @@ impl Engine {
     }
 
     pub fn requests_in_use(&self) -> usize {
-        self.reqs.len() - self.free_reqs.len()
+        self.slots.in_use()
+    }
+
+    /// The requests in flight that `q` names, oldest first, with their
+    /// states (`iopace rpc trace`).
+    pub fn trace(&self, q: TraceQuery, now: Nanos) -> Vec<TracedReq> {
+        self.slots.trace(q, now, self.id, &self.conns)
     }
 
     pub fn conn_state(&self, conn: ConnId) -> Option<(Input, RecvOp, SendOp, Life)> {
         let c = self.conns.get(conn)?;
         Some((c.input, c.recv, c.send, c.life))
-    }
-}
-
-/// `iopace rpc trace`: the requests in flight and their last state changes.
-impl Engine {
-    /// The requests in flight that `q` names, oldest first, with their states.
-    pub fn trace(&self, q: TraceQuery, now: Nanos) -> Vec<TracedReq> {
-        let mut live: Vec<(ReqId, Nanos)> = (self.reqs.iter().enumerate())
-            .filter(|(_, r)| r.state != ReqStage::Free)
-            .filter(|(_, r)| match q {
-                TraceQuery::Conn(c) => r.conn.index == c,
-                TraceQuery::Oldest(_) => true,
-            })
-            .map(|(i, r)| (ReqId(i as u32), r.t_start))
-            .collect();
-        live.sort_by_key(|&(_, t)| t);
-        if let TraceQuery::Oldest(n) = q {
-            live.truncate(n);
-        }
-        live.into_iter()
-            .map(|(id, _)| self.traced(id, now))
-            .collect()
-    }
-
-    fn traced(&self, id: ReqId, now: Nanos) -> TracedReq {
-        let r = &self.reqs[id.index()];
-        let states = (self.trace.in_order())
-            .filter(|e| e.req == id && e.cookie == r.cookie && e.t >= r.t_start)
-            .map(|e| TracedState {
-                state: format!("{:?}", e.to),
-                at_us: trace::us(e.t - r.t_start),
-            })
-            .collect();
-        TracedReq {
-            reactor: self.id,
-            conn: r.conn.index,
-            peer: self.peer_of(r.conn),
-            cookie: r.cookie,
-            command: format!("{:?}", r.command),
-            offset: r.offset,
-            len: r.span.max(u64::from(r.len)),
-            state: format!("{:?}", r.state),
-            age_us: trace::us(now.saturating_sub(r.t_start)),
-            states,
-            cut: self.trace.since().is_some_and(|t| t > r.t_start),
-        }
-    }
-
-    fn peer_of(&self, conn: ConnId) -> String {
-        self.conns
-            .get(conn)
-            .map(|c| c.peer.to_string())
-            .unwrap_or_default()
     }
 }
 

@@ -216,14 +216,14 @@ impl Engine {
             if n.waiting.is_empty() {
                 return;
             }
-            let Some(slot) = self.free_reqs.pop() else {
-                if !self.slot_waiters.contains(&id) {
-                    self.slot_waiters.push_back(id);
+            let Some(slot) = self.slots.free.pop() else {
+                if !self.slots.waiters.contains(&id) {
+                    self.slots.waiters.push_back(id);
                 }
                 return;
             };
             let Some(w) = n.waiting.pop_front() else {
-                self.free_reqs.push(slot);
+                self.slots.free.push(slot);
                 return;
             };
             self.nvme_request(id, slot, w);
@@ -234,18 +234,18 @@ impl Engine {
     fn nvme_request(&mut self, id: ConnId, slot: ReqId, w: Waiting) {
         let now = self.io.now;
         let Some(c) = self.conns.get_mut(id) else {
-            self.free_reqs.push(slot);
+            self.slots.free.push(slot);
             return;
         };
         let Some(n) = nvme_of(c) else {
-            self.free_reqs.push(slot);
+            self.slots.free.push(slot);
             return;
         };
         let (cid, request, ranges) = match nvme_command(&n.queue, w) {
             Some(r) => r,
             None => {
                 // The queue forgot it (closing): nothing to serve.
-                self.free_reqs.push(slot);
+                self.slots.free.push(slot);
                 return;
             }
         };
@@ -257,25 +257,27 @@ impl Engine {
             export,
             style: ReplyStyle::Nvme,
         };
-        let req = &mut self.reqs[slot.index()];
+        let req = &mut self.slots.reqs[slot.index()];
         req.reset(&origin, &request, now);
         req.ranges = ranges;
         self.io.stats.enter(ReqStage::New.stat());
-        self.trace.record(now, slot, u64::from(cid), ReqStage::New);
+        self.slots
+            .trace
+            .record(now, slot, u64::from(cid), ReqStage::New);
         self.advance(slot);
     }
 
     /// A WRITE holds its buffers: its in-capsule data lands in them, or
     /// its R2T goes out.
     pub(super) fn nvme_data_wanted(&mut self, id: ReqId) -> ReqStage {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         let (conn, cid) = (req.conn, req.cookie as u16);
         let Some(c) = self.conns.get_mut(conn) else {
             return ReqStage::Answered;
         };
         if c.input != Input::Pdus {
             // Input ended: no data will come.
-            self.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
+            self.slots.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
             return ReqStage::Answered;
         }
         let Some(n) = nvme_of(c) else {
@@ -283,7 +285,7 @@ impl Engine {
         };
         match n.queue.request_data(cid) {
             DataStart::InCapsule(data) => {
-                let req = &mut self.reqs[id.index()];
+                let req = &mut self.slots.reqs[id.index()];
                 if copy_into(&req.iov, 0, &data) {
                     req.filled = data.len() as u32;
                     ReqStage::Ready
@@ -298,7 +300,7 @@ impl Engine {
                 ReqStage::Receiving
             }
             DataStart::Gone => {
-                self.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
+                self.slots.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
                 ReqStage::Answered
             }
         }
@@ -316,7 +318,7 @@ impl Engine {
         let Some(src) = c.rbuf.get(from..from + len as usize) else {
             return;
         };
-        let req = &mut self.reqs[slot.index()];
+        let req = &mut self.slots.reqs[slot.index()];
         if req.state != ReqStage::Receiving {
             return;
         }
@@ -336,7 +338,7 @@ impl Engine {
         else {
             return;
         };
-        let req = &mut self.reqs[slot.index()];
+        let req = &mut self.slots.reqs[slot.index()];
         if req.state != ReqStage::Receiving {
             return;
         }
@@ -358,7 +360,7 @@ impl Engine {
     /// it at the host (SPDK perf, randrw with -H -I), so such a READ is
     /// copied into its buffers instead.
     pub(super) fn digests_read_data(&mut self, id: ReqId) -> bool {
-        let Some(conn) = self.reqs.get(id.index()).map(|r| r.conn) else {
+        let Some(conn) = self.slots.reqs.get(id.index()).map(|r| r.conn) else {
             return false;
         };
         self.conns
@@ -370,7 +372,7 @@ impl Engine {
     /// Encodes an answered request's reply: a READ's C2HData head before
     /// its data, then its data digest and completion.
     pub(super) fn nvme_reply(&mut self, id: ReqId) {
-        let req = &mut self.reqs[id.index()];
+        let req = &mut self.slots.reqs[id.index()];
         let (conn, cid) = (req.conn, req.cookie as u16);
         let status = match (req.fault, req.error) {
             (Some(s), _) => s,
@@ -411,7 +413,7 @@ impl Engine {
         };
         let slots: Vec<ReqId> = n.slots.values().copied().collect();
         for r in slots {
-            if self.reqs[r.index()].state == ReqStage::Receiving {
+            if self.slots.reqs[r.index()].state == ReqStage::Receiving {
                 self.abort(r);
             }
         }
@@ -442,7 +444,7 @@ impl Engine {
         n.waiting.clear();
         n.slots.clear();
         let bound = n.bound.take();
-        self.slot_waiters.retain(|&w| w != id);
+        self.slots.waiters.retain(|&w| w != id);
         if let (Some((cntlid, qid, _)), Some(t)) = (bound, self.io.catalog.nvme.as_ref()) {
             if let Ok(mut target) = t.target.lock() {
                 target.queue_closed(cntlid, qid);

@@ -32,7 +32,7 @@ impl Engine {
         } else {
             let mut skip = c.out_skip;
             for &r in c.out.iter() {
-                let req = &self.reqs[r.index()];
+                let req = &self.slots.reqs[r.index()];
                 if c.send_iov.len() + req.reply_iov_len() > MAX_SEND_IOV {
                     break;
                 }
@@ -94,7 +94,7 @@ impl Engine {
             c.raw_sending.drain(..sent.min(c.raw_sending.len()));
         } else {
             while let Some(&r) = c.out.front() {
-                let size = self.reqs[r.index()].reply_len(self.io.buf_size) - c.out_skip;
+                let size = self.slots.reqs[r.index()].reply_len(self.io.buf_size) - c.out_skip;
                 if sent < size {
                     c.out_skip += sent;
                     partial = Some((r, c.out_skip));
@@ -104,7 +104,7 @@ impl Engine {
                 sent -= size;
                 c.out_skip = 0;
                 c.out.pop_front();
-                c.streams_out -= u32::from(self.reqs[r.index()].streamed());
+                c.streams_out -= u32::from(self.slots.reqs[r.index()].streamed());
                 self.sent.push(r);
             }
             debug_assert_eq!(sent, 0, "{id:?}: sent more than was queued");
@@ -121,14 +121,14 @@ impl Engine {
     fn replies_left(&mut self, partial: Option<(ReqId, usize)>) {
         let sent = std::mem::take(&mut self.sent);
         for &r in &sent {
-            if self.reqs[r.index()].streamed() {
+            if self.slots.reqs[r.index()].streamed() {
                 self.stream_sent(r, usize::MAX);
-                if self.reqs[r.index()].pieces_live > 0 {
+                if self.slots.reqs[r.index()].pieces_live > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
                     self.io
                         .stats
-                        .record_done(&self.reqs[r.index()].served(), self.io.now);
+                        .record_done(&self.slots.reqs[r.index()].served(), self.io.now);
                     self.abandon_stream(r);
                     continue;
                 }
@@ -136,7 +136,7 @@ impl Engine {
             self.set_state(r, ReqStage::Sent);
             self.advance(r);
         }
-        if let Some((r, bytes)) = partial.filter(|(r, _)| self.reqs[r.index()].streamed()) {
+        if let Some((r, bytes)) = partial.filter(|(r, _)| self.slots.reqs[r.index()].streamed()) {
             self.stream_sent(r, bytes);
         }
         self.sent = sent;
@@ -155,7 +155,7 @@ impl Engine {
         c.streams_out = 0;
         let queued = std::mem::take(&mut self.sent);
         for &r in &queued {
-            if self.reqs[r.index()].streamed() {
+            if self.slots.reqs[r.index()].streamed() {
                 self.abandon_stream(r);
             } else {
                 self.release(r);

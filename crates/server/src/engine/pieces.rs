@@ -20,32 +20,11 @@ use super::slot::{PieceState, ReqStage};
 use super::Engine;
 
 impl Engine {
-    pub(super) fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
-        use PieceState::*;
-        let piece = &mut self.reqs[id.index()].pieces[k as usize];
-        // On in release builds too, as a request's (`set_state`).
-        assert!(
-            matches!(
-                (piece.state, to),
-                (Idle, Pacing)
-                    | (Pacing, NeedBuffer)
-                    | (NeedBuffer, Filling | Device)
-                    | (Filling, Device)
-                    | (Device, Delayed | Ready | Done)
-                    | (Delayed, Ready | Done)
-                    | (Pacing | NeedBuffer | Filling | Ready, Done)
-            ),
-            "request {id:?} piece {k}: {:?} -> {to:?}",
-            piece.state
-        );
-        piece.state = to;
-    }
-
     /// Starts the next pieces of `id`'s payload while its connection has room.
     pub(super) fn start_pieces(&mut self, id: ReqId) {
-        let conn = self.reqs[id.index()].conn;
+        let conn = self.slots.reqs[id.index()].conn;
         loop {
-            let req = &self.reqs[id.index()];
+            let req = &self.slots.reqs[id.index()];
             let k = req.started;
             if k as usize >= req.pieces.len() || req.state != ReqStage::Payload {
                 return;
@@ -58,10 +37,10 @@ impl Engine {
                 return;
             }
             c.payload_pieces += 1;
-            let req = &mut self.reqs[id.index()];
+            let req = &mut self.slots.reqs[id.index()];
             req.started += 1;
             req.pieces_live += 1;
-            self.set_piece(id, k, PieceState::Pacing);
+            self.slots.set_piece(id, k, PieceState::Pacing);
             let io = self.paced_io(IoToken::piece(id, k), IoKind::Write);
             self.io.pacer.enqueue(io, self.io.now);
         }
@@ -69,8 +48,8 @@ impl Engine {
 
     /// The pacer released piece `k`: it takes its buffer, or queues for it.
     pub(super) fn piece_released(&mut self, id: ReqId, k: u32) {
-        self.set_piece(id, k, PieceState::NeedBuffer);
-        let len = self.reqs[id.index()].piece_len(k, self.io.buf_size);
+        self.slots.set_piece(id, k, PieceState::NeedBuffer);
+        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
         match self.io.bufs.alloc(len, IoToken::piece(id, k).encode()) {
             Alloc::Ready(bufs) => {
                 debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
@@ -83,13 +62,13 @@ impl Engine {
     /// Piece `k` holds its buffer: a WRITE piece's bytes may arrive, a
     /// streamed READ's piece goes to the device.
     pub(super) fn piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
-        if self.reqs[id.index()].streamed() {
+        if self.slots.reqs[id.index()].streamed() {
             self.read_piece_granted(id, k, buf);
             return;
         }
-        self.set_piece(id, k, PieceState::Filling);
-        let len = self.reqs[id.index()].piece_len(k, self.io.buf_size);
-        let req = &mut self.reqs[id.index()];
+        self.slots.set_piece(id, k, PieceState::Filling);
+        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
+        let req = &mut self.slots.reqs[id.index()];
         req.pieces[k as usize].buf = Some(buf);
         req.iov[k as usize] = libc::iovec {
             iov_base: self.io.pool.ptr(buf).cast(),
@@ -108,14 +87,14 @@ impl Engine {
     /// returns the connection to headers.
     pub(super) fn payload_received(&mut self, id: ReqId, n: usize) {
         let bs = self.io.buf_size;
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         debug_assert!(n > 0 && req.filled <= req.len);
         // The bytes all went into one piece: fills never cross a piece's end.
         let k = (req.filled - 1) / bs;
         if req.filled == k * bs + req.piece_len(k, bs) {
             self.submit_piece(id, k);
         }
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         if req.filled == req.len {
             let conn = req.conn;
             if let Some(c) = self.conns.get_mut(conn) {
@@ -126,14 +105,14 @@ impl Engine {
     }
 
     fn submit_piece(&mut self, id: ReqId, k: u32) {
-        self.set_piece(id, k, PieceState::Device);
+        self.slots.set_piece(id, k, PieceState::Device);
         // Its payload is in: it no longer waits on the client, so its place
         // under the payload cap frees for the next piece (the pacer's
         // windows bound what is at the device). Held until written, the cap
         // kept one connection's writes to 4 at the device: 128 KiB writes at
         // QD 32 to this machine's disk ran at 0.37 MiB in flight under none.
-        self.release_payload_slot(self.reqs[id.index()].conn);
-        let req = &mut self.reqs[id.index()];
+        self.release_payload_slot(self.slots.reqs[id.index()].conn);
+        let req = &mut self.slots.reqs[id.index()];
         req.pieces[k as usize].t_submit = self.io.now;
         self.io
             .pacer
@@ -150,7 +129,7 @@ impl Engine {
     /// The device wrote piece `k`; an emulated delay may hold it back.
     pub(super) fn piece_written(&mut self, id: ReqId, k: u32) {
         let op = bdev::IoOp::Write {
-            fua: self.reqs[id.index()].fua(),
+            fua: self.slots.reqs[id.index()].fua(),
         };
         if !self.delay_piece(id, k, op) {
             self.piece_done(id, k);
@@ -160,7 +139,7 @@ impl Engine {
     /// Holds piece `k`'s completion back for its device's emulated delay,
     /// if it has one still to run: true when it did.
     pub(super) fn delay_piece(&mut self, id: ReqId, k: u32, op: bdev::IoOp) -> bool {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         let dev = &self.io.catalog.exports[req.export as usize].bdev;
         if !dev.has_delay() {
             return false;
@@ -170,7 +149,7 @@ impl Engine {
         if release <= self.io.now {
             return false;
         }
-        self.set_piece(id, k, PieceState::Delayed);
+        self.slots.set_piece(id, k, PieceState::Delayed);
         let token = IoToken::piece(id, k);
         self.io.delayed.push(std::cmp::Reverse((release, token)));
         true
@@ -189,11 +168,11 @@ impl Engine {
     /// streamed READ's piece leaves the pacer here: sent, or abandoned.
     pub(super) fn drop_piece(&mut self, id: ReqId, k: u32) {
         let awaited_payload = matches!(
-            self.reqs[id.index()].pieces[k as usize].state,
+            self.slots.reqs[id.index()].pieces[k as usize].state,
             PieceState::Pacing | PieceState::NeedBuffer | PieceState::Filling
         );
-        self.set_piece(id, k, PieceState::Done);
-        let req = &mut self.reqs[id.index()];
+        self.slots.set_piece(id, k, PieceState::Done);
+        let req = &mut self.slots.reqs[id.index()];
         if let Some(buf) = req.pieces[k as usize].buf.take() {
             self.io.bufs.free(&[buf]);
         }
@@ -231,7 +210,7 @@ impl Engine {
     /// A WRITE whose pieces are all written is answered; one whose payload
     /// will never arrive is released once its pieces are off the device.
     pub(super) fn write_progress(&mut self, id: ReqId) {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         if req.state != ReqStage::Payload || req.pieces_live > 0 {
             return;
         }
@@ -252,20 +231,20 @@ impl Engine {
     /// The connection will not deliver the rest of `id`'s payload: pieces
     /// not at the device end now; the rest end as the device finishes.
     pub(super) fn abort_pieces(&mut self, id: ReqId) {
-        let conn = self.reqs[id.index()].conn;
+        let conn = self.slots.reqs[id.index()].conn;
         // A recv in flight writes into the filling piece: it keeps its
         // buffer until that recv completes (recv_done aborts again).
         let receiving = self
             .conns
             .get(conn)
             .is_some_and(|c| c.recv == RecvOp::Direct(id));
-        let filling = self.reqs[id.index()].filling_piece(self.io.buf_size);
-        for k in 0..self.reqs[id.index()].started {
+        let filling = self.slots.reqs[id.index()].filling_piece(self.io.buf_size);
+        for k in 0..self.slots.reqs[id.index()].started {
             if receiving && k == filling {
                 continue;
             }
             let token = IoToken::piece(id, k);
-            match self.reqs[id.index()].pieces[k as usize].state {
+            match self.slots.reqs[id.index()].pieces[k as usize].state {
                 PieceState::Pacing | PieceState::Filling => {
                     self.io.pacer.cancel(token.encode());
                 }

@@ -37,67 +37,16 @@ use super::Engine;
 /// spec prefers; larger ones close the connection instead.
 const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
 
-/// Whether `from -> to` is a transition of the diagram above.
-fn legal(from: ReqStage, to: ReqStage) -> bool {
-    use ReqStage::*;
-    matches!(
-        (from, to),
-        (Free, New)
-            | (
-                New,
-                Deferred | Pacing | Payload | Streaming | Ready | Answered
-            )
-            | (Deferred, Pacing | Streaming)
-            | (Streaming | Answered | Reply, Dropping)
-            | (Streaming, Answered)
-            | (Pacing, Released)
-            | (Released, NeedBuffers | Ready | Receiving)
-            | (NeedBuffers, Ready | Receiving)
-            | (Receiving, Ready | Answered)
-            | (Ready, Device | Answered)
-            | (Device, Executed)
-            | (Executed, Delayed | Answered | Ready)
-            | (Delayed, Answered | Ready)
-            | (Payload, Answered)
-            | (Answered, Reply)
-            | (Reply, Sent)
-            | (
-                Deferred
-                    | Pacing
-                    | NeedBuffers
-                    | Payload
-                    | Receiving
-                    | Answered
-                    | Reply
-                    | Sent
-                    | Dropping,
-                Free
-            )
-    )
-}
-
 impl Engine {
     pub(super) fn set_state(&mut self, id: ReqId, to: ReqStage) {
-        let req = &mut self.reqs[id.index()];
-        // On in release builds too: a request past a broken arrow would
-        // free or reuse memory the kernel may still write.
-        assert!(
-            legal(req.state, to),
-            "request {id:?}: {:?} -> {to:?}",
-            req.state
-        );
-        let (from, into) = (req.state.stat(), to.stat());
-        if from != into {
-            self.io.stats.transition(from, into);
-        }
-        req.state = to;
-        self.trace.record(self.io.now, id, req.cookie, to);
+        self.slots
+            .set_state(id, to, &mut self.io.stats, self.io.now);
     }
 
     /// Every request transition: moves `id` until it waits for something.
     pub(super) fn advance(&mut self, id: ReqId) {
         loop {
-            let next = match self.reqs[id.index()].state {
+            let next = match self.slots.reqs[id.index()].state {
                 ReqStage::New => self.start(id),
                 ReqStage::Released => self.take_buffers(id),
                 ReqStage::Ready => self.execute(id),
@@ -149,14 +98,16 @@ impl Engine {
         let verdict = proto::validate(&request, info, neg);
         let payload = request.payload_len(neg.extended_headers);
         c.requests += 1;
-        self.reqs[slot.index()].reset(&origin, &request, now);
+        self.slots.reqs[slot.index()].reset(&origin, &request, now);
         self.io.stats.enter(ReqStage::New.stat());
-        self.trace.record(now, slot, request.cookie, ReqStage::New);
+        self.slots
+            .trace
+            .record(now, slot, request.cookie, ReqStage::New);
         let Err(errno) = verdict else {
             self.advance(slot);
             return;
         };
-        self.reqs[slot.index()].error = errno;
+        self.slots.reqs[slot.index()].error = errno;
         self.io.stats.rejected += 1;
         if payload > MAX_DISCARD_PAYLOAD {
             // Discarding gigabytes of junk is not worth it: drop the client.
@@ -178,11 +129,11 @@ impl Engine {
     /// piece, other commands go to the device.
     fn start(&mut self, id: ReqId) -> Option<ReqStage> {
         let buf_size = self.io.buf_size;
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         // An NVMe/TCP command is at most MDTS, which the pool holds at once.
         let nvme = req.style == ReplyStyle::Nvme;
         let streams = !nvme && self.io.streams(req.len);
-        let req = &mut self.reqs[id.index()];
+        let req = &mut self.slots.reqs[id.index()];
         let conn = req.conn;
         match req.command {
             Command::Write if nvme && req.len > 0 => {
@@ -223,7 +174,7 @@ impl Engine {
 
     /// The pacer's view of `io`: its device, tenant, size and flow.
     pub(super) fn paced_io(&self, io: IoToken, kind: IoKind) -> PacedIo {
-        let req = &self.reqs[io.req.index()];
+        let req = &self.slots.reqs[io.req.index()];
         let export = &self.io.catalog.exports[req.export as usize];
         let (offset, bytes) = match io.part {
             Part::Whole => (req.offset, req.len),
@@ -247,7 +198,7 @@ impl Engine {
     /// Buffers a request commits its connection to: a READ's whole length,
     /// a streamed READ's window, a WRITE's pieces held at once.
     pub(super) fn commitment(&self, id: ReqId) -> u32 {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         if req.paced {
             self.io.bufs.buffers_for(req.len)
         } else if req.streamed() {
@@ -265,7 +216,7 @@ impl Engine {
 
     /// Released: a READ takes its buffers, or queues for them.
     fn take_buffers(&mut self, id: ReqId) -> Option<ReqStage> {
-        let len = self.reqs[id.index()].len;
+        let len = self.slots.reqs[id.index()].len;
         match self.io.bufs.alloc(len, IoToken::whole(id).encode()) {
             Alloc::Ready(bufs) => {
                 self.attach(id, bufs);
@@ -281,7 +232,7 @@ impl Engine {
     /// A whole request took its buffers: to the device, or (an NVMe
     /// WRITE) its data comes first.
     fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         if req.style == ReplyStyle::Nvme && req.command == Command::Write {
             self.nvme_data_wanted(id)
         } else {
@@ -291,13 +242,13 @@ impl Engine {
 
     fn attach(&mut self, id: ReqId, bufs: Vec<BufId>) {
         let pool = &self.io.pool;
-        self.reqs[id.index()].attach_buffers(bufs, self.io.buf_size, |b| pool.ptr(b));
+        self.slots.reqs[id.index()].attach_buffers(bufs, self.io.buf_size, |b| pool.ptr(b));
     }
 
     /// Ready: to the device, or answered here (BLOCK_STATUS, unknown).
     fn execute(&mut self, id: ReqId) -> Option<ReqStage> {
         let now = self.io.now;
-        let req = &mut self.reqs[id.index()];
+        let req = &mut self.slots.reqs[id.index()];
         let export = req.export;
         let Some(op) = req.io_op() else {
             if req.command == Command::BlockStatus {
@@ -315,7 +266,7 @@ impl Engine {
                 .pacer
                 .on_device_start(IoToken::whole(id).encode(), now);
         }
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         let io = req.io_request(op, None, self.io.buf_size);
         self.io.submit(IoToken::whole(id), export, io);
         Some(ReqStage::Device)
@@ -323,7 +274,7 @@ impl Engine {
 
     /// BLOCK_STATUS: one chunk per metadata context the client selected.
     fn answer_block_status(&mut self, id: ReqId) {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         let export = &self.io.catalog.exports[req.export as usize];
         let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
         let chunks: Vec<(u32, Vec<(u32, u32)>)> = match self.conns.get(req.conn).map(|c| &c.phase) {
@@ -339,7 +290,7 @@ impl Engine {
                 .collect(),
             _ => Vec::new(),
         };
-        let req = &mut self.reqs[id.index()];
+        let req = &mut self.slots.reqs[id.index()];
         if chunks.is_empty() || chunks.iter().any(|(_, e)| e.is_empty()) {
             req.error = proto::EINVAL;
         } else {
@@ -349,7 +300,7 @@ impl Engine {
 
     /// Executed: hold the completion for an emulated delay, or answer.
     fn executed(&mut self, id: ReqId) -> Option<ReqStage> {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         let dev = &self.io.catalog.exports[req.export as usize].bdev;
         if dev.has_delay() {
             if let Some(op) = req.io_op() {
@@ -371,9 +322,9 @@ impl Engine {
     /// piece failed (the first error is the reply's) or the client is gone;
     /// anything else is answered.
     fn piece_finished(&mut self, id: ReqId) -> ReqStage {
-        let conn = self.reqs[id.index()].conn;
+        let conn = self.slots.reqs[id.index()].conn;
         let open = self.conns.get(conn).is_some_and(|c| c.life == Life::Open);
-        let req = &mut self.reqs[id.index()];
+        let req = &mut self.slots.reqs[id.index()];
         if req.error == 0 && open && req.next_piece() {
             ReqStage::Ready
         } else {
@@ -384,7 +335,7 @@ impl Engine {
     /// The device (with its emulated delay) has finished `io`: its time at
     /// the device feeds the pacer's estimates and latency targets.
     pub(super) fn device_finished(&mut self, io: IoToken) {
-        let req = &self.reqs[io.req.index()];
+        let req = &self.slots.reqs[io.req.index()];
         let (kind, t_submit) = match io.part {
             Part::Whole if req.paced && req.command == Command::Write => {
                 (IoKind::Write, req.t_submit)
@@ -402,10 +353,10 @@ impl Engine {
 
     /// Answered: queue the reply, or drop it if the client is gone.
     fn answered(&mut self, id: ReqId) -> Option<ReqStage> {
-        let conn = self.reqs[id.index()].conn;
+        let conn = self.slots.reqs[id.index()].conn;
         match self.conns.get_mut(conn) {
             Some(c) if c.life == Life::Open => {
-                let req = &self.reqs[id.index()];
+                let req = &self.slots.reqs[id.index()];
                 let paced = req.paced && req.command == Command::Read;
                 let nvme = req.style == ReplyStyle::Nvme;
                 debug_assert!(
@@ -417,7 +368,7 @@ impl Engine {
                 if nvme {
                     self.nvme_reply(id);
                 } else {
-                    self.reqs[id.index()].encode_reply();
+                    self.slots.reqs[id.index()].encode_reply();
                 }
                 self.conns.mark_send(conn);
                 if paced {
@@ -425,7 +376,7 @@ impl Engine {
                 }
                 Some(ReqStage::Reply)
             }
-            _ if self.reqs[id.index()].streamed() => {
+            _ if self.slots.reqs[id.index()].streamed() => {
                 self.abandon_stream(id);
                 None
             }
@@ -438,7 +389,7 @@ impl Engine {
 
     /// Sent: count it, tell the pacer its data has left, free the slot.
     fn finish(&mut self, id: ReqId) {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         self.io.stats.record_done(&req.served(), self.io.now);
         if let Some(c) = self.conns.get_mut(req.conn) {
             c.traffic.replies += 1;
@@ -454,22 +405,22 @@ impl Engine {
     /// Frees the request's buffers and slot: the end of its life. A paced
     /// READ that did not reach `finish` leaves the pacer here.
     pub(super) fn release(&mut self, id: ReqId) {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
         if req.paced && !matches!(req.state, ReqStage::Sent | ReqStage::Deferred) {
             self.io.pacer.cancel(IoToken::whole(id).encode());
         }
         let (conn, need) = (req.conn, self.commitment(id));
         let pending = self.read_pending(id);
-        let req = &mut self.reqs[id.index()];
+        let req = &mut self.slots.reqs[id.index()];
         if !req.bufs.is_empty() {
             self.io.bufs.free(&req.bufs);
             req.bufs.clear();
         }
         self.set_state(id, ReqStage::Free);
         self.io.stats.leave(ReqStage::Free.stat());
-        self.reqs[id.index()].clear();
-        self.free_reqs.push(id);
+        self.slots.reqs[id.index()].clear();
+        self.slots.free.push(id);
         if let Some(c) = self.conns.get_mut(conn) {
             debug_assert!(
                 c.requests > 0,
@@ -487,7 +438,7 @@ impl Engine {
             self.read_ended(conn, id);
         }
         self.touched.push(conn);
-        if let Some(waiter) = self.slot_waiters.pop_front() {
+        if let Some(waiter) = self.slots.waiters.pop_front() {
             // An NBD connection parses its next header; an NVMe/TCP one
             // starts its next waiting command.
             match self.conns.get_mut(waiter) {
@@ -504,7 +455,7 @@ impl Engine {
     /// in. One at the device finishes first; its completion releases it.
     pub(super) fn abort(&mut self, id: ReqId) {
         let token = IoToken::whole(id).encode();
-        match self.reqs[id.index()].state {
+        match self.slots.reqs[id.index()].state {
             ReqStage::Pacing => {
                 self.io.pacer.cancel(token);
                 self.release(id);
@@ -514,7 +465,7 @@ impl Engine {
                 self.release(id);
             }
             ReqStage::Deferred => {
-                let conn = self.reqs[id.index()].conn;
+                let conn = self.slots.reqs[id.index()].conn;
                 if let Some(c) = self.conns.get_mut(conn) {
                     c.turns.forget(id);
                 }
@@ -561,7 +512,7 @@ impl Engine {
             let io = IoToken::decode(token);
             match io.part {
                 Part::Whole => {
-                    debug_assert_eq!(self.reqs[io.req.index()].state, ReqStage::NeedBuffers);
+                    debug_assert_eq!(self.slots.reqs[io.req.index()].state, ReqStage::NeedBuffers);
                     self.attach(io.req, bufs);
                     let next = self.holds_buffers(io.req);
                     self.set_state(io.req, next);
@@ -583,7 +534,7 @@ impl Engine {
             self.io.mark_dirty(export, &r);
         }
         if let IoResult::Err(errno) = result {
-            let req = &mut self.reqs[io.req.index()];
+            let req = &mut self.slots.reqs[io.req.index()];
             if req.error == 0 {
                 req.error = errno;
             }
@@ -596,7 +547,7 @@ impl Engine {
                 self.set_state(io.req, ReqStage::Executed);
                 self.advance(io.req);
             }
-            Part::Piece(k) if self.reqs[io.req.index()].streamed() => {
+            Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
                 self.read_piece_done(io.req, k)
             }
             Part::Piece(k) => self.piece_written(io.req, k),
@@ -610,7 +561,7 @@ impl Engine {
                 break;
             }
             self.io.delayed.pop();
-            let export = self.reqs[io.req.index()].export as usize;
+            let export = self.slots.reqs[io.req.index()].export as usize;
             if let Some(later) = self.io.catalog.exports[export]
                 .bdev
                 .still_stalled(self.io.now)
@@ -626,7 +577,7 @@ impl Engine {
                     self.set_state(io.req, next);
                     self.advance(io.req);
                 }
-                Part::Piece(k) if self.reqs[io.req.index()].streamed() => {
+                Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
                     self.read_piece_ready(io.req, k)
                 }
                 Part::Piece(k) => self.piece_done(io.req, k),

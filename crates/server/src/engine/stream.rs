@@ -39,7 +39,7 @@ impl Engine {
     pub(super) fn start_stream_pieces(&mut self, id: ReqId) {
         let window = self.io.stream_window();
         loop {
-            let req = &self.reqs[id.index()];
+            let req = &self.slots.reqs[id.index()];
             let k = req.started;
             let serving = matches!(req.state, ReqStage::Streaming | ReqStage::Reply);
             if !serving || k >= req.stream_end || req.pieces_live >= window {
@@ -52,10 +52,10 @@ impl Engine {
             {
                 return;
             }
-            let req = &mut self.reqs[id.index()];
+            let req = &mut self.slots.reqs[id.index()];
             req.started += 1;
             req.pieces_live += 1;
-            self.set_piece(id, k, PieceState::Pacing);
+            self.slots.set_piece(id, k, PieceState::Pacing);
             let io = self.paced_io(IoToken::piece(id, k), IoKind::Read);
             self.io.pacer.enqueue(io, self.io.now);
         }
@@ -63,9 +63,9 @@ impl Engine {
 
     /// Piece `k` of a streamed READ holds its buffer: to the device.
     pub(super) fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
-        self.set_piece(id, k, PieceState::Device);
-        let len = self.reqs[id.index()].piece_len(k, self.io.buf_size);
-        let req = &mut self.reqs[id.index()];
+        self.slots.set_piece(id, k, PieceState::Device);
+        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
+        let req = &mut self.slots.reqs[id.index()];
         let piece = &mut req.pieces[k as usize];
         piece.buf = Some(buf);
         piece.t_submit = self.io.now;
@@ -89,15 +89,15 @@ impl Engine {
     /// first piece puts the reply in the send queue, later ones extend it.
     pub(super) fn read_piece_ready(&mut self, id: ReqId, k: u32) {
         self.device_finished(IoToken::piece(id, k));
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         let (conn, state, failed) = (req.conn, req.state, req.error != 0);
         if state == ReqStage::Dropping {
             self.drop_piece(id, k);
             self.release_dropped(id);
             return;
         }
-        self.set_piece(id, k, PieceState::Ready);
-        let req = &mut self.reqs[id.index()];
+        self.slots.set_piece(id, k, PieceState::Ready);
+        let req = &mut self.slots.reqs[id.index()];
         if req.chunked() {
             req.encode_piece_chunk(k, self.io.buf_size);
             if req.pieces[k as usize].error != 0 {
@@ -122,7 +122,7 @@ impl Engine {
     /// sent free their buffers, and the next pieces start.
     pub(super) fn stream_sent(&mut self, id: ReqId, sent: usize) {
         loop {
-            let req = &self.reqs[id.index()];
+            let req = &self.slots.reqs[id.index()];
             let k = req.sent_pieces;
             // A piece not yet read has not been sent, whatever its end says
             // (a failed piece still in its emulated delay has an error but
@@ -132,7 +132,7 @@ impl Engine {
                 break;
             }
             self.drop_piece(id, k);
-            self.reqs[id.index()].sent_pieces += 1;
+            self.slots.reqs[id.index()].sent_pieces += 1;
         }
         self.start_stream_pieces(id);
     }
@@ -142,10 +142,10 @@ impl Engine {
     /// back; then the slot frees.
     pub(super) fn abandon_stream(&mut self, id: ReqId) {
         self.set_state(id, ReqStage::Dropping);
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         for k in req.sent_pieces..req.started {
             let token = IoToken::piece(id, k).encode();
-            match self.reqs[id.index()].pieces[k as usize].state {
+            match self.slots.reqs[id.index()].pieces[k as usize].state {
                 PieceState::Ready => {}
                 PieceState::Pacing => {
                     self.io.pacer.cancel(token);
@@ -163,7 +163,7 @@ impl Engine {
 
     /// A dropping READ frees its slot once no piece is at the device.
     fn release_dropped(&mut self, id: ReqId) {
-        if self.reqs[id.index()].pieces_live == 0 {
+        if self.slots.reqs[id.index()].pieces_live == 0 {
             self.release(id);
         }
     }
@@ -174,8 +174,8 @@ impl Engine {
     /// New READ `id` (paced whole, or planned as a stream): starts now if
     /// its turn has come, else waits for it.
     pub(super) fn read_turn(&mut self, id: ReqId) -> ReqStage {
-        let streamed = self.reqs[id.index()].streamed();
-        let conn = self.reqs[id.index()].conn;
+        let streamed = self.slots.reqs[id.index()].streamed();
+        let conn = self.slots.reqs[id.index()].conn;
         let Some(c) = self.conns.get_mut(conn) else {
             return self.start_read(id);
         };
@@ -189,8 +189,8 @@ impl Engine {
     /// READ `id`'s turn has come: a stream claims its connection, a whole
     /// READ goes to the pacer.
     fn start_read(&mut self, id: ReqId) -> ReqStage {
-        let streamed = self.reqs[id.index()].streamed();
-        let conn = self.reqs[id.index()].conn;
+        let streamed = self.slots.reqs[id.index()].streamed();
+        let conn = self.slots.reqs[id.index()].conn;
         if let Some(c) = self.conns.get_mut(conn) {
             c.turns.start(id, streamed);
         }
@@ -206,7 +206,7 @@ impl Engine {
     /// connection: started, and its data not yet queued (a stream's: not
     /// yet all sent).
     pub(super) fn read_pending(&self, id: ReqId) -> bool {
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         match req.state {
             ReqStage::Deferred => false,
             _ if req.streamed() => true,
@@ -242,7 +242,7 @@ impl Engine {
             if c.life != Life::Open {
                 return;
             }
-            let reqs = &self.reqs;
+            let reqs = &self.slots.reqs;
             let Some(id) = c.turns.next(|r| reqs[r.index()].streamed()) else {
                 return;
             };

@@ -1,0 +1,169 @@
+//! The engine's request slots: preallocated, reused, handed out from a
+//! free list; the connections waiting for one; each slot's state changes,
+//! checked against the request diagram (`request.rs`) and kept in the
+//! trace ring for `iopace rpc trace`.
+
+use std::collections::VecDeque;
+
+use pace::Nanos;
+
+use super::conns::Conns;
+use super::ids::{ConnId, ReqId};
+use super::slot::{PieceState, Req, ReqStage};
+use super::trace::{self, TraceQuery, TracedReq, TracedState};
+use crate::stats::StatsCollector;
+
+/// Whether `from -> to` is a transition of the diagram above.
+fn legal(from: ReqStage, to: ReqStage) -> bool {
+    use ReqStage::*;
+    matches!(
+        (from, to),
+        (Free, New)
+            | (
+                New,
+                Deferred | Pacing | Payload | Streaming | Ready | Answered
+            )
+            | (Deferred, Pacing | Streaming)
+            | (Streaming | Answered | Reply, Dropping)
+            | (Streaming, Answered)
+            | (Pacing, Released)
+            | (Released, NeedBuffers | Ready | Receiving)
+            | (NeedBuffers, Ready | Receiving)
+            | (Receiving, Ready | Answered)
+            | (Ready, Device | Answered)
+            | (Device, Executed)
+            | (Executed, Delayed | Answered | Ready)
+            | (Delayed, Answered | Ready)
+            | (Payload, Answered)
+            | (Answered, Reply)
+            | (Reply, Sent)
+            | (
+                Deferred
+                    | Pacing
+                    | NeedBuffers
+                    | Payload
+                    | Receiving
+                    | Answered
+                    | Reply
+                    | Sent
+                    | Dropping,
+                Free
+            )
+    )
+}
+
+pub struct Slots {
+    pub reqs: Vec<Req>,
+    pub free: Vec<ReqId>,
+    /// Connections waiting for a request slot, in arrival order.
+    pub waiters: VecDeque<ConnId>,
+    /// The last request state changes, with their times.
+    pub trace: trace::TraceRing,
+}
+
+impl Slots {
+    pub fn new(n: u32) -> Slots {
+        Slots {
+            reqs: (0..n).map(|_| Req::default()).collect(),
+            free: (0..n).rev().map(ReqId).collect(),
+            waiters: VecDeque::new(),
+            trace: trace::TraceRing::new(),
+        }
+    }
+
+    /// Slots holding a request.
+    pub fn in_use(&self) -> usize {
+        self.reqs.len() - self.free.len()
+    }
+
+    pub fn set_state(&mut self, id: ReqId, to: ReqStage, stats: &mut StatsCollector, now: Nanos) {
+        let req = &mut self.reqs[id.index()];
+        // On in release builds too: a request past a broken arrow would
+        // free or reuse memory the kernel may still write.
+        assert!(
+            legal(req.state, to),
+            "request {id:?}: {:?} -> {to:?}",
+            req.state
+        );
+        let (from, into) = (req.state.stat(), to.stat());
+        if from != into {
+            stats.transition(from, into);
+        }
+        req.state = to;
+        self.trace.record(now, id, req.cookie, to);
+    }
+
+    /// The requests in flight that `q` names, oldest first, with their
+    /// states; `conns` names their peers.
+    pub fn trace(
+        &self,
+        q: TraceQuery,
+        now: Nanos,
+        reactor: usize,
+        conns: &Conns,
+    ) -> Vec<TracedReq> {
+        let mut live: Vec<(ReqId, Nanos)> = (self.reqs.iter().enumerate())
+            .filter(|(_, r)| r.state != ReqStage::Free)
+            .filter(|(_, r)| match q {
+                TraceQuery::Conn(c) => r.conn.index == c,
+                TraceQuery::Oldest(_) => true,
+            })
+            .map(|(i, r)| (ReqId(i as u32), r.t_start))
+            .collect();
+        live.sort_by_key(|&(_, t)| t);
+        if let TraceQuery::Oldest(n) = q {
+            live.truncate(n);
+        }
+        live.into_iter()
+            .map(|(id, _)| self.traced(id, now, reactor, conns))
+            .collect()
+    }
+
+    fn traced(&self, id: ReqId, now: Nanos, reactor: usize, conns: &Conns) -> TracedReq {
+        let r = &self.reqs[id.index()];
+        let states = (self.trace.in_order())
+            .filter(|e| e.req == id && e.cookie == r.cookie && e.t >= r.t_start)
+            .map(|e| TracedState {
+                state: format!("{:?}", e.to),
+                at_us: trace::us(e.t - r.t_start),
+            })
+            .collect();
+        TracedReq {
+            reactor,
+            conn: r.conn.index,
+            peer: conns
+                .get(r.conn)
+                .map(|c| c.peer.to_string())
+                .unwrap_or_default(),
+            cookie: r.cookie,
+            command: format!("{:?}", r.command),
+            offset: r.offset,
+            len: r.span.max(u64::from(r.len)),
+            state: format!("{:?}", r.state),
+            age_us: trace::us(now.saturating_sub(r.t_start)),
+            states,
+            cut: self.trace.since().is_some_and(|t| t > r.t_start),
+        }
+    }
+
+    pub fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
+        use PieceState::*;
+        let piece = &mut self.reqs[id.index()].pieces[k as usize];
+        // On in release builds too, as a request's (`set_state`).
+        assert!(
+            matches!(
+                (piece.state, to),
+                (Idle, Pacing)
+                    | (Pacing, NeedBuffer)
+                    | (NeedBuffer, Filling | Device)
+                    | (Filling, Device)
+                    | (Device, Delayed | Ready | Done)
+                    | (Delayed, Ready | Done)
+                    | (Pacing | NeedBuffer | Filling | Ready, Done)
+            ),
+            "request {id:?} piece {k}: {:?} -> {to:?}",
+            piece.state
+        );
+        piece.state = to;
+    }
+}
