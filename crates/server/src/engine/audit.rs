@@ -1,13 +1,15 @@
 //! The engine's books, checked against each other: buffers, commitments,
 //! payload pieces, requests, READ turns, and the pacer's queued IOs and
 //! bytes in flight, each counted twice. The property tests call
-//! [`Engine::audit`] after every event, and so does the simulator's fault
+//! [`super::Engine::audit`] after every event, and so does the simulator's fault
 //! fuzzer (`iopace sim --faults`); a driver never needs it.
 
 use super::conn::{Conn, RecvOp};
+use super::conns::Conns;
 use super::ids::{IoToken, ReqId};
+use super::io::IoPath;
 use super::slot::{PieceState, ReqStage};
-use super::Engine;
+use super::slots::Slots;
 
 /// Returns the broken book as an error, naming it.
 macro_rules! ensure {
@@ -16,6 +18,13 @@ macro_rules! ensure {
             return Err(format!($($msg)+));
         }
     };
+}
+
+/// The engine's parts, read for their books.
+pub struct Books<'a> {
+    pub slots: &'a Slots,
+    pub conns: &'a Conns,
+    pub io: &'a IoPath,
 }
 
 /// What a connection's requests hold, counted from the requests.
@@ -32,10 +41,10 @@ struct ConnBooks {
     streams: Vec<ReqId>,
 }
 
-impl Engine {
+impl Books<'_> {
     /// Checks every book against its second count; the first that does
     /// not balance is returned, named. Linear in slots and connections.
-    pub fn audit(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), String> {
         let mut per_conn: Vec<ConnBooks> = Vec::new();
         per_conn.resize_with(self.conns.slots(), ConnBooks::default);
         let bufs = self.audit_requests(&mut per_conn)?;
@@ -45,7 +54,7 @@ impl Engine {
             self.io.bufs.in_use()
         );
         ensure!(
-            self.slots.free.len() + self.requests_in_use() == self.slots.reqs.len(),
+            self.slots.free.len() + self.slots.in_use() == self.slots.reqs.len(),
             "free list and slots"
         );
         let live = self
@@ -55,9 +64,9 @@ impl Engine {
             .filter(|r| r.state != ReqStage::Free)
             .count();
         ensure!(
-            self.requests_in_use() == live,
+            self.slots.in_use() == live,
             "free list vs. slot states: {} vs. {live}",
-            self.requests_in_use()
+            self.slots.in_use()
         );
         ensure!(
             self.io.stats.requests_in_flight() == live as u64,
@@ -68,12 +77,6 @@ impl Engine {
             self.audit_conn(c, &per_conn[c.id.index as usize])?;
         }
         self.audit_pacer()
-    }
-
-    /// Bytes received and sent since the start, as counted: a driver
-    /// checks them against what it moved.
-    pub fn bytes_moved(&self) -> (u64, u64) {
-        (self.io.stats.bytes_in, self.io.stats.bytes_out)
     }
 
     /// Each live request's books, added up per connection; returns the
@@ -98,9 +101,9 @@ impl Engine {
             let id = ReqId(i as u32);
             let books = &mut per_conn[r.conn.index as usize];
             books.requests += 1;
-            books.committed += self.commitment(id);
+            books.committed += self.io.commitment(r);
             books.deferred += u32::from(r.state == ReqStage::Deferred);
-            if self.read_pending(id) {
+            if r.read_pending() {
                 books.pending += 1;
                 if r.streamed() {
                     books.streams.push(id);

@@ -15,6 +15,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use super::ids::IoToken;
+use super::slot::Req;
 use super::Action;
 use crate::exports::Catalog;
 use crate::stats::StatsCollector;
@@ -95,5 +96,17 @@ impl IoPath {
     /// pool when that is smaller.
     pub fn stream_window(&self) -> u32 {
         self.payload_cap.min(self.pool.large_buffers())
+    }
+
+    /// Buffers a request commits its connection to: a READ's whole length,
+    /// a streamed READ's window, a WRITE's pieces held at once.
+    pub fn commitment(&self, req: &Req) -> u32 {
+        if req.paced {
+            self.bufs.buffers_for(req.len)
+        } else if req.streamed() {
+            self.stream_window()
+        } else {
+            (req.pieces.len() as u32).min(self.payload_cap)
+        }
     }
 }

@@ -402,6 +402,19 @@ impl Engine {
         &self.io.pacer
     }
 
+    /// Checks every book of the engine against its second count
+    /// (`audit.rs`); the first that does not balance is returned, named.
+    pub fn audit(&self) -> Result<(), String> {
+        let (slots, conns, io) = (&self.slots, &self.conns, &self.io);
+        audit::Books { slots, conns, io }.check()
+    }
+
+    /// Bytes received and sent since the start, as counted: a driver
+    /// checks them against what it moved.
+    pub fn bytes_moved(&self) -> (u64, u64) {
+        (self.io.stats.bytes_in, self.io.stats.bytes_out)
+    }
+
     pub fn requests_in_use(&self) -> usize {
         self.slots.in_use()
     }

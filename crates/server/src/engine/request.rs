@@ -139,7 +139,7 @@ impl Engine {
             Command::Write if nvme && req.len > 0 => {
                 // Paced whole, as a READ: its R2T goes once its buffers are in.
                 req.paced = true;
-                let need = self.commitment(id);
+                let need = self.io.commitment(&self.slots.reqs[id.index()]);
                 self.commit(conn, need);
                 let io = self.paced_io(IoToken::whole(id), IoKind::Write);
                 self.io.pacer.enqueue(io, self.io.now);
@@ -151,13 +151,13 @@ impl Engine {
                 } else {
                     req.paced = true;
                 }
-                let need = self.commitment(id);
+                let need = self.io.commitment(&self.slots.reqs[id.index()]);
                 self.commit(conn, need);
                 Some(self.read_turn(id))
             }
             Command::Write if req.len > 0 => {
                 req.plan_pieces(buf_size);
-                let need = self.commitment(id);
+                let need = self.io.commitment(&self.slots.reqs[id.index()]);
                 self.commit(conn, need);
                 if let Some(c) = self.conns.get_mut(conn) {
                     c.set_input(Input::Payload(id));
@@ -192,19 +192,6 @@ impl Engine {
             bytes,
             kind,
             offset,
-        }
-    }
-
-    /// Buffers a request commits its connection to: a READ's whole length,
-    /// a streamed READ's window, a WRITE's pieces held at once.
-    pub(super) fn commitment(&self, id: ReqId) -> u32 {
-        let req = &self.slots.reqs[id.index()];
-        if req.paced {
-            self.io.bufs.buffers_for(req.len)
-        } else if req.streamed() {
-            self.io.stream_window()
-        } else {
-            (req.pieces.len() as u32).min(self.io.payload_cap)
         }
     }
 
@@ -410,8 +397,8 @@ impl Engine {
         if req.paced && !matches!(req.state, ReqStage::Sent | ReqStage::Deferred) {
             self.io.pacer.cancel(IoToken::whole(id).encode());
         }
-        let (conn, need) = (req.conn, self.commitment(id));
-        let pending = self.read_pending(id);
+        let (conn, need) = (req.conn, self.io.commitment(&self.slots.reqs[id.index()]));
+        let pending = self.slots.reqs[id.index()].read_pending();
         let req = &mut self.slots.reqs[id.index()];
         if !req.bufs.is_empty() {
             self.io.bufs.free(&req.bufs);

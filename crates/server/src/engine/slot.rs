@@ -632,6 +632,18 @@ impl Req {
         push_skipping(out, lead.into_iter().chain(data), skip);
         first as usize + ready == self.pieces.len()
     }
+
+    /// Whether this READ, being released, still counts as pending on its
+    /// connection: started, and its data not yet queued (a stream's: not
+    /// yet all sent).
+    pub fn read_pending(&self) -> bool {
+        match self.state {
+            ReqStage::Deferred => false,
+            _ if self.streamed() => true,
+            ReqStage::Reply | ReqStage::Sent => false,
+            _ => self.paced && self.command == Command::Read,
+        }
+    }
 }
 
 impl Req {

@@ -202,19 +202,6 @@ impl Engine {
         ReqStage::Pacing
     }
 
-    /// Whether READ `id`, being released, still counts as pending on its
-    /// connection: started, and its data not yet queued (a stream's: not
-    /// yet all sent).
-    pub(super) fn read_pending(&self, id: ReqId) -> bool {
-        let req = &self.slots.reqs[id.index()];
-        match req.state {
-            ReqStage::Deferred => false,
-            _ if req.streamed() => true,
-            ReqStage::Reply | ReqStage::Sent => false,
-            _ => req.paced && req.command == proto::Command::Read,
-        }
-    }
-
     /// Whole READ on `conn` queued its data to send.
     pub(super) fn read_queued(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(conn) {
