@@ -8,8 +8,8 @@ use super::conn::{Conn, RecvOp};
 use super::conns::Conns;
 use super::ids::{IoToken, ReqId};
 use super::io::IoPath;
-use super::slot::{PieceState, ReqStage};
 use super::slots::Slots;
+use super::states::{PieceState, ReqStage};
 
 /// Returns the broken book as an error, naming it.
 macro_rules! ensure {

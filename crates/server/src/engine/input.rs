@@ -5,7 +5,7 @@ use proto::HandshakeStatus;
 
 use super::conn::{EndReason, Input, Life, Phase, RecvOp, Step, DIRECT_RECV_MIN};
 use super::ids::ConnId;
-use super::slot::PieceState;
+use super::states::PieceState;
 use super::{Action, Engine, Received};
 
 impl Engine {

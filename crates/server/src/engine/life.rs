@@ -7,7 +7,7 @@ use proto::Handshake;
 use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, ReqId};
 use super::nvme_conn::NvmeConn;
-use super::slot::ReqStage;
+use super::states::ReqStage;
 use super::{Action, Engine, Opening};
 
 impl Engine {

@@ -36,6 +36,7 @@ mod pieces;
 mod request;
 mod slot;
 mod slots;
+mod states;
 mod stream;
 mod tls;
 mod trace;
@@ -55,8 +56,8 @@ pub use conn::{Input, Life, RecvOp, SendOp};
 use conns::Conns;
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
 use io::IoPath;
-pub use slot::{PieceState, ReqStage};
 use slots::Slots;
+pub use states::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
 
 /// How a new connection begins.

@@ -23,7 +23,8 @@ use proto::Command;
 use super::conn::{EndReason, Input, Life, Phase, Step};
 use super::ids::{ConnId, ReqId};
 use super::nvme_conn::{NvmeConn, Waiting};
-use super::slot::{ReplyStyle, ReqOrigin, ReqStage};
+use super::slot::{ReplyStyle, ReqOrigin};
+use super::states::ReqStage;
 use super::Engine;
 
 /// How often each engine checks its queues' controllers (keep-alive

@@ -3,7 +3,7 @@
 
 use super::conn::{EndReason, Life, SendOp, MAX_SEND_IOV};
 use super::ids::{ConnId, ReqId};
-use super::slot::ReqStage;
+use super::states::ReqStage;
 use super::{Action, Engine, Sent};
 
 impl Engine {

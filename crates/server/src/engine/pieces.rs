@@ -16,7 +16,7 @@ use pool::{Alloc, BufId};
 
 use super::conn::{Input, Life, RecvOp};
 use super::ids::{ConnId, IoToken, ReqId};
-use super::slot::{PieceState, ReqStage};
+use super::states::{PieceState, ReqStage};
 use super::Engine;
 
 impl Engine {

@@ -30,7 +30,8 @@ use proto::Command;
 
 use super::conn::{EndReason, Input, Life, Phase};
 use super::ids::{ConnId, IoToken, Part, ReqId};
-use super::slot::{ReplyStyle, ReqOrigin, ReqStage};
+use super::slot::{ReplyStyle, ReqOrigin};
+use super::states::ReqStage;
 use super::Engine;
 
 /// Rejected WRITE payloads up to this size are read and discarded, as the

@@ -9,11 +9,13 @@ use pace::Nanos;
 
 use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
-use super::slot::{PieceState, Req, ReqStage};
+use super::slot::Req;
+use super::states::{PieceState, ReqStage};
 use super::trace::{self, TraceQuery, TracedReq, TracedState};
 use crate::stats::StatsCollector;
 
-/// Whether `from -> to` is a transition of the diagram above.
+/// Whether `from -> to` is a transition of the request diagram
+/// (`request.rs`).
 fn legal(from: ReqStage, to: ReqStage) -> bool {
     use ReqStage::*;
     matches!(

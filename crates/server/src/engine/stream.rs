@@ -30,7 +30,7 @@ use pool::BufId;
 
 use super::conn::{EndReason, Life};
 use super::ids::{ConnId, IoToken, ReqId};
-use super::slot::{PieceState, ReqStage};
+use super::states::{PieceState, ReqStage};
 use super::Engine;
 
 impl Engine {

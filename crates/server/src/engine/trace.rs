@@ -8,7 +8,7 @@ use pace::Nanos;
 use serde::{Deserialize, Serialize};
 
 use super::ids::ReqId;
-use super::slot::ReqStage;
+use super::states::ReqStage;
 
 /// State changes kept per engine: about 500 requests' whole lives.
 pub const TRACE_LEN: usize = 4096;
