@@ -95,6 +95,14 @@ impl Engine {
         }
     }
 
+    /// Asks the driver to start TLS once the STARTTLS answer is sent.
+    fn start_tls(&mut self, id: ConnId) -> Step {
+        if self.conns.get_mut(id).is_some_and(|c| c.start_tls()) {
+            self.io.actions.push(Action::StartTls { conn: id });
+        }
+        Step::Stop
+    }
+
     fn handshake_input(&mut self, id: ConnId) -> Step {
         let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;

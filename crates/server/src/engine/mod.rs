@@ -235,7 +235,10 @@ impl Engine {
     /// `conn`'s TLS handshake (after [`Action::StartTls`]) ended.
     pub fn on_tls(&mut self, now: Nanos, conn: ConnId, outcome: TlsOutcome) {
         self.set_now(now);
-        self.tls_done(conn, outcome);
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.tls_done(outcome, &self.io.catalog.access);
+            self.touched.push(conn);
+        }
         self.settle();
     }
 

@@ -6,54 +6,53 @@
 
 use std::net::SocketAddr;
 
-use config::access::Client;
+use config::access::{Client, Policy};
 
-use super::conn::{EndReason, Input, Life, Phase, RecvOp, SendOp, Step};
-use super::{Action, ConnId, Engine, TlsOutcome};
+use super::conn::{Conn, EndReason, Input, Life, Phase, RecvOp, SendOp};
+use super::TlsOutcome;
 
-impl Engine {
-    /// Asks the driver to start TLS once the STARTTLS answer is sent.
-    pub(super) fn start_tls(&mut self, id: ConnId) -> Step {
-        let Some(c) = self.conns.get_mut(id) else {
-            return Step::Stop;
-        };
-        let answered = c.send == SendOp::Idle && c.raw_out.is_empty() && c.raw_sending.is_empty();
-        if answered && c.recv == RecvOp::Idle {
-            c.set_recv(RecvOp::Tls);
-            self.io.actions.push(Action::StartTls { conn: id });
+impl Conn {
+    /// Once the STARTTLS answer is sent (and no recv is posted), the
+    /// receive side waits for the driver's TLS handshake: true when the
+    /// driver should start it now.
+    pub fn start_tls(&mut self) -> bool {
+        let answered =
+            self.send == SendOp::Idle && self.raw_out.is_empty() && self.raw_sending.is_empty();
+        if answered && self.recv == RecvOp::Idle {
+            self.set_recv(RecvOp::Tls);
+            return true;
         }
-        Step::Stop
+        false
     }
 
     /// The driver's TLS handshake ended: the NBD handshake goes on inside
     /// the session, with the access rules of the client's certificate.
-    pub(super) fn tls_done(&mut self, id: ConnId, outcome: TlsOutcome) {
-        let catalog = self.io.catalog.clone();
-        let Some(c) = self.conns.get_mut(id) else {
-            return;
-        };
-        let op = c.set_recv(RecvOp::Idle);
-        debug_assert_eq!(op, RecvOp::Tls, "{id:?}: a TLS handshake never started");
-        self.touched.push(id);
-        if c.life == Life::Closing {
+    pub fn tls_done(&mut self, outcome: TlsOutcome, access: &Policy) {
+        let op = self.set_recv(RecvOp::Idle);
+        debug_assert_eq!(
+            op,
+            RecvOp::Tls,
+            "{:?}: a TLS handshake never started",
+            self.id
+        );
+        if self.life == Life::Closing {
             return;
         }
-        let (TlsOutcome::Up { cert_name }, Phase::Handshake(h)) = (outcome, &mut c.phase) else {
-            c.ending(EndReason::TlsFailed);
-            c.set_input(Input::Ended);
+        let (TlsOutcome::Up { cert_name }, Phase::Handshake(h)) = (outcome, &mut self.phase) else {
+            self.ending(EndReason::TlsFailed);
+            self.set_input(Input::Ended);
             return;
         };
-        let access = &catalog.access;
         if !access.is_open() {
             let client = Client {
-                addr: c.peer.parse::<SocketAddr>().ok().map(|a| a.ip()),
+                addr: self.peer.parse::<SocketAddr>().ok().map(|a| a.ip()),
                 cert_name,
                 hostnqn: None,
             };
-            h.set_access(access.for_client(&client, &c.peer));
+            h.set_access(access.for_client(&client, &self.peer));
         }
         h.tls_started();
-        c.set_input(Input::Handshake);
+        self.set_input(Input::Handshake);
     }
 }
 
