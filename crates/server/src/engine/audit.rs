@@ -155,14 +155,15 @@ impl Books<'_> {
         }
         let streams = c
             .out
+            .replies
             .iter()
             .filter(|r| self.slots.reqs[r.index()].streamed())
             .count();
         ensure!(
-            c.streams_out as usize == streams,
+            c.out.streams as usize == streams,
             "{:?} streams queued {} vs. {streams}",
             c.id,
-            c.streams_out
+            c.out.streams
         );
         self.audit_turns(c, books)?;
         ensure!(

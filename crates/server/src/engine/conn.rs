@@ -1,13 +1,12 @@
 //! Per-connection state owned by one engine: what its input parser expects,
 //! whether a recv or send is in flight, and where it is in its life.
 
-use std::collections::VecDeque;
-
 use pace::Nanos;
 use proto::{Handshake, Negotiated};
 
 use super::ids::{ConnId, ReqId};
 use super::nvme_conn::NvmeConn;
+use super::outbox::Outbox;
 use super::turns::Turns;
 use super::Timeouts;
 
@@ -156,22 +155,12 @@ pub struct Conn {
     pub rbuf: Box<[u8]>,
     pub rstart: usize,
     pub rend: usize,
-    /// Handshake bytes waiting to be sent, and those in the current send.
-    pub raw_out: Vec<u8>,
-    pub raw_sending: Vec<u8>,
-    /// Requests whose replies are ready, in send order. While a send is in
-    /// flight it covers a prefix of this queue.
-    pub out: VecDeque<ReqId>,
-    /// Streamed READs in `out`.
-    pub streams_out: u32,
+    /// The send side: raw bytes and replies queued in send order.
+    pub out: Outbox,
     /// READ turns: a stream starts alone and nothing starts beside it, so
     /// no READ's data ever waits behind a stream holding buffers
     /// (`turns.rs`).
     pub turns: Turns,
-    /// Bytes of `out[0]`'s reply already sent (partial sends).
-    pub out_skip: usize,
-    pub send_iov: Vec<libc::iovec>,
-    pub msg: Box<libc::msghdr>,
     /// Requests of this connection holding a slot.
     pub requests: u32,
     /// Buffers this connection's requests hold or will take: the cap on one
@@ -192,8 +181,6 @@ impl Conn {
             Phase::Nvme(_) => Input::Pdus,
             _ => Input::Handshake,
         };
-        // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
-        let msg: libc::msghdr = unsafe { std::mem::zeroed() };
         Conn {
             id,
             peer: "".into(),
@@ -208,14 +195,8 @@ impl Conn {
             rbuf: vec![0u8; RECV_BUF].into_boxed_slice(),
             rstart: 0,
             rend: 0,
-            raw_out: Vec::new(),
-            raw_sending: Vec::new(),
-            out: VecDeque::new(),
-            streams_out: 0,
+            out: Outbox::new(),
             turns: Turns::default(),
-            out_skip: 0,
-            send_iov: Vec::with_capacity(MAX_SEND_IOV),
-            msg: Box::new(msg),
             requests: 0,
             committed: 0,
             payload_pieces: 0,
@@ -322,9 +303,7 @@ impl Conn {
         self.input == Input::Ended
             && self.requests == 0
             && self.send != SendOp::InFlight
-            && self.raw_out.is_empty()
-            && self.raw_sending.is_empty()
-            && self.out.is_empty()
+            && !self.out.has_more()
     }
 
     /// When the connection's current timeout fires, if one applies: the

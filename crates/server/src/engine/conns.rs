@@ -65,7 +65,7 @@ impl Conns {
         let mut conn = Box::new(Conn::new(id, self.next_flow, phase, now));
         self.next_flow += 1;
         if let Phase::Handshake(h) = &mut conn.phase {
-            conn.raw_out = h.take_output();
+            conn.out.raw = h.take_output();
         }
         self.table[index as usize] = Some(conn);
         id

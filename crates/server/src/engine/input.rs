@@ -115,7 +115,7 @@ impl Engine {
         c.rstart += consumed;
         let out = h.take_output();
         let has_output = !out.is_empty();
-        c.raw_out.extend_from_slice(&out);
+        c.out.raw.extend_from_slice(&out);
         let status = h.status().clone();
         let step = match status {
             HandshakeStatus::Negotiating => Step::Stop,

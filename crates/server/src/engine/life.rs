@@ -120,7 +120,7 @@ impl Engine {
         debug_assert!(c.quiet(), "{id:?} freed with operations in flight");
         debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
         debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
-        debug_assert!(c.out.is_empty(), "{id:?} freed with replies queued");
+        debug_assert!(c.out.replies.is_empty(), "{id:?} freed with replies queued");
         self.log_closed(c);
         if matches!(c.phase, Phase::Nvme(_)) {
             self.nvme_count(false);

@@ -31,6 +31,7 @@ mod io;
 mod life;
 mod nvme;
 mod nvme_conn;
+mod outbox;
 mod output;
 mod pieces;
 mod request;

@@ -427,10 +427,10 @@ impl Engine {
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
-        let super::conn::Conn { raw_out, phase, .. } = c;
+        let super::conn::Conn { out, phase, .. } = c;
         let Phase::Nvme(n) = phase else { return };
         if n.queue.has_output() {
-            raw_out.extend_from_slice(&n.queue.take_output());
+            out.raw.extend_from_slice(&n.queue.take_output());
             self.conns.mark_send(id);
         }
     }

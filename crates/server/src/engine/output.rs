@@ -1,7 +1,7 @@
 //! Replies: queued per connection in send order, and sent in batches, one
 //! sendmsg with many iovecs per connection per round.
 
-use super::conn::{EndReason, Life, SendOp, MAX_SEND_IOV};
+use super::conn::{EndReason, Life, SendOp};
 use super::ids::{ConnId, ReqId};
 use super::states::ReqStage;
 use super::{Action, Engine, Sent};
@@ -20,40 +20,16 @@ impl Engine {
             c.set_send(SendOp::Idle);
             return;
         }
-        c.send_iov.clear();
-        if !c.raw_out.is_empty() || !c.raw_sending.is_empty() {
-            if c.raw_sending.is_empty() {
-                std::mem::swap(&mut c.raw_out, &mut c.raw_sending);
+        match c.out.next_msg(&self.slots.reqs, self.io.buf_size) {
+            Some(msg) => {
+                c.set_send(SendOp::InFlight);
+                self.io.actions.push(Action::Send { conn: id, msg });
             }
-            c.send_iov.push(libc::iovec {
-                iov_base: c.raw_sending.as_mut_ptr().cast(),
-                iov_len: c.raw_sending.len(),
-            });
-        } else {
-            let mut skip = c.out_skip;
-            for &r in c.out.iter() {
-                let req = &self.slots.reqs[r.index()];
-                if c.send_iov.len() + req.reply_iov_len() > MAX_SEND_IOV {
-                    break;
-                }
-                let whole = req.push_reply_iov(&mut c.send_iov, skip, self.io.buf_size);
-                skip = 0;
-                if !whole {
-                    // A streamed READ's later pieces come first: in order.
-                    break;
-                }
+            None => {
+                c.set_send(SendOp::Idle);
+                self.touched.push(id);
             }
         }
-        if c.send_iov.is_empty() {
-            c.set_send(SendOp::Idle);
-            self.touched.push(id);
-            return;
-        }
-        c.msg.msg_iov = c.send_iov.as_mut_ptr();
-        c.msg.msg_iovlen = c.send_iov.len();
-        c.set_send(SendOp::InFlight);
-        let msg = &*c.msg as *const libc::msghdr;
-        self.io.actions.push(Action::Send { conn: id, msg });
     }
 
     pub(super) fn send_done(&mut self, id: ConnId, result: Sent) {
@@ -73,11 +49,11 @@ impl Engine {
         }
         if c.life == Life::Closing {
             // The replies the send covered may go now.
-            c.raw_sending.clear();
+            c.out.raw_sending.clear();
             self.drop_replies(id);
             return;
         }
-        let mut sent = match result {
+        let sent = match result {
             Sent::Bytes(n) => n,
             Sent::Error(errno) => {
                 let e = std::io::Error::from_raw_os_error(errno);
@@ -88,28 +64,8 @@ impl Engine {
             }
         };
         // A streamed READ partly sent: how far.
-        let mut partial = None;
-        if !c.raw_sending.is_empty() {
-            debug_assert!(sent <= c.raw_sending.len());
-            c.raw_sending.drain(..sent.min(c.raw_sending.len()));
-        } else {
-            while let Some(&r) = c.out.front() {
-                let size = self.slots.reqs[r.index()].reply_len(self.io.buf_size) - c.out_skip;
-                if sent < size {
-                    c.out_skip += sent;
-                    partial = Some((r, c.out_skip));
-                    sent = 0;
-                    break;
-                }
-                sent -= size;
-                c.out_skip = 0;
-                c.out.pop_front();
-                c.streams_out -= u32::from(self.slots.reqs[r.index()].streamed());
-                self.sent.push(r);
-            }
-            debug_assert_eq!(sent, 0, "{id:?}: sent more than was queued");
-        }
-        let more = !c.raw_out.is_empty() || !c.raw_sending.is_empty() || !c.out.is_empty();
+        let partial = (c.out).sent(sent, &self.slots.reqs, self.io.buf_size, &mut self.sent);
+        let more = c.out.has_more();
         self.replies_left(partial);
         if more {
             self.conns.mark_send(id);
@@ -150,9 +106,7 @@ impl Engine {
             return;
         };
         debug_assert_ne!(c.send, SendOp::InFlight);
-        c.out_skip = 0;
-        self.sent.extend(c.out.drain(..));
-        c.streams_out = 0;
+        c.out.drain_replies(&mut self.sent);
         let queued = std::mem::take(&mut self.sent);
         for &r in &queued {
             if self.slots.reqs[r.index()].streamed() {

@@ -348,11 +348,10 @@ impl Engine {
                 let paced = req.paced && req.command == Command::Read;
                 let nvme = req.style == ReplyStyle::Nvme;
                 debug_assert!(
-                    !(paced && c.streams_out > 0),
+                    !(paced && c.out.streams > 0),
                     "request {id:?}: a READ's data queued behind a stream"
                 );
-                c.streams_out += u32::from(req.streamed());
-                c.out.push_back(id);
+                c.out.push(id, req.streamed());
                 if nvme {
                     self.nvme_reply(id);
                 } else {

@@ -16,8 +16,7 @@ impl Conn {
     /// receive side waits for the driver's TLS handshake: true when the
     /// driver should start it now.
     pub fn start_tls(&mut self) -> bool {
-        let answered =
-            self.send == SendOp::Idle && self.raw_out.is_empty() && self.raw_sending.is_empty();
+        let answered = self.send == SendOp::Idle && !self.out.has_raw();
         if answered && self.recv == RecvOp::Idle {
             self.set_recv(RecvOp::Tls);
             return true;
