@@ -15,7 +15,7 @@ impl Engine {
             return;
         };
         let op = c.set_recv(RecvOp::Idle);
-        self.touched.push(id);
+        self.io.touched.push(id);
         if let Received::Data(n) = result {
             self.io.stats.bytes_in += n as u64;
             c.traffic.bytes_in += n as u64;
@@ -67,7 +67,7 @@ impl Engine {
             Input::Pdus => self.nvme_input_ended(id),
             _ => {}
         }
-        self.touched.push(id);
+        self.io.touched.push(id);
     }
 
     /// Consumes buffered input as far as it goes.

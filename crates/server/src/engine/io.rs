@@ -8,13 +8,14 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use bdev::IoRequest;
-use pace::pacer::Pacer;
+use pace::pacer::{IoKind, PacedIo, Pacer};
 use pace::Nanos;
 use pool::{BufId, ReactorBufs, SharedPool};
+use proto::Command;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use super::ids::IoToken;
+use super::ids::{IoToken, Part};
 use super::slot::Req;
 use super::Action;
 use crate::exports::Catalog;
@@ -39,6 +40,9 @@ pub struct IoPath {
     /// This reactor's view of the exports' dirty bitmaps.
     pub dirty: bdev::dirty::DirtyMarks,
     pub now: Nanos,
+    /// Connections an event touched: settled (parse, recv, close) before
+    /// the event returns.
+    pub touched: Vec<super::ids::ConnId>,
 }
 
 impl IoPath {
@@ -67,6 +71,7 @@ impl IoPath {
             payload_cap: payload_cap.max(1),
             dirty: bdev::dirty::DirtyMarks::default(),
             now,
+            touched: Vec::new(),
         }
     }
 
@@ -108,5 +113,44 @@ impl IoPath {
         } else {
             (req.pieces.len() as u32).min(self.payload_cap)
         }
+    }
+
+    /// The pacer's view of `io` of `req`: its device, tenant, size and
+    /// flow (its connection's).
+    pub fn paced_io(&self, req: &Req, io: IoToken, flow: u64, kind: IoKind) -> PacedIo {
+        let export = &self.catalog.exports[req.export as usize];
+        let (offset, bytes) = match io.part {
+            Part::Whole => (req.offset, req.len),
+            Part::Piece(k) => (
+                req.offset + u64::from(k) * u64::from(self.buf_size),
+                req.piece_len(k, self.buf_size),
+            ),
+        };
+        PacedIo {
+            id: io.encode(),
+            flow,
+            device: export.device,
+            tenant: export.tenant,
+            bytes,
+            kind,
+            offset,
+        }
+    }
+
+    /// The device (with its emulated delay) has finished `io`: its time at
+    /// the device feeds the pacer's estimates and latency targets.
+    pub fn device_finished(&mut self, req: &Req, io: IoToken) {
+        let (kind, t_submit) = match io.part {
+            Part::Whole if req.paced && req.command == Command::Write => {
+                (IoKind::Write, req.t_submit)
+            }
+            Part::Whole if req.paced => (IoKind::Read, req.t_submit),
+            Part::Whole => return,
+            Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
+            Part::Piece(k) => (IoKind::Write, req.pieces[k as usize].t_submit),
+        };
+        let latency = self.now - t_submit;
+        self.pacer
+            .on_device_complete(io.encode(), kind, latency, self.now);
     }
 }

@@ -37,7 +37,7 @@ impl Engine {
         self.io.stats.conns_total += 1;
         self.io.stats.conns_now += 1;
         self.conns.mark_send(id);
-        self.touched.push(id);
+        self.io.touched.push(id);
         self.settle();
         Some(id)
     }
@@ -48,10 +48,10 @@ impl Engine {
     /// rounds, so what it releases is served in the same event.
     pub(super) fn settle(&mut self) {
         loop {
-            while let Some(id) = self.touched.pop() {
+            while let Some(id) = self.io.touched.pop() {
                 self.settle_conn(id);
             }
-            if !self.poll_pacer() && self.touched.is_empty() {
+            if !self.poll_pacer() && self.io.touched.is_empty() {
                 return;
             }
         }
@@ -112,7 +112,7 @@ impl Engine {
             }
         }
         self.nvme_closed(id);
-        self.touched.push(id);
+        self.io.touched.push(id);
     }
 
     fn remove_conn(&mut self, id: ConnId) {

@@ -165,9 +165,6 @@ pub struct Engine {
     conns: Conns,
     /// The request slots, and the ring of their last state changes.
     slots: Slots,
-    /// Connections an event touched: settled (parse, recv, close) before
-    /// the event returns.
-    touched: Vec<ConnId>,
     /// Scratch list of requests whose replies a send finished.
     sent: Vec<ReqId>,
     timeouts: Timeouts,
@@ -196,7 +193,6 @@ impl Engine {
             conn_cap,
             conns: Conns::new(),
             slots: Slots::new(settings.max_requests),
-            touched: Vec::new(),
             sent: Vec::new(),
             timeouts: settings.timeouts,
             drain_timeout: settings.drain_timeout,
@@ -238,7 +234,7 @@ impl Engine {
         self.set_now(now);
         if let Some(c) = self.conns.get_mut(conn) {
             c.tls_done(outcome, &self.io.catalog.access);
-            self.touched.push(conn);
+            self.io.touched.push(conn);
         }
         self.settle();
     }

@@ -297,7 +297,7 @@ impl Engine {
             }
             DataStart::Requested => {
                 // The R2T is in the queue's output.
-                self.touched.push(conn);
+                self.io.touched.push(conn);
                 ReqStage::Receiving
             }
             DataStart::Gone => {

@@ -27,7 +27,7 @@ impl Engine {
             }
             None => {
                 c.set_send(SendOp::Idle);
-                self.touched.push(id);
+                self.io.touched.push(id);
             }
         }
     }
@@ -42,7 +42,7 @@ impl Engine {
             "{id:?}: a send completed never posted"
         );
         c.set_send(SendOp::Idle);
-        self.touched.push(id);
+        self.io.touched.push(id);
         if let Sent::Bytes(n) = result {
             self.io.stats.bytes_out += n as u64;
             c.traffic.bytes_out += n as u64;

@@ -79,7 +79,7 @@ impl Engine {
             // The stall clock runs only while the client's bytes can land.
             c.active_at = self.io.now;
         }
-        self.touched.push(conn);
+        self.io.touched.push(conn);
     }
 
     /// `n` payload bytes landed in `id`'s filling piece (`filled` counts
@@ -179,7 +179,7 @@ impl Engine {
         debug_assert!(req.pieces_live > 0);
         req.pieces_live -= 1;
         let conn = req.conn;
-        self.touched.push(conn);
+        self.io.touched.push(conn);
         if req.streamed() {
             // A READ's window is its own, not the connection's.
             let token = IoToken::piece(id, k).encode();
@@ -204,7 +204,7 @@ impl Engine {
             );
             c.payload_pieces -= 1;
         }
-        self.touched.push(conn);
+        self.io.touched.push(conn);
     }
 
     /// A WRITE whose pieces are all written is answered; one whose payload

@@ -164,7 +164,7 @@ impl Engine {
                     c.set_input(Input::Payload(id));
                 }
                 // Settling the connection starts the first pieces.
-                self.touched.push(conn);
+                self.io.touched.push(conn);
                 Some(ReqStage::Payload)
             }
             // A zero-length WRITE has nothing to do but answer.
@@ -176,24 +176,13 @@ impl Engine {
     /// The pacer's view of `io`: its device, tenant, size and flow.
     pub(super) fn paced_io(&self, io: IoToken, kind: IoKind) -> PacedIo {
         let req = &self.slots.reqs[io.req.index()];
-        let export = &self.io.catalog.exports[req.export as usize];
-        let (offset, bytes) = match io.part {
-            Part::Whole => (req.offset, req.len),
-            Part::Piece(k) => (
-                req.offset + u64::from(k) * u64::from(self.io.buf_size),
-                req.piece_len(k, self.io.buf_size),
-            ),
-        };
         let flow = self.conns.get(req.conn).map_or(0, |c| c.flow);
-        PacedIo {
-            id: io.encode(),
-            flow,
-            device: export.device,
-            tenant: export.tenant,
-            bytes,
-            kind,
-            offset,
-        }
+        self.io.paced_io(req, io, flow, kind)
+    }
+
+    /// The device (with its emulated delay) has finished `io`.
+    pub(super) fn device_finished(&mut self, io: IoToken) {
+        (self.io).device_finished(&self.slots.reqs[io.req.index()], io);
     }
 
     fn commit(&mut self, conn: ConnId, n: u32) {
@@ -320,25 +309,6 @@ impl Engine {
         }
     }
 
-    /// The device (with its emulated delay) has finished `io`: its time at
-    /// the device feeds the pacer's estimates and latency targets.
-    pub(super) fn device_finished(&mut self, io: IoToken) {
-        let req = &self.slots.reqs[io.req.index()];
-        let (kind, t_submit) = match io.part {
-            Part::Whole if req.paced && req.command == Command::Write => {
-                (IoKind::Write, req.t_submit)
-            }
-            Part::Whole if req.paced => (IoKind::Read, req.t_submit),
-            Part::Whole => return,
-            Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
-            Part::Piece(k) => (IoKind::Write, req.pieces[k as usize].t_submit),
-        };
-        let latency = self.io.now - t_submit;
-        self.io
-            .pacer
-            .on_device_complete(io.encode(), kind, latency, self.io.now);
-    }
-
     /// Answered: queue the reply, or drop it if the client is gone.
     fn answered(&mut self, id: ReqId) -> Option<ReqStage> {
         let conn = self.slots.reqs[id.index()].conn;
@@ -424,7 +394,7 @@ impl Engine {
         if pending {
             self.read_ended(conn, id);
         }
-        self.touched.push(conn);
+        self.io.touched.push(conn);
         if let Some(waiter) = self.slots.waiters.pop_front() {
             // An NBD connection parses its next header; an NVMe/TCP one
             // starts its next waiting command.
@@ -434,7 +404,7 @@ impl Engine {
                 }
                 _ => {}
             }
-            self.touched.push(waiter);
+            self.io.touched.push(waiter);
         }
     }
 
