@@ -252,7 +252,7 @@ proptest! {
         }
         let mut sc = small(vec![rc]);
         sc.hosts[0].read_pct = read_pct;
-        // 1 MiB READs stream (`engine/stream.rs`), see `streamed_reads_keep_moving`.
+        // 1 MiB READs stream (`engine/pieces.rs`), see `streamed_reads_keep_moving`.
         sc.hosts[0].bssplit = vec![(131072, 3), (1 << 20, 1)];
         sc.duration_ms = 20;
         sc.warmup_ms = 5;
@@ -276,7 +276,7 @@ proptest! {
     }
 }
 
-/// 1 MiB READs stream piece by piece (`engine/stream.rs`). Found by the
+/// 1 MiB READs stream piece by piece (`engine/pieces.rs`). Found by the
 /// property test above: with 44 buffers, streams that cannot send yet (a
 /// reply ahead of them on their connection) and READs queued behind
 /// streams held every buffer, while the streams that could send waited in

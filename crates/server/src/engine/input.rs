@@ -23,7 +23,7 @@ impl Engine {
         if c.life == Life::Closing {
             if let RecvOp::Direct(r) = op {
                 // Its piece's buffer was kept for this recv; now it may go.
-                self.abort_pieces(r);
+                self.pieces(|s, c, p| s.abort_pieces(r, c, p));
             }
             return;
         }
@@ -43,7 +43,7 @@ impl Engine {
                 match op {
                     RecvOp::Direct(r) => {
                         self.slots.reqs[r.index()].filled += n as u32;
-                        self.payload_received(r, n);
+                        (self.slots).payload_received(r, n, &mut self.conns, &mut self.io);
                     }
                     _ => {
                         c.rend += n;
@@ -62,7 +62,7 @@ impl Engine {
         let was = c.set_input(Input::Ended);
         match was {
             // A WRITE whose payload will never arrive: nothing to execute.
-            Input::Payload(r) => self.abort_pieces(r),
+            Input::Payload(r) => self.pieces(|s, c, p| s.abort_pieces(r, c, p)),
             Input::WaitSlot => self.slots.waiters.retain(|&w| w != id),
             Input::Pdus => self.nvme_input_ended(id),
             _ => {}
@@ -208,7 +208,7 @@ impl Engine {
             return Step::Stop;
         }
         c.rstart += n;
-        self.payload_received(r, n);
+        (self.slots).payload_received(r, n, &mut self.conns, &mut self.io);
         Step::Again
     }
 

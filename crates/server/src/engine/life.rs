@@ -66,7 +66,7 @@ impl Engine {
             return;
         }
         if let Input::Payload(r) = c.input {
-            self.start_pieces(r);
+            (self.slots).start_pieces(r, &mut self.conns, &mut self.io);
         }
         self.process_input(id);
         self.nvme_settle(id);

@@ -38,7 +38,6 @@ mod request;
 mod slot;
 mod slots;
 mod states;
-mod stream;
 mod tls;
 mod trace;
 mod turns;

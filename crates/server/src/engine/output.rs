@@ -78,14 +78,14 @@ impl Engine {
         let sent = std::mem::take(&mut self.sent);
         for &r in &sent {
             if self.slots.reqs[r.index()].streamed() {
-                self.stream_sent(r, usize::MAX);
+                (self.slots).stream_sent(r, usize::MAX, &mut self.conns, &mut self.io);
                 if self.slots.reqs[r.index()].pieces_live > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
                     self.io
                         .stats
                         .record_done(&self.slots.reqs[r.index()].served(), self.io.now);
-                    self.abandon_stream(r);
+                    self.pieces(|s, c, p| s.abandon_stream(r, c, p));
                     continue;
                 }
             }
@@ -93,7 +93,7 @@ impl Engine {
             self.advance(r);
         }
         if let Some((r, bytes)) = partial.filter(|(r, _)| self.slots.reqs[r.index()].streamed()) {
-            self.stream_sent(r, bytes);
+            (self.slots).stream_sent(r, bytes, &mut self.conns, &mut self.io);
         }
         self.sent = sent;
         self.sent.clear();
@@ -110,7 +110,7 @@ impl Engine {
         let queued = std::mem::take(&mut self.sent);
         for &r in &queued {
             if self.slots.reqs[r.index()].streamed() {
-                self.abandon_stream(r);
+                self.pieces(|s, c, p| s.abandon_stream(r, c, p));
             } else {
                 self.release(r);
             }

@@ -21,7 +21,7 @@
 //!
 //! Every change goes through [`Engine::set_state`], which asserts it is an
 //! arrow above. A streamed READ's pieces go on while it waits in `Reply`
-//! (`stream.rs`).
+//! (`pieces.rs`).
 
 use bdev::IoResult;
 use pace::pacer::{IoKind, PacedIo};
@@ -29,8 +29,12 @@ use pool::{Alloc, BufId};
 use proto::Command;
 
 use super::conn::{EndReason, Input, Life, Phase};
+use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
+use super::io::IoPath;
+use super::pieces::Then;
 use super::slot::{ReplyStyle, ReqOrigin};
+use super::slots::Slots;
 use super::states::ReqStage;
 use super::Engine;
 
@@ -58,7 +62,7 @@ impl Engine {
                     return;
                 }
                 ReqStage::Streaming => {
-                    self.start_stream_pieces(id);
+                    (self.slots).start_stream_pieces(id, &mut self.conns, &mut self.io);
                     return;
                 }
                 // Waiting: for the pacer, the pool, the device, a timer,
@@ -170,6 +174,17 @@ impl Engine {
             // A zero-length WRITE has nothing to do but answer.
             Command::Write => Some(ReqStage::Answered),
             _ => Some(ReqStage::Ready),
+        }
+    }
+
+    /// Runs a piece operation (`pieces.rs`), then what it leaves to the
+    /// request machine.
+    pub(super) fn pieces(&mut self, f: impl FnOnce(&mut Slots, &mut Conns, &mut IoPath) -> Then) {
+        match f(&mut self.slots, &mut self.conns, &mut self.io) {
+            Then::Done => {}
+            Then::Advance(id) => self.advance(id),
+            Then::Release(id) => self.release(id),
+            Then::Close(conn) => self.close(conn),
         }
     }
 
@@ -334,7 +349,7 @@ impl Engine {
                 Some(ReqStage::Reply)
             }
             _ if self.slots.reqs[id.index()].streamed() => {
-                self.abandon_stream(id);
+                self.pieces(|s, c, p| s.abandon_stream(id, c, p));
                 None
             }
             _ => {
@@ -428,9 +443,9 @@ impl Engine {
                 }
                 self.release(id);
             }
-            ReqStage::Payload => self.abort_pieces(id),
+            ReqStage::Payload => self.pieces(|s, c, p| s.abort_pieces(id, c, p)),
             ReqStage::Receiving => self.release(id),
-            ReqStage::Streaming => self.abandon_stream(id),
+            ReqStage::Streaming => self.pieces(|s, c, p| s.abandon_stream(id, c, p)),
             // At the device or delayed: released when done. Replies: their
             // connection's send queue releases them. Dropping: when its
             // pieces are back.
@@ -452,7 +467,9 @@ impl Engine {
                     self.set_state(io.req, ReqStage::Released);
                     self.advance(io.req);
                 }
-                Part::Piece(k) => self.piece_released(io.req, k),
+                Part::Piece(k) => {
+                    (self.slots).piece_released(io.req, k, &mut self.conns, &mut self.io)
+                }
             }
         }
         let any = !released.is_empty();
@@ -477,7 +494,7 @@ impl Engine {
                 }
                 Part::Piece(k) => {
                     debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
-                    self.piece_granted(io.req, k, bufs[0]);
+                    (self.slots).piece_granted(io.req, k, bufs[0], &mut self.conns, &mut self.io);
                 }
             }
         }
@@ -505,9 +522,9 @@ impl Engine {
                 self.advance(io.req);
             }
             Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
-                self.read_piece_done(io.req, k)
+                self.pieces(|s, c, p| s.read_piece_done(io.req, k, c, p))
             }
-            Part::Piece(k) => self.piece_written(io.req, k),
+            Part::Piece(k) => self.pieces(|s, c, p| s.piece_written(io.req, k, c, p)),
         }
     }
 
@@ -535,10 +552,81 @@ impl Engine {
                     self.advance(io.req);
                 }
                 Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
-                    self.read_piece_ready(io.req, k)
+                    self.pieces(|s, c, p| s.read_piece_ready(io.req, k, c, p))
                 }
-                Part::Piece(k) => self.piece_done(io.req, k),
+                Part::Piece(k) => self.pieces(|s, c, p| s.piece_done(io.req, k, c, p)),
             }
+        }
+    }
+}
+
+/// READ turns around streams (`turns.rs` holds each connection's `Turns`).
+impl Engine {
+    /// New READ `id` (paced whole, or planned as a stream): starts now if
+    /// its turn has come, else waits for it.
+    pub(super) fn read_turn(&mut self, id: ReqId) -> ReqStage {
+        let streamed = self.slots.reqs[id.index()].streamed();
+        let conn = self.slots.reqs[id.index()].conn;
+        let Some(c) = self.conns.get_mut(conn) else {
+            return self.start_read(id);
+        };
+        if c.turns.may_start(streamed) {
+            return self.start_read(id);
+        }
+        c.turns.wait(id);
+        ReqStage::Deferred
+    }
+
+    /// READ `id`'s turn has come: a stream claims its connection, a whole
+    /// READ goes to the pacer.
+    fn start_read(&mut self, id: ReqId) -> ReqStage {
+        let streamed = self.slots.reqs[id.index()].streamed();
+        let conn = self.slots.reqs[id.index()].conn;
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.turns.start(id, streamed);
+        }
+        if streamed {
+            return ReqStage::Streaming;
+        }
+        let io = self.paced_io(IoToken::whole(id), IoKind::Read);
+        self.io.pacer.enqueue(io, self.io.now);
+        ReqStage::Pacing
+    }
+
+    /// Whole READ on `conn` queued its data to send.
+    pub(super) fn read_queued(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.turns.queued();
+        }
+        self.start_deferred(conn);
+    }
+
+    /// READ `id` on `conn` ended before its data was queued, or it was a
+    /// stream: the READs waiting for it may start.
+    pub(super) fn read_ended(&mut self, conn: ConnId, id: ReqId) {
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.turns.ended(id);
+        }
+        self.start_deferred(conn);
+    }
+
+    /// Starts the READs waiting on `conn` whose turn has come, in order.
+    fn start_deferred(&mut self, conn: ConnId) {
+        loop {
+            let Some(c) = self.conns.get_mut(conn) else {
+                return;
+            };
+            // A closing connection's waiting READs are aborted, not started.
+            if c.life != Life::Open {
+                return;
+            }
+            let reqs = &self.slots.reqs;
+            let Some(id) = c.turns.next(|r| reqs[r.index()].streamed()) else {
+                return;
+            };
+            let to = self.start_read(id);
+            self.set_state(id, to);
+            self.advance(id);
         }
     }
 }

@@ -15,7 +15,7 @@ pub enum ReqStage {
     /// Transient: header decoded and valid.
     New,
     /// Waiting: a READ whose connection serves a streamed READ, or one
-    /// that waits for the READs before it to finish (`stream.rs`).
+    /// that waits for the READs before it to finish (`turns.rs`).
     Deferred,
     /// Waiting: a READ queued in the pacer; no buffer held yet.
     Pacing,
