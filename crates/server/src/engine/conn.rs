@@ -7,6 +7,8 @@ use proto::{Handshake, Negotiated};
 use super::ids::{ConnId, ReqId};
 use super::nvme_conn::NvmeConn;
 use super::outbox::Outbox;
+use super::slot::Req;
+use super::states::PieceState;
 use super::turns::Turns;
 use super::Timeouts;
 
@@ -328,5 +330,43 @@ impl Conn {
             Input::Headers if c.requests == 0 => Some(c.active_at + t.idle),
             _ => None,
         }
+    }
+
+    /// The connection's next recv, if its input can take bytes: into the
+    /// receive buffer, or straight into a WRITE piece's buffer (`reqs`
+    /// holds the WRITE; `cap` is the connection's share of the pool).
+    pub fn next_recv(&mut self, reqs: &[Req], bs: u32, cap: u32) -> Option<(*mut u8, usize)> {
+        let c = self;
+        if c.life != Life::Open || c.recv != RecvOp::Idle {
+            return None;
+        }
+        let direct = match c.input {
+            Input::Handshake | Input::Discard(_) | Input::Pdus => None,
+            Input::Headers if c.committed < cap => None,
+            Input::Payload(r) => {
+                let req = &reqs[r.index()];
+                let k = req.filling_piece(bs) as usize;
+                if req.pieces[k].state != PieceState::Filling {
+                    return None;
+                }
+                let direct = c.buffered() == 0 && req.len - req.filled >= DIRECT_RECV_MIN;
+                direct
+                    .then(|| req.payload_target(bs).map(|t| (r, t)))
+                    .flatten()
+            }
+            Input::Headers | Input::WaitSlot | Input::StartTls | Input::Ended => return None,
+        };
+        let (buf, len, op) = match direct {
+            Some((r, (buf, len))) => (buf, len, RecvOp::Direct(r)),
+            None => {
+                let (buf, len) = c.recv_window();
+                (buf, len, RecvOp::Buffered)
+            }
+        };
+        if len == 0 {
+            return None;
+        }
+        c.set_recv(op);
+        Some((buf, len))
     }
 }

@@ -1,11 +1,9 @@
 //! Received bytes: the handshake, request headers and WRITE payloads, and
 //! the recv that brings the next ones.
 
-use proto::HandshakeStatus;
-
-use super::conn::{EndReason, Input, Life, Phase, RecvOp, Step, DIRECT_RECV_MIN};
+use super::conn::{EndReason, Input, Life, RecvOp, Step};
 use super::ids::ConnId;
-use super::states::PieceState;
+use super::nbd::Header;
 use super::{Action, Engine, Received};
 
 impl Engine {
@@ -82,7 +80,10 @@ impl Engine {
                 Input::StartTls => self.start_tls(id),
                 Input::Headers => self.header_input(id),
                 Input::Payload(r) => self.payload_input(id, r),
-                Input::Discard(left) => self.discard_input(id, left),
+                Input::Discard(left) => self
+                    .conns
+                    .get_mut(id)
+                    .map_or(Step::Stop, |c| c.discard_input(left)),
                 Input::Pdus => self.nvme_input(id),
                 Input::WaitSlot | Input::Ended => Step::Stop,
             };
@@ -107,83 +108,35 @@ impl Engine {
         let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;
         };
-        let Phase::Handshake(h) = &mut c.phase else {
-            c.set_input(Input::Headers);
-            return Step::Again;
-        };
-        let consumed = h.feed(&c.rbuf[c.rstart..c.rend]);
-        c.rstart += consumed;
-        let out = h.take_output();
-        let has_output = !out.is_empty();
-        c.out.raw.extend_from_slice(&out);
-        let status = h.status().clone();
-        let step = match status {
-            HandshakeStatus::Negotiating => Step::Stop,
-            HandshakeStatus::Done(neg) => {
-                // The config holds at most MAX_EXPORTS exports.
-                debug_assert!(neg.export_index < config::MAX_EXPORTS);
-                let Ok(export) = u16::try_from(neg.export_index) else {
-                    c.ending(EndReason::HandshakeEnded);
-                    c.set_input(Input::Ended);
-                    return Step::Stop;
-                };
-                let meta = self.io.catalog.exports[export as usize].meta_sources(&neg.contexts);
-                c.phase = Phase::Transmission { export, neg, meta };
-                c.set_input(Input::Headers);
-                Step::Again
-            }
-            // TLS starts once the answer has left; a byte the client sent
-            // after STARTTLS and before TLS breaks the protocol.
-            HandshakeStatus::StartTls if c.buffered() == 0 => {
-                c.set_input(Input::StartTls);
-                Step::Again
-            }
-            HandshakeStatus::Closed | HandshakeStatus::StartTls => {
-                c.ending(EndReason::HandshakeEnded);
-                c.set_input(Input::Ended);
-                Step::Stop
-            }
-        };
-        if has_output {
+        let (step, answered) = c.handshake_input(&self.io.catalog);
+        if answered {
             self.conns.mark_send(id);
         }
         step
     }
 
     fn header_input(&mut self, id: ConnId) -> Step {
-        let cap = self.conn_cap;
         let Some(c) = self.conns.get_mut(id) else {
             return Step::Stop;
         };
-        if c.committed >= cap {
-            // This client holds its share of the pool: it waits for its own
-            // requests (and replies) to finish, and TCP holds the rest back.
-            return Step::Stop;
-        }
-        let extended = matches!(&c.phase, Phase::Transmission { neg, .. } if neg.extended_headers);
-        let header_len = proto::request_header_len(extended);
-        let request = match proto::decode_request(c.unparsed(), extended) {
-            Ok(Some(r)) => r,
-            Ok(None) => return Step::Stop,
-            Err(e) => {
+        let (request, header_len) = match c.next_header(self.conn_cap) {
+            Header::Wait => return Step::Stop,
+            Header::Bad(e) => {
                 tracing::info!(
                     reactor = self.id,
                     conn = id.index,
                     "closing connection: {e:?}"
                 );
                 self.io.stats.protocol_errors += 1;
-                c.ending(EndReason::ProtocolError);
                 self.close(id);
                 return Step::Stop;
             }
+            Header::Disc => {
+                self.input_ended(id);
+                return Step::Stop;
+            }
+            Header::Request(request, header_len) => (request, header_len),
         };
-        if request.command == proto::Command::Disc {
-            // No reply; serve what is in flight, then close.
-            c.rstart += header_len;
-            c.ending(EndReason::Disconnect);
-            self.input_ended(id);
-            return Step::Stop;
-        }
         let Some(slot) = self.slots.free.pop() else {
             c.set_input(Input::WaitSlot);
             self.slots.waiters.push_back(id);
@@ -212,22 +165,6 @@ impl Engine {
         Step::Again
     }
 
-    fn discard_input(&mut self, id: ConnId, left: u64) -> Step {
-        let Some(c) = self.conns.get_mut(id) else {
-            return Step::Stop;
-        };
-        let n = (c.buffered() as u64).min(left);
-        if n == 0 {
-            return Step::Stop;
-        }
-        c.rstart += n as usize;
-        c.set_input(match left - n {
-            0 => Input::Headers,
-            rest => Input::Discard(rest),
-        });
-        Step::Again
-    }
-
     /// Posts the connection's next recv if its input can take bytes: into
     /// the receive buffer, or straight into a WRITE piece's buffer.
     pub(super) fn post_recv(&mut self, id: ConnId) {
@@ -235,36 +172,8 @@ impl Engine {
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
-        if c.life != Life::Open || c.recv != RecvOp::Idle {
-            return;
+        if let Some((buf, len)) = c.next_recv(&self.slots.reqs, bs, cap) {
+            self.io.actions.push(Action::Recv { conn: id, buf, len });
         }
-        let direct = match c.input {
-            Input::Handshake | Input::Discard(_) | Input::Pdus => None,
-            Input::Headers if c.committed < cap => None,
-            Input::Payload(r) => {
-                let req = &self.slots.reqs[r.index()];
-                let k = req.filling_piece(bs) as usize;
-                if req.pieces[k].state != PieceState::Filling {
-                    return;
-                }
-                let direct = c.buffered() == 0 && req.len - req.filled >= DIRECT_RECV_MIN;
-                direct
-                    .then(|| req.payload_target(bs).map(|t| (r, t)))
-                    .flatten()
-            }
-            Input::Headers | Input::WaitSlot | Input::StartTls | Input::Ended => return,
-        };
-        let (buf, len, op) = match direct {
-            Some((r, (buf, len))) => (buf, len, RecvOp::Direct(r)),
-            None => {
-                let (buf, len) = c.recv_window();
-                (buf, len, RecvOp::Buffered)
-            }
-        };
-        if len == 0 {
-            return;
-        }
-        c.set_recv(op);
-        self.io.actions.push(Action::Recv { conn: id, buf, len });
     }
 }

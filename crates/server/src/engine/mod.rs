@@ -29,6 +29,7 @@ mod ids;
 mod input;
 mod io;
 mod life;
+mod nbd;
 mod nvme;
 mod nvme_conn;
 mod outbox;
@@ -38,7 +39,6 @@ mod request;
 mod slot;
 mod slots;
 mod states;
-mod tls;
 mod trace;
 mod turns;
 
