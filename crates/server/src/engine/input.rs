@@ -4,6 +4,8 @@
 use super::conn::{EndReason, Input, Life, RecvOp, Step};
 use super::ids::ConnId;
 use super::nbd::Header;
+use super::nvme::NvmeFront;
+use super::states::ReqStage;
 use super::{Action, Engine, Received};
 
 impl Engine {
@@ -62,7 +64,14 @@ impl Engine {
             // A WRITE whose payload will never arrive: nothing to execute.
             Input::Payload(r) => self.pieces(|s, c, p| s.abort_pieces(r, c, p)),
             Input::WaitSlot => self.slots.waiters.retain(|&w| w != id),
-            Input::Pdus => self.nvme_input_ended(id),
+            // NVMe WRITEs waiting for their data never get it.
+            Input::Pdus => {
+                for r in NvmeFront::requests_of(id, &mut self.conns) {
+                    if self.slots.reqs[r.index()].state == ReqStage::Receiving {
+                        self.abort(r);
+                    }
+                }
+            }
             _ => {}
         }
         self.io.touched.push(id);

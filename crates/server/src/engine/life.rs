@@ -6,6 +6,7 @@ use proto::Handshake;
 
 use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, ReqId};
+use super::nvme::NvmeFront;
 use super::nvme_conn::NvmeConn;
 use super::states::ReqStage;
 use super::{Action, Engine, Opening};
@@ -29,7 +30,7 @@ impl Engine {
                 Phase::Handshake(handshake.unwrap_or_else(|| Box::new(self.io.catalog.handshake())))
             }
             Opening::Nvme => {
-                self.nvme_count(true);
+                self.nvme.count(true, self.io.now);
                 Phase::Nvme(Box::new(NvmeConn::new(&self.io.catalog)))
             }
         };
@@ -69,7 +70,9 @@ impl Engine {
             (self.slots).start_pieces(r, &mut self.conns, &mut self.io);
         }
         self.process_input(id);
-        self.nvme_settle(id);
+        // NVMe/TCP: waiting commands start, and what the queue wrote goes out.
+        self.nvme_start_waiting(id);
+        NvmeFront::flush(id, &mut self.conns);
         match self.conns.get(id) {
             Some(c) if c.life == Life::Open && c.finished() => self.close(id),
             Some(c) if c.life == Life::Open => {
@@ -111,7 +114,7 @@ impl Engine {
                 self.abort(ReqId(i));
             }
         }
-        self.nvme_closed(id);
+        NvmeFront::closed(id, &mut self.conns, &mut self.slots, &self.io);
         self.io.touched.push(id);
     }
 
@@ -123,7 +126,7 @@ impl Engine {
         debug_assert!(c.out.replies.is_empty(), "{id:?} freed with replies queued");
         self.log_closed(c);
         if matches!(c.phase, Phase::Nvme(_)) {
-            self.nvme_count(false);
+            self.nvme.count(false, self.io.now);
         }
         let Some(c) = self.conns.get(id) else { return };
         // Its paced IOs were cancelled or completed before it went quiet.

@@ -56,6 +56,7 @@ pub use conn::{Input, Life, RecvOp, SendOp};
 use conns::Conns;
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
 use io::IoPath;
+use nvme::NvmeFront;
 use slots::Slots;
 pub use states::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
@@ -171,9 +172,8 @@ pub struct Engine {
     draining_since: Option<Nanos>,
     /// Buffers one connection's requests may commit before it stops parsing.
     conn_cap: u32,
-    /// NVMe/TCP connections open, and when their controllers are next checked.
-    nvme_conns: u32,
-    nvme_check_at: Nanos,
+    /// The NVMe/TCP front end: its connections' count and controller checks.
+    nvme: NvmeFront,
 }
 
 impl Engine {
@@ -196,8 +196,7 @@ impl Engine {
             timeouts: settings.timeouts,
             drain_timeout: settings.drain_timeout,
             draining_since: None,
-            nvme_conns: 0,
-            nvme_check_at: 0,
+            nvme: NvmeFront::new(settings.id),
         }
     }
 
@@ -270,7 +269,7 @@ impl Engine {
     }
 
     fn lend_read(&mut self, io: IoToken, data: libc::iovec) -> bool {
-        if self.digests_read_data(io.req) {
+        if NvmeFront::digests_read_data(io.req, &mut self.conns, &self.slots) {
             return false;
         }
         let Some(req) = self.slots.reqs.get_mut(io.req.index()) else {
@@ -315,7 +314,15 @@ impl Engine {
         self.fire_delayed();
         self.poll_pacer();
         self.fire_conn_timers();
-        self.nvme_tick();
+        if let Some(gone) = self.nvme.tick(&mut self.conns, &self.io) {
+            for id in gone {
+                if let Some(c) = self.conns.get_mut(id) {
+                    c.ending(conn::EndReason::ControllerGone);
+                }
+                self.close(id);
+            }
+            self.settle();
+        }
         self.check_drain();
         self.settle();
         self.flush();
@@ -346,7 +353,7 @@ impl Engine {
             self.io.delayed.peek().map(|Reverse((t, _))| *t),
             self.io.pacer.next_wakeup(self.io.now),
             self.conns.timers.peek().map(|Reverse((t, _))| *t),
-            self.nvme_deadline(),
+            self.nvme.deadline(),
             // Re-check the drain even when nothing completes.
             self.draining_since.map(|_| self.io.now + 50_000_000),
         ];
@@ -369,7 +376,7 @@ impl Engine {
             .snapshot(now, pool, free, self.io.delayed.len());
         snap.buffers.pool_bytes = self.io.pool.map_len() as u64;
         snap.pacer = self.io.pacer.stats(now);
-        snap.nvme_connections = u64::from(self.nvme_conns);
+        snap.nvme_connections = u64::from(self.nvme.open());
         snap
     }
 

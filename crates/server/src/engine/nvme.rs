@@ -20,19 +20,21 @@ use proto::nvme::queue::{Action as QAction, DataStart, DevOp, Queue};
 use proto::nvme::Status;
 use proto::Command;
 
-use super::conn::{EndReason, Input, Life, Phase, Step};
+use super::conn::{Conn, EndReason, Input, Life, Phase};
+use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
+use super::io::IoPath;
 use super::nvme_conn::{NvmeConn, Waiting};
 use super::slot::{ReplyStyle, ReqOrigin};
+use super::slots::Slots;
 use super::states::ReqStage;
-use super::Engine;
 
 /// How often each engine checks its queues' controllers (keep-alive
 /// expiry, resets, an admin queue gone), and takes their async events.
 const CHECK_EVERY: pace::Nanos = 100_000_000;
 
 /// The NVMe connection behind `c`, if it is one.
-fn nvme_of(c: &mut super::conn::Conn) -> Option<&mut NvmeConn> {
+fn nvme_of(c: &mut Conn) -> Option<&mut NvmeConn> {
     match &mut c.phase {
         Phase::Nvme(n) => Some(n),
         _ => None,
@@ -57,106 +59,131 @@ fn status_of(errno: u32) -> Status {
     }
 }
 
-impl Engine {
-    /// Feeds the connection's buffered bytes to its queue and carries out
-    /// what the queue asks: every whole PDU is consumed at once.
-    pub(super) fn nvme_input(&mut self, id: ConnId) -> Step {
-        let Some(c) = self.conns.get_mut(id) else {
-            return Step::Stop;
-        };
+/// The NVMe/TCP front end of one engine: its connections' count and when
+/// their controllers are next checked. The per-connection state is each
+/// connection's `NvmeConn` (`Phase::Nvme`); the operations below take the
+/// engine's parts they need, and what they leave to the request machine
+/// comes back as a [`Next`] (`Engine::nvme_input` and its kin carry it out).
+pub struct NvmeFront {
+    reactor: usize,
+    /// NVMe/TCP connections open, and when their controllers are next checked.
+    open: u32,
+    check_at: pace::Nanos,
+}
+
+/// What a queue's action leaves to the engine.
+#[must_use]
+pub enum Next {
+    Done,
+    /// A command waits for a request slot: start what may start.
+    StartWaiting,
+    /// A WRITE's data is in: advance its request.
+    Advance(ReqId),
+    /// The queue closed (a fatal PDU): its input ends.
+    InputEnded,
+}
+
+impl NvmeFront {
+    pub fn new(reactor: usize) -> NvmeFront {
+        NvmeFront {
+            reactor,
+            open: 0,
+            check_at: 0,
+        }
+    }
+
+    /// Feeds the connection's buffered bytes to its queue: the bytes it
+    /// used, which the engine lets go once it has carried out the queue's
+    /// actions (their data ranges point into those bytes).
+    pub fn receive(c: &mut Conn) -> Option<usize> {
         let (rstart, rend) = (c.rstart, c.rend);
-        let super::conn::Conn { rbuf, phase, .. } = c;
+        let Conn { rbuf, phase, .. } = c;
         let Phase::Nvme(n) = phase else {
-            return Step::Stop;
+            return None;
         };
-        let (used, _) = n.queue.receive(&rbuf[rstart..rend]);
-        // The data ranges point into the bytes just given: act on them
-        // before those bytes are let go.
-        self.nvme_actions(id);
-        if let Some(c) = self.conns.get_mut(id) {
-            c.rstart += used;
-        }
-        Step::Stop
+        Some(n.queue.receive(&rbuf[rstart..rend]).0)
     }
 
-    /// Carries out the queue's actions until it asks for nothing more.
-    fn nvme_actions(&mut self, id: ConnId) {
-        loop {
-            let actions = match self.conns.get_mut(id).and_then(nvme_of) {
-                Some(n) => n.queue.take_actions(),
-                None => return,
-            };
-            if actions.is_empty() {
-                return;
-            }
-            for a in actions {
-                self.nvme_act(id, a);
-            }
-        }
+    /// The actions the connection's queue asks for; None once it is gone.
+    pub fn take_actions(c: Option<&mut Conn>) -> Option<Vec<QAction>> {
+        c.and_then(nvme_of).map(|n| n.queue.take_actions())
     }
 
-    fn nvme_act(&mut self, id: ConnId, a: QAction) {
+    /// Carries out one of the queue's actions.
+    pub fn act(
+        &mut self,
+        id: ConnId,
+        a: QAction,
+        conns: &mut Conns,
+        slots: &mut Slots,
+        io: &mut IoPath,
+    ) -> Next {
         match a {
-            QAction::Connect { cid, sqe, data } => self.nvme_connect(id, cid, &sqe, &data),
+            QAction::Connect { cid, sqe, data } => self.connect(id, cid, &sqe, &data, conns, io),
             QAction::Admin { cid, cntlid, sqe } => {
-                let now = self.io.now;
-                let Some(t) = self.io.catalog.nvme.as_ref() else {
-                    return;
+                let now = io.now;
+                let Some(t) = io.catalog.nvme.as_ref() else {
+                    return Next::Done;
                 };
                 let Ok(mut target) = t.target.lock() else {
-                    return;
+                    return Next::Done;
                 };
                 let d = target.admin(cntlid, &sqe, now);
                 // Async Event Requests an Abort or a reset ended: they
                 // were held by this queue, the controller's admin queue.
                 let aers = target.take_events_of(cntlid);
                 drop(target);
-                if let Some(n) = self.conns.get_mut(id).and_then(nvme_of) {
+                if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
                     n.queue.admin_done(cid, d);
                     for (aer, end) in aers {
                         n.queue.aer_end(aer, end);
                     }
                 }
             }
-            QAction::Admit { cid, write, .. } => self.nvme_wait(id, Waiting::Data { cid, write }),
-            QAction::Io { cid, op, .. } => self.nvme_wait(id, Waiting::Op { cid, op }),
+            QAction::Admit { cid, write, .. } => {
+                return wait(id, Waiting::Data { cid, write }, conns)
+            }
+            QAction::Io { cid, op, .. } => return wait(id, Waiting::Op { cid, op }, conns),
             QAction::Data {
                 cid,
                 datao,
                 at,
                 len,
-            } => self.nvme_data(id, cid, datao, at, len),
-            QAction::DataIn { cid, ok } => self.nvme_data_in(id, cid, ok),
+            } => data(id, cid, datao, at, len, conns, slots),
+            QAction::DataIn { cid, ok } => return data_in(id, cid, ok, conns, slots, io),
             QAction::DropAer { cid, cntlid } => {
-                if let Some(mut t) = self
-                    .io
-                    .catalog
-                    .nvme
-                    .as_ref()
-                    .and_then(|t| t.target.lock().ok())
-                {
+                if let Some(mut t) = io.catalog.nvme.as_ref().and_then(|t| t.target.lock().ok()) {
                     t.drop_async_event(cntlid, cid);
                 }
             }
             QAction::Close => {
-                if let Some(c) = self.conns.get_mut(id) {
+                if let Some(c) = conns.get_mut(id) {
                     c.ending(EndReason::ProtocolError);
                 }
-                self.io.stats.protocol_errors += 1;
-                self.input_ended(id);
+                io.stats.protocol_errors += 1;
+                return Next::InputEnded;
             }
         }
+        Next::Done
     }
 
     /// Fabrics Connect: the target decides, with the export's allow rules
     /// for the host NQN; the connection becomes a flow of that host.
-    fn nvme_connect(&mut self, id: ConnId, cid: u16, sqe: &proto::nvme::Sqe, data: &[u8]) {
-        let now = self.io.now;
-        let Some(c) = self.conns.get_mut(id) else {
+    fn connect(
+        &self,
+        id: ConnId,
+        cid: u16,
+        sqe: &proto::nvme::Sqe,
+        data: &[u8],
+        conns: &mut Conns,
+        io: &mut IoPath,
+    ) {
+        let now = io.now;
+        let Some(c) = conns.get_mut(id) else {
             return;
         };
         let addr = c.peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip());
-        let access = &self.io.catalog.access;
+        let access = &io.catalog.access;
         let allowed = |i: usize, host: &str| {
             let client = crate::access::Client {
                 addr,
@@ -165,7 +192,7 @@ impl Engine {
             };
             (access.exports.get(i)).map_or(proto::Access::ReadWrite, |(_, r)| r.access(&client))
         };
-        let Some(t) = self.io.catalog.nvme.as_ref() else {
+        let Some(t) = io.catalog.nvme.as_ref() else {
             return;
         };
         let Ok(mut target) = t.target.lock() else {
@@ -184,70 +211,78 @@ impl Engine {
             Ok(b) => {
                 let export = b.subsys.and_then(|s| u16::try_from(s).ok());
                 n.bound = Some((b.cntlid, b.qid, export));
-                self.io.pacer.open_flow(flow, host.unwrap_or(flow));
-                tracing::info!(reactor = self.id, peer = %peer, cntlid = b.cntlid, qid = b.qid, "nvme/tcp: connected");
+                io.pacer.open_flow(flow, host.unwrap_or(flow));
+                tracing::info!(reactor = self.reactor, peer = %peer, cntlid = b.cntlid, qid = b.qid, "nvme/tcp: connected");
             }
             Err((s, dw0)) => {
-                tracing::info!(reactor = self.id, peer = %peer, status = ?s, dw0, "nvme/tcp: connect refused");
+                tracing::info!(reactor = self.reactor, peer = %peer, status = ?s, dw0, "nvme/tcp: connect refused");
             }
         }
         n.queue.connected(cid, r);
     }
 
-    /// A command that needs a request slot: it starts now, or waits its turn.
-    fn nvme_wait(&mut self, id: ConnId, w: Waiting) {
-        if let Some(n) = self.conns.get_mut(id).and_then(nvme_of) {
-            n.waiting.push_back(w);
-        }
-        self.nvme_start_waiting(id);
-    }
-
-    /// Starts waiting commands while a slot is free and the connection's
-    /// requests hold less than its share of the pool.
-    fn nvme_start_waiting(&mut self, id: ConnId) {
+    /// The next waiting command's request, given a slot, if a slot is free
+    /// and the connection's requests hold less than `cap`, its share of the
+    /// pool. One at a time: the engine advances it (which commits its
+    /// buffers) before it asks for the next.
+    pub fn start_next(
+        &self,
+        id: ConnId,
+        cap: u32,
+        conns: &mut Conns,
+        slots: &mut Slots,
+        io: &mut IoPath,
+    ) -> Option<ReqId> {
         loop {
-            let cap = self.conn_cap;
-            let Some(c) = self.conns.get_mut(id) else {
-                return;
-            };
+            let c = conns.get_mut(id)?;
             if c.life != Life::Open || c.committed >= cap {
-                return;
+                return None;
             }
-            let Some(n) = nvme_of(c) else { return };
+            let n = nvme_of(c)?;
             if n.waiting.is_empty() {
-                return;
+                return None;
             }
-            let Some(slot) = self.slots.free.pop() else {
-                if !self.slots.waiters.contains(&id) {
-                    self.slots.waiters.push_back(id);
+            let Some(slot) = slots.free.pop() else {
+                if !slots.waiters.contains(&id) {
+                    slots.waiters.push_back(id);
                 }
-                return;
+                return None;
             };
             let Some(w) = n.waiting.pop_front() else {
-                self.slots.free.push(slot);
-                return;
+                slots.free.push(slot);
+                return None;
             };
-            self.nvme_request(id, slot, w);
+            if let Some(slot) = Self::request(id, slot, w, conns, slots, io) {
+                return Some(slot);
+            }
         }
     }
 
-    /// Command `w` takes request `slot` and starts its life.
-    fn nvme_request(&mut self, id: ConnId, slot: ReqId, w: Waiting) {
-        let now = self.io.now;
-        let Some(c) = self.conns.get_mut(id) else {
-            self.slots.free.push(slot);
-            return;
+    /// Command `w` takes request `slot`, to start its life (None: the
+    /// queue forgot it, and the slot is free again).
+    fn request(
+        id: ConnId,
+        slot: ReqId,
+        w: Waiting,
+        conns: &mut Conns,
+        slots: &mut Slots,
+        io: &mut IoPath,
+    ) -> Option<ReqId> {
+        let now = io.now;
+        let Some(c) = conns.get_mut(id) else {
+            slots.free.push(slot);
+            return None;
         };
         let Some(n) = nvme_of(c) else {
-            self.slots.free.push(slot);
-            return;
+            slots.free.push(slot);
+            return None;
         };
         let (cid, request, ranges) = match nvme_command(&n.queue, w) {
             Some(r) => r,
             None => {
                 // The queue forgot it (closing): nothing to serve.
-                self.slots.free.push(slot);
-                return;
+                slots.free.push(slot);
+                return None;
             }
         };
         let export = n.export().unwrap_or(0);
@@ -258,27 +293,30 @@ impl Engine {
             export,
             style: ReplyStyle::Nvme,
         };
-        let req = &mut self.slots.reqs[slot.index()];
+        let req = &mut slots.reqs[slot.index()];
         req.reset(&origin, &request, now);
         req.ranges = ranges;
-        self.io.stats.enter(ReqStage::New.stat());
-        self.slots
-            .trace
-            .record(now, slot, u64::from(cid), ReqStage::New);
-        self.advance(slot);
+        io.stats.enter(ReqStage::New.stat());
+        slots.trace.record(now, slot, u64::from(cid), ReqStage::New);
+        Some(slot)
     }
 
     /// A WRITE holds its buffers: its in-capsule data lands in them, or
     /// its R2T goes out.
-    pub(super) fn nvme_data_wanted(&mut self, id: ReqId) -> ReqStage {
-        let req = &self.slots.reqs[id.index()];
+    pub fn data_wanted(
+        id: ReqId,
+        conns: &mut Conns,
+        slots: &mut Slots,
+        io: &mut IoPath,
+    ) -> ReqStage {
+        let req = &slots.reqs[id.index()];
         let (conn, cid) = (req.conn, req.cookie as u16);
-        let Some(c) = self.conns.get_mut(conn) else {
+        let Some(c) = conns.get_mut(conn) else {
             return ReqStage::Answered;
         };
         if c.input != Input::Pdus {
             // Input ended: no data will come.
-            self.slots.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
+            slots.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
             return ReqStage::Answered;
         }
         let Some(n) = nvme_of(c) else {
@@ -286,7 +324,7 @@ impl Engine {
         };
         match n.queue.request_data(cid) {
             DataStart::InCapsule(data) => {
-                let req = &mut self.slots.reqs[id.index()];
+                let req = &mut slots.reqs[id.index()];
                 if copy_into(&req.iov, 0, &data) {
                     req.filled = data.len() as u32;
                     ReqStage::Ready
@@ -297,74 +335,25 @@ impl Engine {
             }
             DataStart::Requested => {
                 // The R2T is in the queue's output.
-                self.io.touched.push(conn);
+                io.touched.push(conn);
                 ReqStage::Receiving
             }
             DataStart::Gone => {
-                self.slots.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
+                slots.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
                 ReqStage::Answered
             }
         }
-    }
-
-    /// H2CData bytes for `cid` at `at` of the bytes given to the queue.
-    fn nvme_data(&mut self, id: ConnId, cid: u16, datao: u32, at: usize, len: u32) {
-        let Some(c) = self.conns.get_mut(id) else {
-            return;
-        };
-        let Some(&slot) = nvme_of(c).and_then(|n| n.slots.get(&cid)) else {
-            return;
-        };
-        let from = c.rstart + at;
-        let Some(src) = c.rbuf.get(from..from + len as usize) else {
-            return;
-        };
-        let req = &mut self.slots.reqs[slot.index()];
-        if req.state != ReqStage::Receiving {
-            return;
-        }
-        if copy_into(&req.iov, datao as usize, src) {
-            req.filled += len;
-        }
-    }
-
-    /// A WRITE's data is all in: to the device (or answered, when a data
-    /// digest failed).
-    fn nvme_data_in(&mut self, id: ConnId, cid: u16, ok: bool) {
-        let Some(&slot) = self
-            .conns
-            .get_mut(id)
-            .and_then(nvme_of)
-            .and_then(|n| n.slots.get(&cid))
-        else {
-            return;
-        };
-        let req = &mut self.slots.reqs[slot.index()];
-        if req.state != ReqStage::Receiving {
-            return;
-        }
-        let next = if !ok {
-            req.fault = Some(Status::TRANSIENT_TRANSPORT_ERROR);
-            ReqStage::Answered
-        } else if req.filled == req.len {
-            ReqStage::Ready
-        } else {
-            req.fault = Some(Status::DATA_SGL_LENGTH_INVALID);
-            ReqStage::Answered
-        };
-        self.set_state(slot, next);
-        self.advance(slot);
     }
 
     /// READ `id`'s reply carries a data digest, computed before the send:
     /// bytes lent from a RAM bdev that a WRITE changed in between failed
     /// it at the host (SPDK perf, randrw with -H -I), so such a READ is
     /// copied into its buffers instead.
-    pub(super) fn digests_read_data(&mut self, id: ReqId) -> bool {
-        let Some(conn) = self.slots.reqs.get(id.index()).map(|r| r.conn) else {
+    pub fn digests_read_data(id: ReqId, conns: &mut Conns, slots: &Slots) -> bool {
+        let Some(conn) = slots.reqs.get(id.index()).map(|r| r.conn) else {
             return false;
         };
-        self.conns
+        conns
             .get_mut(conn)
             .and_then(nvme_of)
             .is_some_and(|n| n.queue.data_digest())
@@ -372,8 +361,8 @@ impl Engine {
 
     /// Encodes an answered request's reply: a READ's C2HData head before
     /// its data, then its data digest and completion.
-    pub(super) fn nvme_reply(&mut self, id: ReqId) {
-        let req = &mut self.slots.reqs[id.index()];
+    pub fn reply(id: ReqId, conns: &mut Conns, slots: &mut Slots) {
+        let req = &mut slots.reqs[id.index()];
         let (conn, cid) = (req.conn, req.cookie as u16);
         let status = match (req.fault, req.error) {
             (Some(s), _) => s,
@@ -382,7 +371,7 @@ impl Engine {
         };
         req.hdr.clear();
         req.trailer.clear();
-        let Some(n) = self.conns.get_mut(conn).and_then(nvme_of) else {
+        let Some(n) = conns.get_mut(conn).and_then(nvme_of) else {
             return;
         };
         n.slots.remove(&cid);
@@ -407,46 +396,40 @@ impl Engine {
         }
     }
 
-    /// No more bytes come: WRITEs waiting for their data never get it.
-    pub(super) fn nvme_input_ended(&mut self, id: ConnId) {
-        let Some(n) = self.conns.get_mut(id).and_then(nvme_of) else {
-            return;
+    /// The requests of the connection's commands holding a slot (its input
+    /// ended: those still receiving their data never get it).
+    pub fn requests_of(id: ConnId, conns: &mut Conns) -> Vec<ReqId> {
+        let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
+            return Vec::new();
         };
-        let slots: Vec<ReqId> = n.slots.values().copied().collect();
-        for r in slots {
-            if self.slots.reqs[r.index()].state == ReqStage::Receiving {
-                self.abort(r);
-            }
-        }
+        n.slots.values().copied().collect()
     }
 
-    /// After an event: waiting commands start, and what the queue wrote
-    /// (ICResp, R2Ts, admin completions) goes out.
-    pub(super) fn nvme_settle(&mut self, id: ConnId) {
-        self.nvme_start_waiting(id);
-        let Some(c) = self.conns.get_mut(id) else {
+    /// What the queue wrote (ICResp, R2Ts, admin completions) goes out.
+    pub fn flush(id: ConnId, conns: &mut Conns) {
+        let Some(c) = conns.get_mut(id) else {
             return;
         };
-        let super::conn::Conn { out, phase, .. } = c;
+        let Conn { out, phase, .. } = c;
         let Phase::Nvme(n) = phase else { return };
         if n.queue.has_output() {
             out.raw.extend_from_slice(&n.queue.take_output());
-            self.conns.mark_send(id);
+            conns.mark_send(id);
         }
     }
 
     /// The connection closed: its queue leaves its controller, its waiting
     /// commands are dropped (those with slots were aborted by `close`).
-    pub(super) fn nvme_closed(&mut self, id: ConnId) {
-        let Some(n) = self.conns.get_mut(id).and_then(nvme_of) else {
+    pub fn closed(id: ConnId, conns: &mut Conns, slots: &mut Slots, io: &IoPath) {
+        let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
             return;
         };
         n.queue.abort_all();
         n.waiting.clear();
         n.slots.clear();
         let bound = n.bound.take();
-        self.slots.waiters.retain(|&w| w != id);
-        if let (Some((cntlid, qid, _)), Some(t)) = (bound, self.io.catalog.nvme.as_ref()) {
+        slots.waiters.retain(|&w| w != id);
+        if let (Some((cntlid, qid, _)), Some(t)) = (bound, io.catalog.nvme.as_ref()) {
             if let Ok(mut target) = t.target.lock() {
                 target.queue_closed(cntlid, qid);
             }
@@ -455,22 +438,19 @@ impl Engine {
 
     /// Every `CHECK_EVERY`: the controllers' keep-alive timers run, and
     /// queues whose controller (or IO queue) is gone close.
-    pub(super) fn nvme_tick(&mut self) {
-        if self.nvme_conns == 0 || self.io.now < self.nvme_check_at {
-            return;
+    /// None when it is not time yet (or there is no target).
+    pub fn tick(&mut self, conns: &mut Conns, io: &IoPath) -> Option<Vec<ConnId>> {
+        if self.open == 0 || io.now < self.check_at {
+            return None;
         }
-        self.nvme_check_at = self.io.now + CHECK_EVERY;
-        let Some(t) = self.io.catalog.nvme.clone() else {
-            return;
-        };
-        let Ok(mut target) = t.target.lock() else {
-            return;
-        };
-        target.tick(self.io.now);
+        self.check_at = io.now + CHECK_EVERY;
+        let t = io.catalog.nvme.clone()?;
+        let mut target = t.target.lock().ok()?;
+        target.tick(io.now);
         // Each engine checks its own queues below; the list is not needed.
         target.take_dropped();
         let mut gone = Vec::new();
-        for c in self.conns.iter_mut() {
+        for c in conns.iter_mut() {
             let Phase::Nvme(n) = &c.phase else { continue };
             match n.bound {
                 Some((cntlid, qid, _)) if !target.queue_live(cntlid, qid) => {
@@ -480,38 +460,111 @@ impl Engine {
             }
         }
         drop(target);
-        for (id, cntlid) in gone {
+        for &(id, cntlid) in &gone {
             tracing::info!(
-                reactor = self.id,
+                reactor = self.reactor,
                 cntlid,
                 conn = id.index,
                 "nvme/tcp: controller gone, closing its queue"
             );
-            if let Some(c) = self.conns.get_mut(id) {
-                c.ending(EndReason::ControllerGone);
-            }
-            self.close(id);
         }
-        self.settle();
+        Some(gone.into_iter().map(|(id, _)| id).collect())
     }
 
-    /// When `nvme_tick` next has work.
-    pub(super) fn nvme_deadline(&self) -> Option<pace::Nanos> {
-        (self.nvme_conns > 0).then_some(self.nvme_check_at)
+    /// NVMe/TCP connections open.
+    pub fn open(&self) -> u32 {
+        self.open
+    }
+
+    /// When `tick` next has work.
+    pub fn deadline(&self) -> Option<pace::Nanos> {
+        (self.open > 0).then_some(self.check_at)
     }
 
     /// A connection of this engine opened (true) or went (false).
-    pub(super) fn nvme_count(&mut self, opened: bool) {
+    pub fn count(&mut self, opened: bool, now: pace::Nanos) {
         if opened {
-            if self.nvme_conns == 0 {
-                self.nvme_check_at = self.io.now + CHECK_EVERY;
+            if self.open == 0 {
+                self.check_at = now + CHECK_EVERY;
             }
-            self.nvme_conns += 1;
+            self.open += 1;
         } else {
-            debug_assert!(self.nvme_conns > 0);
-            self.nvme_conns -= 1;
+            debug_assert!(self.open > 0);
+            self.open -= 1;
         }
     }
+}
+
+/// A command that needs a request slot waits its turn (the engine then
+/// starts what may start).
+fn wait(id: ConnId, w: Waiting, conns: &mut Conns) -> Next {
+    if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
+        n.waiting.push_back(w);
+    }
+    Next::StartWaiting
+}
+
+/// H2CData bytes for `cid` at `at` of the bytes given to the queue.
+fn data(
+    id: ConnId,
+    cid: u16,
+    datao: u32,
+    at: usize,
+    len: u32,
+    conns: &mut Conns,
+    slots: &mut Slots,
+) {
+    let Some(c) = conns.get_mut(id) else {
+        return;
+    };
+    let Some(&slot) = nvme_of(c).and_then(|n| n.slots.get(&cid)) else {
+        return;
+    };
+    let from = c.rstart + at;
+    let Some(src) = c.rbuf.get(from..from + len as usize) else {
+        return;
+    };
+    let req = &mut slots.reqs[slot.index()];
+    if req.state != ReqStage::Receiving {
+        return;
+    }
+    if copy_into(&req.iov, datao as usize, src) {
+        req.filled += len;
+    }
+}
+
+/// A WRITE's data is all in: to the device (or answered, when a data
+/// digest failed).
+fn data_in(
+    id: ConnId,
+    cid: u16,
+    ok: bool,
+    conns: &mut Conns,
+    slots: &mut Slots,
+    io: &mut IoPath,
+) -> Next {
+    let Some(&slot) = conns
+        .get_mut(id)
+        .and_then(nvme_of)
+        .and_then(|n| n.slots.get(&cid))
+    else {
+        return Next::Done;
+    };
+    let req = &mut slots.reqs[slot.index()];
+    if req.state != ReqStage::Receiving {
+        return Next::Done;
+    }
+    let next = if !ok {
+        req.fault = Some(Status::TRANSIENT_TRANSPORT_ERROR);
+        ReqStage::Answered
+    } else if req.filled == req.len {
+        ReqStage::Ready
+    } else {
+        req.fault = Some(Status::DATA_SGL_LENGTH_INVALID);
+        ReqStage::Answered
+    };
+    slots.set_state(slot, next, &mut io.stats, io.now);
+    Next::Advance(slot)
 }
 
 /// A command id, its request, and further byte ranges (`nvme_command`).

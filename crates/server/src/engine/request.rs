@@ -28,10 +28,12 @@ use pace::pacer::{IoKind, PacedIo};
 use pool::{Alloc, BufId};
 use proto::Command;
 
+use super::conn::Step;
 use super::conn::{EndReason, Input, Life, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::io::IoPath;
+use super::nvme::{Next, NvmeFront};
 use super::pieces::Then;
 use super::slot::{ReplyStyle, ReqOrigin};
 use super::slots::Slots;
@@ -226,7 +228,7 @@ impl Engine {
     fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
         let req = &self.slots.reqs[id.index()];
         if req.style == ReplyStyle::Nvme && req.command == Command::Write {
-            self.nvme_data_wanted(id)
+            NvmeFront::data_wanted(id, &mut self.conns, &mut self.slots, &mut self.io)
         } else {
             ReqStage::Ready
         }
@@ -338,7 +340,7 @@ impl Engine {
                 );
                 c.out.push(id, req.streamed());
                 if nvme {
-                    self.nvme_reply(id);
+                    NvmeFront::reply(id, &mut self.conns, &mut self.slots);
                 } else {
                     self.slots.reqs[id.index()].encode_reply();
                 }
@@ -627,6 +629,50 @@ impl Engine {
             let to = self.start_read(id);
             self.set_state(id, to);
             self.advance(id);
+        }
+    }
+}
+
+/// The NVMe/TCP front end's requests of the engine (`nvme.rs`).
+impl Engine {
+    /// Feeds the connection's buffered bytes to its NVMe/TCP queue and
+    /// carries out what the queue asks: every whole PDU is consumed at once.
+    pub(super) fn nvme_input(&mut self, id: ConnId) -> Step {
+        let Some(used) = self.conns.get_mut(id).and_then(NvmeFront::receive) else {
+            return Step::Stop;
+        };
+        // The data ranges point into the bytes just given: act on them
+        // before those bytes are let go.
+        while let Some(actions) = NvmeFront::take_actions(self.conns.get_mut(id)) {
+            if actions.is_empty() {
+                break;
+            }
+            for a in actions {
+                let (conns, slots, io) = (&mut self.conns, &mut self.slots, &mut self.io);
+                match self.nvme.act(id, a, conns, slots, io) {
+                    Next::Done => {}
+                    Next::StartWaiting => self.nvme_start_waiting(id),
+                    Next::Advance(r) => self.advance(r),
+                    Next::InputEnded => self.input_ended(id),
+                }
+            }
+        }
+        if let Some(c) = self.conns.get_mut(id) {
+            c.rstart += used;
+        }
+        Step::Stop
+    }
+
+    /// Starts waiting commands, one at a time, while a slot is free and
+    /// the connection's requests hold less than its share of the pool.
+    pub(super) fn nvme_start_waiting(&mut self, id: ConnId) {
+        let cap = self.conn_cap;
+        loop {
+            let (conns, slots, io) = (&mut self.conns, &mut self.slots, &mut self.io);
+            let Some(slot) = self.nvme.start_next(id, cap, conns, slots, io) else {
+                return;
+            };
+            self.advance(slot);
         }
     }
 }
