@@ -20,9 +20,6 @@ pub const RECV_BUF: usize = 256 << 10;
 /// buffers instead of through the receive buffer (saves a copy).
 pub const DIRECT_RECV_MIN: u32 = 16 << 10;
 
-/// Most iovecs in one sendmsg.
-pub const MAX_SEND_IOV: usize = 512;
-
 /// The connection's protocol and where it is in it.
 pub enum Phase {
     /// NBD, negotiating.

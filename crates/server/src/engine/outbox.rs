@@ -4,9 +4,11 @@
 
 use std::collections::VecDeque;
 
-use super::conn::MAX_SEND_IOV;
 use super::ids::ReqId;
 use super::slot::Req;
+
+/// Most iovecs in one sendmsg.
+pub const MAX_SEND_IOV: usize = 512;
 
 pub struct Outbox {
     /// Raw bytes waiting to be sent, and those in the current send.
