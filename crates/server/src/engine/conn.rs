@@ -11,6 +11,7 @@ use super::slot::Req;
 use super::states::PieceState;
 use super::turns::Turns;
 use super::Timeouts;
+use crate::exports::Catalog;
 
 /// Receive buffer size: large enough to batch many request headers per recv
 /// and to hold small write payloads without a second syscall.
@@ -365,5 +366,32 @@ impl Conn {
         }
         c.set_recv(op);
         Some((buf, len))
+    }
+
+    /// The connection's close log: who, which export, why, and what it did.
+    pub fn log_closed(&self, catalog: &Catalog, reactor: usize, now: Nanos) {
+        let c = self;
+        let name =
+            |i: u16| (catalog.exports.get(usize::from(i))).map_or("?", |e| e.info.name.as_str());
+        let (export, what) = match &c.phase {
+            Phase::Transmission { export, .. } => (name(*export), "connection closed"),
+            Phase::Handshake(_) => ("-", "connection closed"),
+            Phase::Nvme(n) => (n.export().map_or("-", name), "nvme/tcp: connection closed"),
+        };
+        let peer = if c.peer.is_empty() { "-" } else { &c.peer };
+        debug_assert!(c.end.is_some(), "{:?} closed with no reason recorded", c.id);
+        let reason = c.end.map_or_else(|| "unknown".into(), |r| format!("{r:?}"));
+        tracing::info!(
+            reactor,
+            conn = c.id.index,
+            peer,
+            export,
+            reason,
+            replies = c.traffic.replies,
+            bytes_in = c.traffic.bytes_in,
+            bytes_out = c.traffic.bytes_out,
+            seconds = (now - c.accepted_at) as f64 / 1e9,
+            "{what}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 use pace::Nanos;
 use proto::Handshake;
 
-use super::conn::{Conn, EndReason, Input, Life, Phase, SendOp};
+use super::conn::{EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, ReqId};
 use super::nvme::NvmeFront;
 use super::nvme_conn::NvmeConn;
@@ -124,7 +124,7 @@ impl Engine {
         debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
         debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
         debug_assert!(c.out.replies.is_empty(), "{id:?} freed with replies queued");
-        self.log_closed(c);
+        c.log_closed(&self.io.catalog, self.id, self.io.now);
         if matches!(c.phase, Phase::Nvme(_)) {
             self.nvme.count(false, self.io.now);
         }
@@ -135,33 +135,6 @@ impl Engine {
         debug_assert!(self.io.stats.conns_now > 0);
         self.io.stats.conns_now -= 1;
         self.io.actions.push(Action::Close { conn: id });
-    }
-
-    /// The connection's close log: who, which export, why, and what it did.
-    fn log_closed(&self, c: &Conn) {
-        let name = |i: u16| {
-            (self.io.catalog.exports.get(usize::from(i))).map_or("?", |e| e.info.name.as_str())
-        };
-        let (export, what) = match &c.phase {
-            Phase::Transmission { export, .. } => (name(*export), "connection closed"),
-            Phase::Handshake(_) => ("-", "connection closed"),
-            Phase::Nvme(n) => (n.export().map_or("-", name), "nvme/tcp: connection closed"),
-        };
-        let peer = if c.peer.is_empty() { "-" } else { &c.peer };
-        debug_assert!(c.end.is_some(), "{:?} closed with no reason recorded", c.id);
-        let reason = c.end.map_or_else(|| "unknown".into(), |r| format!("{r:?}"));
-        tracing::info!(
-            reactor = self.id,
-            conn = c.id.index,
-            peer,
-            export,
-            reason,
-            replies = c.traffic.replies,
-            bytes_in = c.traffic.bytes_in,
-            bytes_out = c.traffic.bytes_out,
-            seconds = (self.io.now - c.accepted_at) as f64 / 1e9,
-            "{what}"
-        );
     }
 
     /// The client of a connection, as [`Engine::set_peer`] named it.

@@ -25,6 +25,7 @@
 mod audit;
 mod conn;
 mod conns;
+mod events;
 mod ids;
 mod input;
 mod io;
@@ -54,108 +55,15 @@ use crate::exports::Catalog;
 use crate::stats::ReactorStats;
 pub use conn::{Input, Life, RecvOp, SendOp};
 use conns::Conns;
+pub use events::{
+    Action, EngineSettings, Opening, Received, Sent, Timeouts, TlsOutcome, PAYLOAD_CAP,
+};
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
 use io::IoPath;
 use nvme::NvmeFront;
 use slots::Slots;
 pub use states::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
-
-/// How a new connection begins.
-pub enum Opening {
-    /// NBD: a fresh handshake, or one already under way (a connection
-    /// handed over mid-negotiation).
-    Nbd(Option<Box<proto::Handshake>>),
-    /// NVMe/TCP: the host's ICReq comes first.
-    Nvme,
-}
-
-/// Time limits on a connection, enforced with the engine's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// From accept to the end of the handshake.
-    pub handshake: Nanos,
-    /// A connection with no request in flight and no bytes arriving.
-    pub idle: Nanos,
-    /// A WRITE payload (or a rejected one being discarded) with no bytes arriving.
-    pub payload: Nanos,
-}
-
-pub struct EngineSettings {
-    pub id: usize,
-    pub max_requests: u32,
-    /// At shutdown, how long to wait for in-flight requests before closing.
-    pub drain_timeout: Nanos,
-    pub timeouts: Timeouts,
-    /// WRITE pieces one connection may have waiting for their payload at
-    /// once, and buffers one streamed READ may hold at once.
-    pub payload_cap: u32,
-}
-
-/// WRITE pieces one connection may have waiting for their payload (in the
-/// pacer, for a buffer, or filling one) at once: enough to keep a payload
-/// streaming, few enough that a stalled writer holds almost nothing. Pieces
-/// whose payload is in are the pacer's to bound.
-pub const PAYLOAD_CAP: u32 = 4;
-
-/// What the driver must do. Pointers in here point at memory the engine owns
-/// and keeps in place until the matching completion is fed back.
-#[derive(Debug)]
-pub enum Action {
-    /// Receive up to `len` bytes into `buf`; report with [`Engine::on_recv`].
-    Recv {
-        conn: ConnId,
-        buf: *mut u8,
-        len: usize,
-    },
-    /// `sendmsg` this header (its iovecs); report with [`Engine::on_send`].
-    Send {
-        conn: ConnId,
-        msg: *const libc::msghdr,
-    },
-    /// Submit `req` to export `export`'s bdev; report with [`Engine::on_io_done`].
-    Submit {
-        io: IoToken,
-        export: u16,
-        req: IoRequest,
-    },
-    /// Shut the socket down (both ways, or only reading) so pending
-    /// operations complete.
-    Shutdown { conn: ConnId, read_only: bool },
-    /// Nothing is in flight on this socket any more: close it.
-    Close { conn: ConnId },
-    /// STARTTLS was answered: run the TLS handshake on this connection, and
-    /// from then on receive and send through TLS; report the handshake
-    /// with [`Engine::on_tls`].
-    StartTls { conn: ConnId },
-}
-
-/// How a connection's TLS handshake ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TlsOutcome {
-    /// Up; with the common name of the client's certificate, if it sent one.
-    Up {
-        cert_name: Option<String>,
-    },
-    Failed,
-}
-
-/// A receive's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Received {
-    Data(usize),
-    Eof,
-    /// An errno.
-    Error(i32),
-}
-
-/// A send's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sent {
-    Bytes(usize),
-    /// An errno.
-    Error(i32),
-}
 
 pub struct Engine {
     id: usize,
@@ -251,59 +159,25 @@ impl Engine {
         self.settle();
     }
 
-    /// A READ (or a streamed READ's piece) whose data the bdev lends
-    /// (`Bdev::lend_read`): its reply sends `data` instead of its buffer,
-    /// which it keeps until sent, as every READ does, so the pool's books do
-    /// not change. False for anything else.
     /// Serves `io` (submitted as `req` to `dev`) from the bdev's own memory
-    /// if it lends it (see `lend_read`): done now, nothing to submit. False:
-    /// the driver submits it as usual.
+    /// if it lends it (`Bdev::lend_read`, `Slots::lend`): done now, nothing
+    /// to submit. False: the driver submits it as usual.
     pub fn try_lend(&mut self, now: Nanos, io: IoToken, dev: &bdev::Bdev, req: &IoRequest) -> bool {
-        let lent = dev
-            .lend_read(req)
-            .is_some_and(|data| self.lend_read(io, data));
+        let lent = dev.lend_read(req).is_some_and(|data| {
+            // A data digest is computed before the send: it needs
+            // bytes no WRITE changes in between (`nvme.rs`).
+            !NvmeFront::digests_read_data(io.req, &mut self.conns, &self.slots)
+                && self.slots.lend(io, data)
+        });
         if lent {
             self.on_io_done(now, io, IoResult::Ok);
         }
         lent
     }
 
-    fn lend_read(&mut self, io: IoToken, data: libc::iovec) -> bool {
-        if NvmeFront::digests_read_data(io.req, &mut self.conns, &self.slots) {
-            return false;
-        }
-        let Some(req) = self.slots.reqs.get_mut(io.req.index()) else {
-            return false;
-        };
-        if req.command != proto::Command::Read {
-            return false;
-        }
-        match io.part {
-            Part::Whole if !req.streamed() && data.iov_len == req.len as usize => {
-                req.iov.clear();
-                req.iov.push(data);
-                true
-            }
-            Part::Piece(k) => match req.iov.get_mut(k as usize) {
-                Some(seg) if seg.iov_len == data.iov_len => {
-                    *seg = data;
-                    true
-                }
-                _ => false,
-            },
-            _ => false,
-        }
-    }
-
     /// The IO `io` as submitted, for the driver to interpret its completion.
     pub fn io_request(&self, io: IoToken) -> Option<(u16, IoRequest)> {
-        let req = self.slots.reqs.get(io.req.index())?;
-        let op = req.io_op()?;
-        let piece = match io.part {
-            Part::Whole => None,
-            Part::Piece(k) => Some(k),
-        };
-        Some((req.export, req.io_request(op, piece, self.io.buf_size)))
+        self.slots.io_request(io, self.io.buf_size)
     }
 
     /// Time passes: buffer grants, delayed completions, the pacer, timeouts;

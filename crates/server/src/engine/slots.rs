@@ -5,10 +5,11 @@
 
 use std::collections::VecDeque;
 
+use bdev::IoRequest;
 use pace::Nanos;
 
 use super::conns::Conns;
-use super::ids::{ConnId, ReqId};
+use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::slot::Req;
 use super::states::{PieceState, ReqStage};
 use super::trace::{self, TraceQuery, TracedReq, TracedState};
@@ -167,5 +168,44 @@ impl Slots {
             piece.state
         );
         piece.state = to;
+    }
+
+    /// READ IO `io` (whole, or a streamed READ's piece) sends `data`, a
+    /// bdev's own memory, instead of its buffer (which it keeps until
+    /// sent, as every READ does, so the pool's books do not change). False
+    /// when it cannot.
+    pub fn lend(&mut self, io: IoToken, data: libc::iovec) -> bool {
+        let Some(req) = self.reqs.get_mut(io.req.index()) else {
+            return false;
+        };
+        if req.command != proto::Command::Read {
+            return false;
+        }
+        match io.part {
+            Part::Whole if !req.streamed() && data.iov_len == req.len as usize => {
+                req.iov.clear();
+                req.iov.push(data);
+                true
+            }
+            Part::Piece(k) => match req.iov.get_mut(k as usize) {
+                Some(seg) if seg.iov_len == data.iov_len => {
+                    *seg = data;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// The IO `io` as submitted, for the driver to interpret its completion.
+    pub fn io_request(&self, io: IoToken, buf_size: u32) -> Option<(u16, IoRequest)> {
+        let req = self.reqs.get(io.req.index())?;
+        let op = req.io_op()?;
+        let piece = match io.part {
+            Part::Whole => None,
+            Part::Piece(k) => Some(k),
+        };
+        Some((req.export, req.io_request(op, piece, buf_size)))
     }
 }
