@@ -451,4 +451,34 @@ impl Slots {
         }
         Then::Done
     }
+
+    /// New READ `id` (paced whole, or planned as a stream): starts now if
+    /// its turn has come, else waits for it.
+    pub fn read_turn(&mut self, id: ReqId, conns: &mut Conns, io: &mut IoPath) -> ReqStage {
+        let streamed = self.reqs[id.index()].streamed();
+        let conn = self.reqs[id.index()].conn;
+        let Some(c) = conns.get_mut(conn) else {
+            return self.start_read(id, conns, io);
+        };
+        if c.turns.may_start(streamed) {
+            return self.start_read(id, conns, io);
+        }
+        c.turns.wait(id);
+        ReqStage::Deferred
+    }
+
+    /// READ `id`'s turn has come: a stream claims its connection, a whole
+    /// READ goes to the pacer.
+    pub fn start_read(&mut self, id: ReqId, conns: &mut Conns, io: &mut IoPath) -> ReqStage {
+        let streamed = self.reqs[id.index()].streamed();
+        let conn = self.reqs[id.index()].conn;
+        if let Some(c) = conns.get_mut(conn) {
+            c.turns.start(id, streamed);
+        }
+        if streamed {
+            return ReqStage::Streaming;
+        }
+        self.enqueue(IoToken::whole(id), IoKind::Read, conns, io);
+        ReqStage::Pacing
+    }
 }

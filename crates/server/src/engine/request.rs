@@ -160,7 +160,7 @@ impl Engine {
                 }
                 let need = self.io.commitment(&self.slots.reqs[id.index()]);
                 self.commit(conn, need);
-                Some(self.read_turn(id))
+                Some((self.slots).read_turn(id, &mut self.conns, &mut self.io))
             }
             Command::Write if req.len > 0 => {
                 req.plan_pieces(buf_size);
@@ -246,7 +246,7 @@ impl Engine {
         let export = req.export;
         let Some(op) = req.io_op() else {
             if req.command == Command::BlockStatus {
-                self.answer_block_status(id);
+                (self.slots).answer_block_status(id, &self.conns, &self.io.catalog);
             } else {
                 req.error = proto::EINVAL;
             }
@@ -264,32 +264,6 @@ impl Engine {
         let io = req.io_request(op, None, self.io.buf_size);
         self.io.submit(IoToken::whole(id), export, io);
         Some(ReqStage::Device)
-    }
-
-    /// BLOCK_STATUS: one chunk per metadata context the client selected.
-    fn answer_block_status(&mut self, id: ReqId) {
-        let req = &self.slots.reqs[id.index()];
-        let export = &self.io.catalog.exports[req.export as usize];
-        let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
-        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match self.conns.get(req.conn).map(|c| &c.phase) {
-            Some(Phase::Transmission { meta, .. }) => meta
-                .iter()
-                .map(|(ctx, source)| {
-                    let mut extents = source.extents(&export.bdev, req.offset, req.len);
-                    if one {
-                        extents.truncate(1);
-                    }
-                    (*ctx, extents)
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let req = &mut self.slots.reqs[id.index()];
-        if chunks.is_empty() || chunks.iter().any(|(_, e)| e.is_empty()) {
-            req.error = proto::EINVAL;
-        } else {
-            req.block_status(&chunks);
-        }
     }
 
     /// Executed: hold the completion for an emulated delay, or answer.
@@ -564,37 +538,6 @@ impl Engine {
 
 /// READ turns around streams (`turns.rs` holds each connection's `Turns`).
 impl Engine {
-    /// New READ `id` (paced whole, or planned as a stream): starts now if
-    /// its turn has come, else waits for it.
-    pub(super) fn read_turn(&mut self, id: ReqId) -> ReqStage {
-        let streamed = self.slots.reqs[id.index()].streamed();
-        let conn = self.slots.reqs[id.index()].conn;
-        let Some(c) = self.conns.get_mut(conn) else {
-            return self.start_read(id);
-        };
-        if c.turns.may_start(streamed) {
-            return self.start_read(id);
-        }
-        c.turns.wait(id);
-        ReqStage::Deferred
-    }
-
-    /// READ `id`'s turn has come: a stream claims its connection, a whole
-    /// READ goes to the pacer.
-    fn start_read(&mut self, id: ReqId) -> ReqStage {
-        let streamed = self.slots.reqs[id.index()].streamed();
-        let conn = self.slots.reqs[id.index()].conn;
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.turns.start(id, streamed);
-        }
-        if streamed {
-            return ReqStage::Streaming;
-        }
-        let io = self.paced_io(IoToken::whole(id), IoKind::Read);
-        self.io.pacer.enqueue(io, self.io.now);
-        ReqStage::Pacing
-    }
-
     /// Whole READ on `conn` queued its data to send.
     pub(super) fn read_queued(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(conn) {
@@ -626,7 +569,7 @@ impl Engine {
             let Some(id) = c.turns.next(|r| reqs[r.index()].streamed()) else {
                 return;
             };
-            let to = self.start_read(id);
+            let to = (self.slots).start_read(id, &mut self.conns, &mut self.io);
             self.set_state(id, to);
             self.advance(id);
         }

@@ -8,11 +8,13 @@ use std::collections::VecDeque;
 use bdev::IoRequest;
 use pace::Nanos;
 
+use super::conn::Phase;
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::slot::Req;
 use super::states::{PieceState, ReqStage};
 use super::trace::{self, TraceQuery, TracedReq, TracedState};
+use crate::exports::Catalog;
 use crate::stats::StatsCollector;
 
 /// Whether `from -> to` is a transition of the request diagram
@@ -207,5 +209,31 @@ impl Slots {
             Part::Piece(k) => Some(k),
         };
         Some((req.export, req.io_request(op, piece, buf_size)))
+    }
+
+    /// BLOCK_STATUS: one chunk per metadata context the client selected.
+    pub fn answer_block_status(&mut self, id: ReqId, conns: &Conns, catalog: &Catalog) {
+        let req = &self.reqs[id.index()];
+        let export = &catalog.exports[req.export as usize];
+        let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
+        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match conns.get(req.conn).map(|c| &c.phase) {
+            Some(Phase::Transmission { meta, .. }) => meta
+                .iter()
+                .map(|(ctx, source)| {
+                    let mut extents = source.extents(&export.bdev, req.offset, req.len);
+                    if one {
+                        extents.truncate(1);
+                    }
+                    (*ctx, extents)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let req = &mut self.reqs[id.index()];
+        if chunks.is_empty() || chunks.iter().any(|(_, e)| e.is_empty()) {
+            req.error = proto::EINVAL;
+        } else {
+            req.block_status(&chunks);
+        }
     }
 }
