@@ -260,6 +260,33 @@ impl Conn {
         self.life = Life::Closing;
     }
 
+    /// Closes: input ended, a send not yet posted dropped. Returns what the
+    /// input was, and whether a send is still in flight.
+    pub fn close(&mut self) -> (Input, bool) {
+        self.set_closing();
+        let input = self.set_input(Input::Ended);
+        let sending = self.send == SendOp::InFlight;
+        if self.send == SendOp::Ready {
+            self.set_send(SendOp::Idle);
+        }
+        (input, sending)
+    }
+
+    /// Names the client; returns its host for the pacer when the address
+    /// names it (NBD over IP: connections from one address share that
+    /// host's link). An NVMe/TCP connection's host is its host NQN, known
+    /// at Connect (`nvme.rs`); a Unix client is a host of its own.
+    pub fn set_peer(&mut self, peer: &str) -> Option<u64> {
+        self.peer = peer.into();
+        if matches!(self.phase, Phase::Nvme(_)) {
+            return None;
+        }
+        let addr = peer.parse::<std::net::SocketAddr>().ok()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&addr.ip(), &mut h);
+        Some(std::hash::Hasher::finish(&h))
+    }
+
     /// Records why the connection ends, unless a cause was already seen.
     pub fn ending(&mut self, reason: EndReason) {
         self.end.get_or_insert(reason);

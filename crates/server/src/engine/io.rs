@@ -153,4 +153,15 @@ impl IoPath {
         self.pacer
             .on_device_complete(io.encode(), kind, latency, self.now);
     }
+
+    /// When an emulated delay (a delay bdev's) releases an IO of `export`
+    /// submitted at `t_submit`, if that is still to come.
+    pub fn delay_until(&mut self, export: u16, op: bdev::IoOp, t_submit: Nanos) -> Option<Nanos> {
+        let dev = &self.catalog.exports[export as usize].bdev;
+        if !dev.has_delay() {
+            return None;
+        }
+        let release = dev.release_at(op, t_submit, self.now, &mut self.rng);
+        (release > self.now).then_some(release)
+    }
 }

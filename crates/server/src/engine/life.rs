@@ -4,7 +4,7 @@
 use pace::Nanos;
 use proto::Handshake;
 
-use super::conn::{EndReason, Input, Life, Phase, SendOp};
+use super::conn::{EndReason, Input, Life, Phase};
 use super::ids::{ConnId, ReqId};
 use super::nvme::NvmeFront;
 use super::nvme_conn::NvmeConn;
@@ -92,12 +92,7 @@ impl Engine {
         if c.life == Life::Closing {
             return;
         }
-        c.set_closing();
-        let input = c.set_input(Input::Ended);
-        let sending = c.send == SendOp::InFlight;
-        if c.send == SendOp::Ready {
-            c.set_send(SendOp::Idle);
-        }
+        let (input, sending) = c.close();
         self.io.actions.push(Action::Shutdown {
             conn: id,
             read_only: false,
@@ -147,17 +142,8 @@ impl Engine {
     /// host's link (a Unix client is a host of its own).
     pub fn set_peer(&mut self, id: ConnId, peer: &str) {
         if let Some(c) = self.conns.get_mut(id) {
-            c.peer = peer.into();
-            if matches!(c.phase, Phase::Nvme(_)) {
-                // Its host is its host NQN, known at Connect (`nvme.rs`).
-                return;
-            }
-            if let Ok(addr) = peer.parse::<std::net::SocketAddr>() {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                std::hash::Hash::hash(&addr.ip(), &mut h);
-                self.io
-                    .pacer
-                    .open_flow(c.flow, std::hash::Hasher::finish(&h));
+            if let Some(host) = c.set_peer(peer) {
+                self.io.pacer.open_flow(c.flow, host);
             }
         }
     }

@@ -193,15 +193,10 @@ impl Slots {
     /// if it has one still to run: true when it did.
     pub fn delay_piece(&mut self, id: ReqId, k: u32, op: bdev::IoOp, io: &mut IoPath) -> bool {
         let req = &self.reqs[id.index()];
-        let dev = &io.catalog.exports[req.export as usize].bdev;
-        if !dev.has_delay() {
-            return false;
-        }
         let t_submit = req.pieces[k as usize].t_submit;
-        let release = dev.release_at(op, t_submit, io.now, &mut io.rng);
-        if release <= io.now {
+        let Some(release) = io.delay_until(req.export, op, t_submit) else {
             return false;
-        }
+        };
         self.set_piece(id, k, PieceState::Delayed);
         let token = IoToken::piece(id, k);
         io.delayed.push(std::cmp::Reverse((release, token)));

@@ -25,7 +25,6 @@
 
 use bdev::IoResult;
 use pace::pacer::{IoKind, PacedIo};
-use pool::{Alloc, BufId};
 use proto::Command;
 
 use super::conn::Step;
@@ -210,16 +209,10 @@ impl Engine {
 
     /// Released: a READ takes its buffers, or queues for them.
     fn take_buffers(&mut self, id: ReqId) -> Option<ReqStage> {
-        let len = self.slots.reqs[id.index()].len;
-        match self.io.bufs.alloc(len, IoToken::whole(id).encode()) {
-            Alloc::Ready(bufs) => {
-                self.attach(id, bufs);
-                Some(self.holds_buffers(id))
-            }
-            Alloc::Queued => {
-                self.io.stats.buffer_waits += 1;
-                Some(ReqStage::NeedBuffers)
-            }
+        if self.slots.take_buffers(id, &mut self.io) {
+            Some(self.holds_buffers(id))
+        } else {
+            Some(ReqStage::NeedBuffers)
         }
     }
 
@@ -232,11 +225,6 @@ impl Engine {
         } else {
             ReqStage::Ready
         }
-    }
-
-    fn attach(&mut self, id: ReqId, bufs: Vec<BufId>) {
-        let pool = &self.io.pool;
-        self.slots.reqs[id.index()].attach_buffers(bufs, self.io.buf_size, |b| pool.ptr(b));
     }
 
     /// Ready: to the device, or answered here (BLOCK_STATUS, unknown).
@@ -269,17 +257,11 @@ impl Engine {
     /// Executed: hold the completion for an emulated delay, or answer.
     fn executed(&mut self, id: ReqId) -> Option<ReqStage> {
         let req = &self.slots.reqs[id.index()];
-        let dev = &self.io.catalog.exports[req.export as usize].bdev;
-        if dev.has_delay() {
-            if let Some(op) = req.io_op() {
-                let release = dev.release_at(op, req.t_submit, self.io.now, &mut self.io.rng);
-                if release > self.io.now {
-                    self.io
-                        .delayed
-                        .push(std::cmp::Reverse((release, IoToken::whole(id))));
-                    return Some(ReqStage::Delayed);
-                }
-            }
+        let (export, t_submit) = (req.export, req.t_submit);
+        if let Some(t) = (req.io_op()).and_then(|op| self.io.delay_until(export, op, t_submit)) {
+            let held = IoToken::whole(id);
+            self.io.delayed.push(std::cmp::Reverse((t, held)));
+            return Some(ReqStage::Delayed);
         }
         self.device_finished(IoToken::whole(id));
         Some(self.piece_finished(id))
@@ -463,7 +445,7 @@ impl Engine {
             match io.part {
                 Part::Whole => {
                     debug_assert_eq!(self.slots.reqs[io.req.index()].state, ReqStage::NeedBuffers);
-                    self.attach(io.req, bufs);
+                    self.slots.attach(io.req, bufs, &self.io);
                     let next = self.holds_buffers(io.req);
                     self.set_state(io.req, next);
                     self.advance(io.req);

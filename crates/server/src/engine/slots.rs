@@ -7,10 +7,12 @@ use std::collections::VecDeque;
 
 use bdev::IoRequest;
 use pace::Nanos;
+use pool::{Alloc, BufId};
 
 use super::conn::Phase;
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
+use super::io::IoPath;
 use super::slot::Req;
 use super::states::{PieceState, ReqStage};
 use super::trace::{self, TraceQuery, TracedReq, TracedState};
@@ -235,5 +237,27 @@ impl Slots {
         } else {
             req.block_status(&chunks);
         }
+    }
+
+    /// Released: a whole request takes its buffers (true), or queues for
+    /// them in the pool.
+    pub fn take_buffers(&mut self, id: ReqId, io: &mut IoPath) -> bool {
+        let len = self.reqs[id.index()].len;
+        match io.bufs.alloc(len, IoToken::whole(id).encode()) {
+            Alloc::Ready(bufs) => {
+                self.attach(id, bufs, io);
+                true
+            }
+            Alloc::Queued => {
+                io.stats.buffer_waits += 1;
+                false
+            }
+        }
+    }
+
+    /// Request `id` holds `bufs`: its data segments point into them.
+    pub fn attach(&mut self, id: ReqId, bufs: Vec<BufId>, io: &IoPath) {
+        let pool = &io.pool;
+        self.reqs[id.index()].attach_buffers(bufs, io.buf_size, |b| pool.ptr(b));
     }
 }
