@@ -1,40 +1,35 @@
-//! The request engine: one per reactor, sans-IO.
+//! The request engine: one per reactor, sans-IO. A driver (the io_uring
+//! reactor, or the simulator) feeds it events with the time they happened
+//! at and carries out the [`Action`]s it returns; nothing here knows a file
+//! descriptor or reads a clock. The engine composes components that own
+//! their fields, and calls them with the parts they need:
 //!
-//! It owns the connections, the request slots, the buffer-pool and pacer
-//! calls, the emulated device delays and the statistics. A driver (the
-//! io_uring reactor, or the simulator) feeds it events with the time they
-//! happened at, and executes the [`Action`]s it returns: receive into memory
-//! the engine owns, send iovecs, submit a device IO, shut down or close a
-//! socket. Nothing in here knows a file descriptor or reads a clock.
-//!
-//! - `conn.rs`, `slot.rs`: connection and request-slot state (enums).
-//! - `input.rs`: received bytes: handshake, request headers, WRITE payload.
-//! - `request.rs`: the request state machine, [`Engine::advance`].
-//! - `pieces.rs`: buffer-sized pieces of a WRITE payload or a streamed READ.
-//! - `stream.rs`: large READs, piece by piece, and when a READ may start
-//!   around them.
-//! - `turns.rs`: `Turns`, a connection's READ turns (a stream runs alone).
-//! - `output.rs`: replies and sends.
-//! - `life.rs`: accepting, closing, timeouts, draining.
-//! - `tls.rs`: STARTTLS: when the driver starts TLS, and what follows.
-//! - `nvme.rs`: the NVMe/TCP front end (NBD's is `input.rs`, `slot.rs`'s
-//!   reply encoding and the handshake in `proto`).
-//! - `trace.rs`: the ring of the last request state changes, which
-//!   `Engine::trace` reads for `iopace rpc trace`.
+//! - `conns.rs` `Conns`: the connection table, send list and timeouts;
+//!   `conn.rs` `Conn`: one connection (its state enums, receive buffer,
+//!   `Outbox` send side in `outbox.rs`, READ `Turns` in `turns.rs`).
+//! - `nbd.rs`: the NBD front end (handshake with STARTTLS, request headers,
+//!   discards), `Conn`'s; `nvme.rs` `NvmeFront`: the NVMe/TCP front end,
+//!   over each connection's `NvmeConn` (`nvme_conn.rs`).
+//! - `slots.rs` `Slots`: the request slots (`Req`, `slot.rs`), their
+//!   checked states (`states.rs`) and trace ring (`trace.rs`); `pieces.rs`:
+//!   their pieces (WRITE payloads, streamed READs) and READ turns.
+//! - `io.rs` `IoPath`: the clock, pacer, pool, devices, statistics, actions.
+//! - Here: the driver's calls, connections' lives (accept, settle, close,
+//!   timeouts, drain), received bytes and sends. `request.rs`: the request
+//!   state machine ([`Engine::advance`]), and what the pieces and the
+//!   NVMe/TCP front end leave to it. `events.rs`: the driver's types;
+//!   `audit.rs`: the books, each counted twice.
 
 mod audit;
 mod conn;
 mod conns;
 mod events;
 mod ids;
-mod input;
 mod io;
-mod life;
 mod nbd;
 mod nvme;
 mod nvme_conn;
 mod outbox;
-mod output;
 mod pieces;
 mod request;
 mod slot;
@@ -50,9 +45,11 @@ use bdev::{IoRequest, IoResult};
 use pace::pacer::{Pacer, PacingConfig};
 use pace::Nanos;
 use pool::ReactorBufs;
+use proto::Handshake;
 
 use crate::exports::Catalog;
 use crate::stats::ReactorStats;
+use conn::{EndReason, Phase, Step};
 pub use conn::{Input, Life, RecvOp, SendOp};
 use conns::Conns;
 pub use events::{
@@ -60,7 +57,9 @@ pub use events::{
 };
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
 use io::IoPath;
+use nbd::Header;
 use nvme::NvmeFront;
+use nvme_conn::NvmeConn;
 use slots::Slots;
 pub use states::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
@@ -309,6 +308,402 @@ impl Engine {
     pub fn conn_state(&self, conn: ConnId) -> Option<(Input, RecvOp, SendOp, Life)> {
         let c = self.conns.get(conn)?;
         Some((c.input, c.recv, c.send, c.life))
+    }
+}
+
+/// Connections' lives: accepted, serving, closing, closed; their
+/// timeouts; and the engine's drain at shutdown.
+impl Engine {
+    /// A new connection. `handshake` is one already under way (a connection
+    /// handed over mid-negotiation); None starts a fresh one. None back means
+    /// the engine is draining: the driver closes the socket.
+    pub fn accept(&mut self, now: Nanos, handshake: Option<Box<Handshake>>) -> Option<ConnId> {
+        self.open(now, Opening::Nbd(handshake))
+    }
+
+    /// A new connection of either protocol; None: the engine is draining.
+    pub fn open(&mut self, now: Nanos, opening: Opening) -> Option<ConnId> {
+        self.set_now(now);
+        if self.draining_since.is_some() {
+            return None;
+        }
+        let phase = match opening {
+            Opening::Nbd(handshake) => {
+                Phase::Handshake(handshake.unwrap_or_else(|| Box::new(self.io.catalog.handshake())))
+            }
+            Opening::Nvme => {
+                self.nvme.count(true, self.io.now);
+                Phase::Nvme(Box::new(NvmeConn::new(&self.io.catalog)))
+            }
+        };
+        let id = self.conns.insert(phase, now);
+        self.io.stats.conns_total += 1;
+        self.io.stats.conns_now += 1;
+        self.conns.mark_send(id);
+        self.io.touched.push(id);
+        self.settle();
+        Some(id)
+    }
+
+    /// Brings every connection an event touched up to date: parses what it
+    /// has buffered, posts its next recv, closes it when it is done, and
+    /// frees it once nothing is in flight. The pacer is polled between
+    /// rounds, so what it releases is served in the same event.
+    pub(super) fn settle(&mut self) {
+        loop {
+            while let Some(id) = self.io.touched.pop() {
+                self.settle_conn(id);
+            }
+            if !self.poll_pacer() && self.io.touched.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn settle_conn(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get(id) else { return };
+        if c.life == Life::Closing {
+            if c.quiet() {
+                self.remove_conn(id);
+            }
+            return;
+        }
+        if let Input::Payload(r) = c.input {
+            (self.slots).start_pieces(r, &mut self.conns, &mut self.io);
+        }
+        self.process_input(id);
+        // NVMe/TCP: waiting commands start, and what the queue wrote goes out.
+        self.nvme_start_waiting(id);
+        NvmeFront::flush(id, &mut self.conns);
+        match self.conns.get(id) {
+            Some(c) if c.life == Life::Open && c.finished() => self.close(id),
+            Some(c) if c.life == Life::Open => {
+                self.post_recv(id);
+                self.conns.arm_timer(id, &self.timeouts);
+            }
+            _ => {}
+        }
+    }
+
+    /// Shuts the socket down and releases everything not in the kernel's or
+    /// the device's hands; the rest is released as it completes.
+    pub(super) fn close(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        if c.life == Life::Closing {
+            return;
+        }
+        let (input, sending) = c.close();
+        self.io.actions.push(Action::Shutdown {
+            conn: id,
+            read_only: false,
+        });
+        if input == Input::WaitSlot {
+            self.slots.waiters.retain(|&w| w != id);
+        }
+        if !sending {
+            self.drop_replies(id);
+        }
+        for i in 0..self.slots.reqs.len() as u32 {
+            let req = &self.slots.reqs[i as usize];
+            if req.conn == id && req.state != ReqStage::Free {
+                self.abort(ReqId(i));
+            }
+        }
+        NvmeFront::closed(id, &mut self.conns, &mut self.slots, &self.io);
+        self.io.touched.push(id);
+    }
+
+    fn remove_conn(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get(id) else { return };
+        debug_assert!(c.quiet(), "{id:?} freed with operations in flight");
+        debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
+        debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
+        debug_assert!(c.out.replies.is_empty(), "{id:?} freed with replies queued");
+        c.log_closed(&self.io.catalog, self.id, self.io.now);
+        if matches!(c.phase, Phase::Nvme(_)) {
+            self.nvme.count(false, self.io.now);
+        }
+        let Some(c) = self.conns.get(id) else { return };
+        // Its paced IOs were cancelled or completed before it went quiet.
+        self.io.pacer.close_flow(c.flow);
+        self.conns.remove(id);
+        debug_assert!(self.io.stats.conns_now > 0);
+        self.io.stats.conns_now -= 1;
+        self.io.actions.push(Action::Close { conn: id });
+    }
+
+    /// The client of a connection, as [`Engine::set_peer`] named it.
+    pub fn peer(&self, id: ConnId) -> &str {
+        self.conns.get(id).map_or("", |c| &c.peer)
+    }
+
+    /// Names the client of a connection just accepted, for its logs, and
+    /// tells the pacer its host: connections from one address share that
+    /// host's link (a Unix client is a host of its own).
+    pub fn set_peer(&mut self, id: ConnId, peer: &str) {
+        if let Some(c) = self.conns.get_mut(id) {
+            if let Some(host) = c.set_peer(peer) {
+                self.io.pacer.open_flow(c.flow, host);
+            }
+        }
+    }
+
+    /// Closes connections whose deadline has passed.
+    pub(super) fn fire_conn_timers(&mut self) {
+        while let Some(id) = self.conns.next_timed_out(self.io.now, &self.timeouts) {
+            let Some(c) = self.conns.get_mut(id) else {
+                continue;
+            };
+            tracing::info!(reactor = self.id, conn = id.index, input = ?c.input, "connection timed out");
+            self.io.stats.timeouts += 1;
+            c.ending(EndReason::Timeout);
+            self.close(id);
+        }
+        self.settle();
+    }
+
+    /// Stops taking input everywhere; requests in flight still get answers.
+    pub fn begin_drain(&mut self, now: Nanos) {
+        self.set_now(now);
+        if self.draining_since.is_some() {
+            return;
+        }
+        self.draining_since = Some(now);
+        for id in self.conns.ids() {
+            let Some(c) = self.conns.get_mut(id) else {
+                continue;
+            };
+            if c.life != Life::Open {
+                continue;
+            }
+            c.ending(EndReason::Draining);
+            self.io.actions.push(Action::Shutdown {
+                conn: id,
+                read_only: true,
+            });
+            if matches!(c.input, Input::Payload(_) | Input::Discard(_)) {
+                // A half-received WRITE can never finish.
+                self.close(id);
+            } else {
+                self.input_ended(id);
+            }
+        }
+        self.settle();
+    }
+
+    /// At the drain timeout, closes what is still open.
+    pub(super) fn check_drain(&mut self) {
+        let Some(since) = self.draining_since else {
+            return;
+        };
+        if self.io.now - since <= self.drain_timeout {
+            return;
+        }
+        for id in self.conns.ids() {
+            if let Some(c) = self.conns.get_mut(id) {
+                if c.life == Life::Open {
+                    tracing::warn!(
+                        reactor = self.id,
+                        conn = id.index,
+                        "drain timed out; closing"
+                    );
+                    c.end = Some(EndReason::DrainTimeout);
+                    self.close(id);
+                }
+            }
+        }
+    }
+
+    /// True once draining and every connection is gone (or twice the drain
+    /// timeout has passed: closed sockets complete their operations promptly).
+    pub fn drained(&self) -> bool {
+        let Some(since) = self.draining_since else {
+            return false;
+        };
+        self.conns.open() == 0 || self.io.now - since > 2 * self.drain_timeout
+    }
+}
+
+/// Received bytes: the handshake, request headers and WRITE payloads, and
+/// the recv that brings the next ones.
+impl Engine {
+    pub(super) fn recv_done(&mut self, id: ConnId, result: Received) {
+        let now = self.io.now;
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        let op = c.set_recv(RecvOp::Idle);
+        self.io.touched.push(id);
+        if let Received::Data(n) = result {
+            self.io.stats.bytes_in += n as u64;
+            c.traffic.bytes_in += n as u64;
+        }
+        if c.life == Life::Closing {
+            if let RecvOp::Direct(r) = op {
+                // Its piece's buffer was kept for this recv; now it may go.
+                self.pieces(|s, c, p| s.abort_pieces(r, c, p));
+            }
+            return;
+        }
+        match result {
+            Received::Error(errno) => {
+                let e = std::io::Error::from_raw_os_error(errno);
+                tracing::debug!(reactor = self.id, conn = id.index, "recv: {e}");
+                c.ending(EndReason::RecvError);
+                self.close(id);
+            }
+            Received::Eof | Received::Data(0) => {
+                c.ending(EndReason::ClientClosed);
+                self.input_ended(id);
+            }
+            Received::Data(n) => {
+                c.active_at = now;
+                match op {
+                    RecvOp::Direct(r) => {
+                        self.slots.reqs[r.index()].filled += n as u32;
+                        (self.slots).payload_received(r, n, &mut self.conns, &mut self.io);
+                    }
+                    _ => {
+                        c.rend += n;
+                        debug_assert!(c.rend <= c.rbuf.len());
+                    }
+                }
+            }
+        }
+    }
+
+    /// No more input from this connection: serve what is in flight, then close.
+    pub(super) fn input_ended(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        let was = c.set_input(Input::Ended);
+        match was {
+            // A WRITE whose payload will never arrive: nothing to execute.
+            Input::Payload(r) => self.pieces(|s, c, p| s.abort_pieces(r, c, p)),
+            Input::WaitSlot => self.slots.waiters.retain(|&w| w != id),
+            // NVMe WRITEs waiting for their data never get it.
+            Input::Pdus => {
+                for r in NvmeFront::requests_of(id, &mut self.conns) {
+                    if self.slots.reqs[r.index()].state == ReqStage::Receiving {
+                        self.abort(r);
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.io.touched.push(id);
+    }
+
+    /// Consumes buffered input as far as it goes.
+    pub(super) fn process_input(&mut self, id: ConnId) {
+        loop {
+            let Some(c) = self.conns.get(id) else { return };
+            if c.life != Life::Open {
+                return;
+            }
+            let step = match c.input {
+                Input::Handshake => self.handshake_input(id),
+                Input::StartTls => self.start_tls(id),
+                Input::Headers => self.header_input(id),
+                Input::Payload(r) => self.payload_input(id, r),
+                Input::Discard(left) => self
+                    .conns
+                    .get_mut(id)
+                    .map_or(Step::Stop, |c| c.discard_input(left)),
+                Input::Pdus => self.nvme_input(id),
+                Input::WaitSlot | Input::Ended => Step::Stop,
+            };
+            if let Step::Stop = step {
+                break;
+            }
+        }
+        if let Some(c) = self.conns.get_mut(id) {
+            c.compact();
+        }
+    }
+
+    /// Asks the driver to start TLS once the STARTTLS answer is sent.
+    fn start_tls(&mut self, id: ConnId) -> Step {
+        if self.conns.get_mut(id).is_some_and(|c| c.start_tls()) {
+            self.io.actions.push(Action::StartTls { conn: id });
+        }
+        Step::Stop
+    }
+
+    fn handshake_input(&mut self, id: ConnId) -> Step {
+        let Some(c) = self.conns.get_mut(id) else {
+            return Step::Stop;
+        };
+        let (step, answered) = c.handshake_input(&self.io.catalog);
+        if answered {
+            self.conns.mark_send(id);
+        }
+        step
+    }
+
+    fn header_input(&mut self, id: ConnId) -> Step {
+        let Some(c) = self.conns.get_mut(id) else {
+            return Step::Stop;
+        };
+        let (request, header_len) = match c.next_header(self.conn_cap) {
+            Header::Wait => return Step::Stop,
+            Header::Bad(e) => {
+                tracing::info!(
+                    reactor = self.id,
+                    conn = id.index,
+                    "closing connection: {e:?}"
+                );
+                self.io.stats.protocol_errors += 1;
+                self.close(id);
+                return Step::Stop;
+            }
+            Header::Disc => {
+                self.input_ended(id);
+                return Step::Stop;
+            }
+            Header::Request(request, header_len) => (request, header_len),
+        };
+        let Some(slot) = self.slots.free.pop() else {
+            c.set_input(Input::WaitSlot);
+            self.slots.waiters.push_back(id);
+            return Step::Stop;
+        };
+        c.rstart += header_len;
+        self.accept_request(id, slot, request);
+        Step::Again
+    }
+
+    fn payload_input(&mut self, id: ConnId, r: ReqId) -> Step {
+        let bs = self.io.buf_size;
+        let Some(c) = self.conns.get_mut(id) else {
+            return Step::Stop;
+        };
+        if c.buffered() == 0 {
+            return Step::Stop;
+        }
+        let n = self.slots.reqs[r.index()].fill_from(&c.rbuf[c.rstart..c.rend], bs);
+        if n == 0 {
+            // The filling piece waits for the pacer or a buffer.
+            return Step::Stop;
+        }
+        c.rstart += n;
+        (self.slots).payload_received(r, n, &mut self.conns, &mut self.io);
+        Step::Again
+    }
+
+    /// Posts the connection's next recv if its input can take bytes: into
+    /// the receive buffer, or straight into a WRITE piece's buffer.
+    pub(super) fn post_recv(&mut self, id: ConnId) {
+        let (bs, cap) = (self.io.buf_size, self.conn_cap);
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        if let Some((buf, len)) = c.next_recv(&self.slots.reqs, bs, cap) {
+            self.io.actions.push(Action::Recv { conn: id, buf, len });
+        }
     }
 }
 
