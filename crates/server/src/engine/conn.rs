@@ -10,7 +10,7 @@ use super::outbox::Outbox;
 use super::slot::Req;
 use super::states::PieceState;
 use super::turns::Turns;
-use super::Timeouts;
+use super::{Sent, Timeouts};
 use crate::exports::Catalog;
 
 /// Receive buffer size: large enough to batch many request headers per recv
@@ -252,6 +252,21 @@ impl Conn {
             self.send
         );
         self.send = to;
+    }
+
+    /// The posted send finished: the send side is idle again, and the
+    /// bytes it moved count.
+    pub fn send_done(&mut self, result: Sent) {
+        let id = self.id;
+        debug_assert_eq!(
+            self.send,
+            SendOp::InFlight,
+            "{id:?}: a send completed never posted"
+        );
+        self.set_send(SendOp::Idle);
+        if let Sent::Bytes(n) = result {
+            self.traffic.bytes_out += n as u64;
+        }
     }
 
     /// Open to closing, once.

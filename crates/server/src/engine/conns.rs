@@ -71,9 +71,16 @@ impl Conns {
         id
     }
 
-    /// Frees `id`'s slot.
+    /// Frees `id`'s slot: the connection holds nothing any more.
     pub fn remove(&mut self, id: ConnId) {
-        debug_assert!(self.get(id).is_some(), "{id:?} removed twice");
+        let Some(c) = self.get(id) else {
+            debug_assert!(false, "{id:?} removed twice");
+            return;
+        };
+        debug_assert!(c.quiet(), "{id:?} freed with operations in flight");
+        debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
+        debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
+        debug_assert!(c.out.replies.is_empty(), "{id:?} freed with replies queued");
         self.table[id.index as usize] = None;
         self.free.push(id.index);
     }

@@ -187,15 +187,7 @@ impl Engine {
         self.fire_delayed();
         self.poll_pacer();
         self.fire_conn_timers();
-        if let Some(gone) = self.nvme.tick(&mut self.conns, &self.io) {
-            for id in gone {
-                if let Some(c) = self.conns.get_mut(id) {
-                    c.ending(conn::EndReason::ControllerGone);
-                }
-                self.close(id);
-            }
-            self.settle();
-        }
+        self.nvme_tick();
         self.check_drain();
         self.settle();
         self.flush();
@@ -417,15 +409,10 @@ impl Engine {
 
     fn remove_conn(&mut self, id: ConnId) {
         let Some(c) = self.conns.get(id) else { return };
-        debug_assert!(c.quiet(), "{id:?} freed with operations in flight");
-        debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
-        debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
-        debug_assert!(c.out.replies.is_empty(), "{id:?} freed with replies queued");
         c.log_closed(&self.io.catalog, self.id, self.io.now);
         if matches!(c.phase, Phase::Nvme(_)) {
             self.nvme.count(false, self.io.now);
         }
-        let Some(c) = self.conns.get(id) else { return };
         // Its paced IOs were cancelled or completed before it went quiet.
         self.io.pacer.close_flow(c.flow);
         self.conns.remove(id);
@@ -584,14 +571,7 @@ impl Engine {
             // A WRITE whose payload will never arrive: nothing to execute.
             Input::Payload(r) => self.pieces(|s, c, p| s.abort_pieces(r, c, p)),
             Input::WaitSlot => self.slots.waiters.retain(|&w| w != id),
-            // NVMe WRITEs waiting for their data never get it.
-            Input::Pdus => {
-                for r in NvmeFront::requests_of(id, &mut self.conns) {
-                    if self.slots.reqs[r.index()].state == ReqStage::Receiving {
-                        self.abort(r);
-                    }
-                }
-            }
+            Input::Pdus => self.nvme_input_ended(id),
             _ => {}
         }
         self.io.touched.push(id);

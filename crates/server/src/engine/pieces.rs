@@ -64,7 +64,7 @@ pub enum Then {
 
 impl Slots {
     /// Queues piece or request `token` in the pacer, as its connection's flow.
-    fn enqueue(&mut self, token: IoToken, kind: IoKind, conns: &Conns, io: &mut IoPath) {
+    pub fn enqueue(&mut self, token: IoToken, kind: IoKind, conns: &Conns, io: &mut IoPath) {
         let req = &self.reqs[token.req.index()];
         let flow = conns.get(req.conn).map_or(0, |c| c.flow);
         let paced = io.paced_io(req, token, flow, kind);

@@ -1,30 +1,13 @@
 //! The request state machine. Events (the pacer releases an IO, buffers
 //! arrive, the device finishes, a delay expires, a reply is sent) move a
 //! request into a transient state and call [`Engine::advance`], which takes
-//! it as far as it can go and stops in a waiting state:
-//!
-//! ```text
-//! New ──► Pacing ──► Released ──► NeedBuffers ──► Ready ──► Device ──► Executed ──► Delayed
-//!  │        (pacer)     │          (pool)          ▲  │                   │            │
-//!  │                    └──────────────────────────┘  │ (no device)       ▼            │
-//!  ├──► Payload (WRITE pieces) ───────────────────────┴──────────────► Answered ◄─────┘
-//!  │   Released, NeedBuffers ──► Receiving (an NVMe WRITE's data) ──► Ready, Answered
-//!  ├──► Streaming (large READ pieces) ──────────────────────────────────► │
-//!  ├──► Deferred (a READ waiting for its turn around a stream) ──► Pacing, Streaming
-//!  └──► Ready (FLUSH, TRIM, ...)                                          │
-//!        ▲  Executed, Delayed ──► Ready: the next piece of a long TRIM,   │
-//!        └─ WRITE_ZEROES or CACHE (`next_piece`)                          │
-//!                                                    Free ◄── Sent ◄── Reply (send queue)
-//!  Streaming, Answered, Reply ──► Dropping (connection closed) ──► Free
-//!  Pacing, NeedBuffers, Payload, Receiving, Answered, Reply ──► Free (connection closed)
-//! ```
-//!
-//! Every change goes through [`Engine::set_state`], which asserts it is an
-//! arrow above. A streamed READ's pieces go on while it waits in `Reply`
-//! (`pieces.rs`).
+//! it as far as it can go and stops in a waiting state (the diagram is
+//! `states.rs`'s). Every change goes through [`Engine::set_state`]
+//! (`Slots::set_state`), which asserts it is an arrow of the diagram. A
+//! streamed READ's pieces go on while it waits in `Reply` (`pieces.rs`).
 
 use bdev::IoResult;
-use pace::pacer::{IoKind, PacedIo};
+use pace::pacer::IoKind;
 use proto::Command;
 
 use super::conn::{EndReason, Input, Life, Phase};
@@ -145,10 +128,8 @@ impl Engine {
             Command::Write if nvme && req.len > 0 => {
                 // Paced whole, as a READ: its R2T goes once its buffers are in.
                 req.paced = true;
-                let need = self.io.commitment(&self.slots.reqs[id.index()]);
-                self.commit(conn, need);
-                let io = self.paced_io(IoToken::whole(id), IoKind::Write);
-                self.io.pacer.enqueue(io, self.io.now);
+                self.slots.commit(id, &mut self.conns, &self.io);
+                (self.slots).enqueue(IoToken::whole(id), IoKind::Write, &self.conns, &mut self.io);
                 Some(ReqStage::Pacing)
             }
             Command::Read if req.len > 0 => {
@@ -157,14 +138,12 @@ impl Engine {
                 } else {
                     req.paced = true;
                 }
-                let need = self.io.commitment(&self.slots.reqs[id.index()]);
-                self.commit(conn, need);
+                self.slots.commit(id, &mut self.conns, &self.io);
                 Some((self.slots).read_turn(id, &mut self.conns, &mut self.io))
             }
             Command::Write if req.len > 0 => {
                 req.plan_pieces(buf_size);
-                let need = self.io.commitment(&self.slots.reqs[id.index()]);
-                self.commit(conn, need);
+                self.slots.commit(id, &mut self.conns, &self.io);
                 if let Some(c) = self.conns.get_mut(conn) {
                     c.set_input(Input::Payload(id));
                 }
@@ -186,24 +165,6 @@ impl Engine {
             Then::Advance(id) => self.advance(id),
             Then::Release(id) => self.release(id),
             Then::Close(conn) => self.close(conn),
-        }
-    }
-
-    /// The pacer's view of `io`: its device, tenant, size and flow.
-    pub(super) fn paced_io(&self, io: IoToken, kind: IoKind) -> PacedIo {
-        let req = &self.slots.reqs[io.req.index()];
-        let flow = self.conns.get(req.conn).map_or(0, |c| c.flow);
-        self.io.paced_io(req, io, flow, kind)
-    }
-
-    /// The device (with its emulated delay) has finished `io`.
-    pub(super) fn device_finished(&mut self, io: IoToken) {
-        (self.io).device_finished(&self.slots.reqs[io.req.index()], io);
-    }
-
-    fn commit(&mut self, conn: ConnId, n: u32) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.committed += n;
         }
     }
 
@@ -263,7 +224,7 @@ impl Engine {
             self.io.delayed.push(std::cmp::Reverse((t, held)));
             return Some(ReqStage::Delayed);
         }
-        self.device_finished(IoToken::whole(id));
+        (self.io).device_finished(&self.slots.reqs[id.index()], IoToken::whole(id));
         Some(self.piece_finished(id))
     }
 
@@ -504,7 +465,7 @@ impl Engine {
             }
             match io.part {
                 Part::Whole => {
-                    self.device_finished(io);
+                    (self.io).device_finished(&self.slots.reqs[io.req.index()], io);
                     let next = self.piece_finished(io.req);
                     self.set_state(io.req, next);
                     self.advance(io.req);
@@ -588,6 +549,30 @@ impl Engine {
         Step::Stop
     }
 
+    /// No more bytes come: WRITEs waiting for their data never get it.
+    pub(super) fn nvme_input_ended(&mut self, id: ConnId) {
+        for r in NvmeFront::requests_of(id, &mut self.conns) {
+            if self.slots.reqs[r.index()].state == ReqStage::Receiving {
+                self.abort(r);
+            }
+        }
+    }
+
+    /// Every 100 ms: the controllers' keep-alive timers run, and queues
+    /// whose controller (or IO queue) is gone close.
+    pub(super) fn nvme_tick(&mut self) {
+        let Some(gone) = self.nvme.tick(&mut self.conns, &self.io) else {
+            return;
+        };
+        for id in gone {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.ending(EndReason::ControllerGone);
+            }
+            self.close(id);
+        }
+        self.settle();
+    }
+
     /// Starts waiting commands, one at a time, while a slot is free and
     /// the connection's requests hold less than its share of the pool.
     pub(super) fn nvme_start_waiting(&mut self, id: ConnId) {
@@ -634,16 +619,10 @@ impl Engine {
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
-        debug_assert_eq!(
-            c.send,
-            SendOp::InFlight,
-            "{id:?}: a send completed never posted"
-        );
-        c.set_send(SendOp::Idle);
+        c.send_done(result);
         self.io.touched.push(id);
         if let Sent::Bytes(n) = result {
             self.io.stats.bytes_out += n as u64;
-            c.traffic.bytes_out += n as u64;
         }
         if c.life == Life::Closing {
             // The replies the send covered may go now.

@@ -1,6 +1,6 @@
 //! The engine's request slots: preallocated, reused, handed out from a
 //! free list; the connections waiting for one; each slot's state changes,
-//! checked against the request diagram (`request.rs`) and kept in the
+//! checked against the request diagram (`states.rs`) and kept in the
 //! trace ring for `iopace rpc trace`.
 
 use std::collections::VecDeque;
@@ -20,7 +20,7 @@ use crate::exports::Catalog;
 use crate::stats::StatsCollector;
 
 /// Whether `from -> to` is a transition of the request diagram
-/// (`request.rs`).
+/// (`states.rs`).
 fn legal(from: ReqStage, to: ReqStage) -> bool {
     use ReqStage::*;
     matches!(
@@ -259,5 +259,15 @@ impl Slots {
     pub fn attach(&mut self, id: ReqId, bufs: Vec<BufId>, io: &IoPath) {
         let pool = &io.pool;
         self.reqs[id.index()].attach_buffers(bufs, io.buf_size, |b| pool.ptr(b));
+    }
+
+    /// Request `id` commits its connection to the buffers it will hold
+    /// (`IoPath::commitment`): the cap on one client's share of the pool.
+    pub fn commit(&self, id: ReqId, conns: &mut Conns, io: &IoPath) {
+        let req = &self.reqs[id.index()];
+        let need = io.commitment(req);
+        if let Some(c) = conns.get_mut(req.conn) {
+            c.committed += need;
+        }
     }
 }

@@ -1,6 +1,22 @@
 //! The states of a request slot and of its pieces: one enum each, whose
-//! transitions `slots.rs` checks (the diagrams are in `request.rs` and
-//! `pieces.rs`).
+//! transitions `slots.rs` checks. A request's (`Engine::advance` moves it,
+//! `request.rs`; the piece diagram is in `pieces.rs`):
+//!
+//! ```text
+//! New ──► Pacing ──► Released ──► NeedBuffers ──► Ready ──► Device ──► Executed ──► Delayed
+//!  │        (pacer)     │          (pool)          ▲  │                   │            │
+//!  │                    └──────────────────────────┘  │ (no device)       ▼            │
+//!  ├──► Payload (WRITE pieces) ───────────────────────┴──────────────► Answered ◄─────┘
+//!  │   Released, NeedBuffers ──► Receiving (an NVMe WRITE's data) ──► Ready, Answered
+//!  ├──► Streaming (large READ pieces) ──────────────────────────────────► │
+//!  ├──► Deferred (a READ waiting for its turn around a stream) ──► Pacing, Streaming
+//!  └──► Ready (FLUSH, TRIM, ...)                                          │
+//!        ▲  Executed, Delayed ──► Ready: the next piece of a long TRIM,   │
+//!        └─ WRITE_ZEROES or CACHE (`next_piece`)                          │
+//!                                                    Free ◄── Sent ◄── Reply (send queue)
+//!  Streaming, Answered, Reply ──► Dropping (connection closed) ──► Free
+//!  Pacing, NeedBuffers, Payload, Receiving, Answered, Reply ──► Free (connection closed)
+//! ```
 
 use pace::stats::ReqState as StatState;
 
