@@ -21,6 +21,8 @@ pub struct Export {
     pub dirty: Arc<DirtyBitmaps>,
     /// The granularity of bitmaps added without one.
     pub granularity: u64,
+    /// Its `dirty_bitmap_file`, if its bitmaps persist.
+    pub persisted: Option<crate::dirty_persist::Persisted>,
 }
 
 /// Where one selected metadata context's extents come from.
@@ -140,10 +142,7 @@ impl Catalog {
                 ));
             };
             let dirty = Arc::new(DirtyBitmaps::new(dev.size()));
-            for name in &e.dirty_bitmaps {
-                let added = dirty.add(name, e.granularity());
-                added.map_err(|m| cfg.error_at("export", i, "dirty_bitmaps", m))?;
-            }
+            let persisted = crate::dirty_persist::restore(cfg, i, e, &dirty)?;
             exports.push(Export {
                 info: export_info(e, &dev, max_block),
                 device: device_index(cfg, &mut devices, &e.bdev, &dev),
@@ -151,6 +150,7 @@ impl Catalog {
                 bdev: dev,
                 dirty,
                 granularity: e.granularity(),
+                persisted,
             });
         }
         let default_export = exports

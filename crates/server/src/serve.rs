@@ -240,6 +240,12 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         reactors.stop();
         return Err(e);
     }
+    // Before the first write can arrive: a crash from here on must leave
+    // the bitmap files untrusted.
+    if let Err(e) = crate::dirty_persist::mark_in_use(&loaded, &catalog) {
+        reactors.stop();
+        return Err(ServeError::Config(e));
+    }
     let acceptors = Acceptors::new(listeners, reactors.handles.clone(), catalog.clone());
     let accept_threads = match acceptor::start(&acceptors) {
         Ok(a) => a,
@@ -259,6 +265,8 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     if let Err(e) = catalog.bdevs.flush_all_sync() {
         tracing::error!("flushing file bdevs at shutdown: {e}");
     }
+    // No reactor runs: no bit can be marked after this save.
+    crate::dirty_persist::save_clean(&catalog);
     rpc_state.stopping.store(true, Ordering::Relaxed);
     drop(files);
     let free = pool.free_total();
