@@ -11,8 +11,6 @@ use bdev::dirty::DirtyBitmaps;
 use bdev::dirty_file::{self, FileState};
 use config::{ConfigError, ExportConfig, LoadedConfig};
 
-use crate::exports::Catalog;
-
 /// Where an export's bitmaps persist, and what the start found there.
 #[derive(Debug, Clone)]
 pub struct Persisted {
@@ -54,14 +52,17 @@ pub(crate) fn restore(
     }))
 }
 
+/// An export whose bitmaps persist: its index, name, bitmaps and file.
+pub(crate) type PersistedExport<'a> = (usize, &'a str, &'a DirtyBitmaps, &'a Persisted);
+
 /// Rewrites every bitmap file marked in use: from here on the server may
 /// mark bits the file does not hold, so a crash must leave it untrusted.
-pub(crate) fn mark_in_use(cfg: &LoadedConfig, catalog: &Catalog) -> Result<(), ConfigError> {
-    for (i, e) in catalog.exports.iter().enumerate() {
-        let Some(p) = &e.persisted else {
-            continue;
-        };
-        if let Err(err) = dirty_file::save(&p.path, FileState::InUse, &e.dirty) {
+pub(crate) fn mark_in_use<'a>(
+    cfg: &LoadedConfig,
+    exports: impl Iterator<Item = PersistedExport<'a>>,
+) -> Result<(), ConfigError> {
+    for (i, _, dirty, p) in exports {
+        if let Err(err) = dirty_file::save(&p.path, FileState::InUse, dirty) {
             let msg = format!("cannot write {}: {err}", p.path.display());
             return Err(cfg.error_at("export", i, "dirty_bitmap_file", msg));
         }
@@ -72,16 +73,13 @@ pub(crate) fn mark_in_use(cfg: &LoadedConfig, catalog: &Catalog) -> Result<(), C
 /// Saves every bitmap file clean. Call only once no reactor can mark a
 /// bit again. A file that cannot be written stays in use, so the next
 /// start treats its bitmaps as all dirty; that is logged as an error.
-pub(crate) fn save_clean(catalog: &Catalog) {
-    for e in &catalog.exports {
-        let Some(p) = &e.persisted else {
-            continue;
-        };
+pub(crate) fn save_clean<'a>(exports: impl Iterator<Item = PersistedExport<'a>>) {
+    for (_, export, dirty, p) in exports {
         let file = p.path.display().to_string();
-        match dirty_file::save(&p.path, FileState::Clean, &e.dirty) {
-            Ok(()) => tracing::info!(export = %e.info.name, %file, "dirty bitmaps saved"),
+        match dirty_file::save(&p.path, FileState::Clean, dirty) {
+            Ok(()) => tracing::info!(export, %file, "dirty bitmaps saved"),
             Err(err) => tracing::error!(
-                export = %e.info.name, %file,
+                export, %file,
                 "dirty bitmaps not saved ({err}): the next start treats them as all dirty"
             ),
         }

@@ -97,6 +97,14 @@ impl Catalog {
         Handshake::new(self.infos.clone(), self.default_export).with_bitmaps(Arc::new(names))
     }
 
+    /// The exports whose dirty bitmaps persist in a file.
+    pub(crate) fn persisted(
+        &self,
+    ) -> impl Iterator<Item = crate::dirty_persist::PersistedExport<'_>> {
+        let each = self.exports.iter().enumerate();
+        each.filter_map(|(i, e)| Some((i, e.info.name.as_str(), &*e.dirty, e.persisted.as_ref()?)))
+    }
+
     /// Each device as the pacers see it: its cost model and latency targets.
     pub fn paced_devices(&self) -> Vec<PacedDevice> {
         self.devices
