@@ -189,7 +189,8 @@ impl TlsSession {
         }
     }
 
-    /// What the handshake agreed, once it is done: for logs and access rules.
+    /// What the handshake agreed, once it is done (in phases `Up` and
+    /// `PeerClosed`): for logs and access rules.
     pub fn established(&self) -> Option<&Established> {
         self.established.as_ref()
     }
@@ -238,7 +239,9 @@ impl TlsSession {
         let mut filled = 0;
         if matches!(self.layer, Layer::Rustls(_)) {
             filled = self.process_rustls(dst)?;
-            if self.phase == Phase::Up && self.established.is_none() {
+            // PeerClosed too: a close_notify may come with the Finished.
+            let done = matches!(self.phase, Phase::Up | Phase::PeerClosed);
+            if done && self.established.is_none() {
                 self.establish()?;
             }
         }
@@ -257,7 +260,8 @@ impl TlsSession {
             suite: c.negotiated_cipher_suite().map(|s| s.suite()),
             peer_cert: c.peer_certificates().and_then(|p| p.first()).cloned(),
         });
-        if self.established.as_ref().and_then(|e| e.version) != Some(ProtocolVersion::TLSv1_3) {
+        let tls13 = self.established.as_ref().and_then(|e| e.version);
+        if tls13 != Some(ProtocolVersion::TLSv1_3) || self.phase != Phase::Up {
             return Ok(());
         }
         let Layer::Rustls(c) = std::mem::replace(&mut self.layer, Layer::Gone) else {

@@ -307,6 +307,22 @@ fn a_tls13_session_seals_in_place_and_follows_key_updates_both_ways() {
 }
 
 #[test]
+fn a_close_notify_right_after_the_finished_is_an_established_close() {
+    let mut p = Pair {
+        c: client("client-cert.pem"),
+        s: TlsSession::new(server_config()).expect("session"),
+        at_server: Vec::new(),
+        at_client: Vec::new(),
+    };
+    // ClientHello, then the client's Finished and close_notify together.
+    p.pump(usize::MAX).expect("hello");
+    p.c.send_close_notify();
+    p.pump(usize::MAX).expect("finished and close");
+    assert_eq!(p.s.phase(), Phase::PeerClosed);
+    assert!(p.s.established().is_some());
+}
+
+#[test]
 fn a_tls12_session_stays_with_rustls() {
     let mut p = handshake_with("client-cert.pem", Some(&rustls::version::TLS12));
     assert!(!p.s.in_place());
