@@ -462,8 +462,9 @@ impl TlsSession {
             return Err(not_up("write"));
         }
         if matches!(self.layer, Layer::Records(_)) {
-            self.write_records(pieces);
-            return Ok(());
+            return self
+                .write_records(pieces)
+                .map_err(|e| self.fail_records(internal(e)));
         }
         // Brings rustls to where it may encrypt: anything it has to say
         // first (a key update's answer) is encoded ahead of the data.
@@ -507,7 +508,10 @@ impl TlsSession {
     /// Encrypts `pieces` in order into the output with [`Records`]: each
     /// byte is copied once, into the record open at the output's end, and
     /// each full record sealed where it lies.
-    fn write_records<'a>(&mut self, pieces: impl IntoIterator<Item = &'a [u8]>) {
+    fn write_records<'a>(
+        &mut self,
+        pieces: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), rustls::Error> {
         let Layer::Records(r) = &mut self.layer else {
             unreachable!("records only once they have the session");
         };
@@ -519,7 +523,7 @@ impl TlsSession {
                 if open == 0 {
                     if r.tx_exhausted() {
                         let out = self.outgoing.room(5 + records::OVERHEAD, 0);
-                        let n = r.seal_key_update(out, false).expect("a TLS 1.3 key update");
+                        let n = r.seal_key_update(out, false)?;
                         self.outgoing.end += n;
                         self.queued_total += n as u64;
                     }
@@ -546,6 +550,7 @@ impl TlsSession {
             self.outgoing.end += n;
             self.queued_total += n as u64;
         }
+        Ok(())
     }
 
     /// Queues close_notify, when the session is up.
