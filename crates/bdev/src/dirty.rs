@@ -10,8 +10,8 @@
 //! list ([`DirtyMarks`]) and refreshes it only when the export's generation
 //! changes, so the write path takes no lock.
 //!
-//! Bitmaps live in memory only: a restart starts with the config's bitmaps,
-//! all clean.
+//! Bitmaps live in memory; an export with a bitmap file saves them at a
+//! clean shutdown and restores them at start ([`crate::dirty_file`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -196,6 +196,56 @@ impl DirtyBitmap {
         out
     }
 
+    /// Every block dirty: what a bitmap whose history is unknown must say.
+    pub fn mark_all(&self) {
+        self.mark(0, self.size);
+    }
+
+    /// The words, for saving: bit `b % 64` of word `b / 64` is block `b`.
+    pub fn to_words(&self) -> Vec<u64> {
+        self.words
+            .iter()
+            .map(|w| w.load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Marks the dirty blocks of `words`, a bitmap of `granularity` over
+    /// this bitmap's size (as [`DirtyBitmap::to_words`] gave), at this
+    /// bitmap's granularity: a coarser one rounds out, never loses a block.
+    pub fn mark_words(&self, granularity: u64, words: &[u64]) -> Result<(), String> {
+        check_granularity(granularity)?;
+        let want = self.size.div_ceil(granularity).div_ceil(64);
+        if words.len() as u64 != want {
+            return Err(format!(
+                "{} words for {} bytes at granularity {granularity}, not {want}",
+                words.len(),
+                self.size
+            ));
+        }
+        if granularity == self.granularity() {
+            // Bits past the end are not blocks: a damaged tail adds none.
+            let tail = (self.size.div_ceil(granularity) % 64) as u32;
+            for (i, (to, &w)) in self.words.iter().zip(words).enumerate() {
+                let keep = if i + 1 == words.len() && tail != 0 {
+                    (1u64 << tail) - 1
+                } else {
+                    u64::MAX
+                };
+                to.fetch_or(w & keep, Ordering::AcqRel);
+            }
+            return Ok(());
+        }
+        for (i, &w) in words.iter().enumerate() {
+            let mut bits = w;
+            while bits != 0 {
+                let block = i as u64 * 64 + u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                self.mark(block * granularity, granularity);
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes in dirty blocks (the last block counts only up to the end).
     pub fn dirty_bytes(&self) -> u64 {
         let blocks: u64 = self
@@ -230,6 +280,11 @@ impl DirtyBitmaps {
             list: RwLock::new(Arc::from(Vec::new())),
             generation: AtomicU64::new(0),
         }
+    }
+
+    /// The export's size, which every bitmap covers.
+    pub fn size(&self) -> u64 {
+        self.size
     }
 
     /// Every bitmap, in the order they were added.

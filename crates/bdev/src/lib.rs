@@ -12,6 +12,7 @@ use std::sync::Arc;
 mod build;
 mod delay;
 pub mod dirty;
+pub mod dirty_file;
 mod fault;
 mod file;
 pub mod identity;

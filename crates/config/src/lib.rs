@@ -205,6 +205,7 @@ impl LoadedConfig {
             let msg = format!("more than {MAX_EXPORTS} exports");
             return Err(self.error_at("export", MAX_EXPORTS, "name", msg));
         }
+        export::check_bitmap_files(self)?;
         let mut names = std::collections::HashSet::with_capacity(c.exports.len());
         for (i, e) in c.exports.iter().enumerate() {
             if e.name.len() > 4096 {

@@ -1,9 +1,12 @@
 //! Dirty bitmaps for incremental backup with real clients: qemu-io writes,
 //! nbdinfo and qemu-img read the `qemu:dirty-bitmap:NAME` context, nbdcopy
 //! and qemu-img copy, and the admin RPC clears, snapshots, adds and removes.
+//! A persisted bitmap survives a clean restart, and after a kill -9 is all
+//! dirty.
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -199,10 +202,23 @@ fn an_incremental_backup_copies_only_the_dirty_blocks() {
     let ranges = dirty(&server, "inc");
     assert_eq!(ranges, [(3 * M, 64 * K), (17 * M, 64 * K), (40 * M, M)]);
     assert!(dirty(&server, "backup").is_empty());
-    let before = read_bytes(&server);
-    for (off, len) in &ranges {
+    copy_ranges(&server, &ranges, &backup);
+    call(
+        &server,
+        "remove_dirty_bitmap",
+        json!({"export": "default", "name": "inc"}),
+    );
+    assert_same(&server, &backup, &now);
+    server.assert_quiescent(0);
+}
+
+/// The incremental copy: qemu-img copies each range of the export into
+/// `backup`, and the server reads exactly those bytes.
+fn copy_ranges(server: &Server, ranges: &[(u64, u64)], backup: &Path) {
+    let before = read_bytes(server);
+    let sock = server.sock.display();
+    for (off, len) in ranges {
         let window = format!("driver=raw,offset={off},size={len}");
-        let sock = server.sock.display();
         let from = format!("{window},file.driver=nbd,file.server.type=unix,file.server.path={sock},file.export=default");
         let to = format!(
             "{window},file.driver=file,file.filename={}",
@@ -222,20 +238,161 @@ fn an_incremental_backup_copies_only_the_dirty_blocks() {
     }
     let copied: u64 = ranges.iter().map(|r| r.1).sum();
     assert_eq!(
-        read_bytes(&server) - before,
+        read_bytes(server) - before,
         copied,
         "only the dirty blocks are read"
     );
-    call(
-        &server,
-        "remove_dirty_bitmap",
-        json!({"export": "default", "name": "inc"}),
+}
+
+/// The export, copied whole into `now` by nbdcopy, equals `backup` (cmp).
+fn assert_same(server: &Server, backup: &Path, now: &Path) {
+    run(
+        Command::new("nbdcopy")
+            .arg(server.unix_uri("default"))
+            .arg(now),
+        LIMIT,
     );
-    run(Command::new("nbdcopy").arg(&uri).arg(&now), LIMIT);
-    let same = std::fs::read(&backup).expect("backup") == std::fs::read(&now).expect("now");
-    assert!(
-        same,
-        "the backup equals the export after the incremental copy"
+    let cmp = run(Command::new("cmp").arg(backup).arg(now), LIMIT);
+    assert!(cmp.status.success(), "the backup equals the export");
+}
+
+/// A 64 MiB file export whose bitmap `backup` persists in `bitmaps`.
+fn persisted_export(image: &Path, bitmaps: &Path) -> String {
+    format!(
+        "[[bdev]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = \"64MiB\"\n\
+         [[export]]\nname = \"default\"\nbdev = \"f\"\ndirty_bitmaps = [\"backup\"]\n\
+         dirty_bitmap_file = \"{}\"\n",
+        image.display(),
+        bitmaps.display()
+    )
+}
+
+/// The state word of a bitmap file: 1 in use, 2 saved clean.
+fn file_state(bitmaps: &Path) -> u32 {
+    let bytes = std::fs::read(bitmaps).expect("bitmap file");
+    assert_eq!(&bytes[..8], b"IOPACEDB");
+    u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"))
+}
+
+/// What the start found in the bitmap file, from `get_dirty_bitmaps`.
+fn at_start(server: &Server) -> String {
+    let listed = call(server, "get_dirty_bitmaps", json!({"export": "default"}));
+    listed[0]["at_start"]
+        .as_str()
+        .expect("at_start")
+        .to_string()
+}
+
+/// A full backup of a persisted export into `dir/backup.img`, then writes
+/// to 3 ranges; returns the server (still running) and the ranges.
+fn full_backup_then_three_writes(body: &str, dir: &Path) -> (Server, Vec<(u64, u64)>) {
+    let server = Server::start(body);
+    // First start: no file yet, so the bitmap cannot vouch for anything.
+    assert!(at_start(&server).contains("no bitmap file yet"));
+    assert_eq!(dirty(&server, "backup"), [(0, 64 * M)]);
+    let bitmaps = dir.join("default.bitmaps");
+    assert_eq!(file_state(&bitmaps), 1, "in use while serving");
+    let src = dir.join("src.img");
+    random_file(&src, 64 * M as usize, 36);
+    run(
+        Command::new("nbdcopy")
+            .arg(&src)
+            .arg(server.unix_uri("default")),
+        LIMIT,
     );
+    let clear = json!({"export": "default", "name": "backup"});
+    call(&server, "clear_dirty_bitmap", clear);
+    run(
+        Command::new("nbdcopy")
+            .arg(server.unix_uri("default"))
+            .arg(dir.join("backup.img")),
+        LIMIT,
+    );
+    let cmds = [
+        "write -P 0x11 3M 64k",
+        "write -P 0x22 17412k 8k",
+        "write -P 0x33 40M 1M",
+    ];
+    qemu_io(&server.unix_uri("default"), &cmds, LIMIT);
+    let ranges = vec![(3 * M, 64 * K), (17 * M, 64 * K), (40 * M, M)];
+    assert_eq!(dirty(&server, "backup"), ranges);
+    (server, ranges)
+}
+
+/// A directory on a real filesystem for the image, the bitmap file and
+/// the copies; the bitmap file's path; the config body.
+fn persisted_setup() -> (tempfile::TempDir, PathBuf, String) {
+    require("nbdcopy", "libnbd-bin");
+    require("qemu-img", "qemu-utils");
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let bitmaps = dir.path().join("default.bitmaps");
+    let body = persisted_export(&dir.path().join("disk.img"), &bitmaps);
+    (dir, bitmaps, body)
+}
+
+#[test]
+fn a_persisted_bitmap_survives_a_clean_restart() {
+    let (dir, bitmaps, body) = persisted_setup();
+    let (server, ranges) = full_backup_then_three_writes(&body, dir.path());
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("dirty bitmaps saved"), "{log}");
+    assert_eq!(file_state(&bitmaps), 2, "saved clean");
+    let server = Server::start(&body);
+    assert_eq!(at_start(&server), "restored from a clean shutdown");
+    assert_eq!(file_state(&bitmaps), 1, "in use again");
+    let params = json!({"export": "default", "name": "backup", "snapshot": "inc"});
+    call(&server, "clear_dirty_bitmap", params);
+    assert_eq!(dirty(&server, "inc"), ranges);
+    let backup = dir.path().join("backup.img");
+    copy_ranges(&server, &ranges, &backup);
+    assert_same(&server, &backup, &dir.path().join("now.img"));
     server.assert_quiescent(0);
+}
+
+#[test]
+fn after_a_kill_9_the_persisted_bitmap_is_all_dirty() {
+    let (dir, bitmaps, body) = persisted_setup();
+    let (server, _) = full_backup_then_three_writes(&body, dir.path());
+    drop(server); // SIGKILL: the file stays in use
+    assert_eq!(file_state(&bitmaps), 1);
+    let server = Server::start(&body);
+    let said = at_start(&server);
+    assert!(
+        said.contains("all dirty") && said.contains("did not stop cleanly"),
+        "{said}"
+    );
+    assert!(server.log_text().contains("did not stop cleanly"));
+    // Untrusted, so everything is copied again: nothing is lost.
+    let whole = dirty(&server, "backup");
+    assert_eq!(whole, [(0, 64 * M)]);
+    let backup = dir.path().join("backup.img");
+    copy_ranges(&server, &whole, &backup);
+    assert_same(&server, &backup, &dir.path().join("now.img"));
+    server.assert_quiescent(0);
+}
+
+#[test]
+fn a_bitmap_file_that_is_not_one_is_refused_not_overwritten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let foreign = dir.path().join("disk.qcow2");
+    std::fs::write(&foreign, b"QFI\xfb not a bitmap").expect("write");
+    let body = persisted_export(&dir.path().join("disk.img"), &foreign);
+    let sock = dir.path().join("nbd.sock");
+    let config = format!(
+        "[server]\ntcp = []\nunix = [\"{}\"]\n\n{body}",
+        sock.display()
+    );
+    for args in [&[][..], &["--check"][..]] {
+        let out = serve_once(args, &config, dir.path());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("c.toml:14:"), "{err}");
+        assert!(
+            err.contains("export.dirty_bitmap_file") && err.contains("refusing"),
+            "{err}"
+        );
+    }
+    let kept = std::fs::read(&foreign).expect("kept");
+    assert_eq!(kept, b"QFI\xfb not a bitmap");
 }

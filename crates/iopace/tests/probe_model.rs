@@ -1,7 +1,13 @@
-//! `iopace probe` against `model` bdevs, whose parameters are the ground
-//! truth: the six cost parameters come back within 10% and the knee within
-//! one QD step; writes are refused where they would destroy data; the
-//! results database merges runs and `serve` takes its cost model from it.
+//! `iopace probe` against `model` bdevs: it runs to the end and writes all
+//! six cost parameters, a knee, the report and the plot; writes are refused
+//! where they would destroy data; the results database merges runs and
+//! `serve` takes its cost model from it.
+//!
+//! How close the parameters come to the models' truth is not asserted here:
+//! on a wall clock it depends on the machine's load. The search and fit are
+//! checked exactly against the model's timing in virtual time
+//! (`crates/probe/src/run_model_tests.rs`), and the real probe's accuracy
+//! and duration are a benchmark (`scripts/probe-accuracy.sh`, BENCHMARKS.md).
 
 mod common;
 
@@ -11,24 +17,20 @@ use std::time::Duration;
 
 use common::{run, BIN};
 
-/// (name, cost table, latency_us, knee_qd, knee_us, expected knee QD).
-/// The knee: the smallest power-of-two QD whose IOPS, min(QD / (service +
-/// latency + growth), 1 / service), reach 95% of 1 / service, for 4 KiB
-/// random reads (service = 1/rrandiops + 4096/rbps).
-/// Each shape (256 channels) and the knee QD the probe must find.
-const DEVICES: [(common::ModelShape, u32); 3] = [
-    // service 220 us, + 100 us latency: QD 2 already saturates. (At 4,500
-    // IOPS a debug build keeps up even on a loaded machine.)
-    (common::model("fast", "rbps = 200e6, rseqiops = 10000, rrandiops = 5000, wbps = 100e6, wseqiops = 5000, wrandiops = 2500", 100, 256, 0, 0), 2),
-    // service 1041 us, + 2 ms: QD 4 (QD 2 gives 68%).
-    (common::model("slow", "rbps = 100e6, rseqiops = 3000, rrandiops = 1000, wbps = 100e6, wseqiops = 2000, wrandiops = 800", 2000, 256, 0, 0), 4),
-    // service 264 us, + 1 ms, + 100 us per IO past 8: QD 8 (QD 4 gives 83%).
-    (common::model("knee", "rbps = 300e6, rseqiops = 8000, rrandiops = 4000, wbps = 200e6, wseqiops = 6000, wrandiops = 3000", 1000, 256, 8, 100), 8),
+/// The shapes (256 channels) whose knees the unit test in
+/// crates/probe/src/run_model_tests.rs checks in virtual time (QD 2, 4, 8).
+const DEVICES: [common::ModelShape; 3] = [
+    // service 220 us, + 100 us latency. (At 4,500 IOPS a debug build keeps
+    // up even on a loaded machine.)
+    common::model("fast", "rbps = 200e6, rseqiops = 10000, rrandiops = 5000, wbps = 100e6, wseqiops = 5000, wrandiops = 2500", 100, 256, 0, 0),
+    // service 1041 us, + 2 ms.
+    common::model("slow", "rbps = 100e6, rseqiops = 3000, rrandiops = 1000, wbps = 100e6, wseqiops = 2000, wrandiops = 800", 2000, 256, 0, 0),
+    // service 264 us, + 1 ms, + 100 us per IO past 8.
+    common::model("knee", "rbps = 300e6, rseqiops = 8000, rrandiops = 4000, wbps = 200e6, wseqiops = 6000, wrandiops = 3000", 1000, 256, 8, 100),
 ];
 
 fn config(dir: &Path) -> std::path::PathBuf {
-    let shapes: Vec<common::ModelShape> = DEVICES.iter().map(|d| d.0).collect();
-    common::model_config(dir, "models.toml", &shapes)
+    common::model_config(dir, "models.toml", &DEVICES)
 }
 
 /// QD up to 64: the curves' QDs are also the range each cost point's peak
@@ -53,36 +55,36 @@ fn probe(config: &Path, name: &str, out: &Path) -> Command {
 }
 
 #[test]
-fn probe_recovers_model_parameters_and_knees() {
+fn probe_writes_every_parameter_and_a_knee_for_each_model() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = config(dir.path());
     // The devices are timer-paced, not CPU-bound: probe them side by side.
     let handles: Vec<_> = DEVICES
         .iter()
         .map(|d| {
-            let (cfg, out) = (cfg.clone(), dir.path().join(d.0.name));
+            let (cfg, out) = (cfg.clone(), dir.path().join(d.name));
             std::thread::spawn(move || {
-                run(&mut probe(&cfg, d.0.name, &out), Duration::from_secs(120))
+                run(&mut probe(&cfg, d.name, &out), Duration::from_secs(120))
             })
         })
         .collect();
-    for (h, (shape, knee)) in handles.into_iter().zip(DEVICES) {
+    for (h, shape) in handles.into_iter().zip(DEVICES) {
         let common::ModelShape { name, cost, .. } = shape;
         h.join().expect("probe thread");
         let text = std::fs::read_to_string(dir.path().join(name).join("result.json"))
             .expect("result.json");
         let r: serde_json::Value = serde_json::from_str(&text).expect("json");
         let dev = &r["devices"][0];
-        for (param, want) in common::cost_truth(cost) {
+        for (param, _) in common::cost_truth(cost) {
             let got = dev["cost"][&param].as_f64().expect("number");
-            assert!(
-                (got / want - 1.0).abs() < 0.10,
-                "{name}: {param} = {got:.0}, truth {want:.0}"
-            );
+            assert!(got.is_finite() && got > 0.0, "{name}: {param} = {got}");
         }
-        let measured = dev["curves"][0]["knee_qd"].as_u64().expect("a knee") as f64;
-        let steps = (measured.log2() - f64::from(knee).log2()).abs();
-        assert!(steps <= 1.0, "{name}: knee QD {measured}, truth {knee}");
+        // The knee is one of the curve's QDs (powers of two up to 64).
+        let knee = dev["curves"][0]["knee_qd"].as_u64().expect("a knee");
+        assert!(
+            knee.is_power_of_two() && knee <= 64,
+            "{name}: knee QD {knee}"
+        );
         let report =
             std::fs::read_to_string(dir.path().join(name).join("report.md")).expect("report");
         assert!(report.contains(&format!("[cost.{name}]")), "{report}");

@@ -212,17 +212,31 @@ fn search_peaks(
     bar: &ProgressBar,
 ) -> Result<Vec<Trace>, ProbeError> {
     let rule = search_rule(opts);
+    peaks_of(&t.name, points, max_qd(opts), |f, qd| {
+        bar.inc_length(1);
+        let label = format!("{}: {} QD {qd} (peak search)", t.name, f.label);
+        Ok(point(bar, &single(t, qd), &f.w, &rule, &label)?.iops)
+    })
+}
+
+/// Each point's search up to `max_qd` on device `name`, `rate` measuring
+/// a point at a QD (the device in [`search_peaks`], a model in virtual
+/// time in tests).
+pub(crate) fn peaks_of(
+    name: &str,
+    points: &[Fixed],
+    max_qd: u32,
+    mut rate: impl FnMut(&Fixed, u32) -> Result<f64, ProbeError>,
+) -> Result<Vec<Trace>, ProbeError> {
     let mut traces = Vec::new();
     for f in points {
-        let mut s = QdSearch::new(max_qd(opts));
+        let mut s = QdSearch::new(max_qd);
         while let Some(qd) = s.next() {
-            bar.inc_length(1);
-            let label = format!("{}: {} QD {qd} (peak search)", t.name, f.label);
-            s.record(qd, point(bar, &single(t, qd), &f.w, &rule, &label)?.iops);
+            s.record(qd, rate(f, qd)?);
         }
         let qd = s
             .peak()
-            .ok_or_else(|| ProbeError::Run(format!("{}: {}: no QD measured", t.name, f.label)))?;
+            .ok_or_else(|| ProbeError::Run(format!("{name}: {}: no QD measured", f.label)))?;
         traces.push(Trace {
             label: f.label.clone(),
             tried: s.seen().to_vec(),
@@ -266,13 +280,7 @@ fn cost_phase(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<CostPhase
     let peaks = search_peaks(t, &plan::cost_points_plan(writes), opts, bar)?;
     let (rows, rounds) = measure_plan(t, &plan::fixed_plan(writes, &peaks), opts, bar)?;
     let missing = || ProbeError::Run(format!("{}: cost points missing", t.name));
-    let read = plan::cost_points(&rows, 100).ok_or_else(missing)?;
-    let write = if writes {
-        Some(plan::cost_points(&rows, 0).ok_or_else(missing)?)
-    } else {
-        None
-    };
-    let cost = fit::cost_model(&read.0, write.as_ref().map(|w| &w.0));
+    let (read, write, cost) = cost_of(&rows, writes).ok_or_else(missing)?;
     let predictions = plan::predictions(&rows, &cost, &read, write.as_ref());
     Ok(CostPhase {
         rows,
@@ -281,6 +289,27 @@ fn cost_phase(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<CostPhase
         cost,
         predictions,
     })
+}
+
+/// Each direction's cost points out of the rows (writes: if measured)
+/// and the cost model they give; none if a point is missing.
+#[allow(clippy::type_complexity)]
+pub(crate) fn cost_of(
+    rows: &[Row],
+    writes: bool,
+) -> Option<(
+    (CostPoints, [u32; 3]),
+    Option<(CostPoints, [u32; 3])>,
+    CostModel,
+)> {
+    let read = plan::cost_points(rows, 100)?;
+    let write = if writes {
+        Some(plan::cost_points(rows, 0)?)
+    } else {
+        None
+    };
+    let cost = fit::cost_model(&read.0, write.as_ref().map(|w| &w.0));
+    Some((read, write, cost))
 }
 
 fn curve(
@@ -437,6 +466,10 @@ pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), 
         "read cost points measured now".into(),
     ))
 }
+
+#[cfg(test)]
+#[path = "run_model_tests.rs"]
+mod model_tests;
 
 #[cfg(test)]
 mod tests {

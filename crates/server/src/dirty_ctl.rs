@@ -14,15 +14,22 @@ pub struct DirtyControl {
     catalog: Arc<Catalog>,
 }
 
-fn describe(export: &str, b: &DirtyBitmap) -> Value {
-    json!({
-        "export": export,
+/// A bitmap as the RPCs show it; with its export's bitmap file, where it
+/// persists and what the start found there.
+fn describe(e: &Export, b: &DirtyBitmap) -> Value {
+    let mut v = json!({
+        "export": e.info.name,
         "name": b.name(),
         "context": format!("{}{}", proto::DIRTY_BITMAP_PREFIX, b.name()),
         "granularity": b.granularity(),
         "size": b.size(),
         "dirty_bytes": b.dirty_bytes(),
-    })
+    });
+    if let Some(p) = &e.persisted {
+        v["file"] = json!(p.path.display().to_string());
+        v["at_start"] = json!(p.at_start);
+    }
+    v
 }
 
 fn text<'a>(params: &'a Value, key: &str) -> Result<&'a str, String> {
@@ -52,7 +59,7 @@ impl DirtyControl {
         };
         let b = e.dirty.add(text(params, "name")?, granularity)?;
         tracing::info!(export = %e.info.name, bitmap = b.name(), granularity, "dirty bitmap added");
-        Ok(describe(&e.info.name, &b))
+        Ok(describe(e, &b))
     }
 
     /// `{export, name}`: the bitmap goes; connections that selected it see
@@ -76,7 +83,7 @@ impl DirtyControl {
             let snap = e.dirty.snapshot(name, text(params, "snapshot")?)?;
             tracing::info!(export = %e.info.name, bitmap = name, snapshot = snap.name(), "dirty bitmap cleared into a snapshot");
             let cleared = snap.dirty_bytes();
-            let snapshot = describe(&e.info.name, &snap);
+            let snapshot = describe(e, &snap);
             return Ok(
                 json!({ "export": e.info.name, "name": name, "cleared_bytes": cleared, "snapshot": snapshot }),
             );
@@ -100,7 +107,7 @@ impl DirtyControl {
                 e.dirty
                     .all()
                     .iter()
-                    .map(|b| describe(&e.info.name, b))
+                    .map(|b| describe(e, b))
                     .collect::<Vec<_>>()
             })
             .collect();

@@ -21,6 +21,8 @@ pub struct Export {
     pub dirty: Arc<DirtyBitmaps>,
     /// The granularity of bitmaps added without one.
     pub granularity: u64,
+    /// Its `dirty_bitmap_file`, if its bitmaps persist.
+    pub persisted: Option<crate::dirty_persist::Persisted>,
 }
 
 /// Where one selected metadata context's extents come from.
@@ -100,6 +102,14 @@ impl Catalog {
         Handshake::new(self.infos.clone(), self.default_export).with_bitmaps(Arc::new(names))
     }
 
+    /// The exports whose dirty bitmaps persist in a file.
+    pub(crate) fn persisted(
+        &self,
+    ) -> impl Iterator<Item = crate::dirty_persist::PersistedExport<'_>> {
+        let each = self.exports.iter().enumerate();
+        each.filter_map(|(i, e)| Some((i, e.info.name.as_str(), &*e.dirty, e.persisted.as_ref()?)))
+    }
+
     /// Each device as the pacers see it: its cost model and latency targets.
     pub fn paced_devices(&self) -> Vec<PacedDevice> {
         self.devices
@@ -145,10 +155,7 @@ impl Catalog {
                 ));
             };
             let dirty = Arc::new(DirtyBitmaps::new(dev.size()));
-            for name in &e.dirty_bitmaps {
-                let added = dirty.add(name, e.granularity());
-                added.map_err(|m| cfg.error_at("export", i, "dirty_bitmaps", m))?;
-            }
+            let persisted = crate::dirty_persist::restore(cfg, i, e, &dirty)?;
             exports.push(Export {
                 info: export_info(e, &dev, max_block),
                 device: device_index(cfg, &mut devices, &e.bdev, &dev),
@@ -156,6 +163,7 @@ impl Catalog {
                 bdev: dev,
                 dirty,
                 granularity: e.granularity(),
+                persisted,
             });
         }
         let default_export = exports

@@ -3,6 +3,7 @@
 
 mod acceptor;
 pub mod dirty_ctl;
+pub mod dirty_persist;
 pub mod engine;
 mod error;
 pub mod exports;

@@ -236,6 +236,13 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
         crate::dirty_ctl::DirtyControl::new(catalog.clone()),
     );
     let rpc_state = Arc::new(rpc_state);
+    // Before the first write can arrive (and before the admin socket
+    // answers, so a client that sees it sees the files in use): a crash
+    // from here on must leave the bitmap files untrusted.
+    if let Err(e) = crate::dirty_persist::mark_in_use(&loaded, catalog.persisted()) {
+        reactors.stop();
+        return Err(ServeError::Config(e));
+    }
     if let Err(e) = start_services(&cfg.server, &rpc_state, &mut files) {
         reactors.stop();
         return Err(e);
@@ -259,6 +266,8 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     if let Err(e) = catalog.bdevs.flush_all_sync() {
         tracing::error!("flushing file bdevs at shutdown: {e}");
     }
+    // No reactor runs: no bit can be marked after this save.
+    crate::dirty_persist::save_clean(catalog.persisted());
     rpc_state.stopping.store(true, Ordering::Relaxed);
     drop(files);
     let free = pool.free_total();

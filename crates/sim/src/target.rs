@@ -185,6 +185,7 @@ fn catalog(
             nqn: None,
             dirty_bitmaps: Vec::new(),
             dirty_granularity: None,
+            dirty_bitmap_file: None,
         })
         .collect();
     let mut pacing = run.pacing.clone();

@@ -375,16 +375,18 @@ fn report_handshake(id: usize, t: &mut TlsConn, out: &mut Vec<TlsOut>) {
         Phase::Failed if !flushed => return,
         Phase::Failed => TlsOutcome::Failed,
         Phase::Up | Phase::PeerClosed => {
-            let c = t.session.common();
-            let cert_name = c
-                .peer_certificates()
-                .and_then(|certs| certs.first())
-                .and_then(|cert| crate::tls::common_name(cert));
+            let Some(e) = t.session.established() else {
+                unreachable!("a session up has established");
+            };
+            let cert_name = e
+                .peer_cert
+                .as_ref()
+                .and_then(|c| crate::tls::common_name(c));
             tracing::info!(
                 reactor = id,
                 peer = &*t.peer,
-                version = ?c.protocol_version(),
-                cipher = ?c.negotiated_cipher_suite().map(|s| s.suite()),
+                version = ?e.version,
+                cipher = ?e.suite,
                 client_cert = cert_name.as_deref().unwrap_or("-"),
                 "TLS session up"
             );

@@ -13,6 +13,7 @@
 //! knows no protocol, so NVMe/TCP TLS (TP 8011, with PSKs) can use it with
 //! a configuration of its own.
 
+mod records;
 pub mod session;
 
 use std::path::Path;
@@ -89,6 +90,9 @@ pub fn server_config(c: &TlsConfig) -> Result<Arc<ServerConfig>, (&'static str, 
         .with_single_cert(certs, key)
         .map_err(|e| ("key", format!("{}: {e}", c.key)))?;
     config.ignore_client_order = true;
+    // A TLS 1.3 session's records are sealed and opened in place by
+    // `records` over the secrets rustls extracts after the handshake.
+    config.enable_secret_extraction = true;
     Ok(Arc::new(config))
 }
 

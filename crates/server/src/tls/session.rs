@@ -6,12 +6,15 @@
 
 use std::sync::Arc;
 
+use rustls::pki_types::CertificateDer;
 use rustls::server::ServerConnectionData;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{
     ConnectionState, EncodeError, EncryptError, InsufficientSizeError, WriteTraffic,
 };
-use rustls::ServerConfig;
+use rustls::{AlertDescription, CipherSuite, ProtocolVersion, ServerConfig};
+
+use super::records::{self, Fatal, Opened, Records};
 
 /// Largest plaintext of one TLS record.
 pub const RECORD: usize = 16 << 10;
@@ -118,9 +121,29 @@ impl Window {
     }
 }
 
+/// What the handshake agreed, kept past it (the record layer has no
+/// rustls connection to ask).
+#[derive(Debug, Clone)]
+pub struct Established {
+    pub version: Option<ProtocolVersion>,
+    pub suite: Option<CipherSuite>,
+    /// The client's certificate, if it gave one.
+    pub peer_cert: Option<CertificateDer<'static>>,
+}
+
+/// Who does the records: rustls through the handshake (and for a whole
+/// TLS 1.2 session), then, for TLS 1.3, [`Records`] in place.
+enum Layer {
+    Rustls(Box<UnbufferedServerConnection>),
+    Records(Box<Records>),
+    /// Only while one becomes the other, or after that failed.
+    Gone,
+}
+
 /// A TLS server session's state and buffers.
 pub struct TlsSession {
-    conn: UnbufferedServerConnection,
+    layer: Layer,
+    established: Option<Established>,
     phase: Phase,
     /// Ciphertext received, not yet processed.
     incoming: Window,
@@ -137,7 +160,8 @@ pub struct TlsSession {
 impl TlsSession {
     pub fn new(config: Arc<ServerConfig>) -> Result<TlsSession, rustls::Error> {
         Ok(TlsSession {
-            conn: UnbufferedServerConnection::new(config)?,
+            layer: Layer::Rustls(Box::new(UnbufferedServerConnection::new(config)?)),
+            established: None,
             phase: Phase::Handshaking,
             incoming: Window::default(),
             plain: Window::default(),
@@ -151,9 +175,24 @@ impl TlsSession {
         self.phase
     }
 
-    /// The connection's negotiated parameters, for logs and access rules.
-    pub fn common(&self) -> &rustls::CommonState {
-        &self.conn
+    /// Whether the records are sealed and opened in place (TLS 1.3, once
+    /// the handshake is done), not by rustls.
+    pub fn in_place(&self) -> bool {
+        matches!(self.layer, Layer::Records(_))
+    }
+
+    /// Records sealed under one send key before a KeyUpdate (tests).
+    #[cfg(test)]
+    pub fn set_tx_limit(&mut self, records: u64) {
+        if let Layer::Records(r) = &mut self.layer {
+            r.set_tx_limit(records);
+        }
+    }
+
+    /// What the handshake agreed, once it is done (in phases `Up` and
+    /// `PeerClosed`): for logs and access rules.
+    pub fn established(&self) -> Option<&Established> {
+        self.established.as_ref()
     }
 
     /// Room to receive ciphertext into; report what came with [`Self::received`].
@@ -194,14 +233,136 @@ impl TlsSession {
     }
 
     /// Processes every whole record received: plaintext into `dst`, then
-    /// into `plain`; until rustls needs more input or may encrypt.
+    /// into `plain`. A TLS 1.3 session leaves rustls for [`Records`] as
+    /// soon as its handshake is done.
     fn process(&mut self, dst: &mut [u8]) -> Result<usize, TlsFailure> {
+        let mut filled = 0;
+        if matches!(self.layer, Layer::Rustls(_)) {
+            filled = self.process_rustls(dst)?;
+            // PeerClosed too: a close_notify may come with the Finished.
+            let done = matches!(self.phase, Phase::Up | Phase::PeerClosed);
+            if done && self.established.is_none() {
+                self.establish()?;
+            }
+        }
+        if matches!(self.layer, Layer::Records(_)) && self.phase == Phase::Up {
+            filled += self.process_records(&mut dst[filled..])?;
+        }
+        Ok(filled)
+    }
+
+    /// The handshake is done: keep what it agreed, and move a TLS 1.3
+    /// session to [`Records`] (its secrets extracted from rustls).
+    fn establish(&mut self) -> Result<(), TlsFailure> {
+        let c = rustls(&mut self.layer);
+        self.established = Some(Established {
+            version: c.protocol_version(),
+            suite: c.negotiated_cipher_suite().map(|s| s.suite()),
+            peer_cert: c.peer_certificates().and_then(|p| p.first()).cloned(),
+        });
+        let tls13 = self.established.as_ref().and_then(|e| e.version);
+        if tls13 != Some(ProtocolVersion::TLSv1_3) || self.phase != Phase::Up {
+            return Ok(());
+        }
+        let Layer::Rustls(c) = std::mem::replace(&mut self.layer, Layer::Gone) else {
+            unreachable!("checked above");
+        };
+        let records = c
+            .dangerous_into_kernel_connection()
+            .and_then(|(secrets, kernel)| Records::new(secrets, kernel));
+        match records {
+            Ok(r) => {
+                self.layer = Layer::Records(Box::new(r));
+                Ok(())
+            }
+            Err(error) => {
+                self.phase = Phase::Failed;
+                Err(TlsFailure {
+                    error,
+                    alerted: false,
+                })
+            }
+        }
+    }
+
+    /// Opens every whole record received, in place: application data into
+    /// `dst`, then into `plain`; a KeyUpdate applied (and answered when
+    /// asked); close_notify ends the input.
+    fn process_records(&mut self, dst: &mut [u8]) -> Result<usize, TlsFailure> {
+        let Layer::Records(r) = &mut self.layer else {
+            unreachable!("records only once they have the session");
+        };
+        let mut filled = 0;
+        loop {
+            let live = &mut self.incoming.buf[self.incoming.start..self.incoming.end];
+            let len = match Records::record_len(live) {
+                Ok(Some(len)) => len,
+                Ok(None) => return Ok(filled),
+                Err(f) => return Err(self.fail_records(f)),
+            };
+            match r.open(&mut live[..len]) {
+                Ok(Opened::Data(range)) => {
+                    let payload = &live[range];
+                    let n = payload.len().min(dst.len() - filled);
+                    dst[filled..filled + n].copy_from_slice(&payload[..n]);
+                    filled += n;
+                    self.plain.extend(&payload[n..]);
+                }
+                Ok(Opened::KeyUpdated { requested }) => {
+                    if requested {
+                        let out = self.outgoing.room(5 + records::OVERHEAD, 0);
+                        match r.seal_key_update(out, false) {
+                            Ok(n) => {
+                                self.outgoing.end += n;
+                                self.queued_total += n as u64;
+                            }
+                            Err(error) => return Err(self.fail_records(internal(error))),
+                        }
+                    }
+                }
+                Ok(Opened::Closed) => {
+                    self.phase = Phase::PeerClosed;
+                    self.incoming.consume(len);
+                    return Ok(filled);
+                }
+                Err(f) => return Err(self.fail_records(f)),
+            }
+            self.incoming.consume(len);
+        }
+    }
+
+    /// `n` bytes were written at the output's end.
+    fn queued(&mut self, n: usize) {
+        self.outgoing.end += n;
+        self.queued_total += n as u64;
+    }
+
+    /// The record layer met a fatal condition: its alert goes out, sealed.
+    fn fail_records(&mut self, f: Fatal) -> TlsFailure {
+        self.phase = Phase::Failed;
+        let mut alerted = false;
+        if let (Some(alert), Layer::Records(r)) = (f.alert, &mut self.layer) {
+            let out = self.outgoing.room(2 + records::OVERHEAD, 0);
+            let n = r.seal_alert(out, alert);
+            self.queued(n);
+            alerted = true;
+        }
+        TlsFailure {
+            error: f.error,
+            alerted,
+        }
+    }
+
+    /// Processes every whole record received with rustls: plaintext into
+    /// `dst`, then into `plain`; until it needs more input or may encrypt.
+    fn process_rustls(&mut self, dst: &mut [u8]) -> Result<usize, TlsFailure> {
         let mut filled = 0;
         loop {
             let (i, end) = (self.incoming.start, self.incoming.end);
-            let status = self
-                .conn
-                .process_tls_records(&mut self.incoming.buf[i..end]);
+            let Layer::Rustls(conn) = &mut self.layer else {
+                unreachable!("rustls's records only while rustls has the session");
+            };
+            let status = conn.process_tls_records(&mut self.incoming.buf[i..end]);
             let mut discard = status.discard;
             let mut failed = None;
             let more = match status.state {
@@ -273,9 +434,10 @@ impl TlsSession {
         self.phase = Phase::Failed;
         let before = self.queued_total;
         let (i, end) = (self.incoming.start, self.incoming.end);
-        let status = self
-            .conn
-            .process_tls_records(&mut self.incoming.buf[i..end]);
+        let Layer::Rustls(conn) = &mut self.layer else {
+            unreachable!("rustls fails only while it has the session");
+        };
+        let status = conn.process_tls_records(&mut self.incoming.buf[i..end]);
         if let Ok(ConnectionState::EncodeTlsData(mut data)) = status.state {
             encode(&mut self.outgoing, &mut self.queued_total, |out| {
                 data.encode(out).map_err(|e| match e {
@@ -299,14 +461,17 @@ impl TlsSession {
         if !matches!(self.phase, Phase::Up | Phase::PeerClosed) {
             return Err(not_up("write"));
         }
+        if matches!(self.layer, Layer::Records(_)) {
+            return self
+                .write_records(pieces)
+                .map_err(|e| self.fail_records(internal(e)));
+        }
         // Brings rustls to where it may encrypt: anything it has to say
         // first (a key update's answer) is encoded ahead of the data.
         let none = self.process(&mut [])?;
         debug_assert_eq!(none, 0, "no plaintext into an empty buffer");
         let (i, end) = (self.incoming.start, self.incoming.end);
-        let status = self
-            .conn
-            .process_tls_records(&mut self.incoming.buf[i..end]);
+        let status = rustls(&mut self.layer).process_tls_records(&mut self.incoming.buf[i..end]);
         debug_assert_eq!(status.discard, 0, "all records were processed");
         let mut traffic = match status.state {
             Ok(ConnectionState::WriteTraffic(t)) => t,
@@ -340,15 +505,67 @@ impl TlsSession {
         Ok(())
     }
 
+    /// Encrypts `pieces` in order into the output with [`Records`]: each
+    /// byte is copied once, into the record open at the output's end, and
+    /// each full record sealed where it lies.
+    fn write_records<'a>(
+        &mut self,
+        pieces: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), rustls::Error> {
+        let Layer::Records(r) = &mut self.layer else {
+            unreachable!("records only once they have the session");
+        };
+        let full = records::MAX_PLAIN + records::OVERHEAD;
+        let mut open = 0;
+        for piece in pieces {
+            let mut rest = piece;
+            while !rest.is_empty() {
+                if open == 0 {
+                    if r.tx_exhausted() {
+                        let out = self.outgoing.room(5 + records::OVERHEAD, 0);
+                        let n = r.seal_key_update(out, false)?;
+                        self.outgoing.end += n;
+                        self.queued_total += n as u64;
+                    }
+                    // Room for a whole record, reserved before any byte of
+                    // it: the room is not asked for again while it is open.
+                    self.outgoing.room(full, 0);
+                }
+                let n = rest.len().min(records::MAX_PLAIN - open);
+                let at = self.outgoing.end + records::HEADER + open;
+                self.outgoing.buf[at..at + n].copy_from_slice(&rest[..n]);
+                (open, rest) = (open + n, &rest[n..]);
+                if open == records::MAX_PLAIN {
+                    let out = &mut self.outgoing.buf[self.outgoing.end..];
+                    let n = r.seal_placed(out, open, records::APPLICATION_DATA);
+                    self.outgoing.end += n;
+                    self.queued_total += n as u64;
+                    open = 0;
+                }
+            }
+        }
+        if open > 0 {
+            let out = &mut self.outgoing.buf[self.outgoing.end..];
+            let n = r.seal_placed(out, open, records::APPLICATION_DATA);
+            self.outgoing.end += n;
+            self.queued_total += n as u64;
+        }
+        Ok(())
+    }
+
     /// Queues close_notify, when the session is up.
     pub fn close_notify(&mut self) {
         if !matches!(self.phase, Phase::Up | Phase::PeerClosed) || self.process(&mut []).is_err() {
             return;
         }
+        if let Layer::Records(r) = &mut self.layer {
+            let out = self.outgoing.room(2 + records::OVERHEAD, 0);
+            let n = r.seal_alert(out, AlertDescription::CloseNotify);
+            self.queued(n);
+            return;
+        }
         let (i, end) = (self.incoming.start, self.incoming.end);
-        let status = self
-            .conn
-            .process_tls_records(&mut self.incoming.buf[i..end]);
+        let status = rustls(&mut self.layer).process_tls_records(&mut self.incoming.buf[i..end]);
         if let Ok(ConnectionState::WriteTraffic(mut t)) = status.state {
             encode(&mut self.outgoing, &mut self.queued_total, |out| {
                 t.queue_close_notify(out).map_err(|e| match e {
@@ -373,6 +590,22 @@ impl TlsSession {
     /// output's end, counted from the first byte.
     pub fn queued_total(&self) -> u64 {
         self.queued_total
+    }
+}
+
+/// An error of rustls's key schedule, inside the record layer.
+fn internal(error: rustls::Error) -> Fatal {
+    Fatal {
+        error,
+        alert: Some(AlertDescription::InternalError),
+    }
+}
+
+/// The rustls connection, while it has the session.
+fn rustls(layer: &mut Layer) -> &mut UnbufferedServerConnection {
+    match layer {
+        Layer::Rustls(c) => c,
+        _ => unreachable!("rustls's records only while rustls has the session"),
     }
 }
 

@@ -36,6 +36,11 @@ fn pem_certs(name: &str) -> Vec<CertificateDer<'static>> {
 
 /// A client presenting `cert`, preferring AES-256 (as GnuTLS does).
 pub(crate) fn client(cert: &str) -> ClientConnection {
+    client_of(cert, None)
+}
+
+/// [`client`], of only `version` if given.
+fn client_of(cert: &str, version: Version) -> ClientConnection {
     let mut roots = rustls::RootCertStore::empty();
     for c in pem_certs("ca-cert.pem") {
         roots.add(c).expect("root");
@@ -54,8 +59,12 @@ pub(crate) fn client(cert: &str) -> ClientConnection {
         .load_private_key(key)
         .expect("signing key");
     let certified = Arc::new(CertifiedKey::new(pem_certs(cert), signer));
-    let config = ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_safe_default_protocol_versions()
+    let builder = ClientConfig::builder_with_provider(Arc::new(provider));
+    let config = match version {
+        Some(v) => builder.with_protocol_versions(&[v]),
+        None => builder.with_safe_default_protocol_versions(),
+    };
+    let config = config
         .expect("versions")
         .with_root_certificates(roots)
         .with_client_cert_resolver(Arc::new(AlwaysResolvesClientCert(certified)));
@@ -126,8 +135,19 @@ impl Pair {
 }
 
 fn handshake(cert: &str, step: usize) -> Pair {
+    handshake_of(cert, None, step)
+}
+
+type Version = Option<&'static rustls::SupportedProtocolVersion>;
+
+/// A client (of only `version`, if given) and a session, handshaken.
+fn handshake_with(cert: &str, version: Version) -> Pair {
+    handshake_of(cert, version, usize::MAX)
+}
+
+fn handshake_of(cert: &str, version: Version, step: usize) -> Pair {
     let mut p = Pair {
-        c: client(cert),
+        c: client_of(cert, version),
         s: TlsSession::new(server_config()).expect("session"),
         at_server: Vec::new(),
         at_client: Vec::new(),
@@ -152,13 +172,11 @@ pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
 #[test]
 fn handshake_picks_aes_128_and_names_the_client_certificate() {
     let s = handshake("client-cert.pem", usize::MAX).s;
-    let suite = s.common().negotiated_cipher_suite().expect("suite");
-    assert!(
-        format!("{:?}", suite.suite()).contains("AES_128_GCM"),
-        "{suite:?}"
-    );
-    let certs = s.common().peer_certificates().expect("client cert");
-    let cn = crate::tls::common_name(&certs[0]);
+    let e = s.established().expect("established");
+    let suite = e.suite.expect("suite");
+    assert!(format!("{suite:?}").contains("AES_128_GCM"), "{suite:?}");
+    let cert = e.peer_cert.as_ref().expect("client cert");
+    let cn = crate::tls::common_name(cert);
     assert_eq!(cn.as_deref(), Some("client1"));
 }
 
@@ -241,6 +259,76 @@ fn write_before_the_handshake_is_an_error() {
     let mut s = TlsSession::new(server_config()).expect("session");
     assert!(s.write([&b"early"[..]]).is_err());
     assert!(s.output().is_empty());
+}
+
+/// Data both ways, then the client's read of it all.
+fn exchange(p: &mut Pair, seed: u8) {
+    let (request, reply) = (pattern(50_000, seed), pattern(70_000, seed ^ 0x55));
+    let (from, to) = (p.at_server.len(), p.at_client.len());
+    p.c.writer().write_all(&request).expect("client write");
+    p.pump(usize::MAX).expect("requests");
+    assert_eq!(p.at_server[from..], request[..]);
+    p.s.write([&reply[..]]).expect("write");
+    p.pump(usize::MAX).expect("replies");
+    assert_eq!(p.at_client[to..], reply[..]);
+}
+
+#[test]
+fn a_tls13_session_seals_in_place_and_follows_key_updates_both_ways() {
+    let mut p = handshake("client-cert.pem", usize::MAX);
+    assert!(p.s.in_place(), "TLS 1.3 leaves rustls's records");
+    exchange(&mut p, 1);
+    // The client moves its key on and asks for ours: answered, then both
+    // directions go on under the new keys.
+    p.c.refresh_traffic_keys().expect("client key update");
+    exchange(&mut p, 2);
+    p.c.refresh_traffic_keys().expect("again");
+    exchange(&mut p, 3);
+    // Our own key moves on every 2 records: a KeyUpdate before the third.
+    p.s.set_tx_limit(2);
+    let before = p.s.queued_total();
+    exchange(&mut p, 4);
+    let wire = p.s.queued_total() - before;
+    assert!(
+        wire > 70_000 + 5 * 22 + 2 * 27,
+        "{wire} bytes: records and key updates"
+    );
+    exchange(&mut p, 5);
+    // close_notify both ways.
+    p.c.send_close_notify();
+    p.pump(usize::MAX).expect("close");
+    assert_eq!(p.s.phase(), Phase::PeerClosed);
+    p.s.close_notify();
+    let out = p.s.output().to_vec();
+    p.c.read_tls(&mut out.as_slice())
+        .expect("read close_notify");
+    let state = p.c.process_new_packets().expect("a clean close");
+    assert!(state.peer_has_closed());
+}
+
+#[test]
+fn a_close_notify_right_after_the_finished_is_an_established_close() {
+    let mut p = Pair {
+        c: client("client-cert.pem"),
+        s: TlsSession::new(server_config()).expect("session"),
+        at_server: Vec::new(),
+        at_client: Vec::new(),
+    };
+    // ClientHello, then the client's Finished and close_notify together.
+    p.pump(usize::MAX).expect("hello");
+    p.c.send_close_notify();
+    p.pump(usize::MAX).expect("finished and close");
+    assert_eq!(p.s.phase(), Phase::PeerClosed);
+    assert!(p.s.established().is_some());
+}
+
+#[test]
+fn a_tls12_session_stays_with_rustls() {
+    let mut p = handshake_with("client-cert.pem", Some(&rustls::version::TLS12));
+    assert!(!p.s.in_place());
+    let e = p.s.established().expect("established");
+    assert_eq!(e.version, Some(rustls::ProtocolVersion::TLSv1_2));
+    exchange(&mut p, 6);
 }
 
 proptest! {
