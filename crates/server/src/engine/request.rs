@@ -252,8 +252,8 @@ impl Engine {
                 let paced = req.paced && req.command == Command::Read;
                 let nvme = req.style == ReplyStyle::Nvme;
                 debug_assert!(
-                    !(paced && c.out.streams > 0),
-                    "request {id:?}: a READ's data queued behind a stream"
+                    !(paced && c.turns.stream().is_some()),
+                    "request {id:?}: a READ's data queued beside a stream still taking buffers"
                 );
                 c.out.push(id, req.streamed());
                 if nvme {
@@ -387,7 +387,9 @@ impl Engine {
                     self.advance(io.req);
                 }
                 Part::Piece(k) => {
-                    (self.slots).piece_released(io.req, k, &mut self.conns, &mut self.io)
+                    if (self.slots).piece_released(io.req, k, &mut self.conns, &mut self.io) {
+                        self.start_deferred(self.slots.reqs[io.req.index()].conn);
+                    }
                 }
             }
         }
@@ -413,7 +415,10 @@ impl Engine {
                 }
                 Part::Piece(k) => {
                     debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
-                    (self.slots).piece_granted(io.req, k, bufs[0], &mut self.conns, &mut self.io);
+                    if (self.slots).piece_granted(io.req, k, bufs[0], &mut self.conns, &mut self.io)
+                    {
+                        self.start_deferred(self.slots.reqs[io.req.index()].conn);
+                    }
                 }
             }
         }
