@@ -10,21 +10,17 @@ use bdev::IoResult;
 use pace::pacer::IoKind;
 use proto::Command;
 
-use super::conn::{EndReason, Input, Life, Phase};
-use super::conn::{SendOp, Step};
+use super::conn::{EndReason, Input, Life, Phase, SendOp, Step};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::io::IoPath;
+use super::nbd::MAX_DISCARD_PAYLOAD;
 use super::nvme::{Next, NvmeFront};
 use super::pieces::Then;
 use super::slot::{ReplyStyle, ReqOrigin};
 use super::slots::Slots;
 use super::states::ReqStage;
 use super::{Action, Engine, Sent};
-
-/// Rejected WRITE payloads up to this size are read and discarded, as the
-/// spec prefers; larger ones close the connection instead.
-const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
 
 impl Engine {
     pub(super) fn set_state(&mut self, id: ReqId, to: ReqStage) {
