@@ -50,9 +50,11 @@ mod device_gate;
 mod device_ops;
 mod drr;
 mod filter;
+mod flight;
 mod flows;
 mod group;
 mod link_window;
+mod ports;
 mod qos;
 mod queues;
 mod rate;
@@ -69,9 +71,11 @@ pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
 use drr::Device;
 use filter::{LargeIoMin, WindowedMax};
+use flight::{DeviceStage, Flight};
 use flows::Flows;
 pub use group::{PacedDevice, PacerGroup};
 pub use link_window::LinkWindow;
+pub use ports::PortLoad;
 pub use qos::{burst_ns as qos_burst_ns, DeviceQos, QosConfig};
 use rate::RateCredit;
 pub use report::{PacerStats, TenantStats};
@@ -94,54 +98,6 @@ pub struct PacedIo {
     pub bytes: u32,
     pub kind: IoKind,
     pub offset: u64,
-}
-
-/// Where a released IO is relative to its device: only IO at the device
-/// counts against the device's window, so replies waiting for a slow wire
-/// (or a write's payload waiting for a slow sender) hold their flow's
-/// window, not the device's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DeviceStage {
-    /// A write piece whose payload is still arriving.
-    Before,
-    At,
-    /// The device is done; the data may still be leaving.
-    After,
-}
-
-/// A released IO still counted in flight.
-#[derive(Debug, Clone, Copy)]
-struct Flight {
-    flow: u64,
-    stage: DeviceStage,
-    device: usize,
-    tenant: usize,
-    bytes: u64,
-    /// Its device time (see `Device::work`).
-    work: u64,
-    released_at: Nanos,
-    took_op: bool,
-    /// What it counts against the shared window (see `link_share`).
-    paced: u64,
-    /// How long its device took (0 until it did).
-    at_device: Nanos,
-    /// Its client had nothing else queued or in flight.
-    lone: bool,
-}
-
-impl Flight {
-    /// Before the device, at it, after it: in that order, once each. A
-    /// double start or a double completion fails the assertion, in
-    /// release builds too: the device's books would be wrong from then on.
-    fn enter(&mut self, to: DeviceStage) -> bool {
-        use DeviceStage::*;
-        let next = matches!((self.stage, to), (Before, At) | (At, After));
-        assert!(next, "IO at its device: {:?} -> {to:?}", self.stage);
-        if next {
-            self.stage = to;
-        }
-        next
-    }
 }
 
 pub struct Pacer {
@@ -176,6 +132,8 @@ pub struct Pacer {
     window_now: u64,
     /// All reactors' windows, and this reactor's index in them.
     link: Option<(Arc<LinkWindow>, usize)>,
+    /// The ports' capacities and load, where the target knows them.
+    ports: Option<ports::PortMeter>,
     /// The largest IO seen (at least one buffer): DRR's quantum, and what
     /// counts as a large IO for the latency estimate.
     max_io: u64,
@@ -230,6 +188,7 @@ impl Pacer {
             window: 4 * max_io,
             window_now: 4 * max_io,
             link: None,
+            ports: None,
             max_io,
             released_total: 0,
             clock,
@@ -367,6 +326,21 @@ impl Pacer {
     /// cancelled before.
     pub fn close_flow(&mut self, flow: u64) {
         self.flows.close(flow);
+        if let Some(m) = &mut self.ports {
+            m.leave(flow);
+        }
+    }
+
+    /// Measures the target's ports, shared with the other reactors' pacers.
+    pub fn share_ports(&mut self, load: Arc<PortLoad>, now: Nanos) {
+        self.ports = Some(ports::PortMeter::new(load, now));
+    }
+
+    /// Flow `flow` came in on port `port` (see [`PortLoad`]).
+    pub fn flow_port(&mut self, flow: u64, port: usize) {
+        if let Some(m) = &mut self.ports {
+            m.join(flow, port);
+        }
     }
 
     /// Removes a queued IO (its connection died). False if not queued here.
@@ -414,6 +388,9 @@ impl Pacer {
             self.rate_credit.refill(&self.cfg, now);
             let in_flight = self.bytes_in_flight;
             self.rate_credit.tune(&self.cfg, in_flight, now);
+        }
+        if let Some(m) = &mut self.ports {
+            m.sample(now);
         }
         if self.cfg.mode == Mode::Auto && now >= self.stall_check_at {
             self.flows.mark_stalls(now);
@@ -501,6 +478,7 @@ impl Pacer {
             io.id,
             Flight {
                 flow: io.flow,
+                kind: io.kind,
                 stage,
                 device: io.device,
                 tenant: io.tenant,
@@ -577,6 +555,9 @@ impl Pacer {
         dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;
         dev.delivered_work += f.work;
+        if let Some(m) = &self.ports {
+            m.delivered(f.flow, f.kind, f.bytes);
+        }
         self.land(f);
         let sizing = flows::Sizing {
             hold: self.flow_hold(f.device, f.flow),

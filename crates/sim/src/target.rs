@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bdev::{BdevKind, BdevSpec, ByteSize, DelaySpec, Geometry};
 use config::LoadedConfig;
 use config::{BufferConfig, Config, ExportConfig, ServerConfig};
-use pace::pacer::{DeviceQos, PacedDevice, Pacer, PacerGroup, QosConfig};
+use pace::pacer::{DeviceQos, PacedDevice, Pacer, PacerGroup, PortLoad, QosConfig};
 use pool::SharedPool;
 use server::engine::{Engine, EngineSettings, Timeouts, PAYLOAD_CAP};
 use server::exports::Catalog;
@@ -44,6 +44,9 @@ pub struct Target {
     /// Tenants the exports are split by (at least one).
     tenants: usize,
     pub qos: Arc<DeviceQos>,
+    /// The ports' capacities, which the pacers know (a port's step
+    /// changes it).
+    pub ports: Arc<PortLoad>,
 }
 
 impl Target {
@@ -71,7 +74,7 @@ impl Target {
                 DeviceKind::Delay => d.qos,
             })
             .collect();
-        let (pacers, qos) = pacers(sc, run, &catalog, devs, &qos_targets);
+        let (pacers, qos, ports) = pacers(sc, run, &catalog, devs, &qos_targets);
         let server = ServerConfig::default();
         let secs = |s: u64| s * 1_000_000_000;
         let max_requests = match limits {
@@ -112,6 +115,7 @@ impl Target {
             woken,
             tenants,
             qos,
+            ports,
         }
     }
 
@@ -250,7 +254,7 @@ fn pacers(
     catalog: &Catalog,
     devs: &[Dev],
     qos_targets: &[Option<QosConfig>],
-) -> (Vec<Pacer>, Arc<DeviceQos>) {
+) -> (Vec<Pacer>, Arc<DeviceQos>, Arc<PortLoad>) {
     let reactors = run.reactors.unwrap_or(sc.target.reactors);
     let devices: Vec<PacedDevice> = devs
         .iter()
@@ -260,13 +264,16 @@ fn pacers(
             qos,
         })
         .collect();
-    let group = PacerGroup::new(
+    let mut group = PacerGroup::new(
         &catalog.pacing,
         &devices,
         reactors,
         sc.target.buffer_size,
         0,
     );
+    let rates: Vec<f64> = sc.ports.iter().map(|p| p.rate_gbps).collect();
+    let ports = PortLoad::new(&rates);
+    group.measure_ports(ports.clone());
     let pacers = (0..reactors).map(|r| group.pacer(r, 0)).collect();
-    (pacers, group.qos().clone())
+    (pacers, group.qos().clone(), ports)
 }

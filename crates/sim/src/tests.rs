@@ -500,3 +500,25 @@ fn writers_keep_their_links_beside_readers_on_a_busy_drive() {
     let text = include_str!("../../../scenarios/sim/writers_beside_small_readers.toml");
     carries_part_of_none(text, "iopace auto", 16, 0.88);
 }
+
+/// A tenant held by its own link leaves the port to the others: a weight-2
+/// tenant behind its own 10 GbE link beside two weight-1 hosts on 100 GbE.
+/// With no port capacity to go by, its full windows held them to half its
+/// rate (2.3 Gb/s each); the port had room, so its links are its own.
+#[test]
+fn a_tenant_held_by_its_own_link_holds_no_one_back() {
+    let text = include_str!("../../../scenarios/sim/tenants_own_link.toml");
+    let sc = parse(text, "library scenario").expect("scenario parses");
+    for run in &sc.runs {
+        let r = simulate(&sc, run, 32);
+        let own = r.per_group_gbps[0];
+        assert!(own > 0.97 * 9.24, "{}: {r:?}", run.label);
+        // Each weight-1 host carries twice the weight-2 host's rate, where
+        // the weights alone would give it half.
+        assert!(
+            r.per_group_gbps[1] > 2.0 * 2.0 * own,
+            "{}: {r:?}",
+            run.label
+        );
+    }
+}

@@ -70,12 +70,14 @@ impl Pacer {
             // slow device's turn waiting with them left the slow drives
             // idle (`slow_devices_open_link` with 4 reactors: 35 of 47
             // Gb/s at QD 128).
-            if self.link_ratio(front) < FAST_HOLD_RATIO && !self.device_bound(front) {
-                return Verdict::WaitForLink;
+            let waits = self.link_wait(t);
+            if self.link_ratio(front) < FAST_HOLD_RATIO
+                && !self.device_bound(front)
+                && matches!(waits, Verdict::WaitForLink)
+            {
+                return waits;
             }
-            return self.next_device_or(t, front, Verdict::WaitForLink, |p| {
-                p.all_windows_closed(t, now)
-            });
+            return self.next_device_or(t, front, waits, |p| p.all_windows_closed(t, now));
         };
         let io = self.devices[d].queue.io(slot);
         let bytes = u64::from(io.bytes);
@@ -116,6 +118,33 @@ impl Pacer {
         })
     }
 
+    /// How tenant `t` waits when every flow it could serve waits for its
+    /// window: for a link it may share (`WaitForLink`, holding back
+    /// tenants ahead of it), or, when every flow it has queued came in on
+    /// a port with room (see `ports.rs`), for links of its own: it holds
+    /// no one back and banks no credit for the service it cannot take
+    /// (a weight-2 tenant on its own 10 GbE link held two weight-1 hosts
+    /// on 100 GbE to 2-6% of their share).
+    fn link_wait(&self, t: usize) -> Verdict {
+        let shared = |io: &PacedIo| !self.own_link(io.flow);
+        let own = self.cfg.mode == Mode::Auto
+            && self.tenants[t]
+                .active
+                .iter()
+                .all(|&d| !self.device_bound(d) && self.devices[d].queue.head(t, shared).is_none());
+        if !own {
+            return Verdict::WaitForLink;
+        }
+        self.clock.lift(t);
+        Verdict::Skip
+    }
+
+    /// Flow `flow`'s link is its own as far as the ports tell (see
+    /// `ports.rs`): its port is known and has room.
+    pub(super) fn own_link(&self, flow: u64) -> bool {
+        self.ports.as_ref().is_some_and(|m| m.own_link(flow))
+    }
+
     /// Device `d` keeps a queue of its own (see `queues_at_device`): its
     /// flows' windows are full because the device is slow to serve them,
     /// not because their links are.
@@ -143,7 +172,7 @@ impl Pacer {
             // The shared window waits for the device whose turn it is: a
             // smaller-charged IO behind it must not take the gap, or DRR's
             // shares would not hold.
-            Mode::Auto if !self.shared_window_open(t, paced, bytes) => Some(Verdict::WaitForLink),
+            Mode::Auto if !self.shared_window_open(t, paced, bytes) => Some(self.link_wait(t)),
             Mode::Auto if self.device_window_open(d, io) => None,
             // This device's window is full; the turn goes to the next one.
             Mode::Auto => {

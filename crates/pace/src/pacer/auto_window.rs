@@ -341,7 +341,10 @@ impl Pacer {
     /// How long an IO to device `d` holds its flow's window, for sizing
     /// the flow's (None: the reactor's min latency). A slow device's own
     /// hold time, unless a fast device has IO that only the shared window
-    /// holds back: then slow devices yield the link to fast ones (their
+    /// holds back (IO on a link that may be shared: a fast host held by
+    /// its own slow link, on a port with room, asks nothing of the others,
+    /// and yielding to it held hosts on 5 ms drives to a third of their
+    /// share): then slow devices yield the link to fast ones (their
     /// share falls as 1/latency, see `release`), and a flow's window sized
     /// on their hold time took it back (`test11_delay16`: fast devices 171
     /// of 185 Gb/s, not 177.5). A fast device that keeps a queue of its own
@@ -369,6 +372,8 @@ impl Pacer {
             dev.queue.len() > 0
                 && dev.in_flight_work + max_io <= self.device_window(e)
                 && !dev.queues_at_device(max_io)
+                && (0..self.tenants.len())
+                    .any(|t| dev.queue.head(t, |io| !self.own_link(io.flow)).is_some())
         };
         if fast(d) {
             return None;

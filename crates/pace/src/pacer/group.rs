@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::TenantClock;
 use super::{
-    CostModel, DeviceGate, DeviceOps, DeviceQos, LinkWindow, Mode, Pacer, PacingConfig, QosConfig,
-    SharedDepth,
+    CostModel, DeviceGate, DeviceOps, DeviceQos, LinkWindow, Mode, Pacer, PacingConfig, PortLoad,
+    QosConfig, SharedDepth,
 };
 use crate::Nanos;
 
@@ -34,6 +34,8 @@ pub struct PacerGroup {
     /// Only tenants have light tenants to guard: in `auto`, or on a device
     /// with a configured cap (`light_depth`) in any mode.
     gate: Option<Arc<DeviceGate>>,
+    /// The target's ports, where their capacities are known.
+    ports: Option<Arc<PortLoad>>,
 }
 
 /// The device gate `cfg`'s tenants need over `devices`, if any.
@@ -71,7 +73,14 @@ impl PacerGroup {
             link: LinkWindow::new(reactors),
             depth: SharedDepth::new(devices.len()),
             gate: gate(cfg, devices),
+            ports: None,
         }
+    }
+
+    /// The pacers built from now on measure these ports (see `PortLoad`);
+    /// a flow's port is its index here.
+    pub fn measure_ports(&mut self, load: Arc<PortLoad>) {
+        self.ports = Some(load);
     }
 
     /// Reactor `reactor`'s pacer.
@@ -92,6 +101,9 @@ impl PacerGroup {
         p.share_depth(self.depth.clone());
         if let Some(g) = &self.gate {
             p.share_gate(g.clone());
+        }
+        if let Some(load) = &self.ports {
+            p.share_ports(load.clone(), now);
         }
         p
     }

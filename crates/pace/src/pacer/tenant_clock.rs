@@ -106,10 +106,17 @@ impl TenantClock {
     pub fn queued(&self, t: usize) {
         let Some(q) = self.queued.get(t) else { return };
         if q.fetch_add(1, Ordering::AcqRel) == 0 {
-            let floor = self.busy_min(t, |_| false);
-            if floor.is_finite() {
-                self.update(t, |v| v.max(floor));
-            }
+            self.lift(t);
+        }
+    }
+
+    /// Tenant `t` cannot take service now (its own links hold it): like a
+    /// tenant waking from idle, it keeps no lead over the busy tenants'
+    /// least virtual time, so it later claims no credit for the wait.
+    pub fn lift(&self, t: usize) {
+        let floor = self.busy_min(t, |_| false);
+        if floor.is_finite() {
+            self.update(t, |v| v.max(floor));
         }
     }
 

@@ -428,12 +428,14 @@ impl Engine {
 
     /// Names the client of a connection just accepted, for its logs, and
     /// tells the pacer its host: connections from one address share that
-    /// host's link (a Unix client is a host of its own).
-    pub fn set_peer(&mut self, id: ConnId, peer: &str) {
+    /// host's link (a Unix client is a host of its own); and the target
+    /// port it came in on, if the pacers measure ports (`PortLoad`).
+    pub fn set_peer(&mut self, id: ConnId, peer: &str, port: Option<usize>) {
         if let Some(c) = self.conns.get_mut(id) {
             if let Some(host) = c.set_peer(peer) {
                 self.io.pacer.open_flow(c.flow, host);
             }
+            port.inspect(|&p| self.io.pacer.flow_port(c.flow, p));
         }
     }
 

@@ -20,6 +20,10 @@ use super::conn::{Conn, EndReason, Input, Life, Phase, RecvOp, SendOp, Step};
 use super::TlsOutcome;
 use crate::exports::Catalog;
 
+/// Rejected WRITE payloads up to this size are read and discarded, as the
+/// spec prefers; larger ones close the connection instead.
+pub(super) const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
+
 /// What the next request header in a connection's buffer is.
 pub enum Header {
     /// Not whole yet, or the connection holds its share of the pool.

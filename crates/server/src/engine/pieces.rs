@@ -45,8 +45,19 @@ use super::conn::{EndReason, Input, Life, RecvOp};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, ReqId};
 use super::io::IoPath;
+use super::slot::Req;
 use super::slots::Slots;
 use super::states::{PieceState, ReqStage};
+
+/// Whether streamed READ `req` holds every buffer it will take: each piece
+/// up to its end has started, and none waits for the pacer or a buffer.
+pub(super) fn all_buffered(req: &Req) -> bool {
+    let end = req.stream_end as usize;
+    req.started as usize >= end
+        && req.pieces[..end]
+            .iter()
+            .all(|p| !matches!(p.state, PieceState::Pacing | PieceState::NeedBuffer))
+}
 
 /// What a piece event leaves to the request machine (`Engine::then`).
 #[must_use]
@@ -97,20 +108,32 @@ impl Slots {
     }
 
     /// The pacer released piece `k`: it takes its buffer, or queues for it.
-    pub fn piece_released(&mut self, id: ReqId, k: u32, conns: &mut Conns, io: &mut IoPath) {
+    /// True as `piece_granted`.
+    pub fn piece_released(
+        &mut self,
+        id: ReqId,
+        k: u32,
+        conns: &mut Conns,
+        io: &mut IoPath,
+    ) -> bool {
         self.set_piece(id, k, PieceState::NeedBuffer);
         let len = self.reqs[id.index()].piece_len(k, io.buf_size);
         match io.bufs.alloc(len, IoToken::piece(id, k).encode()) {
             Alloc::Ready(bufs) => {
                 debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
-                self.piece_granted(id, k, bufs[0], conns, io);
+                self.piece_granted(id, k, bufs[0], conns, io)
             }
-            Alloc::Queued => io.stats.buffer_waits += 1,
+            Alloc::Queued => {
+                io.stats.buffer_waits += 1;
+                false
+            }
         }
     }
 
     /// Piece `k` holds its buffer: a WRITE piece's bytes may arrive, a
-    /// streamed READ's piece goes to the device.
+    /// streamed READ's piece goes to the device. True: that stream now
+    /// holds every buffer it will take, and the READs waiting behind it
+    /// on its connection may start (`Engine::start_deferred`).
     pub fn piece_granted(
         &mut self,
         id: ReqId,
@@ -118,10 +141,12 @@ impl Slots {
         buf: BufId,
         conns: &mut Conns,
         io: &mut IoPath,
-    ) {
+    ) -> bool {
         if self.reqs[id.index()].streamed() {
             self.read_piece_granted(id, k, buf, io);
-            return;
+            let req = &self.reqs[id.index()];
+            let c = conns.get_mut(req.conn).filter(|_| all_buffered(req));
+            return c.map(|c| c.turns.buffered(id)).is_some();
         }
         self.set_piece(id, k, PieceState::Filling);
         let len = self.reqs[id.index()].piece_len(k, io.buf_size);
@@ -137,6 +162,7 @@ impl Slots {
             c.active_at = io.now;
         }
         io.touched.push(conn);
+        false
     }
 
     /// `n` payload bytes landed in `id`'s filling piece (`filled` counts

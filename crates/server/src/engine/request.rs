@@ -10,21 +10,17 @@ use bdev::IoResult;
 use pace::pacer::IoKind;
 use proto::Command;
 
-use super::conn::{EndReason, Input, Life, Phase};
-use super::conn::{SendOp, Step};
+use super::conn::{EndReason, Input, Life, Phase, SendOp, Step};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::io::IoPath;
+use super::nbd::MAX_DISCARD_PAYLOAD;
 use super::nvme::{Next, NvmeFront};
 use super::pieces::Then;
 use super::slot::{ReplyStyle, ReqOrigin};
 use super::slots::Slots;
 use super::states::ReqStage;
 use super::{Action, Engine, Sent};
-
-/// Rejected WRITE payloads up to this size are read and discarded, as the
-/// spec prefers; larger ones close the connection instead.
-const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
 
 impl Engine {
     pub(super) fn set_state(&mut self, id: ReqId, to: ReqStage) {
@@ -252,8 +248,8 @@ impl Engine {
                 let paced = req.paced && req.command == Command::Read;
                 let nvme = req.style == ReplyStyle::Nvme;
                 debug_assert!(
-                    !(paced && c.out.streams > 0),
-                    "request {id:?}: a READ's data queued behind a stream"
+                    !(paced && c.turns.stream().is_some()),
+                    "request {id:?}: a READ's data queued beside a stream still taking buffers"
                 );
                 c.out.push(id, req.streamed());
                 if nvme {
@@ -387,7 +383,9 @@ impl Engine {
                     self.advance(io.req);
                 }
                 Part::Piece(k) => {
-                    (self.slots).piece_released(io.req, k, &mut self.conns, &mut self.io)
+                    if (self.slots).piece_released(io.req, k, &mut self.conns, &mut self.io) {
+                        self.start_deferred(self.slots.reqs[io.req.index()].conn);
+                    }
                 }
             }
         }
@@ -413,7 +411,10 @@ impl Engine {
                 }
                 Part::Piece(k) => {
                     debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
-                    (self.slots).piece_granted(io.req, k, bufs[0], &mut self.conns, &mut self.io);
+                    if (self.slots).piece_granted(io.req, k, bufs[0], &mut self.conns, &mut self.io)
+                    {
+                        self.start_deferred(self.slots.reqs[io.req.index()].conn);
+                    }
                 }
             }
         }

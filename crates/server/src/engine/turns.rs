@@ -4,11 +4,15 @@
 //! out of reach of its flow's window. Enough of those take the pool, and
 //! the stream they wait for cannot get a buffer for its next piece.
 //!
-//! So a stream runs alone: it starts once every READ before it on its
-//! connection has its data queued to send (those go out ahead of it), and
-//! READs after it start once it has ended. Every buffer a READ holds is
-//! then either at the device, ahead of or in the reply being sent, or the
-//! stream's own: all of it moves.
+//! So a stream starts once every READ before it on its connection has its
+//! data queued to send (those go out ahead of it), and READs after it
+//! start once it holds every buffer it will take (its last piece has its
+//! buffer): it then needs nothing more from the pool, and what they hold
+//! waits only behind pieces at the device or being sent. Every buffer a
+//! READ holds is then either at the device, ahead of or in the reply being
+//! sent, or the stream's own: all of it moves. Starting them only at the
+//! stream's end drained the connection's pipeline at every stream (a
+//! single host's 1 MiB reads reached 69% of its link).
 //!
 //! READs wait in the connection's `deferred` queue (`ReqStage::Deferred`),
 //! in arrival order; they commit their buffers as they arrive, so the
@@ -65,6 +69,14 @@ impl Turns {
         self.pending -= 1;
     }
 
+    /// Stream `id` holds every buffer it will take: READs after it may
+    /// start, since what they hold waits only behind pieces that move.
+    pub fn buffered(&mut self, id: ReqId) {
+        if self.stream == Some(id) {
+            self.stream = None;
+        }
+    }
+
     /// READ `id` ended before its data was queued, or it was a stream.
     pub fn ended(&mut self, id: ReqId) {
         debug_assert!(self.pending > 0, "a READ never started");
@@ -90,7 +102,8 @@ impl Turns {
     }
 
     /// READs started and not yet queued (or, a stream, not ended); these
-    /// three are read by `Engine::audit`.
+    /// three are read by `Engine::audit`. `stream` is the stream that may
+    /// still take buffers.
     pub fn pending(&self) -> u32 {
         self.pending
     }
@@ -130,5 +143,31 @@ mod tests {
         assert_eq!(t.stream(), None);
         assert_eq!(t.next(|r| r == ReqId(2)), Some(ReqId(3)));
         assert_eq!(t.pending(), 0);
+    }
+
+    #[test]
+    fn reads_start_once_the_stream_holds_all_its_buffers() {
+        let mut t = Turns::default();
+        t.start(ReqId(1), true);
+        t.wait(ReqId(2));
+        t.wait(ReqId(3));
+        let stream = |r: ReqId| r == ReqId(3);
+        assert_eq!(
+            t.next(stream),
+            None,
+            "READ 2 waits for the stream's buffers"
+        );
+        t.buffered(ReqId(1));
+        assert_eq!(t.next(stream), Some(ReqId(2)));
+        t.start(ReqId(2), false);
+        assert_eq!(
+            t.next(stream),
+            None,
+            "a second stream waits for the first to end"
+        );
+        t.queued();
+        assert_eq!(t.next(stream), None);
+        t.ended(ReqId(1));
+        assert_eq!(t.next(stream), Some(ReqId(3)));
     }
 }

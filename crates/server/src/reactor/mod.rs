@@ -460,7 +460,7 @@ impl Reactor {
             self.conn_gone();
             return;
         };
-        self.engine.set_peer(conn, peer);
+        self.engine.set_peer(conn, peer, None);
         self.socks.add(conn, fd);
     }
 }

@@ -31,7 +31,8 @@ impl Sim<'_> {
             dial.host % 256,
             40_000 + s % 20_000
         );
-        self.target.engines[r].set_peer(conn, &peer);
+        let port = Some(self.hosts[dial.host].port);
+        self.target.engines[r].set_peer(conn, &peer, port);
         let slots = &mut self.sock_of[r];
         if slots.len() <= conn.index as usize {
             slots.resize(conn.index as usize + 1, u32::MAX);

@@ -363,6 +363,7 @@ impl<'a> Sim<'a> {
                 if let Some((_, rate)) = self.steps[p as usize].take() {
                     self.egress[p as usize].set_rate(rate);
                     self.ingress[p as usize].set_rate(rate);
+                    self.target.ports.set_capacity(p as usize, rate / 1e9);
                 }
             }
             Ev::Fault(f) => self.fault_event(f),

@@ -1,0 +1,199 @@
+//! The target's network ports and how full they are. A flow whose window
+//! is full waits for its link: either one it shares with other hosts (a
+//! port at capacity), or its own (a host behind a slower link, with room
+//! left on the port). The windows alone cannot tell the two apart: both
+//! look like a flow that drains at some rate. Only a port's capacity can,
+//! so where the target knows it (the simulator's ports, a NIC's link
+//! speed), a tenant whose flows all wait on ports with room waits for its
+//! own links, and holds no other tenant back (see `Pacer::own_links_bind`).
+//! Where a flow's port or its capacity is unknown, its link is taken to be
+//! shared, as the pacer did before it knew ports.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use super::IoKind;
+use crate::Nanos;
+
+/// A port carrying at least this share of its capacity, either way, is
+/// full: its flows' windows wait for a link they share. Below it, a host
+/// link or a client holds them. Room for the gaps of a saturated port's
+/// TCP-like flows and for the rate's measuring noise, well above what a
+/// port fed by a few slow hosts carries.
+const FULL_SHARE: f64 = 0.9;
+
+/// A port's load is measured over spans at least this long: long enough
+/// to hold many large IOs on a 10 GbE port, short enough to follow a
+/// tenant going idle.
+const PORT_SAMPLE_NS: Nanos = 4_000_000;
+
+/// The bytes every reactor has delivered through each port, each way,
+/// and the ports' capacities; shared by a target's pacers.
+#[derive(Debug)]
+pub struct PortLoad {
+    /// Bytes a second, per port (f64 bits): a port may change speed.
+    capacity: Vec<AtomicU64>,
+    /// Read data sent to hosts, and write data received from them.
+    sent: Vec<AtomicU64>,
+    received: Vec<AtomicU64>,
+}
+
+impl PortLoad {
+    /// Ports of these capacities, in Gb/s.
+    pub fn new(gbps: &[f64]) -> Arc<PortLoad> {
+        let counters = || gbps.iter().map(|_| AtomicU64::new(0)).collect();
+        Arc::new(PortLoad {
+            capacity: gbps
+                .iter()
+                .map(|&g| AtomicU64::new(bytes_per_s(g)))
+                .collect(),
+            sent: counters(),
+            received: counters(),
+        })
+    }
+
+    /// Port `port` now runs at `gbps` (ignored if there is no such port).
+    pub fn set_capacity(&self, port: usize, gbps: f64) {
+        if let Some(c) = self.capacity.get(port) {
+            c.store(bytes_per_s(gbps), Ordering::Relaxed);
+        }
+    }
+
+    fn capacity(&self, port: usize) -> f64 {
+        f64::from_bits(self.capacity[port].load(Ordering::Relaxed))
+    }
+
+    fn totals(&self, port: usize) -> (u64, u64) {
+        (
+            self.sent[port].load(Ordering::Relaxed),
+            self.received[port].load(Ordering::Relaxed),
+        )
+    }
+}
+
+fn bytes_per_s(gbps: f64) -> u64 {
+    (gbps * 1e9 / 8.0).to_bits()
+}
+
+/// One pacer's view of the ports: which port each of its flows came in on,
+/// and which ports were full at the last sample.
+#[derive(Debug)]
+pub(super) struct PortMeter {
+    load: Arc<PortLoad>,
+    port_of: FxHashMap<u64, usize>,
+    sampled_at: Nanos,
+    last: Vec<(u64, u64)>,
+    full: Vec<bool>,
+}
+
+impl PortMeter {
+    pub fn new(load: Arc<PortLoad>, now: Nanos) -> PortMeter {
+        let ports = load.capacity.len();
+        let last = (0..ports).map(|p| load.totals(p)).collect();
+        PortMeter {
+            load,
+            port_of: FxHashMap::default(),
+            sampled_at: now,
+            last,
+            // Until measured, every port may be shared (as without ports).
+            full: vec![true; ports],
+        }
+    }
+
+    /// Flow `flow` came in on `port` (ignored if the port is unknown).
+    pub fn join(&mut self, flow: u64, port: usize) {
+        if port < self.full.len() {
+            self.port_of.insert(flow, port);
+        }
+    }
+
+    pub fn leave(&mut self, flow: u64) {
+        self.port_of.remove(&flow);
+    }
+
+    /// `bytes` of `flow`'s data crossed its port.
+    pub fn delivered(&self, flow: u64, kind: IoKind, bytes: u64) {
+        let Some(&p) = self.port_of.get(&flow) else {
+            return;
+        };
+        let way = match kind {
+            IoKind::Read => &self.load.sent[p],
+            IoKind::Write => &self.load.received[p],
+        };
+        way.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Re-measures each port once a sample's span has passed.
+    pub fn sample(&mut self, now: Nanos) {
+        let span = now.saturating_sub(self.sampled_at);
+        if span < PORT_SAMPLE_NS {
+            return;
+        }
+        for p in 0..self.full.len() {
+            let (sent, received) = self.load.totals(p);
+            let (s0, r0) = self.last[p];
+            let most = (sent - s0).max(received - r0) as f64;
+            let carried = most * 1e9 / span as f64;
+            self.full[p] = carried >= FULL_SHARE * self.load.capacity(p);
+            self.last[p] = (sent, received);
+        }
+        self.sampled_at = now;
+    }
+
+    /// `flow`'s link is its own, as far as the ports tell: its port is
+    /// known and has room.
+    pub fn own_link(&self, flow: u64) -> bool {
+        self.port_of.get(&flow).is_some_and(|&p| !self.full[p])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_of(m: &PortMeter) -> Arc<PortLoad> {
+        m.load.clone()
+    }
+
+    #[test]
+    fn a_port_is_full_once_its_reactors_carry_nine_tenths_of_it() {
+        // 8 Gb/s = 1e9 bytes/s: 4 MB in a 4 ms sample fills it.
+        let load = PortLoad::new(&[8.0, 8.0]);
+        let (mut a, mut b) = (PortMeter::new(load.clone(), 0), PortMeter::new(load, 0));
+        a.join(1, 0);
+        b.join(2, 0);
+        a.join(3, 1);
+        a.join(9, 7); // no such port: unknown, so maybe shared
+        assert!(!a.own_link(1), "unmeasured ports count as shared");
+        a.delivered(1, IoKind::Read, 2_000_000);
+        b.delivered(2, IoKind::Read, 1_500_000);
+        a.delivered(3, IoKind::Write, 1_000_000);
+        a.sample(PORT_SAMPLE_NS);
+        assert!(a.own_link(1) && a.own_link(3), "3.5 MB and 1 MB of 4 MB");
+        a.delivered(1, IoKind::Read, 2_000_000);
+        b.delivered(2, IoKind::Read, 1_600_000);
+        b.delivered(2, IoKind::Write, 100_000);
+        a.sample(2 * PORT_SAMPLE_NS - 1);
+        assert!(a.own_link(1), "a sample spans at least PORT_SAMPLE_NS");
+        a.delivered(1, IoKind::Read, 1);
+        a.sample(2 * PORT_SAMPLE_NS);
+        assert!(
+            !a.own_link(1),
+            "both reactors' 3.6 MB and a byte: the busier way counts"
+        );
+        assert!(a.own_link(3));
+        assert!(!a.own_link(9));
+        a.leave(3);
+        assert!(!a.own_link(3));
+        // Port 0 slows to 4 Gb/s: 2 MB a sample.
+        load_of(&a).set_capacity(0, 4.0);
+        a.delivered(1, IoKind::Read, 1_000_000);
+        a.sample(3 * PORT_SAMPLE_NS);
+        assert!(a.own_link(1), "1 MB of 2 MB");
+        a.delivered(1, IoKind::Read, 1_900_000);
+        a.sample(4 * PORT_SAMPLE_NS);
+        assert!(!a.own_link(1), "1.9 MB of 2 MB");
+    }
+}
