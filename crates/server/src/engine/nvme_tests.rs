@@ -357,3 +357,29 @@ fn nvme_writes_and_write_zeroes_mark_the_exports_dirty_bitmap() {
     ];
     assert_eq!(b.extents(0, 1 << 20), want);
 }
+
+#[test]
+fn an_r2t_waits_for_the_end_of_a_read_reply_a_short_send_cut() {
+    // A READ's C2HData is on its way out when a WRITE's R2T is written: the
+    // send comes back short, inside the C2HData's data. The R2T must go
+    // after the rest of that PDU, not into the middle of it.
+    let mut net = nvme_net("auto", 64);
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::READ, 8, 0, 16384), &[]));
+    net.deliver(q.conn, usize::MAX);
+    while !net.ios.is_empty() {
+        net.complete_io(0);
+    }
+    q.send(
+        &mut net,
+        Pdu::CapsuleCmd(rw(io::WRITE, 9, 65536, 8192), &[]),
+    );
+    net.deliver(q.conn, usize::MAX);
+    net.advance(1_000);
+    assert!(net.take_sent(q.conn, 100), "the READ's reply was posted");
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    let types: Vec<u8> = got.iter().map(|p| p.0).collect();
+    assert_eq!(types, [7, 9], "the whole C2HData, then the R2T");
+    assert_eq!(got[0].1.len(), 24 + 16384);
+}
