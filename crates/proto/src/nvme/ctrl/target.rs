@@ -466,7 +466,8 @@ impl Target {
             .map(|c| c.hostnqn.as_str())
             .unwrap_or_default();
         let subs: Vec<&Subsystem> = self.subsystems.iter().filter(|s| s.allows(host)).collect();
-        pages::discovery_log(&subs, &self.listeners, 1)
+        let asqsz = self.limits.max_admin_queue_size;
+        pages::discovery_log(&subs, &self.listeners, 1, asqsz)
     }
 
     /// Removes every controller's state as if each admin queue closed.
