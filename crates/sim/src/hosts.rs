@@ -6,7 +6,7 @@
 use pace::Nanos;
 use proto::{Command, Request};
 
-use crate::scenario::{RunConfig, Scenario};
+use crate::scenario::{Protocol, RunConfig, Scenario};
 
 pub(crate) struct Host {
     pub group: usize,
@@ -23,6 +23,7 @@ pub(crate) struct Host {
     pub slots: Vec<u64>,
     /// Its link is down until then (a fault).
     pub down_until: Nanos,
+    pub protocol: Protocol,
 }
 
 /// One host's connection before the target accepts it.
@@ -80,6 +81,7 @@ pub(crate) fn hosts(
                 delivered: 0,
                 slots: Vec::new(),
                 down_until: 0,
+                protocol: run.protocol.unwrap_or(g.protocol),
             });
         }
     }
