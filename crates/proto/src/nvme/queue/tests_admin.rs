@@ -75,6 +75,13 @@ fn identify_and_logs() {
     assert_eq!(d[77], Limits::default().mdts());
     assert_eq!(&d[768..768 + NQN.len()], NQN.as_bytes());
     assert_eq!(d[111], 1);
+    // CNS 06h, the NVM command set's controller structure (SPDK hosts ask
+    // at attach): all zero, no limits beyond MDTS. Another set: refused.
+    let (d, c) = get(&mut r, a, identify(10, 6, 0));
+    assert_eq!((c.status, d), (Status::SUCCESS, vec![0; 4096]));
+    let mut zns = identify(11, 6, 0);
+    zns.set_cdw(11, 2 << 24);
+    assert_eq!(get(&mut r, a, zns).1.status, Status::INVALID_FIELD);
     let (d, _) = get(&mut r, a, identify(3, 0, 1));
     assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), 8192);
     assert_eq!(d[130], 9); // LBADS
