@@ -1,7 +1,8 @@
-//! Initiator hosts: each keeps `qd` IOs outstanding over NBD connections
-//! to the target, one per device it uses (an NBD connection serves one
-//! export), and speaks the protocol's client side: a fixed-newstyle
-//! handshake with NBD_OPT_GO, then request headers.
+//! Initiator hosts: each keeps `qd` IOs outstanding over connections to
+//! the target, one per device it uses (an NBD connection serves one
+//! export), and speaks the protocol's client side: for NBD a fixed-newstyle
+//! handshake with NBD_OPT_GO, then request headers; for NVMe/TCP a
+//! controller and an I/O queue per device (`nvme_host`, `world/nvme.rs`).
 
 use pace::Nanos;
 use proto::{Command, Request};

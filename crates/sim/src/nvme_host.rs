@@ -399,3 +399,89 @@ impl PduParser {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::nvme::pdu::R2t;
+
+    fn bytes(p: Pdu<'_>) -> Vec<u8> {
+        pdu(p)
+    }
+
+    #[test]
+    fn the_targets_pdus_cut_into_chunks_one_pdu_at_a_time() {
+        let mut q = HostQueue::new(4, 1 << 17, 8192, 9);
+        let hdr = DataHdr {
+            cccid: 2,
+            ttag: 0,
+            datao: 0,
+            last: true,
+            success: true,
+        };
+        let data = bytes(Pdu::C2HData(hdr, &[7; 1000]));
+        let r2t = bytes(Pdu::R2T(R2t {
+            cccid: 3,
+            ttag: 9,
+            r2to: 0,
+            r2tl: 4096,
+        }));
+        let cqe = Cqe {
+            cid: 1,
+            ..Cqe::default()
+        };
+        let resp = bytes(Pdu::CapsuleResp(cqe));
+        let mut out = Vec::new();
+        // A C2HData cut by a short send: its first part, then the rest.
+        q.parse_one(&data[..100], &mut out).expect("parses");
+        q.flush_part(&mut out);
+        q.parse_one(&data[100..], &mut out).expect("parses");
+        let done = NvmeMark::Done {
+            status: 0,
+            data: 1000,
+        };
+        let want = [(2, 100, false, None), (2, 924, true, Some(done))];
+        let got: Vec<_> = out
+            .iter()
+            .map(|c| (c.cookie, c.bytes, c.last, c.nvme))
+            .collect();
+        assert_eq!(got, want);
+        // Two PDUs in one send: only the first is taken.
+        out.clear();
+        let both = [r2t.clone(), resp.clone()].concat();
+        q.parse_one(&both, &mut out).expect("parses");
+        let ask = NvmeMark::R2t {
+            ttag: 9,
+            offset: 0,
+            len: 4096,
+        };
+        assert_eq!(
+            out,
+            [Chunk {
+                cookie: 3,
+                bytes: 24,
+                last: false,
+                nvme: Some(ask)
+            }]
+        );
+        q.parse_one(&resp, &mut out).expect("parses");
+        assert_eq!(out[1].nvme, Some(NvmeMark::Done { status: 0, data: 0 }));
+        assert!(q.between_headers());
+        // An ICResp is not an I/O queue's.
+        let mut q = HostQueue::new(4, 1 << 17, 8192, 9);
+        let ic = bytes(Pdu::IcReq(ICREQ));
+        assert!(q.parse_one(&ic, &mut out).is_err());
+    }
+
+    #[test]
+    fn command_ids_come_back_and_the_queue_says_when_it_is_full() {
+        let mut q = HostQueue::new(2, 1 << 17, 8192, 9);
+        let (a, b) = (q.take_cid(10), q.take_cid(11));
+        assert_eq!((q.take_cid(12), q.in_flight()), (None, 2));
+        let (a, b) = (a.expect("a cid"), b.expect("a cid"));
+        assert_eq!((q.io_of(a), q.io_of(b)), (Some(10), Some(11)));
+        q.release(a);
+        assert_eq!(q.io_of(a), None);
+        assert_eq!(q.take_cid(12), Some(a));
+    }
+}

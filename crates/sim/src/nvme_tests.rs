@@ -73,3 +73,18 @@ fn a_bad_protocol_names_file_line_and_field() {
     );
     assert!(e.to_string().starts_with("x.toml:25: "), "{e}");
 }
+
+#[test]
+fn an_io_past_the_targets_mdts_is_refused_for_nvme_tcp_hosts() {
+    // 16 buffers of 128 KiB: MDTS is a quarter of the pool, 512 KiB.
+    let text = MIXED.replace("num_shared_buffers = 512", "num_shared_buffers = 16");
+    let e = parse(&text, "x.toml").expect_err("1 MiB past MDTS");
+    assert_eq!(
+        e.field.as_deref(),
+        Some("runs[0].num_shared_buffers"),
+        "{e}"
+    );
+    assert!(e.message.contains("MDTS, 524288 bytes"), "{e}");
+    let nbd = text.replace("protocol = \"nvme-tcp\"\n", "");
+    assert!(parse(&nbd, "x.toml").is_ok(), "NBD hosts have no MDTS");
+}

@@ -6,8 +6,9 @@
 //! Everything around it is simulated:
 //!
 //! - Hosts keep `qd` IOs outstanding each, to devices chosen at random,
-//!   writing NBD request headers (and WRITE payloads) into their
-//!   connections ([`crate::hosts`], [`crate::socket`]). A header reaches
+//!   writing NBD request headers or NVMe/TCP capsules (and WRITE payloads)
+//!   into their connections ([`crate::hosts`], [`crate::socket`],
+//!   `nvme.rs`). A header reaches
 //!   the target half an RTT after it is sent; a payload crosses the host's
 //!   link and the port's ingress only into a recv the engine has posted.
 //! - The engine's sends leave on the host's port, which shares its bytes
