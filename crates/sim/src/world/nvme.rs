@@ -40,7 +40,8 @@ impl Sim<'_> {
         let ctrl = setup(self, admin, nh::identify(4, 1), false).1;
         let ns = setup(self, admin, nh::identify(5, 0), false).1;
         let (ctrl, ns) = (ctrl.unwrap_or_default(), ns.unwrap_or_default());
-        let entries = (cap & 0xFFFF) as u16 + 1;
+        // CAP.MQES, 0's based (a queue of 65536 would not fit a u16).
+        let entries = (cap & 0xFFFF).min(0xFFFE) as u16 + 1;
         let ioccsz = ctrl
             .get(1792..1796)
             .map_or(4, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
