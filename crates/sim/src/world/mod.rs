@@ -224,10 +224,8 @@ impl<'a> Sim<'a> {
         for (k, d) in dials.into_iter().enumerate() {
             let host = d.host;
             let s = sim.connect(d);
-            for dev in &mut sim.hosts[host].devices {
-                if dev.1 == k {
-                    dev.1 = s;
-                }
+            for dev in sim.hosts[host].devices.iter_mut().filter(|dev| dev.1 == k) {
+                dev.1 = s;
             }
         }
         sim
