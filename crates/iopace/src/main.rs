@@ -221,8 +221,9 @@ const DEFAULT_LOG: &str = "info,rustls=error";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The fault fuzzer closes connections by the thousand: only warnings.
-    let quiet = matches!(&cli.command, Cmd::Sim(a) if a.faults.is_some());
+    // The simulator opens and closes connections by the thousand (NVMe/TCP
+    // hosts' Connects, the fault fuzzer's resets): only warnings.
+    let quiet = matches!(&cli.command, Cmd::Sim(_));
     let default_log = if quiet { "warn" } else { DEFAULT_LOG };
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

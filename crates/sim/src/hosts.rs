@@ -1,12 +1,13 @@
-//! Initiator hosts: each keeps `qd` IOs outstanding over NBD connections
-//! to the target, one per device it uses (an NBD connection serves one
-//! export), and speaks the protocol's client side: a fixed-newstyle
-//! handshake with NBD_OPT_GO, then request headers.
+//! Initiator hosts: each keeps `qd` IOs outstanding over connections to
+//! the target, one per device it uses (an NBD connection serves one
+//! export), and speaks the protocol's client side: for NBD a fixed-newstyle
+//! handshake with NBD_OPT_GO, then request headers; for NVMe/TCP a
+//! controller and an I/O queue per device (`nvme_host`, `world/nvme.rs`).
 
 use pace::Nanos;
 use proto::{Command, Request};
 
-use crate::scenario::{RunConfig, Scenario};
+use crate::scenario::{Protocol, RunConfig, Scenario};
 
 pub(crate) struct Host {
     pub group: usize,
@@ -23,6 +24,7 @@ pub(crate) struct Host {
     pub slots: Vec<u64>,
     /// Its link is down until then (a fault).
     pub down_until: Nanos,
+    pub protocol: Protocol,
 }
 
 /// One host's connection before the target accepts it.
@@ -80,6 +82,7 @@ pub(crate) fn hosts(
                 delivered: 0,
                 slots: Vec::new(),
                 down_until: 0,
+                protocol: run.protocol.unwrap_or(g.protocol),
             });
         }
     }

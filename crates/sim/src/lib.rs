@@ -4,11 +4,13 @@
 //! [`world`] says what is simulated; a scenario file says at what scale
 //! ([`scenario`]); [`report`] prints a sweep table per run (one row per QD).
 
+mod chunk;
 mod devices;
 pub mod faults;
 pub mod fuzz;
 mod hosts;
 pub mod jobs;
+mod nvme_host;
 pub mod oracle;
 mod ports;
 pub mod report;
@@ -20,7 +22,7 @@ mod world;
 
 pub use report::{render, Row};
 pub use scenario::{
-    DeviceGroup, DeviceKind, HostGroup, PortModel, RunConfig, Scenario, TargetModel,
+    DeviceGroup, DeviceKind, HostGroup, PortModel, Protocol, RunConfig, Scenario, TargetModel,
 };
 pub use validate::{load, parse};
 
@@ -82,5 +84,7 @@ pub fn run(paths: &[String], out: Output) -> i32 {
     0
 }
 
+#[cfg(test)]
+mod nvme_tests;
 #[cfg(test)]
 mod tests;

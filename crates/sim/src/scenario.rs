@@ -62,6 +62,9 @@ pub struct RunConfig {
     /// Latency targets for every NVMe device in this run (overrides the groups').
     #[serde(default)]
     pub qos: Option<QosConfig>,
+    /// Overrides every host group's protocol for this run.
+    #[serde(default)]
+    pub protocol: Option<Protocol>,
     /// Rows measured on the SPDK pacing target with the same settings, printed
     /// beside the simulated ones:
     /// (qd, BW Gb/s, bufs MiB).
@@ -182,6 +185,33 @@ pub struct HostGroup {
     /// Each host's round-trip time, us (default: its port's).
     #[serde(default)]
     pub rtt_us: Option<f64>,
+    /// The wire protocol its hosts speak: "nbd" (the default) or
+    /// "nvme-tcp".
+    #[serde(default)]
+    pub protocol: Protocol,
+}
+
+impl Scenario {
+    /// Whether some host speaks NVMe/TCP in `run`.
+    pub fn speaks_nvme(&self, run: &RunConfig) -> bool {
+        let nvme = |p| p == Protocol::NvmeTcp;
+        run.protocol
+            .map_or_else(|| self.hosts.iter().any(|g| nvme(g.protocol)), nvme)
+    }
+}
+
+/// A host group's wire protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum Protocol {
+    /// One NBD connection per (host, device), each to its export.
+    #[default]
+    #[serde(rename = "nbd")]
+    Nbd,
+    /// Per (host, device) a controller of the export's subsystem: an admin
+    /// queue and one I/O queue, each its own connection; all of one
+    /// host's queues name its host NQN.
+    #[serde(rename = "nvme-tcp")]
+    NvmeTcp,
 }
 
 fn one_f64() -> f64 {

@@ -15,6 +15,9 @@ use std::collections::VecDeque;
 use pace::Nanos;
 use server::engine::ConnId;
 
+pub use crate::chunk::Chunk;
+use crate::nvme_host::HostQueue;
+
 /// Bytes the host sent, in stream order.
 enum Inbound {
     /// Request (or handshake) bytes: they arrive at the target at `at`.
@@ -39,16 +42,6 @@ pub enum Feed {
     Cross(u32),
     /// The host hung up: the recv reads end of file.
     Eof,
-}
-
-/// Bytes of one reply handed to the port at once: the whole reply, or the
-/// part of a streamed one that a send held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chunk {
-    pub cookie: u64,
-    pub bytes: u32,
-    /// The reply ends with it.
-    pub last: bool,
 }
 
 /// The reply being read from the send stream.
@@ -89,6 +82,10 @@ pub struct Sock {
     /// The host stopped reading: new chunks wait here, not on the port.
     pub paused: bool,
     pub held: Vec<Chunk>,
+    /// An NVMe/TCP I/O queue's host side (None: NBD, or an admin queue).
+    pub nvme: Option<Box<HostQueue>>,
+    /// An NVMe/TCP queue in setup: what the target sent, to decode.
+    pub setup_rx: Option<Vec<u8>>,
 }
 
 /// A connection's state under faults: up, or on its way down.
@@ -139,7 +136,24 @@ impl Sock {
             fate: Fate::default(),
             paused: false,
             held: Vec::new(),
+            nvme: None,
+            setup_rx: None,
         }
+    }
+
+    /// Keeps the bytes of `msg` for the host's setup to decode; returns
+    /// how many (the send goes at once).
+    pub fn capture(&mut self, msg: *const libc::msghdr) -> usize {
+        // SAFETY: the engine keeps the msghdr and its iovecs in place until
+        // the send completes.
+        let iovs = unsafe { std::slice::from_raw_parts((*msg).msg_iov, (*msg).msg_iovlen) };
+        let rx = self.setup_rx.get_or_insert_with(Vec::new);
+        for v in iovs {
+            // SAFETY: each iovec covers iov_len readable bytes.
+            let b = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
+            rx.extend_from_slice(b);
+        }
+        iovs.iter().map(|v| v.iov_len).sum()
     }
 
     /// A send posted on a connection that is down: it waits to fail.
@@ -264,6 +278,10 @@ impl Sock {
         // SAFETY: the engine keeps the msghdr and its iovecs in place until
         // the send completes.
         let iovs = unsafe { std::slice::from_raw_parts((*msg).msg_iov, (*msg).msg_iovlen) };
+        if self.nvme.is_some() {
+            self.post_pdu(iovs, out);
+            return;
+        }
         let mut skip = (self.queued - self.reported) as usize;
         for v in iovs {
             if skip >= v.iov_len {
@@ -282,6 +300,7 @@ impl Sock {
                     cookie,
                     bytes: self.parser.pending,
                     last: false,
+                    nvme: None,
                 });
                 self.parser.pending = 0;
             }
@@ -289,6 +308,44 @@ impl Sock {
         debug_assert_eq!(
             self.parser.have, 0,
             "{:?}: a send ends inside a reply header",
+            self.conn
+        );
+        for c in &out[first..] {
+            self.queued += u64::from(c.bytes);
+            self.in_port.push_back(*c);
+        }
+    }
+
+    /// An NVMe/TCP queue's send: only its first PDU (or the part of one it
+    /// holds) goes on the port, and the send completes with it, as a short
+    /// send. The engine may put other PDUs (R2Ts, completions) before the
+    /// rest of what it posted, and here the stream follows its order.
+    fn post_pdu(&mut self, iovs: &[libc::iovec], out: &mut Vec<Chunk>) {
+        debug_assert_eq!(
+            self.queued, self.reported,
+            "{:?}: a PDU not yet reported",
+            self.conn
+        );
+        let Some(q) = self.nvme.as_deref_mut() else {
+            return;
+        };
+        let first = out.len();
+        for v in iovs {
+            // SAFETY: each iovec covers iov_len readable bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
+            if let Err(e) = q.parse_one(bytes, out) {
+                debug_assert!(false, "{:?}: {e}", self.conn);
+            }
+            if out.len() > first {
+                break;
+            }
+        }
+        if out.len() == first {
+            q.flush_part(out);
+        }
+        debug_assert!(
+            q.between_headers(),
+            "{:?}: a send ends inside a PDU header",
             self.conn
         );
         for c in &out[first..] {
@@ -335,6 +392,7 @@ impl Sock {
                     cookie,
                     bytes: p.pending,
                     last: true,
+                    nvme: None,
                 });
                 p.pending = 0;
             }
@@ -383,6 +441,7 @@ mod tests {
             cookie,
             bytes,
             last,
+            nvme: None,
         }
     }
 

@@ -47,6 +47,8 @@ pub struct Target {
     /// The ports' capacities, which the pacers know (a port's step
     /// changes it).
     pub ports: Arc<PortLoad>,
+    /// Each export's NVMe subsystem NQN, in catalog order.
+    nqns: Vec<String>,
 }
 
 impl Target {
@@ -63,6 +65,7 @@ impl Target {
         let tenants = run.pacing.tenants.len().max(1);
         let delay_us = limits.map_or(0, |l| l.engine_delay_us);
         let catalog = Arc::new(catalog(sc, run, devs.len(), tenants, delay_us));
+        let nqns = nqns(devs.len(), tenants);
         let pool = SharedPool::new(catalog_buffers(sc, run).pool())
             // Scenario validation checks the buffer size and count.
             .unwrap_or_else(|e| panic!("scenario {}: buffer pool: {e}", sc.name));
@@ -116,7 +119,14 @@ impl Target {
             tenants,
             qos,
             ports,
+            nqns,
         }
+    }
+
+    /// The NVMe subsystem NQN of `export_name(device, tenant)` (as
+    /// [`Target::export`] picks the tenant).
+    pub fn nqn(&self, device: usize, tenant: usize) -> &str {
+        &self.nqns[device * self.tenants + tenant.min(self.tenants - 1)]
     }
 
     /// The export serving `device` to `tenant` (one past the run's last is
@@ -143,6 +153,30 @@ impl Target {
 
 fn export_name(device: usize, tenant: usize) -> String {
     format!("d{device}.t{tenant}")
+}
+
+/// The exports' configs, in catalog order: one per (device, tenant).
+fn export_configs(devices: usize, tenants: usize) -> Vec<ExportConfig> {
+    (0..devices)
+        .flat_map(|d| (0..tenants).map(move |t| (d, t)))
+        .map(|(d, t)| ExportConfig {
+            name: export_name(d, t),
+            bdev: format!("d{d}"),
+            read_only: false,
+            description: String::new(),
+            allow: None,
+            read_only_for: Vec::new(),
+            nqn: None,
+            dirty_bitmaps: Vec::new(),
+            dirty_granularity: None,
+            dirty_bitmap_file: None,
+        })
+        .collect()
+}
+
+fn nqns(devices: usize, tenants: usize) -> Vec<String> {
+    let exports = export_configs(devices, tenants);
+    exports.iter().map(|e| e.subsystem_nqn()).collect()
 }
 
 /// The pool's settings: the target's, as a run overrides them, and the
@@ -177,21 +211,7 @@ fn catalog(
     delay_us: u64,
 ) -> Catalog {
     let bdevs = (0..devices).flat_map(|d| bdevs(d, delay_us)).collect();
-    let exports = (0..devices)
-        .flat_map(|d| (0..tenants).map(move |t| (d, t)))
-        .map(|(d, t)| ExportConfig {
-            name: export_name(d, t),
-            bdev: format!("d{d}"),
-            read_only: false,
-            description: String::new(),
-            allow: None,
-            read_only_for: Vec::new(),
-            nqn: None,
-            dirty_bitmaps: Vec::new(),
-            dirty_granularity: None,
-            dirty_bitmap_file: None,
-        })
-        .collect();
+    let exports = export_configs(devices, tenants);
     let mut pacing = run.pacing.clone();
     for (t, tenant) in pacing.tenants.iter_mut().enumerate() {
         tenant.exports = (0..devices).map(|d| export_name(d, t)).collect();
@@ -215,7 +235,15 @@ fn catalog(
         bdevs,
     };
     // Null bdevs of a fixed size and generated names cannot fail to build.
-    Catalog::build(&loaded).unwrap_or_else(|e| panic!("scenario {}: catalog: {e}", sc.name))
+    let mut catalog =
+        Catalog::build(&loaded).unwrap_or_else(|e| panic!("scenario {}: catalog: {e}", sc.name));
+    // NVMe/TCP hosts: each export is a subsystem, as the server serves it.
+    if sc.speaks_nvme(run) {
+        let b = &loaded.config.buffers;
+        let pool_bytes = u64::from(b.num_shared_buffers) * b.buffer_size.0;
+        catalog.nvme = Some(server::nvmf::target(&[], &loaded, &catalog, pool_bytes));
+    }
+    catalog
 }
 
 /// Device `d`'s bdev `d{d}`: null, or a delay layer over a null one.

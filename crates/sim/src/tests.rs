@@ -53,6 +53,7 @@ fn run(mode: Mode) -> RunConfig {
         bssplit: None,
         qos: None,
         seed_rows: vec![],
+        protocol: None,
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use config::{from_toml, locate, read_text, ConfigError, DEFAULT_MAX_REQUEST_BYTES};
 
-use crate::scenario::{HostGroup, RunConfig, Scenario};
+use crate::scenario::{HostGroup, Protocol, RunConfig, Scenario};
 
 /// Reads, parses and validates the scenario at `path`.
 pub fn load(path: &str) -> Result<Scenario, ConfigError> {
@@ -303,6 +303,14 @@ impl Check<'_> {
                     "a {most}-byte IO of hosts[{h}] needs {needs} buffers, the pool has {total}"
                 )
             })?;
+            if r.protocol.unwrap_or(g.protocol) == Protocol::NvmeTcp {
+                // The target's MDTS: a quarter of the pool, at most 1 MiB.
+                let pool = u64::from(total) * u64::from(sc.target.buffer_size);
+                let mdts = server::nvmf::max_transfer(DEFAULT_MAX_REQUEST_BYTES, pool);
+                self.ensure(most <= mdts, at("num_shared_buffers"), || {
+                    format!("a {most}-byte IO of NVMe/TCP hosts[{h}] is past the target's MDTS, {mdts} bytes with {total} buffers")
+                })?;
+            }
         }
         Ok(())
     }

@@ -344,9 +344,20 @@ impl Pdu<'_> {
 /// Appends a C2HData header for `len` bytes of data the sender gathers from
 /// elsewhere (then, with data digests, `crc32c` of that data).
 pub fn encode_c2h_data_head(out: &mut Vec<u8>, framing: Framing, hdr: DataHdr, len: usize) {
+    encode_data_head(out, framing, Pdu::C2HData(hdr, &[]), len);
+}
+
+/// Appends an H2CData header for `len` bytes of data a host sends from
+/// elsewhere: the host's side of [`encode_c2h_data_head`].
+pub fn encode_h2c_data_head(out: &mut Vec<u8>, framing: Framing, hdr: DataHdr, len: usize) {
+    encode_data_head(out, framing, Pdu::H2CData(hdr, &[]), len);
+}
+
+/// A data PDU's head (`pdu` with empty data) for `len` bytes of data.
+fn encode_data_head(out: &mut Vec<u8>, framing: Framing, pdu: Pdu<'_>, len: usize) {
     // The data slice only gives DATAL; an empty one stands in for it here.
     let start = out.len();
-    Pdu::C2HData(hdr, &[]).encode_head(out, framing, len);
+    pdu.encode_head(out, framing, len);
     let datal = (len as u32).to_le_bytes();
     out[start + 16..start + 20].copy_from_slice(&datal);
     if framing.digests.header {

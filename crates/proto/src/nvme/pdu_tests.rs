@@ -106,6 +106,14 @@ fn c2h_head_matches_whole_encoding() {
     encode_c2h_data_head(&mut head, f, h, data.len());
     assert_eq!(&whole[..head.len()], &head[..]);
     assert_eq!(head.len(), 32); // 24 + 4 digest, aligned to 16 bytes
+    let h2c = DataHdr {
+        success: false,
+        ..h
+    };
+    let whole = enc(&Pdu::H2CData(h2c, &data), f);
+    head.clear();
+    encode_h2c_data_head(&mut head, f, h2c, data.len());
+    assert_eq!(&whole[..head.len()], &head[..], "the host's side");
 }
 
 #[test]

@@ -24,7 +24,7 @@ use super::conn::{Conn, EndReason, Input, Life, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
-use super::nvme_conn::{NvmeConn, Waiting};
+use super::nvme_conn::{Connect, NvmeConn, Waiting, QID_IN_USE, QID_RECHECK, QID_WAIT};
 use super::slot::{ReplyStyle, ReqOrigin};
 use super::slots::Slots;
 use super::states::ReqStage;
@@ -119,7 +119,20 @@ impl NvmeFront {
         io: &mut IoPath,
     ) -> Next {
         match a {
-            QAction::Connect { cid, sqe, data } => self.connect(id, cid, &sqe, &data, conns, io),
+            QAction::Connect { cid, sqe, data } => {
+                let since = io.now;
+                self.connect(
+                    id,
+                    Connect {
+                        since,
+                        cid,
+                        sqe,
+                        data,
+                    },
+                    conns,
+                    io,
+                )
+            }
             QAction::Admin { cid, cntlid, sqe } => {
                 let now = io.now;
                 let Some(t) = io.catalog.nvme.as_ref() else {
@@ -168,16 +181,10 @@ impl NvmeFront {
     }
 
     /// Fabrics Connect: the target decides, with the export's allow rules
-    /// for the host NQN; the connection becomes a flow of that host.
-    fn connect(
-        &self,
-        id: ConnId,
-        cid: u16,
-        sqe: &proto::nvme::Sqe,
-        data: &[u8],
-        conns: &mut Conns,
-        io: &mut IoPath,
-    ) {
+    /// for the host NQN; the connection becomes a flow of that host. An
+    /// I/O queue's QID in use is checked again until `QID_WAIT` after the
+    /// Connect came.
+    fn connect(&mut self, id: ConnId, cmd: Connect, conns: &mut Conns, io: &mut IoPath) {
         let now = io.now;
         let Some(c) = conns.get_mut(id) else {
             return;
@@ -198,7 +205,7 @@ impl NvmeFront {
         let Ok(mut target) = t.target.lock() else {
             return;
         };
-        let r = target.connect_with(sqe, data, now, &allowed);
+        let r = target.connect_with(&cmd.sqe, &cmd.data, now, &allowed);
         let host = match &r {
             Ok(b) => target.controller(b.cntlid).map(|ct| host_id(&ct.hostnqn)),
             Err(_) => None,
@@ -207,6 +214,12 @@ impl NvmeFront {
         let peer = c.peer.clone();
         let flow = c.flow;
         let Some(n) = nvme_of(c) else { return };
+        let io_queue = cmd.sqe.cdw(10) >> 16 != 0;
+        if io_queue && now < cmd.since + QID_WAIT && matches!(r, Err((_, QID_IN_USE))) {
+            n.recheck = Some(cmd);
+            self.check_at = self.check_at.min(now + QID_RECHECK);
+            return;
+        }
         match &r {
             Ok(b) => {
                 let export = b.subsys.and_then(|s| u16::try_from(s).ok());
@@ -218,7 +231,27 @@ impl NvmeFront {
                 tracing::info!(reactor = self.reactor, peer = %peer, status = ?s, dw0, "nvme/tcp: connect refused");
             }
         }
-        n.queue.connected(cid, r);
+        n.queue.connected(cmd.cid, r);
+    }
+
+    /// Connects whose QID was in use are decided again: the old queue's
+    /// close came meanwhile, or they wait on (refused after `QID_WAIT`).
+    fn rechecks(&mut self, conns: &mut Conns, io: &mut IoPath) {
+        let mut due = Vec::new();
+        for c in conns.iter_mut() {
+            let Phase::Nvme(n) = &mut c.phase else {
+                continue;
+            };
+            if c.life == Life::Open {
+                if let Some(cmd) = n.recheck.take() {
+                    due.push((c.id, cmd));
+                }
+            }
+        }
+        for (id, cmd) in due {
+            self.connect(id, cmd, conns, io);
+            io.touched.push(id);
+        }
     }
 
     /// The next waiting command's request, given a slot, if a slot is free
@@ -427,6 +460,7 @@ impl NvmeFront {
         n.queue.abort_all();
         n.waiting.clear();
         n.slots.clear();
+        n.recheck = None;
         let bound = n.bound.take();
         slots.waiters.retain(|&w| w != id);
         if let (Some((cntlid, qid, _)), Some(t)) = (bound, io.catalog.nvme.as_ref()) {
@@ -438,13 +472,15 @@ impl NvmeFront {
 
     /// Every `CHECK_EVERY`: the controllers' keep-alive timers run, and
     /// queues whose controller (or IO queue) is gone close.
+    /// Connects waiting for a QID are decided again first.
     /// None when it is not time yet (or there is no target).
-    pub fn tick(&mut self, conns: &mut Conns, io: &IoPath) -> Option<Vec<ConnId>> {
+    pub fn tick(&mut self, conns: &mut Conns, io: &mut IoPath) -> Option<Vec<ConnId>> {
         if self.open == 0 || io.now < self.check_at {
             return None;
         }
         self.check_at = io.now + CHECK_EVERY;
         let t = io.catalog.nvme.clone()?;
+        self.rechecks(conns, io);
         let mut target = t.target.lock().ok()?;
         target.tick(io.now);
         // Each engine checks its own queues below; the list is not needed.

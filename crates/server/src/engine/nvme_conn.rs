@@ -5,9 +5,28 @@
 use std::collections::{HashMap, VecDeque};
 
 use proto::nvme::queue::{DevOp, Queue};
+use proto::nvme::Sqe;
 
 use super::ids::ReqId;
 use crate::exports::Catalog;
+
+/// An I/O queue's Connect naming a QID still in use is checked again every
+/// `QID_RECHECK` for up to `QID_WAIT` (SPDK's target checks once, after
+/// 1 ms): a host reuses a QID as soon as it drops the queue, and the old
+/// queue's close may reach another reactor after the new Connect (17 ms
+/// later in a loaded debug build).
+pub(super) const QID_RECHECK: pace::Nanos = 1_000_000;
+pub(super) const QID_WAIT: pace::Nanos = 100_000_000;
+/// Connect's dword 0 for a QID out of range or in use: the field's offset.
+pub(super) const QID_IN_USE: u32 = 42;
+
+/// A Fabrics Connect command: when it came, its command id, SQE and data.
+pub(super) struct Connect {
+    pub since: pace::Nanos,
+    pub cid: u16,
+    pub sqe: Sqe,
+    pub data: Vec<u8>,
+}
 
 /// One NVMe/TCP connection (one queue of a controller).
 pub struct NvmeConn {
@@ -20,6 +39,8 @@ pub struct NvmeConn {
     /// Commands waiting for a slot or for the connection's share of the
     /// pool, in arrival order.
     pub(super) waiting: VecDeque<Waiting>,
+    /// A Connect whose QID was in use, decided again at the next check.
+    pub(super) recheck: Option<Connect>,
 }
 
 /// A command that needs a request slot.
@@ -43,6 +64,7 @@ impl NvmeConn {
             bound: None,
             slots: HashMap::new(),
             waiting: VecDeque::new(),
+            recheck: None,
         }
     }
 

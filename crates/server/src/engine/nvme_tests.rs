@@ -11,6 +11,7 @@ use proto::nvme::decode::{Decoded, Decoder, Role};
 use proto::nvme::pdu::{DataHdr, Digests, Framing, IcReq, Pdu};
 
 use super::fake::{Net, BUF_SIZE, TIMEOUTS};
+use super::nvme_conn::{QID_IN_USE, QID_RECHECK, QID_WAIT};
 use super::*;
 
 const NQN: &str = "nqn.2026-11.io.iopace:default";
@@ -356,4 +357,69 @@ fn nvme_writes_and_write_zeroes_mark_the_exports_dirty_bitmap() {
         (956 * k, 0),
     ];
     assert_eq!(b.extents(0, 1 << 20), want);
+}
+
+#[test]
+fn an_r2t_waits_for_the_end_of_a_read_reply_a_short_send_cut() {
+    // A READ's C2HData is on its way out when a WRITE's R2T is written: the
+    // send comes back short, inside the C2HData's data. The R2T must go
+    // after the rest of that PDU, not into the middle of it.
+    let mut net = nvme_net("auto", 64);
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::READ, 8, 0, 16384), &[]));
+    net.deliver(q.conn, usize::MAX);
+    while !net.ios.is_empty() {
+        net.complete_io(0);
+    }
+    q.send(
+        &mut net,
+        Pdu::CapsuleCmd(rw(io::WRITE, 9, 65536, 8192), &[]),
+    );
+    net.deliver(q.conn, usize::MAX);
+    net.advance(1_000);
+    assert!(net.take_sent(q.conn, 100), "the READ's reply was posted");
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    let types: Vec<u8> = got.iter().map(|p| p.0).collect();
+    assert_eq!(types, [7, 9], "the whole C2HData, then the R2T");
+    assert_eq!(got[0].1.len(), 24 + 16384);
+}
+
+#[test]
+fn a_qid_reused_before_its_old_queue_closed_is_checked_again() {
+    // A host drops I/O queue 1 and connects a new one with the same QID;
+    // the new Connect comes before the old queue's close (on another
+    // reactor, in a real target). It waits for that close.
+    let mut net = nvme_net("auto", 64);
+    let (_a, old) = io_queue(&mut net);
+    let mut again = Host::open(&mut net);
+    let (s, d) = connect_cmd(1, 1);
+    again.send(&mut net, Pdu::CapsuleCmd(s, &d));
+    net.run_to_quiet();
+    assert!(again.drain(&net).is_empty(), "no answer yet");
+    net.clients.get_mut(&old.conn).expect("client").eof = true;
+    net.run_to_quiet();
+    net.advance(QID_RECHECK);
+    net.run_to_quiet();
+    assert_eq!(resps(&again.drain(&net)), [(1, 0, 1)], "connected");
+    // A QID that stays in use is refused once the wait is over.
+    let mut third = Host::open(&mut net);
+    third.send(&mut net, Pdu::CapsuleCmd(s, &d));
+    net.run_to_quiet();
+    net.advance(QID_WAIT / 2);
+    net.run_to_quiet();
+    assert!(third.drain(&net).is_empty(), "still waiting");
+    net.advance(QID_WAIT / 2);
+    net.run_to_quiet();
+    let refused = (1, 0x182, QID_IN_USE);
+    assert_eq!(
+        resps(&third.drain(&net)),
+        [refused],
+        "Connect Invalid Parameters, QID"
+    );
+    assert_eq!(
+        net.engine.conns_open(),
+        3,
+        "the admin queue and two I/O queues"
+    );
 }

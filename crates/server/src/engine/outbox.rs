@@ -61,7 +61,10 @@ impl Outbox {
     /// kept in place until the send completes.
     pub fn next_msg(&mut self, reqs: &[Req], buf_size: u32) -> Option<*const libc::msghdr> {
         self.iov.clear();
-        if self.has_raw() {
+        // Raw bytes (the handshake's, NVMe/TCP's R2Ts and completions) go
+        // between replies, never into one a short send cut.
+        let raw = !self.raw_sending.is_empty() || !self.raw.is_empty() && self.skip == 0;
+        if raw {
             if self.raw_sending.is_empty() {
                 std::mem::swap(&mut self.raw, &mut self.raw_sending);
             }

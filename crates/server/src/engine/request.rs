@@ -562,7 +562,7 @@ impl Engine {
     /// Every 100 ms: the controllers' keep-alive timers run, and queues
     /// whose controller (or IO queue) is gone close.
     pub(super) fn nvme_tick(&mut self) {
-        let Some(gone) = self.nvme.tick(&mut self.conns, &self.io) else {
+        let Some(gone) = self.nvme.tick(&mut self.conns, &mut self.io) else {
             return;
         };
         for id in gone {

@@ -71,17 +71,23 @@ pub fn target(
     catalog: &Catalog,
     pool_bytes: u64,
 ) -> Arc<NvmeTarget> {
-    let fit = u32::try_from(pool_bytes / 4).unwrap_or(u32::MAX);
-    let max = loaded.max_request_bytes().min(fit).clamp(4096, 1 << 20);
     let limits = Limits {
-        // A power of two of 4 KiB pages (MDTS).
-        max_transfer: 1 << max.ilog2(),
+        max_transfer: max_transfer(loaded.max_request_bytes(), pool_bytes),
         ..Limits::default()
     };
     let target = Target::new(subsystems(loaded, catalog), listeners(listeners_), limits);
     Arc::new(NvmeTarget {
         target: Mutex::new(target),
     })
+}
+
+/// The transfer limit (MDTS) for requests of at most `max_request` bytes
+/// over a pool of `pool_bytes`: a power of two of 4 KiB pages, at most
+/// 1 MiB and what a quarter of the pool holds.
+pub fn max_transfer(max_request: u32, pool_bytes: u64) -> u32 {
+    let fit = u32::try_from(pool_bytes / 4).unwrap_or(u32::MAX);
+    let max = max_request.min(fit).clamp(4096, 1 << 20);
+    1 << max.ilog2()
 }
 
 /// Resolves an `ADDR:PORT` (for messages and tests).

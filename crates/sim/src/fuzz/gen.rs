@@ -16,6 +16,9 @@ const PAYLOAD: f64 = 0.924;
 const RTTS_US: [f64; 8] = [10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0];
 const SIZES: [u32; 7] = [4096, 8192, 16384, 65536, 131072, 262144, 1 << 20];
 const QDS: [u32; 10] = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096];
+/// Share of host groups that speak NVMe/TCP, and their stream's key.
+const NVME_SHARE: f64 = 0.15;
+const NVME_STREAM: u64 = 0x6e76_6d65_2d74_6370;
 /// Outstanding IOs a case may hold in all: keeps a case's run short.
 const MAX_OUTSTANDING: u32 = 16384;
 
@@ -54,6 +57,9 @@ pub fn case(seed: u64, index: u64) -> String {
     }
     let (drive_groups, slowest_us) = devices(&mut r, &mut body);
     let qd1 = tenants >= 2 && r.gen_bool(0.3);
+    // The protocol comes from a stream of its own, so a case whose groups
+    // all speak NBD is the case this seed drew before NVMe/TCP hosts.
+    let mut nvme = rng(seed ^ NVME_STREAM, index);
     let mut longest_rtt = 100.0f64;
     for (g, &count) in host_counts.iter().enumerate() {
         let tenant = if tenants == 0 { 0 } else { g % tenants };
@@ -63,6 +69,7 @@ pub fn case(seed: u64, index: u64) -> String {
             ports,
             tenant,
             lone_qd1: qd1 && g == 0,
+            nvme_tcp: nvme.gen_bool(NVME_SHARE),
         };
         longest_rtt = longest_rtt.max(host_group(&mut r, &mut body, &at));
     }
@@ -147,6 +154,7 @@ struct Group<'a> {
     ports: usize,
     tenant: usize,
     lone_qd1: bool,
+    nvme_tcp: bool,
 }
 
 fn pick<T: Copy>(r: &mut SmallRng, from: &[T]) -> T {
@@ -247,6 +255,7 @@ fn host_group(r: &mut SmallRng, s: &mut String, g: &Group) -> f64 {
         ports,
         tenant,
         lone_qd1,
+        nvme_tcp,
     } = *g;
     let sizes: Vec<u32> = (0..pick(r, &[1usize, 1, 2, 3]))
         .map(|_| pick(r, &SIZES))
@@ -268,6 +277,9 @@ fn host_group(r: &mut SmallRng, s: &mut String, g: &Group) -> f64 {
     );
     if lone_qd1 {
         s.push_str("fixed_qd = 1\n");
+    }
+    if nvme_tcp {
+        s.push_str("protocol = \"nvme-tcp\"\n");
     }
     if r.gen_bool(0.6) {
         let _ = writeln!(s, "link_gbps = {:.1}", pick(r, &SPEEDS) * PAYLOAD);

@@ -22,7 +22,7 @@ use pace::pacer::IoKind;
 
 use crate::devices::Dev;
 use crate::hosts::{self, Host};
-use crate::scenario::{DeviceKind, RunConfig, Scenario};
+use crate::scenario::{DeviceKind, Protocol, RunConfig, Scenario};
 
 /// The oracle's answer for one run at one QD.
 #[derive(Debug, Clone)]
@@ -177,6 +177,20 @@ fn mean_bytes(h: &Host) -> f64 {
     mix(h).iter().map(|(b, s, _)| f64::from(*b) * s).sum()
 }
 
+/// The share of an NVMe/TCP host's IOs that wait a round trip more, for
+/// their R2T: writes past what a capsule carries (the target's IOCCSZ).
+fn r2t_share(h: &Host) -> f64 {
+    if h.protocol != Protocol::NvmeTcp {
+        return 0.0;
+    }
+    let in_capsule = proto::nvme::ctrl::Limits::default().in_capsule;
+    mix(h)
+        .iter()
+        .filter(|(b, _, kind)| *kind == IoKind::Write && *b > in_capsule)
+        .map(|m| m.1)
+        .sum()
+}
+
 impl World<'_> {
     /// The host link's payload rate, bytes/s (`None`: as fast as its port).
     fn link_bps(&self, h: &Host) -> Option<f64> {
@@ -212,8 +226,9 @@ impl World<'_> {
         }
     }
 
-    /// A host's unloaded round trip for its mean IO, seconds: the RTT, the
-    /// device, and the payload crossing the slower of its link and port.
+    /// A host's unloaded round trip for its mean IO, seconds: the RTT (and
+    /// another for an NVMe/TCP write's R2T), the device, and the payload
+    /// crossing the slower of its link and port.
     fn round_trip(&self, h: &Host) -> f64 {
         let devices = h.devices.len().max(1) as f64;
         let device: f64 = h
@@ -222,7 +237,8 @@ impl World<'_> {
             .map(|&(d, _)| self.device_ns(h, d).1)
             .sum::<f64>()
             / devices;
-        h.rtt as f64 / 1e9 + device / 1e9 + mean_bytes(h) / self.wire_bps(h)
+        let rtt = h.rtt as f64 / 1e9 * (1.0 + r2t_share(h));
+        rtt + device / 1e9 + mean_bytes(h) / self.wire_bps(h)
     }
 
     /// The progressive-filling problem: constraints are, in order, each

@@ -40,6 +40,12 @@ impl<'a> Sim<'a> {
             drain_timeout: plan.drain_timeout,
             engine_delay_us: plan.engine_delay_us,
         };
+        // Faults reconnect and close NBD connections only.
+        debug_assert!(
+            !sc.speaks_nvme(run),
+            "{}: faults with NVMe/TCP hosts",
+            sc.name
+        );
         let mut sim = Sim::build(sc, run, qd, Some(limits));
         let faults = Faults::new(plan, sim.hosts.len(), sim.target.engines.len());
         sim.faults = Some(Box::new(faults));

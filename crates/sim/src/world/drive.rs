@@ -8,6 +8,7 @@ use server::engine::{Action, ConnId, Input, IoToken, Received, Sent, TlsOutcome}
 
 use super::{Dir, Ev, Sim};
 use crate::hosts::{self, Dial};
+use crate::scenario::Protocol;
 use crate::socket::{send_len, Feed, Sock};
 
 impl Sim<'_> {
@@ -15,6 +16,9 @@ impl Sim<'_> {
     /// runs to its end at once (its round trips are not simulated).
     /// Returns its socket.
     pub(super) fn connect(&mut self, dial: Dial) -> usize {
+        if self.hosts[dial.host].protocol == Protocol::NvmeTcp {
+            return self.connect_nvme(dial);
+        }
         let r = dial.reactor;
         let tenant = self.hosts[dial.host].tenant;
         let export = self.target.export(dial.device, tenant);
@@ -160,7 +164,10 @@ impl Sim<'_> {
     fn post_send(&mut self, r: usize, conn: ConnId, msg: *const libc::msghdr) {
         let s = self.sock(r, conn);
         if !self.socks[s].negotiated {
-            let n = send_len(msg);
+            let n = match self.socks[s].setup_rx.is_some() {
+                true => self.socks[s].capture(msg),
+                false => send_len(msg),
+            };
             self.sent(r, conn, Sent::Bytes(n));
             return;
         }
@@ -200,9 +207,13 @@ impl Sim<'_> {
             return; // its send failed meanwhile
         }
         let (chunk, sent) = self.socks[s].carried();
-        if let Some(c) = chunk.filter(|c| c.last) {
-            let rtt = self.hosts[self.socks[s].host].rtt;
-            self.at(link_done + rtt / 2, Ev::Reply(c.cookie as u32));
+        if let Some(c) = chunk {
+            let at = link_done + self.hosts[self.socks[s].host].rtt / 2;
+            match c.nvme {
+                Some(mark) => self.nvme_mark(s, c.cookie as u16, mark, at),
+                None if c.last => self.at(at, Ev::Reply(c.cookie as u32)),
+                None => {}
+            }
         }
         if let Some(n) = sent {
             let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);

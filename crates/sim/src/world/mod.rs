@@ -6,8 +6,9 @@
 //! Everything around it is simulated:
 //!
 //! - Hosts keep `qd` IOs outstanding each, to devices chosen at random,
-//!   writing NBD request headers (and WRITE payloads) into their
-//!   connections ([`crate::hosts`], [`crate::socket`]). A header reaches
+//!   writing NBD request headers or NVMe/TCP capsules (and WRITE payloads)
+//!   into their connections ([`crate::hosts`], [`crate::socket`],
+//!   `nvme.rs`). A header reaches
 //!   the target half an RTT after it is sent; a payload crosses the host's
 //!   link and the port's ingress only into a recv the engine has posted.
 //! - The engine's sends leave on the host's port, which shares its bytes
@@ -33,6 +34,7 @@ use server::engine::{Action, IoToken};
 mod checks;
 mod drive;
 mod faults;
+mod nvme;
 mod report;
 
 pub use checks::{FaultOutcome, HANG_NS};
@@ -75,6 +77,9 @@ enum Ev {
     /// IO `id`'s reply reached its host.
     Reply(u32),
     Rate(u32),
+    /// An R2T reached its host: socket, command id, transfer tag, offset
+    /// and length of the data asked for.
+    R2t(u32, u16, u16, u32, u32),
     /// An injected fault, or what follows one (`iopace sim --faults`).
     Fault(faults::FaultEv),
 }
@@ -89,6 +94,9 @@ pub(crate) struct Io {
     pub live: bool,
     /// The socket it went on.
     sock: u32,
+    /// Its byte offset, and on an NVMe/TCP queue its command id.
+    offset: u64,
+    cid: u16,
 }
 
 pub(crate) struct Sim<'a> {
@@ -129,6 +137,10 @@ pub(crate) struct Sim<'a> {
     unaudited: Vec<bool>,
     /// Faults injected, and the checks after each event (`--faults`).
     faults: Option<Box<faults::Faults>>,
+    /// What NVMe/TCP hosts found wrong in the target's PDUs (none).
+    pub nvme_errors: Vec<String>,
+    /// Hosts issue no new IOs (a test's wind-down).
+    pub quiesce: bool,
 }
 
 /// One direction of every target port, each host a flow on its own.
@@ -204,9 +216,17 @@ impl<'a> Sim<'a> {
             moved: vec![(0, 0); reactors],
             unaudited: vec![false; reactors],
             faults: None,
+            nvme_errors: Vec::new(),
+            quiesce: false,
         };
-        for d in dials {
-            sim.connect(d);
+        // A host's devices name their dials; each becomes the socket its
+        // IOs go on (an NVMe/TCP host's admin queues have sockets too).
+        for (k, d) in dials.into_iter().enumerate() {
+            let host = d.host;
+            let s = sim.connect(d);
+            for dev in sim.hosts[host].devices.iter_mut().filter(|dev| dev.1 == k) {
+                dev.1 = s;
+            }
         }
         sim
     }
@@ -251,6 +271,8 @@ impl<'a> Sim<'a> {
             issued: self.now,
             live: true,
             sock: sock as u32,
+            offset,
+            cid: 0,
         };
         let id = match self.free_ios.pop() {
             Some(i) => {
@@ -263,6 +285,10 @@ impl<'a> Sim<'a> {
             }
         };
         self.issued += 1;
+        if self.socks[sock].nvme.is_some() {
+            self.nvme_send(id);
+            return;
+        }
         let header = hosts::request(read, u64::from(id), offset, bytes);
         let payload = if read { 0 } else { bytes };
         self.socks[sock].send_in(arrive, header, payload);
@@ -320,6 +346,9 @@ impl<'a> Sim<'a> {
         let io = std::mem::take(&mut self.ios[id as usize]);
         debug_assert!(io.live);
         self.free_ios.push(id);
+        if self.socks[io.sock as usize].nvme.is_some() {
+            self.nvme_replied(io.sock as usize, io.cid);
+        }
         self.completed += 1;
         if self.measuring {
             let lat = self.now - io.issued;
@@ -334,7 +363,9 @@ impl<'a> Sim<'a> {
             }
             h.slots[slot] += u64::from(io.bytes);
         }
-        self.issue(io.host);
+        if !self.quiesce {
+            self.issue(io.host);
+        }
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -359,6 +390,7 @@ impl<'a> Sim<'a> {
                 }
             }
             Ev::Reply(id) => self.reply(id),
+            Ev::R2t(s, cid, ttag, offset, len) => self.nvme_r2t(s as usize, cid, ttag, offset, len),
             Ev::Rate(p) => {
                 if let Some((_, rate)) = self.steps[p as usize].take() {
                     self.egress[p as usize].set_rate(rate);
@@ -394,8 +426,10 @@ impl<'a> Sim<'a> {
         let warm = self.sc.warmup_ms * 1_000_000;
         let end = warm + self.sc.duration_ms * 1_000_000;
         let mut next_trace = 0;
-        while let Some(Reverse((t, _, ev))) = self.events.pop() {
+        while let Some(Reverse((t, seq, ev))) = self.events.pop() {
             if t > end {
+                // Kept for what may follow (a test's wind-down).
+                self.events.push(Reverse((t, seq, ev)));
                 break;
             }
             if !self.measuring && t >= warm {

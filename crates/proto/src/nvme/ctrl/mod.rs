@@ -97,7 +97,7 @@ pub struct Limits {
     pub max_io_queues: u16,
     /// Most entries of an IO queue (CAP.MQES + 1).
     pub max_queue_size: u16,
-    /// Most entries of the admin queue.
+    /// Most entries of the admin queue (the discovery log's ASQSZ).
     pub max_admin_queue_size: u16,
     /// Most bytes one command transfers (MDTS, a power of two times 4 KiB).
     pub max_transfer: u32,
@@ -114,7 +114,12 @@ impl Default for Limits {
         Limits {
             max_io_queues: 64,
             max_queue_size: 128,
-            max_admin_queue_size: 32,
+            // The spec's largest (ASQS is 12 bits, 0's based) and SPDK's
+            // target's `max_aq_depth` ceiling; it defaults to 128. Entries
+            // cost nothing until used, and an admin command completes at
+            // once (Async Event Requests, the only ones held, are capped by
+            // AERL).
+            max_admin_queue_size: MAX_ADMIN_QUEUE,
             max_transfer: 1 << 20,
             in_capsule: 8192,
             maxh2cdata: 128 << 10,
@@ -130,6 +135,9 @@ pub const MAX_AERS: usize = 4;
 /// Abort commands a controller takes at once (Identify's ACL, 0's based,
 /// is this less one). An Abort completes at once, so none is ever waiting.
 pub const MAX_ABORTS: u8 = 4;
+
+/// The most entries an admin queue may have (NVMe: ASQS, 12 bits).
+pub const MAX_ADMIN_QUEUE: u16 = 4096;
 
 /// The admin queue's in-capsule data limit the transport guarantees.
 pub const ADMIN_IN_CAPSULE: u32 = 8192;

@@ -172,8 +172,14 @@ pub fn changed_namespaces(ids: &[u32]) -> Vec<u8> {
 }
 
 /// Discovery log page: a 1024-byte header, then one 1024-byte entry per
-/// subsystem the host may see, per listener.
-pub fn discovery_log(subs: &[&Subsystem], listeners: &[Listener], genctr: u64) -> Vec<u8> {
+/// subsystem the host may see, per listener; `asqsz`: the most entries of
+/// an admin queue.
+pub fn discovery_log(
+    subs: &[&Subsystem],
+    listeners: &[Listener],
+    genctr: u64,
+    asqsz: u16,
+) -> Vec<u8> {
     let n = subs.len() * listeners.len();
     let mut b = vec![0u8; 1024 * (1 + n)];
     put(&mut b, 0, &genctr.to_le_bytes());
@@ -188,7 +194,7 @@ pub fn discovery_log(subs: &[&Subsystem], listeners: &[Listener], genctr: u64) -
             e[3] = 0b10; // TREQ: secure channel not required
             put(e, 4, &(port as u16).to_le_bytes()); // PORTID
             put(e, 6, &0xFFFFu16.to_le_bytes()); // CNTLID: dynamic
-            put(e, 8, &32u16.to_le_bytes()); // ASQSZ
+            put(e, 8, &asqsz.to_le_bytes()); // ASQSZ
             put_str(e, 32, 32, &l.trsvcid);
             put_nqn(e, 256, &s.nqn);
             put_str(e, 512, 256, &l.traddr);

@@ -426,6 +426,11 @@ impl Target {
                 None => AdminDone::status(Status::INVALID_NAMESPACE),
             },
             (0 | 2 | 3, _) => AdminDone::status(Status::INVALID_NAMESPACE),
+            // The NVM command set's own controller structure (CSI 0 in
+            // dword 11): SPDK hosts ask for it at every attach. All zero:
+            // no Write Zeroes, Verify or Dataset Management limit beyond
+            // MDTS, as SPDK's target answers by default.
+            (6, Some(_)) if sqe.cdw(11) >> 24 == 0 => AdminDone::data(vec![0; 4096]),
             _ => AdminDone::status(Status::INVALID_FIELD),
         }
     }
@@ -466,7 +471,8 @@ impl Target {
             .map(|c| c.hostnqn.as_str())
             .unwrap_or_default();
         let subs: Vec<&Subsystem> = self.subsystems.iter().filter(|s| s.allows(host)).collect();
-        pages::discovery_log(&subs, &self.listeners, 1)
+        let asqsz = self.limits.max_admin_queue_size;
+        pages::discovery_log(&subs, &self.listeners, 1, asqsz)
     }
 
     /// Removes every controller's state as if each admin queue closed.

@@ -209,9 +209,21 @@ impl Rig {
 
     /// Connect queue `q` (admin when qid 0); returns the completion.
     pub fn connect(&mut self, q: usize, qid: u16, cntlid: u16, subnqn: &str) -> Cqe {
+        self.connect_sized(q, qid, cntlid, subnqn, 31)
+    }
+
+    /// As `connect`, with SQSIZE `sqsize` (0's based).
+    pub fn connect_sized(
+        &mut self,
+        q: usize,
+        qid: u16,
+        cntlid: u16,
+        subnqn: &str,
+        sqsize: u16,
+    ) -> Cqe {
         let c = Connect {
             qid,
-            sqsize: 31,
+            sqsize,
             kato_ms: 0,
             hostid: *b"host-id-0123456\0",
             cntlid,

@@ -2,7 +2,7 @@
 
 use super::tests::{resp, sqe, Got, Rig, NQN};
 use crate::nvme::cmd::{admin, fctype, Cqe, Sqe, Status};
-use crate::nvme::ctrl::{Limits, DISCOVERY_NQN, MAX_AERS, VERSION};
+use crate::nvme::ctrl::{Limits, DISCOVERY_NQN, MAX_ADMIN_QUEUE, MAX_AERS, VERSION};
 use crate::nvme::pdu::Digests;
 
 fn prop_get(r: &mut Rig, q: usize, ofst: u32, eight: bool) -> Cqe {
@@ -75,6 +75,13 @@ fn identify_and_logs() {
     assert_eq!(d[77], Limits::default().mdts());
     assert_eq!(&d[768..768 + NQN.len()], NQN.as_bytes());
     assert_eq!(d[111], 1);
+    // CNS 06h, the NVM command set's controller structure (SPDK hosts ask
+    // at attach): all zero, no limits beyond MDTS. Another set: refused.
+    let (d, c) = get(&mut r, a, identify(10, 6, 0));
+    assert_eq!((c.status, d), (Status::SUCCESS, vec![0; 4096]));
+    let mut zns = identify(11, 6, 0);
+    zns.set_cdw(11, 2 << 24);
+    assert_eq!(get(&mut r, a, zns).1.status, Status::INVALID_FIELD);
     let (d, _) = get(&mut r, a, identify(3, 0, 1));
     assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), 8192);
     assert_eq!(d[130], 9); // LBADS
@@ -178,6 +185,7 @@ fn discovery_lists_what_the_host_may_see() {
     assert_eq!(&e[32..36], b"4420");
     assert_eq!(&e[256..256 + NQN.len()], NQN.as_bytes());
     assert_eq!(&e[512..521], b"127.0.0.1");
+    assert_eq!(u16::from_le_bytes([e[8], e[9]]), MAX_ADMIN_QUEUE, "ASQSZ");
     // The discovery controller has no IO queues and no namespaces.
     let (_, c) = get(&mut r, q, identify(4, 0, 1));
     assert_eq!(c.status, Status::INVALID_NAMESPACE);
@@ -280,4 +288,49 @@ fn aers_held_to_the_limit_then_aborted_reset_or_dropped() {
     r.target.queue_closed(cntlid, 0);
     assert!(r.target.controller(cntlid).is_none());
     assert!(r.target.take_events().is_empty());
+}
+
+#[test]
+fn admin_queues_up_to_4096_entries_and_none_cost_memory_idle() {
+    // SPDK's abort tool asks for QD / interval + 8 entries (40 for
+    // `abort -q 32 -a 1`); its target takes up to 4096, as the spec does.
+    let mut r = Rig::new();
+    for (sqsize, ok) in [
+        (39, true),
+        (127, true),
+        (4095, true),
+        (4096, false),
+        (0, false),
+    ] {
+        let q = r.open(Digests::default());
+        let c = r.connect_sized(q, 0, 0xFFFF, NQN, sqsize);
+        let status = if ok {
+            Status::SUCCESS
+        } else {
+            Status::CONNECT_INVALID_PARAMETERS
+        };
+        assert_eq!(c.status, status, "SQSIZE {sqsize}");
+        if !ok {
+            assert_eq!(c.result, 44, "SQSIZE {sqsize}: the field's offset");
+            continue;
+        }
+        assert_eq!(r.queues[q].bound().map(|b| b.queue_size), Some(sqsize + 1));
+        // Every admin command completes at once: a queue's worth (at most
+        // 64) in one go all come back, and it keeps no room per entry.
+        r.enable(q);
+        let n = (sqsize + 1).min(64);
+        let mut burst = Vec::new();
+        for cid in 0..n {
+            let s = Sqe::new(admin::KEEP_ALIVE, 100 + cid);
+            crate::nvme::pdu::Pdu::CapsuleCmd(s, &[])
+                .encode(&mut burst, crate::nvme::pdu::Framing::default());
+        }
+        let got = r.feed(q, &burst);
+        let done = got.iter().filter(|g| matches!(g, Got::Resp(_))).count();
+        assert_eq!(done, usize::from(n), "SQSIZE {sqsize}");
+        assert_eq!(r.queues[q].outstanding(), 0);
+        // Room for the burst that was in flight, not for the queue's size.
+        let room = r.queues[q].cmds.capacity();
+        assert!(room <= 2 * usize::from(n), "SQSIZE {sqsize}: {room}");
+    }
 }
