@@ -77,6 +77,7 @@ pub fn bind_listeners(
     ports: &WirePorts,
     files: &mut SocketFiles,
 ) -> Result<Vec<Listener>, ServeError> {
+    assert_eq!(cfg.tcp.len(), ports.tcp.len(), "one port each");
     let mut listeners = Vec::new();
     for (listener, &port) in cfg.tcp.iter().zip(&ports.tcp) {
         let addr = listener.addr();

@@ -226,6 +226,7 @@ fn bind_all(
         let target = crate::nvmf::target(&nvme_listeners, loaded, catalog, pool_bytes);
         catalog.nvme = Some(target);
     }
+    assert_eq!(nvme_listeners.len(), ports.nvme_tcp.len(), "one port each");
     let nvme = nvme_listeners
         .into_iter()
         .zip(ports.nvme_tcp.iter().copied());
