@@ -14,11 +14,10 @@ use crate::exports::{Catalog, NvmeTarget};
 use config::LoadedConfig;
 
 /// Binds every `[server] nvme_tcp` address; Err says which failed and why.
-pub fn bind(addrs: &[String]) -> Result<Vec<TcpListener>, String> {
-    let mut out = Vec::with_capacity(addrs.len());
-    for a in addrs {
-        let l = TcpListener::bind(a.as_str())
-            .map_err(|e| format!("cannot listen on nvme-tcp {a}: {e}"))?;
+pub fn bind(listeners: &[config::TcpListenerConfig]) -> Result<Vec<TcpListener>, String> {
+    let mut out = Vec::with_capacity(listeners.len());
+    for a in listeners.iter().map(config::TcpListenerConfig::addr) {
+        let l = TcpListener::bind(a).map_err(|e| format!("cannot listen on nvme-tcp {a}: {e}"))?;
         tracing::info!("listening on nvme-tcp {a}");
         out.push(l);
     }
