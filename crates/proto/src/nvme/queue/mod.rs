@@ -12,6 +12,8 @@ mod prop_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
+mod tests_abort;
+#[cfg(test)]
 mod tests_admin;
 #[cfg(test)]
 mod tests_bad;
