@@ -78,6 +78,8 @@ pub struct Target {
     events: Vec<(u16, u16, Option<AdminDone>)>,
     /// Aborts of IO commands the driver of the IO queue has not taken yet.
     io_aborts: Vec<IoAbort>,
+    /// Entries ever added to `events` and `io_aborts` (`posted`).
+    posted: u64,
 }
 
 /// An Abort of an IO command, parked until the driver of its IO queue
@@ -104,6 +106,7 @@ impl Target {
             dropped: Vec::new(),
             events: Vec::new(),
             io_aborts: Vec::new(),
+            posted: 0,
         }
     }
 
@@ -356,6 +359,7 @@ impl Target {
     /// 8) gets an async event (notice, namespace attribute changed, log
     /// 04h), unless one is already reported and its log not yet read.
     pub fn namespace_changed(&mut self, subsys: usize, nsid: u32) {
+        let mut told = Vec::new();
         for c in self.controllers.values_mut() {
             if c.subsys != Some(subsys) {
                 continue;
@@ -369,12 +373,12 @@ impl Target {
             c.ns_notice_out = true;
             let ev = 0x0004_0002; // notice, namespace attribute changed, log 04h
             match c.aers.pop() {
-                Some(cid) => {
-                    self.events
-                        .push((c.cntlid, cid, Some(AdminDone::result(u64::from(ev)))))
-                }
+                Some(cid) => told.push((c.cntlid, cid, Some(AdminDone::result(u64::from(ev))))),
                 None => c.events.push_back(ev),
             }
+        }
+        for e in told {
+            self.post_event(e);
         }
     }
 
@@ -395,7 +399,7 @@ impl Target {
                 c.connected.clear();
                 self.dropped.push(cntlid);
                 for cid in c.take_aers().into_iter().chain(c.take_aborts()) {
-                    self.events.push((cntlid, cid, None));
+                    self.post_event((cntlid, cid, None));
                 }
                 self.io_aborts.retain(|a| a.cntlid != cntlid);
             }
@@ -437,6 +441,7 @@ impl Target {
             if !c.park_abort(sqe.cid(), sqid) {
                 return AdminDone::status(Status::ABORT_LIMIT);
             }
+            self.posted += 1;
             self.io_aborts.push(IoAbort {
                 cntlid,
                 sqid,
@@ -452,7 +457,7 @@ impl Target {
             return AdminDone::result(1);
         }
         let aborted = AdminDone::status(Status::ABORT_REQUESTED);
-        self.events.push((cntlid, cid, Some(aborted)));
+        self.post_event((cntlid, cid, Some(aborted)));
         AdminDone::result(0)
     }
 
@@ -475,8 +480,20 @@ impl Target {
         };
         if c.unpark_abort(abort_cid) {
             let done = AdminDone::result(u64::from(!aborted));
-            self.events.push((cntlid, abort_cid, Some(done)));
+            self.post_event((cntlid, abort_cid, Some(done)));
         }
+    }
+
+    /// How many completions and Aborts were ever posted: a driver whose
+    /// queues live on several threads tells the others to look when this
+    /// moved (`take_events_of`, `take_io_aborts_of`).
+    pub fn posted(&self) -> u64 {
+        self.posted
+    }
+
+    fn post_event(&mut self, e: (u16, u16, Option<AdminDone>)) {
+        self.posted += 1;
+        self.events.push(e);
     }
 
     /// Parked completions and Aborts not yet taken: a driver that sees
