@@ -428,3 +428,26 @@ fn a_qid_reused_before_its_old_queue_closed_is_checked_again() {
         "the admin queue and two I/O queues"
     );
 }
+
+#[test]
+fn a_host_that_stops_mid_h2cdata_times_out_with_nothing_held() {
+    // The queue takes an H2CData PDU's data as it comes: nothing stays
+    // buffered, but the host still owes the rest; the payload timeout
+    // applies as to any PDU cut short.
+    let mut net = nvme_net("auto", 64);
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::WRITE, 3, 0, 16384), &[]));
+    net.run_to_quiet();
+    let (cid, ttag, _) = r2t_of(&q.drain(&net)[0].1);
+    let mut b = Vec::new();
+    h2c(cid, ttag, &[1; 16384]).encode(&mut b, Framing::default());
+    b.truncate(b.len() / 2);
+    net.write(q.conn, &b);
+    net.run_to_quiet();
+    assert!(!net.clients[&q.conn].closed, "waits for the rest");
+    net.advance(TIMEOUTS.payload + 1);
+    net.run_to_quiet();
+    assert!(net.clients[&q.conn].closed, "timed out");
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+}
