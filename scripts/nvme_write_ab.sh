@@ -3,7 +3,8 @@
 # core 0 (1 reactor, a 1 GiB RAM disk), spdk_nvme_perf on core 1, loopback.
 # Binaries alternate (order flipped each rep); REPS reps (default 3) of
 # RUNTIME s (default 8) per workload: 128 KiB sequential writes at QD 16,
-# without and with header and data digests (-H -I).
+# without and with header and data digests (-H -I). Each run records
+# MiB/s and the target's CPU time per GiB written.
 #
 #   scripts/nvme_write_ab.sh BIN_A BIN_B [OUT]   # OUT default bench-out/nvme-write-ab
 #
@@ -40,19 +41,27 @@ name = "default"
 bdev = "m0"
 TOML
 
-# perf LABEL NAME REP ARGS...: one run; appends "label name rep iops mibs avg_us".
+# The target's CPU time so far (utime + stime), in ms.
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$PID/stat"; }
+
+# perf LABEL NAME REP ARGS...: one run; appends "label name rep iops mibs
+# avg_us cpu_ms_per_gib" (the target's CPU time per GiB written: less
+# swayed by a loaded machine than the throughput).
 perf() {
   local label=$1 name=$2 rep=$3; shift 3
-  local log="$OUT/perf-$label-$name-$rep.txt"
+  local log="$OUT/perf-$label-$name-$rep.txt" c0 c1
+  c0=$(cpu_ms)
   "$SPDK/build/bin/spdk_nvme_perf" --no-huge -s 512 -i 9 -c 0x2 "$@" \
     -r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN" > "$log" 2>&1
-  grep '^Total' "$log" | tail -1 | awk -v t="$label" -v n="$name" -v r="$rep" -F: \
-    '{split($2, f, " "); printf "%s\t%s\t%s\t%s\t%s\t%s\n", t, n, r, f[1], f[2], f[3]}' >> "$OUT/results.tsv"
+  c1=$(cpu_ms)
+  grep '^Total' "$log" | tail -1 | awk -v t="$label" -v n="$name" -v r="$rep" -v c="$((c1 - c0))" \
+    -v s="$RUNTIME" -F: '{split($2, f, " "); gib = f[2] * s / 1024;
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%.0f\n", t, n, r, f[1], f[2], f[3], c / gib}' >> "$OUT/results.tsv"
 }
 
 exec 9>"$LOCK"
 flock -x 9
-printf 'bin\tworkload\trep\tiops\tmibs\tavg_us\n' > "$OUT/results.tsv"
+printf 'bin\tworkload\trep\tiops\tmibs\tavg_us\tcpu_ms_per_gib\n' > "$OUT/results.tsv"
 uptime > "$OUT/load.txt"
 for rep in $(seq "$REPS"); do
   order="A B"; [ $((rep % 2)) = 0 ] && order="B A"
@@ -74,6 +83,8 @@ rows = list(csv.DictReader(open(sys.argv[1]), delimiter='\t'))
 for w in sorted({r['workload'] for r in rows}):
     for b in ('A', 'B'):
         v = [float(r['mibs']) for r in rows if r['workload'] == w and r['bin'] == b]
+        c = [float(r['cpu_ms_per_gib']) for r in rows if r['workload'] == w and r['bin'] == b]
         if v:
-            print(f"{w}\t{b}\tmedian {statistics.median(v):.0f} MiB/s\t({min(v):.0f}-{max(v):.0f})")
+            print(f"{w}\t{b}\tmedian {statistics.median(v):.0f} MiB/s ({min(v):.0f}-{max(v):.0f})"
+                  f"\tCPU {statistics.median(c):.0f} ms/GiB ({min(c):.0f}-{max(c):.0f})")
 PY
