@@ -6,7 +6,7 @@
 //! (`proto::nvme`) in front of the same request life as NBD's.
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use proto::nvme::ctrl::{Limits, Listener, Namespace, Subsystem, Target};
 
@@ -75,9 +75,7 @@ pub fn target(
         ..Limits::default()
     };
     let target = Target::new(subsystems(loaded, catalog), listeners(listeners_), limits);
-    Arc::new(NvmeTarget {
-        target: Mutex::new(target),
-    })
+    Arc::new(NvmeTarget::new(target))
 }
 
 /// The transfer limit (MDTS) for requests of at most `max_request` bytes

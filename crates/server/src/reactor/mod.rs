@@ -101,6 +101,11 @@ impl Reactor {
         };
         let waker_handle = handle.clone();
         let bufs = pool.register_reactor(Box::new(move || waker_handle.wake()));
+        if let Some(t) = &catalog.nvme {
+            // Mail between engines (an Abort, an async event) wakes it.
+            let h = handle.clone();
+            t.register_waker(Box::new(move || h.wake()));
+        }
         let now = origin.elapsed().as_nanos() as Nanos;
         let pacer = settings.pacers.pacer(settings.id, now);
         let engine_settings = EngineSettings {
