@@ -22,15 +22,17 @@ fn acknowledged_writes_survive_kill_9_rounds_with_io_in_flight() {
     for round in 0..ROUNDS {
         let server = Server::start(&body);
         // fio keeps writing the upper half until the kill.
-        let mut fio = Command::new("fio")
-            .args(["--name=bg", "--ioengine=nbd", "--rw=randwrite", "--bs=64k"])
-            .args(["--iodepth=16", "--offset=32M", "--size=32M", "--time_based"])
-            .args(["--runtime=60"])
-            .arg(format!("--uri={}", server.unix_uri("default")))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("fio");
+        let fio = Reaped(
+            Command::new("fio")
+                .args(["--name=bg", "--ioengine=nbd", "--rw=randwrite", "--bs=64k"])
+                .args(["--iodepth=16", "--offset=32M", "--size=32M", "--time_based"])
+                .args(["--runtime=60"])
+                .arg(format!("--uri={}", server.unix_uri("default")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("fio"),
+        );
         let (fua, flushed) = ((round * 2) << 20, (round * 2 + 1) << 20);
         let pattern = 0x40 + round;
         let text = qemu_io(
@@ -45,8 +47,7 @@ fn acknowledged_writes_survive_kill_9_rounds_with_io_in_flight() {
         assert!(!text.to_lowercase().contains("error"), "{text}");
         std::thread::sleep(Duration::from_millis(300));
         drop(server); // SIGKILL, with fio's writes in flight
-        let _ = fio.kill();
-        let _ = fio.wait();
+        drop(fio);
         let server = Server::start(&body);
         let reads: Vec<String> = (0..=round)
             .map(|r| format!("read -P {} {} 2M", 0x40 + r, (r * 2) << 20))

@@ -59,21 +59,23 @@ fn sigterm_with_io_in_flight_drains_and_exits_0() {
         "{MALLOC_EXPORTS}\n[[bdev]]\nname = \"slow\"\nkind = \"delay\"\nbase = \"m0\"\nread_avg_us = 2000\nwrite_avg_us = 2000\n[[export]]\nname = \"slow\"\nbdev = \"slow\"\n"
     );
     let server = Server::start(&body);
-    let mut fio = Command::new("fio")
-        .args([
-            "--name=bg",
-            "--ioengine=nbd",
-            &format!("--uri={}", server.unix_uri("slow")),
-            "--rw=randrw",
-            "--bs=64k",
-            "--iodepth=32",
-            "--time_based",
-            "--runtime=30",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("fio");
+    let fio = Reaped(
+        Command::new("fio")
+            .args([
+                "--name=bg",
+                "--ioengine=nbd",
+                &format!("--uri={}", server.unix_uri("slow")),
+                "--rw=randrw",
+                "--bs=64k",
+                "--iodepth=32",
+                "--time_based",
+                "--runtime=30",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("fio"),
+    );
     std::thread::sleep(Duration::from_secs(2));
     let stats = server.rpc("get_stats");
     let in_flight: u64 = stats["reactors"]
@@ -84,8 +86,7 @@ fn sigterm_with_io_in_flight_drains_and_exits_0() {
         .sum();
     assert!(in_flight > 0, "expected IO in flight: {stats:#}");
     let (status, text) = server.stop();
-    let _ = fio.kill();
-    let _ = fio.wait();
+    drop(fio);
     assert!(status.success(), "exit {status}:\n{text}");
     // 256 large buffers and the small ones, all back.
     let (free, total) = pool_at_exit(&text);

@@ -600,3 +600,15 @@ pub fn cost_truth(cost: &str) -> Vec<(String, f64)> {
         })
         .collect()
 }
+
+/// A client process killed and reaped when dropped, so a failing test
+/// leaves no client running after it (fio with a long `--runtime` once
+/// outlived a panicked test by an hour).
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
