@@ -361,7 +361,7 @@ impl Engine {
             return;
         }
         if let Input::Payload(r) = c.input {
-            (self.slots).start_pieces(r, &mut self.conns, &mut self.io);
+            self.piece_ops().start_pieces(r);
         }
         self.process_input(id);
         // NVMe/TCP: waiting commands start, and what the queue wrote goes out.
@@ -532,7 +532,7 @@ impl Engine {
         if c.life == Life::Closing {
             if let RecvOp::Direct(r) = op {
                 // Its piece's buffer was kept for this recv; now it may go.
-                self.pieces(|s, c, p| s.abort_pieces(r, c, p));
+                self.pieces(|p| p.abort_pieces(r));
             }
             return;
         }
@@ -552,7 +552,7 @@ impl Engine {
                 match op {
                     RecvOp::Direct(r) => {
                         self.slots.reqs[r.index()].filled += n as u32;
-                        (self.slots).payload_received(r, n, &mut self.conns, &mut self.io);
+                        self.piece_ops().payload_received(r, n);
                     }
                     _ => {
                         c.rend += n;
@@ -571,7 +571,7 @@ impl Engine {
         let was = c.set_input(Input::Ended);
         match was {
             // A WRITE whose payload will never arrive: nothing to execute.
-            Input::Payload(r) => self.pieces(|s, c, p| s.abort_pieces(r, c, p)),
+            Input::Payload(r) => self.pieces(|p| p.abort_pieces(r)),
             Input::WaitSlot => self.slots.waiters.retain(|&w| w != id),
             Input::Pdus => self.nvme_input_ended(id),
             _ => {}
@@ -672,7 +672,7 @@ impl Engine {
             return Step::Stop;
         }
         c.rstart += n;
-        (self.slots).payload_received(r, n, &mut self.conns, &mut self.io);
+        self.piece_ops().payload_received(r, n);
         Step::Again
     }
 

@@ -11,14 +11,11 @@ use pace::pacer::IoKind;
 use proto::Command;
 
 use super::conn::{EndReason, Input, Life, Phase, SendOp, Step};
-use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
-use super::io::IoPath;
 use super::nbd::MAX_DISCARD_PAYLOAD;
 use super::nvme::{Next, NvmeFront};
-use super::pieces::Then;
+use super::pieces::{Pieces, Then};
 use super::slot::{ReplyStyle, ReqOrigin};
-use super::slots::Slots;
 use super::states::ReqStage;
 use super::{Action, Engine, Sent};
 
@@ -42,7 +39,7 @@ impl Engine {
                     return;
                 }
                 ReqStage::Streaming => {
-                    (self.slots).start_stream_pieces(id, &mut self.conns, &mut self.io);
+                    self.piece_ops().start_stream_pieces(id);
                     return;
                 }
                 // Waiting: for the pacer, the pool, the device, a timer,
@@ -125,7 +122,7 @@ impl Engine {
                 // Paced whole, as a READ: its R2T goes once its buffers are in.
                 req.paced = true;
                 self.slots.commit(id, &mut self.conns, &self.io);
-                (self.slots).enqueue(IoToken::whole(id), IoKind::Write, &self.conns, &mut self.io);
+                self.piece_ops().enqueue(IoToken::whole(id), IoKind::Write);
                 Some(ReqStage::Pacing)
             }
             Command::Read if req.len > 0 => {
@@ -135,7 +132,7 @@ impl Engine {
                     req.paced = true;
                 }
                 self.slots.commit(id, &mut self.conns, &self.io);
-                Some((self.slots).read_turn(id, &mut self.conns, &mut self.io))
+                Some(self.piece_ops().read_turn(id))
             }
             Command::Write if req.len > 0 => {
                 req.plan_pieces(buf_size);
@@ -153,15 +150,19 @@ impl Engine {
         }
     }
 
-    /// Runs a piece operation (`pieces.rs`), then what it leaves to the
-    /// request machine.
-    pub(super) fn pieces(&mut self, f: impl FnOnce(&mut Slots, &mut Conns, &mut IoPath) -> Then) {
-        match f(&mut self.slots, &mut self.conns, &mut self.io) {
+    /// Runs a piece operation (`pieces.rs`), then the step it leaves here.
+    pub(super) fn pieces(&mut self, f: impl FnOnce(&mut Pieces) -> Then) {
+        match f(&mut self.piece_ops()) {
             Then::Done => {}
             Then::Advance(id) => self.advance(id),
             Then::Release(id) => self.release(id),
             Then::Close(conn) => self.close(conn),
         }
+    }
+
+    /// The piece machinery, over the engine's slots, connections and IO path.
+    pub(super) fn piece_ops(&mut self) -> Pieces<'_> {
+        Pieces::new(&mut self.slots, &mut self.conns, &mut self.io)
     }
 
     /// Released: a READ takes its buffers, or queues for them.
@@ -264,7 +265,7 @@ impl Engine {
                 Some(ReqStage::Reply)
             }
             _ if self.slots.reqs[id.index()].streamed() => {
-                self.pieces(|s, c, p| s.abandon_stream(id, c, p));
+                self.pieces(|p| p.abandon_stream(id));
                 None
             }
             _ => {
@@ -358,9 +359,9 @@ impl Engine {
                 }
                 self.release(id);
             }
-            ReqStage::Payload => self.pieces(|s, c, p| s.abort_pieces(id, c, p)),
+            ReqStage::Payload => self.pieces(|p| p.abort_pieces(id)),
             ReqStage::Receiving => self.release(id),
-            ReqStage::Streaming => self.pieces(|s, c, p| s.abandon_stream(id, c, p)),
+            ReqStage::Streaming => self.pieces(|p| p.abandon_stream(id)),
             // At the device or delayed: released when done. Replies: their
             // connection's send queue releases them. Dropping: when its
             // pieces are back.
@@ -383,7 +384,7 @@ impl Engine {
                     self.advance(io.req);
                 }
                 Part::Piece(k) => {
-                    if (self.slots).piece_released(io.req, k, &mut self.conns, &mut self.io) {
+                    if self.piece_ops().piece_released(io.req, k) {
                         self.start_deferred(self.slots.reqs[io.req.index()].conn);
                     }
                 }
@@ -411,8 +412,7 @@ impl Engine {
                 }
                 Part::Piece(k) => {
                     debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
-                    if (self.slots).piece_granted(io.req, k, bufs[0], &mut self.conns, &mut self.io)
-                    {
+                    if self.piece_ops().piece_granted(io.req, k, bufs[0]) {
                         self.start_deferred(self.slots.reqs[io.req.index()].conn);
                     }
                 }
@@ -442,9 +442,9 @@ impl Engine {
                 self.advance(io.req);
             }
             Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
-                self.pieces(|s, c, p| s.read_piece_done(io.req, k, c, p))
+                self.pieces(|p| p.read_piece_done(io.req, k))
             }
-            Part::Piece(k) => self.pieces(|s, c, p| s.piece_written(io.req, k, c, p)),
+            Part::Piece(k) => self.pieces(|p| p.piece_written(io.req, k)),
         }
     }
 
@@ -472,9 +472,9 @@ impl Engine {
                     self.advance(io.req);
                 }
                 Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
-                    self.pieces(|s, c, p| s.read_piece_ready(io.req, k, c, p))
+                    self.pieces(|p| p.read_piece_ready(io.req, k))
                 }
-                Part::Piece(k) => self.pieces(|s, c, p| s.piece_done(io.req, k, c, p)),
+                Part::Piece(k) => self.pieces(|p| p.piece_done(io.req, k)),
             }
         }
     }
@@ -513,7 +513,7 @@ impl Engine {
             let Some(id) = c.turns.next(|r| reqs[r.index()].streamed()) else {
                 return;
             };
-            let to = (self.slots).start_read(id, &mut self.conns, &mut self.io);
+            let to = self.piece_ops().start_read(id);
             self.set_state(id, to);
             self.advance(id);
         }
@@ -656,14 +656,14 @@ impl Engine {
         let sent = std::mem::take(&mut self.sent);
         for &r in &sent {
             if self.slots.reqs[r.index()].streamed() {
-                (self.slots).stream_sent(r, usize::MAX, &mut self.conns, &mut self.io);
+                self.piece_ops().stream_sent(r, usize::MAX);
                 if self.slots.reqs[r.index()].pieces_live > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
                     self.io
                         .stats
                         .record_done(&self.slots.reqs[r.index()].served(), self.io.now);
-                    self.pieces(|s, c, p| s.abandon_stream(r, c, p));
+                    self.pieces(|p| p.abandon_stream(r));
                     continue;
                 }
             }
@@ -671,7 +671,7 @@ impl Engine {
             self.advance(r);
         }
         if let Some((r, bytes)) = partial.filter(|(r, _)| self.slots.reqs[r.index()].streamed()) {
-            (self.slots).stream_sent(r, bytes, &mut self.conns, &mut self.io);
+            self.piece_ops().stream_sent(r, bytes);
         }
         self.sent = sent;
         self.sent.clear();
@@ -688,7 +688,7 @@ impl Engine {
         let queued = std::mem::take(&mut self.sent);
         for &r in &queued {
             if self.slots.reqs[r.index()].streamed() {
-                self.pieces(|s, c, p| s.abandon_stream(r, c, p));
+                self.pieces(|p| p.abandon_stream(r));
             } else {
                 self.release(r);
             }
