@@ -11,8 +11,8 @@
 //!   discards), `Conn`'s; `nvme.rs` `NvmeFront`: the NVMe/TCP front end,
 //!   over each connection's `NvmeConn` (`nvme_conn.rs`).
 //! - `slots.rs` `Slots`: the request slots (`Req`, `slot.rs`), their
-//!   checked states (`states.rs`) and trace ring (`trace.rs`); `pieces.rs`:
-//!   their pieces (WRITE payloads, streamed READs) and READ turns.
+//!   checked states (`states.rs`), trace ring (`trace.rs`) and device steps;
+//!   `pieces.rs` `Pieces`: a request's start, buffers, pieces and turns.
 //! - `io.rs` `IoPath`: the clock, pacer, pool, devices, statistics, actions.
 //! - Here: the driver's calls, connections' lives (accept, settle, close,
 //!   timeouts, drain), received bytes and sends. `request.rs`: the request
@@ -202,7 +202,7 @@ impl Engine {
         while !self.conns.send_ready.is_empty() {
             let mut ready = std::mem::take(&mut self.conns.send_ready);
             for &conn in &ready {
-                self.start_send(conn);
+                (self.conns).start_send(conn, &self.slots.reqs, &mut self.io);
             }
             ready.clear();
             if self.conns.send_ready.is_empty() {

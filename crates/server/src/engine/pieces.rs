@@ -40,12 +40,14 @@
 
 use pace::pacer::IoKind;
 use pool::{Alloc, BufId};
+use proto::Command;
 
 use super::conn::{EndReason, Input, Life, RecvOp};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, ReqId};
 use super::io::IoPath;
-use super::slot::Req;
+use super::nvme::NvmeFront;
+use super::slot::{ReplyStyle, Req};
 use super::slots::Slots;
 use super::states::{PieceState, ReqStage};
 
@@ -503,5 +505,69 @@ impl<'e> Pieces<'e> {
         }
         self.enqueue(IoToken::whole(id), IoKind::Read);
         ReqStage::Pacing
+    }
+
+    /// New: a READ goes to the pacer (a large one piece by piece) when its
+    /// turn around streams has come, a WRITE takes its payload piece by
+    /// piece, other commands go to the device.
+    pub fn start(&mut self, id: ReqId) -> Option<ReqStage> {
+        let buf_size = self.io.buf_size;
+        let req = &self.slots.reqs[id.index()];
+        // An NVMe/TCP command is at most MDTS, which the pool holds at once.
+        let nvme = req.style == ReplyStyle::Nvme;
+        let streams = !nvme && self.io.streams(req.len);
+        let req = &mut self.slots.reqs[id.index()];
+        let conn = req.conn;
+        match req.command {
+            Command::Write if nvme && req.len > 0 => {
+                // Paced whole, as a READ: its R2T goes once its buffers are in.
+                req.paced = true;
+                self.slots.commit(id, self.conns, self.io);
+                self.enqueue(IoToken::whole(id), IoKind::Write);
+                Some(ReqStage::Pacing)
+            }
+            Command::Read if req.len > 0 => {
+                if streams {
+                    req.plan_pieces(buf_size);
+                } else {
+                    req.paced = true;
+                }
+                self.slots.commit(id, self.conns, self.io);
+                Some(self.read_turn(id))
+            }
+            Command::Write if req.len > 0 => {
+                req.plan_pieces(buf_size);
+                self.slots.commit(id, self.conns, self.io);
+                if let Some(c) = self.conns.get_mut(conn) {
+                    c.set_input(Input::Payload(id));
+                }
+                // Settling the connection starts the first pieces.
+                self.io.touched.push(conn);
+                Some(ReqStage::Payload)
+            }
+            // A zero-length WRITE has nothing to do but answer.
+            Command::Write => Some(ReqStage::Answered),
+            _ => Some(ReqStage::Ready),
+        }
+    }
+
+    /// Released: a READ takes its buffers, or queues for them.
+    pub fn take_buffers(&mut self, id: ReqId) -> Option<ReqStage> {
+        if self.slots.take_buffers(id, self.io) {
+            Some(self.holds_buffers(id))
+        } else {
+            Some(ReqStage::NeedBuffers)
+        }
+    }
+
+    /// A whole request took its buffers: to the device, or (an NVMe
+    /// WRITE) its data comes first.
+    pub fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
+        let req = &self.slots.reqs[id.index()];
+        if req.style == ReplyStyle::Nvme && req.command == Command::Write {
+            NvmeFront::data_wanted(id, self.conns, self.slots, self.io)
+        } else {
+            ReqStage::Ready
+        }
     }
 }
