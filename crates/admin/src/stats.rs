@@ -110,8 +110,26 @@ pub struct ReactorStats {
     pub sq_backlogged: u64,
 }
 
-/// The `get_stats` reply: one entry per reactor.
+/// One target port the pacers measure (a listener's `gbps`): the bytes
+/// its connections carried, over all reactors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PortStats {
+    /// Its index: the port the pacers know its connections by.
+    pub port: usize,
+    /// Its `port` name, or its listener's address.
+    pub name: String,
+    pub gbps: f64,
+    /// READ data sent to hosts through it, since the start.
+    pub sent_bytes: u64,
+    /// WRITE data received from hosts through it, since the start.
+    pub received_bytes: u64,
+}
+
+/// The `get_stats` reply: one entry per reactor, and the ports the pacers
+/// measure (none unless a listener gives its `gbps`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StatsReply {
     pub reactors: Vec<ReactorStats>,
+    #[serde(default)]
+    pub ports: Vec<PortStats>,
 }

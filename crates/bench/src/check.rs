@@ -63,9 +63,29 @@ pub fn export_groups(r: &RunResult) -> BTreeMap<String, f64> {
         .collect();
     let mut m: BTreeMap<String, f64> = BTreeMap::new();
     for (name, bw) in per_export {
-        let group = name.trim_end_matches(|c: char| c.is_ascii_digit());
-        let group = if group.is_empty() { name } else { group };
-        *m.entry(group.to_string()).or_default() += bw;
+        *m.entry(group_of(name).to_string()).or_default() += bw;
+    }
+    m
+}
+
+/// An export's group: its name without trailing digits (fast0..7 are
+/// "fast"), or the whole name if that leaves nothing.
+pub fn group_of(name: &str) -> &str {
+    let group = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    if group.is_empty() {
+        name
+    } else {
+        group
+    }
+}
+
+/// A run's p99 completion latency per export group, us: fio's, of the
+/// group's worst export (a QD 1 tenant beside a saturating one).
+pub fn export_group_p99(r: &RunResult) -> BTreeMap<String, f64> {
+    let mut m: BTreeMap<String, f64> = BTreeMap::new();
+    for e in &r.fio.exports {
+        let p99 = m.entry(group_of(&e.host).to_string()).or_default();
+        *p99 = p99.max(e.p99_us);
     }
     m
 }

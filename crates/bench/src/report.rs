@@ -21,6 +21,9 @@ pub struct TestReport {
     pub x: Option<String>,
     /// The swept variables: a series is a target and these, x aside.
     pub swept: Vec<String>,
+    /// The workload's export groups in its order (see `table::group_table`).
+    #[serde(default)]
+    pub export_order: Vec<String>,
     /// The initiators and wire, e.g. "2 netns hosts, 2gbit".
     pub hosts: String,
     /// Targets compared, by name.
@@ -46,6 +49,12 @@ impl TestReport {
             scenario: loaded.path.clone(),
             x,
             swept,
+            export_order: s
+                .workload
+                .exports
+                .iter()
+                .map(|e| crate::check::group_of(e).to_string())
+                .collect(),
             hosts: hosts_text(s),
             targets: targets.clone(),
             rows,
@@ -60,9 +69,10 @@ impl TestReport {
         if let Some(note) = table::suspect_note(&self.rows) {
             t.push_str(&note);
         }
-        if let Some(g) = table::group_table(&self.rows, self.x.as_deref()) {
+        if let Some(g) = table::group_table(&self.rows, self.x.as_deref(), &self.export_order) {
             t.push_str(
-                "\nBandwidth by export group (all hosts; the target's count for iopace):\n\n",
+                "\nBandwidth by export group (all hosts; the target's count for iopace) \
+                 and p99 (fio's, the group's worst export):\n\n",
             );
             t.push_str(&g);
         }

@@ -243,6 +243,7 @@ mod tests {
     fn reactor_counts_come_from_the_stats_reply() {
         let reply = StatsReply {
             reactors: vec![reactor(1, 50, 5, 2), reactor(0, 100, 0, 1)],
+            ..Default::default()
         };
         let json = serde_json::to_value(&reply).expect("serialize");
         let back: StatsReply = serde_json::from_value(json).expect("parse");

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::{export_groups, fio_disagreements};
+use crate::check::{export_group_p99, export_groups, fio_disagreements};
 use crate::result::RunResult;
 
 /// The mean over repetitions of one point of one series.
@@ -38,6 +38,9 @@ pub struct SweepRow {
     /// BW per export group (export names without trailing digits: fast0..7
     /// are "fast"), Gb/s: the target's count where it has one.
     pub bw_by_group: BTreeMap<String, f64>,
+    /// p99 per export group, us: fio's, the group's worst export.
+    #[serde(default)]
+    pub p99_by_group: BTreeMap<String, f64>,
     /// Repetitions whose fio numbers disagree with the target's or the
     /// wire's (see [`crate::check`]).
     #[serde(default)]
@@ -156,20 +159,27 @@ fn sweep_row(series: String, xv: String, runs: &[&RunResult]) -> SweepRow {
         pacer_period_us: mean_opt(&o(&|r| r.stats.pacer_period_us)),
         cpu_us_per_io: mean(&f(&|r| r.stats.cpu_us_per_io)),
         min_link_share: mean_opt(&o(&min_link_share)),
-        bw_by_group: {
-            let mut m: BTreeMap<String, f64> = BTreeMap::new();
-            for r in runs {
-                for (g, bw) in export_groups(r) {
-                    *m.entry(g).or_default() += bw / runs.len() as f64;
-                }
-            }
-            m
-        },
+        bw_by_group: mean_by_group(runs, export_groups),
+        p99_by_group: mean_by_group(runs, export_group_p99),
         fio_suspect_reps: runs
             .iter()
             .filter(|r| !fio_disagreements(r).is_empty())
             .count(),
     }
+}
+
+/// The mean over `runs` of a per-group figure.
+fn mean_by_group(
+    runs: &[&RunResult],
+    of: fn(&RunResult) -> BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    let mut m: BTreeMap<String, f64> = BTreeMap::new();
+    for r in runs {
+        for (g, v) in of(r) {
+            *m.entry(g).or_default() += v / runs.len() as f64;
+        }
+    }
+    m
 }
 
 /// The lowest share of its own link any host of a run got.
@@ -212,10 +222,12 @@ pub fn suspect_note(rows: &[SweepRow]) -> Option<String> {
     })
 }
 
-/// BW per export group, when a test has more than one group (fast and slow
-/// devices side by side); None otherwise.
-pub fn group_table(rows: &[SweepRow], x: Option<&str>) -> Option<String> {
-    let groups: Vec<String> = rows
+/// BW and p99 per export group, when a test has more than one group (fast
+/// and slow devices, or tenants, side by side); None otherwise. Groups come
+/// in `order` (the workload's exports' groups) first; with two, a column
+/// gives the first's BW over the second's (a 2:1 tenant pair's ratio).
+pub fn group_table(rows: &[SweepRow], x: Option<&str>, order: &[String]) -> Option<String> {
+    let mut groups: Vec<String> = rows
         .iter()
         .flat_map(|r| r.bw_by_group.keys().cloned())
         .collect::<std::collections::BTreeSet<_>>()
@@ -224,11 +236,20 @@ pub fn group_table(rows: &[SweepRow], x: Option<&str>) -> Option<String> {
     if groups.len() < 2 {
         return None;
     }
+    groups.sort_by_key(|g| order.iter().position(|o| o == g).unwrap_or(usize::MAX));
     let x_head = match x {
         Some("qd") | None => "QD".to_string(),
         Some(k) => k.to_uppercase(),
     };
-    let heads: Vec<String> = groups.iter().map(|g| format!("{g}* BW, Gb/s")).collect();
+    let mut heads: Vec<String> = Vec::new();
+    for g in &groups {
+        heads.push(format!("{g}* BW, Gb/s"));
+        heads.push(format!("{g}* p99, us"));
+    }
+    let pair = (groups.len() == 2).then(|| (groups[0].clone(), groups[1].clone()));
+    if let Some((a, b)) = &pair {
+        heads.push(format!("{a}/{b} BW"));
+    }
     let mut header: Vec<&str> = vec!["Series", &x_head];
     header.extend(heads.iter().map(String::as_str));
     let cells: Vec<Vec<String>> = rows
@@ -242,7 +263,18 @@ pub fn group_table(rows: &[SweepRow], x: Option<&str>) -> Option<String> {
                     r.x.clone()
                 },
             ];
-            c.extend(groups.iter().map(|g| opt(r.bw_by_group.get(g).copied(), 3)));
+            for g in &groups {
+                c.push(opt(r.bw_by_group.get(g).copied(), 3));
+                c.push(opt(r.p99_by_group.get(g).copied(), 0));
+            }
+            if let Some((a, b)) = &pair {
+                let (bw_a, bw_b) = (r.bw_by_group.get(a), r.bw_by_group.get(b));
+                let ratio = bw_a
+                    .zip(bw_b)
+                    .filter(|(_, b)| **b > 0.0)
+                    .map(|(a, b)| a / b);
+                c.push(opt(ratio, 2));
+            }
             c
         })
         .collect();
@@ -517,10 +549,16 @@ mod tests {
     #[test]
     fn exports_group_by_name_without_digits() {
         let mut r = run("iopace", "8", "auto", 1.0);
-        for (name, bw) in [("fast0", 1.0), ("fast1", 2.0), ("slow0", 0.5)] {
+        let rows = [
+            ("fast0", 1.0, 80.0),
+            ("fast1", 2.0, 120.0),
+            ("slow0", 0.5, 900.0),
+        ];
+        for (name, bw, p99) in rows {
             r.fio.exports.push(HostRow {
                 host: name.into(),
                 bw_gbps: bw,
+                p99_us: p99,
                 ..HostRow::default()
             });
         }
@@ -529,10 +567,15 @@ mod tests {
         assert_eq!(g.get("slow"), Some(&0.5));
         let swept = vec!["qd".to_string()];
         let rows = aggregate(&[r], &swept, Some("qd"), &["iopace".to_string()]);
-        let t = group_table(&rows, Some("qd")).expect("two groups");
+        assert_eq!(rows[0].p99_by_group.get("fast"), Some(&120.0));
+        let order = ["slow".to_string(), "fast".to_string()];
+        let t = group_table(&rows, Some("qd"), &order).expect("two groups");
         assert!(t.contains("fast* BW, Gb/s") && t.contains("3.000"), "{t}");
+        assert!(t.contains("slow* p99, us") && t.contains(" 900 |"), "{t}");
+        // In the workload's order: slow first, so slow/fast is 0.5 / 3.
+        assert!(t.contains("slow/fast BW") && t.contains("0.17"), "{t}");
         let one = aggregate(&[run("iopace", "8", "auto", 1.0)], &swept, Some("qd"), &[]);
-        assert!(group_table(&one, Some("qd")).is_none());
+        assert!(group_table(&one, Some("qd"), &[]).is_none());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! which links no network stack.
 //!
 //! Each section is its own module with its own checks: [`server`],
-//! [`buffers`], [`export`], [`tls`]; the cost database is [`cost_db`],
+//! [`buffers`], [`export`], [`tls`], and the listeners' wires [`ports`]; the cost database is [`cost_db`],
 //! the access rules of exports [`access`], shared bounds [`bounds`].
 
 pub mod access;
@@ -12,6 +12,7 @@ pub mod bounds;
 mod buffers;
 pub mod cost_db;
 mod export;
+pub mod ports;
 mod server;
 pub mod tls;
 
@@ -24,6 +25,7 @@ use serde::Deserialize;
 
 pub use buffers::{BufferConfig, MAX_SMALL_CLASS_BYTES};
 pub use export::ExportConfig;
+pub use ports::WirePorts;
 pub use server::{
     check_socket_path, check_tcp_address, PollMode, ServerConfig, SpliceMode, TcpListenerConfig,
     MAX_SOCKET_PATH,

@@ -15,7 +15,8 @@ pub struct ServerConfig {
     /// Reactor threads, one per core. 0 means one per available CPU.
     #[serde(default)]
     pub reactors: usize,
-    /// TCP listeners: "ADDR:PORT", or { addr = "ADDR:PORT", tls = "require" }.
+    /// TCP listeners: "ADDR:PORT", or a table { addr = "ADDR:PORT", tls =
+    /// "require", gbps = 25, port = "eth0" } (see [`crate::ports`]).
     #[serde(default = "default_tcp")]
     pub tcp: Vec<TcpListenerConfig>,
     /// TLS mode of the TCP listeners that do not name one (needs `[tls]`).
@@ -23,9 +24,10 @@ pub struct ServerConfig {
     pub tls: TlsMode,
     #[serde(default = "default_unix")]
     pub unix: Vec<PathBuf>,
-    /// NVMe/TCP listeners ("ADDR:PORT"); none unless set.
+    /// NVMe/TCP listeners: "ADDR:PORT", or { addr = "ADDR:PORT", gbps = 25 };
+    /// none unless set.
     #[serde(default)]
-    pub nvme_tcp: Vec<String>,
+    pub nvme_tcp: Vec<TcpListenerConfig>,
     /// Admin JSON-RPC socket; empty disables it.
     #[serde(default = "default_rpc")]
     pub rpc: PathBuf,
@@ -125,7 +127,8 @@ fn default_tcp() -> Vec<TcpListenerConfig> {
     vec![TcpListenerConfig::Addr("127.0.0.1:10809".into())]
 }
 
-/// One TCP listener: an address, or an address with its own TLS mode.
+/// One TCP listener: an address, or an address with its own TLS mode and
+/// the wire it is on (its port's capacity, see [`crate::ports`]).
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(untagged)]
 pub enum TcpListenerConfig {
@@ -134,6 +137,12 @@ pub enum TcpListenerConfig {
         addr: String,
         #[serde(default)]
         tls: Option<TlsMode>,
+        /// The capacity of the wire (NIC port) it listens on, Gb/s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gbps: Option<f64>,
+        /// The wire's name: listeners naming one port share its capacity.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<String>,
     },
 }
 
@@ -146,6 +155,10 @@ struct ListenerTable {
     addr: String,
     #[serde(default)]
     tls: Option<TlsMode>,
+    #[serde(default)]
+    gbps: Option<f64>,
+    #[serde(default)]
+    port: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for TcpListenerConfig {
@@ -154,7 +167,9 @@ impl<'de> Deserialize<'de> for TcpListenerConfig {
         impl<'de> serde::de::Visitor<'de> for Form {
             type Value = TcpListenerConfig;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an address like \"127.0.0.1:10809\" or { addr = ..., tls = ... }")
+                f.write_str(
+                    "an address like \"127.0.0.1:10809\" or { addr = ..., tls = ..., gbps = ... }",
+                )
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
                 Ok(TcpListenerConfig::Addr(s.to_owned()))
@@ -168,6 +183,8 @@ impl<'de> Deserialize<'de> for TcpListenerConfig {
                 Ok(TcpListenerConfig::Listener {
                     addr: t.addr,
                     tls: t.tls,
+                    gbps: t.gbps,
+                    port: t.port,
                 })
             }
         }
@@ -179,6 +196,22 @@ impl TcpListenerConfig {
     pub fn addr(&self) -> &str {
         match self {
             TcpListenerConfig::Addr(a) | TcpListenerConfig::Listener { addr: a, .. } => a,
+        }
+    }
+
+    /// The capacity of its wire, Gb/s, if the config gives it.
+    pub fn gbps(&self) -> Option<f64> {
+        match self {
+            TcpListenerConfig::Listener { gbps, .. } => *gbps,
+            TcpListenerConfig::Addr(_) => None,
+        }
+    }
+
+    /// The name of its wire, if the config gives one.
+    pub fn port(&self) -> Option<&str> {
+        match self {
+            TcpListenerConfig::Listener { port, .. } => port.as_deref(),
+            TcpListenerConfig::Addr(_) => None,
         }
     }
 
@@ -285,9 +318,14 @@ impl ServerConfig {
         for path in &s.unix {
             check_socket_path(path).map_err(|m| at.error_at("server", 0, "unix", m))?;
         }
-        for addr in &s.nvme_tcp {
-            check_tcp_address(addr).map_err(|m| at.error_at("server", 0, "nvme_tcp", m))?;
+        for (i, l) in s.nvme_tcp.iter().enumerate() {
+            check_tcp_address(l.addr()).map_err(|m| at.error_at("server", 0, "nvme_tcp", m))?;
+            if matches!(l, TcpListenerConfig::Listener { tls: Some(_), .. }) {
+                let m = "NVMe/TCP listeners have no TLS here; remove `tls`".to_string();
+                return Err(at.error_at("server.nvme_tcp", i, "tls", m));
+            }
         }
+        crate::ports::check(s, at)?;
         if !s.rpc.as_os_str().is_empty() {
             check_socket_path(&s.rpc).map_err(|m| at.error_at("server", 0, "rpc", m))?;
         }

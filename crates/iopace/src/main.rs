@@ -401,7 +401,12 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
             .collect();
     }
     if !args.nvme_tcp.is_empty() {
-        server.nvme_tcp = args.nvme_tcp.into_iter().filter(|s| !is_none(s)).collect();
+        server.nvme_tcp = args
+            .nvme_tcp
+            .into_iter()
+            .filter(|s| !is_none(s))
+            .map(config::TcpListenerConfig::Addr)
+            .collect();
     }
     if let Some(rpc) = args.rpc {
         server.rpc = if is_none(&rpc.to_string_lossy()) {
@@ -419,8 +424,8 @@ fn apply_overrides(args: ServeArgs, loaded: &mut server::LoadedConfig) -> Result
     for path in &server.unix {
         config::check_socket_path(path).map_err(|e| format!("--unix: {e}"))?;
     }
-    for addr in &server.nvme_tcp {
-        config::check_tcp_address(addr).map_err(|e| format!("--nvme-tcp: {e}"))?;
+    for listener in &server.nvme_tcp {
+        config::check_tcp_address(listener.addr()).map_err(|e| format!("--nvme-tcp: {e}"))?;
     }
     if !server.rpc.as_os_str().is_empty() {
         config::check_socket_path(&server.rpc).map_err(|e| format!("--rpc: {e}"))?;

@@ -30,6 +30,7 @@ fn io_list<'a>(io: impl Iterator<Item = (&'a String, u64, u64)>) -> String {
 pub fn render(reply: &StatsReply) -> String {
     let mut s = String::new();
     render_totals(&mut s, &reply.reactors);
+    render_ports(&mut s, &reply.ports);
     render_exports(&mut s, &reply.reactors);
     for r in &reply.reactors {
         render_reactor(&mut s, r);
@@ -70,6 +71,21 @@ fn render_totals(s: &mut String, reactors: &[ReactorStats]) {
         sum(|r| r.buffers.in_use),
         reactors.first().map_or(0, |r| r.buffers.pool_free)
     );
+}
+
+/// The ports the pacers measure (listeners with `gbps`), if any.
+fn render_ports(s: &mut String, ports: &[admin::stats::PortStats]) {
+    for p in ports {
+        let _ = writeln!(
+            s,
+            "Port {} ({}, {} Gb/s): {:.1} MiB sent, {:.1} MiB received",
+            p.port,
+            p.name,
+            p.gbps,
+            mib(p.sent_bytes as f64),
+            mib(p.received_bytes as f64)
+        );
+    }
 }
 
 /// One row per export, summed over reactors. Percentiles cannot be summed,
@@ -246,7 +262,10 @@ mod tests {
         r.pacer.mode = pace::pacer::Mode::Rate;
         r.pacer.window_bytes = 3 << 20;
         r.pacer.rate_bps = 2.0 * 1048576.0;
-        let text = render(&StatsReply { reactors: vec![r] });
+        let text = render(&StatsReply {
+            reactors: vec![r],
+            ..Default::default()
+        });
         assert!(text.contains("Pacer rate:"), "{text}");
         assert!(text.contains("rate 2.0 MiB/s; window 3.00 MiB"), "{text}");
     }
@@ -258,19 +277,43 @@ mod tests {
         r.pacer.depth_in_effect = 7.59375;
         let trial = render(&StatsReply {
             reactors: vec![r.clone()],
+            ..Default::default()
         });
         assert!(trial.contains("depth 5.06 (7.59 in effect);"), "{trial}");
         r.pacer.depth_in_effect = 5.0625;
         r.pacer.held_devices = 2;
         let held = render(&StatsReply {
             reactors: vec![r.clone()],
+            ..Default::default()
         });
         assert!(
             held.contains("depth 5.06 (2 devices at 1 for a QD 1 client);"),
             "{held}"
         );
         r.pacer.held_devices = 0;
-        let learned = render(&StatsReply { reactors: vec![r] });
+        let learned = render(&StatsReply {
+            reactors: vec![r],
+            ..Default::default()
+        });
         assert!(learned.contains("depth 5.06;"), "{learned}");
+    }
+
+    #[test]
+    fn the_measured_ports_show_what_they_carried() {
+        let port = admin::stats::PortStats {
+            port: 1,
+            name: "eth0".into(),
+            gbps: 25.0,
+            sent_bytes: 3 << 20,
+            received_bytes: 1 << 19,
+        };
+        let text = render(&StatsReply {
+            reactors: vec![ReactorStats::default()],
+            ports: vec![port],
+        });
+        assert!(
+            text.contains("Port 1 (eth0, 25 Gb/s): 3.0 MiB sent, 0.5 MiB received"),
+            "{text}"
+        );
     }
 }

@@ -106,25 +106,6 @@ fn perf_runs(spdk: &std::path::Path, port: u16) {
     }
 }
 
-/// SPDK's abort tool, aborting every IO at QD 32: its admin queue of 40
-/// entries (QD / interval + 8; more than 32 were refused at Connect) is
-/// taken, and no IO fails. (It needs core 0: with another mask it finds no
-/// main worker.)
-fn abort_every_io(spdk: &std::path::Path, port: u16) {
-    let o = run(
-        tool(spdk, "build/examples/abort", shm_id(4))
-            .args(["-c", "0x1", "-q", "32", "-a", "1", "-t", "1", "-r"])
-            .arg(trid(port, NQN)),
-        Duration::from_secs(60),
-    );
-    let out = text(&o);
-    assert!(o.status.success(), "abort:\n{out}");
-    assert!(
-        out.contains("I/O completed:") && out.contains("failed: 0"),
-        "{out}"
-    );
-}
-
 fn bdevperf_runs(spdk: &std::path::Path, server: &Server, port: u16) {
     let json = server.dir.path().join("bdevperf.json");
     let cfg = format!(
@@ -553,68 +534,4 @@ fn bdevperf_verify_over_a_failing_device() {
     let (st, log) = server.stop();
     assert!(st.success(), "{log}");
     assert!(!log.contains("panicked"), "{log}");
-}
-
-/// SPDK's abort example: reads at QD 16 with an Abort sent for every 4th
-/// (issue 37). Every Abort completes, "not aborted" (the read was done
-/// first: IO completes too fast to abort), and every read succeeds.
-/// Identify Controller advertises the Abort and Async Event Request limits
-/// the controller keeps.
-#[test]
-fn spdk_abort_and_the_limits_identify_advertises() {
-    let Some(spdk) = spdk() else { return };
-    let (server, port) = nvme_server();
-    let limit = Duration::from_secs(60);
-    let o = run(
-        tool(&spdk, "build/bin/spdk_nvme_identify", shm_id(4)).args(["-r", &trid(port, NQN)]),
-        limit,
-    );
-    let out = text(&o);
-    assert!(
-        out.contains("Abort Command Limit:                   4"),
-        "{out}"
-    );
-    assert!(
-        out.contains("Async Event Request Limit:             4"),
-        "{out}"
-    );
-    let o = run(
-        tool(&spdk, "build/examples/abort", shm_id(4))
-            .args(["-r", &trid(port, NQN)])
-            .args([
-                "-q", "16", "-o", "4096", "-w", "randread", "-t", "2", "-a", "4",
-            ]),
-        limit,
-    );
-    let out = text(&o);
-    assert!(o.status.success(), "{out}");
-    assert!(
-        !out.contains("no tcp_req is found"),
-        "a stray completion\n{out}"
-    );
-    let after = |key: &str| -> u64 {
-        out.split(key)
-            .nth(1)
-            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {key:?} in\n{out}"))
-    };
-    let submitted = after("abort submitted ");
-    eprintln!(
-        "spdk abort: {submitted} aborts, reads {}",
-        after("I/O completed: ")
-    );
-    assert!(submitted > 0, "{out}");
-    assert_eq!(after("unsuccessful "), submitted, "{out}");
-    assert_eq!((after("success "), after("I/O completed: ") > 0), (0, true));
-    assert_eq!(after(", failed: "), 0, "reads failed\n{out}");
-    // ("failed to submit" counts aborts the host did not send: their read
-    // had completed, or its admin queue was full.)
-    assert_eq!(
-        after(&format!("unsuccessful {submitted}, failed ")),
-        0,
-        "{out}"
-    );
-    abort_every_io(&spdk, port);
-    assert!(!server.log_text().contains("panicked"));
 }

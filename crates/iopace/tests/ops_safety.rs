@@ -103,6 +103,11 @@ fn absurd_values_and_odd_files_exit_2_quickly() {
         ),
         (NULL_EXPORT.to_string(), vec!["--reactors", "100000"], "--reactors"),
         (
+            format!("[server]\ntcp = [\n{{ addr = \"127.0.0.1:0\", gbps = 0 }}]\n{NULL_EXPORT}"),
+            vec!["--check"],
+            "c.toml:3: field `server.tcp.gbps`: 0: the wire's capacity in Gb/s",
+        ),
+        (
             format!("{NULL_EXPORT}[pacing]\nmode = \"rate\"\nperiod_us = 1e9\n"),
             vec!["--check"],
             "field `pacing.period_us`",

@@ -48,6 +48,7 @@ mod config;
 mod depth;
 mod device_gate;
 mod device_ops;
+mod drain_probe;
 mod drr;
 mod filter;
 mod flight;
@@ -452,7 +453,10 @@ impl Pacer {
     /// Counts a released IO as in flight until `on_complete` or `cancel`.
     fn take_flight(&mut self, io: PacedIo, took_op: bool, paced: u64, now: Nanos) {
         let bytes = u64::from(io.bytes);
-        let work = self.devices[io.device].work(io.kind, bytes);
+        let dev = &mut self.devices[io.device];
+        let work = dev.work(io.kind, bytes);
+        dev.largest_io = dev.largest_io.max(bytes);
+        dev.probe.released(now);
         let lone = self.flows.released(io.flow, bytes);
         // A read goes to its device as it is released; a write piece when
         // its payload has arrived (`on_device_start`).
@@ -519,8 +523,7 @@ impl Pacer {
         let Some(f) = self.flights.get_mut(&id) else {
             return;
         };
-        let device = f.device;
-        let work = f.work;
+        let (device, work, bytes) = (f.device, f.work, f.bytes);
         f.at_device = latency_ns;
         if f.enter(DeviceStage::After) {
             self.devices[device].leave(work);
@@ -529,6 +532,7 @@ impl Pacer {
             }
         }
         let dev = &mut self.devices[device];
+        dev.probe.landed(latency_ns, bytes, dev.in_flight_ios, now);
         dev.device_latency.update(latency_ns.max(1), now);
         dev.note_wait(latency_ns, work, now);
         if let Some(q) = &self.qos {

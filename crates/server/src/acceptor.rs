@@ -12,31 +12,41 @@ use std::time::{Duration, Instant};
 
 use crate::error::{runtime, ServeError};
 use crate::exports::Catalog;
-use crate::reactor::{Msg, ReactorHandle};
+use crate::reactor::{Accepted, Msg, ReactorHandle};
 use crate::sockets::SocketFiles;
 use config::access::Client;
 use config::tls::TlsMode;
-use config::ServerConfig;
+use config::{ServerConfig, WirePorts};
 
+/// A bound listener; a TCP one with the target port it is on, where its
+/// capacity is known (`config::WirePorts`).
 pub enum Listener {
-    Tcp(TcpListener, TlsMode),
+    Tcp(TcpListener, TlsMode, Option<usize>),
     Unix(UnixListener),
     /// NVMe/TCP (`[server] nvme_tcp`).
-    Nvme(TcpListener),
+    Nvme(TcpListener, Option<usize>),
 }
 
 impl Listener {
     fn raw_fd(&self) -> i32 {
         match self {
-            Listener::Tcp(l, _) | Listener::Nvme(l) => l.as_raw_fd(),
+            Listener::Tcp(l, ..) | Listener::Nvme(l, _) => l.as_raw_fd(),
             Listener::Unix(l) => l.as_raw_fd(),
         }
     }
 
     fn tls(&self) -> TlsMode {
         match self {
-            Listener::Tcp(_, mode) => *mode,
-            Listener::Unix(_) | Listener::Nvme(_) => TlsMode::Off,
+            Listener::Tcp(_, mode, _) => *mode,
+            Listener::Unix(_) | Listener::Nvme(..) => TlsMode::Off,
+        }
+    }
+
+    /// The target port its connections come in on, if the pacers know it.
+    fn port(&self) -> Option<usize> {
+        match self {
+            Listener::Tcp(_, _, port) | Listener::Nvme(_, port) => *port,
+            Listener::Unix(_) => None,
         }
     }
 
@@ -44,7 +54,7 @@ impl Listener {
     /// and the peer's address (none on a Unix socket).
     fn accept(&self) -> std::io::Result<(OwnedFd, String, Option<IpAddr>)> {
         match self {
-            Listener::Tcp(l, _) | Listener::Nvme(l) => {
+            Listener::Tcp(l, ..) | Listener::Nvme(l, _) => {
                 let (s, peer) = l.accept()?;
                 // Replies are batched per loop already; Nagle would only add latency.
                 s.set_nodelay(true)?;
@@ -60,23 +70,27 @@ impl Listener {
     }
 }
 
-/// Binds every configured listener; the Unix socket files go into `files`.
+/// Binds every configured NBD listener, each TCP one on its port in
+/// `ports`; the Unix socket files go into `files`.
 pub fn bind_listeners(
     cfg: &ServerConfig,
+    ports: &WirePorts,
     files: &mut SocketFiles,
 ) -> Result<Vec<Listener>, ServeError> {
+    assert_eq!(cfg.tcp.len(), ports.tcp.len(), "one port each");
     let mut listeners = Vec::new();
-    for listener in &cfg.tcp {
+    for (listener, &port) in cfg.tcp.iter().zip(&ports.tcp) {
         let addr = listener.addr();
         let l = TcpListener::bind(addr)
             .map_err(|e| runtime(format!("cannot listen on tcp {addr}: {e}")))?;
         let tls = listener.tls(cfg.tls);
         tracing::info!(
             ?tls,
+            port,
             "listening on tcp {}",
             l.local_addr().map_or(addr.to_string(), |a| a.to_string())
         );
-        listeners.push(Listener::Tcp(l, tls));
+        listeners.push(Listener::Tcp(l, tls, port));
     }
     for path in &cfg.unix {
         let l = crate::sockets::bind(path).map_err(|e| {
@@ -167,14 +181,22 @@ impl Acceptors {
                 return;
             }
             match accepted {
-                Ok((fd, peer, _)) if matches!(listener, Listener::Nvme(_)) => {
+                Ok((fd, peer, _)) if matches!(listener, Listener::Nvme(..)) => {
                     // Its host is known at Connect, and checked there.
                     tracing::info!(%peer, "nvme/tcp: accepted a connection");
                     let reactor = self.pick_reactor();
                     reactor.conns.fetch_add(1, Ordering::Relaxed);
-                    reactor.send(Msg::NewNvme(fd, peer));
+                    let port = listener.port();
+                    reactor.send(Msg::NewNvme(Accepted { fd, peer, port }));
                 }
-                Ok((fd, peer, addr)) => self.dispatch(fd, peer, addr, listener.tls()),
+                Ok((fd, peer, addr)) => {
+                    let accepted = Accepted {
+                        fd,
+                        peer,
+                        port: listener.port(),
+                    };
+                    self.dispatch(accepted, addr, listener.tls());
+                }
                 Err(e) => {
                     warning.warn("accept", &e);
                     // Out of descriptors (EMFILE): give connections time to close.
@@ -184,13 +206,14 @@ impl Acceptors {
         }
     }
 
-    fn dispatch(&self, fd: OwnedFd, peer: String, addr: Option<IpAddr>, tls: TlsMode) {
+    fn dispatch(&self, accepted: Accepted, addr: Option<IpAddr>, tls: TlsMode) {
         let reactor = self.pick_reactor();
-        tracing::info!(%peer, ?tls, "accepted a connection");
+        let peer = &accepted.peer;
+        tracing::info!(%peer, ?tls, port = accepted.port, "accepted a connection");
         let c = &self.catalog;
         reactor.conns.fetch_add(1, Ordering::Relaxed);
         if tls == TlsMode::Off && c.access.is_open() {
-            reactor.send(Msg::NewConn(fd, peer));
+            reactor.send(Msg::NewConn(accepted));
             return;
         }
         let mut hs = c.handshake().with_tls(tls.handshake_tls());
@@ -200,9 +223,9 @@ impl Acceptors {
                 cert_name: None,
                 hostnqn: None,
             };
-            hs.set_access(c.access.for_client(&client, &peer));
+            hs.set_access(c.access.for_client(&client, peer));
         }
-        reactor.send(Msg::Resume(fd, Box::new(hs), peer));
+        reactor.send(Msg::Resume(accepted, Box::new(hs)));
     }
 }
 

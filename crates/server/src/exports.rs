@@ -88,9 +88,59 @@ pub struct Catalog {
     pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
-/// What every engine's NVMe/TCP connections share: the controllers.
+/// What every engine's NVMe/TCP connections share: the controllers, and
+/// the mail between engines. An Abort on an admin queue names an IO
+/// command that another reactor's engine holds, and that engine's answer
+/// (or a namespace change's event) completes a command on the admin
+/// queue's: a change posted to the target bumps `mail` and wakes every
+/// reactor, whose engine then takes what is its own (`engine/nvme.rs`).
 pub struct NvmeTarget {
     pub target: std::sync::Mutex<proto::nvme::ctrl::Target>,
+    mail: std::sync::atomic::AtomicU64,
+    wakers: std::sync::Mutex<Vec<Waker>>,
+}
+
+/// Wakes one reactor (its eventfd).
+pub type Waker = Box<dyn Fn() + Send + Sync>;
+
+impl NvmeTarget {
+    pub fn new(target: proto::nvme::ctrl::Target) -> NvmeTarget {
+        NvmeTarget {
+            target: std::sync::Mutex::new(target),
+            mail: std::sync::atomic::AtomicU64::new(0),
+            wakers: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A reactor asks to be woken when mail is posted.
+    pub fn register_waker(&self, w: Waker) {
+        if let Ok(mut ws) = self.wakers.lock() {
+            ws.push(w);
+        }
+    }
+
+    /// How much mail was ever posted: an engine that saw less looks.
+    pub fn mail(&self) -> u64 {
+        self.mail.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Runs `f` on the target; if it posted mail (`Target::posted`), every
+    /// reactor is told once the lock is let go. None: the lock is poisoned.
+    pub fn with<R>(&self, f: impl FnOnce(&mut proto::nvme::ctrl::Target) -> R) -> Option<R> {
+        let (r, posted) = {
+            let mut t = self.target.lock().ok()?;
+            let before = t.posted();
+            let r = f(&mut t);
+            (r, t.posted() != before)
+        };
+        if posted {
+            self.mail.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            if let Ok(ws) = self.wakers.lock() {
+                ws.iter().for_each(|w| w());
+            }
+        }
+        Some(r)
+    }
 }
 
 impl Catalog {

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use pace::pacer::PacingConfig;
+use pace::pacer::{PacingConfig, PortLoad};
 use serde_json::{json, Value};
 
 use crate::reactor::{Msg, ReactorHandle};
@@ -37,6 +37,32 @@ pub struct RpcState {
     pub faults: crate::fault_ctl::FaultControl,
     /// The exports' dirty bitmaps, for the `*_dirty_bitmap(s)` calls.
     pub dirty: crate::dirty_ctl::DirtyControl,
+    /// The ports the pacers measure, if any listener gives its capacity.
+    pub ports: Option<Ports>,
+}
+
+/// The ports the pacers measure, for `get_stats`.
+pub struct Ports {
+    pub load: Arc<PortLoad>,
+    /// Each port's name (`config::WirePorts::names`).
+    pub names: Vec<String>,
+}
+
+impl Ports {
+    pub fn stats(&self) -> Vec<admin::stats::PortStats> {
+        (0..self.load.count())
+            .map(|port| {
+                let (gbps, sent_bytes, received_bytes) = self.load.carried(port);
+                admin::stats::PortStats {
+                    port,
+                    name: self.names.get(port).cloned().unwrap_or_default(),
+                    gbps,
+                    sent_bytes,
+                    received_bytes,
+                }
+            })
+            .collect()
+    }
 }
 
 impl RpcState {
@@ -55,6 +81,7 @@ impl RpcState {
             pacing: Mutex::new(pacing),
             stopping: AtomicBool::new(false),
             clients: AtomicUsize::new(0),
+            ports: None,
         }
     }
 
@@ -120,7 +147,8 @@ fn handle_call(state: &RpcState, req: &Value) -> Result<Value, (i64, String)> {
     match method {
         "get_stats" => {
             let reactors = collect_stats(&state.reactors);
-            Ok(json!({ "reactors": reactors }))
+            let ports = state.ports.as_ref().map(Ports::stats).unwrap_or_default();
+            Ok(json!({ "reactors": reactors, "ports": ports }))
         }
         "get_config" => Ok(state
             .config

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use config::LoadedConfig;
-use pace::pacer::PacerGroup;
+use pace::pacer::{PacerGroup, PortLoad};
 use pool::SharedPool;
 
 use crate::acceptor::{self, Acceptors};
@@ -60,23 +60,28 @@ fn reactor_count(cfg: &config::ServerConfig) -> usize {
 }
 
 /// Starts the reactors and waits until each has its io_uring; if any fails,
-/// the ones already running are stopped.
+/// the ones already running are stopped. Their pacers measure the ports of
+/// these capacities (the listeners' `gbps`), if any.
 fn start_reactors(
     loaded: &LoadedConfig,
     catalog: &Arc<Catalog>,
     pool: &Arc<SharedPool>,
-) -> Result<Reactors, ServeError> {
+    port_gbps: &[f64],
+) -> Result<(Reactors, Option<Arc<PortLoad>>), ServeError> {
     let cfg = &loaded.config;
     let n = reactor_count(&cfg.server);
     let origin = Instant::now();
     let devices = catalog.paced_devices();
-    let pacers = Arc::new(PacerGroup::new(
+    let mut group = PacerGroup::new(
         &catalog.pacing,
         &devices,
         n,
         pool.buffer_size(),
         origin.elapsed().as_nanos() as u64,
-    ));
+    );
+    // No port known: the pacers stay as they were without ports.
+    let port_load = (!port_gbps.is_empty()).then(|| group.measure_ports(port_gbps));
+    let pacers = Arc::new(group);
     let mut reactors = Reactors {
         handles: Vec::with_capacity(n),
         threads: Vec::with_capacity(n),
@@ -107,7 +112,7 @@ fn start_reactors(
         reactors.stop();
         return Err(runtime(failure));
     }
-    Ok(reactors)
+    Ok((reactors, port_load))
 }
 
 /// Reactor `id`'s settings from `[server]`.
@@ -204,6 +209,31 @@ fn start_services(
     Ok(())
 }
 
+/// Binds the NBD and NVMe/TCP listeners, each TCP one on its port, and
+/// gives the catalog its NVMe/TCP target if there are any of the latter.
+fn bind_all(
+    loaded: &LoadedConfig,
+    ports: &config::WirePorts,
+    catalog: &mut Catalog,
+    pool: &SharedPool,
+    files: &mut SocketFiles,
+) -> Result<Vec<acceptor::Listener>, ServeError> {
+    let server = &loaded.config.server;
+    let mut listeners = acceptor::bind_listeners(server, ports, files)?;
+    let nvme_listeners = crate::nvmf::bind(&server.nvme_tcp).map_err(runtime)?;
+    if !nvme_listeners.is_empty() {
+        let pool_bytes = u64::from(pool.large_buffers()) * u64::from(pool.buffer_size());
+        let target = crate::nvmf::target(&nvme_listeners, loaded, catalog, pool_bytes);
+        catalog.nvme = Some(target);
+    }
+    assert_eq!(nvme_listeners.len(), ports.nvme_tcp.len(), "one port each");
+    let nvme = nvme_listeners
+        .into_iter()
+        .zip(ports.nvme_tcp.iter().copied());
+    listeners.extend(nvme.map(|(l, port)| acceptor::Listener::Nvme(l, port)));
+    Ok(listeners)
+}
+
 pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     let set = blocked_signals();
     // SAFETY: process-wide signal setup before any thread is spawned.
@@ -218,23 +248,21 @@ pub fn serve(loaded: LoadedConfig) -> Result<(), ServeError> {
     // Dropped on every return: a failed start leaves no socket file behind.
     let mut files = SocketFiles::default();
     catalog.tls = crate::tls::config_of(&loaded).map_err(ServeError::Config)?;
-    let mut listeners = acceptor::bind_listeners(&cfg.server, &mut files)?;
-    let nvme_listeners = crate::nvmf::bind(&cfg.server.nvme_tcp).map_err(runtime)?;
-    if !nvme_listeners.is_empty() {
-        let pool_bytes = u64::from(pool.large_buffers()) * u64::from(pool.buffer_size());
-        let target = crate::nvmf::target(&nvme_listeners, &loaded, &catalog, pool_bytes);
-        catalog.nvme = Some(target);
-    }
-    listeners.extend(nvme_listeners.into_iter().map(acceptor::Listener::Nvme));
+    let ports = config::WirePorts::of(&cfg.server);
+    let listeners = bind_all(&loaded, &ports, &mut catalog, &pool, &mut files)?;
     let catalog = Arc::new(catalog);
-    let reactors = start_reactors(&loaded, &catalog, &pool)?;
-    let rpc_state = rpc::RpcState::new(
+    let (reactors, port_load) = start_reactors(&loaded, &catalog, &pool, &ports.gbps)?;
+    let mut rpc_state = rpc::RpcState::new(
         reactors.handles.clone(),
         loaded.to_json(),
         catalog.pacing.clone(),
         crate::fault_ctl::FaultControl::new(catalog.bdevs.faults(), reactors.origin),
         crate::dirty_ctl::DirtyControl::new(catalog.clone()),
     );
+    rpc_state.ports = port_load.map(|load| rpc::Ports {
+        load,
+        names: ports.names.clone(),
+    });
     let rpc_state = Arc::new(rpc_state);
     // Before the first write can arrive (and before the admin socket
     // answers, so a client that sees it sees the files in use): a crash

@@ -313,7 +313,10 @@ mod tests {
             usage_bytes: 9,
             ..Default::default()
         });
-        let reply = StatsReply { reactors: vec![r] };
+        let reply = StatsReply {
+            reactors: vec![r],
+            ..Default::default()
+        };
         let json = serde_json::to_string(&reply).expect("serialize");
         let back: StatsReply = serde_json::from_str(&json).expect("deserialize");
         assert_eq!(back.reactors[0].pacer, reply.reactors[0].pacer);

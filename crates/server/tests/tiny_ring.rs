@@ -15,7 +15,7 @@ use pace::pacer::{PacedDevice, PacerGroup};
 use pool::SharedPool;
 use server::engine::Timeouts;
 use server::exports::Catalog;
-use server::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings};
+use server::reactor::{Accepted, Msg, Reactor, ReactorHandle, ReactorSettings};
 
 const N: u64 = 64;
 
@@ -114,7 +114,11 @@ fn a_tiny_ring_serves_many_ios_at_once_through_its_backlog() {
         .expect("timeout");
     // Counted in, as the acceptor does.
     handle.conns.fetch_add(1, Ordering::Relaxed);
-    handle.send(Msg::NewConn(OwnedFd::from(theirs), "test".into()));
+    handle.send(Msg::NewConn(Accepted {
+        fd: OwnedFd::from(theirs),
+        peer: "test".into(),
+        port: None,
+    }));
     handshake(&mut c);
     let mut burst = Vec::new();
     for i in 0..N {

@@ -300,8 +300,7 @@ fn pacers(
         0,
     );
     let rates: Vec<f64> = sc.ports.iter().map(|p| p.rate_gbps).collect();
-    let ports = PortLoad::new(&rates);
-    group.measure_ports(ports.clone());
+    let ports = group.measure_ports(&rates);
     let pacers = (0..reactors).map(|r| group.pacer(r, 0)).collect();
     (pacers, group.qos().clone(), ports)
 }

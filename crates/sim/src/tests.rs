@@ -523,3 +523,18 @@ fn a_tenant_held_by_its_own_link_holds_no_one_back() {
         );
     }
 }
+
+/// A drive that serves its queue in order, its cost not told to the
+/// pacer: `auto` drains it once to learn its latency alone, keeps the
+/// queue in the pacer, and the tenants get 2:1 (`none` gives 1:1: the
+/// drive orders the IO).
+#[test]
+fn tenants_on_a_drive_that_serves_in_order_get_their_weights() {
+    let text = include_str!("../../../scenarios/sim/tenants_fifo_drive.toml");
+    let sc = parse(text, "library scenario").expect("scenario parses");
+    let run = &sc.runs[0];
+    assert_eq!(run.label, "auto, gold 2 : bronze 1");
+    let r = simulate(&sc, run, 32);
+    let ratio = r.per_group_gbps[0] / r.per_group_gbps[1];
+    assert!((1.9..2.1).contains(&ratio), "gold:bronze {ratio:.2}: {r:?}");
+}

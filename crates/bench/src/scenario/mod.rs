@@ -1,7 +1,8 @@
 //! Scenario files: targets, hosts, workload and sweeps, expanded into runs.
 //!
 //! A sweep variable is any name. `qd`, `bs`, `rw`, `numjobs`, `iodepth`,
-//! `rate` and `delay` also change the workload or the wire; every variable
+//! `jobs` (exports and their depths, see [`jobs`]), `rate` and `delay`
+//! also change the workload or the wire; every variable
 //! (swept or from `[vars]`) fills `{{name}}` placeholders in target configs
 //! and arguments.
 
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tomlfile::{from_toml, locate, read_text, ConfigError};
 
 mod host_wire;
+pub mod jobs;
 mod validate;
 
 pub use host_wire::{parse_tc_rate, HostWire, PerHost};
@@ -492,6 +494,9 @@ impl Scenario {
         }
         if let Some(v) = num("qd") {
             w.qd = Some(v);
+        }
+        if let Some(v) = p.vars.get("jobs") {
+            jobs::apply(&mut w, v);
         }
         w
     }

@@ -166,6 +166,10 @@ impl Checks<'_> {
             let counts = matches!(k.as_str(), "qd" | "iodepth" | "numjobs");
             let ok = !counts || vals.iter().all(positive);
             self.ensure(ok, "sweep", 0, k, "positive integers")?;
+            let jobs = |v: &toml::Value| value_text(v).and_then(|t| super::jobs::parse(&t));
+            let ok = k != "jobs" || vals.iter().all(|v| jobs(v).is_some());
+            let msg = "exports and their depths, like \"gold:1 bronze:32\"";
+            self.ensure(ok, "sweep", 0, k, msg)?;
         }
         Ok(())
     }

@@ -72,15 +72,28 @@ impl Server {
 
     /// As [`Server::start_with`], with `server_extra` lines added to `[server]`.
     pub fn start_full(server_extra: &str, body: &str, buffers: &str) -> Server {
+        let port = free_port();
+        let tcp = format!("[\"127.0.0.1:{port}\"]");
+        Server::start_listening(&tcp, port, server_extra, body, buffers)
+    }
+
+    /// As [`Server::start_full`], with `tcp` as `[server] tcp` (TOML), which
+    /// must listen on 127.0.0.1:`port` (the server is ready when it does).
+    pub fn start_listening(
+        tcp: &str,
+        port: u16,
+        server_extra: &str,
+        body: &str,
+        buffers: &str,
+    ) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("iopace-it")
             .tempdir()
             .expect("tempdir");
         let sock = dir.path().join("nbd.sock");
         let rpc = dir.path().join("admin.sock");
-        let port = free_port();
         let config = format!(
-            "[server]\nreactors = 2\ntcp = [\"127.0.0.1:{port}\"]\nunix = [\"{}\"]\nrpc = \"{}\"\n{server_extra}\n\n[buffers]\n{buffers}\n{body}",
+            "[server]\nreactors = 2\ntcp = {tcp}\nunix = [\"{}\"]\nrpc = \"{}\"\n{server_extra}\n\n[buffers]\n{buffers}\n{body}",
             sock.display(),
             rpc.display()
         );

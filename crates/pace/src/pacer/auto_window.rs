@@ -79,8 +79,18 @@ impl Pacer {
             // The other reactors' trials and lone clients move it: one lock
             // per poll, and none in the modes that have no windows.
             self.depth_now = self.depth.factors();
+            // Draining orders IO only where weights have something to
+            // order: two tenants busy, and a device holding more than twice
+            // its own floor.
+            let tenants = self
+                .tenants
+                .iter()
+                .filter(|t| t.in_flight > 0 || t.queued > 0);
+            let weighed = tenants.count() > 1;
             for (d, dev) in self.devices.iter_mut().enumerate() {
                 dev.held = self.depth.held(d, now);
+                let deep = dev.in_flight_work > 4 * dev.largest_work(dev.largest_io.max(1));
+                dev.probe.tick(weighed && deep, now);
             }
         }
         self.window_now = self.deepen(window);
@@ -232,6 +242,9 @@ impl Pacer {
     /// Device `d`'s own window has room for `io`.
     pub(super) fn device_window_open(&self, d: usize, io: &PacedIo) -> bool {
         let dev = &self.devices[d];
+        if let Some(open) = dev.probe.admits(dev.in_flight_ios) {
+            return open || self.light(io.tenant);
+        }
         dev.in_flight_work == 0
             || self.light(io.tenant)
             || dev.in_flight_work + dev.work(io.kind, u64::from(io.bytes)) <= self.device_window(d)
@@ -249,11 +262,21 @@ impl Pacer {
     pub(super) fn device_window(&self, d: usize) -> u64 {
         let dev = &self.devices[d];
         let max_io = dev.largest_work(self.max_io);
-        match (dev.rate.get(), self.hold_time(d)) {
+        // A drained device has room for two of the largest IO it was sent,
+        // not of the reactor's: two 128 KiB buffers' device time held 64
+        // IOs of 4 KiB at a drive serving one at a time, which then kept
+        // the queue. Elsewhere the larger floor stays: a reactor's device
+        // window follows its own rate, and a small floor let a reactor of
+        // 64 KiB writers fall to a third of its share of a shared drive.
+        let own_largest = match dev.probe.latency_alone(dev.largest_io) {
+            Some(_) => dev.largest_work(dev.largest_io),
+            None => max_io,
+        };
+        match (dev.rate.get(), self.device_hold(d)) {
             (Some(r), Some(l)) => {
                 let depth = if dev.held { 1.0 } else { self.depth_factor() };
                 let w = self.cfg.gain * depth * r * l as f64 / 1e9;
-                (w as u64).max(2 * max_io)
+                (w as u64).max(2 * own_largest)
             }
             // Until it has delivered, a device may fill the whole window.
             _ => (self.window_now as f64 * max_io as f64 / self.max_io as f64) as u64,
@@ -326,6 +349,18 @@ impl Pacer {
         match (dev.device_latency.get(), self.latency.get()) {
             (Some(at_device), Some(fastest)) => Some(measured.min(at_device + fastest)),
             _ => Some(measured),
+        }
+    }
+
+    /// How long device `d` holds an IO, for sizing its window: its hold
+    /// time, or less if its largest IO alone (see `DrainProbe`) showed that
+    /// the hold time measured is its own queue.
+    fn device_hold(&self, d: usize) -> Option<Nanos> {
+        let held = self.hold_time(d)?;
+        let dev = &self.devices[d];
+        match (dev.probe.latency_alone(dev.largest_io), self.latency.get()) {
+            (Some(alone), Some(fastest)) => Some(held.min(alone + fastest)),
+            _ => Some(held),
         }
     }
 

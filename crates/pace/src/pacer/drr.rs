@@ -4,6 +4,7 @@
 //! `turn_server`). A device that cannot go passes its turn on.
 
 use super::auto_window::{rate_filter, LATENCY_WINDOW_NS};
+use super::drain_probe::DrainProbe;
 use super::filter::{LargeIoMin, WindowedMax, WindowedMin};
 use super::queues::{DeviceQueue, Slot};
 use super::{CostModel, IoKind, Mode, PacedIo, Pacer, Verdict};
@@ -34,6 +35,10 @@ pub(super) struct Device {
     /// and a moving mean (see `queues_at_device`).
     pub wait_min: WindowedMin,
     pub wait_mean: Option<f64>,
+    /// The device's latency alone (see [`DrainProbe`]).
+    pub probe: DrainProbe,
+    /// The largest IO sent to it (bytes; 0 before the first).
+    pub largest_io: u64,
 }
 
 impl Device {

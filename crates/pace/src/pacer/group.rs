@@ -77,10 +77,15 @@ impl PacerGroup {
         }
     }
 
-    /// The pacers built from now on measure these ports (see `PortLoad`);
-    /// a flow's port is its index here.
-    pub fn measure_ports(&mut self, load: Arc<PortLoad>) {
-        self.ports = Some(load);
+    /// The pacers built from now on measure ports of these capacities,
+    /// Gb/s (see `PortLoad`); a flow's port is its index here. The
+    /// simulator's ports and the real target's listeners (`[server] tcp`
+    /// with `gbps`) both come in here; the load is returned for reports
+    /// and for ports that change speed.
+    pub fn measure_ports(&mut self, gbps: &[f64]) -> Arc<PortLoad> {
+        let load = PortLoad::new(gbps);
+        self.ports = Some(load.clone());
+        load
     }
 
     /// Reactor `reactor`'s pacer.

@@ -61,6 +61,18 @@ impl PortLoad {
         }
     }
 
+    /// The ports measured.
+    pub fn count(&self) -> usize {
+        self.capacity.len()
+    }
+
+    /// Port `port`'s capacity, Gb/s, and the bytes its flows have carried
+    /// so far: read data sent and write data received (for reports).
+    pub fn carried(&self, port: usize) -> (f64, u64, u64) {
+        let (sent, received) = self.totals(port);
+        (self.capacity(port) * 8.0 / 1e9, sent, received)
+    }
+
     fn capacity(&self, port: usize) -> f64 {
         f64::from_bits(self.capacity[port].load(Ordering::Relaxed))
     }
@@ -195,5 +207,16 @@ mod tests {
         a.delivered(1, IoKind::Read, 1_900_000);
         a.sample(4 * PORT_SAMPLE_NS);
         assert!(!a.own_link(1), "1.9 MB of 2 MB");
+    }
+
+    #[test]
+    fn a_port_reports_its_capacity_and_the_bytes_it_carried() {
+        let load = PortLoad::new(&[25.0]);
+        let mut m = PortMeter::new(load.clone(), 0);
+        m.join(1, 0);
+        m.delivered(1, IoKind::Read, 4096);
+        m.delivered(1, IoKind::Write, 512);
+        assert_eq!(load.count(), 1);
+        assert_eq!(load.carried(0), (25.0, 4096, 512));
     }
 }

@@ -66,6 +66,7 @@ impl Status {
     pub const LBA_OUT_OF_RANGE: Status = Status::generic(0x80);
     pub const INVALID_QUEUE_ID: Status = Status::specific(0x01);
     pub const INVALID_QUEUE_SIZE: Status = Status::specific(0x02);
+    pub const ABORT_LIMIT: Status = Status::specific(0x03);
     pub const ASYNC_EVENT_LIMIT: Status = Status::specific(0x05);
     pub const INVALID_LOG_PAGE: Status = Status::specific(0x09);
     pub const FEATURE_NOT_SAVEABLE: Status = Status::specific(0x0D);

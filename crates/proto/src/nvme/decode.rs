@@ -215,6 +215,85 @@ impl Decoder {
     }
 }
 
+/// The head of an H2CData PDU whose header, up to its data (PDO), is in
+/// the buffer but whose data is not all there: everything but the data
+/// and its digest is checked (`Decoder::data_head`), and the caller takes
+/// the data as it comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataHead {
+    pub hdr: DataHdr,
+    /// Where the data starts (PDO).
+    pub start: usize,
+    /// Bytes of data.
+    pub len: usize,
+    /// A data digest follows the data.
+    pub digest: bool,
+}
+
+impl Decoder {
+    /// The head of the H2CData PDU at the start of `buf` when `decode`
+    /// needs more bytes for it and its header (up to PDO) is all here,
+    /// checked as `decode` checks it and in the same order. Ok(None): not
+    /// such a PDU, or its header is not yet all here.
+    pub fn data_head(&self, buf: &[u8]) -> Result<Option<DataHead>, Fatal> {
+        let Some(head) = buf.get(..CH_LEN) else {
+            return Ok(None);
+        };
+        if self.role != Role::Controller || head[0] != ty::H2C_DATA {
+            return Ok(None);
+        }
+        let c = self.check_common(head)?;
+        let hd = self.digests.unwrap_or_default().header_len();
+        let min = c.hlen + hd;
+        if buf.len() >= c.plen || buf.len() < min || c.plen == min {
+            return Ok(None);
+        }
+        if hd > 0 && crc32c(&buf[..c.hlen]) != le32(buf, c.hlen) {
+            return Err(Fatal {
+                fes: fes::HEADER_DIGEST_ERROR,
+                fei: 0,
+            });
+        }
+        let dd = if c.flags & flag::DDGST != 0 {
+            DIGEST_LEN
+        } else {
+            0
+        };
+        if c.pdo < min || c.pdo + dd >= c.plen {
+            return Err(Fatal::field(3));
+        }
+        if buf.len() < c.pdo {
+            return Ok(None);
+        }
+        let len = c.plen - c.pdo - dd;
+        if len > self.max_data as usize {
+            return Err(Fatal {
+                fes: fes::DATA_LIMIT_EXCEEDED,
+                fei: 0,
+            });
+        }
+        if le32(buf, 16) as usize != len {
+            return Err(Fatal::field(16));
+        }
+        if c.flags & flag::SUCCESS != 0 {
+            return Err(Fatal::field(1));
+        }
+        let hdr = DataHdr {
+            cccid: le16(buf, 8),
+            ttag: le16(buf, 10),
+            datao: le32(buf, 12),
+            last: c.flags & flag::LAST_PDU != 0,
+            success: false,
+        };
+        Ok(Some(DataHead {
+            hdr,
+            start: c.pdo,
+            len,
+            digest: dd > 0,
+        }))
+    }
+}
+
 fn digested(t: u8) -> bool {
     !matches!(t, ty::IC_REQ | ty::IC_RESP | ty::H2C_TERM | ty::C2H_TERM)
 }

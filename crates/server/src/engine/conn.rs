@@ -363,6 +363,8 @@ impl Conn {
             // timeout here: NVMe's keep-alive is the host's to ask for).
             Input::Pdus => match &c.phase {
                 Phase::Nvme(n) if !n.initialized() => Some(c.accepted_at + t.handshake),
+                // Part of a PDU buffered, or an H2CData's data still due.
+                Phase::Nvme(n) if n.queue.mid_pdu() => Some(c.active_at + t.payload),
                 _ if c.buffered() > 0 => Some(c.active_at + t.payload),
                 _ => None,
             },

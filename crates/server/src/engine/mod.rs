@@ -8,8 +8,8 @@
 //!   `conn.rs` `Conn`: one connection (its state enums, receive buffer,
 //!   `Outbox` send side in `outbox.rs`, READ `Turns` in `turns.rs`).
 //! - `nbd.rs`: the NBD front end (handshake with STARTTLS, request headers,
-//!   discards), `Conn`'s; `nvme.rs` `NvmeFront`: the NVMe/TCP front end,
-//!   over each connection's `NvmeConn` (`nvme_conn.rs`).
+//!   discards), `Conn`'s; `nvme*.rs`: the NVMe/TCP front end (`NvmeFront`,
+//!   `NvmeConn`, its data path and its side of the engine).
 //! - `slots.rs` `Slots`: the request slots (`Req`, `slot.rs`), their
 //!   checked states (`states.rs`), trace ring (`trace.rs`) and device steps;
 //!   `pieces.rs` `Pieces`: a request's start, buffers, pieces and turns.
@@ -29,6 +29,8 @@ mod io;
 mod nbd;
 mod nvme;
 mod nvme_conn;
+mod nvme_data;
+mod nvme_engine;
 mod outbox;
 mod pieces;
 mod request;
@@ -121,10 +123,6 @@ impl Engine {
     /// Moves the actions produced so far into `out` (which should be empty).
     pub fn take_actions(&mut self, out: &mut Vec<Action>) {
         std::mem::swap(&mut self.io.actions, out);
-    }
-
-    pub fn has_actions(&self) -> bool {
-        !self.io.actions.is_empty()
     }
 
     /// Bytes received on `conn`'s posted recv.
@@ -691,6 +689,8 @@ impl Engine {
 
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod nvme_abort_tests;
 #[cfg(test)]
 mod nvme_tests;
 #[cfg(test)]

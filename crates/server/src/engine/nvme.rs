@@ -15,8 +15,8 @@
 //! A connection is a flow of the host its Connect names (its host NQN):
 //! all the queues of one host share that host's link in the pacer.
 
-use proto::nvme::ctrl::IoOp;
-use proto::nvme::queue::{Action as QAction, DataStart, DevOp, Queue};
+use proto::nvme::ctrl::{AdminDone, IoAbort};
+use proto::nvme::queue::{Action as QAction, DataStart};
 use proto::nvme::Status;
 use proto::Command;
 
@@ -25,6 +25,7 @@ use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
 use super::nvme_conn::{Connect, NvmeConn, Waiting, QID_IN_USE, QID_RECHECK, QID_WAIT};
+use super::nvme_data::{copy_into, data, data_in, nvme_command, wait};
 use super::slot::{ReplyStyle, ReqOrigin};
 use super::slots::Slots;
 use super::states::ReqStage;
@@ -34,7 +35,7 @@ use super::states::ReqStage;
 const CHECK_EVERY: pace::Nanos = 100_000_000;
 
 /// The NVMe connection behind `c`, if it is one.
-fn nvme_of(c: &mut Conn) -> Option<&mut NvmeConn> {
+pub(super) fn nvme_of(c: &mut Conn) -> Option<&mut NvmeConn> {
     match &mut c.phase {
         Phase::Nvme(n) => Some(n),
         _ => None,
@@ -69,6 +70,27 @@ pub struct NvmeFront {
     /// NVMe/TCP connections open, and when their controllers are next checked.
     open: u32,
     check_at: pace::Nanos,
+    /// The target's mail count last looked at (`NvmeTarget::mail`).
+    mail_seen: u64,
+}
+
+/// What the target holds for this engine's queues (`NvmeFront::take_mail`).
+#[derive(Default)]
+pub struct Mail {
+    /// Parked admin commands ended, for admin queues: (queue, cid, completion).
+    pub done: Vec<(ConnId, u16, Option<AdminDone>)>,
+    /// Aborts of commands on IO queues.
+    pub aborts: Vec<(ConnId, IoAbort)>,
+}
+
+/// Where an Abort found its IO command (`NvmeFront::find`).
+pub enum Found {
+    /// Waiting for a request slot: completed as aborted, now.
+    Aborted,
+    /// Holding request slot `ReqId`.
+    Slot(ReqId),
+    /// Not here (completed, or never came).
+    Missing,
 }
 
 /// What a queue's action leaves to the engine.
@@ -89,6 +111,7 @@ impl NvmeFront {
             reactor,
             open: 0,
             check_at: 0,
+            mail_seen: 0,
         }
     }
 
@@ -138,14 +161,16 @@ impl NvmeFront {
                 let Some(t) = io.catalog.nvme.as_ref() else {
                     return Next::Done;
                 };
-                let Ok(mut target) = t.target.lock() else {
-                    return Next::Done;
-                };
-                let d = target.admin(cntlid, &sqe, now);
                 // Async Event Requests an Abort or a reset ended: they
                 // were held by this queue, the controller's admin queue.
-                let aers = target.take_events_of(cntlid);
-                drop(target);
+                let Some((d, aers)) = t.with(|target| {
+                    (
+                        target.admin(cntlid, &sqe, now),
+                        target.take_events_of(cntlid),
+                    )
+                }) else {
+                    return Next::Done;
+                };
                 if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
                     n.queue.admin_done(cid, d);
                     for (aer, end) in aers {
@@ -165,8 +190,8 @@ impl NvmeFront {
             } => data(id, cid, datao, at, len, conns, slots),
             QAction::DataIn { cid, ok } => return data_in(id, cid, ok, conns, slots, io),
             QAction::DropAer { cid, cntlid } => {
-                if let Some(mut t) = io.catalog.nvme.as_ref().and_then(|t| t.target.lock().ok()) {
-                    t.drop_async_event(cntlid, cid);
+                if let Some(t) = io.catalog.nvme.as_ref() {
+                    t.with(|t| t.drop_async_event(cntlid, cid));
                 }
             }
             QAction::Close => {
@@ -407,7 +432,7 @@ impl NvmeFront {
         let Some(n) = conns.get_mut(conn).and_then(nvme_of) else {
             return;
         };
-        n.slots.remove(&cid);
+        n.slots.remove(cid);
         if req.command == Command::Read && status.is_success() && req.len > 0 {
             // The data PDU completes it (SUCCESS flag, as SPDK's target
             // sends by default): no CapsuleResp follows.
@@ -435,7 +460,83 @@ impl NvmeFront {
         let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
             return Vec::new();
         };
-        n.slots.values().copied().collect()
+        n.slots.in_order().collect()
+    }
+
+    /// What the target holds for this engine's queues, once its mail
+    /// count moved: the ends of parked admin commands for its admin
+    /// queues, the Aborts of commands on its IO queues.
+    pub fn take_mail(&mut self, conns: &mut Conns, io: &IoPath) -> Option<Mail> {
+        let t = io.catalog.nvme.as_ref().filter(|_| self.open > 0)?;
+        let seen = t.mail();
+        if seen == self.mail_seen {
+            return None;
+        }
+        self.mail_seen = seen;
+        let mut target = t.target.lock().ok()?;
+        let mut mail = Mail::default();
+        for c in conns.iter_mut() {
+            let Phase::Nvme(n) = &c.phase else { continue };
+            match n.bound {
+                Some((cntlid, 0, _)) => {
+                    let done = target.take_events_of(cntlid).into_iter();
+                    mail.done.extend(done.map(|(cid, d)| (c.id, cid, d)));
+                }
+                Some((cntlid, qid, _)) => {
+                    let aborts = target.take_io_aborts_of(cntlid, qid).into_iter();
+                    mail.aborts.extend(aborts.map(|a| (c.id, a)));
+                }
+                None => {}
+            }
+        }
+        Some(mail)
+    }
+
+    /// A parked admin command of admin queue `id` ended.
+    pub fn admin_ended(id: ConnId, cid: u16, d: Option<AdminDone>, conns: &mut Conns) {
+        if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
+            n.queue.aer_end(cid, d);
+        }
+    }
+
+    /// Where command `cid` of IO queue `id` is, for an Abort: one still
+    /// waiting for a request slot is aborted here.
+    pub fn find(id: ConnId, cid: u16, conns: &mut Conns) -> Found {
+        let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
+            return Found::Missing;
+        };
+        if let Some(at) = n.waiting.iter().position(|w| w.cid() == cid) {
+            n.waiting.remove(at);
+            let aborted = n.queue.abort_cmd(cid);
+            debug_assert!(aborted, "a waiting command {cid} the queue lacks");
+            return Found::Aborted;
+        }
+        n.slots.get(cid).map_or(Found::Missing, Found::Slot)
+    }
+
+    /// Command `cid`, holding request slot `slot` not yet at its device,
+    /// is aborted: it completes as Command Abort Requested, and lets its
+    /// slot go (the engine releases the request).
+    pub fn aborted(id: ConnId, cid: u16, slot: ReqId, conns: &mut Conns) {
+        let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
+            return;
+        };
+        let held = n.slots.remove(cid);
+        debug_assert_eq!(held, Some(slot));
+        let aborted = n.queue.abort_cmd(cid);
+        debug_assert!(aborted, "command {cid} the queue lacks, or receiving");
+    }
+
+    /// Aborts the engine looked for, answered: (controller, the Abort's
+    /// command id, whether its command was aborted).
+    pub fn aborts_answered(answers: &[(u16, u16, bool)], io: &IoPath) {
+        if let Some(t) = io.catalog.nvme.as_ref().filter(|_| !answers.is_empty()) {
+            t.with(|t| {
+                for &(cntlid, abort_cid, aborted) in answers {
+                    t.io_abort_done(cntlid, abort_cid, aborted);
+                }
+            });
+        }
     }
 
     /// What the queue wrote (ICResp, R2Ts, admin completions) goes out.
@@ -464,9 +565,8 @@ impl NvmeFront {
         let bound = n.bound.take();
         slots.waiters.retain(|&w| w != id);
         if let (Some((cntlid, qid, _)), Some(t)) = (bound, io.catalog.nvme.as_ref()) {
-            if let Ok(mut target) = t.target.lock() {
-                target.queue_closed(cntlid, qid);
-            }
+            // Aborts parked for its commands complete: mail.
+            t.with(|t| t.queue_closed(cntlid, qid));
         }
     }
 
@@ -529,152 +629,4 @@ impl NvmeFront {
             self.open -= 1;
         }
     }
-}
-
-/// A command that needs a request slot waits its turn (the engine then
-/// starts what may start).
-fn wait(id: ConnId, w: Waiting, conns: &mut Conns) -> Next {
-    if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
-        n.waiting.push_back(w);
-    }
-    Next::StartWaiting
-}
-
-/// H2CData bytes for `cid` at `at` of the bytes given to the queue.
-fn data(
-    id: ConnId,
-    cid: u16,
-    datao: u32,
-    at: usize,
-    len: u32,
-    conns: &mut Conns,
-    slots: &mut Slots,
-) {
-    let Some(c) = conns.get_mut(id) else {
-        return;
-    };
-    let Some(&slot) = nvme_of(c).and_then(|n| n.slots.get(&cid)) else {
-        return;
-    };
-    let from = c.rstart + at;
-    let Some(src) = c.rbuf.get(from..from + len as usize) else {
-        return;
-    };
-    let req = &mut slots.reqs[slot.index()];
-    if req.state != ReqStage::Receiving {
-        return;
-    }
-    if copy_into(&req.iov, datao as usize, src) {
-        req.filled += len;
-    }
-}
-
-/// A WRITE's data is all in: to the device (or answered, when a data
-/// digest failed).
-fn data_in(
-    id: ConnId,
-    cid: u16,
-    ok: bool,
-    conns: &mut Conns,
-    slots: &mut Slots,
-    io: &mut IoPath,
-) -> Next {
-    let Some(&slot) = conns
-        .get_mut(id)
-        .and_then(nvme_of)
-        .and_then(|n| n.slots.get(&cid))
-    else {
-        return Next::Done;
-    };
-    let req = &mut slots.reqs[slot.index()];
-    if req.state != ReqStage::Receiving {
-        return Next::Done;
-    }
-    let next = if !ok {
-        req.fault = Some(Status::TRANSIENT_TRANSPORT_ERROR);
-        ReqStage::Answered
-    } else if req.filled == req.len {
-        ReqStage::Ready
-    } else {
-        req.fault = Some(Status::DATA_SGL_LENGTH_INVALID);
-        ReqStage::Answered
-    };
-    slots.set_state(slot, next, &mut io.stats, io.now);
-    Next::Advance(slot)
-}
-
-/// A command id, its request, and further byte ranges (`nvme_command`).
-type NvmeRequest = (u16, proto::Request, Vec<(u64, u64)>);
-
-/// The engine's request for a waiting command: its id, an NBD-shaped
-/// request (the command, flags, byte offset and length) and any further
-/// byte ranges (a deallocate's). None when the queue no longer has it.
-fn nvme_command(q: &Queue, w: Waiting) -> Option<NvmeRequest> {
-    let request = |cid: u16, command, flags, offset, length| proto::Request {
-        flags,
-        command,
-        cookie: u64::from(cid),
-        offset,
-        length,
-    };
-    match w {
-        Waiting::Data { cid, write } => {
-            let io = q.io_cmd(cid)?;
-            debug_assert_eq!(write, io.op == IoOp::Write);
-            let (command, fua) = match io.op {
-                IoOp::Write => (Command::Write, io.fua),
-                _ => (Command::Read, false),
-            };
-            let flags = if fua { proto::CMD_FLAG_FUA } else { 0 };
-            Some((
-                cid,
-                request(cid, command, flags, io.offset, u64::from(io.xfer)),
-                Vec::new(),
-            ))
-        }
-        Waiting::Op { cid, op } => Some(match op {
-            DevOp::Flush => (cid, request(cid, Command::Flush, 0, 0, 0), Vec::new()),
-            DevOp::WriteZeroes { offset, len } => {
-                let flags = proto::CMD_FLAG_NO_HOLE;
-                (
-                    cid,
-                    request(cid, Command::WriteZeroes, flags, offset, len),
-                    Vec::new(),
-                )
-            }
-            DevOp::Trim { mut ranges } => {
-                ranges.reverse();
-                let (offset, len) = ranges.pop().unwrap_or((0, 0));
-                (cid, request(cid, Command::Trim, 0, offset, len), ranges)
-            }
-            // READs and WRITEs of an external queue ask for admission.
-            DevOp::Read { .. } | DevOp::Write { .. } => return None,
-        }),
-    }
-}
-
-/// Copies `src` into the buffers `iov` lays out, from byte `at` of them;
-/// false (nothing copied) when it does not fit.
-fn copy_into(iov: &[libc::iovec], mut at: usize, mut src: &[u8]) -> bool {
-    let total: usize = iov.iter().map(|v| v.iov_len).sum();
-    if at + src.len() > total {
-        return false;
-    }
-    for v in iov {
-        if src.is_empty() {
-            break;
-        }
-        if at >= v.iov_len {
-            at -= v.iov_len;
-            continue;
-        }
-        let n = src.len().min(v.iov_len - at);
-        // SAFETY: at + n <= iov_len: inside a buffer the request holds.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), v.iov_base.cast::<u8>().add(at), n);
-        }
-        src = &src[n..];
-        at = 0;
-    }
-    true
 }

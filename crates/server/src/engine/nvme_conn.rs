@@ -2,7 +2,7 @@
 //! the controller it is bound to, and its commands that hold or wait for
 //! a request slot. The front end that drives it is `nvme.rs`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use proto::nvme::queue::{DevOp, Queue};
 use proto::nvme::Sqe;
@@ -34,8 +34,8 @@ pub struct NvmeConn {
     /// (cntlid, qid, export) once its Connect succeeded; the discovery
     /// controller has no export.
     pub(super) bound: Option<(u16, u16, Option<u16>)>,
-    /// Commands holding a request slot, by command id.
-    pub(super) slots: HashMap<u16, ReqId>,
+    /// Commands holding a request slot, in arrival order.
+    pub(super) slots: CidSlots,
     /// Commands waiting for a slot or for the connection's share of the
     /// pool, in arrival order.
     pub(super) waiting: VecDeque<Waiting>,
@@ -52,6 +52,46 @@ pub(super) enum Waiting {
     Op { cid: u16, op: DevOp },
 }
 
+impl Waiting {
+    pub(super) fn cid(&self) -> u16 {
+        match self {
+            Waiting::Data { cid, .. } | Waiting::Op { cid, .. } => *cid,
+        }
+    }
+}
+
+/// A queue's commands that hold request slots, in arrival order: what is
+/// aborted when its input ends goes in that order, the same every run.
+/// At most the queue's depth (128): a scan of a few cache lines costs less
+/// than hashing, and a reply, mostly of the oldest, removes near the front.
+#[derive(Debug, Default)]
+pub(super) struct CidSlots(VecDeque<(u16, ReqId)>);
+
+impl CidSlots {
+    pub(super) fn insert(&mut self, cid: u16, slot: ReqId) {
+        debug_assert!(self.get(cid).is_none(), "command {cid} holds two slots");
+        self.0.push_back((cid, slot));
+    }
+
+    pub(super) fn get(&self, cid: u16) -> Option<ReqId> {
+        self.0.iter().find(|e| e.0 == cid).map(|e| e.1)
+    }
+
+    pub(super) fn remove(&mut self, cid: u16) -> Option<ReqId> {
+        let at = self.0.iter().position(|e| e.0 == cid)?;
+        self.0.remove(at).map(|e| e.1)
+    }
+
+    /// The slots, oldest command first.
+    pub(super) fn in_order(&self) -> impl Iterator<Item = ReqId> + '_ {
+        self.0.iter().map(|e| e.1)
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 impl NvmeConn {
     pub fn new(catalog: &Catalog) -> NvmeConn {
         let limits = catalog
@@ -62,7 +102,7 @@ impl NvmeConn {
         NvmeConn {
             queue: Queue::external(limits),
             bound: None,
-            slots: HashMap::new(),
+            slots: CidSlots::default(),
             waiting: VecDeque::new(),
             recheck: None,
         }

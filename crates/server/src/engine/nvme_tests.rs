@@ -18,18 +18,23 @@ const NQN: &str = "nqn.2026-11.io.iopace:default";
 
 /// An engine serving NVMe/TCP (and NBD) over `buffers` buffers of 4 KiB,
 /// one 1 MiB malloc export, pacing `mode`.
-fn nvme_net(mode: &str, buffers: u32) -> Net {
+pub(super) fn nvme_net(mode: &str, buffers: u32) -> Net {
     nvme_net_with(mode, buffers, "")
 }
 
 /// As [`nvme_net`], with `export` lines added to the export.
 fn nvme_net_with(mode: &str, buffers: u32, export: &str) -> Net {
+    nvme_net_conf(mode, buffers, export, "")
+}
+
+/// As [`nvme_net_with`], with `pacing` lines added to `[pacing]`.
+pub(super) fn nvme_net_conf(mode: &str, buffers: u32, export: &str, pacing: &str) -> Net {
     let pool = PoolConfig::large_only(buffers, BUF_SIZE, 2);
     let text = format!(
         "[[bdev]]\nname = \"m0\"\nkind = \"malloc\"\nsize = \"1M\"\n\n\
          [[export]]\nname = \"default\"\nbdev = \"m0\"\n{export}\n\
          [buffers]\nnum_shared_buffers = {buffers}\nbuffer_size = \"4096\"\nbuf_cache_size = 2\n\n\
-         [pacing]\nmode = \"{mode}\"\n"
+         [pacing]\nmode = \"{mode}\"\n{pacing}"
     );
     let loaded = config::Config::parse(&text, "test.toml").expect("test config");
     let mut catalog = Catalog::build(&loaded).expect("catalog");
@@ -50,15 +55,15 @@ fn nvme_net_with(mode: &str, buffers: u32, export: &str) -> Net {
 }
 
 /// One host queue over the fake network.
-struct Host {
-    conn: ConnId,
+pub(super) struct Host {
+    pub(super) conn: ConnId,
     dec: Decoder,
     /// Bytes of `from_server` already decoded.
     seen: usize,
 }
 
 impl Host {
-    fn open(net: &mut Net) -> Host {
+    pub(super) fn open(net: &mut Net) -> Host {
         let conn = net.engine.open(net.now, Opening::Nvme).expect("open");
         net.clients.insert(conn, super::fake::Client::default());
         net.pump();
@@ -80,14 +85,14 @@ impl Host {
         h
     }
 
-    fn send(&self, net: &mut Net, p: Pdu<'_>) {
+    pub(super) fn send(&self, net: &mut Net, p: Pdu<'_>) {
         let mut b = Vec::new();
         p.encode(&mut b, Framing::default());
         net.write(self.conn, &b);
     }
 
     /// The next whole PDU the engine sent: (type, bytes).
-    fn recv(&mut self, net: &Net) -> Option<(u8, Vec<u8>)> {
+    pub(super) fn recv(&mut self, net: &Net) -> Option<(u8, Vec<u8>)> {
         let all = &net.clients[&self.conn].from_server[self.seen..];
         match self.dec.decode(all) {
             Ok(Decoded::Pdu { pdu, len, .. }) => {
@@ -101,12 +106,12 @@ impl Host {
     }
 
     /// Every PDU sent so far.
-    fn drain(&mut self, net: &Net) -> Vec<(u8, Vec<u8>)> {
+    pub(super) fn drain(&mut self, net: &Net) -> Vec<(u8, Vec<u8>)> {
         std::iter::from_fn(|| self.recv(net)).collect()
     }
 
     /// Sends a command and runs the engine; the completion's status.
-    fn command(&mut self, net: &mut Net, sqe: Sqe, data: &[u8]) -> u16 {
+    pub(super) fn command(&mut self, net: &mut Net, sqe: Sqe, data: &[u8]) -> u16 {
         self.send(net, Pdu::CapsuleCmd(sqe, data));
         net.run_to_quiet();
         let got = self.drain(net);
@@ -115,7 +120,7 @@ impl Host {
     }
 }
 
-fn connect_cmd(qid: u16, cntlid: u16) -> (Sqe, Vec<u8>) {
+pub(super) fn connect_cmd(qid: u16, cntlid: u16) -> (Sqe, Vec<u8>) {
     let c = Connect {
         qid,
         sqsize: 31,
@@ -129,7 +134,7 @@ fn connect_cmd(qid: u16, cntlid: u16) -> (Sqe, Vec<u8>) {
 }
 
 /// An enabled controller's IO queue.
-fn io_queue(net: &mut Net) -> (Host, Host) {
+pub(super) fn io_queue(net: &mut Net) -> (Host, Host) {
     let mut a = Host::open(net);
     let (s, d) = connect_cmd(0, 0xFFFF);
     assert_eq!(a.command(net, s, &d), 0, "admin connect");
@@ -147,7 +152,7 @@ fn io_queue(net: &mut Net) -> (Host, Host) {
 
 /// A READ or WRITE of `len` bytes at byte `at` (512-byte blocks), its data
 /// by R2T or to the host.
-fn rw(op: u8, cid: u16, at: u64, len: u32) -> Sqe {
+pub(super) fn rw(op: u8, cid: u16, at: u64, len: u32) -> Sqe {
     let mut c = Sqe::new(op, cid);
     c.set_nsid(1);
     c.set_cdw(10, (at / 512) as u32);
@@ -160,14 +165,14 @@ fn rw(op: u8, cid: u16, at: u64, len: u32) -> Sqe {
     c
 }
 
-fn r2t_of(b: &[u8]) -> (u16, u16, u32) {
+pub(super) fn r2t_of(b: &[u8]) -> (u16, u16, u32) {
     let cid = u16::from_le_bytes([b[8], b[9]]);
     let ttag = u16::from_le_bytes([b[10], b[11]]);
     let len = u32::from_le_bytes([b[16], b[17], b[18], b[19]]);
     (cid, ttag, len)
 }
 
-fn h2c(cid: u16, ttag: u16, data: &[u8]) -> Pdu<'_> {
+pub(super) fn h2c(cid: u16, ttag: u16, data: &[u8]) -> Pdu<'_> {
     let h = DataHdr {
         cccid: cid,
         ttag,
@@ -268,7 +273,7 @@ fn a_host_gone_mid_write_leaves_nothing_held() {
 }
 
 /// The CapsuleResps among PDUs: (cid, status with SCT, dword 0).
-fn resps(got: &[(u8, Vec<u8>)]) -> Vec<(u16, u16, u32)> {
+pub(super) fn resps(got: &[(u8, Vec<u8>)]) -> Vec<(u16, u16, u32)> {
     let mut r: Vec<_> = got
         .iter()
         .filter(|(t, _)| *t == 5)
@@ -422,4 +427,27 @@ fn a_qid_reused_before_its_old_queue_closed_is_checked_again() {
         3,
         "the admin queue and two I/O queues"
     );
+}
+
+#[test]
+fn a_host_that_stops_mid_h2cdata_times_out_with_nothing_held() {
+    // The queue takes an H2CData PDU's data as it comes: nothing stays
+    // buffered, but the host still owes the rest; the payload timeout
+    // applies as to any PDU cut short.
+    let mut net = nvme_net("auto", 64);
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::WRITE, 3, 0, 16384), &[]));
+    net.run_to_quiet();
+    let (cid, ttag, _) = r2t_of(&q.drain(&net)[0].1);
+    let mut b = Vec::new();
+    h2c(cid, ttag, &[1; 16384]).encode(&mut b, Framing::default());
+    b.truncate(b.len() / 2);
+    net.write(q.conn, &b);
+    net.run_to_quiet();
+    assert!(!net.clients[&q.conn].closed, "waits for the rest");
+    net.advance(TIMEOUTS.payload + 1);
+    net.run_to_quiet();
+    assert!(net.clients[&q.conn].closed, "timed out");
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.buffers_in_use(), 0);
 }

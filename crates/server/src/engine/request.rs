@@ -9,10 +9,10 @@
 use bdev::IoResult;
 use proto::Command;
 
-use super::conn::{EndReason, Input, Life, Phase, SendOp, Step};
+use super::conn::{EndReason, Input, Life, Phase, SendOp};
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::nbd::MAX_DISCARD_PAYLOAD;
-use super::nvme::{Next, NvmeFront};
+use super::nvme::NvmeFront;
 use super::pieces::{Pieces, Then};
 use super::slot::{ReplyStyle, ReqOrigin};
 use super::states::ReqStage;
@@ -397,74 +397,6 @@ impl Engine {
             let to = self.piece_ops().start_read(id);
             self.set_state(id, to);
             self.advance(id);
-        }
-    }
-}
-
-/// The NVMe/TCP front end's requests of the engine (`nvme.rs`).
-impl Engine {
-    /// Feeds the connection's buffered bytes to its NVMe/TCP queue and
-    /// carries out what the queue asks: every whole PDU is consumed at once.
-    pub(super) fn nvme_input(&mut self, id: ConnId) -> Step {
-        let Some(used) = self.conns.get_mut(id).and_then(NvmeFront::receive) else {
-            return Step::Stop;
-        };
-        // The data ranges point into the bytes just given: act on them
-        // before those bytes are let go.
-        while let Some(actions) = NvmeFront::take_actions(self.conns.get_mut(id)) {
-            if actions.is_empty() {
-                break;
-            }
-            for a in actions {
-                let (conns, slots, io) = (&mut self.conns, &mut self.slots, &mut self.io);
-                match self.nvme.act(id, a, conns, slots, io) {
-                    Next::Done => {}
-                    Next::StartWaiting => self.nvme_start_waiting(id),
-                    Next::Advance(r) => self.advance(r),
-                    Next::InputEnded => self.input_ended(id),
-                }
-            }
-        }
-        if let Some(c) = self.conns.get_mut(id) {
-            c.rstart += used;
-        }
-        Step::Stop
-    }
-
-    /// No more bytes come: WRITEs waiting for their data never get it.
-    pub(super) fn nvme_input_ended(&mut self, id: ConnId) {
-        for r in NvmeFront::requests_of(id, &mut self.conns) {
-            if self.slots.reqs[r.index()].state == ReqStage::Receiving {
-                self.abort(r);
-            }
-        }
-    }
-
-    /// Every 100 ms: the controllers' keep-alive timers run, and queues
-    /// whose controller (or IO queue) is gone close.
-    pub(super) fn nvme_tick(&mut self) {
-        let Some(gone) = self.nvme.tick(&mut self.conns, &mut self.io) else {
-            return;
-        };
-        for id in gone {
-            if let Some(c) = self.conns.get_mut(id) {
-                c.ending(EndReason::ControllerGone);
-            }
-            self.close(id);
-        }
-        self.settle();
-    }
-
-    /// Starts waiting commands, one at a time, while a slot is free and
-    /// the connection's requests hold less than its share of the pool.
-    pub(super) fn nvme_start_waiting(&mut self, id: ConnId) {
-        let cap = self.conn_cap;
-        loop {
-            let (conns, slots, io) = (&mut self.conns, &mut self.slots, &mut self.io);
-            let Some(slot) = self.nvme.start_next(id, cap, conns, slots, io) else {
-                return;
-            };
-            self.advance(slot);
         }
     }
 }

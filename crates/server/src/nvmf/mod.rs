@@ -6,7 +6,7 @@
 //! (`proto::nvme`) in front of the same request life as NBD's.
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use proto::nvme::ctrl::{Limits, Listener, Namespace, Subsystem, Target};
 
@@ -14,11 +14,10 @@ use crate::exports::{Catalog, NvmeTarget};
 use config::LoadedConfig;
 
 /// Binds every `[server] nvme_tcp` address; Err says which failed and why.
-pub fn bind(addrs: &[String]) -> Result<Vec<TcpListener>, String> {
-    let mut out = Vec::with_capacity(addrs.len());
-    for a in addrs {
-        let l = TcpListener::bind(a.as_str())
-            .map_err(|e| format!("cannot listen on nvme-tcp {a}: {e}"))?;
+pub fn bind(listeners: &[config::TcpListenerConfig]) -> Result<Vec<TcpListener>, String> {
+    let mut out = Vec::with_capacity(listeners.len());
+    for a in listeners.iter().map(config::TcpListenerConfig::addr) {
+        let l = TcpListener::bind(a).map_err(|e| format!("cannot listen on nvme-tcp {a}: {e}"))?;
         tracing::info!("listening on nvme-tcp {a}");
         out.push(l);
     }
@@ -76,9 +75,7 @@ pub fn target(
         ..Limits::default()
     };
     let target = Target::new(subsystems(loaded, catalog), listeners(listeners_), limits);
-    Arc::new(NvmeTarget {
-        target: Mutex::new(target),
-    })
+    Arc::new(NvmeTarget::new(target))
 }
 
 /// The transfer limit (MDTS) for requests of at most `max_request` bytes

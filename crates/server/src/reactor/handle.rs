@@ -10,16 +10,25 @@ use pace::pacer::PacingConfig;
 
 use crate::stats::ReactorStats;
 
+/// A connection an acceptor took: its socket, its peer's description, and
+/// the target port it came in on where the pacers know it (its listener's
+/// `gbps`, see `config::WirePorts`).
+pub struct Accepted {
+    pub fd: OwnedFd,
+    pub peer: String,
+    pub port: Option<usize>,
+}
+
 /// Messages from other threads, delivered through the inbox and an eventfd.
 pub enum Msg {
-    /// A connection and its peer's description.
-    NewConn(OwnedFd, String),
-    /// An NVMe/TCP connection and its peer's description.
-    NewNvme(OwnedFd, String),
+    /// An NBD connection.
+    NewConn(Accepted),
+    /// An NVMe/TCP connection.
+    NewNvme(Accepted),
     /// A connection with a handshake of its own: a TLS listener's (which
     /// offers STARTTLS; the reactor then runs TLS on the fd, `reactor::tls`)
     /// or one under access rules for its address.
-    Resume(OwnedFd, Box<proto::Handshake>, String),
+    Resume(Accepted, Box<proto::Handshake>),
     Stats(mpsc::Sender<ReactorStats>),
     /// The requests in flight a trace query names, with their state changes.
     Trace(

@@ -16,7 +16,7 @@ mod tls;
 mod wait;
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use pace::pacer::PacerGroup;
 use pace::Nanos;
 use pool::SharedPool;
 
-pub use handle::{Msg, ReactorHandle};
+pub use handle::{Accepted, Msg, ReactorHandle};
 use op::Op;
 use socks::{Drained, Socks};
 use tls::{TlsConns, TlsOut};
@@ -101,6 +101,11 @@ impl Reactor {
         };
         let waker_handle = handle.clone();
         let bufs = pool.register_reactor(Box::new(move || waker_handle.wake()));
+        if let Some(t) = &catalog.nvme {
+            // Mail between engines (an Abort, an async event) wakes it.
+            let h = handle.clone();
+            t.register_waker(Box::new(move || h.wake()));
+        }
         let now = origin.elapsed().as_nanos() as Nanos;
         let pacer = settings.pacers.pacer(settings.id, now);
         let engine_settings = EngineSettings {
@@ -436,9 +441,9 @@ impl Reactor {
         };
         for msg in msgs {
             match msg {
-                Msg::NewConn(fd, peer) => self.add_conn(fd, Opening::Nbd(None), &peer),
-                Msg::NewNvme(fd, peer) => self.add_conn(fd, Opening::Nvme, &peer),
-                Msg::Resume(fd, hs, peer) => self.add_conn(fd, Opening::Nbd(Some(hs)), &peer),
+                Msg::NewConn(a) => self.add_conn(a, Opening::Nbd(None)),
+                Msg::NewNvme(a) => self.add_conn(a, Opening::Nvme),
+                Msg::Resume(a, hs) => self.add_conn(a, Opening::Nbd(Some(hs))),
                 Msg::Stats(reply) => {
                     let mut snapshot = self.engine.snapshot(self.now);
                     snapshot.gathering = self.wait.gathering();
@@ -454,13 +459,13 @@ impl Reactor {
         }
     }
 
-    fn add_conn(&mut self, fd: OwnedFd, opening: Opening, peer: &str) {
+    fn add_conn(&mut self, accepted: Accepted, opening: Opening) {
         let Some(conn) = self.engine.open(self.now, opening) else {
             // Draining: dropping the fd closes it.
             self.conn_gone();
             return;
         };
-        self.engine.set_peer(conn, peer, None);
-        self.socks.add(conn, fd);
+        self.engine.set_peer(conn, &accepted.peer, accepted.port);
+        self.socks.add(conn, accepted.fd);
     }
 }

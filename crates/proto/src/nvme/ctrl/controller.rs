@@ -58,9 +58,15 @@ pub struct Controller {
     pub(super) features: [u32; 16],
     /// Async Event Requests waiting for an event (their command ids).
     pub(super) aers: Vec<u16>,
+    /// Aborts of IO commands waiting for their IO queue's driver: (the
+    /// Abort's command id, the SQID it names), at most `MAX_ABORTS`.
+    pub(super) aborts: Vec<(u16, u16)>,
     /// Events (completion dword 0) no AER has taken yet.
     pub(super) events: VecDeque<u32>,
     pub(super) changed_ns: Vec<u32>,
+    /// A namespace attribute notice was reported and its log page (04h)
+    /// not yet read: further changes only join the list.
+    pub(super) ns_notice_out: bool,
     pub(super) errors: u64,
     pub(super) queue_size: u16,
 }
@@ -86,8 +92,10 @@ impl Controller {
             aec: 0,
             features,
             aers: Vec::new(),
+            aborts: Vec::new(),
             events: VecDeque::new(),
             changed_ns: Vec::new(),
+            ns_notice_out: false,
             errors: 0,
             queue_size: limits.max_queue_size,
         }
@@ -258,5 +266,34 @@ impl Controller {
     /// Lets go of every parked Async Event Request: their command ids.
     pub(super) fn take_aers(&mut self) -> Vec<u16> {
         std::mem::take(&mut self.aers)
+    }
+
+    /// Parks Abort `cid` of a command on `sqid`; false when `MAX_ABORTS`
+    /// are parked already.
+    pub(super) fn park_abort(&mut self, cid: u16, sqid: u16) -> bool {
+        if self.aborts.len() >= usize::from(super::MAX_ABORTS) {
+            return false;
+        }
+        self.aborts.push((cid, sqid));
+        true
+    }
+
+    /// Parked Abort `cid` completes; false if it is not parked.
+    pub(super) fn unpark_abort(&mut self, cid: u16) -> bool {
+        let before = self.aborts.len();
+        self.aborts.retain(|&(a, _)| a != cid);
+        self.aborts.len() < before
+    }
+
+    /// The parked Aborts of commands on `sqid`: their command ids.
+    pub(super) fn aborts_on(&self, sqid: u16) -> Vec<u16> {
+        let on = self.aborts.iter().filter(|&&(_, q)| q == sqid);
+        on.map(|&(a, _)| a).collect()
+    }
+
+    /// Lets go of every parked Abort: their command ids.
+    pub(super) fn take_aborts(&mut self) -> Vec<u16> {
+        let all = std::mem::take(&mut self.aborts);
+        all.into_iter().map(|(a, _)| a).collect()
     }
 }

@@ -13,7 +13,7 @@ pub use connect::{Connect, CONNECT_DATA_LEN};
 pub use controller::Controller;
 pub use io::{check_io, dsm_ranges, IoCmd, IoOp};
 pub use pages::VERSION;
-pub use target::{AdminDone, Connected, Target};
+pub use target::{AdminDone, Connected, IoAbort, Target};
 
 /// Nanoseconds on the driver's clock.
 pub type Nanos = u64;
@@ -133,7 +133,8 @@ impl Default for Limits {
 /// Limit Exceeded.
 pub const MAX_AERS: usize = 4;
 /// Abort commands a controller takes at once (Identify's ACL, 0's based,
-/// is this less one). An Abort completes at once, so none is ever waiting.
+/// is this less one). Only an Abort of an IO command waits (for its IO
+/// queue's driver); one more is refused with Abort Command Limit Exceeded.
 pub const MAX_ABORTS: u8 = 4;
 
 /// The most entries an admin queue may have (NVMe: ASQS, 12 bits).

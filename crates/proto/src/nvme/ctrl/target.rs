@@ -11,6 +11,9 @@ use super::{Limits, Listener, Namespace, Nanos, Subsystem, DISCOVERY_NQN};
 use crate::nvme::cmd::{admin, fctype, Sqe, Status};
 use crate::Access;
 
+/// Async Event Configuration bit 8: namespace attribute notices.
+const AEC_NS_ATTRIBUTE: u32 = 1 << 8;
+
 /// A queue's successful Connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connected {
@@ -69,9 +72,27 @@ pub struct Target {
     controllers: BTreeMap<u16, Controller>,
     next_cntlid: u16,
     dropped: Vec<u16>,
-    /// Parked Async Event Requests ended: (cntlid, cid, completion), no
-    /// completion when a reset or shutdown let them go.
+    /// Parked admin commands ended (Async Event Requests, Aborts of IO
+    /// commands): (cntlid, cid, completion), no completion when a reset
+    /// or shutdown let them go.
     events: Vec<(u16, u16, Option<AdminDone>)>,
+    /// Aborts of IO commands the driver of the IO queue has not taken yet.
+    io_aborts: Vec<IoAbort>,
+    /// Entries ever added to `events` and `io_aborts` (`posted`).
+    posted: u64,
+}
+
+/// An Abort of an IO command, parked until the driver of its IO queue
+/// (`take_io_aborts_of`) says whether the command was aborted
+/// (`io_abort_done`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoAbort {
+    pub cntlid: u16,
+    pub sqid: u16,
+    /// The command to abort.
+    pub cid: u16,
+    /// The Abort's own command id, on the admin queue.
+    pub abort_cid: u16,
 }
 
 impl Target {
@@ -84,6 +105,8 @@ impl Target {
             next_cntlid: 1,
             dropped: Vec::new(),
             events: Vec::new(),
+            io_aborts: Vec::new(),
+            posted: 0,
         }
     }
 
@@ -238,14 +261,27 @@ impl Target {
 
     /// A queue's connection ended. The admin queue's end ends its controller
     /// (its IO queues are then dropped: `take_dropped`).
+    /// Aborts still parked for its commands complete as "not aborted".
     pub fn queue_closed(&mut self, cntlid: u16, qid: u16) {
         if qid == 0 {
             if self.controllers.remove(&cntlid).is_some() {
+                self.forget(cntlid);
                 self.dropped.push(cntlid);
             }
         } else if let Some(c) = self.controllers.get_mut(&cntlid) {
             c.connected.remove(&qid);
+            let parked = c.aborts_on(qid);
+            self.take_io_aborts_of(cntlid, qid);
+            for a in parked {
+                self.io_abort_done(cntlid, a, false);
+            }
         }
+    }
+
+    /// A controller went: what waited for it or its admin queue goes too.
+    fn forget(&mut self, cntlid: u16) {
+        self.io_aborts.retain(|a| a.cntlid != cntlid);
+        self.events.retain(|e| e.0 != cntlid);
     }
 
     /// Forgets a parked Async Event Request the host gave up.
@@ -304,6 +340,7 @@ impl Target {
             .collect();
         for id in expired {
             self.controllers.remove(&id);
+            self.forget(id);
             self.dropped.push(id);
         }
     }
@@ -316,22 +353,32 @@ impl Target {
             .min()
     }
 
-    /// A namespace of a subsystem changed: each controller of it gets an
-    /// async event (namespace attribute changed) and the id in its log.
+    /// A namespace of a subsystem changed: its id goes in each controller's
+    /// changed namespace list (log page 04h), and a controller whose host
+    /// enabled namespace attribute notices (Async Event Configuration bit
+    /// 8) gets an async event (notice, namespace attribute changed, log
+    /// 04h), unless one is already reported and its log not yet read.
     pub fn namespace_changed(&mut self, subsys: usize, nsid: u32) {
+        let mut told = Vec::new();
         for c in self.controllers.values_mut() {
             if c.subsys != Some(subsys) {
                 continue;
             }
-            c.changed_ns.push(nsid);
+            if !c.changed_ns.contains(&nsid) {
+                c.changed_ns.push(nsid);
+            }
+            if c.aec & AEC_NS_ATTRIBUTE == 0 || c.ns_notice_out {
+                continue;
+            }
+            c.ns_notice_out = true;
             let ev = 0x0004_0002; // notice, namespace attribute changed, log 04h
             match c.aers.pop() {
-                Some(cid) => {
-                    self.events
-                        .push((c.cntlid, cid, Some(AdminDone::result(u64::from(ev)))))
-                }
+                Some(cid) => told.push((c.cntlid, cid, Some(AdminDone::result(u64::from(ev))))),
                 None => c.events.push_back(ev),
             }
+        }
+        for e in told {
+            self.post_event(e);
         }
     }
 
@@ -351,9 +398,10 @@ impl Target {
                 // its parked Async Event Requests are let go.
                 c.connected.clear();
                 self.dropped.push(cntlid);
-                for cid in c.take_aers() {
-                    self.events.push((cntlid, cid, None));
+                for cid in c.take_aers().into_iter().chain(c.take_aborts()) {
+                    self.post_event((cntlid, cid, None));
                 }
+                self.io_aborts.retain(|a| a.cntlid != cntlid);
             }
             return done;
         }
@@ -378,22 +426,81 @@ impl Target {
         }
     }
 
-    /// Abort (SQID in dword 10 bits 15:0, CID in 31:16). Only a parked
-    /// Async Event Request waits long enough to be aborted: it completes
-    /// with Command Abort Requested, and the Abort's dword 0 bit 0 is 0.
-    /// Other commands complete too fast: "not aborted" (bit 0 set), which
-    /// the spec allows of any Abort.
+    /// Abort (SQID in dword 10 bits 15:0, CID in 31:16). A parked Async
+    /// Event Request completes with Command Abort Requested, and the
+    /// Abort's dword 0 bit 0 is 0 (aborted). An IO command lives on its IO
+    /// queue's driver: the Abort parks until that driver says
+    /// (`take_io_aborts_of`, `io_abort_done`). Anything else: "not
+    /// aborted" (bit 0 set), which the spec allows of any Abort.
     fn abort(&mut self, cntlid: u16, sqe: &Sqe) -> AdminDone {
         let (sqid, cid) = (sqe.cdw(10) as u16, (sqe.cdw(10) >> 16) as u16);
         let Some(c) = self.controllers.get_mut(&cntlid) else {
             return AdminDone::status(Status::COMMAND_SEQUENCE_ERROR);
         };
+        if sqid != 0 && c.connected.contains(&sqid) {
+            if !c.park_abort(sqe.cid(), sqid) {
+                return AdminDone::status(Status::ABORT_LIMIT);
+            }
+            self.posted += 1;
+            self.io_aborts.push(IoAbort {
+                cntlid,
+                sqid,
+                cid,
+                abort_cid: sqe.cid(),
+            });
+            return AdminDone {
+                parked: true,
+                ..AdminDone::default()
+            };
+        }
         if sqid != 0 || !c.abort_aer(cid) {
             return AdminDone::result(1);
         }
         let aborted = AdminDone::status(Status::ABORT_REQUESTED);
-        self.events.push((cntlid, cid, Some(aborted)));
+        self.post_event((cntlid, cid, Some(aborted)));
         AdminDone::result(0)
+    }
+
+    /// The Aborts parked for IO queue `qid` of controller `cntlid`, for
+    /// its driver to look for their commands.
+    pub fn take_io_aborts_of(&mut self, cntlid: u16, qid: u16) -> Vec<IoAbort> {
+        let (mine, others) = std::mem::take(&mut self.io_aborts)
+            .into_iter()
+            .partition(|a| a.cntlid == cntlid && a.sqid == qid);
+        self.io_aborts = others;
+        mine
+    }
+
+    /// The driver of an IO queue looked for an Abort's command: the
+    /// Abort completes (`take_events_of`), dword 0 bit 0 clear when the
+    /// command was aborted. Nothing when the Abort was let go meanwhile.
+    pub fn io_abort_done(&mut self, cntlid: u16, abort_cid: u16, aborted: bool) {
+        let Some(c) = self.controllers.get_mut(&cntlid) else {
+            return;
+        };
+        if c.unpark_abort(abort_cid) {
+            let done = AdminDone::result(u64::from(!aborted));
+            self.post_event((cntlid, abort_cid, Some(done)));
+        }
+    }
+
+    /// How many completions and Aborts were ever posted: a driver whose
+    /// queues live on several threads tells the others to look when this
+    /// moved (`take_events_of`, `take_io_aborts_of`).
+    pub fn posted(&self) -> u64 {
+        self.posted
+    }
+
+    fn post_event(&mut self, e: (u16, u16, Option<AdminDone>)) {
+        self.posted += 1;
+        self.events.push(e);
+    }
+
+    /// Parked completions and Aborts not yet taken: a driver that sees
+    /// this grow tells the others to look (`take_events_of`,
+    /// `take_io_aborts_of`).
+    pub fn mail(&self) -> usize {
+        self.events.len() + self.io_aborts.len()
     }
 
     fn identify(&self, cntlid: u16, sqe: &Sqe) -> AdminDone {
@@ -453,7 +560,9 @@ impl Target {
             (0x04, Some(_)) => {
                 let p = pages::changed_namespaces(&c.changed_ns);
                 if !rae {
+                    // Read: the list clears, and the next change is told.
                     c.changed_ns.clear();
+                    c.ns_notice_out = false;
                 }
                 p
             }

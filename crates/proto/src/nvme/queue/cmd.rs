@@ -417,6 +417,19 @@ impl Life<'_> {
         DataStart::Requested
     }
 
+    /// The driver aborted command `cid` while it waited (an Abort found it
+    /// before its device operation): it completes with Command Abort
+    /// Requested and is gone. False when no such command is here, or its
+    /// data is on its way (an R2T out: H2CData still comes for it).
+    pub fn abort_cmd(&mut self, cid: u16) -> bool {
+        if self.cmds.get(&cid).is_none_or(|c| c.receiving().is_some()) {
+            return false;
+        }
+        self.cmds.remove(&cid);
+        self.respond(cid, Status::ABORT_REQUESTED, 0);
+        true
+    }
+
     /// Hands a Ready command to the target or the device.
     fn execute(&mut self, cid: u16) {
         let Some(c) = self.cmds.get_mut(&cid) else {

@@ -14,18 +14,24 @@ mod prop_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
+mod tests_abort;
+#[cfg(test)]
 mod tests_admin;
 #[cfg(test)]
 mod tests_bad;
 #[cfg(test)]
 mod tests_external;
+#[cfg(test)]
+mod tests_stream;
 
 use std::collections::HashMap;
 
 use super::cmd::Status;
 use super::ctrl::{AdminDone, Connected, IoCmd, Limits, ADMIN_IN_CAPSULE};
 use super::decode::{Decoded, Decoder, Fatal, Role};
-use super::pdu::{fes, DataHdr, Digests, Framing, IcResp, Pdu, TermReq, TERM_MAX_DATA};
+use super::pdu::{
+    crc32c_append, fes, DataHdr, Digests, Framing, IcResp, Pdu, TermReq, DIGEST_LEN, TERM_MAX_DATA,
+};
 pub use cmd::{Action, DataStart, DevOp};
 use cmd::{Cmd, Ev, Life};
 use tx::Tx;
@@ -62,6 +68,22 @@ pub struct Queue {
     /// What goes to the host: framing, completions, data, R2Ts.
     tx: Tx,
     actions: Vec<Action>,
+    /// An H2CData PDU whose data is arriving, taken as it comes.
+    inflow: Option<Inflow>,
+}
+
+/// An H2CData PDU taken as its data arrives: the receive buffer never
+/// holds a large PDU whole (nor is one moved to its front half in).
+#[derive(Debug)]
+struct Inflow {
+    hdr: DataHdr,
+    /// Its command's bytes before this PDU's data.
+    base: u32,
+    /// Bytes of its data, and taken so far.
+    len: u32,
+    took: u32,
+    /// The data digest so far, when one follows the data.
+    crc: Option<u32>,
 }
 
 impl Queue {
@@ -80,6 +102,7 @@ impl Queue {
             cmds: HashMap::new(),
             tx: Tx::default(),
             actions: Vec::new(),
+            inflow: None,
         }
     }
 
@@ -122,6 +145,11 @@ impl Queue {
         self.cmds.contains_key(&cid)
     }
 
+    /// Whether an H2CData PDU's data is part in: the host owes the rest.
+    pub fn mid_pdu(&self) -> bool {
+        self.inflow.is_some()
+    }
+
     /// Bytes to send, in order; the caller takes them all.
     pub fn take_output(&mut self) -> Vec<u8> {
         self.tx.take()
@@ -135,19 +163,31 @@ impl Queue {
         std::mem::take(&mut self.actions)
     }
 
-    /// Consumes whole PDUs from `buf`; returns how many bytes it used.
-    /// The rest (a partial PDU) must be offered again with more behind it.
-    /// `want` says how many bytes the next PDU needs in all.
+    /// Consumes whole PDUs from `buf`, and an H2CData PDU's data as it
+    /// comes; returns how many bytes it used. The rest (part of a PDU) must
+    /// be offered again with more behind it. `want` says how many bytes
+    /// are needed from there (the next PDU's, or the data still due).
     pub fn receive(&mut self, buf: &[u8]) -> (usize, usize) {
         let mut pos = 0;
         self.rx_origin = buf.as_ptr() as usize;
         while self.phase != Phase::Closing {
             let rest = &buf[pos..];
+            if self.inflow.is_some() {
+                match self.inflow_data(rest) {
+                    Ok(n) => pos += n,
+                    Err(want) => return (pos, want),
+                }
+                continue;
+            }
             if rest.is_empty() {
                 return (pos, 8);
             }
             match self.decoder.decode(rest) {
-                Ok(Decoded::Need(n)) => return (pos, n),
+                Ok(Decoded::Need(n)) => match self.start_inflow(rest) {
+                    Ok(Some(start)) => pos += start,
+                    Ok(None) => return (pos, n),
+                    Err(f) => self.fatal(f, rest),
+                },
                 Ok(Decoded::Pdu {
                     pdu,
                     len,
@@ -162,6 +202,54 @@ impl Queue {
             }
         }
         (buf.len(), 0)
+    }
+
+    /// An H2CData PDU not all in `rest`, with its header (checked as a
+    /// whole one's) there: its data is taken as it comes. The header's
+    /// bytes, or None when it is not such a PDU.
+    fn start_inflow(&mut self, rest: &[u8]) -> Result<Option<usize>, Fatal> {
+        let Some(h) = self.decoder.data_head(rest)? else {
+            return Ok(None);
+        };
+        let base = self.check_h2c(&h.hdr, h.len)?;
+        self.inflow = Some(Inflow {
+            hdr: h.hdr,
+            base,
+            len: h.len as u32,
+            took: 0,
+            crc: h.digest.then_some(0),
+        });
+        Ok(Some(h.start))
+    }
+
+    /// Takes what `rest` holds of the arriving data, then its digest: the
+    /// bytes used, or Err with the bytes still needed when it has none.
+    fn inflow_data(&mut self, rest: &[u8]) -> Result<usize, usize> {
+        let Some(f) = self.inflow.as_mut() else {
+            return Ok(0);
+        };
+        let dd = if f.crc.is_some() { DIGEST_LEN } else { 0 };
+        let left = (f.len - f.took) as usize;
+        if left > 0 {
+            let n = left.min(rest.len());
+            if n == 0 {
+                return Err(left + dd);
+            }
+            let data = &rest[..n];
+            f.crc = f.crc.map(|crc| crc32c_append(crc, data));
+            let (cid, at) = (f.hdr.cccid, f.base + f.took);
+            f.took += n as u32;
+            self.take_data(cid, at, data);
+            return Ok(n);
+        }
+        let Some(digest) = rest.get(..dd) else {
+            return Err(dd);
+        };
+        let ok = f.crc.is_none_or(|crc| digest == crc.to_le_bytes());
+        let (hdr, end) = (f.hdr, f.base + f.len);
+        self.inflow = None;
+        self.h2c_end(&hdr, end, ok);
+        Ok(dd)
     }
 
     /// A fatal transport error: C2HTermReq with the offending header, close.
@@ -217,6 +305,16 @@ impl Queue {
     }
 
     fn h2c_data(&mut self, h: DataHdr, data: &[u8], digest_ok: bool) -> Result<(), Fatal> {
+        let got = self.check_h2c(&h, data.len())?;
+        self.take_data(h.cccid, got, data);
+        self.h2c_end(&h, got + data.len() as u32, digest_ok);
+        Ok(())
+    }
+
+    /// Checks an H2CData header carrying `len` bytes against its command:
+    /// an R2T outstanding, its TTAG, the offset it is at, the limits.
+    /// Returns the command's bytes so far.
+    fn check_h2c(&self, h: &DataHdr, len: usize) -> Result<u32, Fatal> {
         let range = |fei| Fatal {
             fes: fes::DATA_OUT_OF_RANGE,
             fei,
@@ -225,7 +323,7 @@ impl Queue {
             fes: fes::INVALID_HEADER_FIELD,
             fei,
         };
-        let Some(c) = self.cmds.get_mut(&h.cccid) else {
+        let Some(c) = self.cmds.get(&h.cccid) else {
             return Err(field(8));
         };
         let Some((ttag, got)) = c.receiving() else {
@@ -237,35 +335,51 @@ impl Queue {
         if h.datao != got {
             return Err(range(12));
         }
-        if data.len() > self.limits.maxh2cdata as usize {
+        if len > self.limits.maxh2cdata as usize {
             return Err(Fatal {
                 fes: fes::DATA_LIMIT_EXCEEDED,
                 fei: 0,
             });
         }
-        let end = u64::from(got) + data.len() as u64;
+        let end = u64::from(got) + len as u64;
         if end > u64::from(c.xfer) {
             return Err(range(16));
         }
         if h.last != (end == u64::from(c.xfer)) {
             return Err(field(1));
         }
-        if c.external {
+        Ok(got)
+    }
+
+    /// Data of command `cid` at offset `datao` of its data: the driver's
+    /// (a range of the buffer `receive` was given), or kept here.
+    fn take_data(&mut self, cid: u16, datao: u32, data: &[u8]) {
+        let Some(c) = self.cmds.get_mut(&cid) else {
+            return;
+        };
+        if data.is_empty() {
+        } else if c.external {
             self.actions.push(Action::Data {
-                cid: h.cccid,
-                datao: got,
+                cid,
+                datao,
                 at: data.as_ptr() as usize - self.rx_origin,
                 len: data.len() as u32,
             });
         } else {
             c.data.extend_from_slice(data);
         }
+    }
+
+    /// An H2CData PDU's data is all in: `end` bytes of its command's.
+    fn h2c_end(&mut self, h: &DataHdr, end: u32, digest_ok: bool) {
+        let Some(c) = self.cmds.get_mut(&h.cccid) else {
+            return;
+        };
         c.bad_digest |= !digest_ok;
-        c.set_received(end as u32);
+        c.set_received(end);
         if h.last {
             self.step(h.cccid, Ev::DataIn);
         }
-        Ok(())
     }
 
     /// The parts a command's life moves (`cmd.rs`).
@@ -315,6 +429,12 @@ impl Queue {
         let qid = self.bound().map_or(0, |c| c.qid);
         self.tx.respond_into(cid, status, 0, qid, out);
         true
+    }
+
+    /// The driver aborted command `cid` while it waited (`Life::abort_cmd`):
+    /// it completes with Command Abort Requested and is gone.
+    pub fn abort_cmd(&mut self, cid: u16) -> bool {
+        self.life().abort_cmd(cid)
     }
 
     /// Command `cid` completed with a C2HData PDU flagged SUCCESS: no
@@ -389,6 +509,7 @@ impl Queue {
     /// which is then ignored) so the driver can account for them.
     pub fn abort_all(&mut self) -> Vec<u16> {
         self.phase = Phase::Closing;
+        self.inflow = None;
         let busy = self
             .cmds
             .iter()

@@ -129,6 +129,11 @@ fn features_keep_alive_aer_abort() {
     let mut s = sqe(admin::SET_FEATURES, 5, 0, 0);
     s.set_cdw(10, 0x0B | (1 << 31)); // save: not saveable
     assert_eq!(resp(&r.cmd(a, s, &[])).status, Status::FEATURE_NOT_SAVEABLE);
+    // Namespace attribute notices on (Async Event Configuration bit 8).
+    let mut s = sqe(admin::SET_FEATURES, 5, 0, 0);
+    s.set_cdw(10, 0x0B);
+    s.set_cdw(11, 1 << 8);
+    assert_eq!(resp(&r.cmd(a, s, &[])).status, Status::SUCCESS);
     // An AER parks; a namespace change completes it.
     assert!(r.cmd(a, sqe(admin::ASYNC_EVENT, 6, 0, 0), &[]).is_empty());
     assert_eq!(r.queues[a].outstanding(), 1);
@@ -139,6 +144,9 @@ fn features_keep_alive_aer_abort() {
     assert_eq!((evs[0].0, evs[0].1, d.result), (cntlid, 6, 0x0004_0002));
     r.queues[a].admin_done(6, d);
     assert_eq!(resp(&r.drive(a)).result, 0x0004_0002);
+    // Its log page read (RAE clear): the next change is told again.
+    let (d, _) = get(&mut r, a, log_page(9, 4, 4096));
+    assert_eq!(&d[..8], &[1, 0, 0, 0, 0, 0, 0, 0], "namespace 1 changed");
     // A host that reuses a parked AER's id gave it up: no conflict, and
     // a later event does not complete the new command.
     assert!(r.cmd(a, sqe(admin::ASYNC_EVENT, 10, 0, 0), &[]).is_empty());

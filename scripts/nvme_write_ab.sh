@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# NVMe/TCP 128 KiB writes, two iopace binaries A/B: each serves alone on
+# core 0 (1 reactor, a 1 GiB RAM disk), spdk_nvme_perf on core 1, loopback.
+# Binaries alternate (order flipped each rep); REPS reps (default 3) of
+# RUNTIME s (default 8) per workload: 128 KiB sequential writes at QD 16,
+# without and with header and data digests (-H -I). Each run records
+# MiB/s and the target's CPU time per GiB written.
+#
+#   scripts/nvme_write_ab.sh BIN_A BIN_B [OUT]   # OUT default bench-out/nvme-write-ab
+#
+# Needs SPDK from ../shared/spdk/build.sh ($SPDK_DIR). Holds
+# /work/wt/bench.lock (or $BENCH_LOCK) exclusively while it measures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+A=$1 B=$2 OUT=${3:-bench-out/nvme-write-ab}
+SPDK=${SPDK_DIR:-$HOME/.cache/iopace-spdk-v26.05}
+REPS=${REPS:-3} RUNTIME=${RUNTIME:-8} LOCK=${BENCH_LOCK:-/work/wt/bench.lock}
+PORT=${PORT:-4432} NQN=nqn.2026-11.io.iopace:default
+[ -f "$SPDK/.built" ] || { echo "no SPDK build at $SPDK" >&2; exit 2; }
+export LD_LIBRARY_PATH=$SPDK/build/lib
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/nvme-write-ab.XXXXXX)
+PID=
+cleanup() { [ -n "$PID" ] && { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }; rm -rf "$WORK"; }
+trap cleanup EXIT
+cat > "$WORK/iopace.toml" <<TOML
+[server]
+reactors = 1
+tcp = []
+unix = []
+rpc = ""
+nvme_tcp = ["127.0.0.1:$PORT"]
+
+[[bdev]]
+name = "m0"
+kind = "malloc"
+size = "1GiB"
+
+[[export]]
+name = "default"
+bdev = "m0"
+TOML
+
+# The target's CPU time so far (utime + stime), in ms.
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$PID/stat"; }
+
+# perf LABEL NAME REP ARGS...: one run; appends "label name rep iops mibs
+# avg_us cpu_ms_per_gib" (the target's CPU time per GiB written: less
+# swayed by a loaded machine than the throughput).
+perf() {
+  local label=$1 name=$2 rep=$3; shift 3
+  local log="$OUT/perf-$label-$name-$rep.txt" c0 c1
+  c0=$(cpu_ms)
+  "$SPDK/build/bin/spdk_nvme_perf" --no-huge -s 512 -i 9 -c 0x2 "$@" \
+    -r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN" > "$log" 2>&1
+  c1=$(cpu_ms)
+  grep '^Total' "$log" | tail -1 | awk -v t="$label" -v n="$name" -v r="$rep" -v c="$((c1 - c0))" \
+    -v s="$RUNTIME" -F: '{split($2, f, " "); gib = f[2] * s / 1024;
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%.0f\n", t, n, r, f[1], f[2], f[3], c / gib}' >> "$OUT/results.tsv"
+}
+
+exec 9>"$LOCK"
+flock -x 9
+printf 'bin\tworkload\trep\tiops\tmibs\tavg_us\tcpu_ms_per_gib\n' > "$OUT/results.tsv"
+uptime > "$OUT/load.txt"
+for rep in $(seq "$REPS"); do
+  order="A B"; [ $((rep % 2)) = 0 ] && order="B A"
+  for x in $order; do
+    bin=$A; [ "$x" = B ] && bin=$B
+    taskset -c 0 "$bin" serve --config "$WORK/iopace.toml" > "$OUT/iopace-$x-$rep.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done
+    perf "$x" 128k-write-qd16 "$rep" -q 16 -o 131072 -w write -t "$RUNTIME"
+    perf "$x" 128k-write-qd16-digests "$rep" -q 16 -o 131072 -w write -t "$RUNTIME" -H -I
+    kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
+  done
+done
+uptime >> "$OUT/load.txt"
+flock -u 9
+python3 - "$OUT/results.tsv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter='\t'))
+for w in sorted({r['workload'] for r in rows}):
+    for b in ('A', 'B'):
+        v = [float(r['mibs']) for r in rows if r['workload'] == w and r['bin'] == b]
+        c = [float(r['cpu_ms_per_gib']) for r in rows if r['workload'] == w and r['bin'] == b]
+        if v:
+            print(f"{w}\t{b}\tmedian {statistics.median(v):.0f} MiB/s ({min(v):.0f}-{max(v):.0f})"
+                  f"\tCPU {statistics.median(c):.0f} ms/GiB ({min(c):.0f}-{max(c):.0f})")
+PY
