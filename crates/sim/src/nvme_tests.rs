@@ -52,10 +52,10 @@ fn nvme_tcp_hosts_read_and_write_and_give_every_buffer_back() {
             "QD {qd}: both protocols move data: {row:?}"
         );
         assert!(sim.finish(), "QD {qd}: every IO answered");
-        assert_eq!(sim.nvme_errors, Vec::<String>::new());
+        assert_eq!(sim.nvme_errors(), &[] as &[String]);
         assert_eq!(sim.nvme_outstanding(), (0, 0), "QD {qd}");
         assert_eq!(sim.in_use_bytes(), 0, "QD {qd}: every buffer back");
-        for e in &sim.target.engines {
+        for e in sim.engines() {
             assert_eq!(e.requests_in_use(), 0);
             assert_eq!(e.buffers_in_use(), 0);
         }

@@ -8,9 +8,11 @@ use std::collections::BinaryHeap;
 
 use pace::Nanos;
 
-use super::conn::{Conn, Phase, SendOp};
+use super::conn::{Conn, Life, Phase, SendOp};
 use super::ids::{ConnId, GEN_MASK};
-use super::Timeouts;
+use super::io::IoPath;
+use super::slot::Req;
+use super::{Action, Timeouts};
 
 pub struct Conns {
     table: Vec<Option<Box<Conn>>>,
@@ -153,5 +155,30 @@ impl Conns {
             }
         }
         None
+    }
+
+    /// Posts one sendmsg with the handshake bytes, or with every queued
+    /// reply that fits.
+    pub fn start_send(&mut self, id: ConnId, reqs: &[Req], io: &mut IoPath) {
+        let Some(c) = self.get_mut(id) else {
+            return;
+        };
+        if c.send != SendOp::Ready {
+            return;
+        }
+        if c.life != Life::Open {
+            c.set_send(SendOp::Idle);
+            return;
+        }
+        match c.out.next_msg(reqs, io.buf_size) {
+            Some(msg) => {
+                c.set_send(SendOp::InFlight);
+                io.actions.push(Action::Send { conn: id, msg });
+            }
+            None => {
+                c.set_send(SendOp::Idle);
+                io.touched.push(id);
+            }
+        }
     }
 }

@@ -11,8 +11,8 @@
 //!   discards), `Conn`'s; `nvme*.rs`: the NVMe/TCP front end (`NvmeFront`,
 //!   `NvmeConn`, its data path and its side of the engine).
 //! - `slots.rs` `Slots`: the request slots (`Req`, `slot.rs`), their
-//!   checked states (`states.rs`) and trace ring (`trace.rs`); `pieces.rs`:
-//!   their pieces (WRITE payloads, streamed READs) and READ turns.
+//!   checked states (`states.rs`), trace ring (`trace.rs`) and device steps;
+//!   `pieces.rs` `Pieces`: a request's start, buffers, pieces and turns.
 //! - `io.rs` `IoPath`: the clock, pacer, pool, devices, statistics, actions.
 //! - Here: the driver's calls, connections' lives (accept, settle, close,
 //!   timeouts, drain), received bytes and sends. `request.rs`: the request
@@ -200,7 +200,7 @@ impl Engine {
         while !self.conns.send_ready.is_empty() {
             let mut ready = std::mem::take(&mut self.conns.send_ready);
             for &conn in &ready {
-                self.start_send(conn);
+                (self.conns).start_send(conn, &self.slots.reqs, &mut self.io);
             }
             ready.clear();
             if self.conns.send_ready.is_empty() {
@@ -359,7 +359,7 @@ impl Engine {
             return;
         }
         if let Input::Payload(r) = c.input {
-            (self.slots).start_pieces(r, &mut self.conns, &mut self.io);
+            self.piece_ops().start_pieces(r);
         }
         self.process_input(id);
         // NVMe/TCP: waiting commands start, and what the queue wrote goes out.
@@ -530,7 +530,7 @@ impl Engine {
         if c.life == Life::Closing {
             if let RecvOp::Direct(r) = op {
                 // Its piece's buffer was kept for this recv; now it may go.
-                self.pieces(|s, c, p| s.abort_pieces(r, c, p));
+                self.pieces(|p| p.abort_pieces(r));
             }
             return;
         }
@@ -550,7 +550,7 @@ impl Engine {
                 match op {
                     RecvOp::Direct(r) => {
                         self.slots.reqs[r.index()].filled += n as u32;
-                        (self.slots).payload_received(r, n, &mut self.conns, &mut self.io);
+                        self.piece_ops().payload_received(r, n);
                     }
                     _ => {
                         c.rend += n;
@@ -569,7 +569,7 @@ impl Engine {
         let was = c.set_input(Input::Ended);
         match was {
             // A WRITE whose payload will never arrive: nothing to execute.
-            Input::Payload(r) => self.pieces(|s, c, p| s.abort_pieces(r, c, p)),
+            Input::Payload(r) => self.pieces(|p| p.abort_pieces(r)),
             Input::WaitSlot => self.slots.waiters.retain(|&w| w != id),
             Input::Pdus => self.nvme_input_ended(id),
             _ => {}
@@ -670,7 +670,7 @@ impl Engine {
             return Step::Stop;
         }
         c.rstart += n;
-        (self.slots).payload_received(r, n, &mut self.conns, &mut self.io);
+        self.piece_ops().payload_received(r, n);
         Step::Again
     }
 

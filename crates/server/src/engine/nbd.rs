@@ -1,24 +1,17 @@
 //! The NBD front end: what a connection's received bytes mean while it
 //! speaks NBD. The handshake (`proto::Handshake`, with STARTTLS), request
 //! headers, and a rejected WRITE's payload to discard are the connection's
-//! own operations here; the engine acts on what they return (a request to
-//! give a slot, a close, an answer to send). Replies are encoded by the
-//! request slot (`slot.rs`).
+//! own operations (`Conn::handshake_input`, `next_header`, `discard_input`,
+//! `start_tls`, `tls_done` in `conn.rs`: they move its receive buffer, input
+//! and phase); the engine acts on what they return (a request to give a
+//! slot, a close, an answer to send). Replies are encoded by the request
+//! slot (`slot.rs`).
 //!
 //! STARTTLS: the handshake answers it, the engine asks its driver to
 //! start TLS once the answer has left, and the handshake goes on when the
 //! driver reports the session up. The TLS session itself is the driver's
 //! (`reactor::tls`): the engine's receives and sends are plaintext either
 //! way.
-
-use std::net::SocketAddr;
-
-use config::access::{Client, Policy};
-use proto::HandshakeStatus;
-
-use super::conn::{Conn, EndReason, Input, Life, Phase, RecvOp, SendOp, Step};
-use super::TlsOutcome;
-use crate::exports::Catalog;
 
 /// Rejected WRITE payloads up to this size are read and discarded, as the
 /// spec prefers; larger ones close the connection instead.
@@ -34,134 +27,6 @@ pub enum Header {
     Disc,
     /// A request, and its header's length (not consumed yet).
     Request(proto::Request, usize),
-}
-
-impl Conn {
-    /// Feeds the buffered bytes to the handshake; the bool is true when
-    /// it wrote an answer to send.
-    pub fn handshake_input(&mut self, catalog: &Catalog) -> (Step, bool) {
-        let Phase::Handshake(h) = &mut self.phase else {
-            self.set_input(Input::Headers);
-            return (Step::Again, false);
-        };
-        let consumed = h.feed(&self.rbuf[self.rstart..self.rend]);
-        self.rstart += consumed;
-        let out = h.take_output();
-        let has_output = !out.is_empty();
-        self.out.raw.extend_from_slice(&out);
-        let status = h.status().clone();
-        let step = match status {
-            HandshakeStatus::Negotiating => Step::Stop,
-            HandshakeStatus::Done(neg) => {
-                // The config holds at most MAX_EXPORTS exports.
-                debug_assert!(neg.export_index < config::MAX_EXPORTS);
-                let Ok(export) = u16::try_from(neg.export_index) else {
-                    self.ending(EndReason::HandshakeEnded);
-                    self.set_input(Input::Ended);
-                    return (Step::Stop, has_output);
-                };
-                let meta = catalog.exports[export as usize].meta_sources(&neg.contexts);
-                self.phase = Phase::Transmission { export, neg, meta };
-                self.set_input(Input::Headers);
-                Step::Again
-            }
-            // TLS starts once the answer has left; a byte the client sent
-            // after STARTTLS and before TLS breaks the protocol.
-            HandshakeStatus::StartTls if self.buffered() == 0 => {
-                self.set_input(Input::StartTls);
-                Step::Again
-            }
-            HandshakeStatus::Closed | HandshakeStatus::StartTls => {
-                self.ending(EndReason::HandshakeEnded);
-                self.set_input(Input::Ended);
-                Step::Stop
-            }
-        };
-        (step, has_output)
-    }
-
-    /// The next request header, while the connection's requests commit
-    /// less than `cap` buffers.
-    pub fn next_header(&mut self, cap: u32) -> Header {
-        if self.committed >= cap {
-            // This client holds its share of the pool: it waits for its own
-            // requests (and replies) to finish, and TCP holds the rest back.
-            return Header::Wait;
-        }
-        let extended =
-            matches!(&self.phase, Phase::Transmission { neg, .. } if neg.extended_headers);
-        let header_len = proto::request_header_len(extended);
-        let request = match proto::decode_request(self.unparsed(), extended) {
-            Ok(Some(r)) => r,
-            Ok(None) => return Header::Wait,
-            Err(e) => {
-                self.ending(EndReason::ProtocolError);
-                return Header::Bad(e);
-            }
-        };
-        if request.command == proto::Command::Disc {
-            self.rstart += header_len;
-            self.ending(EndReason::Disconnect);
-            return Header::Disc;
-        }
-        Header::Request(request, header_len)
-    }
-
-    /// Drops up to `left` bytes of a rejected WRITE's payload.
-    pub fn discard_input(&mut self, left: u64) -> Step {
-        let n = (self.buffered() as u64).min(left);
-        if n == 0 {
-            return Step::Stop;
-        }
-        self.rstart += n as usize;
-        self.set_input(match left - n {
-            0 => Input::Headers,
-            rest => Input::Discard(rest),
-        });
-        Step::Again
-    }
-
-    /// Once the STARTTLS answer is sent (and no recv is posted), the
-    /// receive side waits for the driver's TLS handshake: true when the
-    /// driver should start it now.
-    pub fn start_tls(&mut self) -> bool {
-        let answered = self.send == SendOp::Idle && !self.out.has_raw();
-        if answered && self.recv == RecvOp::Idle {
-            self.set_recv(RecvOp::Tls);
-            return true;
-        }
-        false
-    }
-
-    /// The driver's TLS handshake ended: the NBD handshake goes on inside
-    /// the session, with the access rules of the client's certificate.
-    pub fn tls_done(&mut self, outcome: TlsOutcome, access: &Policy) {
-        let op = self.set_recv(RecvOp::Idle);
-        debug_assert_eq!(
-            op,
-            RecvOp::Tls,
-            "{:?}: a TLS handshake never started",
-            self.id
-        );
-        if self.life == Life::Closing {
-            return;
-        }
-        let (TlsOutcome::Up { cert_name }, Phase::Handshake(h)) = (outcome, &mut self.phase) else {
-            self.ending(EndReason::TlsFailed);
-            self.set_input(Input::Ended);
-            return;
-        };
-        if !access.is_open() {
-            let client = Client {
-                addr: self.peer.parse::<SocketAddr>().ok().map(|a| a.ip()),
-                cert_name,
-                hostnqn: None,
-            };
-            h.set_access(access.for_client(&client, &self.peer));
-        }
-        h.tls_started();
-        self.set_input(Input::Handshake);
-    }
 }
 
 #[cfg(test)]

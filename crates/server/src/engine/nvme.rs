@@ -17,15 +17,15 @@
 
 use proto::nvme::ctrl::{AdminDone, IoAbort};
 use proto::nvme::queue::{Action as QAction, DataStart};
-use proto::nvme::Status;
+use proto::nvme::{Sqe, Status};
 use proto::Command;
 
 use super::conn::{Conn, EndReason, Input, Life, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
-use super::nvme_conn::{Connect, NvmeConn, Waiting, QID_IN_USE, QID_RECHECK, QID_WAIT};
-use super::nvme_data::{copy_into, data, data_in, nvme_command, wait};
+use super::nvme_conn::{Connect, Waiting, QID_IN_USE, QID_RECHECK, QID_WAIT};
+use super::nvme_data::{copy_into, data, data_in, nvme_command, nvme_of, wait, Next};
 use super::slot::{ReplyStyle, ReqOrigin};
 use super::slots::Slots;
 use super::states::ReqStage;
@@ -34,11 +34,27 @@ use super::states::ReqStage;
 /// expiry, resets, an admin queue gone), and takes their async events.
 const CHECK_EVERY: pace::Nanos = 100_000_000;
 
-/// The NVMe connection behind `c`, if it is one.
-pub(super) fn nvme_of(c: &mut Conn) -> Option<&mut NvmeConn> {
-    match &mut c.phase {
-        Phase::Nvme(n) => Some(n),
-        _ => None,
+/// An admin command goes to the target; its answer, and the Async Event
+/// Requests an Abort or a reset ended (held by this queue, the
+/// controller's admin queue), come back to the queue.
+fn admin(id: ConnId, cid: u16, cntlid: u16, sqe: &Sqe, conns: &mut Conns, io: &IoPath) {
+    let now = io.now;
+    let Some(t) = io.catalog.nvme.as_ref() else {
+        return;
+    };
+    let Some((d, aers)) = t.with(|target| {
+        (
+            target.admin(cntlid, sqe, now),
+            target.take_events_of(cntlid),
+        )
+    }) else {
+        return;
+    };
+    if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
+        n.queue.admin_done(cid, d);
+        for (aer, end) in aers {
+            n.queue.aer_end(aer, end);
+        }
     }
 }
 
@@ -93,18 +109,6 @@ pub enum Found {
     Missing,
 }
 
-/// What a queue's action leaves to the engine.
-#[must_use]
-pub enum Next {
-    Done,
-    /// A command waits for a request slot: start what may start.
-    StartWaiting,
-    /// A WRITE's data is in: advance its request.
-    Advance(ReqId),
-    /// The queue closed (a fatal PDU): its input ends.
-    InputEnded,
-}
-
 impl NvmeFront {
     pub fn new(reactor: usize) -> NvmeFront {
         NvmeFront {
@@ -156,28 +160,7 @@ impl NvmeFront {
                     io,
                 )
             }
-            QAction::Admin { cid, cntlid, sqe } => {
-                let now = io.now;
-                let Some(t) = io.catalog.nvme.as_ref() else {
-                    return Next::Done;
-                };
-                // Async Event Requests an Abort or a reset ended: they
-                // were held by this queue, the controller's admin queue.
-                let Some((d, aers)) = t.with(|target| {
-                    (
-                        target.admin(cntlid, &sqe, now),
-                        target.take_events_of(cntlid),
-                    )
-                }) else {
-                    return Next::Done;
-                };
-                if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
-                    n.queue.admin_done(cid, d);
-                    for (aer, end) in aers {
-                        n.queue.aer_end(aer, end);
-                    }
-                }
-            }
+            QAction::Admin { cid, cntlid, sqe } => admin(id, cid, cntlid, &sqe, conns, io),
             QAction::Admit { cid, write, .. } => {
                 return wait(id, Waiting::Data { cid, write }, conns)
             }

@@ -1,19 +1,40 @@
 //! The NVMe/TCP front end's data path (`nvme.rs`): commands waiting for a
 //! request slot, a WRITE's H2CData landing in its buffers, and the
-//! engine's request for a waiting command.
+//! engine's request for a waiting command; what a queue's action leaves
+//! to the engine (`Next`).
 
 use proto::nvme::ctrl::IoOp;
 use proto::nvme::queue::{DevOp, Queue};
 use proto::nvme::Status;
 use proto::Command;
 
+use super::conn::{Conn, Phase};
 use super::conns::Conns;
-use super::ids::ConnId;
+use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
-use super::nvme::{nvme_of, Next};
-use super::nvme_conn::Waiting;
+use super::nvme_conn::{NvmeConn, Waiting};
 use super::slots::Slots;
 use super::states::ReqStage;
+
+/// What a queue's action leaves to the engine.
+#[must_use]
+pub enum Next {
+    Done,
+    /// A command waits for a request slot: start what may start.
+    StartWaiting,
+    /// A WRITE's data is in: advance its request.
+    Advance(ReqId),
+    /// The queue closed (a fatal PDU): its input ends.
+    InputEnded,
+}
+
+/// The NVMe connection behind `c`, if it is one.
+pub(super) fn nvme_of(c: &mut Conn) -> Option<&mut NvmeConn> {
+    match &mut c.phase {
+        Phase::Nvme(n) => Some(n),
+        _ => None,
+    }
+}
 
 /// A command that needs a request slot waits its turn (the engine then
 /// starts what may start).

@@ -4,7 +4,8 @@
 
 use super::conn::{EndReason, Step};
 use super::ids::ConnId;
-use super::nvme::{Found, Next, NvmeFront};
+use super::nvme::{Found, NvmeFront};
+use super::nvme_data::Next;
 use super::states::ReqStage;
 use super::Engine;
 

@@ -1,7 +1,7 @@
 //! Pieces: a request's data one buffer-sized piece at a time, for WRITE
 //! payloads and for READs too large for their buffers at once (streamed).
-//! These are the slot table's operations on a request's pieces (`Slots`),
-//! given the connections and the IO path; what they leave to the request
+//! These are operations of [`Pieces`], over the slot table, the connections
+//! and the IO path; what they leave to the request
 //! machine comes back as a [`Then`] (`Engine::pieces` carries it out).
 //!
 //! A piece goes through the pacer, takes one buffer and goes to the device
@@ -40,12 +40,14 @@
 
 use pace::pacer::IoKind;
 use pool::{Alloc, BufId};
+use proto::Command;
 
 use super::conn::{EndReason, Input, Life, RecvOp};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, ReqId};
 use super::io::IoPath;
-use super::slot::Req;
+use super::nvme::NvmeFront;
+use super::slot::{ReplyStyle, Req};
 use super::slots::Slots;
 use super::states::{PieceState, ReqStage};
 
@@ -59,7 +61,15 @@ pub(super) fn all_buffered(req: &Req) -> bool {
             .all(|p| !matches!(p.state, PieceState::Pacing | PieceState::NeedBuffer))
 }
 
-/// What a piece event leaves to the request machine (`Engine::then`).
+/// The piece machinery over the parts it moves: the request slots, their
+/// connections and the IO path (as `audit::Books` reads them).
+pub struct Pieces<'e> {
+    slots: &'e mut Slots,
+    conns: &'e mut Conns,
+    io: &'e mut IoPath,
+}
+
+/// What a piece event leaves to the request machine (`Engine::pieces`).
 #[must_use]
 pub enum Then {
     /// Nothing more.
@@ -73,58 +83,56 @@ pub enum Then {
     Close(ConnId),
 }
 
-impl Slots {
+impl<'e> Pieces<'e> {
+    pub fn new(slots: &'e mut Slots, conns: &'e mut Conns, io: &'e mut IoPath) -> Pieces<'e> {
+        Pieces { slots, conns, io }
+    }
+
     /// Queues piece or request `token` in the pacer, as its connection's flow.
-    pub fn enqueue(&mut self, token: IoToken, kind: IoKind, conns: &Conns, io: &mut IoPath) {
-        let req = &self.reqs[token.req.index()];
-        let flow = conns.get(req.conn).map_or(0, |c| c.flow);
-        let paced = io.paced_io(req, token, flow, kind);
-        io.pacer.enqueue(paced, io.now);
+    pub fn enqueue(&mut self, token: IoToken, kind: IoKind) {
+        let req = &self.slots.reqs[token.req.index()];
+        let flow = self.conns.get(req.conn).map_or(0, |c| c.flow);
+        let paced = self.io.paced_io(req, token, flow, kind);
+        self.io.pacer.enqueue(paced, self.io.now);
     }
 
     /// Starts the next pieces of `id`'s payload while its connection has room.
-    pub fn start_pieces(&mut self, id: ReqId, conns: &mut Conns, io: &mut IoPath) {
-        let conn = self.reqs[id.index()].conn;
+    pub fn start_pieces(&mut self, id: ReqId) {
+        let conn = self.slots.reqs[id.index()].conn;
         loop {
-            let req = &self.reqs[id.index()];
+            let req = &self.slots.reqs[id.index()];
             let k = req.started;
             if k as usize >= req.pieces.len() || req.state != ReqStage::Payload {
                 return;
             }
-            let cap = io.payload_cap;
-            let Some(c) = conns.get_mut(conn) else {
+            let cap = self.io.payload_cap;
+            let Some(c) = self.conns.get_mut(conn) else {
                 return;
             };
             if c.payload_pieces >= cap || c.input != Input::Payload(id) {
                 return;
             }
             c.payload_pieces += 1;
-            let req = &mut self.reqs[id.index()];
+            let req = &mut self.slots.reqs[id.index()];
             req.started += 1;
             req.pieces_live += 1;
-            self.set_piece(id, k, PieceState::Pacing);
-            self.enqueue(IoToken::piece(id, k), IoKind::Write, conns, io);
+            self.slots.set_piece(id, k, PieceState::Pacing);
+            self.enqueue(IoToken::piece(id, k), IoKind::Write);
         }
     }
 
     /// The pacer released piece `k`: it takes its buffer, or queues for it.
     /// True as `piece_granted`.
-    pub fn piece_released(
-        &mut self,
-        id: ReqId,
-        k: u32,
-        conns: &mut Conns,
-        io: &mut IoPath,
-    ) -> bool {
-        self.set_piece(id, k, PieceState::NeedBuffer);
-        let len = self.reqs[id.index()].piece_len(k, io.buf_size);
-        match io.bufs.alloc(len, IoToken::piece(id, k).encode()) {
+    pub fn piece_released(&mut self, id: ReqId, k: u32) -> bool {
+        self.slots.set_piece(id, k, PieceState::NeedBuffer);
+        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
+        match self.io.bufs.alloc(len, IoToken::piece(id, k).encode()) {
             Alloc::Ready(bufs) => {
                 debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
-                self.piece_granted(id, k, bufs[0], conns, io)
+                self.piece_granted(id, k, bufs[0])
             }
             Alloc::Queued => {
-                io.stats.buffer_waits += 1;
+                self.io.stats.buffer_waits += 1;
                 false
             }
         }
@@ -134,165 +142,165 @@ impl Slots {
     /// streamed READ's piece goes to the device. True: that stream now
     /// holds every buffer it will take, and the READs waiting behind it
     /// on its connection may start (`Engine::start_deferred`).
-    pub fn piece_granted(
-        &mut self,
-        id: ReqId,
-        k: u32,
-        buf: BufId,
-        conns: &mut Conns,
-        io: &mut IoPath,
-    ) -> bool {
-        if self.reqs[id.index()].streamed() {
-            self.read_piece_granted(id, k, buf, io);
-            let req = &self.reqs[id.index()];
-            let c = conns.get_mut(req.conn).filter(|_| all_buffered(req));
+    pub fn piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) -> bool {
+        if self.slots.reqs[id.index()].streamed() {
+            self.read_piece_granted(id, k, buf);
+            let req = &self.slots.reqs[id.index()];
+            let c = self.conns.get_mut(req.conn).filter(|_| all_buffered(req));
             return c.map(|c| c.turns.buffered(id)).is_some();
         }
-        self.set_piece(id, k, PieceState::Filling);
-        let len = self.reqs[id.index()].piece_len(k, io.buf_size);
-        let req = &mut self.reqs[id.index()];
+        self.slots.set_piece(id, k, PieceState::Filling);
+        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
+        let req = &mut self.slots.reqs[id.index()];
         req.pieces[k as usize].buf = Some(buf);
         req.iov[k as usize] = libc::iovec {
-            iov_base: io.pool.ptr(buf).cast(),
+            iov_base: self.io.pool.ptr(buf).cast(),
             iov_len: len as usize,
         };
         let conn = req.conn;
-        if let Some(c) = conns.get_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             // The stall clock runs only while the client's bytes can land.
-            c.active_at = io.now;
+            c.active_at = self.io.now;
         }
-        io.touched.push(conn);
+        self.io.touched.push(conn);
         false
     }
 
     /// `n` payload bytes landed in `id`'s filling piece (`filled` counts
     /// them already): a full piece goes to the device, and a full payload
     /// returns the connection to headers.
-    pub fn payload_received(&mut self, id: ReqId, n: usize, conns: &mut Conns, io: &mut IoPath) {
-        let bs = io.buf_size;
-        let req = &self.reqs[id.index()];
+    pub fn payload_received(&mut self, id: ReqId, n: usize) {
+        let bs = self.io.buf_size;
+        let req = &self.slots.reqs[id.index()];
         debug_assert!(n > 0 && req.filled <= req.len);
         // The bytes all went into one piece: fills never cross a piece's end.
         let k = (req.filled - 1) / bs;
         if req.filled == k * bs + req.piece_len(k, bs) {
-            self.submit_piece(id, k, conns, io);
+            self.submit_piece(id, k);
         }
-        let req = &self.reqs[id.index()];
+        let req = &self.slots.reqs[id.index()];
         if req.filled == req.len {
             let conn = req.conn;
-            if let Some(c) = conns.get_mut(conn) {
+            if let Some(c) = self.conns.get_mut(conn) {
                 debug_assert_eq!(c.input, Input::Payload(id));
                 c.set_input(Input::Headers);
             }
         }
     }
 
-    fn submit_piece(&mut self, id: ReqId, k: u32, conns: &mut Conns, io: &mut IoPath) {
-        self.set_piece(id, k, PieceState::Device);
+    fn submit_piece(&mut self, id: ReqId, k: u32) {
+        self.slots.set_piece(id, k, PieceState::Device);
         // Its payload is in: it no longer waits on the client, so its place
         // under the payload cap frees for the next piece (the pacer's
         // windows bound what is at the device). Held until written, the cap
         // kept one connection's writes to 4 at the device: 128 KiB writes at
         // QD 32 to this machine's disk ran at 0.37 MiB in flight under none.
-        self.release_payload_slot(self.reqs[id.index()].conn, conns, io);
-        let req = &mut self.reqs[id.index()];
-        req.pieces[k as usize].t_submit = io.now;
-        io.pacer
-            .on_device_start(IoToken::piece(id, k).encode(), io.now);
-        let request = req.io_request(bdev::IoOp::Write { fua: req.fua() }, Some(k), io.buf_size);
+        self.release_payload_slot(self.slots.reqs[id.index()].conn);
+        let req = &mut self.slots.reqs[id.index()];
+        req.pieces[k as usize].t_submit = self.io.now;
+        self.io
+            .pacer
+            .on_device_start(IoToken::piece(id, k).encode(), self.io.now);
+        let request = req.io_request(
+            bdev::IoOp::Write { fua: req.fua() },
+            Some(k),
+            self.io.buf_size,
+        );
         let export = req.export;
-        io.submit(IoToken::piece(id, k), export, request);
+        self.io.submit(IoToken::piece(id, k), export, request);
     }
 
     /// The device wrote piece `k`; an emulated delay may hold it back.
-    pub fn piece_written(&mut self, id: ReqId, k: u32, conns: &mut Conns, io: &mut IoPath) -> Then {
+    pub fn piece_written(&mut self, id: ReqId, k: u32) -> Then {
         let op = bdev::IoOp::Write {
-            fua: self.reqs[id.index()].fua(),
+            fua: self.slots.reqs[id.index()].fua(),
         };
-        if !self.delay_piece(id, k, op, io) {
-            return self.piece_done(id, k, conns, io);
+        if !self.delay_piece(id, k, op) {
+            return self.piece_done(id, k);
         }
         Then::Done
     }
 
     /// Holds piece `k`'s completion back for its device's emulated delay,
     /// if it has one still to run: true when it did.
-    pub fn delay_piece(&mut self, id: ReqId, k: u32, op: bdev::IoOp, io: &mut IoPath) -> bool {
-        let req = &self.reqs[id.index()];
+    pub fn delay_piece(&mut self, id: ReqId, k: u32, op: bdev::IoOp) -> bool {
+        let req = &self.slots.reqs[id.index()];
         let t_submit = req.pieces[k as usize].t_submit;
-        let Some(release) = io.delay_until(req.export, op, t_submit) else {
+        let Some(release) = self.io.delay_until(req.export, op, t_submit) else {
             return false;
         };
-        self.set_piece(id, k, PieceState::Delayed);
+        self.slots.set_piece(id, k, PieceState::Delayed);
         let token = IoToken::piece(id, k);
-        io.delayed.push(std::cmp::Reverse((release, token)));
+        self.io.delayed.push(std::cmp::Reverse((release, token)));
         true
     }
 
     /// Piece `k` is written: its buffer and its place under the cap free.
-    pub fn piece_done(&mut self, id: ReqId, k: u32, conns: &mut Conns, io: &mut IoPath) -> Then {
+    pub fn piece_done(&mut self, id: ReqId, k: u32) -> Then {
         let token = IoToken::piece(id, k);
-        io.device_finished(&self.reqs[id.index()], token);
-        io.pacer.on_complete(token.encode(), io.now);
-        self.drop_piece(id, k, conns, io);
-        self.write_progress(id, conns, io)
+        self.io.device_finished(&self.slots.reqs[id.index()], token);
+        self.io.pacer.on_complete(token.encode(), self.io.now);
+        self.drop_piece(id, k);
+        self.write_progress(id)
     }
 
     /// Piece `k` ends (written, sent or abandoned): returns its buffer. A
     /// streamed READ's piece leaves the pacer here: sent, or abandoned.
-    pub fn drop_piece(&mut self, id: ReqId, k: u32, conns: &mut Conns, io: &mut IoPath) {
+    pub fn drop_piece(&mut self, id: ReqId, k: u32) {
         let awaited_payload = matches!(
-            self.reqs[id.index()].pieces[k as usize].state,
+            self.slots.reqs[id.index()].pieces[k as usize].state,
             PieceState::Pacing | PieceState::NeedBuffer | PieceState::Filling
         );
-        self.set_piece(id, k, PieceState::Done);
-        let req = &mut self.reqs[id.index()];
+        self.slots.set_piece(id, k, PieceState::Done);
+        let req = &mut self.slots.reqs[id.index()];
         if let Some(buf) = req.pieces[k as usize].buf.take() {
-            io.bufs.free(&[buf]);
+            self.io.bufs.free(&[buf]);
         }
         debug_assert!(req.pieces_live > 0);
         req.pieces_live -= 1;
         let conn = req.conn;
-        io.touched.push(conn);
+        self.io.touched.push(conn);
         if req.streamed() {
             // A READ's window is its own, not the connection's.
             let token = IoToken::piece(id, k).encode();
             if req.state == ReqStage::Dropping {
-                io.pacer.cancel(token);
+                self.io.pacer.cancel(token);
             } else {
-                io.pacer.on_complete(token, io.now);
+                self.io.pacer.on_complete(token, self.io.now);
             }
             return;
         }
         if awaited_payload {
-            self.release_payload_slot(conn, conns, io);
+            self.release_payload_slot(conn);
         }
     }
 
     /// A WRITE piece of `conn` no longer waits for its payload.
-    fn release_payload_slot(&mut self, conn: ConnId, conns: &mut Conns, io: &mut IoPath) {
-        if let Some(c) = conns.get_mut(conn) {
+    fn release_payload_slot(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(conn) {
             debug_assert!(
                 c.payload_pieces > 0,
                 "{conn:?} frees a payload slot it never took"
             );
             c.payload_pieces -= 1;
         }
-        io.touched.push(conn);
+        self.io.touched.push(conn);
     }
 
     /// A WRITE whose pieces are all written is answered; one whose payload
     /// will never arrive is released once its pieces are off the device.
-    pub fn write_progress(&mut self, id: ReqId, conns: &Conns, io: &mut IoPath) -> Then {
-        let req = &self.reqs[id.index()];
+    pub fn write_progress(&mut self, id: ReqId) -> Then {
+        let req = &self.slots.reqs[id.index()];
         if req.state != ReqStage::Payload || req.pieces_live > 0 {
             return Then::Done;
         }
         if req.filled == req.len {
-            self.set_state(id, ReqStage::Answered, &mut io.stats, io.now);
+            self.slots
+                .set_state(id, ReqStage::Answered, &mut self.io.stats, self.io.now);
             return Then::Advance(id);
         }
-        let receiving = conns
+        let receiving = self
+            .conns
             .get(req.conn)
             .is_some_and(|c| c.life == Life::Open && c.input == Input::Payload(id));
         if !receiving {
@@ -303,171 +311,167 @@ impl Slots {
 
     /// The connection will not deliver the rest of `id`'s payload: pieces
     /// not at the device end now; the rest end as the device finishes.
-    pub fn abort_pieces(&mut self, id: ReqId, conns: &mut Conns, io: &mut IoPath) -> Then {
-        let conn = self.reqs[id.index()].conn;
+    pub fn abort_pieces(&mut self, id: ReqId) -> Then {
+        let conn = self.slots.reqs[id.index()].conn;
         // A recv in flight writes into the filling piece: it keeps its
         // buffer until that recv completes (recv_done aborts again).
-        let receiving = conns
+        let receiving = self
+            .conns
             .get(conn)
             .is_some_and(|c| c.recv == RecvOp::Direct(id));
-        let filling = self.reqs[id.index()].filling_piece(io.buf_size);
-        for k in 0..self.reqs[id.index()].started {
+        let filling = self.slots.reqs[id.index()].filling_piece(self.io.buf_size);
+        for k in 0..self.slots.reqs[id.index()].started {
             if receiving && k == filling {
                 continue;
             }
             let token = IoToken::piece(id, k);
-            match self.reqs[id.index()].pieces[k as usize].state {
+            match self.slots.reqs[id.index()].pieces[k as usize].state {
                 PieceState::Pacing | PieceState::Filling => {
-                    io.pacer.cancel(token.encode());
+                    self.io.pacer.cancel(token.encode());
                 }
                 PieceState::NeedBuffer => {
-                    io.pacer.cancel(token.encode());
-                    io.bufs.cancel(token.encode());
+                    self.io.pacer.cancel(token.encode());
+                    self.io.bufs.cancel(token.encode());
                 }
                 _ => continue,
             }
-            self.drop_piece(id, k, conns, io);
+            self.drop_piece(id, k);
         }
-        self.write_progress(id, conns, io)
+        self.write_progress(id)
     }
 
     /// Starts the next pieces of streamed READ `id` while it holds fewer
     /// than its window.
-    pub fn start_stream_pieces(&mut self, id: ReqId, conns: &mut Conns, io: &mut IoPath) {
-        let window = io.stream_window();
+    pub fn start_stream_pieces(&mut self, id: ReqId) {
+        let window = self.io.stream_window();
         loop {
-            let req = &self.reqs[id.index()];
+            let req = &self.slots.reqs[id.index()];
             let k = req.started;
             let serving = matches!(req.state, ReqStage::Streaming | ReqStage::Reply);
             if !serving || k >= req.stream_end || req.pieces_live >= window {
                 return;
             }
-            if conns.get(req.conn).is_none_or(|c| c.life != Life::Open) {
+            if self
+                .conns
+                .get(req.conn)
+                .is_none_or(|c| c.life != Life::Open)
+            {
                 return;
             }
-            let req = &mut self.reqs[id.index()];
+            let req = &mut self.slots.reqs[id.index()];
             req.started += 1;
             req.pieces_live += 1;
-            self.set_piece(id, k, PieceState::Pacing);
-            self.enqueue(IoToken::piece(id, k), IoKind::Read, conns, io);
+            self.slots.set_piece(id, k, PieceState::Pacing);
+            self.enqueue(IoToken::piece(id, k), IoKind::Read);
         }
     }
 
     /// Piece `k` of a streamed READ holds its buffer: to the device.
-    fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId, io: &mut IoPath) {
-        self.set_piece(id, k, PieceState::Device);
-        let len = self.reqs[id.index()].piece_len(k, io.buf_size);
-        let req = &mut self.reqs[id.index()];
+    fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
+        self.slots.set_piece(id, k, PieceState::Device);
+        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
+        let req = &mut self.slots.reqs[id.index()];
         let piece = &mut req.pieces[k as usize];
         piece.buf = Some(buf);
-        piece.t_submit = io.now;
+        piece.t_submit = self.io.now;
         req.iov[k as usize] = libc::iovec {
-            iov_base: io.pool.ptr(buf).cast(),
+            iov_base: self.io.pool.ptr(buf).cast(),
             iov_len: len as usize,
         };
-        let request = req.io_request(bdev::IoOp::Read, Some(k), io.buf_size);
+        let request = req.io_request(bdev::IoOp::Read, Some(k), self.io.buf_size);
         let export = req.export;
-        io.submit(IoToken::piece(id, k), export, request);
+        self.io.submit(IoToken::piece(id, k), export, request);
     }
 
     /// The device read piece `k`; an emulated delay may hold it back.
-    pub fn read_piece_done(
-        &mut self,
-        id: ReqId,
-        k: u32,
-        conns: &mut Conns,
-        io: &mut IoPath,
-    ) -> Then {
-        if !self.delay_piece(id, k, bdev::IoOp::Read, io) {
-            return self.read_piece_ready(id, k, conns, io);
+    pub fn read_piece_done(&mut self, id: ReqId, k: u32) -> Then {
+        if !self.delay_piece(id, k, bdev::IoOp::Read) {
+            return self.read_piece_ready(id, k);
         }
         Then::Done
     }
 
     /// Piece `k`'s data is in its buffer (or the device failed it): the
     /// first piece puts the reply in the send queue, later ones extend it.
-    pub fn read_piece_ready(
-        &mut self,
-        id: ReqId,
-        k: u32,
-        conns: &mut Conns,
-        io: &mut IoPath,
-    ) -> Then {
-        io.device_finished(&self.reqs[id.index()], IoToken::piece(id, k));
-        let req = &self.reqs[id.index()];
+    pub fn read_piece_ready(&mut self, id: ReqId, k: u32) -> Then {
+        self.io
+            .device_finished(&self.slots.reqs[id.index()], IoToken::piece(id, k));
+        let req = &self.slots.reqs[id.index()];
         let (conn, state, failed) = (req.conn, req.state, req.error != 0);
         if state == ReqStage::Dropping {
-            self.drop_piece(id, k, conns, io);
+            self.drop_piece(id, k);
             return self.release_dropped(id);
         }
-        self.set_piece(id, k, PieceState::Ready);
-        let req = &mut self.reqs[id.index()];
+        self.slots.set_piece(id, k, PieceState::Ready);
+        let req = &mut self.slots.reqs[id.index()];
         if req.chunked() {
-            req.encode_piece_chunk(k, io.buf_size);
+            req.encode_piece_chunk(k, self.io.buf_size);
             if req.pieces[k as usize].error != 0 {
                 req.stream_end = req.stream_end.min(k + 1);
             }
         } else if failed {
-            if let Some(c) = conns.get_mut(conn) {
+            if let Some(c) = self.conns.get_mut(conn) {
                 c.ending(EndReason::StreamFailed);
             }
             return Then::Close(conn);
         }
         if state == ReqStage::Streaming && k == 0 {
-            self.set_state(id, ReqStage::Answered, &mut io.stats, io.now);
+            self.slots
+                .set_state(id, ReqStage::Answered, &mut self.io.stats, self.io.now);
             return Then::Advance(id);
         } else if state == ReqStage::Reply {
-            conns.mark_send(conn);
+            self.conns.mark_send(conn);
         }
         Then::Done
     }
 
     /// `sent` bytes of streamed READ `id`'s reply have left: pieces wholly
     /// sent free their buffers, and the next pieces start.
-    pub fn stream_sent(&mut self, id: ReqId, sent: usize, conns: &mut Conns, io: &mut IoPath) {
+    pub fn stream_sent(&mut self, id: ReqId, sent: usize) {
         loop {
-            let req = &self.reqs[id.index()];
+            let req = &self.slots.reqs[id.index()];
             let k = req.sent_pieces;
             // A piece not yet read has not been sent, whatever its end says
             // (a failed piece still in its emulated delay has an error but
             // no error chunk yet, so its end is the end of the one before).
             let ready = req.pieces.get(k as usize).map(|p| p.state) == Some(PieceState::Ready);
-            if k >= req.stream_end || !ready || req.piece_end(k, io.buf_size) > sent {
+            if k >= req.stream_end || !ready || req.piece_end(k, self.io.buf_size) > sent {
                 break;
             }
-            self.drop_piece(id, k, conns, io);
-            self.reqs[id.index()].sent_pieces += 1;
+            self.drop_piece(id, k);
+            self.slots.reqs[id.index()].sent_pieces += 1;
         }
-        self.start_stream_pieces(id, conns, io);
+        self.start_stream_pieces(id);
     }
 
     /// The connection closed under streamed READ `id` (no send in flight
     /// covers it): pieces not at the device end now, the rest as they come
     /// back; then the slot frees.
-    pub fn abandon_stream(&mut self, id: ReqId, conns: &mut Conns, io: &mut IoPath) -> Then {
-        self.set_state(id, ReqStage::Dropping, &mut io.stats, io.now);
-        let req = &self.reqs[id.index()];
+    pub fn abandon_stream(&mut self, id: ReqId) -> Then {
+        self.slots
+            .set_state(id, ReqStage::Dropping, &mut self.io.stats, self.io.now);
+        let req = &self.slots.reqs[id.index()];
         for k in req.sent_pieces..req.started {
             let token = IoToken::piece(id, k).encode();
-            match self.reqs[id.index()].pieces[k as usize].state {
+            match self.slots.reqs[id.index()].pieces[k as usize].state {
                 PieceState::Ready => {}
                 PieceState::Pacing => {
-                    io.pacer.cancel(token);
+                    self.io.pacer.cancel(token);
                 }
                 PieceState::NeedBuffer => {
-                    io.pacer.cancel(token);
-                    io.bufs.cancel(token);
+                    self.io.pacer.cancel(token);
+                    self.io.bufs.cancel(token);
                 }
                 _ => continue,
             }
-            self.drop_piece(id, k, conns, io);
+            self.drop_piece(id, k);
         }
         self.release_dropped(id)
     }
 
     /// A dropping READ frees its slot once no piece is at the device.
     fn release_dropped(&self, id: ReqId) -> Then {
-        if self.reqs[id.index()].pieces_live == 0 {
+        if self.slots.reqs[id.index()].pieces_live == 0 {
             return Then::Release(id);
         }
         Then::Done
@@ -475,14 +479,14 @@ impl Slots {
 
     /// New READ `id` (paced whole, or planned as a stream): starts now if
     /// its turn has come, else waits for it.
-    pub fn read_turn(&mut self, id: ReqId, conns: &mut Conns, io: &mut IoPath) -> ReqStage {
-        let streamed = self.reqs[id.index()].streamed();
-        let conn = self.reqs[id.index()].conn;
-        let Some(c) = conns.get_mut(conn) else {
-            return self.start_read(id, conns, io);
+    pub fn read_turn(&mut self, id: ReqId) -> ReqStage {
+        let streamed = self.slots.reqs[id.index()].streamed();
+        let conn = self.slots.reqs[id.index()].conn;
+        let Some(c) = self.conns.get_mut(conn) else {
+            return self.start_read(id);
         };
         if c.turns.may_start(streamed) {
-            return self.start_read(id, conns, io);
+            return self.start_read(id);
         }
         c.turns.wait(id);
         ReqStage::Deferred
@@ -490,16 +494,80 @@ impl Slots {
 
     /// READ `id`'s turn has come: a stream claims its connection, a whole
     /// READ goes to the pacer.
-    pub fn start_read(&mut self, id: ReqId, conns: &mut Conns, io: &mut IoPath) -> ReqStage {
-        let streamed = self.reqs[id.index()].streamed();
-        let conn = self.reqs[id.index()].conn;
-        if let Some(c) = conns.get_mut(conn) {
+    pub fn start_read(&mut self, id: ReqId) -> ReqStage {
+        let streamed = self.slots.reqs[id.index()].streamed();
+        let conn = self.slots.reqs[id.index()].conn;
+        if let Some(c) = self.conns.get_mut(conn) {
             c.turns.start(id, streamed);
         }
         if streamed {
             return ReqStage::Streaming;
         }
-        self.enqueue(IoToken::whole(id), IoKind::Read, conns, io);
+        self.enqueue(IoToken::whole(id), IoKind::Read);
         ReqStage::Pacing
+    }
+
+    /// New: a READ goes to the pacer (a large one piece by piece) when its
+    /// turn around streams has come, a WRITE takes its payload piece by
+    /// piece, other commands go to the device.
+    pub fn start(&mut self, id: ReqId) -> Option<ReqStage> {
+        let buf_size = self.io.buf_size;
+        let req = &self.slots.reqs[id.index()];
+        // An NVMe/TCP command is at most MDTS, which the pool holds at once.
+        let nvme = req.style == ReplyStyle::Nvme;
+        let streams = !nvme && self.io.streams(req.len);
+        let req = &mut self.slots.reqs[id.index()];
+        let conn = req.conn;
+        match req.command {
+            Command::Write if nvme && req.len > 0 => {
+                // Paced whole, as a READ: its R2T goes once its buffers are in.
+                req.paced = true;
+                self.slots.commit(id, self.conns, self.io);
+                self.enqueue(IoToken::whole(id), IoKind::Write);
+                Some(ReqStage::Pacing)
+            }
+            Command::Read if req.len > 0 => {
+                if streams {
+                    req.plan_pieces(buf_size);
+                } else {
+                    req.paced = true;
+                }
+                self.slots.commit(id, self.conns, self.io);
+                Some(self.read_turn(id))
+            }
+            Command::Write if req.len > 0 => {
+                req.plan_pieces(buf_size);
+                self.slots.commit(id, self.conns, self.io);
+                if let Some(c) = self.conns.get_mut(conn) {
+                    c.set_input(Input::Payload(id));
+                }
+                // Settling the connection starts the first pieces.
+                self.io.touched.push(conn);
+                Some(ReqStage::Payload)
+            }
+            // A zero-length WRITE has nothing to do but answer.
+            Command::Write => Some(ReqStage::Answered),
+            _ => Some(ReqStage::Ready),
+        }
+    }
+
+    /// Released: a READ takes its buffers, or queues for them.
+    pub fn take_buffers(&mut self, id: ReqId) -> Option<ReqStage> {
+        if self.slots.take_buffers(id, self.io) {
+            Some(self.holds_buffers(id))
+        } else {
+            Some(ReqStage::NeedBuffers)
+        }
+    }
+
+    /// A whole request took its buffers: to the device, or (an NVMe
+    /// WRITE) its data comes first.
+    pub fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
+        let req = &self.slots.reqs[id.index()];
+        if req.style == ReplyStyle::Nvme && req.command == Command::Write {
+            NvmeFront::data_wanted(id, self.conns, self.slots, self.io)
+        } else {
+            ReqStage::Ready
+        }
     }
 }

@@ -7,20 +7,16 @@
 //! streamed READ's pieces go on while it waits in `Reply` (`pieces.rs`).
 
 use bdev::IoResult;
-use pace::pacer::IoKind;
 use proto::Command;
 
 use super::conn::{EndReason, Input, Life, Phase, SendOp};
-use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
-use super::io::IoPath;
 use super::nbd::MAX_DISCARD_PAYLOAD;
 use super::nvme::NvmeFront;
-use super::pieces::Then;
+use super::pieces::{Pieces, Then};
 use super::slot::{ReplyStyle, ReqOrigin};
-use super::slots::Slots;
 use super::states::ReqStage;
-use super::{Action, Engine, Sent};
+use super::{Engine, Sent};
 
 impl Engine {
     pub(super) fn set_state(&mut self, id: ReqId, to: ReqStage) {
@@ -32,17 +28,17 @@ impl Engine {
     pub(super) fn advance(&mut self, id: ReqId) {
         loop {
             let next = match self.slots.reqs[id.index()].state {
-                ReqStage::New => self.start(id),
-                ReqStage::Released => self.take_buffers(id),
-                ReqStage::Ready => self.execute(id),
-                ReqStage::Executed => self.executed(id),
+                ReqStage::New => self.piece_ops().start(id),
+                ReqStage::Released => self.piece_ops().take_buffers(id),
+                ReqStage::Ready => (self.slots).execute(id, &self.conns, &mut self.io),
+                ReqStage::Executed => (self.slots).executed(id, &self.conns, &mut self.io),
                 ReqStage::Answered => self.answered(id),
                 ReqStage::Sent => {
                     self.finish(id);
                     return;
                 }
                 ReqStage::Streaming => {
-                    (self.slots).start_stream_pieces(id, &mut self.conns, &mut self.io);
+                    self.piece_ops().start_stream_pieces(id);
                     return;
                 }
                 // Waiting: for the pacer, the pool, the device, a timer,
@@ -109,54 +105,10 @@ impl Engine {
         self.advance(slot);
     }
 
-    /// New: a READ goes to the pacer (a large one piece by piece) when its
-    /// turn around streams has come, a WRITE takes its payload piece by
-    /// piece, other commands go to the device.
-    fn start(&mut self, id: ReqId) -> Option<ReqStage> {
-        let buf_size = self.io.buf_size;
-        let req = &self.slots.reqs[id.index()];
-        // An NVMe/TCP command is at most MDTS, which the pool holds at once.
-        let nvme = req.style == ReplyStyle::Nvme;
-        let streams = !nvme && self.io.streams(req.len);
-        let req = &mut self.slots.reqs[id.index()];
-        let conn = req.conn;
-        match req.command {
-            Command::Write if nvme && req.len > 0 => {
-                // Paced whole, as a READ: its R2T goes once its buffers are in.
-                req.paced = true;
-                self.slots.commit(id, &mut self.conns, &self.io);
-                (self.slots).enqueue(IoToken::whole(id), IoKind::Write, &self.conns, &mut self.io);
-                Some(ReqStage::Pacing)
-            }
-            Command::Read if req.len > 0 => {
-                if streams {
-                    req.plan_pieces(buf_size);
-                } else {
-                    req.paced = true;
-                }
-                self.slots.commit(id, &mut self.conns, &self.io);
-                Some((self.slots).read_turn(id, &mut self.conns, &mut self.io))
-            }
-            Command::Write if req.len > 0 => {
-                req.plan_pieces(buf_size);
-                self.slots.commit(id, &mut self.conns, &self.io);
-                if let Some(c) = self.conns.get_mut(conn) {
-                    c.set_input(Input::Payload(id));
-                }
-                // Settling the connection starts the first pieces.
-                self.io.touched.push(conn);
-                Some(ReqStage::Payload)
-            }
-            // A zero-length WRITE has nothing to do but answer.
-            Command::Write => Some(ReqStage::Answered),
-            _ => Some(ReqStage::Ready),
-        }
-    }
-
     /// Runs a piece operation (`pieces.rs`), then what it leaves to the
     /// request machine.
-    pub(super) fn pieces(&mut self, f: impl FnOnce(&mut Slots, &mut Conns, &mut IoPath) -> Then) {
-        match f(&mut self.slots, &mut self.conns, &mut self.io) {
+    pub(super) fn pieces(&mut self, f: impl FnOnce(&mut Pieces) -> Then) {
+        match f(&mut self.piece_ops()) {
             Then::Done => {}
             Then::Advance(id) => self.advance(id),
             Then::Release(id) => self.release(id),
@@ -164,79 +116,9 @@ impl Engine {
         }
     }
 
-    /// Released: a READ takes its buffers, or queues for them.
-    fn take_buffers(&mut self, id: ReqId) -> Option<ReqStage> {
-        if self.slots.take_buffers(id, &mut self.io) {
-            Some(self.holds_buffers(id))
-        } else {
-            Some(ReqStage::NeedBuffers)
-        }
-    }
-
-    /// A whole request took its buffers: to the device, or (an NVMe
-    /// WRITE) its data comes first.
-    fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
-        let req = &self.slots.reqs[id.index()];
-        if req.style == ReplyStyle::Nvme && req.command == Command::Write {
-            NvmeFront::data_wanted(id, &mut self.conns, &mut self.slots, &mut self.io)
-        } else {
-            ReqStage::Ready
-        }
-    }
-
-    /// Ready: to the device, or answered here (BLOCK_STATUS, unknown).
-    fn execute(&mut self, id: ReqId) -> Option<ReqStage> {
-        let now = self.io.now;
-        let req = &mut self.slots.reqs[id.index()];
-        let export = req.export;
-        let Some(op) = req.io_op() else {
-            if req.command == Command::BlockStatus {
-                (self.slots).answer_block_status(id, &self.conns, &self.io.catalog);
-            } else {
-                req.error = proto::EINVAL;
-            }
-            return Some(ReqStage::Answered);
-        };
-        req.t_submit = now;
-        if req.paced && req.command == Command::Write {
-            // Its data is in: it goes to its device now (a READ is at its
-            // device from its release).
-            self.io
-                .pacer
-                .on_device_start(IoToken::whole(id).encode(), now);
-        }
-        let req = &self.slots.reqs[id.index()];
-        let io = req.io_request(op, None, self.io.buf_size);
-        self.io.submit(IoToken::whole(id), export, io);
-        Some(ReqStage::Device)
-    }
-
-    /// Executed: hold the completion for an emulated delay, or answer.
-    fn executed(&mut self, id: ReqId) -> Option<ReqStage> {
-        let req = &self.slots.reqs[id.index()];
-        let (export, t_submit) = (req.export, req.t_submit);
-        if let Some(t) = (req.io_op()).and_then(|op| self.io.delay_until(export, op, t_submit)) {
-            let held = IoToken::whole(id);
-            self.io.delayed.push(std::cmp::Reverse((t, held)));
-            return Some(ReqStage::Delayed);
-        }
-        (self.io).device_finished(&self.slots.reqs[id.index()], IoToken::whole(id));
-        Some(self.piece_finished(id))
-    }
-
-    /// A device IO of `id` is over (and its delay, if any): the next piece
-    /// of a long TRIM, WRITE_ZEROES or CACHE goes to the device, unless a
-    /// piece failed (the first error is the reply's) or the client is gone;
-    /// anything else is answered.
-    fn piece_finished(&mut self, id: ReqId) -> ReqStage {
-        let conn = self.slots.reqs[id.index()].conn;
-        let open = self.conns.get(conn).is_some_and(|c| c.life == Life::Open);
-        let req = &mut self.slots.reqs[id.index()];
-        if req.error == 0 && open && req.next_piece() {
-            ReqStage::Ready
-        } else {
-            ReqStage::Answered
-        }
+    /// The piece machinery, over the engine's slots, connections and IO path.
+    pub(super) fn piece_ops(&mut self) -> Pieces<'_> {
+        Pieces::new(&mut self.slots, &mut self.conns, &mut self.io)
     }
 
     /// Answered: queue the reply, or drop it if the client is gone.
@@ -264,7 +146,7 @@ impl Engine {
                 Some(ReqStage::Reply)
             }
             _ if self.slots.reqs[id.index()].streamed() => {
-                self.pieces(|s, c, p| s.abandon_stream(id, c, p));
+                self.pieces(|p| p.abandon_stream(id));
                 None
             }
             _ => {
@@ -358,9 +240,9 @@ impl Engine {
                 }
                 self.release(id);
             }
-            ReqStage::Payload => self.pieces(|s, c, p| s.abort_pieces(id, c, p)),
+            ReqStage::Payload => self.pieces(|p| p.abort_pieces(id)),
             ReqStage::Receiving => self.release(id),
-            ReqStage::Streaming => self.pieces(|s, c, p| s.abandon_stream(id, c, p)),
+            ReqStage::Streaming => self.pieces(|p| p.abandon_stream(id)),
             // At the device or delayed: released when done. Replies: their
             // connection's send queue releases them. Dropping: when its
             // pieces are back.
@@ -383,7 +265,7 @@ impl Engine {
                     self.advance(io.req);
                 }
                 Part::Piece(k) => {
-                    if (self.slots).piece_released(io.req, k, &mut self.conns, &mut self.io) {
+                    if self.piece_ops().piece_released(io.req, k) {
                         self.start_deferred(self.slots.reqs[io.req.index()].conn);
                     }
                 }
@@ -405,14 +287,13 @@ impl Engine {
                 Part::Whole => {
                     debug_assert_eq!(self.slots.reqs[io.req.index()].state, ReqStage::NeedBuffers);
                     self.slots.attach(io.req, bufs, &self.io);
-                    let next = self.holds_buffers(io.req);
+                    let next = self.piece_ops().holds_buffers(io.req);
                     self.set_state(io.req, next);
                     self.advance(io.req);
                 }
                 Part::Piece(k) => {
                     debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
-                    if (self.slots).piece_granted(io.req, k, bufs[0], &mut self.conns, &mut self.io)
-                    {
+                    if self.piece_ops().piece_granted(io.req, k, bufs[0]) {
                         self.start_deferred(self.slots.reqs[io.req.index()].conn);
                     }
                 }
@@ -442,9 +323,9 @@ impl Engine {
                 self.advance(io.req);
             }
             Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
-                self.pieces(|s, c, p| s.read_piece_done(io.req, k, c, p))
+                self.pieces(|p| p.read_piece_done(io.req, k))
             }
-            Part::Piece(k) => self.pieces(|s, c, p| s.piece_written(io.req, k, c, p)),
+            Part::Piece(k) => self.pieces(|p| p.piece_written(io.req, k)),
         }
     }
 
@@ -467,14 +348,14 @@ impl Engine {
             match io.part {
                 Part::Whole => {
                     (self.io).device_finished(&self.slots.reqs[io.req.index()], io);
-                    let next = self.piece_finished(io.req);
+                    let next = self.slots.piece_finished(io.req, &self.conns);
                     self.set_state(io.req, next);
                     self.advance(io.req);
                 }
                 Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
-                    self.pieces(|s, c, p| s.read_piece_ready(io.req, k, c, p))
+                    self.pieces(|p| p.read_piece_ready(io.req, k))
                 }
-                Part::Piece(k) => self.pieces(|s, c, p| s.piece_done(io.req, k, c, p)),
+                Part::Piece(k) => self.pieces(|p| p.piece_done(io.req, k)),
             }
         }
     }
@@ -513,7 +394,7 @@ impl Engine {
             let Some(id) = c.turns.next(|r| reqs[r.index()].streamed()) else {
                 return;
             };
-            let to = (self.slots).start_read(id, &mut self.conns, &mut self.io);
+            let to = self.piece_ops().start_read(id);
             self.set_state(id, to);
             self.advance(id);
         }
@@ -523,31 +404,6 @@ impl Engine {
 /// Replies: queued per connection in send order (`Outbox`), and sent in
 /// batches, one sendmsg with many iovecs per connection per round.
 impl Engine {
-    /// Posts one sendmsg with the handshake bytes, or with every queued
-    /// reply that fits.
-    pub(super) fn start_send(&mut self, id: ConnId) {
-        let Some(c) = self.conns.get_mut(id) else {
-            return;
-        };
-        if c.send != SendOp::Ready {
-            return;
-        }
-        if c.life != Life::Open {
-            c.set_send(SendOp::Idle);
-            return;
-        }
-        match c.out.next_msg(&self.slots.reqs, self.io.buf_size) {
-            Some(msg) => {
-                c.set_send(SendOp::InFlight);
-                self.io.actions.push(Action::Send { conn: id, msg });
-            }
-            None => {
-                c.set_send(SendOp::Idle);
-                self.io.touched.push(id);
-            }
-        }
-    }
-
     pub(super) fn send_done(&mut self, id: ConnId, result: Sent) {
         let Some(c) = self.conns.get_mut(id) else {
             return;
@@ -588,14 +444,14 @@ impl Engine {
         let sent = std::mem::take(&mut self.sent);
         for &r in &sent {
             if self.slots.reqs[r.index()].streamed() {
-                (self.slots).stream_sent(r, usize::MAX, &mut self.conns, &mut self.io);
+                self.piece_ops().stream_sent(r, usize::MAX);
                 if self.slots.reqs[r.index()].pieces_live > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
                     self.io
                         .stats
                         .record_done(&self.slots.reqs[r.index()].served(), self.io.now);
-                    self.pieces(|s, c, p| s.abandon_stream(r, c, p));
+                    self.pieces(|p| p.abandon_stream(r));
                     continue;
                 }
             }
@@ -603,7 +459,7 @@ impl Engine {
             self.advance(r);
         }
         if let Some((r, bytes)) = partial.filter(|(r, _)| self.slots.reqs[r.index()].streamed()) {
-            (self.slots).stream_sent(r, bytes, &mut self.conns, &mut self.io);
+            self.piece_ops().stream_sent(r, bytes);
         }
         self.sent = sent;
         self.sent.clear();
@@ -620,7 +476,7 @@ impl Engine {
         let queued = std::mem::take(&mut self.sent);
         for &r in &queued {
             if self.slots.reqs[r.index()].streamed() {
-                self.pieces(|s, c, p| s.abandon_stream(r, c, p));
+                self.pieces(|p| p.abandon_stream(r));
             } else {
                 self.release(r);
             }

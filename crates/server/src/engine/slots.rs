@@ -8,8 +8,9 @@ use std::collections::VecDeque;
 use bdev::IoRequest;
 use pace::Nanos;
 use pool::{Alloc, BufId};
+use proto::Command;
 
-use super::conn::Phase;
+use super::conn::{Life, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::io::IoPath;
@@ -268,6 +269,59 @@ impl Slots {
         let need = io.commitment(req);
         if let Some(c) = conns.get_mut(req.conn) {
             c.committed += need;
+        }
+    }
+
+    /// Ready: to the device, or answered here (BLOCK_STATUS, unknown).
+    pub fn execute(&mut self, id: ReqId, conns: &Conns, io: &mut IoPath) -> Option<ReqStage> {
+        let now = io.now;
+        let req = &mut self.reqs[id.index()];
+        let export = req.export;
+        let Some(op) = req.io_op() else {
+            if req.command == Command::BlockStatus {
+                self.answer_block_status(id, conns, &io.catalog);
+            } else {
+                req.error = proto::EINVAL;
+            }
+            return Some(ReqStage::Answered);
+        };
+        req.t_submit = now;
+        if req.paced && req.command == Command::Write {
+            // Its data is in: it goes to its device now (a READ is at its
+            // device from its release).
+            io.pacer.on_device_start(IoToken::whole(id).encode(), now);
+        }
+        let req = &self.reqs[id.index()];
+        let request = req.io_request(op, None, io.buf_size);
+        io.submit(IoToken::whole(id), export, request);
+        Some(ReqStage::Device)
+    }
+
+    /// Executed: hold the completion for an emulated delay, or answer.
+    pub fn executed(&mut self, id: ReqId, conns: &Conns, io: &mut IoPath) -> Option<ReqStage> {
+        let req = &self.reqs[id.index()];
+        let (export, t_submit) = (req.export, req.t_submit);
+        if let Some(t) = (req.io_op()).and_then(|op| io.delay_until(export, op, t_submit)) {
+            let held = IoToken::whole(id);
+            io.delayed.push(std::cmp::Reverse((t, held)));
+            return Some(ReqStage::Delayed);
+        }
+        io.device_finished(&self.reqs[id.index()], IoToken::whole(id));
+        Some(self.piece_finished(id, conns))
+    }
+
+    /// A device IO of `id` is over (and its delay, if any): the next piece
+    /// of a long TRIM, WRITE_ZEROES or CACHE goes to the device, unless a
+    /// piece failed (the first error is the reply's) or the client is gone;
+    /// anything else is answered.
+    pub fn piece_finished(&mut self, id: ReqId, conns: &Conns) -> ReqStage {
+        let conn = self.reqs[id.index()].conn;
+        let open = conns.get(conn).is_some_and(|c| c.life == Life::Open);
+        let req = &mut self.reqs[id.index()];
+        if req.error == 0 && open && req.next_piece() {
+            ReqStage::Ready
+        } else {
+            ReqStage::Answered
         }
     }
 }

@@ -17,7 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use serde::Serialize;
 
 pub use crate::world::{FaultCounts, FaultOutcome, FaultPlan, HANG_NS};
-use crate::{parse, world::Sim};
+use crate::{parse, world::FaultRun};
 
 /// What `iopace sim --faults` was asked for.
 pub type FaultArgs = crate::jobs::Cases;
@@ -49,7 +49,7 @@ pub fn run_case(seed: u64, index: u64) -> Case {
     let (text, plan) = gen::case(seed, index);
     let outcome = match parse(&text, &format!("faults-{seed}-{index}.toml")) {
         Ok(sc) => catch_unwind(AssertUnwindSafe(|| {
-            Sim::with_faults(&sc, &sc.runs[0], sc.qds[0], plan).run_faults()
+            FaultRun::new(&sc, &sc.runs[0], sc.qds[0], plan).run()
         }))
         .map_err(|p| {
             let msg = p

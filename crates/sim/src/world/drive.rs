@@ -1,281 +1,163 @@
-//! Driving the engines: their events from the simulated world, and their
-//! actions carried out in it.
+//! The engines as the simulated world drives them: each reactor's engine
+//! is told of its events and ticked when it asks to be; what it tells the
+//! driver (its actions) the world carries out (`Sim::pump`). The bytes it
+//! was told of are counted, to audit its own counts against.
 
-use bdev::{IoOp, IoResult};
-use pace::pacer::IoKind;
 use pace::Nanos;
-use server::engine::{Action, ConnId, Input, IoToken, Received, Sent, TlsOutcome};
+use server::engine::{Action, ConnId, Engine, Received, Sent};
 
-use super::{Dir, Ev, Sim};
-use crate::hosts::{self, Dial};
-use crate::scenario::Protocol;
-use crate::socket::{send_len, Feed, Sock};
+use super::clock::Clock;
+use super::Ev;
+use crate::target::Target;
 
-impl Sim<'_> {
-    /// Opens a host's connection: the target accepts it and the handshake
-    /// runs to its end at once (its round trips are not simulated).
-    /// Returns its socket.
-    pub(super) fn connect(&mut self, dial: Dial) -> usize {
-        if self.hosts[dial.host].protocol == Protocol::NvmeTcp {
-            return self.connect_nvme(dial);
+pub(super) struct Drive {
+    target: Target,
+    /// When each reactor's next tick is due.
+    tick_at: Vec<Option<Nanos>>,
+    /// Reactors an event touched: their next tick is recomputed.
+    touched: Vec<bool>,
+    /// Reactors whose engine ran since their books were last audited.
+    unaudited: Vec<bool>,
+    /// Bytes each reactor's engine was told it received and sent.
+    moved: Vec<(u64, u64)>,
+    /// Scratch list of an engine's actions.
+    actions: Vec<Action>,
+}
+
+impl Drive {
+    pub fn new(target: Target, reactors: usize) -> Drive {
+        Drive {
+            target,
+            tick_at: vec![None; reactors],
+            touched: vec![false; reactors],
+            unaudited: vec![false; reactors],
+            moved: vec![(0, 0); reactors],
+            actions: Vec::new(),
         }
-        let r = dial.reactor;
-        let tenant = self.hosts[dial.host].tenant;
-        let export = self.target.export(dial.device, tenant);
-        let Some(conn) = self.target.engines[r].accept(self.now, None) else {
-            debug_assert!(false, "a new engine is not draining");
-            return usize::MAX;
-        };
-        let s = self.socks.len();
-        // Each host has an address of its own: the target's pacer pools the
-        // windows of one host's connections, as it does for a real peer.
-        let peer = format!(
-            "10.{}.{}.1:{}",
-            dial.host / 256,
-            dial.host % 256,
-            40_000 + s % 20_000
-        );
-        let port = Some(self.hosts[dial.host].port);
-        self.target.engines[r].set_peer(conn, &peer, port);
-        let slots = &mut self.sock_of[r];
-        if slots.len() <= conn.index as usize {
-            slots.resize(conn.index as usize + 1, u32::MAX);
-        }
-        slots[conn.index as usize] = s as u32;
-        let mut sock = Sock::new(r, conn, dial.host);
-        sock.send_in(self.now, hosts::handshake(&export), 0);
-        self.socks.push(sock);
-        self.pump(r);
-        let state = self.target.engines[r].conn_state(conn).map(|c| c.0);
-        debug_assert_eq!(state, Some(Input::Headers), "{export}: handshake failed");
-        self.socks[s].negotiated = true;
-        s
     }
 
-    pub(super) fn sock(&self, r: usize, conn: ConnId) -> usize {
-        self.sock_of[r][conn.index as usize] as usize
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
-    /// Carries out reactor `r`'s actions until it has none.
-    pub(super) fn pump(&mut self, r: usize) {
+    pub fn engines(&self) -> &[Engine] {
+        &self.target.engines
+    }
+
+    pub fn engine(&mut self, r: usize) -> &mut Engine {
+        &mut self.target.engines[r]
+    }
+
+    /// Reactor `r`'s engine runs now: its next tick is recomputed after
+    /// the event, and its books are audited.
+    pub fn touch(&mut self, r: usize) {
         self.touched[r] = true;
         self.unaudited[r] = true;
-        loop {
-            self.target.engines[r].flush();
-            let mut actions = std::mem::take(&mut self.actions);
-            self.target.engines[r].take_actions(&mut actions);
-            if actions.is_empty() {
-                self.actions = actions;
-                return;
-            }
-            for a in actions.drain(..) {
-                self.apply(r, a);
-            }
-            self.actions = actions;
-        }
     }
 
-    fn apply(&mut self, r: usize, action: Action) {
-        match action {
-            Action::Recv { conn, buf, len } => {
-                let s = self.sock(r, conn);
-                self.socks[s].post_recv(buf, len);
-                match self.socks[s].fate.deaf() {
-                    true => self.fail_later(s),
-                    false => self.feed(s),
-                }
-            }
-            Action::Send { conn, msg } => self.post_send(r, conn, msg),
-            // The simulated hosts never ask for STARTTLS.
-            Action::StartTls { conn } => {
-                debug_assert!(false, "reactor {r}: STARTTLS on {conn:?}");
-                self.target.engines[r].on_tls(self.now, conn, TlsOutcome::Failed);
-            }
-            Action::Submit { io, export, req } => {
-                let device = self.target.device(export);
-                let kind = match req.op {
-                    IoOp::Read => IoKind::Read,
-                    _ => IoKind::Write,
-                };
-                let done = self.devs[device].start(self.now, kind, req.len);
-                let (errno, stall) = self.device_fault(io);
-                self.at(done + stall, Ev::DeviceDone(r as u32, io, self.now, errno));
-            }
-            Action::Shutdown { conn, read_only } if self.faults.is_some() => {
-                self.shut(r, conn, read_only)
-            }
-            Action::Close { conn } if self.faults.is_some() => self.closed(r, conn),
-            // Hosts never hang up and nothing times out within a run.
-            Action::Shutdown { conn, .. } | Action::Close { conn } => {
-                debug_assert!(false, "reactor {r} closes {conn:?}");
-            }
-        }
+    /// Reactor `r`'s actions since last asked (none: empty); the list
+    /// comes back with [`Drive::done_with`].
+    pub fn actions(&mut self, r: usize) -> Vec<Action> {
+        self.target.engines[r].flush();
+        let mut actions = std::mem::take(&mut self.actions);
+        self.target.engines[r].take_actions(&mut actions);
+        actions
+    }
+
+    pub fn done_with(&mut self, actions: Vec<Action>) {
+        debug_assert!(actions.is_empty());
+        self.actions = actions;
     }
 
     /// Tells reactor `r`'s engine of bytes received on `conn`.
-    pub(super) fn received(&mut self, r: usize, conn: ConnId, result: Received) {
+    pub fn received(&mut self, r: usize, conn: ConnId, result: Received, now: Nanos) {
         if let Received::Data(n) = result {
             self.moved[r].0 += n as u64;
         }
-        self.target.engines[r].on_recv(self.now, conn, result);
-        self.pump(r);
+        self.target.engines[r].on_recv(now, conn, result);
     }
 
     /// Tells reactor `r`'s engine its send on `conn` finished.
-    pub(super) fn sent(&mut self, r: usize, conn: ConnId, result: Sent) {
+    pub fn sent(&mut self, r: usize, conn: ConnId, result: Sent, now: Nanos) {
         if let Sent::Bytes(n) = result {
             self.moved[r].1 += n as u64;
         }
-        self.target.engines[r].on_send(self.now, conn, result);
+        self.target.engines[r].on_send(now, conn, result);
     }
 
-    /// Hands socket `s`'s arrived bytes to its posted recv, or starts its
-    /// payload across the links.
-    pub(super) fn feed(&mut self, s: usize) {
-        let now = self.now;
-        if self.socks[s].fate.deaf() {
-            return;
-        }
-        let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
-        match self.socks[s].feed(now) {
-            Feed::Wait => {}
-            Feed::Copied(n) => self.received(r, conn, Received::Data(n)),
-            Feed::Eof => self.received(r, conn, Received::Eof),
-            Feed::Cross(n) => {
-                let host = self.socks[s].host;
-                let port = self.hosts[host].port;
-                self.ingress[port].push(host, s as u64, n);
-                self.kick(Dir::Ingress, port);
-            }
-        }
-    }
-
-    pub(super) fn crossed(&mut self, s: usize) {
-        if self.socks[s].fate.deaf() {
-            return; // the recv failed meanwhile
-        }
-        let n = self.socks[s].crossed();
-        let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
-        self.received(r, conn, Received::Data(n));
-    }
-
-    /// The engine posted a send: during the handshake it goes at once;
-    /// after it, its new replies queue on the host's port.
-    fn post_send(&mut self, r: usize, conn: ConnId, msg: *const libc::msghdr) {
-        let s = self.sock(r, conn);
-        if !self.socks[s].negotiated {
-            let n = match self.socks[s].setup_rx.is_some() {
-                true => self.socks[s].capture(msg),
-                false => send_len(msg),
-            };
-            self.sent(r, conn, Sent::Bytes(n));
-            return;
-        }
-        if self.socks[s].fate.down() {
-            self.socks[s].hold_send();
-            self.fail_later(s);
-            return;
-        }
-        let mut chunks = std::mem::take(&mut self.chunks);
-        let ios = &self.ios;
-        let data_len = |cookie: u64, error: u32| {
-            let io = &ios[cookie as usize];
-            if io.read && error == 0 {
-                io.bytes
-            } else {
-                0
-            }
-        };
-        self.socks[s].post_send(msg, data_len, &mut chunks);
-        if self.socks[s].paused {
-            // The host stopped reading: its window is shut.
-            self.socks[s].held.append(&mut chunks);
-        }
-        let host = self.socks[s].host;
-        let port = self.hosts[host].port;
-        for c in chunks.drain(..) {
-            self.egress[port].push(host, s as u64, c.bytes);
-        }
-        self.chunks = chunks;
-        self.kick(Dir::Egress, port);
-    }
-
-    /// The port carried socket `s`'s oldest chunk: the engine's send
-    /// reports it, and a reply's last chunk crosses back to the host.
-    pub(super) fn tx_done(&mut self, s: usize, link_done: Nanos) {
-        if self.socks[s].fate.down() {
-            return; // its send failed meanwhile
-        }
-        let (chunk, sent) = self.socks[s].carried();
-        if let Some(c) = chunk {
-            let at = link_done + self.hosts[self.socks[s].host].rtt / 2;
-            match c.nvme {
-                Some(mark) => self.nvme_mark(s, c.cookie as u16, mark, at),
-                None if c.last => self.at(at, Ev::Reply(c.cookie as u32)),
-                None => {}
-            }
-        }
-        if let Some(n) = sent {
-            let (r, conn) = (self.socks[s].reactor, self.socks[s].conn);
-            self.sent(r, conn, Sent::Bytes(n));
-            self.pump(r);
-        }
-    }
-
-    pub(super) fn device_done(&mut self, r: usize, io: IoToken, submitted: Nanos, errno: u32) {
-        if self.measuring {
-            self.device_lat.record(self.now - submitted);
-        }
-        let result = match errno {
-            0 => IoResult::Ok,
-            e => IoResult::Err(e),
-        };
-        self.target.engines[r].on_io_done(self.now, io, result);
-        self.pump(r);
-    }
-
-    pub(super) fn tick(&mut self, r: usize) {
-        if self.tick_at[r] != Some(self.now) {
-            return; // superseded by an earlier tick
+    /// Reactor `r`'s tick is due: false if an earlier one superseded it.
+    pub fn tick(&mut self, r: usize, now: Nanos) -> bool {
+        if self.tick_at[r] != Some(now) {
+            return false;
         }
         self.tick_at[r] = None;
-        self.target.engines[r].tick(self.now);
-        self.pump(r);
+        self.target.engines[r].tick(now);
+        true
     }
 
-    /// After an event: reactors the pool woke run at once, each touched
-    /// reactor's next tick is due when its engine asks, and the buffer
-    /// gauge moves.
-    pub(super) fn settle(&mut self) {
-        loop {
-            let mut any = false;
-            for r in 0..self.target.engines.len() {
-                if self.target.take_woken(r) {
-                    self.target.engines[r].tick(self.now);
-                    self.pump(r);
-                    any = true;
-                }
-            }
-            if !any {
-                break;
-            }
+    /// Ticks reactor `r` if the pool woke it (grants, cache drains).
+    pub fn wake(&mut self, r: usize, now: Nanos) -> bool {
+        if !self.target.take_woken(r) {
+            return false;
         }
+        self.target.engines[r].tick(now);
+        true
+    }
+
+    /// Each touched reactor's next tick goes on the clock when its engine
+    /// asks for one.
+    pub fn schedule_ticks(&mut self, clock: &mut Clock) {
         for r in 0..self.touched.len() {
-            if std::mem::take(&mut self.touched[r]) {
-                self.schedule_tick(r);
+            if !std::mem::take(&mut self.touched[r]) {
+                continue;
+            }
+            let Some(t) = self.target.engines[r].next_deadline() else {
+                continue;
+            };
+            let t = t.max(clock.now() + 1);
+            if self.tick_at[r].is_none_or(|p| p > t) {
+                self.tick_at[r] = Some(t);
+                clock.at(t, Ev::Tick(r as u32));
             }
         }
-        self.bufs_gauge.update(self.now, self.in_use_bytes());
     }
 
-    fn schedule_tick(&mut self, r: usize) {
-        let Some(t) = self.target.engines[r].next_deadline() else {
-            return;
-        };
-        let t = t.max(self.now + 1);
-        if self.tick_at[r].is_none_or(|p| p > t) {
-            self.tick_at[r] = Some(t);
-            self.at(t, Ev::Tick(r as u32));
+    /// Port `p`'s capacity changed to `gbps`: the pacers' port load hears.
+    pub fn port_rate(&self, p: usize, gbps: f64) {
+        self.target.ports.set_capacity(p, gbps);
+    }
+
+    /// Bytes of the buffers held by requests now.
+    pub fn in_use_bytes(&self) -> u64 {
+        self.target.buffer_bytes_in_use()
+    }
+
+    /// The books of the engines that ran since the last audit
+    /// ([`Engine::audit`]), the bytes each was told of, and the pool's
+    /// count of its buffers.
+    pub fn books(&mut self) -> Result<(), String> {
+        let mut held = 0;
+        for (r, e) in self.target.engines.iter().enumerate() {
+            held += e.buffers_in_use();
+            if !std::mem::take(&mut self.unaudited[r]) {
+                continue;
+            }
+            e.audit().map_err(|b| format!("reactor {r}: books: {b}"))?;
+            let (moved_in, moved_out) = e.bytes_moved();
+            let (was_in, was_out) = self.moved[r];
+            if (moved_in, moved_out) != (was_in, was_out) {
+                return Err(format!(
+                    "reactor {r}: bytes counted in/out {moved_in}/{moved_out}, moved {was_in}/{was_out}"
+                ));
+            }
         }
+        let pool = &self.target.pool;
+        let (free, total) = (pool.free_total(), u64::from(pool.total()));
+        if held + free != total {
+            return Err(format!(
+                "pool: {held} buffers held + {free} free != {total}"
+            ));
+        }
+        Ok(())
     }
 }

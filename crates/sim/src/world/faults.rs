@@ -14,11 +14,21 @@ use pace::Nanos;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use server::engine::{ConnId, IoToken, Part, Received, Sent, Timeouts};
+use server::engine::{IoToken, Part, Timeouts};
 
-use super::{Dir, Ev, Sim};
-use crate::hosts::Dial;
+use super::clock::Clock;
+use super::drive::Drive;
+use super::ios::Ios;
+use super::net::Net;
+use super::Ev;
+use crate::hosts::Host;
 use crate::socket::Shut;
+
+/// An IO outstanding this long on a connection that is up is hung: ten
+/// times the longest stall, pause or flap a plan injects.
+pub const HANG_NS: Nanos = 2_000_000_000;
+/// How often outstanding IOs are looked over.
+pub(super) const SCAN_NS: Nanos = 1_000_000;
 
 /// What a case injects, and how often.
 #[derive(Debug, Clone)]
@@ -121,19 +131,22 @@ impl FaultCounts {
     }
 }
 
-/// The fault state of a run.
+/// The fault state of a run: what it injects next, and what it found.
 pub(super) struct Faults {
-    pub plan: FaultPlan,
-    pub rng: SmallRng,
-    pub counts: FaultCounts,
+    plan: FaultPlan,
+    rng: SmallRng,
+    counts: FaultCounts,
     /// Faults are over: no new IOs, faults or connections.
-    pub winding: bool,
+    winding: bool,
     /// IOs each host owes its queue depth, waiting for a connection.
-    pub parked: Vec<u32>,
-    pub draining: Vec<bool>,
+    parked: Vec<u32>,
+    draining: Vec<bool>,
     /// The first broken book or hung IO: the run stops at it.
-    pub failure: Option<String>,
+    failure: Option<String>,
 }
+
+/// NBD errors a failed device IO returns.
+const ERRNOS: [u32; 3] = [proto::EIO, proto::ENOSPC, proto::EPERM];
 
 impl Faults {
     pub fn new(plan: FaultPlan, hosts: usize, reactors: usize) -> Faults {
@@ -147,320 +160,290 @@ impl Faults {
             failure: None,
         }
     }
-}
 
-/// NBD errors a failed device IO returns.
-const ERRNOS: [u32; 3] = [proto::EIO, proto::ENOSPC, proto::EPERM];
-
-impl Sim<'_> {
-    fn fault_state(&mut self) -> &mut Faults {
-        self.faults.as_deref_mut().expect("a fault run")
+    /// How long faults go on.
+    pub fn run_for(&self) -> Nanos {
+        self.plan.run_for
     }
 
-    /// Whether host `host` may send an IO on `sock` now; if not, the IO
-    /// waits for a new connection (or the run's end).
-    pub(super) fn may_issue(&mut self, host: usize, sock: usize) -> bool {
-        let deaf = self.socks[sock].fate.deaf();
-        let f = self.fault_state();
-        if f.winding {
+    /// Faults are over: no new IOs, faults or connections.
+    pub fn wind_down(&mut self) {
+        self.winding = true;
+    }
+
+    /// The first broken book or hung IO, if any.
+    pub fn failure(&self) -> Option<&String> {
+        self.failure.as_ref()
+    }
+
+    /// A check failed at `now` (only the first counts: the run stops).
+    pub fn fail(&mut self, now: Nanos, what: String) {
+        if self.failure.is_none() {
+            self.failure = Some(format!("at {:.3} ms: {what}", now as f64 / 1e6));
+        }
+    }
+
+    /// What the run injected and found; `done`: the IOs answered.
+    pub fn counts(&mut self, done: u64) -> (FaultCounts, Option<String>) {
+        self.counts.ios_done = done;
+        (self.counts.clone(), self.failure.clone())
+    }
+
+    /// Whether host `host` may send an IO on a socket that is `deaf` or
+    /// not; if not, the IO waits for a new connection (or the run's end).
+    pub fn may_issue(&mut self, host: usize, deaf: bool) -> bool {
+        if self.winding {
             return false;
         }
         if deaf {
-            f.parked[host] += 1;
+            self.parked[host] += 1;
         }
         !deaf
     }
 
     /// A device IO's fault, if any: its NBD error (0: none) and the stall
     /// added to its completion.
-    pub(super) fn device_fault(&mut self, io: IoToken) -> (u32, Nanos) {
-        let Some(f) = self.faults.as_deref_mut() else {
-            return (0, 0);
-        };
-        if f.winding {
+    pub fn device_fault(&mut self, io: IoToken) -> (u32, Nanos) {
+        if self.winding {
             return (0, 0);
         }
         let piece = matches!(io.part, Part::Piece(_));
         let mut errno = 0;
-        if f.rng.gen_bool(f.plan.device_error) {
-            errno = ERRNOS[f.rng.gen_range(0..ERRNOS.len())];
+        if self.rng.gen_bool(self.plan.device_error) {
+            errno = ERRNOS[self.rng.gen_range(0..ERRNOS.len())];
             match piece {
-                true => f.counts.piece_errors += 1,
-                false => f.counts.device_errors += 1,
+                true => self.counts.piece_errors += 1,
+                false => self.counts.device_errors += 1,
             }
         }
         let mut stall = 0;
-        if f.rng.gen_bool(f.plan.device_stall) {
-            stall = f.rng.gen_range(1..=f.plan.stall_max);
+        if self.rng.gen_bool(self.plan.device_stall) {
+            stall = self.rng.gen_range(1..=self.plan.stall_max);
             match piece {
-                true => f.counts.piece_stalls += 1,
-                false => f.counts.stalls += 1,
+                true => self.counts.piece_stalls += 1,
+                false => self.counts.stalls += 1,
             }
         }
         (errno, stall)
     }
 
-    pub(super) fn fail_later(&mut self, s: usize) {
-        self.at(self.now, Ev::Fault(FaultEv::Fail(s as u32)));
-    }
-
-    /// The engine shut `conn` down (both ways, or only reading: a drain).
-    pub(super) fn shut(&mut self, r: usize, conn: ConnId, read_only: bool) {
-        let s = self.sock(r, conn);
-        let fate = &mut self.socks[s].fate;
+    /// The engine shut socket `s`'s connection down (both ways, or only
+    /// reading: a drain).
+    pub fn shut(
+        &mut self,
+        s: usize,
+        read_only: bool,
+        net: &mut Net,
+        ios: &mut Ios,
+        clock: &mut Clock,
+    ) {
+        let fate = &mut net.sock_mut(s).fate;
         let engine_ended = !fate.reset && fate.shut.is_none();
         if !read_only || fate.shut.is_none() {
             fate.shut = Some(if read_only { Shut::Read } else { Shut::Both });
         }
         let down = fate.down();
         if engine_ended {
-            self.fault_state().counts.engine_closes += 1;
+            self.counts.engine_closes += 1;
         }
         if down {
-            self.lose(s);
+            self.lose(s, net, ios);
         }
-        self.fail_later(s);
+        fail_later(s, clock);
     }
 
-    /// The engine closed `conn`: its host reconnects.
-    pub(super) fn closed(&mut self, r: usize, conn: ConnId) {
-        let s = self.sock(r, conn);
-        self.socks[s].fate.closed = true;
-        self.lose(s);
-        let host = self.socks[s].host;
-        let Some(k) = self.hosts[host].devices.iter().position(|d| d.1 == s) else {
+    /// The engine closed socket `s`'s connection: its host reconnects.
+    pub fn closed(
+        &mut self,
+        s: usize,
+        net: &mut Net,
+        ios: &mut Ios,
+        hosts: &[Host],
+        clock: &mut Clock,
+    ) {
+        net.sock_mut(s).fate.closed = true;
+        self.lose(s, net, ios);
+        let host = net.sock(s).host;
+        let Some(k) = hosts[host].devices.iter().position(|d| d.1 == s) else {
             return;
         };
-        let f = self.fault_state();
-        if !f.winding {
-            let after = f.rng.gen_range(1_000..=1_000_000);
+        if !self.winding {
+            let after = self.rng.gen_range(1_000..=1_000_000);
             let ev = FaultEv::Reconnect(host as u32, k as u32);
-            self.at(self.now + after, Ev::Fault(ev));
+            clock.at(clock.now() + after, Ev::Fault(ev));
         }
     }
 
     /// Socket `s` is down: its host's IOs on it are lost, and wait to be
     /// sent again on a new connection.
-    fn lose(&mut self, s: usize) {
-        let mut lost = 0;
-        for io in self
-            .ios
-            .iter_mut()
-            .filter(|io| io.live && io.sock == s as u32)
-        {
-            io.live = false;
-            lost += 1;
-        }
-        let host = self.socks[s].host;
-        let f = self.fault_state();
-        f.counts.ios_lost += lost;
-        f.parked[host] += lost as u32;
-    }
-
-    pub(super) fn fault_event(&mut self, ev: FaultEv) {
-        match ev {
-            FaultEv::Next(kind) => self.timed_fault(kind),
-            FaultEv::Fail(s) => self.fail_ops(s as usize),
-            FaultEv::Resume(s) => self.resume(s as usize),
-            FaultEv::Reset(s) => self.reset(s as usize),
-            FaultEv::Reconnect(h, k) => self.reconnect(h as usize, k as usize),
-            FaultEv::Scan => self.scan(),
-        }
-    }
-
-    /// Fails what is posted on a socket that is down: a recv reads an
-    /// error (a reset) or the end (a shutdown), a send fails.
-    fn fail_ops(&mut self, s: usize) {
-        let sock = &mut self.socks[s];
-        if sock.fate.closed {
-            return;
-        }
-        let (r, conn, fate) = (sock.reactor, sock.conn, sock.fate);
-        if fate.deaf() && sock.cancel_recv() {
-            let result = match fate.reset {
-                true => Received::Error(libc::ECONNRESET),
-                false => Received::Eof,
-            };
-            self.received(r, conn, result);
-        }
-        let sock = &mut self.socks[s];
-        if sock.fate.down() && sock.cancel_send() {
-            self.sent(r, conn, Sent::Error(libc::EPIPE));
-            self.pump(r);
-        }
+    fn lose(&mut self, s: usize, net: &Net, ios: &mut Ios) {
+        let lost = ios.lose(s);
+        self.counts.ios_lost += lost;
+        self.parked[net.sock(s).host] += lost as u32;
     }
 
     /// Schedules the next timed fault of `kind`, a random gap after now
     /// (mean: the plan's).
-    pub(super) fn next_timed(&mut self, kind: Timed) {
-        let now = self.now;
-        let f = self.fault_state();
-        let mean = f.plan.gaps[kind as usize];
-        if mean == 0 || f.winding {
+    pub fn next_timed(&mut self, kind: Timed, clock: &mut Clock) {
+        let mean = self.plan.gaps[kind as usize];
+        if mean == 0 || self.winding {
             return;
         }
-        let gap = f.rng.gen_range(1..=2 * mean);
-        self.at(now + gap, Ev::Fault(FaultEv::Next(kind)));
+        let gap = self.rng.gen_range(1..=2 * mean);
+        clock.at(clock.now() + gap, Ev::Fault(FaultEv::Next(kind)));
     }
 
-    /// A timed fault of `kind`, and the next one scheduled.
-    fn timed_fault(&mut self, kind: Timed) {
-        if self.fault_state().winding {
-            return;
+    /// A timed fault of `kind` is due: false if faults are over; else the
+    /// next one is scheduled.
+    pub fn timed(&mut self, kind: Timed, clock: &mut Clock) -> bool {
+        if self.winding {
+            return false;
         }
-        self.next_timed(kind);
-        match kind {
-            Timed::Reset => {
-                if let Some(s) = self.pick_sock() {
-                    self.reset(s);
-                }
-            }
-            Timed::Pause => self.pause(),
-            Timed::Flap => self.flap(),
-            Timed::Pacing => self.switch_pacing(),
-            Timed::Drain => self.drain(),
-        }
+        self.next_timed(kind, clock);
+        true
     }
 
     /// A connection that is up, at random.
-    fn pick_sock(&mut self) -> Option<usize> {
-        let up: Vec<usize> = (0..self.socks.len())
-            .filter(|&s| !self.socks[s].fate.down() && self.socks[s].negotiated)
-            .collect();
+    pub fn pick_sock(&mut self, net: &Net) -> Option<usize> {
+        let up = net.up();
         if up.is_empty() {
             return None;
         }
-        let f = self.fault_state();
-        Some(up[f.rng.gen_range(0..up.len())])
+        Some(up[self.rng.gen_range(0..up.len())])
     }
 
     /// The host resets connection `s`.
-    fn reset(&mut self, s: usize) {
-        if self.socks[s].fate.down() {
+    pub fn reset(&mut self, s: usize, net: &mut Net, ios: &mut Ios, clock: &mut Clock) {
+        if net.sock(s).fate.down() {
             return;
         }
-        let mid_payload = self.socks[s].mid_payload();
-        let mid_request = self.ios.iter().any(|io| io.live && io.sock == s as u32);
-        let c = &mut self.fault_state().counts;
+        let mid_payload = net.sock(s).mid_payload();
+        let mid_request = ios.busy(s);
+        let c = &mut self.counts;
         match (mid_payload, mid_request) {
             (true, _) => c.resets_mid_payload += 1,
             (false, true) => c.resets_mid_request += 1,
             (false, false) => c.resets_idle += 1,
         }
-        let sock = &mut self.socks[s];
+        let sock = net.sock_mut(s);
         sock.fate.reset = true;
         sock.paused = false;
         sock.held.clear();
-        self.lose(s);
-        self.fail_later(s);
+        self.lose(s, net, ios);
+        fail_later(s, clock);
     }
 
     /// A host stops reading one connection for a while; now and then it
     /// never reads again and resets it.
-    fn pause(&mut self) {
-        let Some(s) = self.pick_sock() else { return };
-        if self.socks[s].paused {
+    pub fn pause(&mut self, net: &mut Net, clock: &mut Clock) {
+        let Some(s) = self.pick_sock(net) else { return };
+        if net.sock(s).paused {
             return;
         }
-        self.socks[s].paused = true;
-        let f = self.fault_state();
-        let d = f.rng.gen_range(1..=f.plan.pause_max);
-        f.counts.pauses += 1;
-        let ev = match f.rng.gen_bool(0.2) {
+        net.sock_mut(s).paused = true;
+        let d = self.rng.gen_range(1..=self.plan.pause_max);
+        self.counts.pauses += 1;
+        let ev = match self.rng.gen_bool(0.2) {
             true => {
-                f.counts.pauses_then_reset += 1;
+                self.counts.pauses_then_reset += 1;
                 FaultEv::Reset(s as u32)
             }
             false => FaultEv::Resume(s as u32),
         };
-        self.at(self.now + d, Ev::Fault(ev));
-    }
-
-    fn resume(&mut self, s: usize) {
-        let sock = &mut self.socks[s];
-        if sock.fate.down() || !sock.paused {
-            return;
-        }
-        sock.paused = false;
-        let held = std::mem::take(&mut sock.held);
-        let host = sock.host;
-        let port = self.hosts[host].port;
-        for c in held {
-            self.egress[port].push(host, s as u64, c.bytes);
-        }
-        self.kick(Dir::Egress, port);
+        clock.at(clock.now() + d, Ev::Fault(ev));
     }
 
     /// A host's link goes down for a while, both ways.
-    fn flap(&mut self) {
-        let (hosts, now) = (self.hosts.len(), self.now);
-        if hosts == 0 {
+    pub fn flap(&mut self, hosts: &mut [Host], net: &mut Net, speed: f64, clock: &mut Clock) {
+        if hosts.is_empty() {
             return;
         }
-        let f = self.fault_state();
-        let h = f.rng.gen_range(0..hosts);
-        let until = now + f.rng.gen_range(1..=f.plan.flap_max);
-        f.counts.flaps += 1;
-        let host = &mut self.hosts[h];
+        let h = self.rng.gen_range(0..hosts.len());
+        let until = clock.now() + self.rng.gen_range(1..=self.plan.flap_max);
+        self.counts.flaps += 1;
+        let host = &mut hosts[h];
         host.down_until = host.down_until.max(until);
-        let port = host.port;
-        self.egress[port].hold(h, until);
-        self.ingress[port].hold(h, until);
-        self.kick(Dir::Egress, port);
-        self.kick(Dir::Ingress, port);
+        net.hold(h, until, speed, clock);
     }
 
-    /// Every reactor's pacer switches to another mode (`set_pacing`).
-    fn switch_pacing(&mut self) {
-        let f = self.fault_state();
-        if f.plan.modes.is_empty() {
-            return;
+    /// The pacing mode every reactor's pacer switches to, if any.
+    pub fn pick_pacing(&mut self) -> Option<PacingConfig> {
+        if self.plan.modes.is_empty() {
+            return None;
         }
-        let cfg = f.plan.modes[f.rng.gen_range(0..f.plan.modes.len())].clone();
-        f.counts.pacing_changes += 1;
-        for r in 0..self.target.engines.len() {
-            self.target.engines[r].set_pacing(cfg.clone(), self.now);
-            self.pump(r);
-        }
+        let cfg = self.plan.modes[self.rng.gen_range(0..self.plan.modes.len())].clone();
+        self.counts.pacing_changes += 1;
+        Some(cfg)
     }
 
-    /// One reactor drains (as at shutdown), while another still serves.
-    fn drain(&mut self) {
-        let f = self.fault_state();
-        let open: Vec<usize> = (0..f.draining.len()).filter(|&r| !f.draining[r]).collect();
+    /// The reactor that drains (as at shutdown), if another still serves.
+    pub fn pick_drain(&mut self) -> Option<usize> {
+        let open: Vec<usize> = (0..self.draining.len())
+            .filter(|&r| !self.draining[r])
+            .collect();
         if open.len() < 2 {
-            return;
+            return None;
         }
-        let r = open[f.rng.gen_range(0..open.len())];
-        f.draining[r] = true;
-        f.counts.drains += 1;
-        self.target.engines[r].begin_drain(self.now);
-        self.pump(r);
+        let r = open[self.rng.gen_range(0..open.len())];
+        self.draining[r] = true;
+        self.counts.drains += 1;
+        Some(r)
     }
 
-    /// Host `h` opens its `k`th connection again, on a reactor that is not
-    /// draining, and sends the IOs it owes.
-    fn reconnect(&mut self, h: usize, k: usize) {
-        let (device, old) = self.hosts[h].devices[k];
-        let from = self.socks[old].reactor;
-        let f = self.fault_state();
-        if f.winding {
+    /// The reactor a host whose connection was on `from` reconnects to:
+    /// the next that is not draining (none once faults are over).
+    pub fn reconnect_to(&mut self, from: usize) -> Option<usize> {
+        if self.winding {
+            return None;
+        }
+        let n = self.draining.len();
+        let r = (0..n)
+            .map(|i| (from + i) % n)
+            .find(|&r| !self.draining[r])?;
+        self.counts.reconnects += 1;
+        Some(r)
+    }
+
+    /// The IOs host `h` owes its queue depth, now that it has a connection.
+    pub fn owed(&mut self, h: usize) -> u32 {
+        std::mem::take(&mut self.parked[h])
+    }
+
+    /// After every event: the books (`Drive::books`).
+    pub fn after_event(&mut self, drive: &mut Drive, now: Nanos) {
+        if self.failure.is_some() {
             return;
         }
-        let n = f.draining.len();
-        let Some(reactor) = (0..n).map(|i| (from + i) % n).find(|&r| !f.draining[r]) else {
-            return;
-        };
-        f.counts.reconnects += 1;
-        let s = self.connect(Dial {
-            host: h,
-            device,
-            reactor,
-        });
-        self.hosts[h].devices[k].1 = s;
-        let owed = std::mem::take(&mut self.fault_state().parked[h]);
-        for _ in 0..owed {
-            self.issue(h);
+        self.counts.events += 1;
+        if let Err(e) = drive.books() {
+            self.fail(now, e);
         }
     }
+
+    /// No IO on a connection that is up has been outstanding past
+    /// [`HANG_NS`].
+    pub fn scan(&mut self, ios: &Ios, net: &Net, clock: &mut Clock) {
+        let now = clock.now();
+        if let Some((id, io)) = ios.find(|io| now - io.issued > HANG_NS) {
+            let sock = net.sock(io.sock as usize);
+            let what = format!(
+                "IO {id} of host {} hung: outstanding since {:.3} ms on reactor {} ({:?}, paused {})",
+                io.host,
+                io.issued as f64 / 1e6,
+                sock.reactor,
+                sock.fate,
+                sock.paused
+            );
+            self.fail(now, what);
+            return;
+        }
+        if !self.winding {
+            clock.at(now + SCAN_NS, Ev::Fault(FaultEv::Scan));
+        }
+    }
+}
+
+/// Socket `s` is down: the operations posted on it fail, as an event now.
+pub(super) fn fail_later(s: usize, clock: &mut Clock) {
+    clock.now_do(Ev::Fault(FaultEv::Fail(s as u32)));
 }

@@ -1,5 +1,7 @@
-//! A command's life on its queue. `State` is where it is; `Queue::step` is
-//! the one function that moves it:
+//! A command's life on its queue. `State` is where it is; `Life::step` is
+//! the one function that moves it. `Life` holds what a command's life
+//! moves: the queue's commands, its phase (a Connect binds it), its send
+//! side (`tx.rs`) and the actions for its driver:
 //!
 //! ```text
 //! New --Start--> Admitting --Admitted--> Receiving --DataIn--> Ready
@@ -15,9 +17,12 @@
 //! buffers; only then does a WRITE's R2T go out, so write data never waits
 //! in a socket holding a buffer. `Ready` is transient: `step` executes it.
 
-use super::{Phase, Queue};
+use std::collections::HashMap;
+
+use super::tx::Tx;
+use super::Phase;
 use crate::nvme::cmd::{admin, fctype, sgl, Sqe, Status};
-use crate::nvme::ctrl::{check_io, dsm_ranges, IoCmd, IoOp, ADMIN_IN_CAPSULE};
+use crate::nvme::ctrl::{check_io, dsm_ranges, Connected, IoCmd, IoOp, Limits, ADMIN_IN_CAPSULE};
 use crate::nvme::decode::Fatal;
 use crate::nvme::pdu::fes;
 
@@ -131,6 +136,19 @@ pub(super) struct Cmd {
     state: State,
 }
 
+/// The parts of a queue a command's life moves (`Queue::life` lends them).
+pub(super) struct Life<'q> {
+    pub cmds: &'q mut HashMap<u16, Cmd>,
+    pub phase: &'q mut Phase,
+    pub tx: &'q mut Tx,
+    pub actions: &'q mut Vec<Action>,
+    pub limits: &'q Limits,
+    /// Data commands go without asking the driver to admit them.
+    pub auto_admit: bool,
+    /// READs and WRITEs are the driver's (`Queue::external`).
+    pub external: bool,
+}
+
 impl Cmd {
     /// (TTAG, bytes so far) while an R2T's data is coming.
     pub(super) fn receiving(&self) -> Option<(u16, u32)> {
@@ -146,6 +164,14 @@ impl Cmd {
         }
     }
 
+    /// The IO it is, if an IO command.
+    pub(super) fn io(&self) -> Option<IoCmd> {
+        match self.kind {
+            Kind::Io(io) => Some(io),
+            _ => None,
+        }
+    }
+
     pub(super) fn at_device(&self) -> bool {
         self.state == State::Executing && matches!(self.kind, Kind::Io(_))
     }
@@ -156,11 +182,33 @@ fn h2c_opcode(op: u8) -> bool {
     op & 3 == 1
 }
 
-impl Queue {
+impl Life<'_> {
+    /// The Connect this queue made, once made.
+    fn bound(&self) -> Option<&Connected> {
+        match &*self.phase {
+            Phase::Bound(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The most commands this queue may hold.
+    fn depth(&self) -> usize {
+        match &*self.phase {
+            Phase::Bound(c) => usize::from(c.queue_size),
+            _ => 1,
+        }
+    }
+
+    /// Appends a completion for `cid`.
+    fn respond(&mut self, cid: u16, status: Status, result: u64) {
+        let qid = self.bound().map_or(0, |c| c.qid);
+        self.tx.respond(cid, status, result, qid);
+    }
+
     /// A command capsule arrived.
     pub(super) fn capsule(&mut self, sqe: Sqe, data: &[u8], digest_ok: bool) -> Result<(), Fatal> {
         let depth = self.depth();
-        self.sqhd = (self.sqhd + 1) % depth.max(1) as u16;
+        self.tx.consumed(depth);
         let cid = sqe.cid();
         if self
             .cmds
@@ -221,7 +269,7 @@ impl Queue {
         let fabrics = opc == admin::FABRICS;
         let connect = fabrics && sqe.fctype() == fctype::CONNECT;
         let sgl_len = sqe.sgl().length;
-        match &self.phase {
+        match &*self.phase {
             Phase::Unbound if connect => Ok((Kind::Connect, sgl_len, true)),
             Phase::Bound(b) if b.qid == 0 && !connect => {
                 let dir = if fabrics { sqe.fctype() } else { opc };
@@ -233,7 +281,7 @@ impl Queue {
                 Ok((Kind::Admin, xfer, h2c))
             }
             Phase::Bound(b) if !fabrics => {
-                let io = check_io(sqe, &b.namespaces, &self.limits)?;
+                let io = check_io(sqe, &b.namespaces, self.limits)?;
                 let h2c = matches!(io.op, IoOp::Write | IoOp::Dsm { .. });
                 Ok((Kind::Io(io), io.xfer, h2c))
             }
@@ -318,7 +366,7 @@ impl Queue {
                 if let Some(c) = self.cmds.get_mut(&cid) {
                     c.data.reserve_exact(xfer as usize);
                 }
-                let ttag = self.send_r2t(cid, xfer);
+                let ttag = self.tx.send_r2t(cid, xfer);
                 State::Receiving { ttag, got: 0 }
             }
             (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) => State::Ready,
@@ -362,42 +410,11 @@ impl Queue {
             return DataStart::InCapsule(std::mem::take(&mut c.data));
         }
         let xfer = c.xfer;
-        let ttag = self.send_r2t(cid, xfer);
+        let ttag = self.tx.send_r2t(cid, xfer);
         if let Some(c) = self.cmds.get_mut(&cid) {
             c.state = State::Receiving { ttag, got: 0 };
         }
         DataStart::Requested
-    }
-
-    /// Appends the head of the C2HData PDU that carries an external READ's
-    /// `len` bytes (its data follows, then `data_digest` bytes of digest).
-    /// With `success` the PDU completes the command (SUCCESS flag): call
-    /// `finish_silently`, not `finish_external`.
-    pub fn c2h_head(&self, cid: u16, len: u32, success: bool, out: &mut Vec<u8>) {
-        let hdr = crate::nvme::pdu::DataHdr {
-            cccid: cid,
-            ttag: 0,
-            datao: 0,
-            last: true,
-            success,
-        };
-        crate::nvme::pdu::encode_c2h_data_head(out, self.framing, hdr, len as usize);
-    }
-
-    /// Whether data PDUs carry a data digest.
-    pub fn data_digest(&self) -> bool {
-        self.framing.digests.data
-    }
-
-    /// The driver completes command `cid` (an external one, or one whose
-    /// device operation it ran): its completion is appended to `out`, and
-    /// it is gone. False when no such command is here.
-    pub fn finish_external(&mut self, cid: u16, status: Status, out: &mut Vec<u8>) -> bool {
-        if self.cmds.remove(&cid).is_none() {
-            return false;
-        }
-        self.respond_into(cid, status, 0, out);
-        true
     }
 
     /// The driver aborted command `cid` while it waited (an Abort found it
@@ -413,20 +430,6 @@ impl Queue {
         true
     }
 
-    /// Command `cid` completed with a C2HData PDU flagged SUCCESS: no
-    /// CapsuleResp follows, and it is gone. False when no such command is here.
-    pub fn finish_silently(&mut self, cid: u16) -> bool {
-        self.cmds.remove(&cid).is_some()
-    }
-
-    /// An external command's fields: the IO the queue checked.
-    pub fn io_cmd(&self, cid: u16) -> Option<IoCmd> {
-        match self.cmds.get(&cid)?.kind {
-            Kind::Io(io) => Some(io),
-            _ => None,
-        }
-    }
-
     /// Hands a Ready command to the target or the device.
     fn execute(&mut self, cid: u16) {
         let Some(c) = self.cmds.get_mut(&cid) else {
@@ -435,7 +438,7 @@ impl Queue {
         c.state = State::Executing;
         let action = match &c.kind {
             Kind::Connect => {
-                self.phase = Phase::Connecting;
+                *self.phase = Phase::Connecting;
                 Action::Connect {
                     cid,
                     sqe: c.sqe,
@@ -471,7 +474,7 @@ impl Queue {
         };
         if status.is_success() && !c.h2c && c.xfer > 0 {
             data.resize(c.xfer as usize, 0);
-            self.send_data(cid, &data);
+            self.tx.send_data(cid, &data);
         }
         self.respond(cid, status, result);
     }

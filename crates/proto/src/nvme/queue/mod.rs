@@ -1,11 +1,13 @@
 //! One NVMe/TCP queue (one TCP connection), sans-IO: bytes in, bytes and
 //! actions out. It runs the connection's PDU sequence (ICReq, then
-//! capsules and H2CData), tracks each command's life (`cmd.rs`) and asks its
-//! driver for what it cannot do itself: Connect and admin commands go to
-//! the `ctrl::Target`, data commands wait for the pacer's admission, IO
-//! goes to the device.
+//! capsules and H2CData), tracks each command's life (`cmd.rs`, `Life`)
+//! and asks its driver for what it cannot do itself: Connect and admin
+//! commands go to the `ctrl::Target`, data commands wait for the pacer's
+//! admission, IO goes to the device. What goes back to the host is framed
+//! by its send side (`tx.rs`, `Tx`).
 
 mod cmd;
+mod tx;
 
 #[cfg(test)]
 mod prop_tests;
@@ -24,15 +26,15 @@ mod tests_stream;
 
 use std::collections::HashMap;
 
-use super::cmd::{Cqe, Status};
-use super::ctrl::{AdminDone, Connected, Limits, ADMIN_IN_CAPSULE};
+use super::cmd::Status;
+use super::ctrl::{AdminDone, Connected, IoCmd, Limits, ADMIN_IN_CAPSULE};
 use super::decode::{Decoded, Decoder, Fatal, Role};
 use super::pdu::{
-    crc32c_append, fes, DataHdr, Digests, Framing, IcResp, Pdu, R2t, TermReq, DIGEST_LEN,
-    TERM_MAX_DATA,
+    crc32c_append, fes, DataHdr, Digests, Framing, IcResp, Pdu, TermReq, DIGEST_LEN, TERM_MAX_DATA,
 };
 pub use cmd::{Action, DataStart, DevOp};
-use cmd::{Cmd, Ev};
+use cmd::{Cmd, Ev, Life};
+use tx::Tx;
 
 /// Where the connection is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,12 +64,9 @@ pub struct Queue {
     rx_origin: usize,
     phase: Phase,
     decoder: Decoder,
-    /// How this end frames what it sends (digests, the host's HPDA).
-    framing: Framing,
     cmds: HashMap<u16, Cmd>,
-    sqhd: u16,
-    next_ttag: u16,
-    out: Vec<u8>,
+    /// What goes to the host: framing, completions, data, R2Ts.
+    tx: Tx,
     actions: Vec<Action>,
     /// An H2CData PDU whose data is arriving, taken as it comes.
     inflow: Option<Inflow>,
@@ -100,11 +99,8 @@ impl Queue {
             rx_origin: 0,
             phase: Phase::Init,
             decoder: Decoder::new(Role::Controller, max),
-            framing: Framing::default(),
             cmds: HashMap::new(),
-            sqhd: 0,
-            next_ttag: 0,
-            out: Vec::new(),
+            tx: Tx::default(),
             actions: Vec::new(),
             inflow: None,
         }
@@ -156,11 +152,11 @@ impl Queue {
 
     /// Bytes to send, in order; the caller takes them all.
     pub fn take_output(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.out)
+        self.tx.take()
     }
 
     pub fn has_output(&self) -> bool {
-        !self.out.is_empty()
+        self.tx.has_output()
     }
 
     pub fn take_actions(&mut self) -> Vec<Action> {
@@ -260,12 +256,11 @@ impl Queue {
     fn fatal(&mut self, f: Fatal, header: &[u8]) {
         let hlen = header.get(2).map_or(0, |&h| usize::from(h));
         let n = header.len().min(hlen.max(8)).min(TERM_MAX_DATA);
-        Pdu::C2HTerm(TermReq {
+        self.tx.plain(Pdu::C2HTerm(TermReq {
             fes: f.fes,
             fei: f.fei,
             data: &header[..n],
-        })
-        .encode(&mut self.out, Framing::default());
+        }));
         self.close();
     }
 
@@ -282,17 +277,17 @@ impl Queue {
             Pdu::IcReq(r) => {
                 let digests = r.digests;
                 self.decoder.digests = Some(digests);
-                self.framing = Framing {
+                self.tx.set_framing(Framing {
                     digests,
                     pda: r.hpda,
-                };
+                });
                 let resp = IcResp {
                     pfv: 0,
                     cpda: 0,
                     digests,
                     maxh2cdata: self.limits.maxh2cdata,
                 };
-                Pdu::IcResp(resp).encode(&mut self.out, Framing::default());
+                self.tx.plain(Pdu::IcResp(resp));
                 self.phase = Phase::Unbound;
                 Ok(())
             }
@@ -300,20 +295,12 @@ impl Queue {
                 self.close();
                 Ok(())
             }
-            Pdu::CapsuleCmd(sqe, data) => self.capsule(sqe, data, digest_ok),
+            Pdu::CapsuleCmd(sqe, data) => self.life().capsule(sqe, data, digest_ok),
             Pdu::H2CData(h, data) => self.h2c_data(h, data, digest_ok),
             _ => Err(Fatal {
                 fes: fes::INVALID_HEADER_FIELD,
                 fei: 0,
             }),
-        }
-    }
-
-    /// The most commands this queue may hold.
-    fn depth(&self) -> usize {
-        match &self.phase {
-            Phase::Bound(c) => usize::from(c.queue_size),
-            _ => 1,
         }
     }
 
@@ -395,52 +382,70 @@ impl Queue {
         }
     }
 
-    /// Appends a completion for `cid`.
-    fn respond(&mut self, cid: u16, status: Status, result: u64) {
-        let mut out = std::mem::take(&mut self.out);
-        self.respond_into(cid, status, result, &mut out);
-        self.out = out;
-    }
-
-    /// Appends a completion for `cid` to `out`.
-    fn respond_into(&self, cid: u16, status: Status, result: u64, out: &mut Vec<u8>) {
-        let qid = self.bound().map_or(0, |c| c.qid);
-        let cqe = Cqe {
-            result,
-            sqhd: self.sqhd,
-            sqid: qid,
-            cid,
-            status,
-        };
-        Pdu::CapsuleResp(cqe).encode(out, self.framing);
-    }
-
-    /// Appends a C2HData PDU with `data` for `cid`.
-    fn send_data(&mut self, cid: u16, data: &[u8]) {
-        if data.is_empty() {
-            return;
+    /// The parts a command's life moves (`cmd.rs`).
+    fn life(&mut self) -> Life<'_> {
+        Life {
+            cmds: &mut self.cmds,
+            phase: &mut self.phase,
+            tx: &mut self.tx,
+            actions: &mut self.actions,
+            limits: &self.limits,
+            auto_admit: self.auto_admit,
+            external: self.external,
         }
-        let hdr = DataHdr {
-            cccid: cid,
-            ttag: 0,
-            datao: 0,
-            last: true,
-            success: false,
-        };
-        Pdu::C2HData(hdr, data).encode(&mut self.out, self.framing);
     }
 
-    fn send_r2t(&mut self, cid: u16, len: u32) -> u16 {
-        let ttag = self.next_ttag;
-        self.next_ttag = self.next_ttag.wrapping_add(1);
-        let r = R2t {
-            cccid: cid,
-            ttag,
-            r2to: 0,
-            r2tl: len,
-        };
-        Pdu::R2T(r).encode(&mut self.out, self.framing);
-        ttag
+    /// Moves command `cid` on by `ev` (`Life::step`).
+    fn step(&mut self, cid: u16, ev: Ev) {
+        self.life().step(cid, ev);
+    }
+
+    /// An external WRITE's buffers are the driver's: its data, from the
+    /// capsule, or asked for with an R2T.
+    pub fn request_data(&mut self, cid: u16) -> DataStart {
+        self.life().request_data(cid)
+    }
+
+    /// Appends the head of the C2HData PDU that carries an external READ's
+    /// `len` bytes (its data follows, then `data_digest` bytes of digest).
+    /// With `success` the PDU completes the command (SUCCESS flag): call
+    /// `finish_silently`, not `finish_external`.
+    pub fn c2h_head(&self, cid: u16, len: u32, success: bool, out: &mut Vec<u8>) {
+        self.tx.c2h_head(cid, len, success, out);
+    }
+
+    /// Whether data PDUs carry a data digest.
+    pub fn data_digest(&self) -> bool {
+        self.tx.data_digest()
+    }
+
+    /// The driver completes command `cid` (an external one, or one whose
+    /// device operation it ran): its completion is appended to `out`, and
+    /// it is gone. False when no such command is here.
+    pub fn finish_external(&mut self, cid: u16, status: Status, out: &mut Vec<u8>) -> bool {
+        if self.cmds.remove(&cid).is_none() {
+            return false;
+        }
+        let qid = self.bound().map_or(0, |c| c.qid);
+        self.tx.respond_into(cid, status, 0, qid, out);
+        true
+    }
+
+    /// The driver aborted command `cid` while it waited (`Life::abort_cmd`):
+    /// it completes with Command Abort Requested and is gone.
+    pub fn abort_cmd(&mut self, cid: u16) -> bool {
+        self.life().abort_cmd(cid)
+    }
+
+    /// Command `cid` completed with a C2HData PDU flagged SUCCESS: no
+    /// CapsuleResp follows, and it is gone. False when no such command is here.
+    pub fn finish_silently(&mut self, cid: u16) -> bool {
+        self.cmds.remove(&cid).is_some()
+    }
+
+    /// An external command's fields: the IO the queue checked.
+    pub fn io_cmd(&self, cid: u16) -> Option<IoCmd> {
+        self.cmds.get(&cid)?.io()
     }
 
     /// The target answered this queue's Connect.
