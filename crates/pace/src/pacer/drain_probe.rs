@@ -8,7 +8,6 @@
 //! its time at the device is the device's unloaded latency until the next
 //! probe.
 
-use super::drr::MAX_PACER_WAIT_NS;
 use crate::Nanos;
 
 /// How often each busy device is drained to take its latency alone. Each
@@ -16,10 +15,10 @@ use crate::Nanos;
 /// throughput, so once a second keeps that under 1% at 5 ms.
 const PROBE_EVERY_NS: Nanos = 1_000_000_000;
 
-/// A drain or a lone IO that keeps IO in the pacer longer than the
-/// longest a DRR turn may wait gives up: a queue that deep is left to the
-/// device.
-const PROBE_MAX_NS: Nanos = MAX_PACER_WAIT_NS;
+/// A drain or a lone IO that keeps IO in the pacer longer than a tenth of
+/// the period (100 ms, the longest a DRR turn may wait) gives up: a queue
+/// that deep is left to the device.
+const PROBE_MAX_NS: Nanos = PROBE_EVERY_NS / 10;
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum Stage {
