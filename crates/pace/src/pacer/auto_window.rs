@@ -89,8 +89,10 @@ impl Pacer {
             let weighed = tenants.count() > 1;
             for (d, dev) in self.devices.iter_mut().enumerate() {
                 dev.held = self.depth.held(d, now);
-                let deep = dev.in_flight_work > 4 * dev.largest_work(dev.largest_io.max(1));
-                dev.probe.tick(weighed && deep, now);
+                let deep = weighed
+                    && dev.probe.due(now)
+                    && dev.in_flight_work > 4 * dev.largest_work(dev.largest_io.max(1));
+                dev.probe.tick(deep, now);
             }
         }
         self.window_now = self.deepen(window);

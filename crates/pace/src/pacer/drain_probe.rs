@@ -40,9 +40,16 @@ pub(super) struct DrainProbe {
 }
 
 impl DrainProbe {
-    /// Starts a probe at the first poll of a new period on a device holding
-    /// more than one IO (all reactors' periods align on the clock, so they
-    /// drain together); ends one that has run too long.
+    /// Whether a probe may start at `now`: the first poll of a new period,
+    /// with none running. Cheap, so a poll asks whether the device is deep
+    /// (a cost-model sum) only then.
+    pub fn due(&self, now: Nanos) -> bool {
+        self.stage == Stage::Idle && self.period != Some(now / PROBE_EVERY_NS)
+    }
+
+    /// Starts a probe on a `deep` device if one is `due`; all reactors'
+    /// periods align on the clock, so they drain together. Ends a probe
+    /// that has run too long.
     pub fn tick(&mut self, deep: bool, now: Nanos) {
         let period = now / PROBE_EVERY_NS;
         if self
