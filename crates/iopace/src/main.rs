@@ -139,6 +139,11 @@ struct SimArgs {
     /// With --fuzz or --faults: only this case (the repro the report prints).
     #[arg(long)]
     index: Option<u64>,
+    /// With --fuzz: the pacing mode every case runs under. The goals are
+    /// `auto`'s; `none` on the same cases shows which misses the pacer
+    /// causes and which it inherits from the engine or the hardware.
+    #[arg(long, default_value = "auto", requires = "fuzz")]
+    mode: pace::pacer::Mode,
     /// With --fuzz: write each failing case's scenario file here.
     #[arg(long, value_name = "DIR", requires = "fuzz")]
     out: Option<PathBuf>,
@@ -261,6 +266,7 @@ fn main() -> ExitCode {
             let fuzz = sim::fuzz::FuzzArgs {
                 cases: sim_cases(&args, args.fuzz),
                 out: args.out,
+                mode: args.mode,
             };
             ExitCode::from(sim::fuzz::fuzz(&fuzz) as u8)
         }

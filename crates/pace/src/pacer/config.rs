@@ -12,6 +12,29 @@ pub enum Mode {
     Auto,
 }
 
+impl Mode {
+    /// The mode as `[pacing] mode` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Buffers => "buffers",
+            Mode::Rate => "rate",
+            Mode::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mode, String> {
+        [Mode::None, Mode::Buffers, Mode::Rate, Mode::Auto]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("`{s}`: expected none, buffers, rate or auto"))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Tuner {

@@ -7,6 +7,7 @@
 
 use std::fmt::Write;
 
+use pace::pacer::Mode;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -36,8 +37,14 @@ pub fn rng(seed: u64, index: u64) -> SmallRng {
     SmallRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index)
 }
 
-/// The scenario of case `index` of `seed`, as TOML.
+/// The scenario of case `index` of `seed`, as TOML, run under `auto`.
 pub fn case(seed: u64, index: u64) -> String {
+    case_in(seed, index, Mode::Auto)
+}
+
+/// The scenario of case `index` of `seed`, run under `mode`: the same
+/// hardware and load whatever the mode, so modes compare case by case.
+pub fn case_in(seed: u64, index: u64, mode: Mode) -> String {
     let mut r = rng(seed, index);
     let mut body = String::new();
     let ports = r.gen_range(1..=4usize);
@@ -73,7 +80,7 @@ pub fn case(seed: u64, index: u64) -> String {
         };
         longest_rtt = longest_rtt.max(host_group(&mut r, &mut body, &at));
     }
-    run(&mut r, &mut body, tenants);
+    run(&mut r, &mut body, tenants, mode);
     // Long enough for dozens of round trips at the slowest drive and RTT.
     let round_trip_ms = (longest_rtt + slowest_us) / 1000.0;
     let measured = ((30.0 * round_trip_ms) as u64).clamp(MEASURED_MS, MAX_MS);
@@ -305,8 +312,8 @@ fn host_group(r: &mut SmallRng, s: &mut String, g: &Group) -> f64 {
     rtt
 }
 
-/// The one run: `auto`, with 0-4 tenants of weights 1-8.
-fn run(r: &mut SmallRng, s: &mut String, tenants: usize) {
+/// The one run: `mode`, with 0-4 tenants of weights 1-8.
+fn run(r: &mut SmallRng, s: &mut String, tenants: usize, mode: Mode) {
     let list: Vec<String> = (0..tenants)
         .map(|t| format!("{{ name = \"t{t}\", weight = {}.0 }}", r.gen_range(1..=8)))
         .collect();
@@ -314,8 +321,9 @@ fn run(r: &mut SmallRng, s: &mut String, tenants: usize) {
         true => String::new(),
         false => format!(", tenants = [{}]", list.join(", ")),
     };
+    let mode = mode.name();
     let _ = write!(
         s,
-        "\n[[runs]]\nlabel = \"auto\"\npacing = {{ mode = \"auto\"{tenants} }}\n"
+        "\n[[runs]]\nlabel = \"{mode}\"\npacing = {{ mode = \"{mode}\"{tenants} }}\n"
     );
 }

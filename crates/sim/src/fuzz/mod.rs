@@ -8,6 +8,7 @@ pub mod score;
 
 use std::path::PathBuf;
 
+use pace::pacer::Mode;
 use rand::Rng;
 use serde::Serialize;
 
@@ -23,6 +24,10 @@ pub struct FuzzArgs {
     pub cases: crate::jobs::Cases,
     /// Where each failing case's scenario file is written.
     pub out: Option<PathBuf>,
+    /// The pacing mode each case runs under (`auto` for the goals; another
+    /// mode shows which misses are the pacer's and which the engine's or
+    /// the hardware's).
+    pub mode: Mode,
 }
 
 /// One case's outcome.
@@ -30,6 +35,8 @@ pub struct FuzzArgs {
 pub struct Case {
     pub seed: u64,
     pub index: u64,
+    /// The pacing mode it ran under.
+    pub mode: &'static str,
     pub pass: bool,
     /// A broken scenario the loader had to reject.
     pub broken: bool,
@@ -45,13 +52,19 @@ pub struct Case {
     pub text: String,
 }
 
-/// Runs case `index` of `seed`.
+/// Runs case `index` of `seed` under `auto`.
 pub fn run_case(seed: u64, index: u64) -> Case {
-    let text = gen::case(seed, index);
+    run_case_in(seed, index, Mode::Auto)
+}
+
+/// Runs case `index` of `seed` under `mode`.
+pub fn run_case_in(seed: u64, index: u64, mode: Mode) -> Case {
+    let text = gen::case_in(seed, index, mode);
     let source = format!("fuzz-{seed}-{index}.toml");
     let mut case = Case {
         seed,
         index,
+        mode: mode.name(),
         pass: false,
         broken: false,
         score: None,
@@ -126,7 +139,8 @@ impl Features {
 
 /// Runs every case on `jobs` threads, in index order in the result.
 pub fn run_cases(args: &FuzzArgs) -> Vec<Case> {
-    args.cases.run(run_case)
+    args.cases
+        .run(|seed, index| run_case_in(seed, index, args.mode))
 }
 
 /// `iopace sim --fuzz`: prints the report (or JSON) and writes failing
@@ -208,7 +222,11 @@ fn worst(c: &Case) -> f64 {
 fn line(c: &Case, wrote: bool) -> String {
     let repro = match wrote {
         true => format!("`iopace sim fuzz-{}-{}.toml`", c.seed, c.index),
-        false => format!("`iopace sim --fuzz {} --index {}`", c.seed, c.index),
+        false if c.mode == "auto" => format!("`iopace sim --fuzz {} --index {}`", c.seed, c.index),
+        false => format!(
+            "`iopace sim --fuzz {} --index {} --mode {}`",
+            c.seed, c.index, c.mode
+        ),
     };
     let Some(s) = &c.score else {
         return format!(

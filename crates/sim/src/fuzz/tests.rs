@@ -56,6 +56,20 @@ fn cases_are_reproducible() {
     assert_ne!(gen::case(11, 5), gen::case(11, 6));
 }
 
+/// A case run under another mode has the same hardware and load: only its
+/// run's mode and label differ.
+#[test]
+fn a_case_under_another_mode_differs_only_in_its_run() {
+    for index in 0..20 {
+        let auto = gen::case(11, index);
+        let none = gen::case_in(11, index, pace::pacer::Mode::None);
+        let (a, b) = (auto.split_once("[[runs]]"), none.split_once("[[runs]]"));
+        let ((head_a, run_a), (head_b, run_b)) = (a.unwrap(), b.unwrap());
+        assert_eq!(head_a, head_b, "case 11:{index}");
+        assert_eq!(run_a.replace("\"auto\"", "\"none\""), run_b);
+    }
+}
+
 /// Cases of seed 1 that `auto` passes today (hosts 1-7, 0-4 tenants,
 /// reads and writes), each a second or so in a debug build: a change
 /// that breaks one of them breaks a class the fuzzer had seen held.
