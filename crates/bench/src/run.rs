@@ -14,7 +14,8 @@ use crate::procs::{self, Proc};
 use crate::result::RunResult;
 use crate::sampler::{target_stats, Sampler, Snapshot};
 use crate::scenario::{
-    HostKind, HostWire, Loaded, Point, RunId, Scenario, TargetSpec, Transport, Workload,
+    fair_shares, parse_tc_rate, HostKind, HostWire, Loaded, Point, RunId, Scenario, TargetSpec,
+    Transport, Workload,
 };
 use crate::target_proc::{self, Listen, Running, StartCtx};
 use crate::wire::{self, Wire};
@@ -82,7 +83,7 @@ impl Hosts {
                 })
             }
             HostKind::Netns => {
-                let wire = Wire::up(h.count)?;
+                let wire = Wire::up(h.count, s.port_shaped())?;
                 let mut servers = Vec::new();
                 let mut clients = Vec::new();
                 for i in 1..=h.count {
@@ -173,7 +174,7 @@ pub fn run_scenario(
     let logs = opts.out.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     let hosts = Hosts::up(s, &logs)?;
-    let mut shaped: Option<Vec<HostWire>> = None;
+    let mut shaped: Option<(Vec<HostWire>, Option<String>)> = None;
     let scenario_dir = loaded
         .path
         .parent()
@@ -184,9 +185,9 @@ pub fn run_scenario(
         bar.set_message(key.clone());
         let point = &points[r.point];
         if let Some(w) = &hosts.wire {
-            let want = s.wire_at(point);
+            let want = (s.wire_at(point), s.port_rate_at(point));
             if shaped.as_ref() != Some(&want) {
-                w.shape(&want)?;
+                w.shape(&want.0, want.1.as_deref())?;
                 shaped = Some(want);
             }
         }
@@ -252,6 +253,7 @@ fn one_run(
         listen: &listen,
         vars: &vars,
         exports: &work.exports,
+        port_gbps: s.port_gbps_at(spec, point),
     };
     let mut target = target_proc::start(spec, &ctx)?;
     let iodepth = work.job_iodepth(n_hosts);
@@ -455,10 +457,13 @@ fn wire_rates(
         .map(|(b, a)| b.saturating_sub(*a) as f64 * 8.0 / secs / 1e9)
         .collect();
     if hosts.wire.is_some() && wire.len() == result.hosts.len() {
-        let links = s.wire_at(point);
-        for ((h, w), link) in result.hosts.iter_mut().zip(&wire).zip(&links) {
+        let links: Vec<Option<f64>> = s.wire_at(point).iter().map(HostWire::rate_gbps).collect();
+        let port = s.port_rate_at(point).as_deref().and_then(parse_tc_rate);
+        let shares = fair_shares(&links, port.map(|bps| bps / 1e9));
+        for (((h, w), link), share) in result.hosts.iter_mut().zip(&wire).zip(&links).zip(shares) {
             h.wire_gbps = Some(*w);
-            h.link_gbps = link.rate_gbps();
+            h.link_gbps = *link;
+            h.share_gbps = port.and(share);
         }
         result.total = fio::total_of(&result.hosts);
     } else if s.hosts.transport == Transport::Tcp && wire.len() == 1 {

@@ -323,6 +323,7 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
         .filter_map(|k| Some(format!("{k}={}", r.vars.get(k)?)))
         .collect();
     let shaped = r.fio.hosts.iter().any(|h| h.link_gbps.is_some());
+    let port = r.fio.hosts.iter().any(|h| h.share_gbps.is_some());
     let mut rows: Vec<Vec<String>> = r
         .fio
         .hosts
@@ -338,6 +339,11 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
             ];
             if shaped {
                 row.push(opt(h.link_gbps, 3));
+            }
+            if port {
+                row.push(opt(h.share_gbps, 3));
+            }
+            if shaped || port {
                 row.push(opt(h.link_share().map(|x| x * 100.0), 1));
             }
             row
@@ -349,7 +355,12 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
     }
     let mut head = vec!["Host", "kIOPS", "BW, Gb/s", "AVG_LAT, us", "Wire BW, Gb/s"];
     if shaped {
-        head.extend(["Link, Gb/s", "BW % of link"]);
+        head.push("Link, Gb/s");
+    }
+    if port {
+        head.extend(["Share of port, Gb/s", "BW % of share"]);
+    } else if shaped {
+        head.push("BW % of link");
     }
     let groups = export_groups(r);
     let per_export = if groups.len() > 1 {
@@ -474,6 +485,7 @@ mod tests {
             bw_dev_gbps: 0.1,
             wire_gbps: Some(bw * 1.05),
             link_gbps: None,
+            share_gbps: None,
             busiest_dir_gbps: bw,
         };
         let total = crate::fio::total_of(std::slice::from_ref(&host));
