@@ -243,6 +243,7 @@ fn one_run(
 ) -> Result<RunResult, String> {
     let spec = &s.target[r.target];
     let work = s.workload_at(point);
+    let works = s.host_workloads(point);
     let n_hosts = hosts.clients.len();
     let listen = listen_for(s, run_dir)?;
     let vars = run_vars(spec, point, run_dir)?;
@@ -256,8 +257,9 @@ fn one_run(
         port_gbps: s.port_gbps_at(spec, point),
     };
     let mut target = target_proc::start(spec, &ctx)?;
-    let iodepth = work.job_iodepth(n_hosts);
-    let fio_run = FioRun::start(hosts, &work, iodepth, &listen, run_dir)?;
+    // Hosts with an export of their own run fewer jobs each.
+    let iodepth = works.first().unwrap_or(&work).job_iodepth(n_hosts);
+    let fio_run = FioRun::start(hosts, &works, iodepth, &listen, run_dir)?;
     let watched = fio_run.watch(hosts, &mut target, &work, &listen);
     target.proc.stop();
     let watched = watched?;
@@ -274,7 +276,7 @@ fn one_run(
         vars: point.vars.clone(),
         target: spec.name.clone(),
         rep: r.rep,
-        total_qd: work.total_qd(n_hosts),
+        total_qd: works.iter().map(|w| w.host_qd(n_hosts)).sum(),
         job_iodepth: iodepth,
         fio: result,
         stats,
@@ -342,14 +344,14 @@ impl FioRun {
     /// One job file per host, each naming the target's URI as the hosts see it.
     fn start(
         hosts: &Hosts,
-        work: &Workload,
+        works: &[Workload],
         iodepth: u32,
         listen: &Listen,
         run_dir: &Path,
     ) -> Result<FioRun, String> {
         let mut cmd = Command::new("fio");
         cmd.arg("--output-format=json");
-        for (i, client) in hosts.clients.iter().enumerate() {
+        for (i, (client, work)) in hosts.clients.iter().zip(works).enumerate() {
             let host = format!("h{}", i + 1);
             let job = fio::job_file(&host, work, iodepth, &|e| listen.uri(e));
             let path = run_dir.join(format!("{host}.fio"));

@@ -135,6 +135,11 @@ pub struct HostsSpec {
     /// bridge, shaped on both ends.
     #[serde(default)]
     pub port_rate: Option<String>,
+    /// The export each host's jobs use, the same or one per host, instead
+    /// of every export of `[workload] exports` (which must list it): hosts
+    /// in different tenants.
+    #[serde(default)]
+    pub export: Option<PerHost>,
     /// local only: Unix socket instead of loopback TCP.
     #[serde(default)]
     pub transport: Transport,
@@ -158,6 +163,7 @@ impl Default for HostsSpec {
             rate: None,
             delay: None,
             port_rate: None,
+            export: None,
             transport: Transport::Tcp,
             addresses: Vec::new(),
             target_address: None,
@@ -534,6 +540,21 @@ impl Scenario {
             .collect()
     }
 
+    /// Each host's workload at a point: its own export where `[hosts]
+    /// export` names one.
+    pub fn host_workloads(&self, p: &Point) -> Vec<Workload> {
+        let w = self.workload_at(p);
+        (0..self.host_count())
+            .map(|i| {
+                let mut w = w.clone();
+                if let Some(e) = self.hosts.export.as_ref().and_then(|e| e.host(i)) {
+                    w.exports = vec![e.to_string()];
+                }
+                w
+            })
+            .collect()
+    }
+
     pub fn host_count(&self) -> usize {
         match self.hosts.kind {
             HostKind::Remote => self.hosts.addresses.len(),
@@ -558,13 +579,18 @@ impl Workload {
 
     /// The total queue depth actually offered (`iodepth_of` included).
     pub fn total_qd(&self, hosts: usize) -> u32 {
+        self.host_qd(hosts) * hosts as u32
+    }
+
+    /// The queue depth one of `hosts` hosts offers.
+    pub fn host_qd(&self, hosts: usize) -> u32 {
         let depth = self.job_iodepth(hosts);
         let per_round: u32 = self
             .exports
             .iter()
             .map(|e| self.iodepth_of.get(e).copied().unwrap_or(depth))
             .sum();
-        per_round * self.numjobs * hosts as u32
+        per_round * self.numjobs
     }
 }
 

@@ -234,3 +234,26 @@ fn port_settings_are_checked_with_line_and_field() {
         assert!(e.message.contains(says), "{}: {text}", e.message);
     }
 }
+
+#[test]
+fn hosts_with_an_export_each_run_only_theirs() {
+    let base = "[test]\nname = \"t\"\ntitle = \"t\"\n[[target]]\nname = \"i\"\nkind = \"iopace\"\n\
+                [workload]\nbs = \"128k\"\nexports = [\"gold\", \"bronze\"]\nqd = 96\n";
+    let l = parse(&format!(
+        "{base}[hosts]\ncount = 3\nexport = [\"gold\", \"bronze\", \"bronze\"]\n"
+    ))
+    .expect("valid");
+    let works = l.scenario.host_workloads(&l.scenario.points()[0]);
+    let exports: Vec<&str> = works.iter().map(|w| w.exports[0].as_str()).collect();
+    assert_eq!(exports, ["gold", "bronze", "bronze"]);
+    assert!(works.iter().all(|w| w.exports.len() == 1));
+    // QD 96 over three hosts of one job each: 32 each, 96 in all.
+    assert_eq!(works[0].job_iodepth(3), 32);
+    assert_eq!(works.iter().map(|w| w.host_qd(3)).sum::<u32>(), 96);
+    let e = parse(&format!(
+        "{base}[hosts]\ncount = 2\nexport = [\"gold\", \"silver\"]\n"
+    ))
+    .expect_err("not a workload export");
+    assert_eq!(e.field.as_deref(), Some("hosts.export"));
+    assert!(e.message.contains("silver"), "{}", e.message);
+}

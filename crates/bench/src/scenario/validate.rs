@@ -146,7 +146,11 @@ impl Checks<'_> {
                 msg,
             )?;
         }
-        for (field, v) in [("rate", &h.rate), ("delay", &h.delay)] {
+        for (field, v) in [
+            ("rate", &h.rate),
+            ("delay", &h.delay),
+            ("export", &h.export),
+        ] {
             let ok = v.as_ref().is_none_or(|v| v.len_matches(h.count));
             let msg = format!("one value per host: count is {}", h.count);
             self.ensure(ok, "hosts", 0, field, msg)?;
@@ -165,6 +169,14 @@ impl Checks<'_> {
         let msg = "a shaped target port needs kind = \"netns\"";
         let port_ok = h.kind == HostKind::Netns || !self.0.scenario.port_shaped();
         self.ensure(port_ok, "hosts", 0, "port_rate", msg)?;
+        let exports = &self.0.scenario.workload.exports;
+        if let Some(bad) = (0..h.count)
+            .filter_map(|i| h.export.as_ref()?.host(i))
+            .find(|e| !exports.iter().any(|x| x == e))
+        {
+            let msg = format!("`{bad}` is not in [workload] exports");
+            return Err(self.0.error("hosts", 0, "export", msg));
+        }
         let shaped = h.rate.is_some() || h.delay.is_some();
         let msg = "a shaped wire needs kind = \"netns\"";
         self.ensure(
