@@ -372,6 +372,7 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
     } else {
         String::new()
     };
+    let per_export = format!("{per_export}{}", port_line(r));
     let disagree = fio_disagreements(r);
     let per_export = if disagree.is_empty() {
         per_export
@@ -391,6 +392,25 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
         r.total_qd,
         markdown(&head, &rows)
     )
+}
+
+/// The ports the target knows, as it counted them; empty if none.
+fn port_line(r: &RunResult) -> String {
+    if r.stats.ports.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = r
+        .stats
+        .ports
+        .iter()
+        .map(|(name, p)| {
+            format!(
+                "{name} ({} Gb/s) sent {:.3}, received {:.3}",
+                p.gbps, p.sent_gbps, p.received_gbps
+            )
+        })
+        .collect();
+    format!("The target's ports, Gb/s: {}\n", parts.join("; "))
 }
 
 /// One row's cells of the sweep table, the last two only for shaped links.
