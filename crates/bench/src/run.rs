@@ -14,8 +14,8 @@ use crate::procs::{self, Proc};
 use crate::result::RunResult;
 use crate::sampler::{target_stats, Sampler, Snapshot};
 use crate::scenario::{
-    fair_shares, parse_tc_rate, HostKind, HostWire, Loaded, Point, RunId, Scenario, TargetSpec,
-    Transport, Workload,
+    fair_shares, parse_tc_rate, port_gbps_at, port_rate_at, port_shaped, HostKind, HostWire,
+    Loaded, Point, RunId, Scenario, TargetSpec, Transport, Workload,
 };
 use crate::target_proc::{self, Listen, Running, StartCtx};
 use crate::wire::{self, Wire};
@@ -83,7 +83,7 @@ impl Hosts {
                 })
             }
             HostKind::Netns => {
-                let wire = Wire::up(h.count, s.port_shaped())?;
+                let wire = Wire::up(h.count, port_shaped(s))?;
                 let mut servers = Vec::new();
                 let mut clients = Vec::new();
                 for i in 1..=h.count {
@@ -185,7 +185,7 @@ pub fn run_scenario(
         bar.set_message(key.clone());
         let point = &points[r.point];
         if let Some(w) = &hosts.wire {
-            let want = (s.wire_at(point), s.port_rate_at(point));
+            let want = (s.wire_at(point), port_rate_at(s, point));
             if shaped.as_ref() != Some(&want) {
                 w.shape(&want.0, want.1.as_deref())?;
                 shaped = Some(want);
@@ -254,7 +254,7 @@ fn one_run(
         listen: &listen,
         vars: &vars,
         exports: &work.exports,
-        port_gbps: s.port_gbps_at(spec, point),
+        port_gbps: port_gbps_at(s, spec, point),
     };
     let mut target = target_proc::start(spec, &ctx)?;
     // Hosts with an export of their own run fewer jobs each.
@@ -460,7 +460,7 @@ fn wire_rates(
         .collect();
     if hosts.wire.is_some() && wire.len() == result.hosts.len() {
         let links: Vec<Option<f64>> = s.wire_at(point).iter().map(HostWire::rate_gbps).collect();
-        let port = s.port_rate_at(point).as_deref().and_then(parse_tc_rate);
+        let port = port_rate_at(s, point).as_deref().and_then(parse_tc_rate);
         let shares = fair_shares(&links, port.map(|bps| bps / 1e9));
         for (((h, w), link), share) in result.hosts.iter_mut().zip(&wire).zip(&links).zip(shares) {
             h.wire_gbps = Some(*w);

@@ -18,7 +18,9 @@ mod port;
 mod validate;
 
 pub use host_wire::{parse_tc_rate, HostWire, PerHost};
-pub use port::{fair_shares, PortGbps, PORT_RATE_VAR, WIRE};
+pub use port::{
+    fair_shares, port_gbps_at, port_rate_at, port_shaped, PortGbps, PORT_RATE_VAR, WIRE,
+};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -23,29 +23,27 @@ pub enum PortGbps {
 /// The keyword for a capacity taken from the shaped port.
 pub const WIRE: &str = "wire";
 
-impl Scenario {
-    /// The target port's tc rate at a point: a swept `port_rate`, else
-    /// `[hosts] port_rate`; None: the port is not shaped.
-    pub fn port_rate_at(&self, p: &Point) -> Option<String> {
-        p.vars
-            .get(PORT_RATE_VAR)
-            .cloned()
-            .or_else(|| self.hosts.port_rate.clone())
-    }
+/// The target port's tc rate at a point: a swept `port_rate`, else
+/// `[hosts] port_rate`; None: the port is not shaped.
+pub fn port_rate_at(s: &Scenario, p: &Point) -> Option<String> {
+    p.vars
+        .get(PORT_RATE_VAR)
+        .cloned()
+        .or_else(|| s.hosts.port_rate.clone())
+}
 
-    /// Whether any point shapes the target port (it then has a veth of its
-    /// own, see `wire::Wire::up`).
-    pub fn port_shaped(&self) -> bool {
-        self.hosts.port_rate.is_some() || self.sweep.contains_key(PORT_RATE_VAR)
-    }
+/// Whether any point shapes the target port (it then has a veth of its
+/// own, see `wire::Wire::up`).
+pub fn port_shaped(s: &Scenario) -> bool {
+    s.hosts.port_rate.is_some() || s.sweep.contains_key(PORT_RATE_VAR)
+}
 
-    /// The capacity, Gb/s, that target `spec` is told its port has at a
-    /// point; None: it is told none (its port is unknown to the pacer).
-    pub fn port_gbps_at(&self, spec: &TargetSpec, p: &Point) -> Option<f64> {
-        match spec.port_gbps.as_ref()? {
-            PortGbps::Gbps(g) => Some(*g),
-            PortGbps::Wire(_) => parse_tc_rate(&self.port_rate_at(p)?).map(|bps| bps / 1e9),
-        }
+/// The capacity, Gb/s, that target `spec` is told its port has at a
+/// point; None: it is told none (its port is unknown to the pacer).
+pub fn port_gbps_at(s: &Scenario, spec: &TargetSpec, p: &Point) -> Option<f64> {
+    match spec.port_gbps.as_ref()? {
+        PortGbps::Gbps(g) => Some(*g),
+        PortGbps::Wire(_) => parse_tc_rate(&port_rate_at(s, p)?).map(|bps| bps / 1e9),
     }
 }
 

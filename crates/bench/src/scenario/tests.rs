@@ -168,18 +168,19 @@ fn a_target_is_told_its_port_capacity_or_the_shaped_rate() {
     ))
     .expect("valid");
     let s = &l.scenario;
-    assert!(s.port_shaped());
-    let told =
-        |p: &Point| -> Vec<Option<f64>> { s.target.iter().map(|t| s.port_gbps_at(t, p)).collect() };
+    assert!(port_shaped(s));
+    let told = |p: &Point| -> Vec<Option<f64>> {
+        s.target.iter().map(|t| port_gbps_at(s, t, p)).collect()
+    };
     let pts = s.points();
     assert_eq!(told(&pts[0]), [Some(2.0), Some(25.0), None]);
     assert_eq!(told(&pts[1]), [Some(0.5), Some(25.0), None]);
-    assert_eq!(s.port_rate_at(&pts[1]).as_deref(), Some("500mbit"));
+    assert_eq!(port_rate_at(s, &pts[1]).as_deref(), Some("500mbit"));
     // `[hosts] port_rate` stands when it is not swept.
     let fixed = parse(&format!("{base}port_rate = \"1500mbit\"\n{targets}")).expect("valid");
     let p = &fixed.scenario.points()[0];
     assert_eq!(
-        fixed.scenario.port_gbps_at(&fixed.scenario.target[0], p),
+        port_gbps_at(&fixed.scenario, &fixed.scenario.target[0], p),
         Some(1.5)
     );
 }

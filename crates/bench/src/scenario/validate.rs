@@ -120,7 +120,13 @@ impl Checks<'_> {
                 let msg = format!(
                     "\"{WIRE}\" needs a shaped port: [hosts] port_rate, or `{PORT_RATE_VAR}` swept"
                 );
-                self.ensure(self.0.scenario.port_shaped(), "target", i, "port_gbps", msg)
+                self.ensure(
+                    super::port_shaped(&self.0.scenario),
+                    "target",
+                    i,
+                    "port_gbps",
+                    msg,
+                )
             }
         }
     }
@@ -167,7 +173,7 @@ impl Checks<'_> {
             return Err(self.0.error("hosts", 0, "port_rate", msg));
         }
         let msg = "a shaped target port needs kind = \"netns\"";
-        let port_ok = h.kind == HostKind::Netns || !self.0.scenario.port_shaped();
+        let port_ok = h.kind == HostKind::Netns || !super::port_shaped(&self.0.scenario);
         self.ensure(port_ok, "hosts", 0, "port_rate", msg)?;
         let exports = &self.0.scenario.workload.exports;
         if let Some(bad) = (0..h.count)
