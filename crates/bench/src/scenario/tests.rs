@@ -258,3 +258,17 @@ fn hosts_with_an_export_each_run_only_theirs() {
     assert_eq!(e.field.as_deref(), Some("hosts.export"));
     assert!(e.message.contains("silver"), "{}", e.message);
 }
+
+#[test]
+fn every_scenario_in_the_library_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("scenarios/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Loaded::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n > 30, "{n} scenarios in {}", dir.display());
+}
