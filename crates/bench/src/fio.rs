@@ -25,6 +25,11 @@ pub struct HostRow {
     /// The host's shaped link rate, where the wire is shaped.
     #[serde(default)]
     pub link_gbps: Option<f64>,
+    /// The host's max-min fair share of a shaped target port, each host
+    /// capped by its own link; None where the port is not shaped (the
+    /// share is then the link).
+    #[serde(default)]
+    pub share_gbps: Option<f64>,
     /// Payload of the busier direction (reads come in, writes go out): a
     /// shaped link carries its rate each way, so this is what it bounds.
     /// 0 in results written before it was kept.
@@ -38,15 +43,16 @@ pub struct HostRow {
 pub const TCP_PAYLOAD_CEILING: f64 = 1448.0 / 1514.0;
 
 impl HostRow {
-    /// Payload bandwidth of the busier direction as a share of the host's
-    /// own link (its rate each way).
+    /// Payload bandwidth of the busier direction as a share of what the
+    /// host can take: its own link (its rate each way), or its fair share
+    /// of a shaped target port where that is less.
     pub fn link_share(&self) -> Option<f64> {
         let busiest = if self.busiest_dir_gbps > 0.0 {
             self.busiest_dir_gbps
         } else {
             self.bw_gbps
         };
-        self.link_gbps.map(|l| busiest / l)
+        self.share_gbps.or(self.link_gbps).map(|l| busiest / l)
     }
 }
 
@@ -184,6 +190,7 @@ impl Acc {
             bw_dev_gbps: self.bw_dev_sq.sqrt(),
             wire_gbps: None,
             link_gbps: None,
+            share_gbps: None,
             busiest_dir_gbps: self.dir_bw_bytes[0].max(self.dir_bw_bytes[1]) * 8.0 / 1e9,
         }
     }
@@ -248,6 +255,7 @@ pub fn total_of(hosts: &[HostRow]) -> HostRow {
         bw_dev_gbps: (hosts.iter().map(|h| h.bw_dev_gbps.powi(2)).sum::<f64>() / n).sqrt(),
         wire_gbps: hosts.iter().map(|h| h.wire_gbps).sum::<Option<f64>>(),
         link_gbps: hosts.iter().map(|h| h.link_gbps).sum::<Option<f64>>(),
+        share_gbps: hosts.iter().map(|h| h.share_gbps).sum::<Option<f64>>(),
         busiest_dir_gbps: hosts.iter().map(|h| h.busiest_dir_gbps).sum(),
     }
 }

@@ -50,6 +50,21 @@ pub struct TargetStats {
     /// window's start and end (iopace): how the acceptor spread them.
     #[serde(default)]
     pub reactor_connections: Vec<u64>,
+    /// Each port the target knows (a listener that gives its `gbps`), as
+    /// the target counted it over the window (iopace).
+    #[serde(default)]
+    pub ports: BTreeMap<String, PortLoad>,
+}
+
+/// One known port's capacity and the data the target moved through it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PortLoad {
+    /// The capacity its listener gives.
+    pub gbps: f64,
+    /// READ data sent to hosts, Gb/s.
+    pub sent_gbps: f64,
+    /// WRITE data received from hosts, Gb/s.
+    pub received_gbps: f64,
 }
 
 /// One run's result, saved as `runs/KEY.json`.

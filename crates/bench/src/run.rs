@@ -14,7 +14,8 @@ use crate::procs::{self, Proc};
 use crate::result::RunResult;
 use crate::sampler::{target_stats, Sampler, Snapshot};
 use crate::scenario::{
-    HostKind, HostWire, Loaded, Point, RunId, Scenario, TargetSpec, Transport, Workload,
+    fair_shares, parse_tc_rate, port_gbps_at, port_rate_at, port_shaped, HostKind, HostWire,
+    Loaded, Point, RunId, Scenario, TargetSpec, Transport, Workload,
 };
 use crate::target_proc::{self, Listen, Running, StartCtx};
 use crate::wire::{self, Wire};
@@ -82,7 +83,7 @@ impl Hosts {
                 })
             }
             HostKind::Netns => {
-                let wire = Wire::up(h.count)?;
+                let wire = Wire::up(h.count, port_shaped(s))?;
                 let mut servers = Vec::new();
                 let mut clients = Vec::new();
                 for i in 1..=h.count {
@@ -173,7 +174,7 @@ pub fn run_scenario(
     let logs = opts.out.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     let hosts = Hosts::up(s, &logs)?;
-    let mut shaped: Option<Vec<HostWire>> = None;
+    let mut shaped: Option<(Vec<HostWire>, Option<String>)> = None;
     let scenario_dir = loaded
         .path
         .parent()
@@ -184,9 +185,9 @@ pub fn run_scenario(
         bar.set_message(key.clone());
         let point = &points[r.point];
         if let Some(w) = &hosts.wire {
-            let want = s.wire_at(point);
+            let want = (s.wire_at(point), port_rate_at(s, point));
             if shaped.as_ref() != Some(&want) {
-                w.shape(&want)?;
+                w.shape(&want.0, want.1.as_deref())?;
                 shaped = Some(want);
             }
         }
@@ -242,6 +243,7 @@ fn one_run(
 ) -> Result<RunResult, String> {
     let spec = &s.target[r.target];
     let work = s.workload_at(point);
+    let works = s.host_workloads(point);
     let n_hosts = hosts.clients.len();
     let listen = listen_for(s, run_dir)?;
     let vars = run_vars(spec, point, run_dir)?;
@@ -252,10 +254,12 @@ fn one_run(
         listen: &listen,
         vars: &vars,
         exports: &work.exports,
+        port_gbps: port_gbps_at(s, spec, point),
     };
     let mut target = target_proc::start(spec, &ctx)?;
-    let iodepth = work.job_iodepth(n_hosts);
-    let fio_run = FioRun::start(hosts, &work, iodepth, &listen, run_dir)?;
+    // Hosts with an export of their own run fewer jobs each.
+    let iodepth = works.first().unwrap_or(&work).job_iodepth(n_hosts);
+    let fio_run = FioRun::start(hosts, &works, iodepth, &listen, run_dir)?;
     let watched = fio_run.watch(hosts, &mut target, &work, &listen);
     target.proc.stop();
     let watched = watched?;
@@ -272,7 +276,7 @@ fn one_run(
         vars: point.vars.clone(),
         target: spec.name.clone(),
         rep: r.rep,
-        total_qd: work.total_qd(n_hosts),
+        total_qd: works.iter().map(|w| w.host_qd(n_hosts)).sum(),
         job_iodepth: iodepth,
         fio: result,
         stats,
@@ -340,14 +344,14 @@ impl FioRun {
     /// One job file per host, each naming the target's URI as the hosts see it.
     fn start(
         hosts: &Hosts,
-        work: &Workload,
+        works: &[Workload],
         iodepth: u32,
         listen: &Listen,
         run_dir: &Path,
     ) -> Result<FioRun, String> {
         let mut cmd = Command::new("fio");
         cmd.arg("--output-format=json");
-        for (i, client) in hosts.clients.iter().enumerate() {
+        for (i, (client, work)) in hosts.clients.iter().zip(works).enumerate() {
             let host = format!("h{}", i + 1);
             let job = fio::job_file(&host, work, iodepth, &|e| listen.uri(e));
             let path = run_dir.join(format!("{host}.fio"));
@@ -455,10 +459,13 @@ fn wire_rates(
         .map(|(b, a)| b.saturating_sub(*a) as f64 * 8.0 / secs / 1e9)
         .collect();
     if hosts.wire.is_some() && wire.len() == result.hosts.len() {
-        let links = s.wire_at(point);
-        for ((h, w), link) in result.hosts.iter_mut().zip(&wire).zip(&links) {
+        let links: Vec<Option<f64>> = s.wire_at(point).iter().map(HostWire::rate_gbps).collect();
+        let port = port_rate_at(s, point).as_deref().and_then(parse_tc_rate);
+        let shares = fair_shares(&links, port.map(|bps| bps / 1e9));
+        for (((h, w), link), share) in result.hosts.iter_mut().zip(&wire).zip(&links).zip(shares) {
             h.wire_gbps = Some(*w);
-            h.link_gbps = link.rate_gbps();
+            h.link_gbps = *link;
+            h.share_gbps = port.and(share);
         }
         result.total = fio::total_of(&result.hosts);
     } else if s.hosts.transport == Transport::Tcp && wire.len() == 1 {

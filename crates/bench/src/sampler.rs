@@ -9,7 +9,7 @@ use std::time::Instant;
 use admin::stats::PacerStats;
 
 use crate::procs;
-use crate::result::TargetStats;
+use crate::result::{PortLoad, TargetStats};
 use crate::target_proc::{self, Listen};
 
 /// The target's own numbers over the measured window.
@@ -34,6 +34,7 @@ pub(crate) fn target_stats(
         stats.export_replies_per_s.insert(name.clone(), replies);
         stats.export_gbps.insert(name.clone(), bytes * 8.0 / 1e9);
     }
+    stats.ports = port_loads(&start.ports, &end.ports, secs);
     stats.reactor_replies_per_s = per_reactor_rates(&start.reactors, &end.reactors, secs);
     stats.reactor_connections = start
         .reactors
@@ -51,6 +52,28 @@ pub(crate) fn target_stats(
     stats
 }
 
+/// Each known port's load between two snapshots.
+fn port_loads(
+    start: &BTreeMap<String, admin::stats::PortStats>,
+    end: &BTreeMap<String, admin::stats::PortStats>,
+    secs: f64,
+) -> BTreeMap<String, PortLoad> {
+    let gbps = |a: u64, b: u64| b.saturating_sub(a) as f64 * 8.0 / secs.max(1e-9) / 1e9;
+    end.iter()
+        .map(|(name, b)| {
+            let (sent, received) = start
+                .get(name)
+                .map_or((0, 0), |a| (a.sent_bytes, a.received_bytes));
+            let load = PortLoad {
+                gbps: b.gbps,
+                sent_gbps: gbps(sent, b.sent_bytes),
+                received_gbps: gbps(received, b.received_bytes),
+            };
+            (name.clone(), load)
+        })
+        .collect()
+}
+
 /// Counters at one instant.
 #[derive(Clone)]
 pub(crate) struct Snapshot {
@@ -65,6 +88,8 @@ pub(crate) struct Snapshot {
     exports: BTreeMap<String, ExportCounts>,
     /// Each reactor's counts, in reactor order.
     reactors: Vec<ReactorCounts>,
+    /// The known ports' counts since start, by name.
+    ports: BTreeMap<String, admin::stats::PortStats>,
 }
 
 /// One export's counts at one instant, summed over reactors.
@@ -128,8 +153,15 @@ impl Snapshot {
             let avg: f64 = reactors.iter().map(|r| r.buffers.in_use_avg_mib).sum();
             (avg, first.uptime_s)
         });
+        let ports = stats.as_ref().map_or_else(BTreeMap::new, |st| {
+            st.ports
+                .iter()
+                .map(|p| (p.name.clone(), p.clone()))
+                .collect()
+        });
         Snapshot {
             exports,
+            ports,
             reactors: reactor_counts(reactors),
             at: Instant::now(),
             link,
@@ -205,6 +237,7 @@ impl Sampler {
             export_gbps: BTreeMap::new(),
             reactor_replies_per_s: Vec::new(),
             reactor_connections: Vec::new(),
+            ports: BTreeMap::new(),
         }
     }
 }
@@ -213,6 +246,29 @@ impl Sampler {
 mod tests {
     use super::*;
     use admin::stats::{OpCount, ReactorStats, StatsReply};
+
+    #[test]
+    fn a_known_port_s_load_is_the_bytes_it_moved_in_the_window() {
+        let port = |sent: u64, received: u64| admin::stats::PortStats {
+            port: 0,
+            name: "bench".into(),
+            gbps: 1.0,
+            sent_bytes: sent,
+            received_bytes: received,
+        };
+        let start = BTreeMap::from([("bench".to_string(), port(1_000, 0))]);
+        let end = BTreeMap::from([("bench".to_string(), port(250_001_000, 125_000_000))]);
+        let loads = port_loads(&start, &end, 2.0);
+        let bench = loads["bench"];
+        assert_eq!(bench.gbps, 1.0);
+        assert!((bench.sent_gbps - 1.0).abs() < 1e-9, "{bench:?}");
+        assert!((bench.received_gbps - 0.5).abs() < 1e-9, "{bench:?}");
+        // A port first seen at the end counts from zero.
+        assert_eq!(
+            port_loads(&BTreeMap::new(), &end, 2.0)["bench"].received_gbps,
+            0.5
+        );
+    }
 
     fn reactor(index: usize, reads: u64, writes: u64, connections: u64) -> ReactorStats {
         let mut r = ReactorStats {

@@ -316,15 +316,9 @@ fn markdown(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The per-run table: Host | kIOPS | BW | AVG_LAT | Wire BW.
-pub fn host_table(r: &RunResult, swept: &[String]) -> String {
-    let vars: Vec<String> = swept
-        .iter()
-        .filter_map(|k| Some(format!("{k}={}", r.vars.get(k)?)))
-        .collect();
-    let shaped = r.fio.hosts.iter().any(|h| h.link_gbps.is_some());
-    let mut rows: Vec<Vec<String>> = r
-        .fio
+/// One row per host and the total: the host table's cells.
+fn host_rows(r: &RunResult, shaped: bool, port: bool) -> Vec<Vec<String>> {
+    r.fio
         .hosts
         .iter()
         .chain([&r.fio.total])
@@ -338,18 +332,39 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
             ];
             if shaped {
                 row.push(opt(h.link_gbps, 3));
+            }
+            if port {
+                row.push(opt(h.share_gbps, 3));
+            }
+            if shaped || port {
                 row.push(opt(h.link_share().map(|x| x * 100.0), 1));
             }
             row
         })
+        .collect()
+}
+
+/// The per-run table: Host | kIOPS | BW | AVG_LAT | Wire BW.
+pub fn host_table(r: &RunResult, swept: &[String]) -> String {
+    let vars: Vec<String> = swept
+        .iter()
+        .filter_map(|k| Some(format!("{k}={}", r.vars.get(k)?)))
         .collect();
+    let shaped = r.fio.hosts.iter().any(|h| h.link_gbps.is_some());
+    let port = r.fio.hosts.iter().any(|h| h.share_gbps.is_some());
+    let mut rows = host_rows(r, shaped, port);
     if r.fio.hosts.len() == 1 {
         rows.truncate(1);
         rows[0][4] = opt(r.fio.total.wire_gbps, 3);
     }
     let mut head = vec!["Host", "kIOPS", "BW, Gb/s", "AVG_LAT, us", "Wire BW, Gb/s"];
     if shaped {
-        head.extend(["Link, Gb/s", "BW % of link"]);
+        head.push("Link, Gb/s");
+    }
+    if port {
+        head.extend(["Share of port, Gb/s", "BW % of share"]);
+    } else if shaped {
+        head.push("BW % of link");
     }
     let groups = export_groups(r);
     let per_export = if groups.len() > 1 {
@@ -361,6 +376,7 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
     } else {
         String::new()
     };
+    let per_export = format!("{per_export}{}", port_line(r));
     let disagree = fio_disagreements(r);
     let per_export = if disagree.is_empty() {
         per_export
@@ -380,6 +396,25 @@ pub fn host_table(r: &RunResult, swept: &[String]) -> String {
         r.total_qd,
         markdown(&head, &rows)
     )
+}
+
+/// The ports the target knows, as it counted them; empty if none.
+fn port_line(r: &RunResult) -> String {
+    if r.stats.ports.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = r
+        .stats
+        .ports
+        .iter()
+        .map(|(name, p)| {
+            format!(
+                "{name} ({} Gb/s) sent {:.3}, received {:.3}",
+                p.gbps, p.sent_gbps, p.received_gbps
+            )
+        })
+        .collect();
+    format!("The target's ports, Gb/s: {}\n", parts.join("; "))
 }
 
 /// One row's cells of the sweep table, the last two only for shaped links.
@@ -474,6 +509,7 @@ mod tests {
             bw_dev_gbps: 0.1,
             wire_gbps: Some(bw * 1.05),
             link_gbps: None,
+            share_gbps: None,
             busiest_dir_gbps: bw,
         };
         let total = crate::fio::total_of(std::slice::from_ref(&host));
@@ -588,5 +624,24 @@ mod tests {
         let t = host_table(&r, &["qd".to_string()]);
         assert!(t.contains("| Total |"), "{t}");
         assert!(t.contains("2.100"), "wire total of 1.05 + 1.05: {t}");
+    }
+
+    #[test]
+    fn behind_a_shaped_port_a_host_is_measured_against_its_share() {
+        let mut r = run("iopace", "8", "auto", 0.45);
+        r.fio.hosts[0].link_gbps = Some(1.0);
+        r.fio.hosts[0].share_gbps = Some(0.5);
+        r.fio.total = crate::fio::total_of(&r.fio.hosts);
+        let port = crate::result::PortLoad {
+            gbps: 0.5,
+            sent_gbps: 0.45,
+            received_gbps: 0.0,
+        };
+        r.stats.ports.insert("bench".into(), port);
+        let t = host_table(&r, &[]);
+        assert!(t.contains("Share of port, Gb/s | BW % of share"), "{t}");
+        assert!(t.contains(" 90.0 |"), "0.45 of a 0.5 share: {t}");
+        assert!(t.contains("bench (0.5 Gb/s) sent 0.450"), "{t}");
+        assert_eq!(min_link_share(&r), Some(0.9));
     }
 }

@@ -42,6 +42,8 @@ pub struct StartCtx<'a> {
     pub vars: &'a BTreeMap<String, String>,
     /// Export names the workload uses (a peer serves the first).
     pub exports: &'a [String],
+    /// iopace: the capacity, Gb/s, its TCP listener gives for its port.
+    pub port_gbps: Option<f64>,
 }
 
 fn tool_package(kind: TargetKind) -> (&'static str, &'static str) {
@@ -127,19 +129,26 @@ fn iopace_launch(spec: &TargetSpec, ctx: &StartCtx, args: &[String]) -> Result<L
     };
     let mut cmd = Command::new(bin);
     cmd.arg("serve");
-    if let Some(config) = iopace_config(spec, ctx)? {
-        let path = ctx.run_dir.join(format!("{}.toml", spec.name));
-        std::fs::write(&path, config).map_err(|e| format!("{}: {e}", path.display()))?;
-        cmd.arg("--config").arg(path);
-    }
-    match ctx.listen {
-        Listen::Tcp { addr, port } => {
+    let mut config = iopace_config(spec, ctx)?;
+    match (ctx.listen, ctx.port_gbps) {
+        // `--tcp` would replace the config's listeners, capacity and all.
+        (Listen::Tcp { addr, port }, Some(gbps)) => {
+            let base = config.as_deref().unwrap_or(config::DEFAULT_CONFIG);
+            config = Some(with_port_listener(base, &format!("{addr}:{port}"), gbps)?);
+            cmd.args(["--unix", "none"]);
+        }
+        (Listen::Tcp { addr, port }, None) => {
             cmd.arg("--tcp").arg(format!("{addr}:{port}"));
             cmd.args(["--unix", "none"]);
         }
-        Listen::Unix(p) => {
+        (Listen::Unix(p), _) => {
             cmd.args(["--tcp", "none", "--unix"]).arg(p);
         }
+    }
+    if let Some(config) = config {
+        let path = ctx.run_dir.join(format!("{}.toml", spec.name));
+        std::fs::write(&path, config).map_err(|e| format!("{}: {e}", path.display()))?;
+        cmd.arg("--config").arg(path);
     }
     // The embedded default also serves NVMe/TCP on 4420; bench runs do not
     // (an older build named by `bin` has no such option, nor NVMe/TCP).
@@ -216,4 +225,72 @@ fn iopace_config(spec: &TargetSpec, ctx: &StartCtx) -> Result<Option<String>, St
     render(&template, ctx.vars)
         .map(Some)
         .map_err(|e| format!("target `{}` config: {e}", spec.name))
+}
+
+/// The name the harness gives the target's port in the config it writes.
+pub const PORT_NAME: &str = "bench";
+
+/// `config` (a rendered iopace config) with its TCP listeners replaced by
+/// one on `addr` whose port has `gbps` of capacity, so the pacer knows it.
+fn with_port_listener(config: &str, addr: &str, gbps: f64) -> Result<String, String> {
+    let mut doc: toml::Table =
+        toml::from_str(config).map_err(|e| format!("the target's config: {e}"))?;
+    let server = doc
+        .entry("server")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let toml::Value::Table(server) = server else {
+        return Err("the target's config: `server` is not a table".into());
+    };
+    let mut listener = toml::Table::new();
+    listener.insert("addr".into(), toml::Value::String(addr.into()));
+    listener.insert("gbps".into(), toml::Value::Float(gbps));
+    listener.insert("port".into(), toml::Value::String(PORT_NAME.into()));
+    let listeners = vec![toml::Value::Table(listener)];
+    server.insert("tcp".into(), toml::Value::Array(listeners));
+    toml::to_string(&doc).map_err(|e| format!("the target's config: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ports_of(text: &str) -> config::ports::WirePorts {
+        let loaded = config::Config::parse(text, "written.toml").expect("the target reads it");
+        config::ports::WirePorts::of(&loaded.config.server)
+    }
+
+    #[test]
+    fn the_written_config_gives_the_listener_its_port_capacity() {
+        let text = with_port_listener(config::DEFAULT_CONFIG, "10.77.0.1:10809", 1.5)
+            .expect("the default config takes a listener");
+        let ports = ports_of(&text);
+        assert_eq!(ports.gbps, [1.5]);
+        assert_eq!(ports.names, [PORT_NAME]);
+        assert_eq!(ports.tcp, [Some(0)], "the one TCP listener is on it");
+        let loaded = config::Config::parse(&text, "written.toml").expect("parses");
+        let server = &loaded.config.server;
+        assert_eq!(server.tcp.len(), 1);
+        assert_eq!(server.tcp[0].addr(), "10.77.0.1:10809");
+        // The rest of the default stays: its exports and pacing.
+        assert!(loaded.config.exports.iter().any(|e| e.name == "default"));
+    }
+
+    #[test]
+    fn a_scenario_config_keeps_its_tables_and_loses_only_its_tcp_listeners() {
+        let scenario = "[server]\nreactors = 2\ntcp = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n\
+                        [pacing]\nmode = \"auto\"\n\
+                        [[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n\
+                        [[export]]\nname = \"a\"\nbdev = \"m\"\n";
+        let text = with_port_listener(scenario, "10.77.0.1:10809", 25.0).expect("written");
+        let loaded = config::Config::parse(&text, "written.toml").expect("parses");
+        assert_eq!(loaded.config.server.reactors, 2);
+        assert_eq!(loaded.config.server.tcp.len(), 1);
+        assert_eq!(ports_of(&text).gbps, [25.0]);
+        // No [server] table at all: one is made.
+        let bare = "[[bdev]]\nname = \"m\"\nkind = \"malloc\"\nsize = \"1M\"\n\
+                    [[export]]\nname = \"a\"\nbdev = \"m\"\n";
+        let text = with_port_listener(bare, "127.0.0.1:9", 0.5).expect("written");
+        assert_eq!(ports_of(&text).gbps, [0.5]);
+        assert!(with_port_listener("server = 1", "127.0.0.1:9", 1.0).is_err());
+    }
 }

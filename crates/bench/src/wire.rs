@@ -1,7 +1,10 @@
 //! The "wire": one network namespace per initiator host, each joined by a
 //! veth pair to a bridge in the root namespace where the target listens.
 //! Both ends of every veth can be shaped (tc tbf, optional netem delay).
-//! Nothing leaves the machine: the bridge has no uplink.
+//! Where the target's port is shaped too, the target's address sits on a
+//! veth of its own to the bridge (its port, which all hosts share), shaped
+//! on both ends like the hosts'. Nothing leaves the machine: the bridge has
+//! no uplink.
 
 use std::process::Command;
 
@@ -27,6 +30,10 @@ fn root_if(i: usize) -> String {
 fn host_if(i: usize) -> String {
     format!("iopv{i}h")
 }
+
+/// The target port's veth: the target's end, and the bridge's.
+const PORT_TARGET_IF: &str = "iopvpt";
+const PORT_BRIDGE_IF: &str = "iopvpb";
 
 fn run(args: &[&str]) -> Result<(), String> {
     let out = Command::new(args[0])
@@ -71,23 +78,31 @@ pub fn preflight() -> Result<(), String> {
 /// The namespaces and links of one run; removed on drop.
 pub struct Wire {
     hosts: usize,
+    /// The target's port is a veth of its own (it can be shaped).
+    port: bool,
 }
 
 impl Wire {
-    pub fn up(hosts: usize) -> Result<Wire, String> {
+    /// The bridge and `hosts` namespaces; with `port`, the target's
+    /// address on a veth of its own to the bridge, else on the bridge.
+    pub fn up(hosts: usize, port: bool) -> Result<Wire, String> {
         preflight()?;
         remove(hosts);
         // Constructed first so a failure half-way still cleans up.
-        let wire = Wire { hosts };
+        let wire = Wire { hosts, port };
         run(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
-        run(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{TARGET_ADDR}/24"),
-            "dev",
-            BRIDGE,
-        ])?;
+        let target_if = if port {
+            let (t, b) = (PORT_TARGET_IF, PORT_BRIDGE_IF);
+            run(&["ip", "link", "add", t, "type", "veth", "peer", "name", b])?;
+            run(&["ip", "link", "set", b, "master", BRIDGE])?;
+            run(&["ip", "link", "set", b, "up"])?;
+            run(&["ip", "link", "set", t, "up"])?;
+            t
+        } else {
+            BRIDGE
+        };
+        let addr = format!("{TARGET_ADDR}/24");
+        run(&["ip", "addr", "add", &addr, "dev", target_if])?;
         run(&["ip", "link", "set", BRIDGE, "up"])?;
         for i in 1..=hosts {
             let (r, h) = (root_if(i), host_if(i));
@@ -113,9 +128,19 @@ impl Wire {
         Ok(wire)
     }
 
-    /// Sets (or clears) each host's rate and delay on both ends of its veth.
-    pub fn shape(&self, wires: &[HostWire]) -> Result<(), String> {
+    /// Sets (or clears) each host's rate and delay on both ends of its
+    /// veth, and the target port's rate on both ends of its own.
+    pub fn shape(&self, wires: &[HostWire], port_rate: Option<&str>) -> Result<(), String> {
         debug_assert_eq!(wires.len(), self.hosts);
+        assert!(
+            self.port || port_rate.is_none(),
+            "a port rate needs the port's veth (Wire::up with port)"
+        );
+        if self.port {
+            let root = |args: &[&str]| run(args);
+            shape_dev(&root, PORT_TARGET_IF, port_rate, None)?;
+            shape_dev(&root, PORT_BRIDGE_IF, port_rate, None)?;
+        }
         for (i, w) in (1..=self.hosts).zip(wires) {
             let (r, h) = (root_if(i), host_if(i));
             let (rate, delay) = (w.rate.as_deref(), w.delay.as_deref());
@@ -194,5 +219,6 @@ fn remove(hosts: usize) {
         let _ = run(&["ip", "link", "del", &root_if(i)]);
         let _ = run(&["ip", "netns", "del", &ns(i)]);
     }
+    let _ = run(&["ip", "link", "del", PORT_TARGET_IF]);
     let _ = run(&["ip", "link", "del", BRIDGE]);
 }

@@ -18,6 +18,9 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The netns tests share one bridge and its namespace names: one at a time.
+static NETNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
 }
@@ -30,6 +33,7 @@ fn quick_scenario_on_shaped_namespaces_writes_every_output() {
         is_root(),
         "the bench test needs root for network namespaces (CI runs as root)"
     );
+    let _netns = NETNS.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().expect("out dir");
     let run = Command::new(BIN)
         .args(["bench", "--quick", "--out"])
@@ -197,4 +201,63 @@ fn var_that_names_no_scenario_variable_exits_2_before_running() {
         );
         assert!(!out.exists(), "--var {var}: ran before failing");
     }
+}
+
+/// A shaped target port whose capacity the target is told: the config
+/// the harness writes gives the listener its `gbps`, the target counts its
+/// bytes through that port, and each host's share is its part of the port.
+#[test]
+fn a_target_told_its_shaped_port_counts_its_load_there() {
+    require("fio", "fio");
+    require("tc", "iproute2");
+    assert!(
+        is_root(),
+        "the bench test needs root for network namespaces"
+    );
+    let _netns = NETNS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("dir");
+    let scenario = dir.path().join("ports.toml");
+    std::fs::write(
+        &scenario,
+        "[test]\nname = \"ports\"\ntitle = \"a shaped port\"\n\
+         [[target]]\nname = \"known\"\nkind = \"iopace\"\n\
+         args = [\"--pacing\", \"auto\", \"--reactors\", \"1\"]\nport_gbps = \"wire\"\n\
+         [hosts]\nkind = \"netns\"\ncount = 2\nrate = [\"1gbit\", \"250mbit\"]\n\
+         port_rate = \"500mbit\"\n\
+         [workload]\nrw = \"randread\"\nbs = \"128k\"\nqd = 16\nruntime = 2\nramp = 1\n",
+    )
+    .expect("scenario");
+    let out = dir.path().join("out");
+    let run = Command::new(BIN)
+        .args(["bench", "--out"])
+        .arg(&out)
+        .arg(&scenario)
+        .output()
+        .expect("run iopace bench");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("Share of port, Gb/s"), "{stdout}");
+    let config = std::fs::read_to_string(out.join("logs/ports-p000-known-r0-known.toml"))
+        .expect("the config the harness wrote");
+    assert!(config.contains("gbps = 0.5"), "{config}");
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("json"))
+            .expect("valid JSON");
+    let r = &results["tests"][0]["runs"][0];
+    let port = &r["stats"]["ports"]["bench"];
+    assert_eq!(port["gbps"].as_f64(), Some(0.5), "{r}");
+    // The port carries the reads, within its rate (tbf counts whole frames).
+    let sent = port["sent_gbps"].as_f64().expect("sent");
+    assert!(
+        sent > 0.1 && sent < 0.5,
+        "{sent} Gb/s through a 500 Mbit/s port"
+    );
+    let shares: Vec<f64> = r["fio"]["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .map(|h| h["share_gbps"].as_f64().expect("share"))
+        .collect();
+    assert_eq!(shares, [0.25, 0.25], "max-min: each host half the port");
 }

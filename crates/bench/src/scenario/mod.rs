@@ -14,9 +14,13 @@ use tomlfile::{from_toml, locate, read_text, ConfigError};
 
 mod host_wire;
 pub mod jobs;
+mod port;
 mod validate;
 
 pub use host_wire::{parse_tc_rate, HostWire, PerHost};
+pub use port::{
+    fair_shares, port_gbps_at, port_rate_at, port_shaped, PortGbps, PORT_RATE_VAR, WIRE,
+};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -86,6 +90,12 @@ pub struct TargetSpec {
     /// A sparse file of this size is created as `{{file}}` before the start.
     #[serde(default)]
     pub file_size: Option<String>,
+    /// iopace: the capacity its listener gives for the target's port, in
+    /// Gb/s, or `"wire"` for the shaped `port_rate`; written into the
+    /// config the harness gives it (`[server] tcp = [{ addr, gbps, port }]`).
+    /// Unset: the port is unknown to the pacer.
+    #[serde(default)]
+    pub port_gbps: Option<PortGbps>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -122,6 +132,16 @@ pub struct HostsSpec {
     /// netem delay each way, e.g. "100us", or one per host (netns only).
     #[serde(default)]
     pub delay: Option<PerHost>,
+    /// tc rate of the target's port, which all hosts share, each way, e.g.
+    /// "1gbit" (netns only): the target gets a veth of its own to the
+    /// bridge, shaped on both ends.
+    #[serde(default)]
+    pub port_rate: Option<String>,
+    /// The export each host's jobs use, the same or one per host, instead
+    /// of every export of `[workload] exports` (which must list it): hosts
+    /// in different tenants.
+    #[serde(default)]
+    pub export: Option<PerHost>,
     /// local only: Unix socket instead of loopback TCP.
     #[serde(default)]
     pub transport: Transport,
@@ -144,6 +164,8 @@ impl Default for HostsSpec {
             count: 1,
             rate: None,
             delay: None,
+            port_rate: None,
+            export: None,
             transport: Transport::Tcp,
             addresses: Vec::new(),
             target_address: None,
@@ -321,9 +343,11 @@ impl Loaded {
         h.target_address = Some(target_address.to_string());
         h.rate = None;
         h.delay = None;
+        h.port_rate = None;
         h.transport = Transport::Tcp;
         self.scenario.sweep.remove("rate");
         self.scenario.sweep.remove("delay");
+        self.scenario.sweep.remove(PORT_RATE_VAR);
     }
 
     /// Applies `--quick`: shorter runs and the quick sweep lists.
@@ -518,6 +542,21 @@ impl Scenario {
             .collect()
     }
 
+    /// Each host's workload at a point: its own export where `[hosts]
+    /// export` names one.
+    pub fn host_workloads(&self, p: &Point) -> Vec<Workload> {
+        let w = self.workload_at(p);
+        (0..self.host_count())
+            .map(|i| {
+                let mut w = w.clone();
+                if let Some(e) = self.hosts.export.as_ref().and_then(|e| e.host(i)) {
+                    w.exports = vec![e.to_string()];
+                }
+                w
+            })
+            .collect()
+    }
+
     pub fn host_count(&self) -> usize {
         match self.hosts.kind {
             HostKind::Remote => self.hosts.addresses.len(),
@@ -542,13 +581,18 @@ impl Workload {
 
     /// The total queue depth actually offered (`iodepth_of` included).
     pub fn total_qd(&self, hosts: usize) -> u32 {
+        self.host_qd(hosts) * hosts as u32
+    }
+
+    /// The queue depth one of `hosts` hosts offers.
+    pub fn host_qd(&self, hosts: usize) -> u32 {
         let depth = self.job_iodepth(hosts);
         let per_round: u32 = self
             .exports
             .iter()
             .map(|e| self.iodepth_of.get(e).copied().unwrap_or(depth))
             .sum();
-        per_round * self.numjobs * hosts as u32
+        per_round * self.numjobs
     }
 }
 
@@ -609,163 +653,4 @@ pub fn parse_size(s: &str) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIN: &str = r#"
-[test]
-name = "t1"
-title = "A test"
-[[target]]
-name = "iopace"
-kind = "iopace"
-config = "mode = \"{{mode}}\""
-[[target]]
-name = "nbdkit"
-kind = "nbdkit"
-args = ["memory", "1G"]
-[workload]
-bs = "128k"
-[sweep]
-qd = [8, 32]
-mode = ["none", "auto"]
-"#;
-
-    fn parse(text: &str) -> Result<Loaded, ConfigError> {
-        Loaded::parse(text, Path::new("s.toml"))
-    }
-
-    #[test]
-    fn points_are_the_cartesian_product() {
-        let l = parse(MIN).expect("valid");
-        let pts = l.scenario.points();
-        assert_eq!(pts.len(), 4);
-        let qds: Vec<_> = pts.iter().map(|p| p.vars["qd"].as_str()).collect();
-        let modes: Vec<_> = pts.iter().map(|p| p.vars["mode"].as_str()).collect();
-        assert_eq!(modes, ["none", "none", "auto", "auto"]);
-        assert_eq!(qds, ["8", "32", "8", "32"]);
-        assert_eq!(l.scenario.x_var(), Some("qd"));
-    }
-
-    #[test]
-    fn series_at_one_x_run_back_to_back_in_rotating_order() {
-        let l = parse(MIN).expect("valid");
-        let pts = l.scenario.points();
-        let runs = l.scenario.runs(&pts);
-        let order: Vec<_> = runs
-            .iter()
-            .step_by(2) // one run per point: two targets each
-            .map(|r| {
-                let v = &pts[r.point].vars;
-                format!("{}@{}", v["mode"], v["qd"])
-            })
-            .collect();
-        assert_eq!(order, ["none@8", "auto@8", "auto@32", "none@32"]);
-        let mut fixed = parse(MIN).expect("valid");
-        fixed.scenario.run.alternate = false;
-        let runs = fixed.scenario.runs(&pts);
-        let first: Vec<_> = runs.iter().step_by(2).map(|r| r.point).collect();
-        assert_eq!(first, [0, 2, 1, 3], "grouped by qd, not rotated");
-    }
-
-    #[test]
-    fn runs_alternate_target_order() {
-        let mut l = parse(MIN).expect("valid");
-        l.scenario.run.repeat = 2;
-        let pts = l.scenario.points();
-        let runs = l.scenario.runs(&pts[..1]);
-        let order: Vec<_> = runs.iter().map(|r| (r.target, r.rep)).collect();
-        assert_eq!(order, [(0, 0), (1, 0), (1, 1), (0, 1)]);
-    }
-
-    #[test]
-    fn total_qd_is_divided_over_jobs() {
-        let l = parse(MIN).expect("valid");
-        let p = &l.scenario.points()[1];
-        let mut w = l.scenario.workload_at(p);
-        w.exports = vec!["a".into(), "b".into()];
-        assert_eq!(w.job_iodepth(2), 8);
-        assert_eq!(w.total_qd(2), 32);
-        w.iodepth_of.insert("b".into(), 1);
-        assert_eq!(w.total_qd(2), 18, "2 hosts x (8 + 1)");
-        w.iodepth_of.clear();
-        w.qd = Some(1);
-        assert_eq!(w.job_iodepth(2), 1, "never below one");
-    }
-
-    #[test]
-    fn render_fills_and_names_missing() {
-        let vars = BTreeMap::from([("mode".to_string(), "auto".to_string())]);
-        assert_eq!(render("m = {{ mode }};", &vars).expect("ok"), "m = auto;");
-        let e = render("{{nope}}", &vars).expect_err("missing");
-        assert!(e.contains("nope"), "{e}");
-        assert!(render("{{mode", &vars).is_err());
-        let mut vars = vars;
-        vars.insert("t_auto".into(), "x = {{mode}}".into());
-        assert_eq!(
-            render("{{t_{{mode}}}}!", &vars).expect("nested"),
-            "x = auto!"
-        );
-        vars.insert("loop".into(), "{{loop}}".into());
-        assert!(render("{{loop}}", &vars).is_err());
-        let toml = "a = { b = { c = 1 }}\nm = \"{{mode}}\"";
-        assert_eq!(
-            render(toml, &vars).expect("inline tables"),
-            "a = { b = { c = 1 }}\nm = \"auto\""
-        );
-    }
-
-    #[test]
-    fn errors_name_line_and_field() {
-        let bad = MIN.replace("kind = \"nbdkit\"", "kind = \"nbdkit\"\nconfig = \"x\"");
-        let e = parse(&bad).expect_err("peer with config");
-        assert_eq!(e.field.as_deref(), Some("target.config"));
-        assert_eq!(e.line, Some(12));
-        let e =
-            parse(&MIN.replace("bs = \"128k\"", "bs = \"128k\"\nbogus = 1")).expect_err("unknown");
-        assert_eq!(e.field.as_deref(), Some("bogus"));
-        assert!(e.line.is_some());
-        let e = parse(&MIN.replace("qd = [8, 32]", "qd = [0]")).expect_err("qd 0");
-        assert_eq!(e.field.as_deref(), Some("sweep.qd"));
-    }
-
-    #[test]
-    fn quick_replaces_sweeps_and_shortens() {
-        let text = format!("{MIN}\n[quick]\nruntime = 2\n[quick.sweep]\nqd = [16]\n");
-        let mut l = parse(&text).expect("valid");
-        l.make_quick();
-        assert_eq!(l.scenario.workload.runtime, 2);
-        assert_eq!(l.scenario.points().len(), 2);
-    }
-
-    #[test]
-    fn hosts_take_one_rate_each() {
-        let base = "[test]\nname = \"t\"\ntitle = \"t\"\n[[target]]\nname = \"i\"\nkind = \"iopace\"\n[workload]\nbs = \"128k\"\n";
-        let l = parse(&format!(
-            "{base}[hosts]\nkind = \"netns\"\ncount = 3\nrate = [\"1gbit\", \"500mbit\", \"250mbit\"]\ndelay = \"50us\"\n"
-        ))
-        .expect("valid");
-        let wires = l.scenario.wire_at(&l.scenario.points()[0]);
-        let rates: Vec<Option<f64>> = wires.iter().map(HostWire::rate_gbps).collect();
-        assert_eq!(rates, vec![Some(1.0), Some(0.5), Some(0.25)]);
-        assert!(wires.iter().all(|w| w.delay.as_deref() == Some("50us")));
-        let short = parse(&format!(
-            "{base}[hosts]\nkind = \"netns\"\ncount = 3\nrate = [\"1gbit\", \"250mbit\"]\n"
-        ))
-        .expect_err("two rates for three hosts");
-        assert_eq!(short.field.as_deref(), Some("hosts.rate"));
-        let bad = parse(&format!(
-            "{base}[hosts]\nkind = \"netns\"\nrate = \"fast\"\n"
-        ))
-        .expect_err("not a rate");
-        assert!(bad.message.contains("fast"), "{}", bad.message);
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("1GiB"), Some(1 << 30));
-        assert_eq!(parse_size("512m"), Some(512 << 20));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("1x"), None);
-    }
-}
+mod tests;

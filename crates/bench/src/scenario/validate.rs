@@ -2,7 +2,13 @@
 
 use tomlfile::ConfigError;
 
-use super::{parse_size, parse_tc_rate, value_text, HostKind, Loaded, TargetKind, Transport};
+use super::{
+    parse_size, parse_tc_rate, value_text, HostKind, Loaded, PortGbps, TargetKind, Transport,
+    PORT_RATE_VAR, WIRE,
+};
+
+/// The most a told port capacity may be, Gb/s (the target's own bound).
+const MAX_PORT_GBPS: f64 = 100_000.0;
 
 fn ok_name(n: &str) -> bool {
     !n.is_empty()
@@ -92,8 +98,37 @@ impl Checks<'_> {
                 let msg = format!("`{size}` is not a size like 1GiB or 512m");
                 self.ensure(parse_size(size).is_some(), "target", i, "file_size", msg)?;
             }
+            if let Some(g) = &t.port_gbps {
+                self.validate_port_gbps(i, iopace, g)?;
+            }
         }
         Ok(())
+    }
+
+    fn validate_port_gbps(&self, i: usize, iopace: bool, g: &PortGbps) -> Result<(), ConfigError> {
+        let msg = "only iopace targets are told their port's capacity";
+        self.ensure(iopace, "target", i, "port_gbps", msg)?;
+        match g {
+            PortGbps::Gbps(g) => {
+                let ok = *g > 0.0 && *g <= MAX_PORT_GBPS;
+                let msg = format!("{g}: Gb/s above 0 and at most {MAX_PORT_GBPS}");
+                self.ensure(ok, "target", i, "port_gbps", msg)
+            }
+            PortGbps::Wire(w) => {
+                let msg = format!("`{w}`: a capacity in Gb/s, or \"{WIRE}\" (the port_rate)");
+                self.ensure(w == WIRE, "target", i, "port_gbps", msg)?;
+                let msg = format!(
+                    "\"{WIRE}\" needs a shaped port: [hosts] port_rate, or `{PORT_RATE_VAR}` swept"
+                );
+                self.ensure(
+                    super::port_shaped(&self.0.scenario),
+                    "target",
+                    i,
+                    "port_gbps",
+                    msg,
+                )
+            }
+        }
     }
 
     fn validate_hosts(&self) -> Result<(), ConfigError> {
@@ -117,7 +152,11 @@ impl Checks<'_> {
                 msg,
             )?;
         }
-        for (field, v) in [("rate", &h.rate), ("delay", &h.delay)] {
+        for (field, v) in [
+            ("rate", &h.rate),
+            ("delay", &h.delay),
+            ("export", &h.export),
+        ] {
             let ok = v.as_ref().is_none_or(|v| v.len_matches(h.count));
             let msg = format!("one value per host: count is {}", h.count);
             self.ensure(ok, "hosts", 0, field, msg)?;
@@ -128,6 +167,21 @@ impl Checks<'_> {
         {
             let msg = format!("`{bad}` is not a tc rate like 1gbit or 250mbit");
             return Err(self.0.error("hosts", 0, "rate", msg));
+        }
+        if let Some(bad) = h.port_rate.as_ref().filter(|r| parse_tc_rate(r).is_none()) {
+            let msg = format!("`{bad}` is not a tc rate like 1gbit or 250mbit");
+            return Err(self.0.error("hosts", 0, "port_rate", msg));
+        }
+        let msg = "a shaped target port needs kind = \"netns\"";
+        let port_ok = h.kind == HostKind::Netns || !super::port_shaped(&self.0.scenario);
+        self.ensure(port_ok, "hosts", 0, "port_rate", msg)?;
+        let exports = &self.0.scenario.workload.exports;
+        if let Some(bad) = (0..h.count)
+            .filter_map(|i| h.export.as_ref()?.host(i))
+            .find(|e| !exports.iter().any(|x| x == e))
+        {
+            let msg = format!("`{bad}` is not in [workload] exports");
+            return Err(self.0.error("hosts", 0, "export", msg));
         }
         let shaped = h.rate.is_some() || h.delay.is_some();
         let msg = "a shaped wire needs kind = \"netns\"";
@@ -166,6 +220,9 @@ impl Checks<'_> {
             let counts = matches!(k.as_str(), "qd" | "iodepth" | "numjobs");
             let ok = !counts || vals.iter().all(positive);
             self.ensure(ok, "sweep", 0, k, "positive integers")?;
+            let rate = |v: &toml::Value| value_text(v).and_then(|t| parse_tc_rate(&t));
+            let ok = k != PORT_RATE_VAR || vals.iter().all(|v| rate(v).is_some());
+            self.ensure(ok, "sweep", 0, k, "tc rates like 1gbit or 250mbit")?;
             let jobs = |v: &toml::Value| value_text(v).and_then(|t| super::jobs::parse(&t));
             let ok = k != "jobs" || vals.iter().all(|v| jobs(v).is_some());
             let msg = "exports and their depths, like \"gold:1 bronze:32\"";
