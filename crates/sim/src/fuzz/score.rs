@@ -35,6 +35,10 @@ pub enum Miss {
         group: usize,
         ideal_gbps: f64,
         got_gbps: f64,
+        /// What holds the host to its ideal.
+        limit: oracle::Limit,
+        /// Its queue-depth bound over its ideal (see `Ideal::qd_bps`).
+        qd_headroom: f64,
     },
     Total {
         ideal_gbps: f64,
@@ -154,6 +158,8 @@ fn host_misses(row: &Row, ideal: &Ideal) -> Vec<Miss> {
                 group: ideal.group[host],
                 ideal_gbps: want,
                 got_gbps: got,
+                limit: ideal.limit[host],
+                qd_headroom: ideal.qd_bps[host] / ideal.host_bps[host].max(1.0),
             });
         }
     }

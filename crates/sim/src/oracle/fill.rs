@@ -33,8 +33,15 @@ const FULL: f64 = 1e-9;
 
 /// Each flow's rate in the hierarchical weighted max-min fair allocation.
 pub fn solve(p: &Problem) -> Vec<f64> {
+    solve_limits(p).0
+}
+
+/// Each flow's rate, and what froze it: `None` its own cap, `Some(c)` the
+/// first full constraint `c` it loads.
+pub fn solve_limits(p: &Problem) -> (Vec<f64>, Vec<Option<usize>>) {
     let n = p.flows.len();
     let mut rate = vec![0.0; n];
+    let mut limit = vec![None; n];
     let mut frozen: Vec<bool> = p.flows.iter().map(|f| f.cap <= 0.0).collect();
     while frozen.iter().any(|f| !f) {
         let level = Level::of(p, &rate, &frozen);
@@ -48,14 +55,15 @@ pub fn solve(p: &Problem) -> Vec<f64> {
             }
             let r = level.rate(f.group, l).min(f.cap);
             let capped = r >= f.cap * (1.0 - FULL);
-            let blocked = f.loads.iter().any(|(c, _)| full[*c]);
-            if capped || blocked {
+            let blocked = f.loads.iter().find(|(c, _)| full[*c]).map(|(c, _)| *c);
+            if capped || blocked.is_some() {
                 rate[i] = r.max(0.0);
                 frozen[i] = true;
+                limit[i] = if capped { None } else { blocked };
             }
         }
     }
-    rate
+    (rate, limit)
 }
 
 /// Per group: the rate its frozen flows hold and how many flows still grow.

@@ -37,6 +37,39 @@ pub struct Ideal {
     pub qd: Vec<u32>,
     /// Bytes in flight a perfect pacer needs: rate x round trip, summed.
     pub floor_bytes: f64,
+    /// What holds each host to its ideal rate (in the longer stretch, when
+    /// a port steps).
+    pub limit: Vec<Limit>,
+    /// Each host's queue-depth bound, bytes/s: QD x mean IO over its
+    /// unloaded round trip. Near its ideal rate, the bound is out of a
+    /// closed loop's reach: at a few times it, queueing at the bottleneck
+    /// no longer costs rate.
+    pub qd_bps: Vec<f64>,
+}
+
+/// What holds a host to its ideal rate: its queue depth (by Little's law at
+/// its unloaded round trip, a bound a closed loop reaches only well past
+/// it), its own link, a target port, or a drive it shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    Qd,
+    Link,
+    Port,
+    Device,
+}
+
+impl Limit {
+    /// The limit that constraint `c` of a problem with `ports` ports and
+    /// `hosts` hosts stands for (`None`: the host's own cap, its QD).
+    fn of(c: Option<usize>, ports: usize, hosts: usize) -> Limit {
+        match c {
+            None => Limit::Qd,
+            Some(c) if c < 2 * ports => Limit::Port,
+            Some(c) if c < 2 * ports + 2 * hosts => Limit::Link,
+            Some(_) => Limit::Device,
+        }
+    }
 }
 
 impl Ideal {
@@ -64,6 +97,9 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
     let warm = sc.warmup_ms as f64;
     let end = warm + sc.duration_ms as f64;
     let mut host_bps = vec![0.0; hosts.len()];
+    let mut limit = vec![Limit::Qd; hosts.len()];
+    let mut qd_bps = vec![0.0; hosts.len()];
+    let mut longest = 0.0;
     let mut floor = 0.0;
     for (rates, share) in port_phases(sc, warm, end) {
         let w = World {
@@ -73,10 +109,18 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
             port_bps: &rates,
         };
         let rtt: Vec<f64> = hosts.iter().map(|h| w.round_trip(h)).collect();
-        let solved = dominant_fill(&w.problem(&hosts, &tenant), 2 * rates.len());
+        let problem = w.problem(&hosts, &tenant);
+        let (solved, froze) = dominant_fill(&problem, 2 * rates.len());
         for (i, r) in solved.iter().enumerate() {
             host_bps[i] += r * share;
+            qd_bps[i] += problem.flows[i].cap * share;
             floor += r * rtt[i] * share;
+        }
+        if share > longest {
+            longest = share;
+            for (l, c) in limit.iter_mut().zip(froze) {
+                *l = Limit::of(c, rates.len(), hosts.len());
+            }
         }
     }
     Ideal {
@@ -85,6 +129,8 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
         qd: hosts.iter().map(|h| h.qd).collect(),
         tenant,
         floor_bytes: floor,
+        limit,
+        qd_bps,
     }
 }
 
@@ -92,8 +138,9 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
 /// constraints (dominant resource fairness): flows that meet at a port
 /// grow equal in bytes, flows that meet at a drive equal in device time,
 /// as iocost divides a drive. A flow's own link (constraints from `own`
-/// on) caps it but does not set its unit.
-fn dominant_fill(p: &fill::Problem, own: usize) -> Vec<f64> {
+/// on) caps it but does not set its unit. Also what froze each flow (see
+/// [`fill::solve_limits`]).
+fn dominant_fill(p: &fill::Problem, own: usize) -> (Vec<f64>, Vec<Option<usize>>) {
     let scale: Vec<f64> = p
         .flows
         .iter()
@@ -124,11 +171,9 @@ fn dominant_fill(p: &fill::Problem, own: usize) -> Vec<f64> {
             .collect(),
         ..p.clone()
     };
-    fill::solve(&shares)
-        .iter()
-        .zip(&scale)
-        .map(|(x, k)| x * k)
-        .collect()
+    let (rates, limits) = fill::solve_limits(&shares);
+    let rates = rates.iter().zip(&scale).map(|(x, k)| x * k).collect();
+    (rates, limits)
 }
 
 /// The ports' payload rates (bytes/s) in each stretch of the measured

@@ -50,6 +50,7 @@ fn a_tenant_held_by_its_own_link() {
     near(i.host_bps[1], (92.4 - 9.24) / 2.0 * GBPS);
     near(i.host_bps[2], (92.4 - 9.24) / 2.0 * GBPS);
     assert_eq!(i.tenant, vec![0, 1, 1]);
+    assert_eq!(i.limit, vec![Limit::Link, Limit::Port, Limit::Port]);
 }
 
 /// One host at QD 1, 128 KiB reads from a 100 us delay device over a
@@ -66,6 +67,7 @@ fn a_qd_bound_host_gets_littles_law() {
     let rt = 110e-6 + wire;
     near(i.host_bps[0], 131072.0 / rt);
     near(i.floor_bytes, 131072.0);
+    assert_eq!(i.limit, vec![Limit::Qd]);
     // At QD 4 the port is not reached either: four times the rate.
     near(ideal_of(&sc, 4).host_bps[0], 4.0 * 131072.0 / rt);
 }
@@ -84,6 +86,7 @@ fn a_shared_device_binds() {
     let iops = 1e9 / (10_000.0 + 4096.0);
     near(i.total_bps(), iops * 4096.0);
     near(i.host_bps[0], i.host_bps[1]);
+    assert_eq!(i.limit, vec![Limit::Device, Limit::Device]);
 }
 
 /// A 25 Gb/s port shared by a 10 GbE host and a 100 GbE host: 10 and 15.
