@@ -4,6 +4,12 @@ and the cases that flip.
 
     python3 scripts/fuzz_ab.py OLD_BIN NEW_BIN [SEED] [COUNT] [JOBS]
     python3 scripts/fuzz_ab.py --compare OLD.json NEW.json
+    python3 scripts/fuzz_ab.py --classes RUN.json
+
+`--classes` sorts one run's failing cases by what holds their missed
+hosts in the oracle (QD, link, port or drive; "QD knee" when every missed
+host's QD bound is under twice its ideal, out of a closed loop's reach).
+"Pass" counts only valid cases: the broken ones pass by being rejected.
 
 Each build runs `iopace sim --fuzz SEED --count COUNT --json`. The
 simulator is deterministic, so one run of each is the whole comparison:
@@ -14,6 +20,9 @@ import json
 import subprocess
 import sys
 
+# A host whose QD bound is under this many times its ideal rate is held by
+# the closed loop's knee, not by the pacer (see docs/pacer.md).
+KNEE = 2.0
 GOALS = ["host_share", "total", "buffers", "tenant_ratio", "qd1_latency", "books"]
 
 
@@ -31,7 +40,31 @@ def tally(cases):
     return goals
 
 
+def classes(cases):
+    """The failing valid cases by the limits of their missed hosts."""
+    valid = [c for c in cases if not c.get("broken")]
+    out = collections.Counter()
+    for c in valid:
+        if c["pass"]:
+            continue
+        hosts = [m for m in c.get("misses", []) if m["kind"] == "host_share"]
+        if hosts and all(m["qd_headroom"] < KNEE for m in hosts):
+            out["QD knee (every missed host's QD bound < 2x its ideal)"] += 1
+        elif hosts:
+            out["missed hosts held by " + " + ".join(sorted({m["limit"] for m in hosts}))] += 1
+        else:
+            kinds = sorted({m["kind"] for m in c.get("misses", [])})
+            out["no host under its share; misses " + ", ".join(kinds)] += 1
+    print(f"{sum(c['pass'] for c in valid)} of {len(valid)} valid cases pass\n")
+    print("| class | cases |\n|---|---|")
+    for name, n in out.most_common():
+        print(f"| {name} | {n} |")
+
+
 def main():
+    if sys.argv[1] == "--classes":
+        classes(json.load(open(sys.argv[2])))
+        return
     if sys.argv[1] == "--compare":
         old, new = (json.load(open(p)) for p in sys.argv[2:4])
     else:
