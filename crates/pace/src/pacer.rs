@@ -64,13 +64,13 @@ mod tenant_clock;
 mod tenants;
 
 use admit::Verdict;
-use auto_window::{rate_filter, LATENCY_WINDOW_NS};
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 use depth::Factors;
 pub use depth::SharedDepth;
 pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
 use drr::Device;
+use filter::{rate_filter, LATENCY_WINDOW_NS};
 use filter::{LargeIoMin, WindowedMax};
 use flight::{DeviceStage, Flight};
 use flows::Flows;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::depth::{Sample, SharedDepth};
 use super::drr::FAST_HOLD_RATIO;
-use super::filter::WindowedMax;
+use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
 use super::flows::{Floors, Sizing, HOST_MIN_IOS};
 use super::{Flight, LinkWindow, Mode, PacedIo, Pacer};
 use crate::Nanos;
@@ -24,24 +24,6 @@ const FLOOR_REACTORS: u64 = 4;
 /// the largest IO between them (see [`flows`](super::flows)).
 const SHARED_MIN_IOS: u64 = 8;
 
-/// Rate samples are taken over this span of completions.
-pub(super) const RATE_SAMPLE_NS: Nanos = 1_000_000;
-
-/// Windowed max of the rate over this many samples (tracks link changes in ~50 ms).
-const RATE_WINDOW: usize = 50;
-
-/// A rate sample spans at least this many of the largest IOs.
-pub(super) const RATE_SAMPLE_IOS: u64 = 16;
-
-/// Every this many rate samples, one is taken with the window enlarged...
-pub(super) const PROBE_EVERY: u64 = 8;
-
-/// ...by this factor.
-pub(super) const PROBE_GAIN: f64 = 1.25;
-
-/// Min-latency window: how long an old minimum is trusted.
-pub(super) const LATENCY_WINDOW_NS: Nanos = 200_000_000;
-
 /// How often `auto` drains its window to re-measure the unqueued latency:
 /// twice per min-latency window, so every window holds a drained sample.
 pub(super) const LATENCY_PROBE_EVERY_NS: Nanos = LATENCY_WINDOW_NS / 2;
@@ -53,15 +35,6 @@ pub(super) const LATENCY_PROBE_LATENCIES: u64 = 4;
 const LATENCY_PROBE_MIN_NS: Nanos = 50_000;
 
 pub(super) const LATENCY_PROBE_MAX_NS: Nanos = 2_000_000;
-
-/// The delivered-rate estimator for a reactor, a flow or a device: the max
-/// of recent samples of at least `RATE_SAMPLE_IOS` IOs of `max_io` (bytes,
-/// or a device's time), over the last `RATE_WINDOW` sample spans.
-pub(super) fn rate_filter(max_io: u64) -> WindowedMax {
-    WindowedMax::new(RATE_WINDOW)
-        .with_min_bytes(RATE_SAMPLE_IOS * max_io)
-        .with_max_age(RATE_WINDOW as Nanos * RATE_SAMPLE_NS)
-}
 
 impl Pacer {
     /// The window in effect for this poll: this reactor's own or its part of

@@ -3,9 +3,8 @@
 //! `auto`, fast devices serve their turns oldest IO first (see
 //! `turn_server`). A device that cannot go passes its turn on.
 
-use super::auto_window::{rate_filter, LATENCY_WINDOW_NS};
 use super::drain_probe::DrainProbe;
-use super::filter::{LargeIoMin, WindowedMax, WindowedMin};
+use super::filter::{rate_filter, LargeIoMin, WindowedMax, WindowedMin, LATENCY_WINDOW_NS};
 use super::queues::{DeviceQueue, Slot};
 use super::{CostModel, IoKind, Mode, PacedIo, Pacer, Verdict};
 use crate::Nanos;

@@ -1,9 +1,37 @@
 //! Windowed estimators: the max delivery rate over recent samples and the
-//! min latency over a recent time span (the two halves of a BDP estimate).
+//! min latency over a recent time span (the two halves of a BDP estimate),
+//! and the spans every window (reactor, flow, device) samples them over.
 
 use std::collections::VecDeque;
 
 use crate::Nanos;
+
+/// Rate samples are taken over this span of completions.
+pub(super) const RATE_SAMPLE_NS: Nanos = 1_000_000;
+
+/// Windowed max of the rate over this many samples (tracks link changes in ~50 ms).
+const RATE_WINDOW: usize = 50;
+
+/// A rate sample spans at least this many of the largest IOs.
+pub(super) const RATE_SAMPLE_IOS: u64 = 16;
+
+/// Every this many rate samples, one is taken with the window enlarged...
+pub(super) const PROBE_EVERY: u64 = 8;
+
+/// ...by this factor.
+pub(super) const PROBE_GAIN: f64 = 1.25;
+
+/// Min-latency window: how long an old minimum is trusted.
+pub(super) const LATENCY_WINDOW_NS: Nanos = 200_000_000;
+
+/// The delivered-rate estimator for a reactor, a flow or a device: the max
+/// of recent samples of at least `RATE_SAMPLE_IOS` IOs of `max_io` (bytes,
+/// or a device's time), over the last `RATE_WINDOW` sample spans.
+pub(super) fn rate_filter(max_io: u64) -> WindowedMax {
+    WindowedMax::new(RATE_WINDOW)
+        .with_min_bytes(RATE_SAMPLE_IOS * max_io)
+        .with_max_age(RATE_WINDOW as Nanos * RATE_SAMPLE_NS)
+}
 
 /// Max of the last `n` rate samples; a sample is bytes delivered over at
 /// least `span` nanoseconds and at least `min_bytes`, and none is older than

@@ -38,8 +38,9 @@
 
 use rustc_hash::FxHashMap;
 
-use super::auto_window::{rate_filter, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_IOS, RATE_SAMPLE_NS};
-use super::filter::WindowedMax;
+use super::filter::{
+    rate_filter, WindowedMax, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_IOS, RATE_SAMPLE_NS,
+};
 use crate::Nanos;
 
 /// A flow's window holds at least this many of the largest IO: one being
