@@ -6,7 +6,7 @@
 //! IOPS gathering against 222k without. Where the client is the slower
 //! side (loopback TCP, deep queues) gathering costs nothing and saves a
 //! third of the CPU per IO. The reactor cannot see which case it is in,
-//! so it measures: every `HOLD_NS` it serves one epoch the other way and
+//! so it measures: every `GATHER_HOLD_NS` it serves one epoch the other way and
 //! one epoch its chosen way, and keeps gathering unless not gathering
 //! served clearly more in two trials in a row
 //! (docs/evidence.md#gather).
@@ -15,11 +15,11 @@ use pace::Nanos;
 
 /// How long a choice holds before the next trial. A trial runs 40 ms the
 /// other way, so where gathering pays it costs about 4% of its saving.
-const HOLD_NS: Nanos = 1_000_000_000;
+const GATHER_HOLD_NS: Nanos = 1_000_000_000;
 /// Each trial epoch. Long enough to serve thousands of requests at the
-/// rates where gathering matters; short against `HOLD_NS`, so a trial of
+/// rates where gathering matters; short against `GATHER_HOLD_NS`, so a trial of
 /// the worse way costs little.
-const EPOCH_NS: Nanos = 40_000_000;
+const GATHER_EPOCH_NS: Nanos = 40_000_000;
 /// The start of an epoch that is not counted: the queues the previous way
 /// left behind drain or build in it.
 const SETTLE_NS: Nanos = 5_000_000;
@@ -37,7 +37,7 @@ const WINS_TO_STOP: u8 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
-    /// The choice runs until `HOLD_NS` after the phase began.
+    /// The choice runs until `GATHER_HOLD_NS` after the phase began.
     Hold,
     /// One epoch the other way.
     TryOther,
@@ -84,12 +84,12 @@ impl GatherTrial {
             self.served += served;
         }
         match self.phase {
-            Phase::Hold if elapsed >= HOLD_NS => self.begin(now, Phase::TryOther),
-            Phase::TryOther if elapsed >= EPOCH_NS => {
+            Phase::Hold if elapsed >= GATHER_HOLD_NS => self.begin(now, Phase::TryOther),
+            Phase::TryOther if elapsed >= GATHER_EPOCH_NS => {
                 let other_rate = self.rate(elapsed);
                 self.begin(now, Phase::TryChosen { other_rate });
             }
-            Phase::TryChosen { other_rate } if elapsed >= EPOCH_NS => {
+            Phase::TryChosen { other_rate } if elapsed >= GATHER_EPOCH_NS => {
                 let chosen_rate = self.rate(elapsed);
                 if (other_rate + chosen_rate) * (elapsed - SETTLE_NS) as f64 / 1e9
                     >= MIN_TRIAL_REQUESTS
@@ -163,18 +163,23 @@ mod tests {
         run(
             &mut t,
             &mut now,
-            HOLD_NS + 2 * EPOCH_NS + 1_000_000,
+            GATHER_HOLD_NS + 2 * GATHER_EPOCH_NS + 1_000_000,
             fast_client,
         );
         assert!(t.gathering(), "one trial is not enough to stop");
-        run(&mut t, &mut now, HOLD_NS + 2 * EPOCH_NS, fast_client);
+        run(
+            &mut t,
+            &mut now,
+            GATHER_HOLD_NS + 2 * GATHER_EPOCH_NS,
+            fast_client,
+        );
         assert!(!t.gathering(), "not gathering served 41% more, twice");
         // The client changes (deeper queues): gathering no longer costs.
         let slow_client = |_: bool| 240_000.0;
         run(
             &mut t,
             &mut now,
-            HOLD_NS + 2 * EPOCH_NS + 1_000_000,
+            GATHER_HOLD_NS + 2 * GATHER_EPOCH_NS + 1_000_000,
             slow_client,
         );
         assert!(t.gathering(), "equal rates: gathering saves CPU");
@@ -184,7 +189,7 @@ mod tests {
     fn keeps_gathering_within_the_tolerance_and_when_idle() {
         let mut now = 0;
         let mut t = GatherTrial::new(now);
-        run(&mut t, &mut now, 3 * HOLD_NS, |g| {
+        run(&mut t, &mut now, 3 * GATHER_HOLD_NS, |g| {
             if g {
                 100_000.0
             } else {
@@ -195,12 +200,13 @@ mod tests {
         // Idle with a stale choice of not gathering: a trial with too few
         // requests keeps it.
         t.chosen = false;
-        run(
-            &mut t,
-            &mut now,
-            3 * HOLD_NS,
-            |g| if g { 0.0 } else { 1_000.0 },
-        );
+        run(&mut t, &mut now, 3 * GATHER_HOLD_NS, |g| {
+            if g {
+                0.0
+            } else {
+                1_000.0
+            }
+        });
         assert!(!t.gathering());
     }
 
@@ -225,9 +231,9 @@ mod tests {
     fn a_trial_runs_the_other_way_for_one_epoch() {
         let mut now = 0;
         let mut t = GatherTrial::new(now);
-        run(&mut t, &mut now, HOLD_NS, |_| 0.0);
+        run(&mut t, &mut now, GATHER_HOLD_NS, |_| 0.0);
         assert!(!t.gathering(), "the trial's first epoch runs the other way");
-        run(&mut t, &mut now, EPOCH_NS, |_| 0.0);
+        run(&mut t, &mut now, GATHER_EPOCH_NS, |_| 0.0);
         assert!(t.gathering(), "its second runs the chosen way");
     }
 }

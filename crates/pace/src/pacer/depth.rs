@@ -52,7 +52,7 @@ use crate::Nanos;
 
 /// An epoch lasts at least this long (a disk's rate is noisy: this one's
 /// 10 ms samples of 128 KiB reads varied 12%)...
-const EPOCH_NS: Nanos = 20_000_000;
+const DEPTH_EPOCH_NS: Nanos = 20_000_000;
 /// ...and at least this many completions.
 const EPOCH_IOS: u64 = 32;
 /// Base epochs and trials up count if at least this part of their
@@ -204,7 +204,7 @@ impl Depth {
         self.ios += 1;
         self.held += s.held;
         self.at_device += s.at_device;
-        if s.now < self.start + EPOCH_NS || self.ios < EPOCH_IOS {
+        if s.now < self.start + DEPTH_EPOCH_NS || self.ios < EPOCH_IOS {
             return;
         }
         let rate = (self.delivered - self.start_delivered) as f64 / (s.now - self.start) as f64;

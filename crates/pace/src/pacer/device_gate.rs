@@ -23,7 +23,7 @@
 //!   cap grows by one and is tried again, up to `TRIALS` times, then the
 //!   gate is **Off** for `OFF_NS`. (All devices together: one device's
 //!   rate over an epoch varies by 10% with random offsets alone.)
-//! - **Hold**: the caps stay until `HOLD_NS` have passed, or two epochs in
+//! - **Hold**: the caps stay until `GATE_HOLD_NS` have passed, or two epochs in
 //!   a row in which a cap held IO back complete less than `1 - LOSS` of
 //!   the measured rate (the heavy load grew): then they are measured
 //!   again.
@@ -50,7 +50,7 @@ use crate::Nanos;
 const LIGHT_GUARD_NS: Nanos = 10_000_000;
 
 /// One measurement: long enough for tens of IOs on a slow drive.
-pub(super) const EPOCH_NS: Nanos = 10_000_000;
+pub(super) const GATE_EPOCH_NS: Nanos = 10_000_000;
 
 /// A cap may cost at most this share of the device's rate.
 const LOSS: f64 = 0.05;
@@ -60,7 +60,7 @@ const LOSS: f64 = 0.05;
 const TRIALS: u32 = 2;
 
 /// A kept cap is re-measured after this long.
-const HOLD_NS: Nanos = 500_000_000;
+const GATE_HOLD_NS: Nanos = 500_000_000;
 
 /// After failed trials the device is left alone this long.
 const OFF_NS: Nanos = 1_000_000_000;
@@ -93,17 +93,43 @@ pub fn refill_batch(cap: u32) -> u32 {
     (cap / 4).max(2).min(cap)
 }
 
-const IDLE: u8 = 0;
-const MEASURE: u8 = 1;
-const TRIAL: u8 = 2;
-const HOLD: u8 = 3;
-const OFF: u8 = 4;
-/// Held, after one epoch that looked like the load grew.
-const DOUBT: u8 = 5;
-/// The first epoch beside a light tenant, not measured: the light
-/// tenant's client (or the whole target) may be starting, and its rate
-/// would make a trial pass that costs the devices' usual rate.
-const WARM: u8 = 6;
+/// Where the gate's trials are. Kept in an `AtomicU8` as its
+/// discriminant, since every reactor reads and one moves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Phase {
+    /// No light tenant about: no caps.
+    Idle = 0,
+    /// Caps off for an epoch, the devices' rate measured.
+    Measure = 1,
+    /// A cap from that rate tried, and grown while it costs rate.
+    Trial = 2,
+    /// A cap that kept the rate, held.
+    Hold = 3,
+    /// Every trial cost rate: no caps for a while.
+    Off = 4,
+    /// Held, after one epoch that looked like the load grew.
+    Doubt = 5,
+    /// The first epoch beside a light tenant, not measured: the light
+    /// tenant's client (or the whole target) may be starting, and its rate
+    /// would make a trial pass that costs the devices' usual rate.
+    Warm = 6,
+}
+
+impl Phase {
+    fn load(a: &AtomicU8) -> Phase {
+        match a.load(Ordering::Acquire) {
+            0 => Phase::Idle,
+            1 => Phase::Measure,
+            2 => Phase::Trial,
+            3 => Phase::Hold,
+            4 => Phase::Off,
+            5 => Phase::Doubt,
+            6 => Phase::Warm,
+            v => unreachable!("the gate stores only phases, not {v}"),
+        }
+    }
+}
 
 /// What one device has at it (all reactors) and its cap.
 #[derive(Debug, Default)]
@@ -175,7 +201,7 @@ enum Caps {
 /// What an epoch's end decides (see `DeviceGate::judge`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Next {
-    phase: u8,
+    phase: Phase,
     caps: Caps,
     tried: u32,
     until: Nanos,
@@ -193,7 +219,7 @@ impl DeviceGate {
                     ..Dev::default()
                 })
                 .collect(),
-            phase: AtomicU8::new(IDLE),
+            phase: AtomicU8::new(Phase::Idle as u8),
             epoch_start: AtomicU64::new(0),
             refused: AtomicBool::new(false),
             rate0: AtomicU64::new(0),
@@ -282,11 +308,11 @@ impl DeviceGate {
         }
         self.correct_clock(g, now);
         let start = self.epoch_start.load(Ordering::Acquire);
-        let due = match self.phase.load(Ordering::Acquire) {
+        let due = match Phase::load(&self.phase) {
             // Idle, the first completion beside a light tenant starts
             // the trials.
-            IDLE => self.guarding(now),
-            _ => now >= start + EPOCH_NS,
+            Phase::Idle => self.guarding(now),
+            _ => now >= start + GATE_EPOCH_NS,
         };
         // One reactor closes the epoch; the others' completions count in
         // the next.
@@ -346,7 +372,7 @@ impl DeviceGate {
         if next.caps == Caps::FromRates {
             self.rate0.store(rate.to_bits(), Ordering::Release);
         }
-        self.phase.store(next.phase, Ordering::Release);
+        self.phase.store(next.phase as u8, Ordering::Release);
         self.tried.store(next.tried, Ordering::Release);
         self.until.store(next.until, Ordering::Release);
     }
@@ -354,7 +380,7 @@ impl DeviceGate {
     /// The next phase after an epoch in which the devices completed `rate`
     /// IOs/s, a cap having held IO back (`refused`) or not.
     fn judge(&self, rate: f64, refused: bool, now: Nanos) -> Next {
-        let phase = self.phase.load(Ordering::Acquire);
+        let phase = Phase::load(&self.phase);
         let tried = self.tried.load(Ordering::Acquire);
         let until = self.until.load(Ordering::Acquire);
         let rate0 = f64::from_bits(self.rate0.load(Ordering::Acquire));
@@ -366,19 +392,21 @@ impl DeviceGate {
             until,
         };
         match phase {
-            _ if !self.guarding(now) => at(IDLE, Caps::Clear, 0, 0),
-            IDLE => at(WARM, Caps::Clear, 0, 0),
-            MEASURE => at(TRIAL, Caps::FromRates, 1, 0),
-            TRIAL if kept => at(HOLD, Caps::Keep, tried, now + HOLD_NS),
-            TRIAL if tried < TRIALS => at(TRIAL, Caps::Grow, tried + 1, 0),
-            TRIAL => at(OFF, Caps::Clear, 0, now + OFF_NS),
+            _ if !self.guarding(now) => at(Phase::Idle, Caps::Clear, 0, 0),
+            Phase::Idle => at(Phase::Warm, Caps::Clear, 0, 0),
+            Phase::Measure => at(Phase::Trial, Caps::FromRates, 1, 0),
+            Phase::Trial if kept => at(Phase::Hold, Caps::Keep, tried, now + GATE_HOLD_NS),
+            Phase::Trial if tried < TRIALS => at(Phase::Trial, Caps::Grow, tried + 1, 0),
+            Phase::Trial => at(Phase::Off, Caps::Clear, 0, now + OFF_NS),
             // One epoch short of the rate may be `auto`'s latency probe
             // (its window drains for up to 2 ms every 100 ms); two in a
             // row, the load grew.
-            HOLD | DOUBT if now < until && kept => at(HOLD, Caps::Keep, tried, until),
-            HOLD if now < until => at(DOUBT, Caps::Keep, tried, until),
-            OFF if now < until => at(OFF, Caps::Clear, 0, until),
-            _ => at(MEASURE, Caps::Clear, 0, 0),
+            Phase::Hold | Phase::Doubt if now < until && kept => {
+                at(Phase::Hold, Caps::Keep, tried, until)
+            }
+            Phase::Hold if now < until => at(Phase::Doubt, Caps::Keep, tried, until),
+            Phase::Off if now < until => at(Phase::Off, Caps::Clear, 0, until),
+            _ => at(Phase::Measure, Caps::Clear, 0, 0),
         }
     }
 
@@ -464,7 +492,7 @@ mod tests {
     /// cap and clock hold a heavy IO back first. Returns the epoch's end.
     fn epoch(gate: &DeviceGate, n: u64, lat: u64, from: Nanos, held: bool) -> Nanos {
         for i in 1..=n {
-            let now = from + i * EPOCH_NS / n;
+            let now = from + i * GATE_EPOCH_NS / n;
             light(gate, now);
             if held && i == 1 {
                 let cap = gate.cap(0);
@@ -475,7 +503,7 @@ mod tests {
             gate.arrive(0, now);
             gate.completed(0, lat, now);
         }
-        from + EPOCH_NS
+        from + GATE_EPOCH_NS
     }
 
     #[test]
