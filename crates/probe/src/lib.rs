@@ -94,8 +94,9 @@ impl Options {
 
     /// How many rounds the alternated points take: `--rounds N` exactly;
     /// else 3 in quick mode, and in full mode 4 to 10, until every cost
-    /// point's rounds agree within the rule's ±ci ([`rounds::rounds_done`]:
-    /// a steady device stops at 4, one that drifts takes all 10).
+    /// point's rounds agree within the rule's ±ci, but for one round off by
+    /// itself ([`rounds::agree`]: a steady device stops at 4, one that
+    /// drifts takes all 10).
     pub fn round_count(&self) -> RoundCount {
         let ci = self.rule().ci;
         match (self.rounds, self.quick) {

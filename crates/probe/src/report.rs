@@ -133,7 +133,7 @@ fn cost_section(md: &mut String, d: &DeviceResult, snippet: &str) {
     };
     let _ = writeln!(
         md,
-        "### Cost model\n\nThe cost model in {:.1} s ({:.1} s of peak searches). Each point below ran {} round(s), in turn with the others (the rounds stop once every cost point's rounds agree within ±3%, or at their most): its IOPS is the median round, its latencies the median round's, its ±95% CI that of the round rates' mean (with one round, of its windows'). {basis}\n",
+        "### Cost model\n\nThe cost model in {:.1} s ({:.1} s of peak searches). Each point below ran {} round(s), in turn with the others (the rounds stop once every cost point's rounds agree within ±3%, but for one round off by itself, or at their most): its IOPS is the median round, its latencies the median round's, its ±95% CI that of the round rates' mean (with one round, of its windows'). {basis}\n",
         d.cost_s,
         d.phases.search_s,
         d.round_iops.first().map_or(1, |r| r.1.len())
