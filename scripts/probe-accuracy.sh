@@ -6,8 +6,10 @@
 # the CPU) and compares result.json's cost model with the shape's; the
 # summary gives each run's seconds from result.json (`elapsed_s`, the whole
 # probe, and `cost_s`, the searches and rounds up to the cost model; not
-# the wall time, which includes waiting for the lock), its worst parameter
-# and error, and whether it meets the goal. A speed measurement: run it under the
+# the wall time, which includes waiting for the lock), where they went
+# (`phases`: the peak searches, the rounds and how many, the QD curves and
+# the thread scaling), its worst parameter and error, and whether it meets
+# the goal. A speed measurement: run it under the
 # bench lock, on a quiet machine if you can, and say the load (it prints
 # `uptime`). The search and fit alone are checked exactly, in virtual time,
 # by crates/probe/src/run_model_tests.rs.
@@ -29,8 +31,8 @@ timed() {
 }
 mkdir -p "$out"
 echo "probe ${mode:-(full)} --max-qd 64 --threads 1; $reps reps; $(uptime)"
-printf '| shape | rep | probe s | cost model s | worst parameter | its error | all six within 10%% | within 2 min |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
+printf '| shape | rep | probe s | cost model s | searches s | rounds s (rounds) | curves s | scaling s | worst parameter | its error | all six within 10%% | within 2 min |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for rep in $(seq "$reps"); do
     for shape in $shapes; do
         dir="$out/$shape-rep$rep"
@@ -46,8 +48,12 @@ err = {k: dev["cost"][k] / float(v) - 1.0 for k, v in truth.items()}
 worst = max(err, key=lambda k: abs(err[k]))
 ok = all(abs(e) < 0.10 for e in err.values())
 fast = dev["elapsed_s"] <= 120
-print(f"| {shape} | {rep} | {dev['elapsed_s']:.0f} | {dev['cost_s']:.1f} | {worst} | "
-      f"{err[worst] * 100:+.1f}% | {'yes' if ok else 'no'} | {'yes' if fast else 'no'} |")
+ph = dev.get("phases") or {}
+p = lambda k: f"{ph[k]:.1f}" if k in ph else "-"
+print(f"| {shape} | {rep} | {dev['elapsed_s']:.0f} | {dev['cost_s']:.1f} | {p('search_s')} | "
+      f"{p('rounds_s')} ({ph.get('rounds', len(dev['round_iops'][0][1]))}) | {p('curves_s')} | "
+      f"{p('scaling_s')} | {worst} | {err[worst] * 100:+.1f}% | {'yes' if ok else 'no'} | "
+      f"{'yes' if fast else 'no'} |")
 PY
     done
 done

@@ -88,7 +88,8 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N")]
     threads: Option<u32>,
     /// Rounds of the cost, datasheet and held-out points, measured in turn
-    /// (0.5 s each); each point is its median round (default 10, quick 3).
+    /// (0.5 s each); each point is its median round (default: 4, and more
+    /// until the cost points' rounds agree within ±3%, at most 10; quick 3).
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
     #[command(flatten)]

@@ -13,10 +13,12 @@ pub mod driver;
 pub mod fit;
 pub mod hwdb;
 pub mod iocost;
+pub mod known;
 pub mod measurer;
 pub mod plan;
 pub mod qd_search;
 pub mod report;
+pub mod rounds;
 pub mod run;
 pub mod safety;
 pub mod served;
@@ -36,6 +38,7 @@ use pace::pacer::CostModel;
 use bdev::identity::{self, Identity};
 use converge::StopRule;
 use driver::Measurement;
+use rounds::RoundCount;
 
 pub use run::probe;
 
@@ -72,8 +75,8 @@ pub struct Options {
     /// Most worker threads of the scaling runs.
     pub threads: u32,
     /// Rounds of the alternated points (cost, datasheet, held-out); 0: the
-    /// default, 10 (3 in quick mode: a median against a moment the busy
-    /// machine held the probe).
+    /// default ([`Options::round_count`]: 4 to 10, 3 in quick mode, a
+    /// median against a moment the busy machine held the probe).
     pub rounds: u32,
     pub command: String,
     /// The MAJ:MIN the iocost lines name, instead of the device's own (one target only).
@@ -89,11 +92,21 @@ impl Options {
         }
     }
 
-    pub fn rounds(&self) -> u32 {
+    /// How many rounds the alternated points take: `--rounds N` exactly;
+    /// else 3 in quick mode, and in full mode 4 to 10, until every cost
+    /// point's rounds agree within the rule's ±ci, but for one round off by
+    /// itself ([`rounds::agree`]: a steady device stops at 4, one that
+    /// drifts takes all 10).
+    pub fn round_count(&self) -> RoundCount {
+        let ci = self.rule().ci;
         match (self.rounds, self.quick) {
-            (0, true) => 3,
-            (0, false) => 10,
-            (n, _) => n,
+            (0, true) => RoundCount::fixed(3, ci),
+            (0, false) => RoundCount {
+                min: 4,
+                max: 10,
+                ci,
+            },
+            (n, _) => RoundCount::fixed(n, ci),
         }
     }
 
@@ -103,7 +116,7 @@ impl Options {
     /// and the rounds, not the windows, are the samples of the point.
     pub fn round_rule(&self) -> StopRule {
         let rule = self.rule();
-        if self.rounds() > 1 {
+        if self.round_count().max > 1 {
             StopRule {
                 warmup: rule.warmup.min(rule.window),
                 min_windows: 5,
@@ -191,6 +204,27 @@ pub struct DeviceResult {
     #[serde(default)]
     pub cost_s: f64,
     pub elapsed_s: f64,
+    /// Where those seconds went.
+    #[serde(default)]
+    pub phases: Phases,
+}
+
+/// Where a probe of one device spent its time, in seconds of each phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Phases {
+    /// The cost points' peak searches.
+    pub search_s: f64,
+    /// The alternated points' rounds.
+    pub rounds_s: f64,
+    /// Rounds taken (the same for every alternated point).
+    pub rounds: u32,
+    /// The QD curves.
+    pub curves_s: f64,
+    /// Scaling over threads.
+    pub scaling_s: f64,
+    /// Curve and scaling points not measured again: an earlier phase had
+    /// measured the same workload at the same QD.
+    pub reused: u32,
 }
 
 /// Several devices at once against the sum of each alone.

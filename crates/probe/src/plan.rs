@@ -85,6 +85,14 @@ pub fn cost_points_plan(writes: bool) -> Vec<Fixed> {
     dirs.iter().flat_map(|d| cost_plan(*d)).collect()
 }
 
+/// Whether `f` is a cost point (of either direction), at whatever QD.
+pub fn is_cost_point(f: &Fixed) -> bool {
+    [0, 100]
+        .iter()
+        .flat_map(|d| cost_plan(*d))
+        .any(|c| c.label == f.label && c.w == f.w)
+}
+
 /// The cost points, each at the QD its search found (`peaks`, by label;
 /// else its default), each direction's IOs alone, the datasheet's 8 KiB
 /// random points and the held-out mixes the cost model is checked against.

@@ -8,7 +8,8 @@
 //! The search is sans-IO: [`QdSearch::next`] names the QD to measure and
 //! [`QdSearch::record`] takes its rate. It climbs QD 1, 2, 4, ... and stops
 //! two steps after the rate last rose by [`GAIN`] (a plateau, or past the
-//! peak); then it tries the geometric midpoints on either side of the best
+//! peak), or at once when the rate falls by [`FALL`] under the best (past
+//! a knee: a deeper queue only waits longer); then it tries the geometric midpoints on either side of the best
 //! QD (3/4 and 3/2 of it). The peak is the middle of the QDs whose rate is
 //! within [`GAIN`] of the best ([`QdSearch::peak`]): not the edge of that
 //! band, where a little more latency in the rounds that follow (a busy
@@ -19,6 +20,10 @@
 pub const GAIN: f64 = 0.03;
 /// Doublings without a rise of [`GAIN`] before the climb stops.
 pub const STALE_STEPS: u32 = 2;
+/// A fall under the best this deep ends the climb at once: the peak is
+/// passed. (Far beyond a plateau's noise: a disk's rate over a search
+/// point's three windows wanders by a few percent.)
+pub const FALL: f64 = 0.25;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
@@ -75,7 +80,8 @@ impl QdSearch {
                     self.stale + 1
                 };
                 let up = next.saturating_mul(2);
-                if self.stale >= STALE_STEPS || up > self.max_qd {
+                let passed = iops < best * (1.0 - FALL);
+                if self.stale >= STALE_STEPS || passed || up > self.max_qd {
                     self.refine()
                 } else {
                     Phase::Climb { next: up }
@@ -190,6 +196,27 @@ mod tests {
         assert_eq!(qd, 12, "{tried:?}");
         assert!(tried.len() <= 8, "{tried:?}");
         assert!(rate(64) * 14.5 < 0.75, "QD 64 is past the knee");
+    }
+
+    #[test]
+    fn a_fall_past_the_peak_ends_the_climb() {
+        // The slow shape's 4 KiB sequential reads: 4 ms latency, 2 ms more
+        // an IO past QD 16; at QD 32 the rate is under half the peak.
+        let rate = model(527.0, 4000.0, 16, 2000.0);
+        let (qd, tried) = run(64, &rate);
+        assert_eq!(tried, [1, 2, 4, 8, 16, 32, 12, 24], "no QD 64");
+        assert!((rate(qd) * 527.0 - 1.0).abs() < 0.05, "QD {qd}: {tried:?}");
+        // A dip of 10% on the plateau does not.
+        let dip = |qd: u32| {
+            let plateau = 1000.0 * f64::from(qd.min(4));
+            if qd == 8 {
+                plateau * 0.9
+            } else {
+                plateau
+            }
+        };
+        let (_, tried) = run(64, dip);
+        assert_eq!(tried[..5], [1, 2, 4, 8, 16], "{tried:?}");
     }
 
     #[test]

@@ -133,8 +133,9 @@ fn cost_section(md: &mut String, d: &DeviceResult, snippet: &str) {
     };
     let _ = writeln!(
         md,
-        "### Cost model\n\nThe cost model in {:.1} s. Each point below ran {} round(s), in turn with the others: its IOPS is the median round, its latencies the median round's, its ±95% CI that of the round rates' mean (with one round, of its windows'). {basis}\n",
+        "### Cost model\n\nThe cost model in {:.1} s ({:.1} s of peak searches). Each point below ran {} round(s), in turn with the others (the rounds stop once every cost point's rounds agree within ±3%, but for one round off by itself, or at their most): its IOPS is the median round, its latencies the median round's, its ±95% CI that of the round rates' mean (with one round, of its windows'). {basis}\n",
         d.cost_s,
+        d.phases.search_s,
         d.round_iops.first().map_or(1, |r| r.1.len())
     );
     md.push_str("| point | QD | IOPS | window IOPS | MB/s | p50 us | mean us | p99 us | ±95% CI | converged | s | IOPS of each round | spread |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -167,7 +168,7 @@ fn search_section(md: &mut String, d: &DeviceResult) {
     if d.qd_search.is_empty() {
         return;
     }
-    md.push_str("### Peak QD of each cost point\n\nEach cost point above ran at the QD where its rate peaks: a search climbed QD 1, 2, 4, ... until two doublings rose less than 3%, tried 3/4 and 3/2 of the best QD, and took the middle QD of those within 3% of the best.\n\n| point | QD taken | QD: IOPS tried |\n|---|---|---|\n");
+    md.push_str("### Peak QD of each cost point\n\nEach cost point above ran at the QD where its rate peaks: a search climbed QD 1, 2, 4, ... until two doublings rose less than 3% or one fell a quarter under the best, tried 3/4 and 3/2 of the best QD, and took the middle QD of those within 3% of the best.\n\n| point | QD taken | QD: IOPS tried |\n|---|---|---|\n");
     for t in &d.qd_search {
         let tried: Vec<String> = t
             .tried
@@ -230,22 +231,27 @@ fn predictions_section(md: &mut String, d: &DeviceResult) {
 
 fn curves_section(md: &mut String, d: &DeviceResult) {
     let slug = slug(&d.name);
-    md.push_str("### IOPS and latency against queue depth\n\n");
+    let _ = writeln!(
+        md,
+        "### IOPS and latency against queue depth\n\nIn {:.1} s; {} point(s) of these curves and the scaling below were measured by the peak searches (three windows, `s` about 0.3) and are not measured again.\n",
+        d.phases.curves_s, d.phases.reused
+    );
     for c in &d.curves {
         let knee = c.knee_qd.map_or("-".into(), |k| k.to_string());
-        let _ = writeln!(md, "**{}** (knee: QD {knee})\n\n| QD | IOPS | window IOPS | MB/s | p50 us | p99 us | ±95% CI |\n|---|---|---|---|---|---|---|", c.label);
+        let _ = writeln!(md, "**{}** (knee: QD {knee})\n\n| QD | IOPS | window IOPS | MB/s | p50 us | p99 us | ±95% CI | s |\n|---|---|---|---|---|---|---|---|", c.label);
         for p in &c.points {
             let m = &p.m;
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% |",
+                "| {} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {:.1} |",
                 p.x,
                 m.iops,
                 m.window_iops,
                 m.bytes_per_s / 1e6,
                 m.p50_us,
                 m.p99_us,
-                100.0 * m.rel_ci
+                100.0 * m.rel_ci,
+                m.secs
             );
         }
         md.push('\n');

@@ -10,11 +10,13 @@ use pace::pacer::CostModel;
 use crate::converge::StopRule;
 use crate::driver::{measure, Job, Measurement, Workload};
 use crate::fit::{self, CostPoints, SMALL};
+use crate::known::Known;
 use crate::plan::{self, workload, Fixed, Rounds, Row, COST_QD_SMALL};
 use crate::qd_search::{QdSearch, Trace};
+use crate::rounds;
 use crate::{
-    open_targets, report, spec, Curve, DeviceResult, MultiDevice, Options, Point, Prediction,
-    ProbeError, ProbeResult, Target,
+    open_targets, report, spec, Curve, DeviceResult, MultiDevice, Options, Phases, Point,
+    Prediction, ProbeError, ProbeResult, Target,
 };
 
 /// The label of the 4 KiB random read cost point.
@@ -85,7 +87,8 @@ fn thread_counts(opts: &Options) -> Vec<u32> {
 
 fn points_of(t: &Target, opts: &Options) -> u64 {
     let writes = t.write_refusal.is_none();
-    let fixed = plan::fixed_plan(writes, &[]).len() as u64 * u64::from(opts.rounds());
+    let rounds = opts.round_count().min;
+    let fixed = plan::fixed_plan(writes, &[]).len() as u64 * u64::from(rounds);
     let curves = if writes { 3 } else { 2 };
     fixed + curves * qds(opts).len() as u64 + thread_counts(opts).len() as u64
 }
@@ -133,10 +136,9 @@ fn single(t: &Target, qd: u32) -> Vec<Job> {
     vec![job(t, qd)]
 }
 
-/// Measures every point of `plan` once a round, alternating, so a drift of
-/// the device or the machine spreads over all points instead of skewing
-/// one; each point is the median of its rounds. Returns the rows and every
-/// round's IOPS.
+/// Measures every point of `plan` once a round, in turn, as many rounds
+/// as [`rounds::rounds_done`] asks; each point is the median of its rounds.
+/// Returns the rows and every round's IOPS.
 fn measure_plan(
     t: &Target,
     plan: &[Fixed],
@@ -144,52 +146,19 @@ fn measure_plan(
     bar: &ProgressBar,
 ) -> Result<(Vec<Row>, Vec<Rounds>), ProbeError> {
     let rule = opts.round_rule();
-    let mut seen: Vec<Vec<Measurement>> = plan.iter().map(|_| Vec::new()).collect();
-    for _ in 0..opts.rounds() {
-        for (f, seen) in plan.iter().zip(&mut seen) {
-            let label = format!("{}: {}", t.name, f.label);
-            seen.push(point(bar, &single(t, f.qd), &f.w, &rule, &label)?);
+    let count = opts.round_count();
+    // The bar counts the least rounds; each round past those adds its points.
+    let least = plan.len() * count.min as usize;
+    let mut calls = 0;
+    let seen = rounds::rounds_of(plan, &count, |f| {
+        if calls >= least {
+            bar.inc_length(1);
         }
-    }
-    let rounds = plan
-        .iter()
-        .zip(&seen)
-        .map(|(f, ms)| (f.label.clone(), ms.iter().map(|m| m.iops).collect()))
-        .collect();
-    let rows = plan
-        .iter()
-        .zip(seen)
-        .map(|(f, ms)| (f.label.clone(), f.w, f.qd, median_round(ms, &rule)))
-        .collect();
-    Ok((rows, rounds))
-}
-
-/// A point from its rounds: the median round's IOPS (robust to a round
-/// the disk stalled in) and latencies, the 95% interval of the round rates,
-/// and the time of all rounds. One round is the point itself.
-fn median_round(mut rounds: Vec<Measurement>, rule: &StopRule) -> Measurement {
-    debug_assert!(!rounds.is_empty(), "a point of no rounds");
-    if rounds.len() == 1 {
-        return rounds[0];
-    }
-    let rates: Vec<f64> = rounds.iter().map(|m| m.iops).collect();
-    let (_, rel_ci) = crate::converge::mean_and_rel_ci(&rates);
-    let secs = rounds.iter().map(|m| m.secs).sum();
-    rounds.sort_by(|a, b| a.iops.total_cmp(&b.iops));
-    let mid = rounds.len() / 2;
-    let mut m = rounds[mid];
-    if rounds.len().is_multiple_of(2) {
-        // The median of an even count: the middle two's mean.
-        let low = rounds[mid - 1];
-        m.iops = (m.iops + low.iops) / 2.0;
-        m.bytes_per_s = (m.bytes_per_s + low.bytes_per_s) / 2.0;
-    }
-    Measurement {
-        rel_ci,
-        converged: rel_ci <= rule.ci,
-        secs,
-        ..m
-    }
+        calls += 1;
+        let label = format!("{}: {}", t.name, f.label);
+        point(bar, &single(t, f.qd), &f.w, &rule, &label)
+    })?;
+    Ok(rounds::rows_of(plan, seen, &rule))
 }
 
 /// A search point: three windows, after a warm-up of at most one.
@@ -204,18 +173,22 @@ fn search_rule(opts: &Options) -> StopRule {
 }
 
 /// Each cost point's peak: the QD where its rate is highest, by a short
-/// search over QD (`qd_search`) up to the curves' highest QD.
+/// search over QD (`qd_search`) up to the curves' highest QD. Every point
+/// it measures is kept in `known`.
 fn search_peaks(
     t: &Target,
     points: &[Fixed],
     opts: &Options,
     bar: &ProgressBar,
+    known: &mut Known,
 ) -> Result<Vec<Trace>, ProbeError> {
     let rule = search_rule(opts);
     peaks_of(&t.name, points, max_qd(opts), |f, qd| {
         bar.inc_length(1);
         let label = format!("{}: {} QD {qd} (peak search)", t.name, f.label);
-        Ok(point(bar, &single(t, qd), &f.w, &rule, &label)?.iops)
+        let m = point(bar, &single(t, qd), &f.w, &rule, &label)?;
+        known.add(f.w, qd, m);
+        Ok(m.iops)
     })
 }
 
@@ -251,7 +224,7 @@ pub(crate) fn peaks_of(
 pub(crate) fn read_cost_points(t: &Target, opts: &Options) -> Result<CostPoints, ProbeError> {
     let bar = ProgressBar::hidden();
     let points = plan::cost_plan(100);
-    let peaks = search_peaks(t, &points, opts, &bar)?;
+    let peaks = search_peaks(t, &points, opts, &bar, &mut Known::new())?;
     let plan: Vec<Fixed> = points
         .into_iter()
         .zip(&peaks)
@@ -264,21 +237,36 @@ pub(crate) fn read_cost_points(t: &Target, opts: &Options) -> Result<CostPoints,
 }
 
 /// What the cost phase measured: its rows and rounds, each cost point's
-/// search, the cost model and the held-out predictions.
+/// search, the cost model and the held-out predictions; and its time
+/// (the search's and the rounds' of `phases`).
 struct CostPhase {
     rows: Vec<Row>,
     rounds: Vec<Rounds>,
     peaks: Vec<Trace>,
     cost: CostModel,
     predictions: Vec<Prediction>,
+    phases: Phases,
 }
 
 /// Each cost point's peak QD, then every fixed point in rounds, each cost
 /// point at its peak; the cost model of the rows.
-fn cost_phase(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<CostPhase, ProbeError> {
+fn cost_phase(
+    t: &Target,
+    opts: &Options,
+    bar: &ProgressBar,
+    known: &mut Known,
+) -> Result<CostPhase, ProbeError> {
     let writes = t.write_refusal.is_none();
-    let peaks = search_peaks(t, &plan::cost_points_plan(writes), opts, bar)?;
+    let start = Instant::now();
+    let peaks = search_peaks(t, &plan::cost_points_plan(writes), opts, bar, known)?;
+    let search_s = start.elapsed().as_secs_f64();
     let (rows, rounds) = measure_plan(t, &plan::fixed_plan(writes, &peaks), opts, bar)?;
+    let phases = Phases {
+        search_s,
+        rounds_s: start.elapsed().as_secs_f64() - search_s,
+        rounds: rounds.first().map_or(0, |r| r.1.len() as u32),
+        ..Phases::default()
+    };
     let missing = || ProbeError::Run(format!("{}: cost points missing", t.name));
     let (read, write, cost) = cost_of(&rows, writes).ok_or_else(missing)?;
     let predictions = plan::predictions(&rows, &cost, &read, write.as_ref());
@@ -288,6 +276,7 @@ fn cost_phase(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<CostPhase
         peaks,
         cost,
         predictions,
+        phases,
     })
 }
 
@@ -312,22 +301,26 @@ pub(crate) fn cost_of(
     Some((read, write, cost))
 }
 
+/// One QD curve: `w` at each QD of the curves, a point `known` taken as
+/// it is (counted in `reused`).
 fn curve(
     t: &Target,
     label: &str,
     w: Workload,
     opts: &Options,
     bar: &ProgressBar,
+    (known, reused): (&mut Known, &mut u32),
 ) -> Result<Curve, ProbeError> {
     let mut points = Vec::new();
     for qd in qds(opts) {
-        let m = point(
-            bar,
-            &single(t, qd),
-            &w,
-            &opts.rule(),
-            &format!("{}: {label} QD {qd}", t.name),
-        )?;
+        let (m, was_known) = known.or_measure(w, qd, || {
+            let label = format!("{}: {label} QD {qd}", t.name);
+            point(bar, &single(t, qd), &w, &opts.rule(), &label)
+        })?;
+        if was_known {
+            bar.inc(1);
+            *reused += 1;
+        }
         points.push(crate::Point { x: qd, m });
     }
     let iops: Vec<(u32, f64)> = points.iter().map(|p| (p.x, p.m.iops)).collect();
@@ -342,24 +335,14 @@ fn curve(
 fn device(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<DeviceResult, ProbeError> {
     let start = Instant::now();
     let writes = t.write_refusal.is_none();
-    let c = cost_phase(t, opts, bar)?;
+    let mut known = Known::new();
+    let c = cost_phase(t, opts, bar, &mut known)?;
     let cost_s = start.elapsed().as_secs_f64();
-    let curves = curves(t, writes, opts, bar)?;
-    let mut thread_scaling = Vec::new();
-    for threads in thread_counts(opts) {
-        let jobs: Vec<Job> = (0..threads)
-            .map(|_| job(t, (COST_QD_SMALL / threads).max(1)))
-            .collect();
-        let label = format!("{}: 4KiB random read, {threads} threads", t.name);
-        let m = point(
-            bar,
-            &jobs,
-            &workload(100, SMALL, true),
-            &opts.rule(),
-            &label,
-        )?;
-        thread_scaling.push(Point { x: threads, m });
-    }
+    let mut phases = c.phases;
+    let curves = curves(t, writes, opts, bar, (&mut known, &mut phases.reused))?;
+    phases.curves_s = start.elapsed().as_secs_f64() - cost_s;
+    let thread_scaling = scaling(t, opts, bar, (&mut known, &mut phases.reused))?;
+    phases.scaling_s = start.elapsed().as_secs_f64() - cost_s - phases.curves_s;
     Ok(DeviceResult {
         name: t.name.clone(),
         identity: t.identity.clone(),
@@ -375,7 +358,36 @@ fn device(t: &Target, opts: &Options, bar: &ProgressBar) -> Result<DeviceResult,
         spec: None,
         cost_s,
         elapsed_s: start.elapsed().as_secs_f64(),
+        phases,
     })
+}
+
+/// 4 KiB random reads at QD 64 over 1, 2, 4, ... threads (one thread: the
+/// curve's QD 64 point, if it has one).
+fn scaling(
+    t: &Target,
+    opts: &Options,
+    bar: &ProgressBar,
+    (known, reused): (&mut Known, &mut u32),
+) -> Result<Vec<Point>, ProbeError> {
+    let w = workload(100, SMALL, true);
+    let mut points = Vec::new();
+    for threads in thread_counts(opts) {
+        let qd = (COST_QD_SMALL / threads).max(1);
+        let jobs: Vec<Job> = (0..threads).map(|_| job(t, qd)).collect();
+        let label = format!("{}: 4KiB random read, {threads} threads", t.name);
+        let measure = || point(bar, &jobs, &w, &opts.rule(), &label);
+        let m = match known.get(&w, qd).filter(|_| threads == 1) {
+            Some(m) => {
+                bar.inc(1);
+                *reused += 1;
+                m
+            }
+            None => measure()?,
+        };
+        points.push(Point { x: threads, m });
+    }
+    Ok(points)
 }
 
 fn curves(
@@ -383,31 +395,16 @@ fn curves(
     writes: bool,
     opts: &Options,
     bar: &ProgressBar,
+    (known, reused): (&mut Known, &mut u32),
 ) -> Result<Vec<Curve>, ProbeError> {
-    let mut curves = vec![curve(
-        t,
-        "4KiB random read",
-        workload(100, SMALL, true),
-        opts,
-        bar,
-    )?];
+    let mut todo = vec![("4KiB random read", workload(100, SMALL, true))];
     if writes {
-        curves.push(curve(
-            t,
-            "4KiB random write",
-            workload(0, SMALL, true),
-            opts,
-            bar,
-        )?);
+        todo.push(("4KiB random write", workload(0, SMALL, true)));
     }
-    curves.push(curve(
-        t,
-        "128KiB sequential read",
-        workload(100, 128 << 10, false),
-        opts,
-        bar,
-    )?);
-    Ok(curves)
+    todo.push(("128KiB sequential read", workload(100, 128 << 10, false)));
+    todo.into_iter()
+        .map(|(label, w)| curve(t, label, w, opts, bar, (&mut *known, &mut *reused)))
+        .collect()
 }
 
 /// 4 KiB random reads on every device at once, each at the QD of its cost
@@ -470,29 +467,3 @@ pub fn cost_for_tune(opts: &Options, t: &Target) -> Result<(CostModel, String), 
 #[cfg(test)]
 #[path = "run_model_tests.rs"]
 mod model_tests;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::test_round as round;
-
-    #[test]
-    fn a_point_is_its_median_round_with_the_rounds_interval() {
-        let rule = StopRule::device();
-        // A round the disk stalled in (10) moves the median, not the mean, little.
-        let m = median_round(
-            vec![round(100.0, 1.0), round(10.0, 9.0), round(104.0, 2.0)],
-            &rule,
-        );
-        assert_eq!((m.iops, m.p99_us, m.secs), (100.0, 1.0, 1.5));
-        let (_, ci) = crate::converge::mean_and_rel_ci(&[100.0, 10.0, 104.0]);
-        assert_eq!(m.rel_ci, ci);
-        assert!(!m.converged);
-        let even = [98.0, 102.0, 101.0, 99.0].map(|x| round(x, 1.0)).to_vec();
-        let m = median_round(even, &rule);
-        assert_eq!(m.iops, 100.0);
-        assert!(m.converged, "±{:.1}%", 100.0 * m.rel_ci);
-        let one = round(7.0, 3.0);
-        assert_eq!(median_round(vec![one], &rule), one);
-    }
-}

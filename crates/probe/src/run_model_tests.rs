@@ -1,8 +1,10 @@
-//! The probe's peak search and fit against the `model` bdev's own timing
-//! (`bdev::ModelState`) in virtual time. This is deterministic, so it
-//! checks exactly, under any machine load, what `tests/probe_model.rs` used
-//! to check against a wall clock: the six parameters come back (within 1%
-//! here; the goal is 10%) and the knee within one QD step. How close the real probe
+//! The probe's peak search, rounds and fit against the `model` bdev's own
+//! timing (`bdev::ModelState`) in virtual time. This is deterministic, so
+//! it checks exactly, under any machine load, what `tests/probe_model.rs`
+//! used to check against a wall clock: the six parameters come back (within
+//! 1% here; the goal is 10%) and the knee within one QD step; and what the
+//! full probe's schedule (the points it measures, each at its rule's
+//! length) costs, against the goal of 2 minutes. How close the real probe
 //! gets on a real clock, and how long it takes, is measured by the benchmark
 //! `scripts/probe-accuracy.sh` (BENCHMARKS.md).
 
@@ -12,10 +14,14 @@ use std::collections::BinaryHeap;
 use bdev::{IoOp, ModelParams, ModelState};
 use pace::pacer::CostModel;
 
-use super::{cost_of, peaks_of};
+use super::{cost_of, peaks_of, qds, search_rule, thread_counts};
+use crate::converge::StopRule;
 use crate::driver::Workload;
 use crate::fit::{self, SMALL};
-use crate::plan::{self, test_round, workload, Row};
+use crate::known::Known;
+use crate::plan::{self, test_round, workload};
+use crate::rounds;
+use crate::Options;
 
 /// Completions dropped while the queue fills, then completions timed.
 const WARM: u64 = 100;
@@ -23,16 +29,22 @@ const TIMED: u64 = 1000;
 
 /// IOPS of `qd` IOs of `w` kept in flight on a model device, as the
 /// probe's driver keeps them: a sequential workload's offsets follow each
-/// other in issue order, a random one's are scattered.
+/// other in issue order, a random one's are scattered; a mix's reads and
+/// sizes are spread evenly over the IOs.
 fn closed_loop(p: &ModelParams, w: &Workload, qd: u32) -> f64 {
     let mut s = ModelState::new(p);
-    let op = if w.read_pct == 100 {
-        IoOp::Read
-    } else {
-        assert_eq!(w.read_pct, 0, "a cost point is one direction");
-        IoOp::Write { fua: false }
+    let op = |i: u64| {
+        if i * 37 % 100 < u64::from(w.read_pct) {
+            IoOp::Read
+        } else {
+            IoOp::Write { fua: false }
+        }
     };
-    let bs = u64::from(w.bs);
+    let len = |i: u64| match w.alt_bs {
+        Some(alt) if i % 2 == 1 => alt,
+        _ => w.bs,
+    };
+    let bs = u64::from(w.max_bs());
     let offset = |i: u64| {
         let block = if w.random { i * 7919 % 100_003 } else { i };
         block * bs
@@ -40,7 +52,7 @@ fn closed_loop(p: &ModelParams, w: &Workload, qd: u32) -> f64 {
     let mut issued = 0;
     let mut admit = |s: &mut ModelState, now: u64| {
         issued += 1;
-        Reverse(s.admit(p, now, op, offset(issued), w.bs))
+        Reverse(s.admit(p, now, op(issued), offset(issued), len(issued)))
     };
     let mut pending: BinaryHeap<Reverse<u64>> = (0..qd).map(|_| admit(&mut s, 0)).collect();
     let mut start = 0;
@@ -57,27 +69,97 @@ fn closed_loop(p: &ModelParams, w: &Workload, qd: u32) -> f64 {
     unreachable!("the loop returns at its last completion")
 }
 
-/// The probe's cost phase in virtual time: each cost point's peak search
-/// up to QD 64, the point measured at its peak, the model fitted; and the
-/// knee of the 4 KiB random read curve over QD 1-64.
-fn probe(p: &ModelParams) -> (CostModel, Option<u32>) {
-    let points = plan::cost_points_plan(true);
-    let rate = |f: &plan::Fixed, qd| Ok(closed_loop(p, &f.w, qd));
-    let peaks = peaks_of("model", &points, 64, rate).expect("every search ends");
-    let rows: Vec<Row> = points
-        .iter()
-        .zip(&peaks)
-        .map(|(f, t)| {
-            let iops = closed_loop(p, &f.w, t.qd);
-            (f.label.clone(), f.w, t.qd, test_round(iops, 0.0))
-        })
-        .collect();
+/// The full probe's options, as `scripts/probe-accuracy.sh` gives them.
+fn full() -> Options {
+    Options {
+        targets: vec!["model".into()],
+        config: None,
+        spec: None,
+        out: "unused".into(),
+        destructive: Vec::new(),
+        quick: false,
+        max_qd: 64,
+        threads: 1,
+        rounds: 0,
+        command: String::new(),
+        devnum: None,
+    }
+}
+
+/// What the probe of a model found, and what it measured to find it.
+struct Probed {
+    cost: CostModel,
+    /// The knee of the 4 KiB random read curve.
+    knee: Option<u32>,
+    /// Points of the peak searches, of the rounds (every round's), and of
+    /// the curves and scaling not known from the searches.
+    points: [usize; 3],
+    rounds: usize,
+}
+
+impl Probed {
+    /// The least seconds the full probe's points take, each at its rule's
+    /// least length (a warm-up and its least windows), and the most (a
+    /// curve point to its cap).
+    fn schedule_s(&self, o: &Options) -> (f64, f64) {
+        let secs = |r: &StopRule, windows: u32| (r.warmup + r.window * windows).as_secs_f64();
+        let (search, round, curve) = (search_rule(o), o.round_rule(), o.rule());
+        let fixed =
+            self.points[0] as f64 * secs(&search, 3) + self.points[1] as f64 * secs(&round, 5);
+        let least = secs(&curve, curve.min_windows as u32);
+        let most = (curve.warmup + curve.cap).as_secs_f64();
+        let curves = self.points[2] as f64;
+        (fixed + curves * least, fixed + curves * most)
+    }
+}
+
+/// The full probe in virtual time: each cost point's peak search, then
+/// every point of the plan in rounds (each cost point at its peak) until
+/// they agree, the model fitted; then the QD curves and the thread scaling,
+/// each point the searches measured taken as it is.
+fn probe(p: &ModelParams) -> Probed {
+    let o = full();
+    let mut known = Known::new();
+    let mut searched = 0;
+    let peaks = peaks_of("model", &plan::cost_points_plan(true), o.max_qd, |f, qd| {
+        let iops = closed_loop(p, &f.w, qd);
+        known.add(f.w, qd, test_round(iops, 0.0));
+        searched += 1;
+        Ok(iops)
+    })
+    .expect("every search ends");
+    let plan = plan::fixed_plan(true, &peaks);
+    let seen = rounds::rounds_of(&plan, &o.round_count(), |f| {
+        Ok(test_round(closed_loop(p, &f.w, f.qd), 0.0))
+    })
+    .expect("the rounds end");
+    let rounds = seen[0].len();
+    let (rows, _) = rounds::rows_of(&plan, seen, &o.round_rule());
     let (_, _, cost) = cost_of(&rows, true).expect("every cost point measured");
+    let mut fresh = 0;
+    let mut at = |w: Workload, qd: u32| {
+        let m = known.or_measure(w, qd, || {
+            fresh += 1;
+            Ok::<_, ()>(test_round(closed_loop(p, &w, qd), 0.0))
+        });
+        m.expect("a model point").0.iops
+    };
     let read = workload(100, SMALL, true);
-    let curve: Vec<(u32, f64)> = (0..=6)
-        .map(|i| (1 << i, closed_loop(p, &read, 1 << i)))
-        .collect();
-    (cost, fit::knee(&curve))
+    let curve: Vec<(u32, f64)> = qds(&o).into_iter().map(|q| (q, at(read, q))).collect();
+    for w in [workload(0, SMALL, true), workload(100, 128 << 10, false)] {
+        for q in qds(&o) {
+            at(w, q);
+        }
+    }
+    // One thread at the QD of all: the read curve's point.
+    assert_eq!(thread_counts(&o), [1]);
+    at(read, plan::COST_QD_SMALL);
+    Probed {
+        cost,
+        knee: fit::knee(&curve),
+        points: [searched, rounds * plan.len(), fresh],
+        rounds,
+    }
 }
 
 fn shape(cost: [f64; 6], latency_us: u64, channels: u32, knee: (u32, u64)) -> ModelParams {
@@ -163,7 +245,9 @@ fn shapes() -> Vec<(&'static str, ModelParams, Option<u32>)> {
 #[test]
 fn the_search_and_fit_recover_every_models_parameters_and_knee() {
     for (name, p, knee) in shapes() {
-        let (cost, found) = probe(&p);
+        let Probed {
+            cost, knee: found, ..
+        } = probe(&p);
         for ((param, got), (_, want)) in cost.named().into_iter().zip(p.cost.named()) {
             let err = got / want - 1.0;
             // Exact in virtual time, up to the model's rounding to whole ns.
@@ -201,4 +285,27 @@ fn the_issues_sequential_reads_peak_before_the_knee() {
         peaks[0].qd,
         at(peaks[0].qd)
     );
+}
+
+#[test]
+fn the_full_probes_schedule_fits_in_two_minutes() {
+    // The goal: the whole probe within 2 minutes. Its points at their
+    // rules' lengths leave a quarter of that for what a real clock adds
+    // (each point's set-up, a busy machine).
+    let o = full();
+    for (name, p, _) in shapes() {
+        let probed = probe(&p);
+        // A model holds still: its rounds stop at the least.
+        assert_eq!(probed.rounds, o.round_count().min as usize, "{name}");
+        let (least, most) = probed.schedule_s(&o);
+        eprintln!("{name}: {least:.0}-{most:.0} s, points {:?}", probed.points);
+        assert!(
+            most <= 90.0,
+            "{name}: {least:.0}-{most:.0} s for {:?} points",
+            probed.points
+        );
+        // Most curve points are the searches': a curve and the search of
+        // its cost point share a workload.
+        assert!(probed.points[2] <= 10, "{name}: {:?}", probed.points);
+    }
 }

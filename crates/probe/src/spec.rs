@@ -194,6 +194,7 @@ mod tests {
             spec: None,
             cost_s: 0.0,
             elapsed_s: 0.0,
+            phases: Default::default(),
         };
         let rated = Rated {
             rand_read_iops: Some(1000.0),
