@@ -74,10 +74,13 @@ pub struct ServerConfig {
     pub unix_send_buffer: ByteSize,
     /// TCP_NOTSENT_LOWAT of TCP connections (NBD and NVMe/TCP): a reply's
     /// send completes, and the pacer counts it landed, only once the
-    /// socket holds less than this unsent, so the queue of replies stays
-    /// in the pacer, where the weights act, and not in the kernel, where
-    /// the connections share the wire first come first served. 0 keeps the
-    /// kernel's (`net.ipv4.tcp_notsent_lowat`, by default no limit).
+    /// socket holds less than this unsent, so the replies' queue stays in
+    /// the target (in the pacer's count) and not in the kernel, where the
+    /// connections share the wire first come first served. 0 keeps the
+    /// kernel's (`net.ipv4.tcp_notsent_lowat`, by default no limit). Off
+    /// by default: alone it does not make tenant weights hold on a shared
+    /// port, and it costs large reads over loopback 10-15%
+    /// (docs/evidence.md#ports-real).
     #[serde(default = "zero_bytes")]
     pub tcp_notsent_lowat: ByteSize,
     /// SO_SNDBUF of TCP connections; 0 keeps the kernel's autotuning.
