@@ -268,6 +268,8 @@ impl LoadedConfig {
             "batch_wait_us": s.batch_wait_us,
             "splice": s.splice,
             "unix_send_buffer": s.unix_send_buffer.0,
+            "tcp_notsent_lowat": s.tcp_notsent_lowat.0,
+            "tcp_send_buffer": s.tcp_send_buffer.0,
         });
         let b = &self.config.buffers;
         json["buffers"] = serde_json::json!({
@@ -557,6 +559,7 @@ mod tests {
             ("poll_spin_us = 1000000", "server.poll_spin_us"),
             ("batch_wait_us = 5000", "server.batch_wait_us"),
             ("unix_send_buffer = \"1GiB\"", "server.unix_send_buffer"),
+            ("tcp_notsent_lowat = \"1GiB\"", "server.tcp_notsent_lowat"),
             ("tcp = [\"no.such.host.invalid:10809\"]", "server.tcp"),
         ] {
             let text = format!("[server]\n{line}\n{ONE_EXPORT}");

@@ -72,6 +72,20 @@ pub struct ServerConfig {
     /// (`net.core.wmem_default`). The kernel caps it at `net.core.wmem_max`.
     #[serde(default = "default_unix_send_buffer")]
     pub unix_send_buffer: ByteSize,
+    /// TCP_NOTSENT_LOWAT of TCP connections (NBD and NVMe/TCP): a reply's
+    /// send completes, and the pacer counts it landed, only once the
+    /// socket holds less than this unsent, so the replies' queue stays in
+    /// the target (in the pacer's count) and not in the kernel, where the
+    /// connections share the wire first come first served. 0 keeps the
+    /// kernel's (`net.ipv4.tcp_notsent_lowat`, by default no limit). Off
+    /// by default: alone it does not make tenant weights hold on a shared
+    /// port, and it costs large reads over loopback 10-15%
+    /// (docs/evidence.md#ports-real).
+    #[serde(default = "zero_bytes")]
+    pub tcp_notsent_lowat: ByteSize,
+    /// SO_SNDBUF of TCP connections; 0 keeps the kernel's autotuning.
+    #[serde(default = "zero_bytes")]
+    pub tcp_send_buffer: ByteSize,
 }
 
 /// Which connections splice lent READ data (see `ServerConfig::splice`).
@@ -87,11 +101,16 @@ pub enum SpliceMode {
     All,
 }
 
+fn zero_bytes() -> ByteSize {
+    ByteSize(0)
+}
+
 fn default_unix_send_buffer() -> ByteSize {
     ByteSize(4 << 20)
 }
 
-/// Largest `unix_send_buffer`: more only pins more memory per connection.
+/// Largest `unix_send_buffer` and `tcp_send_buffer`: more only pins more
+/// memory per connection.
 const MAX_UNIX_SEND_BUFFER: u64 = 64 << 20;
 
 /// How a reactor waits when it has nothing to do.
@@ -272,6 +291,8 @@ impl Default for ServerConfig {
             batch_wait_us: default_batch_wait_us(),
             splice: SpliceMode::default(),
             unix_send_buffer: default_unix_send_buffer(),
+            tcp_notsent_lowat: ByteSize(0),
+            tcp_send_buffer: ByteSize(0),
         }
     }
 }
@@ -305,13 +326,13 @@ impl ServerConfig {
         }
         bounds::in_range("poll_spin_us", s.poll_spin_us, 0, MAX_POLL_SPIN_US).map_err(field)?;
         bounds::in_range("batch_wait_us", s.batch_wait_us, 0, MAX_BATCH_WAIT_US).map_err(field)?;
-        bounds::in_range(
-            "unix_send_buffer",
-            s.unix_send_buffer.0,
-            0,
-            MAX_UNIX_SEND_BUFFER,
-        )
-        .map_err(field)?;
+        for (name, value) in [
+            ("unix_send_buffer", s.unix_send_buffer.0),
+            ("tcp_send_buffer", s.tcp_send_buffer.0),
+            ("tcp_notsent_lowat", s.tcp_notsent_lowat.0),
+        ] {
+            bounds::in_range(name, value, 0, MAX_UNIX_SEND_BUFFER).map_err(field)?;
+        }
         for listener in &s.tcp {
             check_tcp_address(listener.addr()).map_err(|m| at.error_at("server", 0, "tcp", m))?;
         }

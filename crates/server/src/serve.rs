@@ -14,7 +14,7 @@ use crate::acceptor::{self, Acceptors};
 use crate::engine::Timeouts;
 use crate::error::{runtime, ServeError};
 use crate::exports::Catalog;
-use crate::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings};
+use crate::reactor::{Msg, Reactor, ReactorHandle, ReactorSettings, SendBuffers};
 use crate::rpc;
 use crate::sockets::SocketFiles;
 
@@ -135,7 +135,11 @@ fn reactor_settings(
         poll_spin: Duration::from_micros(server.poll_spin_us),
         batch_wait: Duration::from_micros(server.batch_wait_us),
         splice: server.splice,
-        unix_send_buffer: server.unix_send_buffer.0 as usize,
+        send_buffers: SendBuffers {
+            unix: server.unix_send_buffer.0 as usize,
+            tcp: server.tcp_send_buffer.0 as usize,
+            tcp_notsent_lowat: server.tcp_notsent_lowat.0 as usize,
+        },
         ring_entries: 0,
     }
 }

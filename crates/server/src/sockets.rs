@@ -127,19 +127,31 @@ pub(crate) fn is_unix(fd: &OwnedFd) -> bool {
 
 /// SO_SNDBUF of `fd` (logged, not fatal, when refused).
 pub(crate) fn set_send_buffer(fd: &OwnedFd, bytes: usize) {
-    let v = bytes.min(i32::MAX as usize) as i32;
+    set_int_option(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes, "SO_SNDBUF");
+}
+
+/// TCP_NOTSENT_LOWAT of `fd` (logged, not fatal, when refused).
+pub(crate) fn set_notsent_lowat(fd: &OwnedFd, bytes: usize) {
+    let name = libc::TCP_NOTSENT_LOWAT;
+    set_int_option(fd, libc::IPPROTO_TCP, name, bytes, "TCP_NOTSENT_LOWAT");
+}
+
+/// An int socket option, `value` capped at `i32::MAX`; a refusal is
+/// logged, not fatal (the kernel's default stays).
+fn set_int_option(fd: &OwnedFd, level: i32, name: i32, value: usize, what: &str) {
+    let v = value.min(i32::MAX as usize) as i32;
     // SAFETY: setsockopt with a valid int.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
+            level,
+            name,
             (&v as *const i32).cast(),
             std::mem::size_of::<i32>() as libc::socklen_t,
         )
     };
     if r != 0 {
-        tracing::debug!("SO_SNDBUF {bytes}: {}", io::Error::last_os_error());
+        tracing::debug!("{what} {value}: {}", io::Error::last_os_error());
     }
 }
 
@@ -160,6 +172,29 @@ pub(crate) fn is_nonblocking(fd: &OwnedFd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tcp_socket_takes_its_notsent_lowat() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = std::net::TcpStream::connect(addr).expect("connect");
+        let fd = OwnedFd::from(client);
+        set_notsent_lowat(&fd, 128 << 10);
+        let mut v: i32 = 0;
+        let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+        // SAFETY: getsockopt into a valid int.
+        let r = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                (&mut v as *mut i32).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0);
+        assert_eq!(v, 128 << 10);
+    }
 
     #[test]
     fn a_regular_file_is_never_replaced() {

@@ -49,7 +49,7 @@ fn start(dir: &std::path::Path) -> (Arc<ReactorHandle>, std::thread::JoinHandle<
         poll_spin: Duration::ZERO,
         batch_wait: Duration::ZERO,
         splice: SpliceMode::Off,
-        unix_send_buffer: 0,
+        send_buffers: Default::default(),
         ring_entries: 8,
     };
     let handle = ReactorHandle::new().expect("eventfd");

@@ -30,6 +30,7 @@ use pool::SharedPool;
 
 pub use handle::{Accepted, Msg, ReactorHandle};
 use op::Op;
+pub use socks::SendBuffers;
 use socks::{Drained, Socks};
 use tls::{TlsConns, TlsOut};
 use wait::Waiter;
@@ -54,8 +55,8 @@ pub struct ReactorSettings {
     pub batch_wait: Duration,
     /// Which connections splice lent READ data instead of copying it.
     pub splice: SpliceMode,
-    /// SO_SNDBUF for Unix-socket connections; 0: the kernel's default.
-    pub unix_send_buffer: usize,
+    /// The accepted sockets' send buffers and TCP_NOTSENT_LOWAT.
+    pub send_buffers: SendBuffers,
     /// SQ entries of the ring; 0: room for every request slot and more.
     pub ring_entries: u32,
 }
@@ -133,7 +134,7 @@ impl Reactor {
             socks: Socks::new(
                 settings.id,
                 settings.splice,
-                settings.unix_send_buffer,
+                settings.send_buffers,
                 lendable,
             ),
             tls: TlsConns::new(settings.id, catalog.tls.clone()),

@@ -8,7 +8,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use config::SpliceMode;
 
 use crate::engine::{ConnId, Sent};
-use crate::sockets::{is_nonblocking, is_unix, set_nonblocking, set_send_buffer};
+use crate::sockets::{
+    is_nonblocking, is_unix, set_nonblocking, set_notsent_lowat, set_send_buffer,
+};
 use crate::splice::{self, Pipe};
 
 /// A connection's socket, with its pipe while it splices.
@@ -22,6 +24,20 @@ struct Sock {
     /// The bytes the send in flight put into the pipe: reported once the
     /// pipe is empty.
     pipe_send: usize,
+}
+
+/// The send-side options of accepted sockets; 0 keeps the kernel's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendBuffers {
+    /// SO_SNDBUF of Unix-socket connections.
+    pub unix: usize,
+    /// SO_SNDBUF of TCP connections.
+    pub tcp: usize,
+    /// TCP_NOTSENT_LOWAT of TCP connections: a send waits (in io_uring's
+    /// poll, or the splice's) while the socket holds this much unsent, so
+    /// a reply counts as sent only once the queue before it has mostly
+    /// gone to the wire.
+    pub tcp_notsent_lowat: usize,
 }
 
 /// What draining a connection's pipe came to.
@@ -38,7 +54,7 @@ pub(super) struct Socks {
     /// Sockets by connection slot, with the connection they belong to.
     socks: Vec<Option<Sock>>,
     splice: SpliceMode,
-    unix_send_buffer: usize,
+    send_buffers: SendBuffers,
     /// Memory the catalog's bdevs lend (address, length), sorted: only
     /// this is spliced by reference.
     lendable: Vec<(usize, usize)>,
@@ -48,14 +64,14 @@ impl Socks {
     pub(super) fn new(
         id: usize,
         splice: SpliceMode,
-        unix_send_buffer: usize,
+        send_buffers: SendBuffers,
         lendable: Vec<(usize, usize)>,
     ) -> Socks {
         Socks {
             id,
             socks: Vec::new(),
             splice,
-            unix_send_buffer,
+            send_buffers,
             lendable,
         }
     }
@@ -88,8 +104,13 @@ impl Socks {
             SpliceMode::Unix => unix,
             SpliceMode::All => true,
         } && !self.lendable.is_empty();
-        if unix && self.unix_send_buffer > 0 {
-            set_send_buffer(&fd, self.unix_send_buffer);
+        let b = self.send_buffers;
+        let send_buffer = if unix { b.unix } else { b.tcp };
+        if send_buffer > 0 {
+            set_send_buffer(&fd, send_buffer);
+        }
+        if !unix && b.tcp_notsent_lowat > 0 {
+            set_notsent_lowat(&fd, b.tcp_notsent_lowat);
         }
         // Splicing never blocks the reactor: a full socket fails it with
         // EAGAIN, and the reactor polls. (io_uring's own sends and receives
