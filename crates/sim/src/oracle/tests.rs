@@ -68,6 +68,8 @@ fn a_qd_bound_host_gets_littles_law() {
     near(i.host_bps[0], 131072.0 / rt);
     near(i.floor_bytes, 131072.0);
     assert_eq!(i.limit, vec![Limit::Qd]);
+    // Held by its QD, its QD bound is its rate: no headroom.
+    near(i.qd_bps[0], i.host_bps[0]);
     // At QD 4 the port is not reached either: four times the rate.
     near(ideal_of(&sc, 4).host_bps[0], 4.0 * 131072.0 / rt);
 }
@@ -101,6 +103,9 @@ fn a_port_shared_by_unequal_links() {
     let i = ideal_of(&sc, 256);
     near(i.host_bps[0], 10.0 * GBPS);
     near(i.host_bps[1], 15.0 * GBPS);
+    assert_eq!(i.limit, vec![Limit::Link, Limit::Port]);
+    // At QD 256 the QD bound is far above either rate.
+    assert!(i.qd_bps.iter().zip(&i.host_bps).all(|(q, r)| *q > 10.0 * r));
 }
 
 /// Writers load the ingress direction, readers the egress: a reader and
