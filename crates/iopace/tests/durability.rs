@@ -24,7 +24,10 @@ fn acknowledged_writes_survive_kill_9_rounds_with_io_in_flight() {
         // fio keeps writing the upper half until the kill.
         let fio = Reaped(
             Command::new("fio")
-                .args(["--name=bg", "--ioengine=nbd", "--rw=randwrite", "--bs=64k"])
+                // Jobs as threads: a forked job outlives the SIGKILL that
+                // `Reaped` sends its parent, and hangs on the dead socket.
+                .args(["--name=bg", "--thread", "--ioengine=nbd", "--rw=randwrite"])
+                .args(["--bs=64k"])
                 .args(["--iodepth=16", "--offset=32M", "--size=32M", "--time_based"])
                 .args(["--runtime=60"])
                 .arg(format!("--uri={}", server.unix_uri("default")))

@@ -63,6 +63,8 @@ fn sigterm_with_io_in_flight_drains_and_exits_0() {
         Command::new("fio")
             .args([
                 "--name=bg",
+                // Jobs as threads, so `Reaped`'s SIGKILL ends them too.
+                "--thread",
                 "--ioengine=nbd",
                 &format!("--uri={}", server.unix_uri("slow")),
                 "--rw=randrw",
