@@ -59,14 +59,43 @@ pub enum Limit {
     Device,
 }
 
-impl Limit {
-    /// The limit that constraint `c` of a problem with `ports` ports and
-    /// `hosts` hosts stands for (`None`: the host's own cap, its QD).
-    fn of(c: Option<usize>, ports: usize, hosts: usize) -> Limit {
+/// Where each constraint sits in the filling problem: each port's egress
+/// and ingress, then each host's link both ways, then each drive. The one
+/// place that knows it: the problem is built, the shared constraints told
+/// from the hosts' own, and a frozen flow's limit named by it.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    ports: usize,
+    hosts: usize,
+}
+
+impl Layout {
+    /// Port `p`'s egress (its ingress follows).
+    fn port(self, p: usize) -> usize {
+        2 * p
+    }
+
+    /// Host `i`'s link toward it (the other way follows).
+    fn link(self, i: usize) -> usize {
+        2 * self.ports + 2 * i
+    }
+
+    /// Drive `d`.
+    fn device(self, d: usize) -> usize {
+        2 * self.ports + 2 * self.hosts + d
+    }
+
+    /// Constraint `c` is a host's own link.
+    fn own_link(self, c: usize) -> bool {
+        (self.link(0)..self.device(0)).contains(&c)
+    }
+
+    /// What constraint `c` stands for (`None`: the host's own cap, its QD).
+    fn limit(self, c: Option<usize>) -> Limit {
         match c {
             None => Limit::Qd,
-            Some(c) if c < 2 * ports => Limit::Port,
-            Some(c) if c < 2 * ports + 2 * hosts => Limit::Link,
+            Some(c) if c < self.link(0) => Limit::Port,
+            Some(c) if c < self.device(0) => Limit::Link,
             Some(_) => Limit::Device,
         }
     }
@@ -109,8 +138,12 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
             port_bps: &rates,
         };
         let rtt: Vec<f64> = hosts.iter().map(|h| w.round_trip(h)).collect();
-        let problem = w.problem(&hosts, &tenant);
-        let (solved, froze) = dominant_fill(&problem, 2 * rates.len());
+        let layout = Layout {
+            ports: rates.len(),
+            hosts: hosts.len(),
+        };
+        let problem = w.problem(&hosts, &tenant, layout);
+        let (solved, froze) = dominant_fill(&problem, layout);
         for (i, r) in solved.iter().enumerate() {
             host_bps[i] += r * share;
             qd_bps[i] += problem.flows[i].cap * share;
@@ -119,7 +152,7 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
         if share > longest {
             longest = share;
             for (l, c) in limit.iter_mut().zip(froze) {
-                *l = Limit::of(c, rates.len(), hosts.len());
+                *l = layout.limit(c);
             }
         }
     }
@@ -137,10 +170,10 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
 /// Progressive filling on each flow's dominant share of the shared
 /// constraints (dominant resource fairness): flows that meet at a port
 /// grow equal in bytes, flows that meet at a drive equal in device time,
-/// as iocost divides a drive. A flow's own link (constraints from `own`
-/// on) caps it but does not set its unit. Also what froze each flow (see
+/// as iocost divides a drive. A flow's own link caps it but does not set
+/// its unit. Also what froze each flow (see
 /// [`fill::solve_limits`]).
-fn dominant_fill(p: &fill::Problem, own: usize) -> (Vec<f64>, Vec<Option<usize>>) {
+fn dominant_fill(p: &fill::Problem, layout: Layout) -> (Vec<f64>, Vec<Option<usize>>) {
     let scale: Vec<f64> = p
         .flows
         .iter()
@@ -148,7 +181,7 @@ fn dominant_fill(p: &fill::Problem, own: usize) -> (Vec<f64>, Vec<Option<usize>>
             let dominant = f
                 .loads
                 .iter()
-                .filter(|(c, _)| *c < own || *c >= own + 2 * p.flows.len())
+                .filter(|(c, _)| !layout.own_link(*c))
                 .map(|&(c, a)| a / p.capacity[c])
                 .fold(0.0, f64::max);
             if dominant > 0.0 {
@@ -286,22 +319,17 @@ impl World<'_> {
         rtt + device / 1e9 + mean_bytes(h) / self.wire_bps(h)
     }
 
-    /// The progressive-filling problem: constraints are, in order, each
-    /// port's egress and ingress, each host's link both ways, each drive.
-    fn problem(&self, hosts: &[Host], tenant: &[usize]) -> fill::Problem {
-        let ports = self.port_bps.len();
+    /// The progressive-filling problem, its constraints laid out by
+    /// `layout`.
+    fn problem(&self, hosts: &[Host], tenant: &[usize], layout: Layout) -> fill::Problem {
         let mut capacity: Vec<f64> = self.port_bps.iter().flat_map(|&r| [r, r]).collect();
-        let link_base = capacity.len();
+        debug_assert_eq!(capacity.len(), layout.link(0));
         for h in hosts {
             let l = self.link_bps(h).unwrap_or(f64::INFINITY);
             capacity.extend([l, l]);
         }
-        let dev_base = capacity.len();
+        debug_assert_eq!(capacity.len(), layout.device(0));
         capacity.extend(self.devs.iter().map(|d| d.channels() as f64 * 1e9));
-        debug_assert_eq!(
-            capacity.len(),
-            2 * ports + 2 * hosts.len() + self.devs.len()
-        );
         let weights = match self.run.pacing.tenants.len() {
             0 => vec![1.0],
             _ => self.run.pacing.tenants.iter().map(|t| t.weight).collect(),
@@ -309,7 +337,7 @@ impl World<'_> {
         let flows = hosts
             .iter()
             .enumerate()
-            .map(|(i, h)| self.flow(h, tenant[i], 2 * h.port, link_base + 2 * i, dev_base))
+            .map(|(i, h)| self.flow(h, i, tenant[i], layout))
             .collect();
         fill::Problem {
             capacity,
@@ -318,16 +346,9 @@ impl World<'_> {
         }
     }
 
-    /// Host `h` as a flow: `port` and `link` index its egress constraints
-    /// (ingress follows each).
-    fn flow(
-        &self,
-        h: &Host,
-        tenant: usize,
-        port: usize,
-        link: usize,
-        dev_base: usize,
-    ) -> fill::Flow {
+    /// Host `h` (the `i`th) as a flow over the constraints of `layout`.
+    fn flow(&self, h: &Host, i: usize, tenant: usize, layout: Layout) -> fill::Flow {
+        let (port, link) = (layout.port(h.port), layout.link(i));
         let read = f64::from(h.read_pct.min(100)) / 100.0;
         let mean = mean_bytes(h);
         let mut loads = Vec::new();
@@ -345,7 +366,7 @@ impl World<'_> {
         for &(d, _) in &h.devices {
             let ns = self.device_ns(h, d).0;
             if ns > 0.0 {
-                loads.push((dev_base + d, share * ns / mean));
+                loads.push((layout.device(d), share * ns / mean));
             }
         }
         let cap = if mean > 0.0 {
