@@ -20,7 +20,7 @@ release: setup
 test: setup
 	$(CARGO) build --workspace --all-targets
 	# A hung test fails CI in minutes rather than hours.
-	timeout --signal=KILL 1500 $(CARGO) test --workspace -- --test-threads=2
+	timeout --signal=KILL 1500 $(CARGO) test --workspace --no-fail-fast -- --test-threads=2
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -407,10 +407,19 @@ fn qemu_io_zeroes_5_gib_in_one_request() {
     require("qemu-io", "qemu-utils");
     // RAM, and a sparse file on a disk filesystem (its pieces go through
     // io_uring's fallocate).
-    let (_img, file) = file_export("iopace-it-zero", "/var/tmp", "8GiB");
-    for body in [BIG_MALLOC, &file] {
-        qemu_io_zeroes_5_gib(&Server::start_with(body, SMALL_POOL));
+    qemu_io_zeroes_5_gib(&Server::start_with(BIG_MALLOC, SMALL_POOL));
+    // Without -u the zeroes must be allocated (NBD_CMD_FLAG_NO_HOLE): the
+    // file half needs 5 GiB of real space, and ENOSPC is then the right reply.
+    let free = free_bytes("/var/tmp");
+    if free < 6 << 30 {
+        eprintln!(
+            "file half skipped: /var/tmp has {} MiB free, it needs 6 GiB",
+            free >> 20
+        );
+        return;
     }
+    let (_img, file) = file_export("iopace-it-zero", "/var/tmp", "8GiB");
+    qemu_io_zeroes_5_gib(&Server::start_with(&file, SMALL_POOL));
 }
 
 fn qemu_io_zeroes_5_gib(server: &Server) {

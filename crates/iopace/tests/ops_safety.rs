@@ -540,12 +540,7 @@ fn an_image_served_by_another_process_is_refused() {
 fn a_file_larger_than_the_free_space_is_served_thin_with_a_warning() {
     let dir = tempfile::tempdir().expect("tempdir");
     let image = dir.path().join("thin.img");
-    let c = std::ffi::CString::new(dir.path().to_str().expect("utf-8")).expect("path");
-    // SAFETY: statvfs fills the zeroed struct it is given.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; the path is a C string.
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-    let size = st.f_bavail * st.f_frsize + (4 << 30);
+    let size = free_bytes(dir.path().to_str().expect("utf-8")) + (4 << 30);
     let body = format!(
         "[[bdev]]\nname = \"f\"\nkind = \"file\"\npath = \"{}\"\nsize = {size}\n[[export]]\nname = \"default\"\nbdev = \"f\"\n",
         image.display()

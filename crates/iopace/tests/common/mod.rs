@@ -286,6 +286,16 @@ pub fn file_export(prefix: &str, dir: &str, size: &str) -> (tempfile::NamedTempF
     (img, body)
 }
 
+/// The bytes an unprivileged writer may still allocate under `dir`.
+pub fn free_bytes(dir: &str) -> u64 {
+    let path = std::ffi::CString::new(dir).expect("path");
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs the call fills.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    assert_eq!(rc, 0, "statvfs {dir}");
+    st.f_bavail as u64 * st.f_frsize as u64
+}
+
 /// Runs `iopace serve ARGS` to completion (it must fail or be --check) with a time limit.
 pub fn serve_once(args: &[&str], config: &str, dir: &Path) -> Output {
     let cfg = dir.join("c.toml");
