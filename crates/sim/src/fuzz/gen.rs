@@ -123,7 +123,7 @@ fn queueing_ms(text: &str) -> (f64, f64) {
     let Ok(sc) = crate::parse(text, "draft") else {
         return (0.0, MAX_MS as f64);
     };
-    let ideal = crate::oracle::ideal(&sc, &sc.runs[0], sc.qds[0]);
+    let ideal = crate::oracle::bound(&sc, &sc.runs[0], sc.qds[0]);
     let devs = sc.devices.iter().map(|g| g.count).sum();
     let (hosts, _) = crate::hosts::hosts(&sc, &sc.runs[0], sc.qds[0], devs);
     let mut longest = 0.0f64;

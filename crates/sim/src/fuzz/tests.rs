@@ -13,7 +13,7 @@ fn every_generated_case_loads() {
         }
         let text = gen::case(7, index);
         let sc = parse(&text, "case.toml").unwrap_or_else(|e| panic!("case {index}: {e}\n{text}"));
-        let ideal = crate::oracle::ideal(&sc, &sc.runs[0], sc.qds[0]);
+        let ideal = crate::oracle::bound(&sc, &sc.runs[0], sc.qds[0]);
         assert!(
             ideal.host_bps.iter().all(|r| r.is_finite() && *r >= 0.0),
             "case {index}"

@@ -13,6 +13,7 @@
 //! trip, summed. A port that steps mid-run is solved before and after the
 //! step, each weighted by its time in the measured stretch.
 
+mod alone;
 pub mod fill;
 mod table;
 
@@ -117,42 +118,79 @@ impl Ideal {
     }
 }
 
-/// The ideal allocation of `run` at `qd`.
+/// The ideal allocation of `run` at `qd`: each host capped at what it
+/// carries alone ([`alone`]), which runs the simulator once per host group
+/// and port.
 pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
+    let devs = Dev::all(&sc.devices);
+    let (hosts, _) = hosts::hosts(sc, run, qd, devs.len());
+    let alone = alone::rates(sc, run, qd, &hosts);
+    solve(sc, run, qd, Some(&alone))
+}
+
+/// The allocation with each host's QD bound at its unloaded round trip
+/// (Little's law), no simulation: the bound [`ideal`] scales.
+pub fn bound(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
+    solve(sc, run, qd, None)
+}
+
+/// One stretch of the measured time (ports at one rate each): its filling
+/// problem, the hosts' unloaded round trips, and its share of the time.
+struct Phase {
+    problem: fill::Problem,
+    rtt: Vec<f64>,
+    share: f64,
+}
+
+fn solve(sc: &Scenario, run: &RunConfig, qd: u32, alone: Option<&[f64]>) -> Ideal {
     let devs = Dev::all(&sc.devices);
     let (hosts, _) = hosts::hosts(sc, run, qd, devs.len());
     let tenants = run.pacing.tenants.len().max(1);
     let tenant: Vec<usize> = hosts.iter().map(|h| h.tenant.min(tenants - 1)).collect();
     let warm = sc.warmup_ms as f64;
     let end = warm + sc.duration_ms as f64;
+    let layout = Layout {
+        ports: sc.ports.len(),
+        hosts: hosts.len(),
+    };
+    let mut phases: Vec<Phase> = port_phases(sc, warm, end)
+        .into_iter()
+        .map(|(rates, share)| {
+            let w = World {
+                sc,
+                run,
+                devs: &devs,
+                port_bps: &rates,
+            };
+            Phase {
+                problem: w.problem(&hosts, &tenant, layout),
+                rtt: hosts.iter().map(|h| w.round_trip(h)).collect(),
+                share,
+            }
+        })
+        .collect();
+    let qd_bps = (0..hosts.len())
+        .map(|i| {
+            phases
+                .iter()
+                .map(|p| p.problem.flows[i].cap * p.share)
+                .sum()
+        })
+        .collect();
+    let held_alone = alone.map_or_else(|| vec![None; hosts.len()], |a| cap_alone(&mut phases, a));
     let mut host_bps = vec![0.0; hosts.len()];
     let mut limit = vec![Limit::Qd; hosts.len()];
-    let mut qd_bps = vec![0.0; hosts.len()];
-    let mut longest = 0.0;
-    let mut floor = 0.0;
-    for (rates, share) in port_phases(sc, warm, end) {
-        let w = World {
-            sc,
-            run,
-            devs: &devs,
-            port_bps: &rates,
-        };
-        let rtt: Vec<f64> = hosts.iter().map(|h| w.round_trip(h)).collect();
-        let layout = Layout {
-            ports: rates.len(),
-            hosts: hosts.len(),
-        };
-        let problem = w.problem(&hosts, &tenant, layout);
-        let (solved, froze) = dominant_fill(&problem, layout);
+    let (mut longest, mut floor) = (0.0, 0.0);
+    for phase in &phases {
+        let (solved, froze) = dominant_fill(&phase.problem, layout);
         for (i, r) in solved.iter().enumerate() {
-            host_bps[i] += r * share;
-            qd_bps[i] += problem.flows[i].cap * share;
-            floor += r * rtt[i] * share;
+            host_bps[i] += r * phase.share;
+            floor += r * phase.rtt[i] * phase.share;
         }
-        if share > longest {
-            longest = share;
-            for (l, c) in limit.iter_mut().zip(froze) {
-                *l = layout.limit(c);
+        if phase.share > longest {
+            longest = phase.share;
+            for (i, c) in froze.into_iter().enumerate() {
+                limit[i] = layout.limit(c.or(held_alone[i]));
             }
         }
     }
@@ -165,6 +203,41 @@ pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
         limit,
         qd_bps,
     }
+}
+
+/// A flow's rate with nobody beside it, and what holds it there (`None`:
+/// its own cap): the least of its cap and each constraint it loads.
+fn solo(flow: &fill::Flow, capacity: &[f64]) -> (f64, Option<usize>) {
+    flow.loads
+        .iter()
+        .map(|&(c, a)| (capacity[c] / a, Some(c)))
+        .fold(
+            (flow.cap, None),
+            |best, x| if x.0 < best.0 { x } else { best },
+        )
+}
+
+/// Caps each host at the share of its solo bound that it reached alone
+/// (`alone`, bytes/s), in every phase. What held it alone, for the hosts
+/// this cap now holds.
+fn cap_alone(phases: &mut [Phase], alone: &[f64]) -> Vec<Option<usize>> {
+    let mut held = vec![None; alone.len()];
+    for (i, &got) in alone.iter().enumerate() {
+        let unloaded: f64 = phases
+            .iter()
+            .map(|p| solo(&p.problem.flows[i], &p.problem.capacity).0 * p.share)
+            .sum();
+        if unloaded <= 0.0 || got >= unloaded {
+            continue;
+        }
+        let reached = got / unloaded;
+        for p in phases.iter_mut() {
+            let (rate, by) = solo(&p.problem.flows[i], &p.problem.capacity);
+            p.problem.flows[i].cap = p.problem.flows[i].cap.min(reached * rate);
+            held[i] = by;
+        }
+    }
+    held
 }
 
 /// Progressive filling on each flow's dominant share of the shared

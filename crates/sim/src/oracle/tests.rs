@@ -18,7 +18,7 @@ fn scenario(body: &str, tenants: &str) -> Scenario {
 }
 
 fn ideal_of(sc: &Scenario, qd: u32) -> Ideal {
-    ideal(sc, &sc.runs[0], qd)
+    bound(sc, &sc.runs[0], qd)
 }
 
 fn near(got: f64, want: f64) {
@@ -149,4 +149,69 @@ fn hosts_meeting_at_a_drive_split_its_time() {
     let i = ideal_of(&sc, 1024);
     near(i.host_bps[0], 0.5e9 / 14_096.0 * 4096.0);
     near(i.host_bps[1], 0.5e9 / 75_536.0 * 65536.0);
+}
+
+/// A host of QD 2 with 128 KiB and 4 KiB IOs behind a 9.2 Gb/s port (fuzz
+/// case 1:76): its IOs meet at the port, where a 128 KiB payload takes
+/// 114 us, so alone it carries less than its unloaded bound. The ideal caps it at what it carries alone,
+/// and says its QD holds it.
+#[test]
+fn a_host_is_held_to_what_it_carries_alone() {
+    let body = "[[ports]]\nrate_gbps = 9.2\nrtt_us = 100\n\
+                [[devices]]\ncount = 2\nkind = \"nvme\"\nlatency_us = 40\nparallel = 4\n\
+                cost = { rbps = 1e9, rseqiops = 1e5, rrandiops = 1e5, wbps = 8e8, \
+                wseqiops = 8e4, wrandiops = 8e4 }\n\
+                [[hosts]]\ncount = 1\nbssplit = [[131072, 2], [4096, 4]]\nread_pct = 70\n";
+    let sc = scenario(body, "");
+    let unloaded = bound(&sc, &sc.runs[0], 2);
+    let run = &sc.runs[0];
+    let i = ideal(&sc, run, 2);
+    let (hosts, _) = hosts::hosts(&sc, run, 2, 2);
+    let alone = alone::rates(&sc, run, 2, &hosts)[0];
+    assert!(
+        alone < 0.95 * unloaded.host_bps[0],
+        "{alone} vs {unloaded:?}"
+    );
+    near(i.host_bps[0], alone);
+    assert_eq!(i.limit, vec![Limit::Qd]);
+    // The QD bound stays Little's law's: the headroom is measured from it.
+    near(i.qd_bps[0], unloaded.qd_bps[0]);
+}
+
+/// A flow alone stops at the first of its cap and its constraints, and
+/// the alone cap scales whichever that is in each phase.
+#[test]
+fn a_solo_flow_stops_at_its_tightest_constraint() {
+    let flow = fill::Flow {
+        group: 0,
+        cap: 10.0,
+        loads: vec![(0, 1.0), (1, 0.5)],
+    };
+    assert_eq!(solo(&flow, &[20.0, 2.0]), (4.0, Some(1)));
+    assert_eq!(solo(&flow, &[20.0, 40.0]), (10.0, None));
+    let mut phases = vec![
+        Phase {
+            problem: fill::Problem {
+                capacity: vec![20.0, 2.0],
+                weights: vec![1.0],
+                flows: vec![flow.clone()],
+            },
+            rtt: vec![0.0],
+            share: 0.5,
+        },
+        Phase {
+            problem: fill::Problem {
+                capacity: vec![20.0, 40.0],
+                weights: vec![1.0],
+                flows: vec![flow],
+            },
+            rtt: vec![0.0],
+            share: 0.5,
+        },
+    ];
+    // Unloaded it would average 7; alone it carried 6.3 (90%).
+    let held = cap_alone(&mut phases, &[6.3]);
+    near(phases[0].problem.flows[0].cap, 3.6);
+    near(phases[1].problem.flows[0].cap, 9.0);
+    assert_eq!(held, vec![None]);
 }
