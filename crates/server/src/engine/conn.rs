@@ -8,7 +8,6 @@ use pace::Nanos;
 use proto::{Handshake, HandshakeStatus, Negotiated};
 
 use super::ids::{ConnId, ReqId};
-use super::nbd::Header;
 use super::nvme_conn::NvmeConn;
 use super::outbox::Outbox;
 use super::slot::Req;
@@ -38,6 +37,18 @@ pub enum Phase {
     },
     /// NVMe/TCP, its queue in front (`engine/nvme.rs`).
     Nvme(Box<NvmeConn>),
+}
+
+/// What the next request header in a connection's buffer is.
+pub enum Header {
+    /// Not whole yet, or the connection holds its share of the pool.
+    Wait,
+    /// Not a request: the connection must close.
+    Bad(proto::DecodeError),
+    /// NBD_CMD_DISC (consumed): no reply; serve what is in flight, then close.
+    Disc,
+    /// A request, and its header's length (not consumed yet).
+    Request(proto::Request, usize),
 }
 
 /// What one pass over a connection's buffered input did next.
