@@ -139,6 +139,15 @@ impl Books<'_> {
 
     /// One connection's books against what its requests hold.
     fn audit_conn(&self, c: &Conn, books: &ConnBooks) -> Result<(), String> {
+        if let RecvOp::H2c(r) = c.recv {
+            // The kernel writes into its buffers: they must still be ours.
+            let req = &self.slots[r];
+            ensure!(
+                req.state == ReqStage::Receiving && !req.bufs.is_empty(),
+                "{:?} receives H2CData into a dead write",
+                c.id
+            );
+        }
         if let RecvOp::Direct(r) = c.recv {
             // The kernel writes into that buffer: it must still be ours.
             let req = &self.slots[r];

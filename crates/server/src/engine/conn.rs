@@ -90,6 +90,9 @@ pub enum RecvOp {
     Buffered,
     /// Straight into a WRITE's payload buffer.
     Direct(ReqId),
+    /// Straight into an NVMe/TCP WRITE's buffers: the data of the H2CData
+    /// PDU arriving for it (`NvmeConn::h2c_target`).
+    H2c(ReqId),
     /// The driver runs the TLS handshake; it reports with `Engine::on_tls`.
     Tls,
 }
@@ -390,17 +393,22 @@ impl Conn {
     }
 
     /// The connection's next recv, if its input can take bytes: into the
-    /// receive buffer, or straight into a WRITE piece's buffer (`reqs`
-    /// holds the WRITE; `cap` is the connection's share of the pool).
+    /// receive buffer, or straight into a WRITE piece's buffer, or into an
+    /// NVMe/TCP WRITE's buffers when its H2CData PDU's data is arriving and
+    /// nothing is buffered before it (`reqs` holds the WRITE; `cap` is the
+    /// connection's share of the pool).
     pub fn next_recv(&mut self, reqs: &[Req], bs: u32, cap: u32) -> Option<(*mut u8, usize)> {
         let c = self;
         if c.life != Life::Open || c.recv != RecvOp::Idle {
             return None;
         }
-        let direct = match c.input {
-            Input::Handshake | Input::Discard(_) | Input::Pdus => None,
-            Input::Headers if c.committed < cap => None,
-            Input::Payload(r) => {
+        let direct = match (c.input, &c.phase) {
+            (Input::Pdus, Phase::Nvme(n)) if c.buffered() == 0 => n
+                .h2c_target(reqs, DIRECT_RECV_MIN)
+                .map(|(r, buf, len)| (buf, len, RecvOp::H2c(r))),
+            (Input::Handshake | Input::Discard(_) | Input::Pdus, _) => None,
+            (Input::Headers, _) if c.committed < cap => None,
+            (Input::Payload(r), _) => {
                 let req = &reqs[r.index()];
                 let k = req.filling_piece(bs) as usize;
                 if req.pieces[k].state != PieceState::Filling {
@@ -408,13 +416,14 @@ impl Conn {
                 }
                 let direct = c.buffered() == 0 && req.len - req.filled >= DIRECT_RECV_MIN;
                 direct
-                    .then(|| req.payload_target(bs).map(|t| (r, t)))
+                    .then(|| req.payload_target(bs))
                     .flatten()
+                    .map(|(buf, len)| (buf, len, RecvOp::Direct(r)))
             }
-            Input::Headers | Input::WaitSlot | Input::StartTls | Input::Ended => return None,
+            (Input::Headers | Input::WaitSlot | Input::StartTls | Input::Ended, _) => return None,
         };
         let (buf, len, op) = match direct {
-            Some((r, (buf, len))) => (buf, len, RecvOp::Direct(r)),
+            Some(target) => target,
             None => {
                 let (buf, len) = c.recv_window();
                 (buf, len, RecvOp::Buffered)

@@ -8,6 +8,8 @@ use proto::nvme::queue::{DevOp, Queue};
 use proto::nvme::Sqe;
 
 use super::ids::ReqId;
+use super::slot::Req;
+use super::states::ReqStage;
 use crate::exports::Catalog;
 
 /// An I/O queue's Connect naming a QID still in use is checked again every
@@ -111,6 +113,22 @@ impl NvmeConn {
     /// Past ICReq.
     pub fn initialized(&self) -> bool {
         self.queue.digests().is_some()
+    }
+
+    /// Where the data of the H2CData PDU arriving may be received straight
+    /// into its WRITE's buffers (no copy from the receive buffer): the
+    /// WRITE, and where and how many bytes (up to the end of its buffer
+    /// there). Only when at least `min` bytes are due, and the WRITE still
+    /// wants them (receiving, not aborted).
+    pub fn h2c_target(&self, reqs: &[Req], min: u32) -> Option<(ReqId, *mut u8, usize)> {
+        let (cid, at, due) = self.queue.inflow()?;
+        let slot = self.slots.get(cid)?;
+        let req = reqs.get(slot.index())?;
+        if due < min || req.state != ReqStage::Receiving || req.fault.is_some() {
+            return None;
+        }
+        let (buf, room) = req.data_at(at)?;
+        Some((slot, buf, room.min(due as usize)))
     }
 
     /// The export its subsystem serves, once connected.

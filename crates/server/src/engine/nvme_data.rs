@@ -321,3 +321,27 @@ pub(super) fn closed(id: ConnId, conns: &mut Conns, slots: &mut Slots, io: &IoPa
         t.with(|t| t.queue_closed(cntlid, qid));
     }
 }
+
+/// `n` bytes of the H2CData arriving for WRITE `r` on `id` landed in its
+/// buffers, received straight into them (`RecvOp::H2c`): the queue counts
+/// them (its data digest reads them there), and so does the request.
+pub(super) fn landed(id: ConnId, r: ReqId, n: usize, conns: &mut Conns, slots: &mut Slots) {
+    let Some(q) = conns.get_mut(id).and_then(nvme_of) else {
+        return;
+    };
+    // The recv was posted for this PDU's data (`NvmeConn::h2c_target`),
+    // and nothing else read the connection while it was out.
+    let (cid, at, due) = q.queue.inflow().expect("an H2CData arriving");
+    debug_assert_eq!(q.slots.get(cid), Some(r));
+    let req = &mut slots[r];
+    let (buf, room) = req.data_at(at).expect("inside the WRITE's data");
+    assert!(
+        n <= room.min(due as usize),
+        "{n} bytes landed past the target"
+    );
+    // SAFETY: the recv wrote `n` bytes at `buf`, inside a buffer the
+    // request holds (its release waits for the recv).
+    let data = unsafe { std::slice::from_raw_parts(buf.cast_const(), n) };
+    q.queue.landed(data);
+    req.filled += n as u32;
+}

@@ -227,7 +227,15 @@ impl<'e> Requests<'e> {
                 self.release(id);
             }
             ReqStage::Payload => self.pieces(|p| p.abort_pieces(id)),
-            ReqStage::Receiving => self.release(id),
+            ReqStage::Receiving => {
+                // Its data may be landing in its buffers (`RecvOp::H2c`):
+                // they go once that recv is back (`h2c_received`).
+                let conn = self.slots[id].conn;
+                let landing = RecvOp::H2c(id);
+                if self.conns.get(conn).is_none_or(|c| c.recv != landing) {
+                    self.release(id);
+                }
+            }
             ReqStage::Streaming => self.pieces(|p| p.abandon_stream(id)),
             // At the device or delayed: released when done. Replies: their
             // connection's send queue releases them. Dropping: when its
@@ -305,9 +313,11 @@ impl<'e> Requests<'e> {
             c.traffic.bytes_in += n as u64;
         }
         if c.life == Life::Closing {
-            if let RecvOp::Direct(r) = op {
+            match op {
                 // Its piece's buffer was kept for this recv; now it may go.
-                self.pieces(|p| p.abort_pieces(r));
+                RecvOp::Direct(r) => self.pieces(|p| p.abort_pieces(r)),
+                RecvOp::H2c(r) => self.h2c_received(id, r, 0),
+                _ => {}
             }
             return;
         }
@@ -317,10 +327,16 @@ impl<'e> Requests<'e> {
                 tracing::debug!(reactor = self.io.reactor, conn = id.index, "recv: {e}");
                 c.ending(EndReason::RecvError);
                 self.close(id);
+                if let RecvOp::H2c(r) = op {
+                    self.h2c_received(id, r, 0);
+                }
             }
             Received::Eof | Received::Data(0) => {
                 c.ending(EndReason::ClientClosed);
                 self.input_ended(id);
+                if let RecvOp::H2c(r) = op {
+                    self.h2c_received(id, r, 0);
+                }
             }
             Received::Data(n) => {
                 c.active_at = now;
@@ -329,12 +345,29 @@ impl<'e> Requests<'e> {
                         self.slots[r].filled += n as u32;
                         self.piece_ops().payload_received(r, n);
                     }
+                    RecvOp::H2c(r) => self.h2c_received(id, r, n),
                     _ => {
                         c.rend += n;
                         debug_assert!(c.rend <= c.rbuf.len());
                     }
                 }
             }
+        }
+    }
+
+    /// A recv straight into NVMe/TCP WRITE `r`'s buffers (`RecvOp::H2c`) is
+    /// back with `n` bytes of its data: the queue and the request count
+    /// them. A WRITE whose connection no longer reads PDUs (closed, or its
+    /// input ended while the recv was out) gets no more: its buffers,
+    /// kept for that recv, go now.
+    fn h2c_received(&mut self, id: ConnId, r: ReqId, n: usize) {
+        if n > 0 {
+            nvme_data::landed(id, r, n, self.conns, self.slots);
+        }
+        let reading =
+            (self.conns.get(id)).is_some_and(|c| c.life == Life::Open && c.input == Input::Pdus);
+        if !reading && self.slots[r].state == ReqStage::Receiving {
+            self.abort(r);
         }
     }
 
