@@ -311,6 +311,9 @@ impl<'e> Requests<'e> {
         if let Received::Data(n) = result {
             self.io.stats.bytes_in += n as u64;
             c.traffic.bytes_in += n as u64;
+            if matches!(op, RecvOp::Direct(_) | RecvOp::H2c(_)) {
+                self.io.stats.bytes_in_direct += n as u64;
+            }
         }
         if c.life == Life::Closing {
             match op {
