@@ -70,7 +70,7 @@ perf() {
   c1=$(cpu_ms)
   b1=$(bytes_in "$bin")
   local direct
-  direct=$(echo "$b0 $b1" | awk '{d = $3 - $1; printf "%.3f", d > 0 ? ($4 - $2) / d : 0}')
+  direct=$(echo "$b0 $b1" | awk '{d = $3 - $1; printf "%.3f", (d > 0 ? ($4 - $2) / d : 0)}')
   grep '^Total' "$log" | tail -1 | awk -v t="$label" -v n="$name" -v r="$rep" -v c="$((c1 - c0))" \
     -v s="$RUNTIME" -v d="$direct" -F: '{split($2, f, " "); gib = f[2] * s / 1024;
       printf "%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\n", t, n, r, f[1], f[2], f[3], c / gib, d}' >> "$OUT/results.tsv"
