@@ -24,6 +24,14 @@ pub const RECV_BUF: usize = 256 << 10;
 /// buffers instead of through the receive buffer (saves a copy).
 pub const DIRECT_RECV_MIN: u32 = 16 << 10;
 
+/// At most this much goes into the receive buffer per recv while an
+/// NVMe/TCP WRITE's data is due (`NvmeConn::data_due`): enough for the
+/// commands before it and its H2CData header, so that the rest of its data
+/// is received straight into its buffers. A 256 KiB recv took most of a
+/// 128 KiB PDU's data with its header: 8-12% of SPDK perf's written bytes
+/// landed in buffers without it (BENCHMARKS.md, 2026-11-28, H2CData).
+pub const H2C_HEAD_RECV: usize = 4 << 10;
+
 /// The connection's protocol and where it is in it.
 pub enum Phase {
     /// NBD, negotiating.
@@ -402,10 +410,17 @@ impl Conn {
         if c.life != Life::Open || c.recv != RecvOp::Idle {
             return None;
         }
+        let mut most = usize::MAX;
         let direct = match (c.input, &c.phase) {
-            (Input::Pdus, Phase::Nvme(n)) if c.buffered() == 0 => n
-                .h2c_target(reqs, DIRECT_RECV_MIN)
-                .map(|(r, buf, len)| (buf, len, RecvOp::H2c(r))),
+            (Input::Pdus, Phase::Nvme(n)) => {
+                let target = (c.buffered() == 0)
+                    .then(|| n.h2c_target(reqs, DIRECT_RECV_MIN))
+                    .flatten();
+                if target.is_none() && n.data_due(reqs, DIRECT_RECV_MIN) {
+                    most = H2C_HEAD_RECV;
+                }
+                target.map(|(r, buf, len)| (buf, len, RecvOp::H2c(r)))
+            }
             (Input::Handshake | Input::Discard(_) | Input::Pdus, _) => None,
             (Input::Headers, _) if c.committed < cap => None,
             (Input::Payload(r), _) => {
@@ -426,7 +441,7 @@ impl Conn {
             Some(target) => target,
             None => {
                 let (buf, len) = c.recv_window();
-                (buf, len, RecvOp::Buffered)
+                (buf, len.min(most), RecvOp::Buffered)
             }
         };
         if len == 0 {

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use proto::nvme::queue::{DevOp, Queue};
 use proto::nvme::Sqe;
+use proto::Command;
 
 use super::ids::ReqId;
 use super::slot::Req;
@@ -129,6 +130,23 @@ impl NvmeConn {
         }
         let (buf, room) = req.data_at(at)?;
         Some((slot, buf, room.min(due as usize)))
+    }
+
+    /// Whether a WRITE of this queue still wants `min` bytes or more of its
+    /// data (its R2T is out, or goes out once the pacer and the pool let
+    /// it): the receive buffer then takes little at a time
+    /// (`conn::H2C_HEAD_RECV`), so the bulk of its H2CData lands straight
+    /// in its buffers (`h2c_target`). A recv is posted before the R2T goes
+    /// out, so the WRITEs still pacing count too.
+    pub fn data_due(&self, reqs: &[Req], min: u32) -> bool {
+        self.slots.in_order().any(|r| {
+            let q = &reqs[r.index()];
+            let waits = matches!(
+                q.state,
+                ReqStage::Pacing | ReqStage::NeedBuffers | ReqStage::Receiving
+            );
+            waits && q.command == Command::Write && q.fault.is_none() && q.filled + min <= q.len
+        })
     }
 
     /// The export its subsystem serves, once connected.

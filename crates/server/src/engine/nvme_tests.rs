@@ -532,3 +532,29 @@ fn a_write_whose_h2cdata_is_landing_lets_go_at_a_close_or_a_drain() {
     assert_eq!(net.engine.requests_in_use(), 0);
     assert_eq!(net.engine.buffers_in_use(), 0);
 }
+
+#[test]
+fn an_h2cdata_pdu_sent_whole_lands_mostly_straight_in_the_buffers() {
+    // The host sends header and data at once: the receive buffer takes
+    // the header and the first bytes (`H2C_HEAD_RECV`), the rest lands in
+    // the WRITE's buffers while 16 KiB or more are due.
+    let mut net = nvme_net("auto", 64);
+    net.after_event = Some(|n: &Net| n.engine.audit().expect("books balance"));
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::WRITE, 7, 0, 65536), &[]));
+    net.run_to_quiet();
+    let (cid, ttag, _) = r2t_of(&q.drain(&net)[0].1);
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * 3 + 1) as u8).collect();
+    let before = net.engine.snapshot(net.now).bytes_in_direct;
+    q.send(&mut net, h2c(cid, ttag, &data));
+    net.run_to_quiet();
+    assert_eq!(resps(&q.drain(&net)), [(7, 0, 0)], "written");
+    let direct = net.engine.snapshot(net.now).bytes_in_direct - before;
+    // 4 KiB less the 24-byte header went through the receive buffer with
+    // it; then 4 KiB buffers one recv each down to 16 KiB due.
+    assert_eq!(direct, 65536 - (4096 - 24) - 12288);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::READ, 8, 0, 65536), &[]));
+    net.run_to_quiet();
+    assert_eq!(&q.drain(&net)[0].1[24..], &data[..]);
+    assert_eq!(net.engine.buffers_in_use(), 0, "the pool is full");
+}
