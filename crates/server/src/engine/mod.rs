@@ -345,7 +345,7 @@ impl Engine {
     /// has buffered, posts its next recv, closes it when it is done, and
     /// frees it once nothing is in flight. The pacer is polled between
     /// rounds, so what it releases is served in the same event.
-    pub(super) fn settle(&mut self) {
+    fn settle(&mut self) {
         loop {
             while let Some(id) = self.io.touched.pop() {
                 self.settle_conn(id);
@@ -420,7 +420,7 @@ impl Engine {
     }
 
     /// Closes connections whose deadline has passed.
-    pub(super) fn fire_conn_timers(&mut self) {
+    fn fire_conn_timers(&mut self) {
         while let Some(id) = self.conns.next_timed_out(self.io.now, &self.timeouts) {
             let Some(c) = self.conns.get_mut(id) else {
                 continue;
@@ -463,7 +463,7 @@ impl Engine {
     }
 
     /// At the drain timeout, closes what is still open.
-    pub(super) fn check_drain(&mut self) {
+    fn check_drain(&mut self) {
         let Some(since) = self.draining_since else {
             return;
         };

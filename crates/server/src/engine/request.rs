@@ -94,7 +94,7 @@ impl<'e> Requests<'e> {
 
     /// Runs a piece operation (`pieces.rs`), then what it leaves to the
     /// request machine.
-    pub(super) fn pieces(&mut self, f: impl FnOnce(&mut Pieces) -> Then) {
+    fn pieces(&mut self, f: impl FnOnce(&mut Pieces) -> Then) {
         match f(&mut self.piece_ops()) {
             Then::Done => {}
             Then::Advance(id) => self.advance(id),
@@ -160,7 +160,7 @@ impl<'e> Requests<'e> {
 
     /// Frees the request's buffers and slot: the end of its life. A paced
     /// READ that did not reach `finish` leaves the pacer here.
-    pub(super) fn release(&mut self, id: ReqId) {
+    fn release(&mut self, id: ReqId) {
         let req = &self.slots[id];
         debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
         if req.paced && !matches!(req.state, ReqStage::Sent | ReqStage::Deferred) {
@@ -493,7 +493,7 @@ impl<'e> Requests<'e> {
     // READ turns around streams (`turns.rs` holds each connection's `Turns`).
 
     /// Whole READ on `conn` queued its data to send.
-    pub(super) fn read_queued(&mut self, conn: ConnId) {
+    fn read_queued(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(conn) {
             c.turns.queued();
         }
@@ -502,7 +502,7 @@ impl<'e> Requests<'e> {
 
     /// READ `id` on `conn` ended before its data was queued, or it was a
     /// stream: the READs waiting for it may start.
-    pub(super) fn read_ended(&mut self, conn: ConnId, id: ReqId) {
+    fn read_ended(&mut self, conn: ConnId, id: ReqId) {
         if let Some(c) = self.conns.get_mut(conn) {
             c.turns.ended(id);
         }
@@ -595,7 +595,7 @@ impl<'e> Requests<'e> {
 
     /// Releases the replies queued on a closing connection: no send covers
     /// them any more.
-    pub(super) fn drop_replies(&mut self, id: ConnId) {
+    fn drop_replies(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
