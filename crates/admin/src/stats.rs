@@ -86,6 +86,11 @@ pub struct ReactorStats {
     pub nvme_connections: u64,
     pub loop_iterations: u64,
     pub bytes_in: u64,
+    /// Of `bytes_in`, those received straight into requests' buffers
+    /// (large NBD WRITE payloads, NVMe/TCP H2CData): never copied in user
+    /// space. The rest went through a connection's receive buffer.
+    #[serde(default)]
+    pub bytes_in_direct: u64,
     pub bytes_out: u64,
     pub protocol_errors: u64,
     pub rejected_requests: u64,

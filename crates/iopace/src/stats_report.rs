@@ -152,8 +152,9 @@ fn render_reactor(s: &mut String, r: &ReactorStats) {
     );
     let _ = writeln!(
         s,
-        "  Socket: {:.1} MiB in, {:.1} MiB out; protocol errors {}, rejected requests {}",
+        "  Socket: {:.1} MiB in ({:.1} straight into buffers), {:.1} MiB out; protocol errors {}, rejected requests {}",
         mib(r.bytes_in as f64),
+        mib(r.bytes_in_direct as f64),
         mib(r.bytes_out as f64),
         r.protocol_errors,
         r.rejected_requests

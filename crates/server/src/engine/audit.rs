@@ -55,12 +55,12 @@ impl Books<'_> {
             self.io.bufs.in_use()
         );
         ensure!(
-            self.slots.free.len() + self.slots.in_use() == self.slots.reqs.len(),
+            self.slots.free_count() + self.slots.in_use() == self.slots.reqs().len(),
             "free list and slots"
         );
         let live = self
             .slots
-            .reqs
+            .reqs()
             .iter()
             .filter(|r| r.state != ReqStage::Free)
             .count();
@@ -84,7 +84,7 @@ impl Books<'_> {
     /// buffers the requests hold.
     fn audit_requests(&self, per_conn: &mut [ConnBooks]) -> Result<u64, String> {
         let mut bufs = 0u64;
-        for (i, r) in self.slots.reqs.iter().enumerate() {
+        for (i, r) in self.slots.reqs().iter().enumerate() {
             if r.state == ReqStage::Free {
                 ensure!(
                     r.bufs.is_empty() && r.pieces.is_empty(),
@@ -139,9 +139,18 @@ impl Books<'_> {
 
     /// One connection's books against what its requests hold.
     fn audit_conn(&self, c: &Conn, books: &ConnBooks) -> Result<(), String> {
+        if let RecvOp::H2c(r) = c.recv {
+            // The kernel writes into its buffers: they must still be ours.
+            let req = &self.slots[r];
+            ensure!(
+                req.state == ReqStage::Receiving && !req.bufs.is_empty(),
+                "{:?} receives H2CData into a dead write",
+                c.id
+            );
+        }
         if let RecvOp::Direct(r) = c.recv {
             // The kernel writes into that buffer: it must still be ours.
-            let req = &self.slots.reqs[r.index()];
+            let req = &self.slots[r];
             let k = req.filling_piece(self.io.buf_size) as usize;
             ensure!(
                 req.state == ReqStage::Payload,
@@ -158,7 +167,7 @@ impl Books<'_> {
             .out
             .replies
             .iter()
-            .filter(|r| self.slots.reqs[r.index()].streamed())
+            .filter(|&&r| self.slots[r].streamed())
             .count();
         ensure!(
             c.out.streams as usize == streams,
@@ -208,7 +217,7 @@ impl Books<'_> {
             books.deferred
         );
         for r in c.turns.waiting() {
-            let req = &self.slots.reqs[r.index()];
+            let req = &self.slots[*r];
             ensure!(
                 req.state == ReqStage::Deferred && req.conn == c.id,
                 "{:?}: {r:?} queued for its turn, not deferred",
@@ -233,7 +242,7 @@ impl Books<'_> {
         );
         for &s in books.streams.iter().filter(|&&s| Some(s) != stream) {
             ensure!(
-                all_buffered(&self.slots.reqs[s.index()]),
+                all_buffered(&self.slots[s]),
                 "{:?}: {s:?} lets READs pass before it holds its buffers",
                 c.id
             );
@@ -246,7 +255,7 @@ impl Books<'_> {
     /// and the pacer holds nothing else.
     fn audit_pacer(&self) -> Result<(), String> {
         let (mut queued, mut bytes) = (0usize, 0u64);
-        for (i, r) in self.slots.reqs.iter().enumerate() {
+        for (i, r) in self.slots.reqs().iter().enumerate() {
             let id = ReqId(i as u32);
             if r.paced {
                 let want = match r.state {

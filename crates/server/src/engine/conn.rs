@@ -8,7 +8,6 @@ use pace::Nanos;
 use proto::{Handshake, HandshakeStatus, Negotiated};
 
 use super::ids::{ConnId, ReqId};
-use super::nbd::Header;
 use super::nvme_conn::NvmeConn;
 use super::outbox::Outbox;
 use super::slot::Req;
@@ -25,6 +24,14 @@ pub const RECV_BUF: usize = 256 << 10;
 /// buffers instead of through the receive buffer (saves a copy).
 pub const DIRECT_RECV_MIN: u32 = 16 << 10;
 
+/// At most this much goes into the receive buffer per recv while an
+/// NVMe/TCP WRITE's data is due (`NvmeConn::data_due`): enough for the
+/// commands before it and its H2CData header, so that the rest of its data
+/// is received straight into its buffers. A 256 KiB recv took most of a
+/// 128 KiB PDU's data with its header: 8-12% of SPDK perf's written bytes
+/// landed in buffers without it (BENCHMARKS.md, 2026-11-28, H2CData).
+pub const H2C_HEAD_RECV: usize = 4 << 10;
+
 /// The connection's protocol and where it is in it.
 pub enum Phase {
     /// NBD, negotiating.
@@ -38,6 +45,18 @@ pub enum Phase {
     },
     /// NVMe/TCP, its queue in front (`engine/nvme.rs`).
     Nvme(Box<NvmeConn>),
+}
+
+/// What the next request header in a connection's buffer is.
+pub enum Header {
+    /// Not whole yet, or the connection holds its share of the pool.
+    Wait,
+    /// Not a request: the connection must close.
+    Bad(proto::DecodeError),
+    /// NBD_CMD_DISC (consumed): no reply; serve what is in flight, then close.
+    Disc,
+    /// A request, and its header's length (not consumed yet).
+    Request(proto::Request, usize),
 }
 
 /// What one pass over a connection's buffered input did next.
@@ -79,6 +98,9 @@ pub enum RecvOp {
     Buffered,
     /// Straight into a WRITE's payload buffer.
     Direct(ReqId),
+    /// Straight into an NVMe/TCP WRITE's buffers: the data of the H2CData
+    /// PDU arriving for it (`NvmeConn::h2c_target`).
+    H2c(ReqId),
     /// The driver runs the TLS handshake; it reports with `Engine::on_tls`.
     Tls,
 }
@@ -379,17 +401,29 @@ impl Conn {
     }
 
     /// The connection's next recv, if its input can take bytes: into the
-    /// receive buffer, or straight into a WRITE piece's buffer (`reqs`
-    /// holds the WRITE; `cap` is the connection's share of the pool).
+    /// receive buffer, or straight into a WRITE piece's buffer, or into an
+    /// NVMe/TCP WRITE's buffers when its H2CData PDU's data is arriving and
+    /// nothing is buffered before it (`reqs` holds the WRITE; `cap` is the
+    /// connection's share of the pool).
     pub fn next_recv(&mut self, reqs: &[Req], bs: u32, cap: u32) -> Option<(*mut u8, usize)> {
         let c = self;
         if c.life != Life::Open || c.recv != RecvOp::Idle {
             return None;
         }
-        let direct = match c.input {
-            Input::Handshake | Input::Discard(_) | Input::Pdus => None,
-            Input::Headers if c.committed < cap => None,
-            Input::Payload(r) => {
+        let mut most = usize::MAX;
+        let direct = match (c.input, &c.phase) {
+            (Input::Pdus, Phase::Nvme(n)) => {
+                let target = (c.buffered() == 0)
+                    .then(|| n.h2c_target(reqs, DIRECT_RECV_MIN))
+                    .flatten();
+                if target.is_none() && n.data_due(reqs, DIRECT_RECV_MIN) {
+                    most = H2C_HEAD_RECV;
+                }
+                target.map(|(r, buf, len)| (buf, len, RecvOp::H2c(r)))
+            }
+            (Input::Handshake | Input::Discard(_) | Input::Pdus, _) => None,
+            (Input::Headers, _) if c.committed < cap => None,
+            (Input::Payload(r), _) => {
                 let req = &reqs[r.index()];
                 let k = req.filling_piece(bs) as usize;
                 if req.pieces[k].state != PieceState::Filling {
@@ -397,16 +431,17 @@ impl Conn {
                 }
                 let direct = c.buffered() == 0 && req.len - req.filled >= DIRECT_RECV_MIN;
                 direct
-                    .then(|| req.payload_target(bs).map(|t| (r, t)))
+                    .then(|| req.payload_target(bs))
                     .flatten()
+                    .map(|(buf, len)| (buf, len, RecvOp::Direct(r)))
             }
-            Input::Headers | Input::WaitSlot | Input::StartTls | Input::Ended => return None,
+            (Input::Headers | Input::WaitSlot | Input::StartTls | Input::Ended, _) => return None,
         };
         let (buf, len, op) = match direct {
-            Some((r, (buf, len))) => (buf, len, RecvOp::Direct(r)),
+            Some(target) => target,
             None => {
                 let (buf, len) = c.recv_window();
-                (buf, len, RecvOp::Buffered)
+                (buf, len.min(most), RecvOp::Buffered)
             }
         };
         if len == 0 {

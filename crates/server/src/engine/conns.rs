@@ -21,9 +21,9 @@ pub struct Conns {
     /// The next connection's pacer flow: unique over the engine's life.
     next_flow: u64,
     /// Connections with something to send at the end of this round.
-    pub send_ready: Vec<ConnId>,
+    send_ready: Vec<ConnId>,
     /// Connection timeouts, checked lazily against each connection's deadline.
-    pub timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
+    timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
 }
 
 impl Conns {
@@ -120,6 +120,30 @@ impl Conns {
         }
     }
 
+    /// Posts the sends of the connections marked since the last round;
+    /// false when none was marked. Sends posted may mark more (a send
+    /// with nothing left touches its connection): the caller settles and
+    /// goes again.
+    pub fn send_round(&mut self, reqs: &[Req], io: &mut IoPath) -> bool {
+        if self.send_ready.is_empty() {
+            return false;
+        }
+        let mut ready = std::mem::take(&mut self.send_ready);
+        for &conn in &ready {
+            self.start_send(conn, reqs, io);
+        }
+        ready.clear();
+        if self.send_ready.is_empty() {
+            self.send_ready = ready; // keeps its capacity
+        }
+        true
+    }
+
+    /// When the next connection timer is due.
+    pub fn next_timer(&self) -> Option<Nanos> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
     /// Makes sure a timer entry fires no later than the connection's deadline.
     pub fn arm_timer(&mut self, id: ConnId, timeouts: &Timeouts) {
         let Some(c) = self.get_mut(id) else { return };
@@ -159,7 +183,7 @@ impl Conns {
 
     /// Posts one sendmsg with the handshake bytes, or with every queued
     /// reply that fits.
-    pub fn start_send(&mut self, id: ConnId, reqs: &[Req], io: &mut IoPath) {
+    fn start_send(&mut self, id: ConnId, reqs: &[Req], io: &mut IoPath) {
         let Some(c) = self.get_mut(id) else {
             return;
         };

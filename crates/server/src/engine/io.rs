@@ -22,6 +22,8 @@ use crate::exports::Catalog;
 use crate::stats::StatsCollector;
 
 pub struct IoPath {
+    /// The reactor this engine serves, for logs.
+    pub reactor: usize,
     pub catalog: Arc<Catalog>,
     pub pool: Arc<SharedPool>,
     pub buf_size: u32,
@@ -57,6 +59,7 @@ impl IoPath {
         let pool = bufs.pool().clone();
         let stats = StatsCollector::new(id, &catalog);
         IoPath {
+            reactor: id,
             catalog,
             buf_size: pool.buffer_size(),
             pool,

@@ -7,18 +7,33 @@
 //! - `conns.rs` `Conns`: the connection table, send list and timeouts;
 //!   `conn.rs` `Conn`: one connection (its state enums, receive buffer,
 //!   `Outbox` send side in `outbox.rs`, READ `Turns` in `turns.rs`).
-//! - `nbd.rs`: the NBD front end (handshake with STARTTLS, request headers,
-//!   discards), `Conn`'s; `nvme*.rs`: the NVMe/TCP front end (`NvmeFront`,
-//!   `NvmeConn`, its data path and its side of the engine).
-//! - `slots.rs` `Slots`: the request slots (`Req`, `slot.rs`), their
-//!   checked states (`states.rs`), trace ring (`trace.rs`) and device steps;
-//!   `pieces.rs` `Pieces`: a request's start, buffers, pieces and turns.
+//! - `slots.rs` `Slots`: the request slots (`Req`, `slot.rs`), free list
+//!   and the connections waiting for a slot, their checked states
+//!   (`states.rs`), trace ring (`trace.rs`) and device steps.
 //! - `io.rs` `IoPath`: the clock, pacer, pool, devices, statistics, actions.
-//! - Here: the driver's calls, connections' lives (accept, settle, close,
-//!   timeouts, drain), received bytes and sends. `request.rs`: the request
-//!   state machine ([`Engine::advance`]), and what the pieces and the
-//!   NVMe/TCP front end leave to it. `events.rs`: the driver's types;
-//!   `audit.rs`: the books, each counted twice.
+//! - `request.rs` `Requests`: the request machine ([`Requests::advance`],
+//!   release, abort; the pacer's, the pool's and the devices' events;
+//!   READ turns; replies sent; a connection's close, end of input and
+//!   received bytes), a view over the slots, the connections and the IO
+//!   path that owns no state; `pieces.rs` `Pieces`: a request's start,
+//!   buffers, pieces and turns, whose follow-ups come back as a `Then`.
+//! - The front ends, which drive the request machine: `nbd.rs`, NBD
+//!   (handshake with STARTTLS, request headers, payloads, discards, over
+//!   `Conn`'s own steps); `nvme.rs` `NvmeFront`, NVMe/TCP (its PDUs in,
+//!   Connects, the target's mail and Aborts, controller checks), with
+//!   `nvme_conn.rs` `NvmeConn` (one queue's state) and `nvme_data.rs`
+//!   (what the request machine asks of an NVMe command: its data, its
+//!   reply, its queue closed).
+//! - Here, `Engine`, the only `impl Engine`: the driver's calls, the round
+//!   that settles every connection an event touched, connections' lives
+//!   (open, remove, timeouts, drain), and which front end reads a
+//!   connection's bytes. `events.rs`: the driver's types; `audit.rs`: the
+//!   books, each counted twice.
+//!
+//! Files layer: `Engine` (here) over the front ends (`nbd.rs`, `nvme.rs`)
+//! over the request machine (`request.rs`, `pieces.rs`, `nvme_data.rs`)
+//! over the parts (`slots.rs`, `conns.rs`, `conn.rs`, `io.rs`); no file
+//! calls up.
 
 mod audit;
 mod conn;
@@ -30,7 +45,6 @@ mod nbd;
 mod nvme;
 mod nvme_conn;
 mod nvme_data;
-mod nvme_engine;
 mod outbox;
 mod pieces;
 mod request;
@@ -59,9 +73,9 @@ pub use events::{
 };
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
 use io::IoPath;
-use nbd::Header;
 use nvme::NvmeFront;
 use nvme_conn::NvmeConn;
+use request::Requests;
 use slots::Slots;
 pub use states::{PieceState, ReqStage};
 pub use trace::{TraceQuery, TracedReq, TracedState};
@@ -128,7 +142,7 @@ impl Engine {
     /// Bytes received on `conn`'s posted recv.
     pub fn on_recv(&mut self, now: Nanos, conn: ConnId, result: Received) {
         self.set_now(now);
-        self.recv_done(conn, result);
+        self.requests().received(conn, result);
         self.settle();
     }
 
@@ -145,14 +159,14 @@ impl Engine {
     /// `conn`'s posted send finished.
     pub fn on_send(&mut self, now: Nanos, conn: ConnId, result: Sent) {
         self.set_now(now);
-        self.send_done(conn, result);
+        self.requests().send_done(conn, result);
         self.settle();
     }
 
     /// The device finished `io`.
     pub fn on_io_done(&mut self, now: Nanos, io: IoToken, result: IoResult) {
         self.set_now(now);
-        self.io_done(io, result);
+        self.requests().io_done(io, result);
         self.settle();
     }
 
@@ -163,7 +177,7 @@ impl Engine {
         let lent = dev.lend_read(req).is_some_and(|data| {
             // A data digest is computed before the send: it needs
             // bytes no WRITE changes in between (`nvme.rs`).
-            !NvmeFront::digests_read_data(io.req, &mut self.conns, &self.slots)
+            !nvme_data::digests_read_data(io.req, &mut self.conns, &self.slots)
                 && self.slots.lend(io, data)
         });
         if lent {
@@ -181,9 +195,9 @@ impl Engine {
     /// then the sends this round produced.
     pub fn tick(&mut self, now: Nanos) {
         self.set_now(now);
-        self.poll_grants();
-        self.fire_delayed();
-        self.poll_pacer();
+        self.requests().poll_grants();
+        self.requests().fire_delayed();
+        self.requests().poll_pacer();
         self.fire_conn_timers();
         self.nvme_tick();
         self.check_drain();
@@ -197,15 +211,7 @@ impl Engine {
     /// Posts the sends the events since the last flush made ready. Replies
     /// queued in one round go out in one sendmsg per connection.
     pub fn flush(&mut self) {
-        while !self.conns.send_ready.is_empty() {
-            let mut ready = std::mem::take(&mut self.conns.send_ready);
-            for &conn in &ready {
-                (self.conns).start_send(conn, &self.slots.reqs, &mut self.io);
-            }
-            ready.clear();
-            if self.conns.send_ready.is_empty() {
-                self.conns.send_ready = ready; // keeps its capacity
-            }
+        while (self.conns).send_round(self.slots.reqs(), &mut self.io) {
             self.settle();
         }
     }
@@ -215,7 +221,7 @@ impl Engine {
         let candidates = [
             self.io.delayed.peek().map(|Reverse((t, _))| *t),
             self.io.pacer.next_wakeup(self.io.now),
-            self.conns.timers.peek().map(|Reverse((t, _))| *t),
+            self.conns.next_timer(),
             self.nvme.deadline(),
             // Re-check the drain even when nothing completes.
             self.draining_since.map(|_| self.io.now + 50_000_000),
@@ -339,12 +345,12 @@ impl Engine {
     /// has buffered, posts its next recv, closes it when it is done, and
     /// frees it once nothing is in flight. The pacer is polled between
     /// rounds, so what it releases is served in the same event.
-    pub(super) fn settle(&mut self) {
+    fn settle(&mut self) {
         loop {
             while let Some(id) = self.io.touched.pop() {
                 self.settle_conn(id);
             }
-            if !self.poll_pacer() && self.io.touched.is_empty() {
+            if !self.requests().poll_pacer() && self.io.touched.is_empty() {
                 return;
             }
         }
@@ -359,11 +365,11 @@ impl Engine {
             return;
         }
         if let Input::Payload(r) = c.input {
-            self.piece_ops().start_pieces(r);
+            self.requests().piece_ops().start_pieces(r);
         }
         self.process_input(id);
         // NVMe/TCP: waiting commands start, and what the queue wrote goes out.
-        self.nvme_start_waiting(id);
+        NvmeFront::start_waiting(id, self.conn_cap, &mut self.requests());
         NvmeFront::flush(id, &mut self.conns);
         match self.conns.get(id) {
             Some(c) if c.life == Life::Open && c.finished() => self.close(id),
@@ -377,32 +383,8 @@ impl Engine {
 
     /// Shuts the socket down and releases everything not in the kernel's or
     /// the device's hands; the rest is released as it completes.
-    pub(super) fn close(&mut self, id: ConnId) {
-        let Some(c) = self.conns.get_mut(id) else {
-            return;
-        };
-        if c.life == Life::Closing {
-            return;
-        }
-        let (input, sending) = c.close();
-        self.io.actions.push(Action::Shutdown {
-            conn: id,
-            read_only: false,
-        });
-        if input == Input::WaitSlot {
-            self.slots.waiters.retain(|&w| w != id);
-        }
-        if !sending {
-            self.drop_replies(id);
-        }
-        for i in 0..self.slots.reqs.len() as u32 {
-            let req = &self.slots.reqs[i as usize];
-            if req.conn == id && req.state != ReqStage::Free {
-                self.abort(ReqId(i));
-            }
-        }
-        NvmeFront::closed(id, &mut self.conns, &mut self.slots, &self.io);
-        self.io.touched.push(id);
+    fn close(&mut self, id: ConnId) {
+        self.requests().close(id);
     }
 
     fn remove_conn(&mut self, id: ConnId) {
@@ -438,7 +420,7 @@ impl Engine {
     }
 
     /// Closes connections whose deadline has passed.
-    pub(super) fn fire_conn_timers(&mut self) {
+    fn fire_conn_timers(&mut self) {
         while let Some(id) = self.conns.next_timed_out(self.io.now, &self.timeouts) {
             let Some(c) = self.conns.get_mut(id) else {
                 continue;
@@ -474,14 +456,14 @@ impl Engine {
                 // A half-received WRITE can never finish.
                 self.close(id);
             } else {
-                self.input_ended(id);
+                self.requests().input_ended(id);
             }
         }
         self.settle();
     }
 
     /// At the drain timeout, closes what is still open.
-    pub(super) fn check_drain(&mut self) {
+    fn check_drain(&mut self) {
         let Some(since) = self.draining_since else {
             return;
         };
@@ -513,87 +495,46 @@ impl Engine {
     }
 }
 
-/// Received bytes: the handshake, request headers and WRITE payloads, and
-/// the recv that brings the next ones.
+/// Received bytes, by what the connection's input is (the NBD front end's
+/// steps in `nbd.rs`, NVMe/TCP's in `nvme.rs`), and the recv that brings
+/// the next ones; the NVMe/TCP front end's timers and mail.
 impl Engine {
-    pub(super) fn recv_done(&mut self, id: ConnId, result: Received) {
-        let now = self.io.now;
-        let Some(c) = self.conns.get_mut(id) else {
-            return;
-        };
-        let op = c.set_recv(RecvOp::Idle);
-        self.io.touched.push(id);
-        if let Received::Data(n) = result {
-            self.io.stats.bytes_in += n as u64;
-            c.traffic.bytes_in += n as u64;
-        }
-        if c.life == Life::Closing {
-            if let RecvOp::Direct(r) = op {
-                // Its piece's buffer was kept for this recv; now it may go.
-                self.pieces(|p| p.abort_pieces(r));
-            }
-            return;
-        }
-        match result {
-            Received::Error(errno) => {
-                let e = std::io::Error::from_raw_os_error(errno);
-                tracing::debug!(reactor = self.id, conn = id.index, "recv: {e}");
-                c.ending(EndReason::RecvError);
-                self.close(id);
-            }
-            Received::Eof | Received::Data(0) => {
-                c.ending(EndReason::ClientClosed);
-                self.input_ended(id);
-            }
-            Received::Data(n) => {
-                c.active_at = now;
-                match op {
-                    RecvOp::Direct(r) => {
-                        self.slots.reqs[r.index()].filled += n as u32;
-                        self.piece_ops().payload_received(r, n);
-                    }
-                    _ => {
-                        c.rend += n;
-                        debug_assert!(c.rend <= c.rbuf.len());
-                    }
-                }
-            }
-        }
+    /// The request machine over the engine's parts (`request.rs`).
+    fn requests(&mut self) -> Requests<'_> {
+        self.nvme_parts().1
     }
 
-    /// No more input from this connection: serve what is in flight, then close.
-    pub(super) fn input_ended(&mut self, id: ConnId) {
-        let Some(c) = self.conns.get_mut(id) else {
-            return;
-        };
-        let was = c.set_input(Input::Ended);
-        match was {
-            // A WRITE whose payload will never arrive: nothing to execute.
-            Input::Payload(r) => self.pieces(|p| p.abort_pieces(r)),
-            Input::WaitSlot => self.slots.waiters.retain(|&w| w != id),
-            Input::Pdus => self.nvme_input_ended(id),
-            _ => {}
-        }
-        self.io.touched.push(id);
+    /// The NVMe/TCP front end, beside the request machine it drives.
+    fn nvme_parts(&mut self) -> (&mut NvmeFront, Requests<'_>) {
+        let r = Requests::new(
+            &mut self.slots,
+            &mut self.conns,
+            &mut self.io,
+            &mut self.sent,
+        );
+        (&mut self.nvme, r)
     }
 
     /// Consumes buffered input as far as it goes.
-    pub(super) fn process_input(&mut self, id: ConnId) {
+    fn process_input(&mut self, id: ConnId) {
+        let cap = self.conn_cap;
         loop {
             let Some(c) = self.conns.get(id) else { return };
             if c.life != Life::Open {
                 return;
             }
-            let step = match c.input {
-                Input::Handshake => self.handshake_input(id),
-                Input::StartTls => self.start_tls(id),
-                Input::Headers => self.header_input(id),
-                Input::Payload(r) => self.payload_input(id, r),
-                Input::Discard(left) => self
+            let input = c.input;
+            let (nvme, mut r) = self.nvme_parts();
+            let step = match input {
+                Input::Handshake => nbd::handshake_input(&mut r, id),
+                Input::StartTls => nbd::start_tls(&mut r, id),
+                Input::Headers => nbd::header_input(&mut r, id, cap),
+                Input::Payload(req) => nbd::payload_input(&mut r, id, req),
+                Input::Discard(left) => r
                     .conns
                     .get_mut(id)
                     .map_or(Step::Stop, |c| c.discard_input(left)),
-                Input::Pdus => self.nvme_input(id),
+                Input::Pdus => nvme.input(id, cap, &mut r),
                 Input::WaitSlot | Input::Ended => Step::Stop,
             };
             if let Step::Stop = step {
@@ -605,84 +546,34 @@ impl Engine {
         }
     }
 
-    /// Asks the driver to start TLS once the STARTTLS answer is sent.
-    fn start_tls(&mut self, id: ConnId) -> Step {
-        if self.conns.get_mut(id).is_some_and(|c| c.start_tls()) {
-            self.io.actions.push(Action::StartTls { conn: id });
-        }
-        Step::Stop
-    }
-
-    fn handshake_input(&mut self, id: ConnId) -> Step {
-        let Some(c) = self.conns.get_mut(id) else {
-            return Step::Stop;
-        };
-        let (step, answered) = c.handshake_input(&self.io.catalog);
-        if answered {
-            self.conns.mark_send(id);
-        }
-        step
-    }
-
-    fn header_input(&mut self, id: ConnId) -> Step {
-        let Some(c) = self.conns.get_mut(id) else {
-            return Step::Stop;
-        };
-        let (request, header_len) = match c.next_header(self.conn_cap) {
-            Header::Wait => return Step::Stop,
-            Header::Bad(e) => {
-                tracing::info!(
-                    reactor = self.id,
-                    conn = id.index,
-                    "closing connection: {e:?}"
-                );
-                self.io.stats.protocol_errors += 1;
-                self.close(id);
-                return Step::Stop;
-            }
-            Header::Disc => {
-                self.input_ended(id);
-                return Step::Stop;
-            }
-            Header::Request(request, header_len) => (request, header_len),
-        };
-        let Some(slot) = self.slots.free.pop() else {
-            c.set_input(Input::WaitSlot);
-            self.slots.waiters.push_back(id);
-            return Step::Stop;
-        };
-        c.rstart += header_len;
-        self.accept_request(id, slot, request);
-        Step::Again
-    }
-
-    fn payload_input(&mut self, id: ConnId, r: ReqId) -> Step {
-        let bs = self.io.buf_size;
-        let Some(c) = self.conns.get_mut(id) else {
-            return Step::Stop;
-        };
-        if c.buffered() == 0 {
-            return Step::Stop;
-        }
-        let n = self.slots.reqs[r.index()].fill_from(&c.rbuf[c.rstart..c.rend], bs);
-        if n == 0 {
-            // The filling piece waits for the pacer or a buffer.
-            return Step::Stop;
-        }
-        c.rstart += n;
-        self.piece_ops().payload_received(r, n);
-        Step::Again
-    }
-
     /// Posts the connection's next recv if its input can take bytes: into
     /// the receive buffer, or straight into a WRITE piece's buffer.
-    pub(super) fn post_recv(&mut self, id: ConnId) {
+    fn post_recv(&mut self, id: ConnId) {
         let (bs, cap) = (self.io.buf_size, self.conn_cap);
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
-        if let Some((buf, len)) = c.next_recv(&self.slots.reqs, bs, cap) {
+        if let Some((buf, len)) = c.next_recv(self.slots.reqs(), bs, cap) {
             self.io.actions.push(Action::Recv { conn: id, buf, len });
+        }
+    }
+
+    /// Every 100 ms: the controllers' keep-alive timers run, and queues
+    /// whose controller (or IO queue) is gone close. Mail from the target
+    /// is taken at once.
+    fn nvme_tick(&mut self) {
+        // An Abort's answer is mail too: an Abort whose queues are both
+        // here completes in this tick.
+        for _ in 0..3 {
+            let (nvme, mut r) = self.nvme_parts();
+            if !nvme.mail(&mut r) {
+                break;
+            }
+            self.settle();
+        }
+        let (nvme, mut r) = self.nvme_parts();
+        if nvme.check(&mut r) {
+            self.settle();
         }
     }
 }

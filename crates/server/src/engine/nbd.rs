@@ -3,9 +3,9 @@
 //! headers, and a rejected WRITE's payload to discard are the connection's
 //! own operations (`Conn::handshake_input`, `next_header`, `discard_input`,
 //! `start_tls`, `tls_done` in `conn.rs`: they move its receive buffer, input
-//! and phase); the engine acts on what they return (a request to give a
-//! slot, a close, an answer to send). Replies are encoded by the request
-//! slot (`slot.rs`).
+//! and phase); the functions here act on what they return over the request
+//! machine (`Requests`): a request given a slot, a close, an answer to
+//! send. Replies are encoded by the request slot (`slot.rs`).
 //!
 //! STARTTLS: the handshake answers it, the engine asks its driver to
 //! start TLS once the answer has left, and the handshake goes on when the
@@ -13,20 +13,128 @@
 //! (`reactor::tls`): the engine's receives and sends are plaintext either
 //! way.
 
+use super::conn::{EndReason, Header, Input, Phase, Step};
+use super::events::Action;
+use super::ids::{ConnId, ReqId};
+use super::request::Requests;
+use super::slot::{ReplyStyle, ReqOrigin};
+use super::states::ReqStage;
+
 /// Rejected WRITE payloads up to this size are read and discarded, as the
 /// spec prefers; larger ones close the connection instead.
 pub(super) const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
 
-/// What the next request header in a connection's buffer is.
-pub enum Header {
-    /// Not whole yet, or the connection holds its share of the pool.
-    Wait,
-    /// Not a request: the connection must close.
-    Bad(proto::DecodeError),
-    /// NBD_CMD_DISC (consumed): no reply; serve what is in flight, then close.
-    Disc,
-    /// A request, and its header's length (not consumed yet).
-    Request(proto::Request, usize),
+/// Asks the driver to start TLS once the STARTTLS answer is sent.
+pub(super) fn start_tls(r: &mut Requests, id: ConnId) -> Step {
+    if r.conns.get_mut(id).is_some_and(|c| c.start_tls()) {
+        r.io.actions.push(Action::StartTls { conn: id });
+    }
+    Step::Stop
+}
+
+/// Handshake bytes: the handshake's answer goes out.
+pub(super) fn handshake_input(r: &mut Requests, id: ConnId) -> Step {
+    let Some(c) = r.conns.get_mut(id) else {
+        return Step::Stop;
+    };
+    let (step, answered) = c.handshake_input(&r.io.catalog);
+    if answered {
+        r.conns.mark_send(id);
+    }
+    step
+}
+
+/// The next request header, given a slot while the connection's requests
+/// commit less than `cap` buffers; it waits in line when none is free.
+pub(super) fn header_input(r: &mut Requests, id: ConnId, cap: u32) -> Step {
+    let Some(c) = r.conns.get_mut(id) else {
+        return Step::Stop;
+    };
+    let (request, header_len) = match c.next_header(cap) {
+        Header::Wait => return Step::Stop,
+        Header::Bad(e) => {
+            tracing::info!(
+                reactor = r.io.reactor,
+                conn = id.index,
+                "closing connection: {e:?}"
+            );
+            r.io.stats.protocol_errors += 1;
+            r.close(id);
+            return Step::Stop;
+        }
+        Header::Disc => {
+            r.input_ended(id);
+            return Step::Stop;
+        }
+        Header::Request(request, header_len) => (request, header_len),
+    };
+    let Some(slot) = r.slots.claim() else {
+        c.set_input(Input::WaitSlot);
+        r.slots.wait_for_slot(id);
+        return Step::Stop;
+    };
+    c.rstart += header_len;
+    accept_request(r, id, slot, request);
+    Step::Again
+}
+
+/// WRITE `req`'s payload from the receive buffer into its filling piece.
+pub(super) fn payload_input(r: &mut Requests, id: ConnId, req: ReqId) -> Step {
+    let bs = r.io.buf_size;
+    let Some(c) = r.conns.get_mut(id) else {
+        return Step::Stop;
+    };
+    if c.buffered() == 0 {
+        return Step::Stop;
+    }
+    let n = r.slots[req].fill_from(&c.rbuf[c.rstart..c.rend], bs);
+    if n == 0 {
+        // The filling piece waits for the pacer or a buffer.
+        return Step::Stop;
+    }
+    c.rstart += n;
+    r.piece_ops().payload_received(req, n);
+    Step::Again
+}
+
+/// A request header arrived on `conn`, and `slot` is free for it.
+fn accept_request(r: &mut Requests, conn: ConnId, slot: ReqId, request: proto::Request) {
+    let now = r.io.now;
+    let Some(c) = r.conns.get_mut(conn) else {
+        return;
+    };
+    let Phase::Transmission { export, neg, .. } = &c.phase else {
+        return;
+    };
+    let origin = ReqOrigin {
+        conn,
+        export: *export,
+        style: ReplyStyle::of(neg),
+    };
+    let info = &r.io.catalog.exports[origin.export as usize].info;
+    let verdict = proto::validate(&request, info, neg);
+    let payload = request.payload_len(neg.extended_headers);
+    c.requests += 1;
+    (r.slots).begin(slot, &origin, &request, &mut r.io.stats, now);
+    let Err(errno) = verdict else {
+        r.advance(slot);
+        return;
+    };
+    r.slots[slot].error = errno;
+    r.io.stats.rejected += 1;
+    if payload > MAX_DISCARD_PAYLOAD {
+        // Discarding gigabytes of junk is not worth it: drop the client.
+        if let Some(c) = r.conns.get_mut(conn) {
+            c.ending(EndReason::RejectedWrite);
+        }
+        r.close(conn);
+    } else if payload > 0 {
+        if let Some(c) = r.conns.get_mut(conn) {
+            c.set_input(Input::Discard(payload));
+        }
+    }
+    r.set_state(slot, ReqStage::Answered);
+    r.advance(slot);
 }
 
 #[cfg(test)]

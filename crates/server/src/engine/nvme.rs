@@ -16,16 +16,16 @@
 //! all the queues of one host share that host's link in the pacer.
 
 use proto::nvme::ctrl::{AdminDone, IoAbort};
-use proto::nvme::queue::{Action as QAction, DataStart};
+use proto::nvme::queue::Action as QAction;
 use proto::nvme::{Sqe, Status};
-use proto::Command;
 
-use super::conn::{Conn, EndReason, Input, Life, Phase};
+use super::conn::{Conn, EndReason, Life, Phase, Step};
 use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
 use super::nvme_conn::{Connect, Waiting, QID_IN_USE, QID_RECHECK, QID_WAIT};
-use super::nvme_data::{copy_into, data, data_in, nvme_command, nvme_of, wait, Next};
+use super::nvme_data::{data, data_in, nvme_command, nvme_of, wait, Next};
+use super::request::Requests;
 use super::slot::{ReplyStyle, ReqOrigin};
 use super::slots::Slots;
 use super::states::ReqStage;
@@ -66,21 +66,12 @@ fn host_id(nqn: &str) -> u64 {
     h.finish() | (1 << 63)
 }
 
-/// An NVMe status for a device error (an errno).
-fn status_of(errno: u32) -> Status {
-    match errno as i32 {
-        libc::EPERM | libc::EROFS => Status::NAMESPACE_WRITE_PROTECTED,
-        libc::ENOSPC => Status::generic(0x81), // capacity exceeded
-        libc::EINVAL => Status::INVALID_FIELD,
-        _ => Status::INTERNAL_ERROR,
-    }
-}
-
 /// The NVMe/TCP front end of one engine: its connections' count and when
 /// their controllers are next checked. The per-connection state is each
-/// connection's `NvmeConn` (`Phase::Nvme`); the operations below take the
-/// engine's parts they need, and what they leave to the request machine
-/// comes back as a [`Next`] (`Engine::nvme_input` and its kin carry it out).
+/// connection's `NvmeConn` (`Phase::Nvme`). The front end drives the
+/// request machine (`Requests`, over the engine's parts): a queue's action
+/// that leaves work to it comes back as a [`Next`], which `input` carries
+/// out; the machine's calls into NVMe/TCP are `nvme_data.rs`'s.
 pub struct NvmeFront {
     reactor: usize,
     /// NVMe/TCP connections open, and when their controllers are next checked.
@@ -134,6 +125,34 @@ impl NvmeFront {
     /// The actions the connection's queue asks for; None once it is gone.
     pub fn take_actions(c: Option<&mut Conn>) -> Option<Vec<QAction>> {
         c.and_then(nvme_of).map(|n| n.queue.take_actions())
+    }
+
+    /// Feeds the connection's buffered bytes to its NVMe/TCP queue and
+    /// carries out what the queue asks: every whole PDU is consumed at
+    /// once. `cap` is a connection's share of the pool (`start_waiting`).
+    pub fn input(&mut self, id: ConnId, cap: u32, r: &mut Requests) -> Step {
+        let Some(used) = r.conns.get_mut(id).and_then(Self::receive) else {
+            return Step::Stop;
+        };
+        // The data ranges point into the bytes just given: act on them
+        // before those bytes are let go.
+        while let Some(actions) = Self::take_actions(r.conns.get_mut(id)) {
+            if actions.is_empty() {
+                break;
+            }
+            for a in actions {
+                match self.act(id, a, r.conns, r.slots, r.io) {
+                    Next::Done => {}
+                    Next::StartWaiting => Self::start_waiting(id, cap, r),
+                    Next::Advance(slot) => r.advance(slot),
+                    Next::InputEnded => r.input_ended(id),
+                }
+            }
+        }
+        if let Some(c) = r.conns.get_mut(id) {
+            c.rstart += used;
+        }
+        Step::Stop
     }
 
     /// Carries out one of the queue's actions.
@@ -266,16 +285,9 @@ impl NvmeFront {
     /// and the connection's requests hold less than `cap`, its share of the
     /// pool. One at a time: the engine advances it (which commits its
     /// buffers) before it asks for the next.
-    pub fn start_next(
-        &self,
-        id: ConnId,
-        cap: u32,
-        conns: &mut Conns,
-        slots: &mut Slots,
-        io: &mut IoPath,
-    ) -> Option<ReqId> {
+    fn start_next(id: ConnId, cap: u32, r: &mut Requests) -> Option<ReqId> {
         loop {
-            let c = conns.get_mut(id)?;
+            let c = r.conns.get_mut(id)?;
             if c.life != Life::Open || c.committed >= cap {
                 return None;
             }
@@ -283,167 +295,37 @@ impl NvmeFront {
             if n.waiting.is_empty() {
                 return None;
             }
-            let Some(slot) = slots.free.pop() else {
-                if !slots.waiters.contains(&id) {
-                    slots.waiters.push_back(id);
-                }
+            if !r.slots.has_free() {
+                r.slots.wait_for_slot(id);
                 return None;
+            }
+            let w = n.waiting.pop_front()?;
+            // None: the queue forgot it (closing), nothing to serve.
+            let Some((cid, request, ranges)) = nvme_command(&n.queue, w) else {
+                continue;
             };
-            let Some(w) = n.waiting.pop_front() else {
-                slots.free.push(slot);
-                return None;
+            let slot = r.slots.claim()?;
+            let export = n.export().unwrap_or(0);
+            n.slots.insert(cid, slot);
+            c.requests += 1;
+            let origin = ReqOrigin {
+                conn: id,
+                export,
+                style: ReplyStyle::Nvme,
             };
-            if let Some(slot) = Self::request(id, slot, w, conns, slots, io) {
-                return Some(slot);
-            }
+            let req = (r.slots).begin(slot, &origin, &request, &mut r.io.stats, r.io.now);
+            req.ranges = ranges;
+            return Some(slot);
         }
     }
 
-    /// Command `w` takes request `slot`, to start its life (None: the
-    /// queue forgot it, and the slot is free again).
-    fn request(
-        id: ConnId,
-        slot: ReqId,
-        w: Waiting,
-        conns: &mut Conns,
-        slots: &mut Slots,
-        io: &mut IoPath,
-    ) -> Option<ReqId> {
-        let now = io.now;
-        let Some(c) = conns.get_mut(id) else {
-            slots.free.push(slot);
-            return None;
-        };
-        let Some(n) = nvme_of(c) else {
-            slots.free.push(slot);
-            return None;
-        };
-        let (cid, request, ranges) = match nvme_command(&n.queue, w) {
-            Some(r) => r,
-            None => {
-                // The queue forgot it (closing): nothing to serve.
-                slots.free.push(slot);
-                return None;
-            }
-        };
-        let export = n.export().unwrap_or(0);
-        n.slots.insert(cid, slot);
-        c.requests += 1;
-        let origin = ReqOrigin {
-            conn: id,
-            export,
-            style: ReplyStyle::Nvme,
-        };
-        let req = &mut slots.reqs[slot.index()];
-        req.reset(&origin, &request, now);
-        req.ranges = ranges;
-        io.stats.enter(ReqStage::New.stat());
-        slots.trace.record(now, slot, u64::from(cid), ReqStage::New);
-        Some(slot)
-    }
-
-    /// A WRITE holds its buffers: its in-capsule data lands in them, or
-    /// its R2T goes out.
-    pub fn data_wanted(
-        id: ReqId,
-        conns: &mut Conns,
-        slots: &mut Slots,
-        io: &mut IoPath,
-    ) -> ReqStage {
-        let req = &slots.reqs[id.index()];
-        let (conn, cid) = (req.conn, req.cookie as u16);
-        let Some(c) = conns.get_mut(conn) else {
-            return ReqStage::Answered;
-        };
-        if c.input != Input::Pdus {
-            // Input ended: no data will come.
-            slots.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
-            return ReqStage::Answered;
+    /// Starts waiting commands, one at a time, while a slot is free and
+    /// the connection's requests hold less than `cap`, its share of the
+    /// pool.
+    pub fn start_waiting(id: ConnId, cap: u32, r: &mut Requests) {
+        while let Some(slot) = Self::start_next(id, cap, r) {
+            r.advance(slot);
         }
-        let Some(n) = nvme_of(c) else {
-            return ReqStage::Answered;
-        };
-        match n.queue.request_data(cid) {
-            DataStart::InCapsule(data) => {
-                let req = &mut slots.reqs[id.index()];
-                if copy_into(&req.iov, 0, &data) {
-                    req.filled = data.len() as u32;
-                    ReqStage::Ready
-                } else {
-                    req.fault = Some(Status::DATA_SGL_LENGTH_INVALID);
-                    ReqStage::Answered
-                }
-            }
-            DataStart::Requested => {
-                // The R2T is in the queue's output.
-                io.touched.push(conn);
-                ReqStage::Receiving
-            }
-            DataStart::Gone => {
-                slots.reqs[id.index()].fault = Some(Status::ABORTED_SQ_DELETED);
-                ReqStage::Answered
-            }
-        }
-    }
-
-    /// READ `id`'s reply carries a data digest, computed before the send:
-    /// bytes lent from a RAM bdev that a WRITE changed in between failed
-    /// it at the host (SPDK perf, randrw with -H -I), so such a READ is
-    /// copied into its buffers instead.
-    pub fn digests_read_data(id: ReqId, conns: &mut Conns, slots: &Slots) -> bool {
-        let Some(conn) = slots.reqs.get(id.index()).map(|r| r.conn) else {
-            return false;
-        };
-        conns
-            .get_mut(conn)
-            .and_then(nvme_of)
-            .is_some_and(|n| n.queue.data_digest())
-    }
-
-    /// Encodes an answered request's reply: a READ's C2HData head before
-    /// its data, then its data digest and completion.
-    pub fn reply(id: ReqId, conns: &mut Conns, slots: &mut Slots) {
-        let req = &mut slots.reqs[id.index()];
-        let (conn, cid) = (req.conn, req.cookie as u16);
-        let status = match (req.fault, req.error) {
-            (Some(s), _) => s,
-            (None, 0) => Status::SUCCESS,
-            (None, e) => status_of(e),
-        };
-        req.hdr.clear();
-        req.trailer.clear();
-        let Some(n) = conns.get_mut(conn).and_then(nvme_of) else {
-            return;
-        };
-        n.slots.remove(cid);
-        if req.command == Command::Read && status.is_success() && req.len > 0 {
-            // The data PDU completes it (SUCCESS flag, as SPDK's target
-            // sends by default): no CapsuleResp follows.
-            n.queue.c2h_head(cid, req.len, true, &mut req.hdr);
-            req.data_reply = true;
-            if n.queue.data_digest() {
-                let crc = req.iov.iter().fold(0u32, |crc, v| {
-                    // SAFETY: the iovecs cover the READ's data, in buffers
-                    // (or a bdev's memory) it holds until its reply is sent.
-                    let b =
-                        unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
-                    proto::nvme::pdu::crc32c_append(crc, b)
-                });
-                req.trailer.extend_from_slice(&crc.to_le_bytes());
-            }
-            n.queue.finish_silently(cid);
-        } else {
-            n.queue.finish_external(cid, status, &mut req.hdr);
-        }
-    }
-
-    /// The requests of the connection's commands holding a slot (its input
-    /// ended: those still receiving their data never get it).
-    pub fn requests_of(id: ConnId, conns: &mut Conns) -> Vec<ReqId> {
-        let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
-            return Vec::new();
-        };
-        n.slots.in_order().collect()
     }
 
     /// What the target holds for this engine's queues, once its mail
@@ -473,6 +355,52 @@ impl NvmeFront {
             }
         }
         Some(mail)
+    }
+
+    /// The target's mail for this engine's queues: parked admin commands
+    /// that ended complete on their admin queues; Aborts of commands on
+    /// its IO queues are looked into and answered. False: none came.
+    pub fn mail(&mut self, r: &mut Requests) -> bool {
+        let Some(mail) = self.take_mail(r.conns, r.io) else {
+            return false;
+        };
+        for (id, cid, d) in mail.done {
+            Self::admin_ended(id, cid, d, r.conns);
+            r.io.touched.push(id);
+        }
+        let answers: Vec<(u16, u16, bool)> = (mail.aborts.into_iter())
+            .map(|(id, a)| (a.cntlid, a.abort_cid, Self::abort(id, a.cid, r)))
+            .collect();
+        Self::aborts_answered(&answers, r.io);
+        true
+    }
+
+    /// An Abort names command `cid` of IO queue `id`: whether it was
+    /// aborted. One still waiting (for a slot, the pacer, its buffers or
+    /// its turn) completes as Command Abort Requested now, and its buffers
+    /// and slot go back; one whose data an R2T asked for completes so once
+    /// that data is in (the host sends it regardless); one at its device,
+    /// or answered, is not aborted.
+    fn abort(id: ConnId, cid: u16, r: &mut Requests) -> bool {
+        r.io.touched.push(id);
+        let slot = match Self::find(id, cid, r.conns) {
+            Found::Aborted => return true,
+            Found::Missing => return false,
+            Found::Slot(slot) => slot,
+        };
+        let req = &mut r.slots[slot];
+        match req.state {
+            ReqStage::Pacing | ReqStage::NeedBuffers | ReqStage::Deferred => {
+                Self::aborted(id, cid, slot, r.conns);
+                r.abort(slot);
+                true
+            }
+            ReqStage::Receiving if req.fault.is_none() => {
+                req.fault = Some(Status::ABORT_REQUESTED);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A parked admin command of admin queue `id` ended.
@@ -535,29 +463,25 @@ impl NvmeFront {
         }
     }
 
-    /// The connection closed: its queue leaves its controller, its waiting
-    /// commands are dropped (those with slots were aborted by `close`).
-    pub fn closed(id: ConnId, conns: &mut Conns, slots: &mut Slots, io: &IoPath) {
-        let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
-            return;
+    /// Every `CHECK_EVERY`: the controllers' keep-alive timers run, and
+    /// queues whose controller (or IO queue) is gone close. False when it
+    /// is not time yet (or there is no target): nothing changed.
+    pub fn check(&mut self, r: &mut Requests) -> bool {
+        let Some(gone) = self.gone_queues(r.conns, r.io) else {
+            return false;
         };
-        n.queue.abort_all();
-        n.waiting.clear();
-        n.slots.clear();
-        n.recheck = None;
-        let bound = n.bound.take();
-        slots.waiters.retain(|&w| w != id);
-        if let (Some((cntlid, qid, _)), Some(t)) = (bound, io.catalog.nvme.as_ref()) {
-            // Aborts parked for its commands complete: mail.
-            t.with(|t| t.queue_closed(cntlid, qid));
+        for id in gone {
+            if let Some(c) = r.conns.get_mut(id) {
+                c.ending(EndReason::ControllerGone);
+            }
+            r.close(id);
         }
+        true
     }
 
-    /// Every `CHECK_EVERY`: the controllers' keep-alive timers run, and
-    /// queues whose controller (or IO queue) is gone close.
-    /// Connects waiting for a QID are decided again first.
-    /// None when it is not time yet (or there is no target).
-    pub fn tick(&mut self, conns: &mut Conns, io: &mut IoPath) -> Option<Vec<ConnId>> {
+    /// The queues whose controller (or IO queue) is gone, once it is time
+    /// to check; Connects waiting for a QID are decided again first.
+    fn gone_queues(&mut self, conns: &mut Conns, io: &mut IoPath) -> Option<Vec<ConnId>> {
         if self.open == 0 || io.now < self.check_at {
             return None;
         }

@@ -6,8 +6,11 @@ use std::collections::VecDeque;
 
 use proto::nvme::queue::{DevOp, Queue};
 use proto::nvme::Sqe;
+use proto::Command;
 
 use super::ids::ReqId;
+use super::slot::Req;
+use super::states::ReqStage;
 use crate::exports::Catalog;
 
 /// An I/O queue's Connect naming a QID still in use is checked again every
@@ -111,6 +114,39 @@ impl NvmeConn {
     /// Past ICReq.
     pub fn initialized(&self) -> bool {
         self.queue.digests().is_some()
+    }
+
+    /// Where the data of the H2CData PDU arriving may be received straight
+    /// into its WRITE's buffers (no copy from the receive buffer): the
+    /// WRITE, and where and how many bytes (up to the end of its buffer
+    /// there). Only when at least `min` bytes are due, and the WRITE still
+    /// wants them (receiving, not aborted).
+    pub fn h2c_target(&self, reqs: &[Req], min: u32) -> Option<(ReqId, *mut u8, usize)> {
+        let (cid, at, due) = self.queue.inflow()?;
+        let slot = self.slots.get(cid)?;
+        let req = reqs.get(slot.index())?;
+        if due < min || req.state != ReqStage::Receiving || req.fault.is_some() {
+            return None;
+        }
+        let (buf, room) = req.data_at(at)?;
+        Some((slot, buf, room.min(due as usize)))
+    }
+
+    /// Whether a WRITE of this queue still wants `min` bytes or more of its
+    /// data (its R2T is out, or goes out once the pacer and the pool let
+    /// it): the receive buffer then takes little at a time
+    /// (`conn::H2C_HEAD_RECV`), so the bulk of its H2CData lands straight
+    /// in its buffers (`h2c_target`). A recv is posted before the R2T goes
+    /// out, so the WRITEs still pacing count too.
+    pub fn data_due(&self, reqs: &[Req], min: u32) -> bool {
+        self.slots.in_order().any(|r| {
+            let q = &reqs[r.index()];
+            let waits = matches!(
+                q.state,
+                ReqStage::Pacing | ReqStage::NeedBuffers | ReqStage::Receiving
+            );
+            waits && q.command == Command::Write && q.fault.is_none() && q.filled + min <= q.len
+        })
     }
 
     /// The export its subsystem serves, once connected.

@@ -1,14 +1,17 @@
 //! The NVMe/TCP front end's data path (`nvme.rs`): commands waiting for a
 //! request slot, a WRITE's H2CData landing in its buffers, and the
 //! engine's request for a waiting command; what a queue's action leaves
-//! to the engine (`Next`).
+//! to the engine (`Next`). Below the request machine's calls into the
+//! front end too: a WRITE's data wanted once its buffers are in, a reply
+//! encoded, a queue closed (the machine, `request.rs`, sits below
+//! `nvme.rs`, which drives it).
 
 use proto::nvme::ctrl::IoOp;
-use proto::nvme::queue::{DevOp, Queue};
+use proto::nvme::queue::{DataStart, DevOp, Queue};
 use proto::nvme::Status;
 use proto::Command;
 
-use super::conn::{Conn, Phase};
+use super::conn::{Conn, Input, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
@@ -65,7 +68,7 @@ pub(super) fn data(
     let Some(src) = c.rbuf.get(from..from + len as usize) else {
         return;
     };
-    let req = &mut slots.reqs[slot.index()];
+    let req = &mut slots[slot];
     if req.state != ReqStage::Receiving || req.fault.is_some() {
         // Aborted while its data came: the data is not wanted.
         return;
@@ -92,7 +95,7 @@ pub(super) fn data_in(
     else {
         return Next::Done;
     };
-    let req = &mut slots.reqs[slot.index()];
+    let req = &mut slots[slot];
     if req.state != ReqStage::Receiving {
         return Next::Done;
     }
@@ -186,4 +189,159 @@ pub(super) fn copy_into(iov: &[libc::iovec], mut at: usize, mut src: &[u8]) -> b
         at = 0;
     }
     true
+}
+
+/// An NVMe status for a device error (an errno).
+fn status_of(errno: u32) -> Status {
+    match errno as i32 {
+        libc::EPERM | libc::EROFS => Status::NAMESPACE_WRITE_PROTECTED,
+        libc::ENOSPC => Status::generic(0x81), // capacity exceeded
+        libc::EINVAL => Status::INVALID_FIELD,
+        _ => Status::INTERNAL_ERROR,
+    }
+}
+
+/// A WRITE holds its buffers: its in-capsule data lands in them, or
+/// its R2T goes out.
+pub(super) fn data_wanted(
+    id: ReqId,
+    conns: &mut Conns,
+    slots: &mut Slots,
+    io: &mut IoPath,
+) -> ReqStage {
+    let req = &slots[id];
+    let (conn, cid) = (req.conn, req.cookie as u16);
+    let Some(c) = conns.get_mut(conn) else {
+        return ReqStage::Answered;
+    };
+    if c.input != Input::Pdus {
+        // Input ended: no data will come.
+        slots[id].fault = Some(Status::ABORTED_SQ_DELETED);
+        return ReqStage::Answered;
+    }
+    let Some(n) = nvme_of(c) else {
+        return ReqStage::Answered;
+    };
+    match n.queue.request_data(cid) {
+        DataStart::InCapsule(data) => {
+            let req = &mut slots[id];
+            if copy_into(&req.iov, 0, &data) {
+                req.filled = data.len() as u32;
+                ReqStage::Ready
+            } else {
+                req.fault = Some(Status::DATA_SGL_LENGTH_INVALID);
+                ReqStage::Answered
+            }
+        }
+        DataStart::Requested => {
+            // The R2T is in the queue's output.
+            io.touched.push(conn);
+            ReqStage::Receiving
+        }
+        DataStart::Gone => {
+            slots[id].fault = Some(Status::ABORTED_SQ_DELETED);
+            ReqStage::Answered
+        }
+    }
+}
+
+/// READ `id`'s reply carries a data digest, computed before the send:
+/// bytes lent from a RAM bdev that a WRITE changed in between failed
+/// it at the host (SPDK perf, randrw with -H -I), so such a READ is
+/// copied into its buffers instead.
+pub(super) fn digests_read_data(id: ReqId, conns: &mut Conns, slots: &Slots) -> bool {
+    let Some(conn) = slots.get(id).map(|r| r.conn) else {
+        return false;
+    };
+    conns
+        .get_mut(conn)
+        .and_then(nvme_of)
+        .is_some_and(|n| n.queue.data_digest())
+}
+
+/// Encodes an answered request's reply: a READ's C2HData head before
+/// its data, then its data digest and completion.
+pub(super) fn reply(id: ReqId, conns: &mut Conns, slots: &mut Slots) {
+    let req = &mut slots[id];
+    let (conn, cid) = (req.conn, req.cookie as u16);
+    let status = match (req.fault, req.error) {
+        (Some(s), _) => s,
+        (None, 0) => Status::SUCCESS,
+        (None, e) => status_of(e),
+    };
+    req.hdr.clear();
+    req.trailer.clear();
+    let Some(n) = conns.get_mut(conn).and_then(nvme_of) else {
+        return;
+    };
+    n.slots.remove(cid);
+    if req.command == Command::Read && status.is_success() && req.len > 0 {
+        // The data PDU completes it (SUCCESS flag, as SPDK's target
+        // sends by default): no CapsuleResp follows.
+        n.queue.c2h_head(cid, req.len, true, &mut req.hdr);
+        req.data_reply = true;
+        if n.queue.data_digest() {
+            let crc = req.iov.iter().fold(0u32, |crc, v| {
+                // SAFETY: the iovecs cover the READ's data, in buffers
+                // (or a bdev's memory) it holds until its reply is sent.
+                let b = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
+                proto::nvme::pdu::crc32c_append(crc, b)
+            });
+            req.trailer.extend_from_slice(&crc.to_le_bytes());
+        }
+        n.queue.finish_silently(cid);
+    } else {
+        n.queue.finish_external(cid, status, &mut req.hdr);
+    }
+}
+
+/// The requests of the connection's commands holding a slot (its input
+/// ended: those still receiving their data never get it).
+pub(super) fn requests_of(id: ConnId, conns: &mut Conns) -> Vec<ReqId> {
+    let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
+        return Vec::new();
+    };
+    n.slots.in_order().collect()
+}
+
+/// The connection closed: its queue leaves its controller, its waiting
+/// commands are dropped (those with slots were aborted by `close`).
+pub(super) fn closed(id: ConnId, conns: &mut Conns, slots: &mut Slots, io: &IoPath) {
+    let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
+        return;
+    };
+    n.queue.abort_all();
+    n.waiting.clear();
+    n.slots.clear();
+    n.recheck = None;
+    let bound = n.bound.take();
+    slots.forget_waiter(id);
+    if let (Some((cntlid, qid, _)), Some(t)) = (bound, io.catalog.nvme.as_ref()) {
+        // Aborts parked for its commands complete: mail.
+        t.with(|t| t.queue_closed(cntlid, qid));
+    }
+}
+
+/// `n` bytes of the H2CData arriving for WRITE `r` on `id` landed in its
+/// buffers, received straight into them (`RecvOp::H2c`): the queue counts
+/// them (its data digest reads them there), and so does the request.
+pub(super) fn landed(id: ConnId, r: ReqId, n: usize, conns: &mut Conns, slots: &mut Slots) {
+    let Some(q) = conns.get_mut(id).and_then(nvme_of) else {
+        return;
+    };
+    // The recv was posted for this PDU's data (`NvmeConn::h2c_target`),
+    // and nothing else read the connection while it was out.
+    let (cid, at, due) = q.queue.inflow().expect("an H2CData arriving");
+    debug_assert_eq!(q.slots.get(cid), Some(r));
+    let req = &mut slots[r];
+    let (buf, room) = req.data_at(at).expect("inside the WRITE's data");
+    assert!(
+        n <= room.min(due as usize),
+        "{n} bytes landed past the target"
+    );
+    // SAFETY: the recv wrote `n` bytes at `buf`, inside a buffer the
+    // request holds (its release waits for the recv).
+    let data = unsafe { std::slice::from_raw_parts(buf.cast_const(), n) };
+    q.queue.landed(data);
+    req.filled += n as u32;
 }

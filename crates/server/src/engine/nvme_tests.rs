@@ -451,3 +451,110 @@ fn a_host_that_stops_mid_h2cdata_times_out_with_nothing_held() {
     assert_eq!(net.engine.requests_in_use(), 0);
     assert_eq!(net.engine.buffers_in_use(), 0);
 }
+
+/// An IO queue whose WRITE 7 of 64 KiB at 0 has its R2T out and its
+/// H2CData header received: the engine's next recv goes straight into the
+/// WRITE's buffers. The host queue and the PDU's data still to send.
+fn h2c_header_in(net: &mut Net) -> (Host, Vec<u8>) {
+    net.after_event = Some(|n: &Net| n.engine.audit().expect("books balance"));
+    let (_a, mut q) = io_queue(net);
+    q.send(net, Pdu::CapsuleCmd(rw(io::WRITE, 7, 0, 65536), &[]));
+    net.run_to_quiet();
+    let (cid, ttag, len) = r2t_of(&q.drain(net)[0].1);
+    assert_eq!((cid, len), (7, 65536));
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * 13 + 5) as u8).collect();
+    let mut b = Vec::new();
+    h2c(cid, ttag, &data).encode(&mut b, Framing::default());
+    let head = b.len() - data.len();
+    net.write(q.conn, &b[..head]);
+    assert!(net.deliver(q.conn, head));
+    let (_, recv, _, _) = net.engine.conn_state(q.conn).expect("open");
+    assert_eq!(
+        recv,
+        RecvOp::H2c(ReqId(0)),
+        "the next recv lands in the WRITE"
+    );
+    (q, data)
+}
+
+#[test]
+fn h2cdata_lands_straight_in_the_write_buffers() {
+    let mut net = nvme_net("auto", 64);
+    let (mut q, data) = h2c_header_in(&mut net);
+    net.write(q.conn, &data);
+    // 4 KiB buffers: one recv each while 16 KiB or more are due, the
+    // rest through the receive buffer.
+    let mut direct = 0;
+    loop {
+        let (_, recv, _, _) = net.engine.conn_state(q.conn).expect("open");
+        direct += u32::from(matches!(recv, RecvOp::H2c(_)));
+        if !net.deliver(q.conn, usize::MAX) {
+            break;
+        }
+    }
+    assert_eq!(direct, 13, "(64 - 16) / 4 + 1 recvs into the buffers");
+    net.run_to_quiet();
+    assert_eq!(resps(&q.drain(&net)), [(7, 0, 0)], "written");
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::READ, 8, 0, 65536), &[]));
+    net.run_to_quiet();
+    let got = q.drain(&net);
+    assert_eq!(&got[0].1[24..], &data[..], "what landed is what is read");
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.buffers_in_use(), 0, "the pool is full");
+}
+
+#[test]
+fn a_write_whose_h2cdata_is_landing_lets_go_at_a_close_or_a_drain() {
+    // Timed out mid-data: the close waits for the recv into the buffers.
+    let mut net = nvme_net("auto", 64);
+    let (q, _) = h2c_header_in(&mut net);
+    net.advance(TIMEOUTS.payload + 1);
+    net.run_to_quiet();
+    assert!(net.clients[&q.conn].closed, "timed out");
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    // Drained mid-data: its input ends while the recv is out.
+    let mut net = nvme_net("auto", 64);
+    let (q, data) = h2c_header_in(&mut net);
+    net.write(q.conn, &data[..4096]);
+    net.engine.begin_drain(net.now);
+    net.pump();
+    net.run_to_quiet();
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+    // The host closes mid-data.
+    let mut net = nvme_net("auto", 64);
+    let (q, data) = h2c_header_in(&mut net);
+    net.write(q.conn, &data[..8192]);
+    net.clients.get_mut(&q.conn).expect("client").eof = true;
+    net.run_to_quiet();
+    assert!(net.clients[&q.conn].closed, "closed");
+    assert_eq!(net.engine.requests_in_use(), 0);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+}
+
+#[test]
+fn an_h2cdata_pdu_sent_whole_lands_mostly_straight_in_the_buffers() {
+    // The host sends header and data at once: the receive buffer takes
+    // the header and the first bytes (`H2C_HEAD_RECV`), the rest lands in
+    // the WRITE's buffers while 16 KiB or more are due.
+    let mut net = nvme_net("auto", 64);
+    net.after_event = Some(|n: &Net| n.engine.audit().expect("books balance"));
+    let (_a, mut q) = io_queue(&mut net);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::WRITE, 7, 0, 65536), &[]));
+    net.run_to_quiet();
+    let (cid, ttag, _) = r2t_of(&q.drain(&net)[0].1);
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * 3 + 1) as u8).collect();
+    let before = net.engine.snapshot(net.now).bytes_in_direct;
+    q.send(&mut net, h2c(cid, ttag, &data));
+    net.run_to_quiet();
+    assert_eq!(resps(&q.drain(&net)), [(7, 0, 0)], "written");
+    let direct = net.engine.snapshot(net.now).bytes_in_direct - before;
+    // 4 KiB less the 24-byte header went through the receive buffer with
+    // it; then 4 KiB buffers one recv each down to 16 KiB due.
+    assert_eq!(direct, 65536 - (4096 - 24) - 12288);
+    q.send(&mut net, Pdu::CapsuleCmd(rw(io::READ, 8, 0, 65536), &[]));
+    net.run_to_quiet();
+    assert_eq!(&q.drain(&net)[0].1[24..], &data[..]);
+    assert_eq!(net.engine.buffers_in_use(), 0, "the pool is full");
+}

@@ -2,7 +2,7 @@
 //! payloads and for READs too large for their buffers at once (streamed).
 //! These are operations of [`Pieces`], over the slot table, the connections
 //! and the IO path; what they leave to the request
-//! machine comes back as a [`Then`] (`Engine::pieces` carries it out).
+//! machine comes back as a [`Then`] (`Requests::pieces` carries it out).
 //!
 //! A piece goes through the pacer, takes one buffer and goes to the device
 //! as its own IO. A WRITE piece receives its bytes before that; the reply
@@ -46,7 +46,7 @@ use super::conn::{EndReason, Input, Life, RecvOp};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, ReqId};
 use super::io::IoPath;
-use super::nvme::NvmeFront;
+use super::nvme_data;
 use super::slot::{ReplyStyle, Req};
 use super::slots::Slots;
 use super::states::{PieceState, ReqStage};
@@ -69,7 +69,7 @@ pub struct Pieces<'e> {
     io: &'e mut IoPath,
 }
 
-/// What a piece event leaves to the request machine (`Engine::pieces`).
+/// What a piece event leaves to the request machine (`Requests::pieces`).
 #[must_use]
 pub enum Then {
     /// Nothing more.
@@ -90,7 +90,7 @@ impl<'e> Pieces<'e> {
 
     /// Queues piece or request `token` in the pacer, as its connection's flow.
     pub fn enqueue(&mut self, token: IoToken, kind: IoKind) {
-        let req = &self.slots.reqs[token.req.index()];
+        let req = &self.slots[token.req];
         let flow = self.conns.get(req.conn).map_or(0, |c| c.flow);
         let paced = self.io.paced_io(req, token, flow, kind);
         self.io.pacer.enqueue(paced, self.io.now);
@@ -98,9 +98,9 @@ impl<'e> Pieces<'e> {
 
     /// Starts the next pieces of `id`'s payload while its connection has room.
     pub fn start_pieces(&mut self, id: ReqId) {
-        let conn = self.slots.reqs[id.index()].conn;
+        let conn = self.slots[id].conn;
         loop {
-            let req = &self.slots.reqs[id.index()];
+            let req = &self.slots[id];
             let k = req.started;
             if k as usize >= req.pieces.len() || req.state != ReqStage::Payload {
                 return;
@@ -113,7 +113,7 @@ impl<'e> Pieces<'e> {
                 return;
             }
             c.payload_pieces += 1;
-            let req = &mut self.slots.reqs[id.index()];
+            let req = &mut self.slots[id];
             req.started += 1;
             req.pieces_live += 1;
             self.slots.set_piece(id, k, PieceState::Pacing);
@@ -125,7 +125,7 @@ impl<'e> Pieces<'e> {
     /// True as `piece_granted`.
     pub fn piece_released(&mut self, id: ReqId, k: u32) -> bool {
         self.slots.set_piece(id, k, PieceState::NeedBuffer);
-        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
+        let len = self.slots[id].piece_len(k, self.io.buf_size);
         match self.io.bufs.alloc(len, IoToken::piece(id, k).encode()) {
             Alloc::Ready(bufs) => {
                 debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
@@ -141,17 +141,17 @@ impl<'e> Pieces<'e> {
     /// Piece `k` holds its buffer: a WRITE piece's bytes may arrive, a
     /// streamed READ's piece goes to the device. True: that stream now
     /// holds every buffer it will take, and the READs waiting behind it
-    /// on its connection may start (`Engine::start_deferred`).
+    /// on its connection may start (`Requests::start_deferred`).
     pub fn piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) -> bool {
-        if self.slots.reqs[id.index()].streamed() {
+        if self.slots[id].streamed() {
             self.read_piece_granted(id, k, buf);
-            let req = &self.slots.reqs[id.index()];
+            let req = &self.slots[id];
             let c = self.conns.get_mut(req.conn).filter(|_| all_buffered(req));
             return c.map(|c| c.turns.buffered(id)).is_some();
         }
         self.slots.set_piece(id, k, PieceState::Filling);
-        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
-        let req = &mut self.slots.reqs[id.index()];
+        let len = self.slots[id].piece_len(k, self.io.buf_size);
+        let req = &mut self.slots[id];
         req.pieces[k as usize].buf = Some(buf);
         req.iov[k as usize] = libc::iovec {
             iov_base: self.io.pool.ptr(buf).cast(),
@@ -171,14 +171,14 @@ impl<'e> Pieces<'e> {
     /// returns the connection to headers.
     pub fn payload_received(&mut self, id: ReqId, n: usize) {
         let bs = self.io.buf_size;
-        let req = &self.slots.reqs[id.index()];
+        let req = &self.slots[id];
         debug_assert!(n > 0 && req.filled <= req.len);
         // The bytes all went into one piece: fills never cross a piece's end.
         let k = (req.filled - 1) / bs;
         if req.filled == k * bs + req.piece_len(k, bs) {
             self.submit_piece(id, k);
         }
-        let req = &self.slots.reqs[id.index()];
+        let req = &self.slots[id];
         if req.filled == req.len {
             let conn = req.conn;
             if let Some(c) = self.conns.get_mut(conn) {
@@ -195,8 +195,8 @@ impl<'e> Pieces<'e> {
         // windows bound what is at the device). Held until written, the cap
         // kept one connection's writes to 4 at the device: 128 KiB writes at
         // QD 32 to this machine's disk ran at 0.37 MiB in flight under none.
-        self.release_payload_slot(self.slots.reqs[id.index()].conn);
-        let req = &mut self.slots.reqs[id.index()];
+        self.release_payload_slot(self.slots[id].conn);
+        let req = &mut self.slots[id];
         req.pieces[k as usize].t_submit = self.io.now;
         self.io
             .pacer
@@ -213,7 +213,7 @@ impl<'e> Pieces<'e> {
     /// The device wrote piece `k`; an emulated delay may hold it back.
     pub fn piece_written(&mut self, id: ReqId, k: u32) -> Then {
         let op = bdev::IoOp::Write {
-            fua: self.slots.reqs[id.index()].fua(),
+            fua: self.slots[id].fua(),
         };
         if !self.delay_piece(id, k, op) {
             return self.piece_done(id, k);
@@ -224,7 +224,7 @@ impl<'e> Pieces<'e> {
     /// Holds piece `k`'s completion back for its device's emulated delay,
     /// if it has one still to run: true when it did.
     pub fn delay_piece(&mut self, id: ReqId, k: u32, op: bdev::IoOp) -> bool {
-        let req = &self.slots.reqs[id.index()];
+        let req = &self.slots[id];
         let t_submit = req.pieces[k as usize].t_submit;
         let Some(release) = self.io.delay_until(req.export, op, t_submit) else {
             return false;
@@ -238,7 +238,7 @@ impl<'e> Pieces<'e> {
     /// Piece `k` is written: its buffer and its place under the cap free.
     pub fn piece_done(&mut self, id: ReqId, k: u32) -> Then {
         let token = IoToken::piece(id, k);
-        self.io.device_finished(&self.slots.reqs[id.index()], token);
+        self.io.device_finished(&self.slots[id], token);
         self.io.pacer.on_complete(token.encode(), self.io.now);
         self.drop_piece(id, k);
         self.write_progress(id)
@@ -248,11 +248,11 @@ impl<'e> Pieces<'e> {
     /// streamed READ's piece leaves the pacer here: sent, or abandoned.
     pub fn drop_piece(&mut self, id: ReqId, k: u32) {
         let awaited_payload = matches!(
-            self.slots.reqs[id.index()].pieces[k as usize].state,
+            self.slots[id].pieces[k as usize].state,
             PieceState::Pacing | PieceState::NeedBuffer | PieceState::Filling
         );
         self.slots.set_piece(id, k, PieceState::Done);
-        let req = &mut self.slots.reqs[id.index()];
+        let req = &mut self.slots[id];
         if let Some(buf) = req.pieces[k as usize].buf.take() {
             self.io.bufs.free(&[buf]);
         }
@@ -290,7 +290,7 @@ impl<'e> Pieces<'e> {
     /// A WRITE whose pieces are all written is answered; one whose payload
     /// will never arrive is released once its pieces are off the device.
     pub fn write_progress(&mut self, id: ReqId) -> Then {
-        let req = &self.slots.reqs[id.index()];
+        let req = &self.slots[id];
         if req.state != ReqStage::Payload || req.pieces_live > 0 {
             return Then::Done;
         }
@@ -312,20 +312,20 @@ impl<'e> Pieces<'e> {
     /// The connection will not deliver the rest of `id`'s payload: pieces
     /// not at the device end now; the rest end as the device finishes.
     pub fn abort_pieces(&mut self, id: ReqId) -> Then {
-        let conn = self.slots.reqs[id.index()].conn;
+        let conn = self.slots[id].conn;
         // A recv in flight writes into the filling piece: it keeps its
         // buffer until that recv completes (recv_done aborts again).
         let receiving = self
             .conns
             .get(conn)
             .is_some_and(|c| c.recv == RecvOp::Direct(id));
-        let filling = self.slots.reqs[id.index()].filling_piece(self.io.buf_size);
-        for k in 0..self.slots.reqs[id.index()].started {
+        let filling = self.slots[id].filling_piece(self.io.buf_size);
+        for k in 0..self.slots[id].started {
             if receiving && k == filling {
                 continue;
             }
             let token = IoToken::piece(id, k);
-            match self.slots.reqs[id.index()].pieces[k as usize].state {
+            match self.slots[id].pieces[k as usize].state {
                 PieceState::Pacing | PieceState::Filling => {
                     self.io.pacer.cancel(token.encode());
                 }
@@ -345,7 +345,7 @@ impl<'e> Pieces<'e> {
     pub fn start_stream_pieces(&mut self, id: ReqId) {
         let window = self.io.stream_window();
         loop {
-            let req = &self.slots.reqs[id.index()];
+            let req = &self.slots[id];
             let k = req.started;
             let serving = matches!(req.state, ReqStage::Streaming | ReqStage::Reply);
             if !serving || k >= req.stream_end || req.pieces_live >= window {
@@ -358,7 +358,7 @@ impl<'e> Pieces<'e> {
             {
                 return;
             }
-            let req = &mut self.slots.reqs[id.index()];
+            let req = &mut self.slots[id];
             req.started += 1;
             req.pieces_live += 1;
             self.slots.set_piece(id, k, PieceState::Pacing);
@@ -369,8 +369,8 @@ impl<'e> Pieces<'e> {
     /// Piece `k` of a streamed READ holds its buffer: to the device.
     fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
         self.slots.set_piece(id, k, PieceState::Device);
-        let len = self.slots.reqs[id.index()].piece_len(k, self.io.buf_size);
-        let req = &mut self.slots.reqs[id.index()];
+        let len = self.slots[id].piece_len(k, self.io.buf_size);
+        let req = &mut self.slots[id];
         let piece = &mut req.pieces[k as usize];
         piece.buf = Some(buf);
         piece.t_submit = self.io.now;
@@ -395,15 +395,15 @@ impl<'e> Pieces<'e> {
     /// first piece puts the reply in the send queue, later ones extend it.
     pub fn read_piece_ready(&mut self, id: ReqId, k: u32) -> Then {
         self.io
-            .device_finished(&self.slots.reqs[id.index()], IoToken::piece(id, k));
-        let req = &self.slots.reqs[id.index()];
+            .device_finished(&self.slots[id], IoToken::piece(id, k));
+        let req = &self.slots[id];
         let (conn, state, failed) = (req.conn, req.state, req.error != 0);
         if state == ReqStage::Dropping {
             self.drop_piece(id, k);
             return self.release_dropped(id);
         }
         self.slots.set_piece(id, k, PieceState::Ready);
-        let req = &mut self.slots.reqs[id.index()];
+        let req = &mut self.slots[id];
         if req.chunked() {
             req.encode_piece_chunk(k, self.io.buf_size);
             if req.pieces[k as usize].error != 0 {
@@ -429,7 +429,7 @@ impl<'e> Pieces<'e> {
     /// sent free their buffers, and the next pieces start.
     pub fn stream_sent(&mut self, id: ReqId, sent: usize) {
         loop {
-            let req = &self.slots.reqs[id.index()];
+            let req = &self.slots[id];
             let k = req.sent_pieces;
             // A piece not yet read has not been sent, whatever its end says
             // (a failed piece still in its emulated delay has an error but
@@ -439,7 +439,7 @@ impl<'e> Pieces<'e> {
                 break;
             }
             self.drop_piece(id, k);
-            self.slots.reqs[id.index()].sent_pieces += 1;
+            self.slots[id].sent_pieces += 1;
         }
         self.start_stream_pieces(id);
     }
@@ -450,10 +450,10 @@ impl<'e> Pieces<'e> {
     pub fn abandon_stream(&mut self, id: ReqId) -> Then {
         self.slots
             .set_state(id, ReqStage::Dropping, &mut self.io.stats, self.io.now);
-        let req = &self.slots.reqs[id.index()];
+        let req = &self.slots[id];
         for k in req.sent_pieces..req.started {
             let token = IoToken::piece(id, k).encode();
-            match self.slots.reqs[id.index()].pieces[k as usize].state {
+            match self.slots[id].pieces[k as usize].state {
                 PieceState::Ready => {}
                 PieceState::Pacing => {
                     self.io.pacer.cancel(token);
@@ -471,7 +471,7 @@ impl<'e> Pieces<'e> {
 
     /// A dropping READ frees its slot once no piece is at the device.
     fn release_dropped(&self, id: ReqId) -> Then {
-        if self.slots.reqs[id.index()].pieces_live == 0 {
+        if self.slots[id].pieces_live == 0 {
             return Then::Release(id);
         }
         Then::Done
@@ -480,8 +480,8 @@ impl<'e> Pieces<'e> {
     /// New READ `id` (paced whole, or planned as a stream): starts now if
     /// its turn has come, else waits for it.
     pub fn read_turn(&mut self, id: ReqId) -> ReqStage {
-        let streamed = self.slots.reqs[id.index()].streamed();
-        let conn = self.slots.reqs[id.index()].conn;
+        let streamed = self.slots[id].streamed();
+        let conn = self.slots[id].conn;
         let Some(c) = self.conns.get_mut(conn) else {
             return self.start_read(id);
         };
@@ -495,8 +495,8 @@ impl<'e> Pieces<'e> {
     /// READ `id`'s turn has come: a stream claims its connection, a whole
     /// READ goes to the pacer.
     pub fn start_read(&mut self, id: ReqId) -> ReqStage {
-        let streamed = self.slots.reqs[id.index()].streamed();
-        let conn = self.slots.reqs[id.index()].conn;
+        let streamed = self.slots[id].streamed();
+        let conn = self.slots[id].conn;
         if let Some(c) = self.conns.get_mut(conn) {
             c.turns.start(id, streamed);
         }
@@ -512,11 +512,11 @@ impl<'e> Pieces<'e> {
     /// piece, other commands go to the device.
     pub fn start(&mut self, id: ReqId) -> Option<ReqStage> {
         let buf_size = self.io.buf_size;
-        let req = &self.slots.reqs[id.index()];
+        let req = &self.slots[id];
         // An NVMe/TCP command is at most MDTS, which the pool holds at once.
         let nvme = req.style == ReplyStyle::Nvme;
         let streams = !nvme && self.io.streams(req.len);
-        let req = &mut self.slots.reqs[id.index()];
+        let req = &mut self.slots[id];
         let conn = req.conn;
         match req.command {
             Command::Write if nvme && req.len > 0 => {
@@ -563,9 +563,9 @@ impl<'e> Pieces<'e> {
     /// A whole request took its buffers: to the device, or (an NVMe
     /// WRITE) its data comes first.
     pub fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
-        let req = &self.slots.reqs[id.index()];
+        let req = &self.slots[id];
         if req.style == ReplyStyle::Nvme && req.command == Command::Write {
-            NvmeFront::data_wanted(id, self.conns, self.slots, self.io)
+            nvme_data::data_wanted(id, self.conns, self.slots, self.io)
         } else {
             ReqStage::Ready
         }

@@ -1,24 +1,55 @@
-//! The request state machine. Events (the pacer releases an IO, buffers
-//! arrive, the device finishes, a delay expires, a reply is sent) move a
-//! request into a transient state and call [`Engine::advance`], which takes
-//! it as far as it can go and stops in a waiting state (the diagram is
-//! `states.rs`'s). Every change goes through [`Engine::set_state`]
-//! (`Slots::set_state`), which asserts it is an arrow of the diagram. A
-//! streamed READ's pieces go on while it waits in `Reply` (`pieces.rs`).
+//! The request machine: [`Requests`], the request slots' lives over the
+//! parts they move (the slots, the connections, the IO path). Events (the
+//! pacer releases an IO, buffers arrive, the device finishes, a delay
+//! expires, a reply is sent, bytes or an end come in, a connection closes)
+//! move a request into a transient state and call [`Requests::advance`],
+//! which takes it as far as it can go and stops in a waiting state (the
+//! diagram is `states.rs`'s). Every change goes through
+//! [`Requests::set_state`] (`Slots::set_state`), which asserts it is an
+//! arrow of the diagram. A streamed READ's pieces go on while it waits in
+//! `Reply` (`pieces.rs`); what a piece operation leaves to the machine
+//! comes back as a `Then`, carried out here. The engine (`mod.rs`) makes a
+//! `Requests` over its parts for each event; so do the front ends.
 
 use bdev::IoResult;
 use proto::Command;
 
-use super::conn::{EndReason, Input, Life, Phase, SendOp};
+use super::conn::{EndReason, Input, Life, RecvOp, SendOp};
+use super::conns::Conns;
+use super::events::{Action, Received, Sent};
 use super::ids::{ConnId, IoToken, Part, ReqId};
-use super::nbd::MAX_DISCARD_PAYLOAD;
-use super::nvme::NvmeFront;
+use super::io::IoPath;
+use super::nvme_data;
 use super::pieces::{Pieces, Then};
-use super::slot::{ReplyStyle, ReqOrigin};
+use super::slot::ReplyStyle;
+use super::slots::Slots;
 use super::states::ReqStage;
-use super::{Engine, Sent};
 
-impl Engine {
+/// The request machine over the engine's parts (it owns no state).
+pub struct Requests<'e> {
+    pub slots: &'e mut Slots,
+    pub conns: &'e mut Conns,
+    pub io: &'e mut IoPath,
+    /// Scratch list of requests whose replies a send finished (the
+    /// engine's, kept for its capacity).
+    sent: &'e mut Vec<ReqId>,
+}
+
+impl<'e> Requests<'e> {
+    pub fn new(
+        slots: &'e mut Slots,
+        conns: &'e mut Conns,
+        io: &'e mut IoPath,
+        sent: &'e mut Vec<ReqId>,
+    ) -> Requests<'e> {
+        Requests {
+            slots,
+            conns,
+            io,
+            sent,
+        }
+    }
+
     pub(super) fn set_state(&mut self, id: ReqId, to: ReqStage) {
         self.slots
             .set_state(id, to, &mut self.io.stats, self.io.now);
@@ -27,11 +58,11 @@ impl Engine {
     /// Every request transition: moves `id` until it waits for something.
     pub(super) fn advance(&mut self, id: ReqId) {
         loop {
-            let next = match self.slots.reqs[id.index()].state {
+            let next = match self.slots[id].state {
                 ReqStage::New => self.piece_ops().start(id),
                 ReqStage::Released => self.piece_ops().take_buffers(id),
-                ReqStage::Ready => (self.slots).execute(id, &self.conns, &mut self.io),
-                ReqStage::Executed => (self.slots).executed(id, &self.conns, &mut self.io),
+                ReqStage::Ready => (self.slots).execute(id, self.conns, self.io),
+                ReqStage::Executed => (self.slots).executed(id, self.conns, self.io),
                 ReqStage::Answered => self.answered(id),
                 ReqStage::Sent => {
                     self.finish(id);
@@ -61,53 +92,9 @@ impl Engine {
         }
     }
 
-    /// A request header arrived on `conn`, and `slot` is free for it.
-    pub(super) fn accept_request(&mut self, conn: ConnId, slot: ReqId, request: proto::Request) {
-        let now = self.io.now;
-        let Some(c) = self.conns.get_mut(conn) else {
-            return;
-        };
-        let Phase::Transmission { export, neg, .. } = &c.phase else {
-            return;
-        };
-        let origin = ReqOrigin {
-            conn,
-            export: *export,
-            style: ReplyStyle::of(neg),
-        };
-        let info = &self.io.catalog.exports[origin.export as usize].info;
-        let verdict = proto::validate(&request, info, neg);
-        let payload = request.payload_len(neg.extended_headers);
-        c.requests += 1;
-        self.slots.reqs[slot.index()].reset(&origin, &request, now);
-        self.io.stats.enter(ReqStage::New.stat());
-        self.slots
-            .trace
-            .record(now, slot, request.cookie, ReqStage::New);
-        let Err(errno) = verdict else {
-            self.advance(slot);
-            return;
-        };
-        self.slots.reqs[slot.index()].error = errno;
-        self.io.stats.rejected += 1;
-        if payload > MAX_DISCARD_PAYLOAD {
-            // Discarding gigabytes of junk is not worth it: drop the client.
-            if let Some(c) = self.conns.get_mut(conn) {
-                c.ending(EndReason::RejectedWrite);
-            }
-            self.close(conn);
-        } else if payload > 0 {
-            if let Some(c) = self.conns.get_mut(conn) {
-                c.set_input(Input::Discard(payload));
-            }
-        }
-        self.set_state(slot, ReqStage::Answered);
-        self.advance(slot);
-    }
-
     /// Runs a piece operation (`pieces.rs`), then what it leaves to the
     /// request machine.
-    pub(super) fn pieces(&mut self, f: impl FnOnce(&mut Pieces) -> Then) {
+    fn pieces(&mut self, f: impl FnOnce(&mut Pieces) -> Then) {
         match f(&mut self.piece_ops()) {
             Then::Done => {}
             Then::Advance(id) => self.advance(id),
@@ -118,15 +105,15 @@ impl Engine {
 
     /// The piece machinery, over the engine's slots, connections and IO path.
     pub(super) fn piece_ops(&mut self) -> Pieces<'_> {
-        Pieces::new(&mut self.slots, &mut self.conns, &mut self.io)
+        Pieces::new(self.slots, self.conns, self.io)
     }
 
     /// Answered: queue the reply, or drop it if the client is gone.
     fn answered(&mut self, id: ReqId) -> Option<ReqStage> {
-        let conn = self.slots.reqs[id.index()].conn;
+        let conn = self.slots[id].conn;
         match self.conns.get_mut(conn) {
             Some(c) if c.life == Life::Open => {
-                let req = &self.slots.reqs[id.index()];
+                let req = &self.slots[id];
                 let paced = req.paced && req.command == Command::Read;
                 let nvme = req.style == ReplyStyle::Nvme;
                 debug_assert!(
@@ -135,9 +122,9 @@ impl Engine {
                 );
                 c.out.push(id, req.streamed());
                 if nvme {
-                    NvmeFront::reply(id, &mut self.conns, &mut self.slots);
+                    nvme_data::reply(id, self.conns, self.slots);
                 } else {
-                    self.slots.reqs[id.index()].encode_reply();
+                    self.slots[id].encode_reply();
                 }
                 self.conns.mark_send(conn);
                 if paced {
@@ -145,7 +132,7 @@ impl Engine {
                 }
                 Some(ReqStage::Reply)
             }
-            _ if self.slots.reqs[id.index()].streamed() => {
+            _ if self.slots[id].streamed() => {
                 self.pieces(|p| p.abandon_stream(id));
                 None
             }
@@ -158,7 +145,7 @@ impl Engine {
 
     /// Sent: count it, tell the pacer its data has left, free the slot.
     fn finish(&mut self, id: ReqId) {
-        let req = &self.slots.reqs[id.index()];
+        let req = &self.slots[id];
         self.io.stats.record_done(&req.served(), self.io.now);
         if let Some(c) = self.conns.get_mut(req.conn) {
             c.traffic.replies += 1;
@@ -173,23 +160,22 @@ impl Engine {
 
     /// Frees the request's buffers and slot: the end of its life. A paced
     /// READ that did not reach `finish` leaves the pacer here.
-    pub(super) fn release(&mut self, id: ReqId) {
-        let req = &self.slots.reqs[id.index()];
+    fn release(&mut self, id: ReqId) {
+        let req = &self.slots[id];
         debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
         if req.paced && !matches!(req.state, ReqStage::Sent | ReqStage::Deferred) {
             self.io.pacer.cancel(IoToken::whole(id).encode());
         }
-        let (conn, need) = (req.conn, self.io.commitment(&self.slots.reqs[id.index()]));
-        let pending = self.slots.reqs[id.index()].read_pending();
-        let req = &mut self.slots.reqs[id.index()];
+        let (conn, need) = (req.conn, self.io.commitment(&self.slots[id]));
+        let pending = self.slots[id].read_pending();
+        let req = &mut self.slots[id];
         if !req.bufs.is_empty() {
             self.io.bufs.free(&req.bufs);
             req.bufs.clear();
         }
         self.set_state(id, ReqStage::Free);
         self.io.stats.leave(ReqStage::Free.stat());
-        self.slots.reqs[id.index()].clear();
-        self.slots.free.push(id);
+        self.slots.free(id);
         if let Some(c) = self.conns.get_mut(conn) {
             debug_assert!(
                 c.requests > 0,
@@ -207,7 +193,7 @@ impl Engine {
             self.read_ended(conn, id);
         }
         self.io.touched.push(conn);
-        if let Some(waiter) = self.slots.waiters.pop_front() {
+        if let Some(waiter) = self.slots.next_waiter() {
             // An NBD connection parses its next header; an NVMe/TCP one
             // starts its next waiting command.
             match self.conns.get_mut(waiter) {
@@ -224,7 +210,7 @@ impl Engine {
     /// in. One at the device finishes first; its completion releases it.
     pub(super) fn abort(&mut self, id: ReqId) {
         let token = IoToken::whole(id).encode();
-        match self.slots.reqs[id.index()].state {
+        match self.slots[id].state {
             ReqStage::Pacing => {
                 self.io.pacer.cancel(token);
                 self.release(id);
@@ -234,14 +220,22 @@ impl Engine {
                 self.release(id);
             }
             ReqStage::Deferred => {
-                let conn = self.slots.reqs[id.index()].conn;
+                let conn = self.slots[id].conn;
                 if let Some(c) = self.conns.get_mut(conn) {
                     c.turns.forget(id);
                 }
                 self.release(id);
             }
             ReqStage::Payload => self.pieces(|p| p.abort_pieces(id)),
-            ReqStage::Receiving => self.release(id),
+            ReqStage::Receiving => {
+                // Its data may be landing in its buffers (`RecvOp::H2c`):
+                // they go once that recv is back (`h2c_received`).
+                let conn = self.slots[id].conn;
+                let landing = RecvOp::H2c(id);
+                if self.conns.get(conn).is_none_or(|c| c.recv != landing) {
+                    self.release(id);
+                }
+            }
             ReqStage::Streaming => self.pieces(|p| p.abandon_stream(id)),
             // At the device or delayed: released when done. Replies: their
             // connection's send queue releases them. Dropping: when its
@@ -249,6 +243,138 @@ impl Engine {
             _ => {}
         }
     }
+
+    // Connections' ends: closed, input ended, bytes received.
+
+    /// Shuts the socket down and releases everything not in the kernel's or
+    /// the device's hands; the rest is released as it completes.
+    pub(super) fn close(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        if c.life == Life::Closing {
+            return;
+        }
+        let (input, sending) = c.close();
+        self.io.actions.push(Action::Shutdown {
+            conn: id,
+            read_only: false,
+        });
+        if input == Input::WaitSlot {
+            self.slots.forget_waiter(id);
+        }
+        if !sending {
+            self.drop_replies(id);
+        }
+        for i in 0..self.slots.total() {
+            let req = &self.slots[ReqId(i)];
+            if req.conn == id && req.state != ReqStage::Free {
+                self.abort(ReqId(i));
+            }
+        }
+        nvme_data::closed(id, self.conns, self.slots, self.io);
+        self.io.touched.push(id);
+    }
+
+    /// No more input from this connection: serve what is in flight, then close.
+    pub(super) fn input_ended(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        let was = c.set_input(Input::Ended);
+        match was {
+            // A WRITE whose payload will never arrive: nothing to execute.
+            Input::Payload(r) => self.pieces(|p| p.abort_pieces(r)),
+            Input::WaitSlot => self.slots.forget_waiter(id),
+            // NVMe/TCP: WRITEs waiting for their data never get it.
+            Input::Pdus => {
+                for r in nvme_data::requests_of(id, self.conns) {
+                    if self.slots[r].state == ReqStage::Receiving {
+                        self.abort(r);
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.io.touched.push(id);
+    }
+
+    /// `conn`'s posted recv finished: bytes into its receive buffer or a
+    /// WRITE piece, its end, or an error.
+    pub(super) fn received(&mut self, id: ConnId, result: Received) {
+        let now = self.io.now;
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        let op = c.set_recv(RecvOp::Idle);
+        self.io.touched.push(id);
+        if let Received::Data(n) = result {
+            self.io.stats.bytes_in += n as u64;
+            c.traffic.bytes_in += n as u64;
+            if matches!(op, RecvOp::Direct(_) | RecvOp::H2c(_)) {
+                self.io.stats.bytes_in_direct += n as u64;
+            }
+        }
+        if c.life == Life::Closing {
+            match op {
+                // Its piece's buffer was kept for this recv; now it may go.
+                RecvOp::Direct(r) => self.pieces(|p| p.abort_pieces(r)),
+                RecvOp::H2c(r) => self.h2c_received(id, r, 0),
+                _ => {}
+            }
+            return;
+        }
+        match result {
+            Received::Error(errno) => {
+                let e = std::io::Error::from_raw_os_error(errno);
+                tracing::debug!(reactor = self.io.reactor, conn = id.index, "recv: {e}");
+                c.ending(EndReason::RecvError);
+                self.close(id);
+                if let RecvOp::H2c(r) = op {
+                    self.h2c_received(id, r, 0);
+                }
+            }
+            Received::Eof | Received::Data(0) => {
+                c.ending(EndReason::ClientClosed);
+                self.input_ended(id);
+                if let RecvOp::H2c(r) = op {
+                    self.h2c_received(id, r, 0);
+                }
+            }
+            Received::Data(n) => {
+                c.active_at = now;
+                match op {
+                    RecvOp::Direct(r) => {
+                        self.slots[r].filled += n as u32;
+                        self.piece_ops().payload_received(r, n);
+                    }
+                    RecvOp::H2c(r) => self.h2c_received(id, r, n),
+                    _ => {
+                        c.rend += n;
+                        debug_assert!(c.rend <= c.rbuf.len());
+                    }
+                }
+            }
+        }
+    }
+
+    /// A recv straight into NVMe/TCP WRITE `r`'s buffers (`RecvOp::H2c`) is
+    /// back with `n` bytes of its data: the queue and the request count
+    /// them. A WRITE whose connection no longer reads PDUs (closed, or its
+    /// input ended while the recv was out) gets no more: its buffers,
+    /// kept for that recv, go now.
+    fn h2c_received(&mut self, id: ConnId, r: ReqId, n: usize) {
+        if n > 0 {
+            nvme_data::landed(id, r, n, self.conns, self.slots);
+        }
+        let reading =
+            (self.conns.get(id)).is_some_and(|c| c.life == Life::Open && c.input == Input::Pdus);
+        if !reading && self.slots[r].state == ReqStage::Receiving {
+            self.abort(r);
+        }
+    }
+
+    // Events of the pacer, the pool and the devices.
 
     /// The pacer releases IOs it holds.
     pub(super) fn poll_pacer(&mut self) -> bool {
@@ -266,7 +392,7 @@ impl Engine {
                 }
                 Part::Piece(k) => {
                     if self.piece_ops().piece_released(io.req, k) {
-                        self.start_deferred(self.slots.reqs[io.req.index()].conn);
+                        self.start_deferred(self.slots[io.req].conn);
                     }
                 }
             }
@@ -285,8 +411,8 @@ impl Engine {
             let io = IoToken::decode(token);
             match io.part {
                 Part::Whole => {
-                    debug_assert_eq!(self.slots.reqs[io.req.index()].state, ReqStage::NeedBuffers);
-                    self.slots.attach(io.req, bufs, &self.io);
+                    debug_assert_eq!(self.slots[io.req].state, ReqStage::NeedBuffers);
+                    self.slots.attach(io.req, bufs, self.io);
                     let next = self.piece_ops().holds_buffers(io.req);
                     self.set_state(io.req, next);
                     self.advance(io.req);
@@ -294,7 +420,7 @@ impl Engine {
                 Part::Piece(k) => {
                     debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
                     if self.piece_ops().piece_granted(io.req, k, bufs[0]) {
-                        self.start_deferred(self.slots.reqs[io.req.index()].conn);
+                        self.start_deferred(self.slots[io.req].conn);
                     }
                 }
             }
@@ -305,11 +431,15 @@ impl Engine {
     pub(super) fn io_done(&mut self, io: IoToken, result: IoResult) {
         // A write marks its blocks dirty again at completion, failed or not:
         // a bitmap cleared while it was at the device must not lose it.
-        if let Some((export, r)) = self.io_request(io).filter(|(_, r)| r.op.is_write()) {
+        if let Some((export, r)) = self
+            .slots
+            .io_request(io, self.io.buf_size)
+            .filter(|(_, r)| r.op.is_write())
+        {
             self.io.mark_dirty(export, &r);
         }
         if let IoResult::Err(errno) = result {
-            let req = &mut self.slots.reqs[io.req.index()];
+            let req = &mut self.slots[io.req];
             if req.error == 0 {
                 req.error = errno;
             }
@@ -322,7 +452,7 @@ impl Engine {
                 self.set_state(io.req, ReqStage::Executed);
                 self.advance(io.req);
             }
-            Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
+            Part::Piece(k) if self.slots[io.req].streamed() => {
                 self.pieces(|p| p.read_piece_done(io.req, k))
             }
             Part::Piece(k) => self.pieces(|p| p.piece_written(io.req, k)),
@@ -336,7 +466,7 @@ impl Engine {
                 break;
             }
             self.io.delayed.pop();
-            let export = self.slots.reqs[io.req.index()].export as usize;
+            let export = self.slots[io.req].export as usize;
             if let Some(later) = self.io.catalog.exports[export]
                 .bdev
                 .still_stalled(self.io.now)
@@ -347,24 +477,23 @@ impl Engine {
             }
             match io.part {
                 Part::Whole => {
-                    (self.io).device_finished(&self.slots.reqs[io.req.index()], io);
-                    let next = self.slots.piece_finished(io.req, &self.conns);
+                    (self.io).device_finished(&self.slots[io.req], io);
+                    let next = self.slots.piece_finished(io.req, self.conns);
                     self.set_state(io.req, next);
                     self.advance(io.req);
                 }
-                Part::Piece(k) if self.slots.reqs[io.req.index()].streamed() => {
+                Part::Piece(k) if self.slots[io.req].streamed() => {
                     self.pieces(|p| p.read_piece_ready(io.req, k))
                 }
                 Part::Piece(k) => self.pieces(|p| p.piece_done(io.req, k)),
             }
         }
     }
-}
 
-/// READ turns around streams (`turns.rs` holds each connection's `Turns`).
-impl Engine {
+    // READ turns around streams (`turns.rs` holds each connection's `Turns`).
+
     /// Whole READ on `conn` queued its data to send.
-    pub(super) fn read_queued(&mut self, conn: ConnId) {
+    fn read_queued(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(conn) {
             c.turns.queued();
         }
@@ -373,7 +502,7 @@ impl Engine {
 
     /// READ `id` on `conn` ended before its data was queued, or it was a
     /// stream: the READs waiting for it may start.
-    pub(super) fn read_ended(&mut self, conn: ConnId, id: ReqId) {
+    fn read_ended(&mut self, conn: ConnId, id: ReqId) {
         if let Some(c) = self.conns.get_mut(conn) {
             c.turns.ended(id);
         }
@@ -390,8 +519,8 @@ impl Engine {
             if c.life != Life::Open {
                 return;
             }
-            let reqs = &self.slots.reqs;
-            let Some(id) = c.turns.next(|r| reqs[r.index()].streamed()) else {
+            let slots = &*self.slots;
+            let Some(id) = c.turns.next(|r| slots[r].streamed()) else {
                 return;
             };
             let to = self.piece_ops().start_read(id);
@@ -399,11 +528,10 @@ impl Engine {
             self.advance(id);
         }
     }
-}
 
-/// Replies: queued per connection in send order (`Outbox`), and sent in
-/// batches, one sendmsg with many iovecs per connection per round.
-impl Engine {
+    // Replies: queued per connection in send order (`Outbox`), and sent in
+    // batches, one sendmsg with many iovecs per connection per round.
+
     pub(super) fn send_done(&mut self, id: ConnId, result: Sent) {
         let Some(c) = self.conns.get_mut(id) else {
             return;
@@ -423,14 +551,14 @@ impl Engine {
             Sent::Bytes(n) => n,
             Sent::Error(errno) => {
                 let e = std::io::Error::from_raw_os_error(errno);
-                tracing::debug!(reactor = self.id, conn = id.index, "send: {e}");
+                tracing::debug!(reactor = self.io.reactor, conn = id.index, "send: {e}");
                 c.ending(EndReason::SendError);
                 self.close(id);
                 return;
             }
         };
         // A streamed READ partly sent: how far.
-        let partial = (c.out).sent(sent, &self.slots.reqs, self.io.buf_size, &mut self.sent);
+        let partial = (c.out).sent(sent, self.slots.reqs(), self.io.buf_size, self.sent);
         let more = c.out.has_more();
         self.replies_left(partial);
         if more {
@@ -441,16 +569,16 @@ impl Engine {
     /// The replies in `self.sent` have wholly left; a streamed READ's
     /// `partial` reply has left up to its byte count.
     fn replies_left(&mut self, partial: Option<(ReqId, usize)>) {
-        let sent = std::mem::take(&mut self.sent);
+        let sent = std::mem::take(self.sent);
         for &r in &sent {
-            if self.slots.reqs[r.index()].streamed() {
+            if self.slots[r].streamed() {
                 self.piece_ops().stream_sent(r, usize::MAX);
-                if self.slots.reqs[r.index()].pieces_live > 0 {
+                if self.slots[r].pieces_live > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
                     self.io
                         .stats
-                        .record_done(&self.slots.reqs[r.index()].served(), self.io.now);
+                        .record_done(&self.slots[r].served(), self.io.now);
                     self.pieces(|p| p.abandon_stream(r));
                     continue;
                 }
@@ -458,30 +586,30 @@ impl Engine {
             self.set_state(r, ReqStage::Sent);
             self.advance(r);
         }
-        if let Some((r, bytes)) = partial.filter(|(r, _)| self.slots.reqs[r.index()].streamed()) {
+        if let Some((r, bytes)) = partial.filter(|&(r, _)| self.slots[r].streamed()) {
             self.piece_ops().stream_sent(r, bytes);
         }
-        self.sent = sent;
+        *self.sent = sent;
         self.sent.clear();
     }
 
     /// Releases the replies queued on a closing connection: no send covers
     /// them any more.
-    pub(super) fn drop_replies(&mut self, id: ConnId) {
+    fn drop_replies(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         debug_assert_ne!(c.send, SendOp::InFlight);
-        c.out.drain_replies(&mut self.sent);
-        let queued = std::mem::take(&mut self.sent);
+        c.out.drain_replies(self.sent);
+        let queued = std::mem::take(self.sent);
         for &r in &queued {
-            if self.slots.reqs[r.index()].streamed() {
+            if self.slots[r].streamed() {
                 self.pieces(|p| p.abandon_stream(r));
             } else {
                 self.release(r);
             }
         }
-        self.sent = queued;
+        *self.sent = queued;
         self.sent.clear();
     }
 }

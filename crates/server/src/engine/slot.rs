@@ -286,6 +286,21 @@ impl Req {
         Some((p, seg.iov_len - off))
     }
 
+    /// Byte `at` of the request's data in its buffers (`iov`), and the room
+    /// from there to the end of that buffer; None past its data.
+    pub fn data_at(&self, at: u32) -> Option<(*mut u8, usize)> {
+        let mut at = at as usize;
+        for seg in &self.iov {
+            if at < seg.iov_len {
+                // SAFETY: at < iov_len keeps the pointer inside the buffer.
+                let p = unsafe { seg.iov_base.cast::<u8>().add(at) };
+                return Some((p, seg.iov_len - at));
+            }
+            at -= seg.iov_len;
+        }
+        None
+    }
+
     /// Copies received payload bytes into the filling piece; returns how many
     /// it took (0 when that piece has no buffer yet).
     pub fn fill_from(&mut self, src: &[u8], buf_size: u32) -> usize {

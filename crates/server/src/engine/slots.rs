@@ -14,7 +14,7 @@ use super::conn::{Life, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::io::IoPath;
-use super::slot::Req;
+use super::slot::{Req, ReqOrigin};
 use super::states::{PieceState, ReqStage};
 use super::trace::{self, TraceQuery, TracedReq, TracedState};
 use crate::exports::Catalog;
@@ -61,12 +61,26 @@ fn legal(from: ReqStage, to: ReqStage) -> bool {
 }
 
 pub struct Slots {
-    pub reqs: Vec<Req>,
-    pub free: Vec<ReqId>,
+    reqs: Vec<Req>,
+    free: Vec<ReqId>,
     /// Connections waiting for a request slot, in arrival order.
-    pub waiters: VecDeque<ConnId>,
+    waiters: VecDeque<ConnId>,
     /// The last request state changes, with their times.
-    pub trace: trace::TraceRing,
+    trace: trace::TraceRing,
+}
+
+/// A slot's request, by id: every slot exists for the engine's life.
+impl std::ops::Index<ReqId> for Slots {
+    type Output = Req;
+    fn index(&self, id: ReqId) -> &Req {
+        &self.reqs[id.index()]
+    }
+}
+
+impl std::ops::IndexMut<ReqId> for Slots {
+    fn index_mut(&mut self, id: ReqId) -> &mut Req {
+        &mut self.reqs[id.index()]
+    }
 }
 
 impl Slots {
@@ -82,6 +96,77 @@ impl Slots {
     /// Slots holding a request.
     pub fn in_use(&self) -> usize {
         self.reqs.len() - self.free.len()
+    }
+
+    /// Slots, free or not: request ids run below it.
+    pub fn total(&self) -> u32 {
+        self.reqs.len() as u32
+    }
+
+    /// Every slot's request, by index (free ones too).
+    pub fn reqs(&self) -> &[Req] {
+        &self.reqs
+    }
+
+    /// The request `id` names, if it is a slot's.
+    pub fn get(&self, id: ReqId) -> Option<&Req> {
+        self.reqs.get(id.index())
+    }
+
+    /// Slots on the free list (the audit counts them against the states).
+    pub fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    /// A free slot for a new request.
+    pub fn claim(&mut self) -> Option<ReqId> {
+        self.free.pop()
+    }
+
+    /// `conn` waits in line for a slot (`next_waiter`), once.
+    pub fn wait_for_slot(&mut self, conn: ConnId) {
+        if !self.waiters.contains(&conn) {
+            self.waiters.push_back(conn);
+        }
+    }
+
+    /// Whether a slot is free (a claim would succeed).
+    pub fn has_free(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// Slot `slot`, claimed, starts request `request` from `origin`: New.
+    pub fn begin(
+        &mut self,
+        slot: ReqId,
+        origin: &ReqOrigin,
+        request: &proto::Request,
+        stats: &mut StatsCollector,
+        now: Nanos,
+    ) -> &mut Req {
+        let req = &mut self.reqs[slot.index()];
+        req.reset(origin, request, now);
+        stats.enter(ReqStage::New.stat());
+        self.trace.record(now, slot, request.cookie, ReqStage::New);
+        req
+    }
+
+    /// Request `id` is over (`Free`, its buffers gone): its slot goes back
+    /// on the free list.
+    pub fn free(&mut self, id: ReqId) {
+        debug_assert_eq!(self.reqs[id.index()].state, ReqStage::Free);
+        self.reqs[id.index()].clear();
+        self.free.push(id);
+    }
+
+    /// The connection that has waited longest for a slot, out of the line.
+    pub fn next_waiter(&mut self) -> Option<ConnId> {
+        self.waiters.pop_front()
+    }
+
+    /// `conn` no longer waits for a slot (its input ended, or it closed).
+    pub fn forget_waiter(&mut self, conn: ConnId) {
+        self.waiters.retain(|&w| w != conn);
     }
 
     pub fn set_state(&mut self, id: ReqId, to: ReqStage, stats: &mut StatsCollector, now: Nanos) {

@@ -1,5 +1,5 @@
 //! The states of a request slot and of its pieces: one enum each, whose
-//! transitions `slots.rs` checks. A request's (`Engine::advance` moves it,
+//! transitions `slots.rs` checks. A request's (`Requests::advance` moves it,
 //! `request.rs`; the piece diagram is in `pieces.rs`):
 //!
 //! ```text
@@ -23,7 +23,7 @@ use pace::stats::ReqState as StatState;
 /// Where a request is in its life. Waiting states name the one queue the
 /// request is in (the pacer's, the pool's, the device, the delay timers, its
 /// WRITE pieces, its connection's send queue); transient states are where an
-/// event left it for [`super::Engine::advance`] to move on.
+/// event left it for `Requests::advance` (`request.rs`) to move on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReqStage {
     /// The slot is free.

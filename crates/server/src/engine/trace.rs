@@ -1,5 +1,5 @@
 //! The trace ring: each engine's last [`TRACE_LEN`] request state changes
-//! with their times, written by `Engine::set_state`, so that `iopace rpc
+//! with their times, written by `Requests::set_state` (`Slots::set_state`), so that `iopace rpc
 //! trace` can show where a request that hangs is and how it got there (as
 //! SPDK's trace records each request's state changes). Recording is one
 //! store into a fixed ring; reading it is for the control plane.

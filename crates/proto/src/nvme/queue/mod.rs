@@ -252,6 +252,35 @@ impl Queue {
         Ok(dd)
     }
 
+    /// The H2CData PDU whose data is arriving, if one is: its command, the
+    /// offset in that command's data of the next byte due, and the data
+    /// bytes still due (its digest, if any, follows them). A driver may
+    /// receive those bytes straight into its own buffers and report them
+    /// with `landed` instead of giving them to `receive`.
+    pub fn inflow(&self) -> Option<(u16, u32, u32)> {
+        let f = self.inflow.as_ref()?;
+        Some((f.hdr.cccid, f.base + f.took, f.len - f.took))
+    }
+
+    /// `data`, the next bytes of the arriving H2CData PDU's data (at most
+    /// what `inflow` says is due), were received by the driver into its
+    /// own buffers: they count, and feed the data digest, with no `Data`
+    /// action. The digest and the PDU's end come through `receive`, as
+    /// ever (with no digest, `receive` of no bytes ends the PDU).
+    pub fn landed(&mut self, data: &[u8]) {
+        let Some(f) = self.inflow.as_mut() else {
+            panic!("{} bytes landed with no H2CData arriving", data.len());
+        };
+        assert!(
+            data.len() <= (f.len - f.took) as usize,
+            "{} bytes landed, {} due",
+            data.len(),
+            f.len - f.took
+        );
+        f.crc = f.crc.map(|crc| crc32c_append(crc, data));
+        f.took += data.len() as u32;
+    }
+
     /// A fatal transport error: C2HTermReq with the offending header, close.
     fn fatal(&mut self, f: Fatal, header: &[u8]) {
         let hlen = header.get(2).map_or(0, |&h| usize::from(h));

@@ -65,19 +65,25 @@ fn feed(
     (data, verdict, term)
 }
 
+/// A queue writing (`writing`, 16 blocks) and the one H2CData PDU of its
+/// 8 KiB of data, framed with `digests`; `flip` breaks its data digest.
+fn one_pdu(digests: Digests, flip: bool) -> (Rig, usize, Vec<u8>, Vec<u8>) {
+    let (r, q, ttag) = writing(digests, 16);
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut b = Vec::new();
+    Pdu::H2CData(h2c(4, ttag, 0, true), &data).encode(&mut b, Framing { digests, pda: 0 });
+    let last = b.len() - 1;
+    if flip && digests.data {
+        b[last] ^= 1;
+    }
+    (r, q, data, b)
+}
+
 proptest! {
     #[test]
     fn pieces_give_what_the_whole_pdu_gives(step in 1usize..3000, header in any::<bool>(),
                                              data_dg in any::<bool>(), flip in any::<bool>()) {
-        let digests = Digests { header, data: data_dg };
-        let (mut r, q, ttag) = writing(digests, 16);
-        let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
-        let mut b = Vec::new();
-        Pdu::H2CData(h2c(4, ttag, 0, true), &data).encode(&mut b, Framing { digests, pda: 0 });
-        let last = b.len() - 1;
-        if flip && data_dg {
-            b[last] ^= 1;
-        }
+        let (mut r, q, data, b) = one_pdu(Digests { header, data: data_dg }, flip);
         let (got, verdict, term) = feed(&mut r, q, &b, step);
         prop_assert_eq!(got, data);
         prop_assert_eq!(verdict, Some(!(flip && data_dg)));
@@ -131,4 +137,39 @@ fn two_pdus_of_one_write_stream_one_after_the_other() {
     Pdu::H2CData(h2c(4, ttag, 0, true), &[0; 4096]).encode(&mut b, Framing::default());
     let term = feed(&mut r, q, &b, 100).2;
     assert_eq!(term, Some((fes::DATA_OUT_OF_RANGE, 16)));
+}
+
+proptest! {
+    /// A driver that receives an H2CData PDU's data into its own buffers
+    /// (`inflow`, `landed`) gets the same verdict as one that gives it all
+    /// to `receive`, and no `Data` action for the bytes that landed.
+    #[test]
+    fn data_landed_by_the_driver_counts_as_received(step in 1usize..3000, header in any::<bool>(),
+                                                    data_dg in any::<bool>(), flip in any::<bool>()) {
+        let (mut r, q, data, b) = one_pdu(Digests { header, data: data_dg }, flip);
+        let dd = if data_dg { 4 } else { 0 };
+        let head = b.len() - data.len() - dd;
+        // The header alone: the data is due, none taken.
+        let (used, _) = r.queues[q].receive(&b[..head]);
+        prop_assert_eq!(used, head);
+        prop_assert_eq!(r.queues[q].inflow(), Some((4, 0, 8192)));
+        let mut landed = 0;
+        for chunk in data.chunks(step) {
+            r.queues[q].landed(chunk);
+            landed += chunk.len();
+            let due = (8192 - landed) as u32;
+            prop_assert_eq!(r.queues[q].inflow(), Some((4, landed as u32, due)));
+        }
+        let (used, _) = r.queues[q].receive(&b[head + data.len()..]);
+        prop_assert_eq!(used, dd);
+        prop_assert_eq!(r.queues[q].inflow(), None);
+        let actions = r.queues[q].take_actions();
+        let copied = actions.iter().filter(|a| matches!(a, Action::Data { .. })).count();
+        prop_assert_eq!(copied, 0, "no Data action for bytes that landed");
+        let verdict = actions.iter().find_map(|a| match a {
+            Action::DataIn { ok, .. } => Some(*ok),
+            _ => None,
+        });
+        prop_assert_eq!(verdict, Some(!(flip && data_dg)));
+    }
 }
