@@ -171,17 +171,8 @@ impl Pacer {
             }
             // The shared window waits for the device whose turn it is: a
             // smaller-charged IO behind it must not take the gap, or DRR's
-            // shares would not hold. It is the link's, so an IO whose port
-            // has room (`own_link`) does not wait for it; its flow's and
-            // host's windows still bound it. Else a host's 1 MiB READ, let
-            // in past its host window into an empty pipe, filled a
-            // reactor's 0.9 MiB window and held a QD 64 host of 8 KiB READs
-            // on a port with room to 72% of its rate (fuzz 1:4).
-            Mode::Auto
-                if !self.own_link(io.flow) && !self.shared_window_open(t, paced, bytes) =>
-            {
-                Some(self.link_wait(t))
-            }
+            // shares would not hold.
+            Mode::Auto if !self.shared_window_open(t, paced, bytes) => Some(self.link_wait(t)),
             Mode::Auto if self.device_window_open(d, io) => None,
             // This device's window is full; the turn goes to the next one.
             Mode::Auto => {
