@@ -7,7 +7,6 @@
 use pace::Nanos;
 use proto::{Command, Request};
 
-use crate::mix::Mix;
 use crate::scenario::{Protocol, RunConfig, Scenario};
 
 pub(crate) struct Host {
@@ -20,8 +19,6 @@ pub(crate) struct Host {
     pub tenant: usize,
     pub bssplit: Vec<(u32, u32)>,
     pub read_pct: u32,
-    /// Its next IO's size, direction and device.
-    pub mix: Mix,
     pub delivered: u64,
     /// Bytes per slot, for the BW STDDEV column.
     pub slots: Vec<u64>,
@@ -59,8 +56,6 @@ pub(crate) fn hosts(
             } else {
                 g.devices.clone()
             };
-            let bssplit = run.bssplit.clone().unwrap_or_else(|| g.bssplit.clone());
-            let read_pct = run.read_pct.unwrap_or(g.read_pct);
             let conns = used
                 .iter()
                 .map(|&device| {
@@ -82,9 +77,8 @@ pub(crate) fn hosts(
                     .unwrap_or((f64::from(qd) * g.qd_scale).round() as u32),
                 devices: conns,
                 tenant: g.tenant,
-                mix: Mix::new(&bssplit, read_pct, used.len(), i),
-                bssplit,
-                read_pct,
+                bssplit: run.bssplit.clone().unwrap_or_else(|| g.bssplit.clone()),
+                read_pct: run.read_pct.unwrap_or(g.read_pct),
                 delivered: 0,
                 slots: Vec::new(),
                 down_until: 0,

@@ -10,7 +10,6 @@ pub mod faults;
 pub mod fuzz;
 mod hosts;
 pub mod jobs;
-mod mix;
 mod nvme_host;
 pub mod oracle;
 mod ports;

@@ -50,7 +50,6 @@ pub use checks::FaultOutcome;
 pub(crate) use checks::FaultRun;
 pub use faults::{FaultCounts, FaultPlan, HANG_NS};
 
-use crate::mix::Draw;
 use clock::Clock;
 use drive::Drive;
 use faults::{FaultEv, Faults, Timed};
@@ -179,15 +178,21 @@ impl<'a> Sim<'a> {
         self.net.speed(self.in_use_bytes())
     }
 
-    /// A host's next IO: its size, device and direction from its mix; its
-    /// header goes into the device's connection.
+    /// A host's next IO: its size, device and direction drawn at random;
+    /// its header goes into the device's connection.
     fn issue(&mut self, host: usize) {
-        let Draw {
-            bytes,
-            read,
-            device,
-        } = self.hosts[host].mix.draw();
-        let (_, sock) = self.hosts[host].devices[device];
+        let h = &self.hosts[host];
+        let total: u32 = h.bssplit.iter().map(|b| b.1).sum();
+        let mut pick = self.rng.gen_range(0..total.max(1));
+        let mut bytes = h.bssplit.first().map_or(131072, |b| b.0);
+        for &(b, w) in &h.bssplit {
+            if pick < w {
+                bytes = b;
+                break;
+            }
+            pick -= w;
+        }
+        let (_, sock) = h.devices[self.rng.gen_range(0..h.devices.len())];
         let deaf = self.net.sock(sock).fate.deaf();
         if let Some(f) = self.faults.as_deref_mut() {
             if !f.may_issue(host, deaf) {
@@ -195,6 +200,8 @@ impl<'a> Sim<'a> {
             }
         }
         let h = &self.hosts[host];
+        // Reads-only hosts draw nothing more, so their runs stay as seeded.
+        let read = h.read_pct >= 100 || self.rng.gen_range(0..100) < h.read_pct;
         let offset = u64::from(self.rng.gen::<u32>()) * 4096;
         let now = self.clock.now();
         let arrive = now.max(h.down_until) + h.rtt / 2;
