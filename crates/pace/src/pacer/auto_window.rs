@@ -142,7 +142,10 @@ impl Pacer {
             host: self.pooled_floor(HOST_MIN_IOS),
             shared: self.spread_floor(SHARED_MIN_IOS),
         };
-        let w = self.flows.window_sum(floors);
+        let ports = self.ports.as_ref();
+        let w = self
+            .flows
+            .window_sum(floors, |f| ports.and_then(|m| m.shared_port(f)));
         if self.flows.unpublished() {
             self.publish_hosts();
         }

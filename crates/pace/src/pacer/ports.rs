@@ -159,6 +159,12 @@ impl PortMeter {
     pub fn own_link(&self, flow: u64) -> bool {
         self.port_of.get(&flow).is_some_and(|&p| !self.full[p])
     }
+
+    /// The port `flow` came in on, if it is known and full: its flows share
+    /// it (see [`pools`](super::pools)).
+    pub fn shared_port(&self, flow: u64) -> Option<usize> {
+        self.port_of.get(&flow).copied().filter(|&p| self.full[p])
+    }
 }
 
 #[cfg(test)]
