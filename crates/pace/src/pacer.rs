@@ -392,7 +392,7 @@ impl Pacer {
             self.rate_credit.tune(&self.cfg, in_flight, now);
         }
         if let Some(m) = &mut self.ports {
-            m.sample(now);
+            m.sample(now, self.max_io);
         }
         if self.cfg.mode == Mode::Auto && now >= self.stall_check_at {
             self.flows.mark_stalls(now);

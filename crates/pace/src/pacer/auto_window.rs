@@ -223,9 +223,16 @@ impl Pacer {
         if let Some(open) = dev.probe.admits(dev.in_flight_ios) {
             return open || self.light(io.tenant);
         }
+        // Behind a full port a device that keeps no queue of its own is
+        // not what binds: its window, sized from what its flows drain
+        // (the port's split between their sockets), would hold each
+        // tenant's device to that split as a flow's window did (see
+        // `pools`). The pool bounds its flows instead.
+        let port_bound = || self.flows.pooled(io.flow) && !self.device_bound(d);
         dev.in_flight_work == 0
             || self.light(io.tenant)
             || dev.in_flight_work + dev.work(io.kind, u64::from(io.bytes)) <= self.device_window(d)
+            || port_bound()
     }
 
     /// Device `d`'s window, in device time (ns): gain x the device time

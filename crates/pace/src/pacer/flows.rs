@@ -519,7 +519,11 @@ impl Flows {
             };
             let h = &self.hosts[&f.host];
             let own = f.window.max(h.flow_floor).min(h.window);
-            let piped = if f.drain == Drain::Draining { f.piped } else { 0 };
+            let piped = if f.drain == Drain::Draining {
+                f.piped
+            } else {
+                0
+            };
             self.pools.join(p, f.tenant, own, rate, piped);
         }
         for f in self.map.values_mut() {
@@ -528,6 +532,11 @@ impl Flows {
                 f.pool_cap = self.pools.cap(p, rate, f.bdp.unwrap_or(0));
             }
         }
+    }
+
+    /// `flow` is in a full port's pool (see [`pools`](super::pools)).
+    pub fn pooled(&self, flow: u64) -> bool {
+        self.map.get(&flow).is_some_and(|f| f.pool.is_some())
     }
 
     /// `flow` holds all its pool lets it (see [`pools`](super::pools)):

@@ -68,7 +68,9 @@ impl Pools {
     /// weights would), and so does a tenant alone on its reactor (the
     /// tenant clock orders the reactors).
     pub fn shared(&self, port: usize) -> bool {
-        self.map.get(&port).is_some_and(|p| p.tenants.count_ones() > 1)
+        self.map
+            .get(&port)
+            .is_some_and(|p| p.tenants.count_ones() > 1)
     }
 
     /// The most a flow of rate `rate` and bandwidth-delay product `bdp` on
@@ -120,7 +122,11 @@ mod tests {
         assert!(!pools.shared(3), "one tenant");
         pools.join(3, 1, 600_000, 3e6, 100_000);
         assert_eq!(pools.cap(3, 1e6, 10_000), 500_000, "2 x a quarter of 1 MB");
-        assert_eq!(pools.cap(3, 1e6, 300_000), 600_000, "its own product is larger");
+        assert_eq!(
+            pools.cap(3, 1e6, 300_000),
+            600_000,
+            "its own product is larger"
+        );
         assert_eq!(pools.cap(3, 3e6, 0), 1_500_000);
         assert_eq!(pools.cap(4, 1e6, 7), 7, "no pool: its product");
         assert!(pools.shared(3) && !pools.shared(4));
