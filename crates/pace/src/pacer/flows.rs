@@ -473,10 +473,15 @@ impl Flows {
 
     /// Sizes each host's window from its active flows (those with IO queued
     /// or in flight), and returns their sum: the reactor's window. `shared`
-    /// names the full port a flow came in on (None: its port has room or is
-    /// unknown); measured flows on one full port pool their windows (see
+    /// names the full port a flow (its id, its device) came in on, where
+    /// it may pool (None: its port has room or is unknown, or it may not);
+    /// measured flows on one full port pool their windows (see
     /// [`pools`](super::pools)).
-    pub fn window_sum(&mut self, floors: Floors, shared: impl Fn(u64) -> Option<usize>) -> u64 {
+    pub fn window_sum(
+        &mut self,
+        floors: Floors,
+        shared: impl Fn(u64, usize) -> Option<usize>,
+    ) -> u64 {
         for h in self.hosts.values_mut() {
             (h.window, h.flows, h.flow_floor) = (0, 0, 0);
         }
@@ -508,12 +513,12 @@ impl Flows {
     /// Puts each active, measured flow on a full port in its port's pool,
     /// with its own window (as its flow's and its host's would bound it),
     /// and sets each one's cap there.
-    fn pool_flows(&mut self, shared: impl Fn(u64) -> Option<usize>) {
+    fn pool_flows(&mut self, shared: impl Fn(u64, usize) -> Option<usize>) {
         self.pools.clear();
         for (&id, f) in self.map.iter_mut() {
             let active = f.queued > 0 || f.in_flight > 0;
             let rate = f.rate.get().filter(|_| active);
-            f.pool = rate.and_then(|_| shared(id));
+            f.pool = rate.and_then(|_| shared(id, f.device));
             let (Some(p), Some(rate)) = (f.pool, rate) else {
                 continue;
             };
