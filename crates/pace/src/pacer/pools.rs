@@ -145,4 +145,74 @@ mod tests {
         pools.clear();
         assert!(pools.open(3, u64::MAX, same));
     }
+
+    /// Flows 1 (tenant 0, host 10) and 2 (tenant 1, host 20) each deliver
+    /// 128 KiB every 2.2 ms (60 MB/s) and keep IO queued; `tenant2` is
+    /// flow 2's tenant.
+    fn two_flows(tenant2: usize) -> super::super::flows::Flows {
+        use super::super::flows::{Flows, Sizing};
+        let io = 128 << 10;
+        let sizing = Sizing {
+            gain: 2.0,
+            max_io: io,
+            max_window: 1 << 30,
+            latency: Some(100_000),
+            hold: None,
+            queued: None,
+        };
+        let mut flows = Flows::default();
+        flows.join(1, 10);
+        flows.join(2, 20);
+        for i in 0..200 {
+            let now = i * 2_200_000;
+            for (f, t) in [(1, 0), (2, tenant2)] {
+                flows.queued(f, (0, t), io, io, now);
+                flows.released(f, io);
+                flows.enter_pipe(f, io, io, now);
+                flows.leave_pipe(f, io, io);
+                flows.landed(f, io);
+                flows.delivered(f, io, now, sizing);
+            }
+        }
+        for (f, t) in [(1, 0), (2, tenant2)] {
+            for _ in 0..8 {
+                flows.queued(f, (0, t), io, io, 0);
+            }
+        }
+        flows
+    }
+
+    #[test]
+    fn two_tenants_flows_on_a_full_port_share_one_window() {
+        use super::super::flows::Floors;
+        let io = 128 << 10;
+        // Each host's window: its part of the shared floor, 4 IOs.
+        let floors = Floors {
+            host: 2 * io,
+            shared: 8 * io,
+        };
+        let same = |w| w;
+        let host = |_, own| own;
+        for (port, tenant2, pooled) in [(Some(0), 1, true), (None, 1, false), (Some(0), 0, false)] {
+            let mut flows = two_flows(tenant2);
+            flows.window_sum(floors, |_, _| port);
+            assert_eq!(flows.pooled(1), pooled, "port {port:?}, tenant {tenant2}");
+            // Flow 1 has 5 IOs in the pipeline: past its own window (4),
+            // within the pool (8) and its cap (2 x half of 8).
+            for _ in 0..5 {
+                flows.released(1, io);
+                flows.enter_pipe(1, io, io, 0);
+            }
+            assert_eq!(flows.open(1, io, same, host), pooled);
+            for _ in 0..3 {
+                flows.released(2, io);
+                flows.enter_pipe(2, io, io, 0);
+            }
+            assert!(
+                !flows.open(1, io, same, host),
+                "the pool (or its window) is full"
+            );
+            assert!(!flows.at_pool_cap(1, io, same));
+        }
+    }
 }
