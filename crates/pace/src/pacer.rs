@@ -55,6 +55,7 @@ mod flight;
 mod flows;
 mod group;
 mod link_window;
+mod pools;
 mod ports;
 mod qos;
 mod queues;
@@ -295,7 +296,7 @@ impl Pacer {
         self.max_io = self.max_io.max(u64::from(io.bytes));
         let lone = self
             .flows
-            .queued(io.flow, d, u64::from(io.bytes), self.max_io, now);
+            .queued(io.flow, (d, t), u64::from(io.bytes), self.max_io, now);
         if lone && self.cfg.mode == Mode::Auto {
             self.depth.lone_io(d, now);
             self.devices[d].held = true;
@@ -391,7 +392,7 @@ impl Pacer {
             self.rate_credit.tune(&self.cfg, in_flight, now);
         }
         if let Some(m) = &mut self.ports {
-            m.sample(now);
+            m.sample(now, self.max_io);
         }
         if self.cfg.mode == Mode::Auto && now >= self.stall_check_at {
             self.flows.mark_stalls(now);

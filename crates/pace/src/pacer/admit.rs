@@ -126,7 +126,11 @@ impl Pacer {
     /// (a weight-2 tenant on its own 10 GbE link held two weight-1 hosts
     /// on 100 GbE to 2-6% of their share).
     fn link_wait(&self, t: usize) -> Verdict {
-        let shared = |io: &PacedIo| !self.own_link(io.flow);
+        // A flow at its cap in a full port's pool waits for its own rate.
+        let shared = |io: &PacedIo| {
+            let deepen = |w| self.deepen_at(io.device, w);
+            !self.own_link(io.flow) && !self.flows.at_pool_cap(io.flow, u64::from(io.bytes), deepen)
+        };
         let own = self.cfg.mode == Mode::Auto
             && self.tenants[t]
                 .active

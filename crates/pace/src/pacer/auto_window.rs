@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use super::depth::{Sample, SharedDepth};
-use super::drr::FAST_HOLD_RATIO;
+use super::drr::{Device, FAST_HOLD_RATIO};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
 use super::flows::{Floors, Sizing, HOST_MIN_IOS};
 use super::{Flight, LinkWindow, Mode, PacedIo, Pacer};
@@ -142,7 +142,19 @@ impl Pacer {
             host: self.pooled_floor(HOST_MIN_IOS),
             shared: self.spread_floor(SHARED_MIN_IOS),
         };
-        let w = self.flows.window_sum(floors);
+        // Only flows at fast devices pool: a slow device's flows are held
+        // by their device's hold time, not by the port (pooled, fast
+        // tenants beside 32 slow 1 ms drives held 14-16 MiB where they
+        // had held 6, `tenants_slow_devices`).
+        let (ports, devices, fastest) = (self.ports.as_ref(), &self.devices, self.latency.get());
+        let fast = |d: usize| {
+            devices
+                .get(d)
+                .is_some_and(|dev| ratio_of(dev, fastest) < FAST_HOLD_RATIO)
+        };
+        let w = self.flows.window_sum(floors, |f, d| {
+            ports.and_then(|m| m.shared_port(f)).filter(|_| fast(d))
+        });
         if self.flows.unpublished() {
             self.publish_hosts();
         }
@@ -220,9 +232,17 @@ impl Pacer {
         if let Some(open) = dev.probe.admits(dev.in_flight_ios) {
             return open || self.light(io.tenant);
         }
+        // Behind a full port a device that keeps no queue of its own is
+        // not what binds: its window, sized from what its flows drain
+        // (the port's split between their sockets), would hold each
+        // tenant's device to that split as a flow's window did (see
+        // `pools`; only flows at fast devices pool). The pool bounds its
+        // flows instead.
+        let port_bound = || self.flows.pooled(io.flow) && !self.device_bound(d);
         dev.in_flight_work == 0
             || self.light(io.tenant)
             || dev.in_flight_work + dev.work(io.kind, u64::from(io.bytes)) <= self.device_window(d)
+            || port_bound()
     }
 
     /// Device `d`'s window, in device time (ns): gain x the device time
@@ -319,12 +339,7 @@ impl Pacer {
     /// behind a slow wire never sees its unqueued latency; without the bound,
     /// its window would grow with the queue it makes.
     pub(super) fn hold_time(&self, d: usize) -> Option<u64> {
-        let dev = &self.devices[d];
-        let measured = dev.latency.get()?;
-        match (dev.device_latency.get(), self.latency.get()) {
-            (Some(at_device), Some(fastest)) => Some(measured.min(at_device + fastest)),
-            _ => Some(measured),
-        }
+        hold_of(&self.devices[d], self.latency.get())
     }
 
     /// How long device `d` holds an IO, for sizing its window: its hold
@@ -342,10 +357,7 @@ impl Pacer {
     /// How much longer than the fastest device this device holds its
     /// buffers (the reactor's min latency is the fastest device's).
     pub(super) fn hold_ratio(&self, d: usize) -> f64 {
-        match (self.hold_time(d), self.latency.get()) {
-            (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
-            _ => 1.0,
-        }
+        ratio_of(&self.devices[d], self.latency.get())
     }
 
     /// How long an IO to device `d` holds its flow's window, for sizing
@@ -437,5 +449,25 @@ impl Pacer {
         }
         let delivered: u64 = self.devices.iter().map(|d| d.delivered).sum();
         self.rate.offer(now, delivered, RATE_SAMPLE_NS);
+    }
+}
+
+/// How long `dev`'s IOs need their buffers: the min release-to-done time,
+/// but no more than its time at the device plus the fastest
+/// release-to-done (`fastest`, the send path). See `Pacer::hold_time`.
+fn hold_of(dev: &Device, fastest: Option<Nanos>) -> Option<Nanos> {
+    let measured = dev.latency.get()?;
+    match (dev.device_latency.get(), fastest) {
+        (Some(at_device), Some(fastest)) => Some(measured.min(at_device + fastest)),
+        _ => Some(measured),
+    }
+}
+
+/// How much longer than the fastest device `dev` holds its buffers (see
+/// `Pacer::hold_ratio`).
+fn ratio_of(dev: &Device, fastest: Option<Nanos>) -> f64 {
+    match (hold_of(dev, fastest), fastest) {
+        (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
+        _ => 1.0,
     }
 }

@@ -41,6 +41,7 @@ use rustc_hash::FxHashMap;
 use super::filter::{
     rate_filter, WindowedMax, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_IOS, RATE_SAMPLE_NS,
 };
+use super::pools::Pools;
 use crate::Nanos;
 
 /// A flow's window holds at least this many of the largest IO: one being
@@ -79,6 +80,8 @@ enum Drain {
 #[derive(Debug, Clone)]
 struct Flow {
     host: u64,
+    /// Its tenant (a connection serves one export).
+    tenant: usize,
     /// The device its export is on (a connection serves one export).
     device: usize,
     drain: Drain,
@@ -108,6 +111,10 @@ struct Flow {
     hold_sum: f64,
     hold_bytes: u64,
     hold: Option<f64>,
+    /// The full port whose pool it is in (see [`pools`](super::pools)),
+    /// and the most it may hold there.
+    pool: Option<usize>,
+    pool_cap: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -167,6 +174,8 @@ pub(super) struct Flows {
     /// An active pooled host's window was last published as 0: the other
     /// reactors would pool it as 0 (see `window_sum`).
     unpublished: bool,
+    /// The windows of flows that share a full port.
+    pools: Pools,
 }
 
 /// A flow never opened gets a host id of its own, apart from peer ids.
@@ -188,6 +197,7 @@ impl Flows {
         }
         self.map.entry(flow).or_insert_with(|| Flow {
             host: host.unwrap_or_else(|| own_host(flow)),
+            tenant: 0,
             device: 0,
             drain: Drain::Draining,
             queued: 0,
@@ -205,23 +215,26 @@ impl Flows {
             hold_sum: 0.0,
             hold_bytes: 0,
             hold: None,
+            pool: None,
+            pool_cap: 0,
         })
     }
 
-    /// One IO of `flow`, `bytes` long, was queued. True: the flow had
+    /// One IO of `flow` (to `device`, of `tenant`), `bytes` long, was
+    /// queued. True: the flow had
     /// nothing else queued or in flight, nor at its last `LONE_RUN - 1`
     /// IOs (a client that waits for each reply before it sends the next
     /// request).
     pub fn queued(
         &mut self,
         flow: u64,
-        device: usize,
+        (device, tenant): (usize, usize),
         bytes: u64,
         max_io: u64,
         now: Nanos,
     ) -> bool {
         let f = self.flow(flow, max_io, now);
-        f.device = device;
+        (f.device, f.tenant) = (device, tenant);
         if bytes > f.largest {
             // Its rate samples span RATE_SAMPLE_IOS of its own largest IO:
             // of the reactor's (1 MiB beside it), a flow of 4-256 KiB IOs
@@ -298,6 +311,7 @@ impl Flows {
         if f.drain == Drain::Draining {
             self.hosts.entry(f.host).or_default().piped += bytes;
             self.paced_total += paced;
+            self.pools.enter(f.pool, bytes);
         }
     }
 
@@ -314,6 +328,7 @@ impl Flows {
             debug_assert!(host.piped >= bytes && self.paced_total >= paced);
             host.piped -= bytes;
             self.paced_total -= paced;
+            self.pools.leave(f.pool, bytes);
         }
     }
 
@@ -350,6 +365,7 @@ impl Flows {
             f.drain = Drain::Draining;
             self.hosts.entry(f.host).or_default().piped += f.piped;
             self.paced_total += f.piped_paced;
+            self.pools.enter(f.pool, f.piped);
         }
         f.delivered += bytes;
         if !f.rate.offer(now, f.delivered, RATE_SAMPLE_NS) {
@@ -392,6 +408,7 @@ impl Flows {
                 debug_assert!(host.piped >= f.piped && self.paced_total >= f.piped_paced);
                 host.piped -= f.piped;
                 self.paced_total -= f.piped_paced;
+                self.pools.leave(f.pool, f.piped);
                 any = true;
             }
         }
@@ -424,6 +441,12 @@ impl Flows {
         let Some(f) = self.map.get(&flow) else {
             return true;
         };
+        if let Some(p) = f.pool {
+            // Behind a full port the pool's window and the tenants' order
+            // divide the port, not what TCP gave each flow (see `pools`).
+            let own = f.in_flight == 0 || f.in_flight + bytes <= deepen(f.pool_cap);
+            return own && self.pools.open(p, bytes, &deepen);
+        }
         let host = self.hosts.get(&f.host);
         let window = deepen(f.window.max(host.map_or(0, |h| h.flow_floor)));
         let own = f.in_flight == 0 || f.in_flight + bytes <= window;
@@ -449,8 +472,16 @@ impl Flows {
     }
 
     /// Sizes each host's window from its active flows (those with IO queued
-    /// or in flight), and returns their sum: the reactor's window.
-    pub fn window_sum(&mut self, floors: Floors) -> u64 {
+    /// or in flight), and returns their sum: the reactor's window. `shared`
+    /// names the full port a flow (its id, its device) came in on, where
+    /// it may pool (None: its port has room or is unknown, or it may not);
+    /// measured flows on one full port pool their windows (see
+    /// [`pools`](super::pools)).
+    pub fn window_sum(
+        &mut self,
+        floors: Floors,
+        shared: impl Fn(u64, usize) -> Option<usize>,
+    ) -> u64 {
         for h in self.hosts.values_mut() {
             (h.window, h.flows, h.flow_floor) = (0, 0, 0);
         }
@@ -475,7 +506,50 @@ impl Flows {
             h.window = h.window.max(floor);
             sum += h.window;
         }
+        self.pool_flows(shared);
         sum
+    }
+
+    /// Puts each active, measured flow on a full port in its port's pool,
+    /// with its own window (as its flow's and its host's would bound it),
+    /// and sets each one's cap there.
+    fn pool_flows(&mut self, shared: impl Fn(u64, usize) -> Option<usize>) {
+        self.pools.clear();
+        for (&id, f) in self.map.iter_mut() {
+            let active = f.queued > 0 || f.in_flight > 0;
+            let rate = f.rate.get().filter(|_| active);
+            f.pool = rate.and_then(|_| shared(id, f.device));
+            let (Some(p), Some(rate)) = (f.pool, rate) else {
+                continue;
+            };
+            let h = &self.hosts[&f.host];
+            let own = f.window.max(h.flow_floor).min(h.window);
+            let piped = if f.drain == Drain::Draining {
+                f.piped
+            } else {
+                0
+            };
+            self.pools.join(p, f.tenant, own, rate, piped);
+        }
+        for f in self.map.values_mut() {
+            f.pool = f.pool.filter(|&p| self.pools.shared(p));
+            if let (Some(p), Some(rate)) = (f.pool, f.rate.get()) {
+                f.pool_cap = self.pools.cap(p, rate, f.bdp.unwrap_or(0));
+            }
+        }
+    }
+
+    /// `flow` is in a full port's pool (see [`pools`](super::pools)).
+    pub fn pooled(&self, flow: u64) -> bool {
+        self.map.get(&flow).is_some_and(|f| f.pool.is_some())
+    }
+
+    /// `flow` holds all its pool lets it (see [`pools`](super::pools)):
+    /// what holds it back is its own rate, not the port it shares.
+    pub fn at_pool_cap(&self, flow: u64, bytes: u64, deepen: impl Fn(u64) -> u64) -> bool {
+        self.map.get(&flow).is_some_and(|f| {
+            f.pool.is_some() && f.in_flight > 0 && f.in_flight + bytes > deepen(f.pool_cap)
+        })
     }
 
     /// A host that just became active has a window the other reactors have
@@ -521,7 +595,7 @@ mod tests {
         let mut flows = Flows::default();
         for i in 0..2_000 {
             let now = i * 10_000;
-            flows.queued(1, 0, max_io, max_io, now);
+            flows.queued(1, (0, 0), max_io, max_io, now);
             flows.released(1, max_io);
             flows.delivered(1, max_io, now, sizing);
             flows.landed(1, max_io);
@@ -536,7 +610,7 @@ mod tests {
         // One IO at a time: lone from the LONE_RUN-th on.
         let lone: Vec<bool> = (0..6)
             .map(|_| {
-                let lone = flows.queued(1, 0, io, io, 0);
+                let lone = flows.queued(1, (0, 0), io, io, 0);
                 flows.released(1, io);
                 flows.landed(1, io);
                 lone
@@ -547,7 +621,7 @@ mod tests {
         // Eight at a time, emptying between bunches: never lone.
         for _ in 0..10 {
             for _ in 0..8 {
-                assert!(!flows.queued(2, 0, io, io, 0));
+                assert!(!flows.queued(2, (0, 0), io, io, 0));
             }
             for _ in 0..8 {
                 flows.released(2, io);
@@ -563,10 +637,10 @@ mod tests {
         // Host 7 has a connection to device 0 and one to device 1.
         flows.join(1, 7);
         flows.join(2, 7);
-        flows.queued(1, 0, io, io, 0);
+        flows.queued(1, (0, 0), io, io, 0);
         let on = |flows: &Flows, d: usize| flows.host_also_on(1, |e| e == d);
         assert!(!on(&flows, 1), "flow 2 has no IO yet");
-        flows.queued(2, 1, io, io, 0);
+        flows.queued(2, (1, 0), io, io, 0);
         assert!(on(&flows, 1));
         assert!(!on(&flows, 0), "only flow 1 itself is on device 0");
         flows.released(2, io);
@@ -591,7 +665,7 @@ mod tests {
         let mut flows = Flows::default();
         for i in 0..200 {
             let now = i * 100_000;
-            flows.queued(1, 0, 16 << 10, max_io, now);
+            flows.queued(1, (0, 0), 16 << 10, max_io, now);
             flows.released(1, 16 << 10);
             flows.delivered(1, 16 << 10, now, sizing);
             flows.landed(1, 16 << 10);

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::filter::RATE_SAMPLE_IOS;
 use super::IoKind;
 use crate::Nanos;
 
@@ -24,9 +25,20 @@ use crate::Nanos;
 /// port fed by a few slow hosts carries.
 const FULL_SHARE: f64 = 0.9;
 
+/// A full port has room again only once it carries less than this share:
+/// a saturated port's samples scatter around its rate (TCP's bursts, the
+/// replies counted as their sends complete), and each dip under
+/// `FULL_SHARE` read as room dissolved its pool (see `pools.rs`) and lifted
+/// its waiting tenants' virtual times, so on a real 1 Gbit/s port tenants
+/// 2:1 split it 1:1.
+const ROOM_SHARE: f64 = 0.8;
+
 /// A port's load is measured over spans at least this long: long enough
 /// to hold many large IOs on a 10 GbE port, short enough to follow a
-/// tenant going idle.
+/// tenant going idle. On a slower port a span also lasts as long as
+/// `RATE_SAMPLE_IOS` of the largest IO take at its capacity: on 1 Gbit/s
+/// 4 ms held three or four 128 KiB replies, and whether it was full came
+/// down to where their sends completed.
 const PORT_SAMPLE_NS: Nanos = 4_000_000;
 
 /// The bytes every reactor has delivered through each port, each way,
@@ -95,9 +107,12 @@ fn bytes_per_s(gbps: f64) -> u64 {
 pub(super) struct PortMeter {
     load: Arc<PortLoad>,
     port_of: FxHashMap<u64, usize>,
-    sampled_at: Nanos,
+    /// When each port was last sampled, and its totals then.
+    sampled_at: Vec<Nanos>,
     last: Vec<(u64, u64)>,
     full: Vec<bool>,
+    /// Each port has been sampled once (before, its `full` is a guess).
+    measured: Vec<bool>,
 }
 
 impl PortMeter {
@@ -107,10 +122,11 @@ impl PortMeter {
         PortMeter {
             load,
             port_of: FxHashMap::default(),
-            sampled_at: now,
+            sampled_at: vec![now; ports],
             last,
             // Until measured, every port may be shared (as without ports).
             full: vec![true; ports],
+            measured: vec![false; ports],
         }
     }
 
@@ -137,21 +153,31 @@ impl PortMeter {
         way.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Re-measures each port once a sample's span has passed.
-    pub fn sample(&mut self, now: Nanos) {
-        let span = now.saturating_sub(self.sampled_at);
-        if span < PORT_SAMPLE_NS {
-            return;
-        }
+    /// Re-measures each port once its sample's span has passed (see
+    /// `PORT_SAMPLE_NS`; `max_io` is the largest IO).
+    pub fn sample(&mut self, now: Nanos, max_io: u64) {
         for p in 0..self.full.len() {
+            debug_assert!(now >= self.sampled_at[p], "a port sampled in the future");
+            let span = now - self.sampled_at[p];
+            let capacity = self.load.capacity(p);
+            let ios = (RATE_SAMPLE_IOS * max_io) as f64 * 1e9 / capacity.max(1.0);
+            if span < PORT_SAMPLE_NS.max(ios as Nanos) {
+                continue;
+            }
             let (sent, received) = self.load.totals(p);
             let (s0, r0) = self.last[p];
             let most = (sent - s0).max(received - r0) as f64;
             let carried = most * 1e9 / span as f64;
-            self.full[p] = carried >= FULL_SHARE * self.load.capacity(p);
+            let share = if self.full[p] && self.measured[p] {
+                ROOM_SHARE
+            } else {
+                FULL_SHARE
+            };
+            self.measured[p] = true;
+            self.full[p] = carried >= share * capacity;
             self.last[p] = (sent, received);
+            self.sampled_at[p] = now;
         }
-        self.sampled_at = now;
     }
 
     /// `flow`'s link is its own, as far as the ports tell: its port is
@@ -159,11 +185,20 @@ impl PortMeter {
     pub fn own_link(&self, flow: u64) -> bool {
         self.port_of.get(&flow).is_some_and(|&p| !self.full[p])
     }
+
+    /// The port `flow` came in on, if it is known and full: its flows share
+    /// it (see [`pools`](super::pools)).
+    pub fn shared_port(&self, flow: u64) -> Option<usize> {
+        self.port_of.get(&flow).copied().filter(|&p| self.full[p])
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A small largest IO: the samples span `PORT_SAMPLE_NS`.
+    const IO: u64 = 4096;
 
     fn load_of(m: &PortMeter) -> Arc<PortLoad> {
         m.load.clone()
@@ -182,15 +217,15 @@ mod tests {
         a.delivered(1, IoKind::Read, 2_000_000);
         b.delivered(2, IoKind::Read, 1_500_000);
         a.delivered(3, IoKind::Write, 1_000_000);
-        a.sample(PORT_SAMPLE_NS);
+        a.sample(PORT_SAMPLE_NS, IO);
         assert!(a.own_link(1) && a.own_link(3), "3.5 MB and 1 MB of 4 MB");
         a.delivered(1, IoKind::Read, 2_000_000);
         b.delivered(2, IoKind::Read, 1_600_000);
         b.delivered(2, IoKind::Write, 100_000);
-        a.sample(2 * PORT_SAMPLE_NS - 1);
+        a.sample(2 * PORT_SAMPLE_NS - 1, IO);
         assert!(a.own_link(1), "a sample spans at least PORT_SAMPLE_NS");
         a.delivered(1, IoKind::Read, 1);
-        a.sample(2 * PORT_SAMPLE_NS);
+        a.sample(2 * PORT_SAMPLE_NS, IO);
         assert!(
             !a.own_link(1),
             "both reactors' 3.6 MB and a byte: the busier way counts"
@@ -202,11 +237,31 @@ mod tests {
         // Port 0 slows to 4 Gb/s: 2 MB a sample.
         load_of(&a).set_capacity(0, 4.0);
         a.delivered(1, IoKind::Read, 1_000_000);
-        a.sample(3 * PORT_SAMPLE_NS);
+        a.sample(3 * PORT_SAMPLE_NS, IO);
         assert!(a.own_link(1), "1 MB of 2 MB");
         a.delivered(1, IoKind::Read, 1_900_000);
-        a.sample(4 * PORT_SAMPLE_NS);
+        a.sample(4 * PORT_SAMPLE_NS, IO);
         assert!(!a.own_link(1), "1.9 MB of 2 MB");
+        a.delivered(1, IoKind::Read, 1_700_000);
+        a.sample(5 * PORT_SAMPLE_NS, IO);
+        assert!(!a.own_link(1), "a full port stays full at 1.7 MB of 2 MB");
+        a.delivered(1, IoKind::Read, 1_500_000);
+        a.sample(6 * PORT_SAMPLE_NS, IO);
+        assert!(a.own_link(1), "1.5 MB of 2 MB is room");
+    }
+
+    #[test]
+    fn a_slow_port_is_sampled_over_enough_of_the_largest_io() {
+        // 1 Gb/s, 128 KiB IOs: 16 of them take 16.8 ms at its rate.
+        let load = PortLoad::new(&[1.0]);
+        let mut m = PortMeter::new(load, 0);
+        m.join(1, 0);
+        m.delivered(1, IoKind::Read, 300_000);
+        m.sample(PORT_SAMPLE_NS, 128 << 10);
+        assert!(!m.own_link(1), "not sampled yet: maybe shared");
+        m.delivered(1, IoKind::Read, 1_000_000);
+        m.sample(17_000_000, 128 << 10);
+        assert!(m.own_link(1), "1.3 MB in 17 ms is 61%");
     }
 
     #[test]
