@@ -2,11 +2,10 @@
 //! `none`. A closed loop of QD IOs queues behind itself (two of its
 //! replies meet at its port, two pieces at a drive's channel), so it falls
 //! short of the bound its unloaded round trip gives even with nobody beside
-//! it (fuzz case 1:76, a QD 2 host on a 9.2 Gb/s port, gets 92-97% of
-//! that bound alone, as its random sizes fall, and under every mode). No pacer can give a host more than it
-//! carries alone, so the oracle scales the host's solo bound by what it
-//! reaches ([`super::ideal`]).
-
+//! it (fuzz case 1:76, a QD 2 host on a 9.2 Gb/s port, gets 92-97% of that
+//! bound alone, as its random sizes fall, and the same under every mode).
+//! No pacer can give a host more than it carries alone, so the oracle
+//! scales the host's solo bound by what it reaches ([`super::ideal`]).
 use std::collections::HashMap;
 
 use pace::pacer::Mode;
