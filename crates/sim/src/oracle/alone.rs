@@ -6,6 +6,7 @@
 //! bound alone, as its random sizes fall, and the same under every mode).
 //! No pacer can give a host more than it carries alone, so the oracle
 //! scales the host's solo bound by what it reaches ([`super::ideal`]).
+
 use std::collections::HashMap;
 
 use pace::pacer::Mode;
