@@ -122,16 +122,13 @@ impl Ideal {
 /// carries alone ([`alone`]), which runs the simulator once per host group
 /// and port.
 pub fn ideal(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
-    let devs = Dev::all(&sc.devices);
-    let (hosts, _) = hosts::hosts(sc, run, qd, devs.len());
-    let alone = alone::rates(sc, run, qd, &hosts);
-    solve(sc, run, qd, Some(&alone))
+    solve(sc, run, qd, |hosts| Some(alone::rates(sc, run, qd, hosts)))
 }
 
 /// The allocation with each host's QD bound at its unloaded round trip
 /// (Little's law), no simulation: the bound [`ideal`] scales.
 pub fn bound(sc: &Scenario, run: &RunConfig, qd: u32) -> Ideal {
-    solve(sc, run, qd, None)
+    solve(sc, run, qd, |_| None)
 }
 
 /// One stretch of the measured time (ports at one rate each): its filling
@@ -142,9 +139,17 @@ struct Phase {
     share: f64,
 }
 
-fn solve(sc: &Scenario, run: &RunConfig, qd: u32, alone: Option<&[f64]>) -> Ideal {
+/// The allocation, each host capped at its rate alone where `alone` gives
+/// them (from the hosts, which are built once here).
+fn solve(
+    sc: &Scenario,
+    run: &RunConfig,
+    qd: u32,
+    alone: impl FnOnce(&[Host]) -> Option<Vec<f64>>,
+) -> Ideal {
     let devs = Dev::all(&sc.devices);
     let (hosts, _) = hosts::hosts(sc, run, qd, devs.len());
+    let alone = alone(&hosts);
     let tenants = run.pacing.tenants.len().max(1);
     let tenant: Vec<usize> = hosts.iter().map(|h| h.tenant.min(tenants - 1)).collect();
     let warm = sc.warmup_ms as f64;
@@ -177,7 +182,7 @@ fn solve(sc: &Scenario, run: &RunConfig, qd: u32, alone: Option<&[f64]>) -> Idea
                 .sum()
         })
         .collect();
-    let held_alone = alone.map_or_else(|| vec![None; hosts.len()], |a| cap_alone(&mut phases, a));
+    let held_alone = alone.map_or_else(|| vec![None; hosts.len()], |a| cap_alone(&mut phases, &a));
     let mut host_bps = vec![0.0; hosts.len()];
     let mut limit = vec![Limit::Qd; hosts.len()];
     let (mut longest, mut floor) = (0.0, 0.0);
