@@ -4,7 +4,8 @@
 //! [`super::Engine::audit`] after every event, and so does the simulator's fault
 //! fuzzer (`iopace sim --faults`); a driver never needs it.
 
-use super::conn::{Conn, RecvOp};
+use super::conn::Conn;
+use super::conn_state::RecvOp;
 use super::conns::Conns;
 use super::ids::{IoToken, ReqId};
 use super::io::IoPath;
@@ -75,7 +76,7 @@ impl Books<'_> {
             self.io.stats.requests_in_flight()
         );
         for c in self.conns.iter() {
-            self.audit_conn(c, &per_conn[c.id.index as usize])?;
+            self.audit_conn(c, &per_conn[c.id().index as usize])?;
         }
         self.audit_pacer()
     }
@@ -139,68 +140,68 @@ impl Books<'_> {
 
     /// One connection's books against what its requests hold.
     fn audit_conn(&self, c: &Conn, books: &ConnBooks) -> Result<(), String> {
-        if let RecvOp::H2c(r) = c.recv {
+        if let RecvOp::H2c(r) = c.recv() {
             // The kernel writes into its buffers: they must still be ours.
             let req = &self.slots[r];
             ensure!(
                 req.state == ReqStage::Receiving && !req.bufs.is_empty(),
                 "{:?} receives H2CData into a dead write",
-                c.id
+                c.id()
             );
         }
-        if let RecvOp::Direct(r) = c.recv {
+        if let RecvOp::Direct(r) = c.recv() {
             // The kernel writes into that buffer: it must still be ours.
             let req = &self.slots[r];
             let k = req.filling_piece(self.io.buf_size) as usize;
             ensure!(
                 req.state == ReqStage::Payload,
                 "{:?} receives into a dead write",
-                c.id
+                c.id()
             );
             ensure!(
                 req.pieces.get(k).is_some_and(|p| p.buf.is_some()),
                 "{:?} receives into a freed buffer",
-                c.id
+                c.id()
             );
         }
         let streams = c
-            .out
+            .out()
             .replies
             .iter()
             .filter(|&&r| self.slots[r].streamed())
             .count();
         ensure!(
-            c.out.streams as usize == streams,
+            c.out().streams as usize == streams,
             "{:?} streams queued {} vs. {streams}",
-            c.id,
-            c.out.streams
+            c.id(),
+            c.out().streams
         );
         self.audit_turns(c, books)?;
         ensure!(
-            c.requests == books.requests,
+            c.requests() == books.requests,
             "{:?} requests {} vs. {}",
-            c.id,
-            c.requests,
+            c.id(),
+            c.requests(),
             books.requests
         );
         ensure!(
-            c.committed == books.committed,
+            c.committed() == books.committed,
             "{:?} commitments {} vs. {}",
-            c.id,
-            c.committed,
+            c.id(),
+            c.committed(),
             books.committed
         );
         ensure!(
-            c.payload_pieces == books.pieces,
+            c.payload_pieces() == books.pieces,
             "{:?} payload pieces {} vs. {}",
-            c.id,
-            c.payload_pieces,
+            c.id(),
+            c.payload_pieces(),
             books.pieces
         );
         ensure!(
-            c.payload_pieces <= self.io.payload_cap,
+            c.payload_pieces() <= self.io.payload_cap,
             "{:?} over its payload cap",
-            c.id
+            c.id()
         );
         Ok(())
     }
@@ -209,42 +210,42 @@ impl Books<'_> {
     /// waiting ones are in its queue, the pending ones counted, and a
     /// stream runs alone.
     fn audit_turns(&self, c: &Conn, books: &ConnBooks) -> Result<(), String> {
-        let waiting = c.turns.waiting().count();
+        let waiting = c.turns().waiting().count();
         ensure!(
             waiting == books.deferred as usize,
             "{:?} READs deferred {waiting} vs. {}",
-            c.id,
+            c.id(),
             books.deferred
         );
-        for r in c.turns.waiting() {
+        for r in c.turns().waiting() {
             let req = &self.slots[*r];
             ensure!(
-                req.state == ReqStage::Deferred && req.conn == c.id,
+                req.state == ReqStage::Deferred && req.conn == c.id(),
                 "{:?}: {r:?} queued for its turn, not deferred",
-                c.id
+                c.id()
             );
         }
         ensure!(
-            c.turns.pending() == books.pending,
+            c.turns().pending() == books.pending,
             "{:?} READs pending {} vs. {}",
-            c.id,
-            c.turns.pending(),
+            c.id(),
+            c.turns().pending(),
             books.pending
         );
         // The stream that may still take buffers runs alone; one that
         // holds all of its buffers may have READs started after it.
-        let stream = c.turns.stream();
+        let stream = c.turns().stream();
         ensure!(
             stream.is_none_or(|s| books.streams == [s] && books.pending == 1),
             "{:?}: stream {stream:?} beside other READs (streams {:?})",
-            c.id,
+            c.id(),
             books.streams
         );
         for &s in books.streams.iter().filter(|&&s| Some(s) != stream) {
             ensure!(
                 all_buffered(&self.slots[s]),
                 "{:?}: {s:?} lets READs pass before it holds its buffers",
-                c.id
+                c.id()
             );
         }
         Ok(())

@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 
 use config::access::{Client, Policy};
 use pace::Nanos;
-use proto::{Handshake, HandshakeStatus, Negotiated};
+use proto::HandshakeStatus;
 
-use super::ids::{ConnId, ReqId};
-use super::nvme_conn::NvmeConn;
+use super::conn_state::{EndReason, Header, Input, Life, Phase, RecvOp, SendOp, Step, Traffic};
+use super::ids::ConnId;
 use super::outbox::Outbox;
 use super::slot::Req;
 use super::states::PieceState;
@@ -32,181 +32,211 @@ pub const DIRECT_RECV_MIN: u32 = 16 << 10;
 /// landed in buffers without it (BENCHMARKS.md, 2026-11-28, H2CData).
 pub const H2C_HEAD_RECV: usize = 4 << 10;
 
-/// The connection's protocol and where it is in it.
-pub enum Phase {
-    /// NBD, negotiating.
-    Handshake(Box<Handshake>),
-    /// NBD, serving an export; `meta` are the sources of the metadata
-    /// contexts it selected, with their ids.
-    Transmission {
-        export: u16,
-        neg: Negotiated,
-        meta: Vec<(u32, crate::exports::MetaSource)>,
-    },
-    /// NVMe/TCP, its queue in front (`engine/nvme.rs`).
-    Nvme(Box<NvmeConn>),
-}
-
-/// What the next request header in a connection's buffer is.
-pub enum Header {
-    /// Not whole yet, or the connection holds its share of the pool.
-    Wait,
-    /// Not a request: the connection must close.
-    Bad(proto::DecodeError),
-    /// NBD_CMD_DISC (consumed): no reply; serve what is in flight, then close.
-    Disc,
-    /// A request, and its header's length (not consumed yet).
-    Request(proto::Request, usize),
-}
-
-/// What one pass over a connection's buffered input did next.
-pub enum Step {
-    /// Consumed something; look again.
-    Again,
-    /// Needs more bytes, or is waiting for something else.
-    Stop,
-}
-
-/// What the connection's next input bytes are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Input {
-    /// Handshake bytes.
-    Handshake,
-    /// STARTTLS was acknowledged: once the answer has left, the driver runs
-    /// the TLS handshake (`Action::StartTls`), then handshake bytes again.
-    StartTls,
-    /// Request headers.
-    Headers,
-    /// Request headers, but no request slot is free: the connection waits in
-    /// the engine's slot queue.
-    WaitSlot,
-    /// The payload of this WRITE.
-    Payload(ReqId),
-    /// This many payload bytes of a rejected WRITE, to be discarded.
-    Discard(u64),
-    /// NVMe/TCP PDUs, which its queue parses.
-    Pdus,
-    /// Nothing more: EOF, DISC, a failed handshake, or the server draining.
-    Ended,
-}
-
-/// The receive side's operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecvOp {
-    Idle,
-    /// Into the receive buffer.
-    Buffered,
-    /// Straight into a WRITE's payload buffer.
-    Direct(ReqId),
-    /// Straight into an NVMe/TCP WRITE's buffers: the data of the H2CData
-    /// PDU arriving for it (`NvmeConn::h2c_target`).
-    H2c(ReqId),
-    /// The driver runs the TLS handshake; it reports with `Engine::on_tls`.
-    Tls,
-}
-
-/// The send side's operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendOp {
-    Idle,
-    /// In the engine's list of connections to send for.
-    Ready,
-    InFlight,
-}
-
-/// A connection's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Life {
-    /// Serving.
-    Open,
-    /// Shut down: everything left is released as it completes, then the
-    /// socket closes.
-    Closing,
-}
-
-/// Why a connection ended, for its close log: the first cause seen stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndReason {
-    /// The client closed its side (EOF).
-    ClientClosed,
-    /// The client sent NBD_CMD_DISC (or an NVMe/TCP H2CTermReq).
-    Disconnect,
-    /// The NVMe controller it served is gone (keep-alive expired, reset,
-    /// shut down, or its admin queue closed).
-    ControllerGone,
-    /// The handshake ended without an export (aborted, refused or failed).
-    HandshakeEnded,
-    /// A request the protocol does not allow.
-    ProtocolError,
-    /// A rejected WRITE with more payload than is worth discarding.
-    RejectedWrite,
-    /// The handshake, idle or payload timeout.
-    Timeout,
-    /// A streamed READ failed at the device after its header promised the data.
-    StreamFailed,
-    RecvError,
-    SendError,
-    /// The TLS handshake failed (the driver logs why).
-    TlsFailed,
-    /// The server shut down and drained it.
-    Draining,
-    /// The server's drain timeout closed it.
-    DrainTimeout,
-}
-
-/// What a connection did, for its close log.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Traffic {
-    /// Replies sent.
-    pub replies: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-}
-
+/// One client connection: its protocol phase, input parser, receive
+/// buffer, send queue, READ turns and the counts that bound its share.
 pub struct Conn {
-    pub id: ConnId,
+    id: ConnId,
     /// The client, as the acceptor describes it ("127.0.0.1:41234",
     /// "unix uid 1000"); empty when not told.
-    pub peer: Box<str>,
+    peer: Box<str>,
     /// Why it ended, once it has.
-    pub end: Option<EndReason>,
-    pub traffic: Traffic,
+    end: Option<EndReason>,
+    traffic: Traffic,
     /// Unique over the engine's life: the pacer's flow id.
-    pub flow: u64,
-    pub phase: Phase,
-    pub input: Input,
-    pub recv: RecvOp,
-    pub send: SendOp,
-    pub life: Life,
-    pub rbuf: Box<[u8]>,
-    pub rstart: usize,
-    pub rend: usize,
+    flow: u64,
+    phase: Phase,
+    input: Input,
+    recv: RecvOp,
+    send: SendOp,
+    life: Life,
+    rbuf: Box<[u8]>,
+    rstart: usize,
+    rend: usize,
     /// The send side: raw bytes and replies queued in send order.
-    pub out: Outbox,
+    out: Outbox,
     /// READ turns: a stream starts alone and nothing starts beside it, so
     /// no READ's data ever waits behind a stream holding buffers
     /// (`turns.rs`).
-    pub turns: Turns,
+    turns: Turns,
     /// Requests of this connection holding a slot.
-    pub requests: u32,
+    requests: u32,
     /// Buffers this connection's requests hold or will take: the cap on one
     /// client's share of the pool.
-    pub committed: u32,
+    committed: u32,
     /// WRITE pieces of this connection started and not yet written.
-    pub payload_pieces: u32,
-    pub accepted_at: Nanos,
+    payload_pieces: u32,
+    accepted_at: Nanos,
     /// Last time bytes arrived or a request finished.
-    pub active_at: Nanos,
+    active_at: Nanos,
     /// Earliest time this connection's timeout entry is armed for.
-    pub timer_at: Nanos,
+    timer_at: Nanos,
+}
+
+/// What the engine's other parts read of a connection, and the counts they
+/// move as its requests, pieces and bytes come and go.
+impl Conn {
+    pub fn id(&self) -> ConnId {
+        self.id
+    }
+
+    /// The pacer's flow id.
+    pub fn flow(&self) -> u64 {
+        self.flow
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    pub fn phase_mut(&mut self) -> &mut Phase {
+        &mut self.phase
+    }
+
+    pub fn input(&self) -> Input {
+        self.input
+    }
+
+    pub fn recv(&self) -> RecvOp {
+        self.recv
+    }
+
+    pub fn send(&self) -> SendOp {
+        self.send
+    }
+
+    pub fn life(&self) -> Life {
+        self.life
+    }
+
+    pub fn out(&self) -> &Outbox {
+        &self.out
+    }
+
+    pub fn out_mut(&mut self) -> &mut Outbox {
+        &mut self.out
+    }
+
+    pub fn turns(&self) -> &Turns {
+        &self.turns
+    }
+
+    pub fn turns_mut(&mut self) -> &mut Turns {
+        &mut self.turns
+    }
+
+    /// Requests of this connection holding a slot.
+    pub fn requests(&self) -> u32 {
+        self.requests
+    }
+
+    /// Buffers this connection's requests hold or will take.
+    pub fn committed(&self) -> u32 {
+        self.committed
+    }
+
+    /// WRITE pieces started and not yet written.
+    pub fn payload_pieces(&self) -> u32 {
+        self.payload_pieces
+    }
+
+    /// A request of this connection took a slot.
+    pub fn request_began(&mut self) {
+        self.requests += 1;
+    }
+
+    /// A request took `need` more buffers of the connection's share.
+    pub fn commit(&mut self, need: u32) {
+        self.committed += need;
+    }
+
+    /// A request of this connection freed its slot and the `need` buffers
+    /// it committed; the connection was active.
+    pub fn request_ended(&mut self, need: u32, now: Nanos) {
+        let id = self.id;
+        debug_assert!(
+            self.requests > 0,
+            "connection {id:?} releases more than it took"
+        );
+        debug_assert!(
+            self.committed >= need,
+            "connection {id:?} uncommits too much"
+        );
+        self.requests -= 1;
+        self.committed -= need;
+        self.active_at = now;
+    }
+
+    pub fn payload_piece_started(&mut self) {
+        self.payload_pieces += 1;
+    }
+
+    /// A WRITE piece no longer waits for its payload.
+    pub fn payload_piece_done(&mut self) {
+        let id = self.id;
+        debug_assert!(
+            self.payload_pieces > 0,
+            "{id:?} frees a payload slot it never took"
+        );
+        self.payload_pieces -= 1;
+    }
+
+    /// Bytes arrived or a request finished at `now`.
+    pub fn active(&mut self, now: Nanos) {
+        self.active_at = now;
+    }
+
+    /// A reply left.
+    pub fn replied(&mut self) {
+        self.traffic.replies += 1;
+    }
+
+    /// `n` bytes arrived, by any route.
+    pub fn bytes_in(&mut self, n: usize) {
+        self.traffic.bytes_in += n as u64;
+    }
+
+    /// The server's drain timeout closes it: the cause it ends with,
+    /// whatever was seen before.
+    pub fn drain_timed_out(&mut self) {
+        self.end = Some(EndReason::DrainTimeout);
+    }
+
+    /// Arms the connection's timer entry for `deadline` if it fires before
+    /// the one armed; true if the caller must queue the new entry.
+    pub fn arm_timer(&mut self, deadline: Nanos) -> bool {
+        if deadline < self.timer_at {
+            self.timer_at = deadline;
+            return true;
+        }
+        false
+    }
+
+    /// A timer entry for `t` fired: true (and the connection unarmed) if it
+    /// is the current one, false if an earlier entry superseded it.
+    pub fn timer_fired(&mut self, t: Nanos) -> bool {
+        if self.timer_at != t {
+            return false;
+        }
+        self.timer_at = Nanos::MAX;
+        true
+    }
 }
 
 impl Conn {
-    pub fn new(id: ConnId, flow: u64, phase: Phase, now: Nanos) -> Conn {
+    /// A new connection; an NBD handshake's greeting is its first output.
+    pub fn new(id: ConnId, flow: u64, mut phase: Phase, now: Nanos) -> Conn {
         let input = match phase {
             Phase::Nvme(_) => Input::Pdus,
             _ => Input::Handshake,
         };
+        let mut out = Outbox::new();
+        if let Phase::Handshake(h) = &mut phase {
+            out.raw = h.take_output();
+        }
         Conn {
             id,
             peer: "".into(),
@@ -221,7 +251,7 @@ impl Conn {
             rbuf: vec![0u8; RECV_BUF].into_boxed_slice(),
             rstart: 0,
             rend: 0,
-            out: Outbox::new(),
+            out,
             turns: Turns::default(),
             requests: 0,
             committed: 0,
@@ -339,6 +369,48 @@ impl Conn {
 
     pub fn unparsed(&self) -> &[u8] {
         &self.rbuf[self.rstart..self.rend]
+    }
+
+    /// `len` bytes of the receive buffer from `at` past its unparsed start,
+    /// if the buffer holds that range.
+    pub fn unparsed_at(&self, at: usize, len: usize) -> Option<&[u8]> {
+        let from = self.rstart + at;
+        self.rbuf.get(from..from + len)
+    }
+
+    /// `n` unparsed bytes were used.
+    pub fn consume(&mut self, n: usize) {
+        self.rstart += n;
+    }
+
+    /// A recv put `n` bytes into the receive window.
+    pub fn landed(&mut self, n: usize) {
+        self.rend += n;
+        debug_assert!(self.rend <= self.rbuf.len());
+    }
+
+    /// Feeds the unparsed bytes to the connection's NVMe/TCP queue and
+    /// returns how many it used (None unless it speaks NVMe/TCP). The
+    /// engine lets them go once it has carried out the queue's actions
+    /// (their data ranges point into those bytes).
+    pub fn nvme_receive(&mut self) -> Option<usize> {
+        let Phase::Nvme(n) = &mut self.phase else {
+            return None;
+        };
+        Some(n.queue.receive(&self.rbuf[self.rstart..self.rend]).0)
+    }
+
+    /// Moves what the NVMe/TCP queue wrote (ICResp, R2Ts, admin
+    /// completions) to the send side; true if there was any.
+    pub fn nvme_output(&mut self) -> bool {
+        let Phase::Nvme(n) = &mut self.phase else {
+            return false;
+        };
+        if !n.queue.has_output() {
+            return false;
+        }
+        self.out.raw.extend_from_slice(&n.queue.take_output());
+        true
     }
 
     /// Moves unparsed bytes to the front so the next recv has room.

@@ -8,7 +8,8 @@ use std::collections::BinaryHeap;
 
 use pace::Nanos;
 
-use super::conn::{Conn, Life, Phase, SendOp};
+use super::conn::Conn;
+use super::conn_state::{Life, Phase, SendOp};
 use super::ids::{ConnId, GEN_MASK};
 use super::io::IoPath;
 use super::slot::Req;
@@ -41,14 +42,14 @@ impl Conns {
     /// The live connection `id`.
     pub fn get(&self, id: ConnId) -> Option<&Conn> {
         match self.table.get(id.index as usize) {
-            Some(Some(c)) if c.id == id => Some(c),
+            Some(Some(c)) if c.id() == id => Some(c),
             _ => None,
         }
     }
 
     pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
         match self.table.get_mut(id.index as usize) {
-            Some(Some(c)) if c.id == id => Some(c),
+            Some(Some(c)) if c.id() == id => Some(c),
             _ => None,
         }
     }
@@ -64,11 +65,8 @@ impl Conns {
         let gen = self.gens[index as usize].wrapping_add(1) & GEN_MASK;
         self.gens[index as usize] = gen;
         let id = ConnId { index, gen };
-        let mut conn = Box::new(Conn::new(id, self.next_flow, phase, now));
+        let conn = Box::new(Conn::new(id, self.next_flow, phase, now));
         self.next_flow += 1;
-        if let Phase::Handshake(h) = &mut conn.phase {
-            conn.out.raw = h.take_output();
-        }
         self.table[index as usize] = Some(conn);
         id
     }
@@ -80,16 +78,19 @@ impl Conns {
             return;
         };
         debug_assert!(c.quiet(), "{id:?} freed with operations in flight");
-        debug_assert_eq!(c.committed, 0, "{id:?} freed holding buffer commitments");
-        debug_assert_eq!(c.payload_pieces, 0, "{id:?} freed holding payload pieces");
-        debug_assert!(c.out.replies.is_empty(), "{id:?} freed with replies queued");
+        debug_assert_eq!(c.committed(), 0, "{id:?} freed holding buffer commitments");
+        debug_assert_eq!(c.payload_pieces(), 0, "{id:?} freed holding payload pieces");
+        debug_assert!(
+            c.out().replies.is_empty(),
+            "{id:?} freed with replies queued"
+        );
         self.table[id.index as usize] = None;
         self.free.push(id.index);
     }
 
     /// The ids of the live connections, in slot order.
     pub fn ids(&self) -> Vec<ConnId> {
-        self.iter().map(|c| c.id).collect()
+        self.iter().map(|c| c.id()).collect()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Conn> {
@@ -113,7 +114,7 @@ impl Conns {
     /// The connection has something to send: at the end of this round.
     pub fn mark_send(&mut self, id: ConnId) {
         if let Some(c) = self.get_mut(id) {
-            if c.send == SendOp::Idle {
+            if c.send() == SendOp::Idle {
                 c.set_send(SendOp::Ready);
                 self.send_ready.push(id);
             }
@@ -150,8 +151,7 @@ impl Conns {
         let Some(d) = c.deadline(timeouts) else {
             return;
         };
-        if d < c.timer_at {
-            c.timer_at = d;
+        if c.arm_timer(d) {
             self.timers.push(Reverse((d, id)));
         }
     }
@@ -169,12 +169,11 @@ impl Conns {
             let Some(c) = self.get_mut(id) else {
                 continue;
             };
-            if c.timer_at != t {
+            if !c.timer_fired(t) {
                 continue; // superseded by an earlier entry
             }
-            c.timer_at = Nanos::MAX;
             match c.deadline(timeouts) {
-                Some(d) if d <= now && c.life == super::Life::Open => return Some(id),
+                Some(d) if d <= now && c.life() == super::Life::Open => return Some(id),
                 _ => self.arm_timer(id, timeouts),
             }
         }
@@ -187,14 +186,14 @@ impl Conns {
         let Some(c) = self.get_mut(id) else {
             return;
         };
-        if c.send != SendOp::Ready {
+        if c.send() != SendOp::Ready {
             return;
         }
-        if c.life != Life::Open {
+        if c.life() != Life::Open {
             c.set_send(SendOp::Idle);
             return;
         }
-        match c.out.next_msg(reqs, io.buf_size) {
+        match c.out_mut().next_msg(reqs, io.buf_size) {
             Some(msg) => {
                 c.set_send(SendOp::InFlight);
                 io.actions.push(Action::Send { conn: id, msg });

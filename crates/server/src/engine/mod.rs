@@ -37,6 +37,7 @@
 
 mod audit;
 mod conn;
+mod conn_state;
 mod conns;
 mod events;
 mod ids;
@@ -65,8 +66,8 @@ use proto::Handshake;
 
 use crate::exports::Catalog;
 use crate::stats::ReactorStats;
-use conn::{EndReason, Phase, Step};
-pub use conn::{Input, Life, RecvOp, SendOp};
+use conn_state::{EndReason, Phase, Step};
+pub use conn_state::{Input, Life, RecvOp, SendOp};
 use conns::Conns;
 pub use events::{
     Action, EngineSettings, Opening, Received, Sent, Timeouts, TlsOutcome, PAYLOAD_CAP,
@@ -303,7 +304,7 @@ impl Engine {
 
     pub fn conn_state(&self, conn: ConnId) -> Option<(Input, RecvOp, SendOp, Life)> {
         let c = self.conns.get(conn)?;
-        Some((c.input, c.recv, c.send, c.life))
+        Some((c.input(), c.recv(), c.send(), c.life()))
     }
 }
 
@@ -358,13 +359,13 @@ impl Engine {
 
     fn settle_conn(&mut self, id: ConnId) {
         let Some(c) = self.conns.get(id) else { return };
-        if c.life == Life::Closing {
+        if c.life() == Life::Closing {
             if c.quiet() {
                 self.remove_conn(id);
             }
             return;
         }
-        if let Input::Payload(r) = c.input {
+        if let Input::Payload(r) = c.input() {
             self.requests().piece_ops().start_pieces(r);
         }
         self.process_input(id);
@@ -372,8 +373,8 @@ impl Engine {
         NvmeFront::start_waiting(id, self.conn_cap, &mut self.requests());
         NvmeFront::flush(id, &mut self.conns);
         match self.conns.get(id) {
-            Some(c) if c.life == Life::Open && c.finished() => self.close(id),
-            Some(c) if c.life == Life::Open => {
+            Some(c) if c.life() == Life::Open && c.finished() => self.close(id),
+            Some(c) if c.life() == Life::Open => {
                 self.post_recv(id);
                 self.conns.arm_timer(id, &self.timeouts);
             }
@@ -390,11 +391,11 @@ impl Engine {
     fn remove_conn(&mut self, id: ConnId) {
         let Some(c) = self.conns.get(id) else { return };
         c.log_closed(&self.io.catalog, self.id, self.io.now);
-        if matches!(c.phase, Phase::Nvme(_)) {
+        if matches!(c.phase(), Phase::Nvme(_)) {
             self.nvme.count(false, self.io.now);
         }
         // Its paced IOs were cancelled or completed before it went quiet.
-        self.io.pacer.close_flow(c.flow);
+        self.io.pacer.close_flow(c.flow());
         self.conns.remove(id);
         debug_assert!(self.io.stats.conns_now > 0);
         self.io.stats.conns_now -= 1;
@@ -403,7 +404,7 @@ impl Engine {
 
     /// The client of a connection, as [`Engine::set_peer`] named it.
     pub fn peer(&self, id: ConnId) -> &str {
-        self.conns.get(id).map_or("", |c| &c.peer)
+        self.conns.get(id).map_or("", |c| &c.peer())
     }
 
     /// Names the client of a connection just accepted, for its logs, and
@@ -413,9 +414,9 @@ impl Engine {
     pub fn set_peer(&mut self, id: ConnId, peer: &str, port: Option<usize>) {
         if let Some(c) = self.conns.get_mut(id) {
             if let Some(host) = c.set_peer(peer) {
-                self.io.pacer.open_flow(c.flow, host);
+                self.io.pacer.open_flow(c.flow(), host);
             }
-            port.inspect(|&p| self.io.pacer.flow_port(c.flow, p));
+            port.inspect(|&p| self.io.pacer.flow_port(c.flow(), p));
         }
     }
 
@@ -425,7 +426,7 @@ impl Engine {
             let Some(c) = self.conns.get_mut(id) else {
                 continue;
             };
-            tracing::info!(reactor = self.id, conn = id.index, input = ?c.input, "connection timed out");
+            tracing::info!(reactor = self.id, conn = id.index, input = ?c.input(), "connection timed out");
             self.io.stats.timeouts += 1;
             c.ending(EndReason::Timeout);
             self.close(id);
@@ -444,7 +445,7 @@ impl Engine {
             let Some(c) = self.conns.get_mut(id) else {
                 continue;
             };
-            if c.life != Life::Open {
+            if c.life() != Life::Open {
                 continue;
             }
             c.ending(EndReason::Draining);
@@ -452,7 +453,7 @@ impl Engine {
                 conn: id,
                 read_only: true,
             });
-            if matches!(c.input, Input::Payload(_) | Input::Discard(_)) {
+            if matches!(c.input(), Input::Payload(_) | Input::Discard(_)) {
                 // A half-received WRITE can never finish.
                 self.close(id);
             } else {
@@ -472,13 +473,13 @@ impl Engine {
         }
         for id in self.conns.ids() {
             if let Some(c) = self.conns.get_mut(id) {
-                if c.life == Life::Open {
+                if c.life() == Life::Open {
                     tracing::warn!(
                         reactor = self.id,
                         conn = id.index,
                         "drain timed out; closing"
                     );
-                    c.end = Some(EndReason::DrainTimeout);
+                    c.drain_timed_out();
                     self.close(id);
                 }
             }
@@ -520,10 +521,10 @@ impl Engine {
         let cap = self.conn_cap;
         loop {
             let Some(c) = self.conns.get(id) else { return };
-            if c.life != Life::Open {
+            if c.life() != Life::Open {
                 return;
             }
-            let input = c.input;
+            let input = c.input();
             let (nvme, mut r) = self.nvme_parts();
             let step = match input {
                 Input::Handshake => nbd::handshake_input(&mut r, id),

@@ -13,7 +13,7 @@
 //! (`reactor::tls`): the engine's receives and sends are plaintext either
 //! way.
 
-use super::conn::{EndReason, Header, Input, Phase, Step};
+use super::conn_state::{EndReason, Header, Input, Phase, Step};
 use super::events::Action;
 use super::ids::{ConnId, ReqId};
 use super::request::Requests;
@@ -73,7 +73,7 @@ pub(super) fn header_input(r: &mut Requests, id: ConnId, cap: u32) -> Step {
         r.slots.wait_for_slot(id);
         return Step::Stop;
     };
-    c.rstart += header_len;
+    c.consume(header_len);
     accept_request(r, id, slot, request);
     Step::Again
 }
@@ -87,12 +87,12 @@ pub(super) fn payload_input(r: &mut Requests, id: ConnId, req: ReqId) -> Step {
     if c.buffered() == 0 {
         return Step::Stop;
     }
-    let n = r.slots[req].fill_from(&c.rbuf[c.rstart..c.rend], bs);
+    let n = r.slots[req].fill_from(c.unparsed(), bs);
     if n == 0 {
         // The filling piece waits for the pacer or a buffer.
         return Step::Stop;
     }
-    c.rstart += n;
+    c.consume(n);
     r.piece_ops().payload_received(req, n);
     Step::Again
 }
@@ -103,7 +103,7 @@ fn accept_request(r: &mut Requests, conn: ConnId, slot: ReqId, request: proto::R
     let Some(c) = r.conns.get_mut(conn) else {
         return;
     };
-    let Phase::Transmission { export, neg, .. } = &c.phase else {
+    let Phase::Transmission { export, neg, .. } = &c.phase() else {
         return;
     };
     let origin = ReqOrigin {
@@ -114,7 +114,7 @@ fn accept_request(r: &mut Requests, conn: ConnId, slot: ReqId, request: proto::R
     let info = &r.io.catalog.exports[origin.export as usize].info;
     let verdict = proto::validate(&request, info, neg);
     let payload = request.payload_len(neg.extended_headers);
-    c.requests += 1;
+    c.request_began();
     (r.slots).begin(slot, &origin, &request, &mut r.io.stats, now);
     let Err(errno) = verdict else {
         r.advance(slot);

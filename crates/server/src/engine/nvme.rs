@@ -19,7 +19,8 @@ use proto::nvme::ctrl::{AdminDone, IoAbort};
 use proto::nvme::queue::Action as QAction;
 use proto::nvme::{Sqe, Status};
 
-use super::conn::{Conn, EndReason, Life, Phase, Step};
+use super::conn::Conn;
+use super::conn_state::{EndReason, Life, Phase, Step};
 use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
@@ -113,14 +114,6 @@ impl NvmeFront {
     /// Feeds the connection's buffered bytes to its queue: the bytes it
     /// used, which the engine lets go once it has carried out the queue's
     /// actions (their data ranges point into those bytes).
-    pub fn receive(c: &mut Conn) -> Option<usize> {
-        let (rstart, rend) = (c.rstart, c.rend);
-        let Conn { rbuf, phase, .. } = c;
-        let Phase::Nvme(n) = phase else {
-            return None;
-        };
-        Some(n.queue.receive(&rbuf[rstart..rend]).0)
-    }
 
     /// The actions the connection's queue asks for; None once it is gone.
     pub fn take_actions(c: Option<&mut Conn>) -> Option<Vec<QAction>> {
@@ -131,7 +124,7 @@ impl NvmeFront {
     /// carries out what the queue asks: every whole PDU is consumed at
     /// once. `cap` is a connection's share of the pool (`start_waiting`).
     pub fn input(&mut self, id: ConnId, cap: u32, r: &mut Requests) -> Step {
-        let Some(used) = r.conns.get_mut(id).and_then(Self::receive) else {
+        let Some(used) = r.conns.get_mut(id).and_then(Conn::nvme_receive) else {
             return Step::Stop;
         };
         // The data ranges point into the bytes just given: act on them
@@ -150,7 +143,7 @@ impl NvmeFront {
             }
         }
         if let Some(c) = r.conns.get_mut(id) {
-            c.rstart += used;
+            c.consume(used);
         }
         Step::Stop
     }
@@ -216,7 +209,11 @@ impl NvmeFront {
         let Some(c) = conns.get_mut(id) else {
             return;
         };
-        let addr = c.peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip());
+        let addr = c
+            .peer()
+            .parse::<std::net::SocketAddr>()
+            .ok()
+            .map(|a| a.ip());
         let access = &io.catalog.access;
         let allowed = |i: usize, host: &str| {
             let client = crate::access::Client {
@@ -238,8 +235,8 @@ impl NvmeFront {
             Err(_) => None,
         };
         drop(target);
-        let peer = c.peer.clone();
-        let flow = c.flow;
+        let peer: Box<str> = c.peer().into();
+        let flow = c.flow();
         let Some(n) = nvme_of(c) else { return };
         let io_queue = cmd.sqe.cdw(10) >> 16 != 0;
         if io_queue && now < cmd.since + QID_WAIT && matches!(r, Err((_, QID_IN_USE))) {
@@ -266,12 +263,13 @@ impl NvmeFront {
     fn rechecks(&mut self, conns: &mut Conns, io: &mut IoPath) {
         let mut due = Vec::new();
         for c in conns.iter_mut() {
-            let Phase::Nvme(n) = &mut c.phase else {
+            let (id, open) = (c.id(), c.life() == Life::Open);
+            let Phase::Nvme(n) = c.phase_mut() else {
                 continue;
             };
-            if c.life == Life::Open {
+            if open {
                 if let Some(cmd) = n.recheck.take() {
-                    due.push((c.id, cmd));
+                    due.push((id, cmd));
                 }
             }
         }
@@ -288,7 +286,7 @@ impl NvmeFront {
     fn start_next(id: ConnId, cap: u32, r: &mut Requests) -> Option<ReqId> {
         loop {
             let c = r.conns.get_mut(id)?;
-            if c.life != Life::Open || c.committed >= cap {
+            if c.life() != Life::Open || c.committed() >= cap {
                 return None;
             }
             let n = nvme_of(c)?;
@@ -307,7 +305,7 @@ impl NvmeFront {
             let slot = r.slots.claim()?;
             let export = n.export().unwrap_or(0);
             n.slots.insert(cid, slot);
-            c.requests += 1;
+            c.request_began();
             let origin = ReqOrigin {
                 conn: id,
                 export,
@@ -341,15 +339,15 @@ impl NvmeFront {
         let mut target = t.target.lock().ok()?;
         let mut mail = Mail::default();
         for c in conns.iter_mut() {
-            let Phase::Nvme(n) = &c.phase else { continue };
+            let Phase::Nvme(n) = &c.phase() else { continue };
             match n.bound {
                 Some((cntlid, 0, _)) => {
                     let done = target.take_events_of(cntlid).into_iter();
-                    mail.done.extend(done.map(|(cid, d)| (c.id, cid, d)));
+                    mail.done.extend(done.map(|(cid, d)| (c.id(), cid, d)));
                 }
                 Some((cntlid, qid, _)) => {
                     let aborts = target.take_io_aborts_of(cntlid, qid).into_iter();
-                    mail.aborts.extend(aborts.map(|a| (c.id, a)));
+                    mail.aborts.extend(aborts.map(|a| (c.id(), a)));
                 }
                 None => {}
             }
@@ -455,10 +453,7 @@ impl NvmeFront {
         let Some(c) = conns.get_mut(id) else {
             return;
         };
-        let Conn { out, phase, .. } = c;
-        let Phase::Nvme(n) = phase else { return };
-        if n.queue.has_output() {
-            out.raw.extend_from_slice(&n.queue.take_output());
+        if c.nvme_output() {
             conns.mark_send(id);
         }
     }
@@ -494,10 +489,10 @@ impl NvmeFront {
         target.take_dropped();
         let mut gone = Vec::new();
         for c in conns.iter_mut() {
-            let Phase::Nvme(n) = &c.phase else { continue };
+            let Phase::Nvme(n) = &c.phase() else { continue };
             match n.bound {
                 Some((cntlid, qid, _)) if !target.queue_live(cntlid, qid) => {
-                    gone.push((c.id, cntlid))
+                    gone.push((c.id(), cntlid))
                 }
                 _ => {}
             }

@@ -11,7 +11,8 @@ use proto::nvme::queue::{DataStart, DevOp, Queue};
 use proto::nvme::Status;
 use proto::Command;
 
-use super::conn::{Conn, Input, Phase};
+use super::conn::Conn;
+use super::conn_state::{Input, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
@@ -33,7 +34,7 @@ pub enum Next {
 
 /// The NVMe connection behind `c`, if it is one.
 pub(super) fn nvme_of(c: &mut Conn) -> Option<&mut NvmeConn> {
-    match &mut c.phase {
+    match c.phase_mut() {
         Phase::Nvme(n) => Some(n),
         _ => None,
     }
@@ -64,8 +65,7 @@ pub(super) fn data(
     let Some(slot) = nvme_of(c).and_then(|n| n.slots.get(cid)) else {
         return;
     };
-    let from = c.rstart + at;
-    let Some(src) = c.rbuf.get(from..from + len as usize) else {
+    let Some(src) = c.unparsed_at(at, len as usize) else {
         return;
     };
     let req = &mut slots[slot];
@@ -214,7 +214,7 @@ pub(super) fn data_wanted(
     let Some(c) = conns.get_mut(conn) else {
         return ReqStage::Answered;
     };
-    if c.input != Input::Pdus {
+    if c.input() != Input::Pdus {
         // Input ended: no data will come.
         slots[id].fault = Some(Status::ABORTED_SQ_DELETED);
         return ReqStage::Answered;

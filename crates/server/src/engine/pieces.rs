@@ -42,7 +42,7 @@ use pace::pacer::IoKind;
 use pool::{Alloc, BufId};
 use proto::Command;
 
-use super::conn::{EndReason, Input, Life, RecvOp};
+use super::conn_state::{EndReason, Input, Life, RecvOp};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, ReqId};
 use super::io::IoPath;
@@ -91,7 +91,7 @@ impl<'e> Pieces<'e> {
     /// Queues piece or request `token` in the pacer, as its connection's flow.
     pub fn enqueue(&mut self, token: IoToken, kind: IoKind) {
         let req = &self.slots[token.req];
-        let flow = self.conns.get(req.conn).map_or(0, |c| c.flow);
+        let flow = self.conns.get(req.conn).map_or(0, |c| c.flow());
         let paced = self.io.paced_io(req, token, flow, kind);
         self.io.pacer.enqueue(paced, self.io.now);
     }
@@ -109,10 +109,10 @@ impl<'e> Pieces<'e> {
             let Some(c) = self.conns.get_mut(conn) else {
                 return;
             };
-            if c.payload_pieces >= cap || c.input != Input::Payload(id) {
+            if c.payload_pieces() >= cap || c.input() != Input::Payload(id) {
                 return;
             }
-            c.payload_pieces += 1;
+            c.payload_piece_started();
             let req = &mut self.slots[id];
             req.started += 1;
             req.pieces_live += 1;
@@ -147,7 +147,7 @@ impl<'e> Pieces<'e> {
             self.read_piece_granted(id, k, buf);
             let req = &self.slots[id];
             let c = self.conns.get_mut(req.conn).filter(|_| all_buffered(req));
-            return c.map(|c| c.turns.buffered(id)).is_some();
+            return c.map(|c| c.turns_mut().buffered(id)).is_some();
         }
         self.slots.set_piece(id, k, PieceState::Filling);
         let len = self.slots[id].piece_len(k, self.io.buf_size);
@@ -160,7 +160,7 @@ impl<'e> Pieces<'e> {
         let conn = req.conn;
         if let Some(c) = self.conns.get_mut(conn) {
             // The stall clock runs only while the client's bytes can land.
-            c.active_at = self.io.now;
+            c.active(self.io.now);
         }
         self.io.touched.push(conn);
         false
@@ -182,7 +182,7 @@ impl<'e> Pieces<'e> {
         if req.filled == req.len {
             let conn = req.conn;
             if let Some(c) = self.conns.get_mut(conn) {
-                debug_assert_eq!(c.input, Input::Payload(id));
+                debug_assert_eq!(c.input(), Input::Payload(id));
                 c.set_input(Input::Headers);
             }
         }
@@ -278,11 +278,7 @@ impl<'e> Pieces<'e> {
     /// A WRITE piece of `conn` no longer waits for its payload.
     fn release_payload_slot(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(conn) {
-            debug_assert!(
-                c.payload_pieces > 0,
-                "{conn:?} frees a payload slot it never took"
-            );
-            c.payload_pieces -= 1;
+            c.payload_piece_done();
         }
         self.io.touched.push(conn);
     }
@@ -302,7 +298,7 @@ impl<'e> Pieces<'e> {
         let receiving = self
             .conns
             .get(req.conn)
-            .is_some_and(|c| c.life == Life::Open && c.input == Input::Payload(id));
+            .is_some_and(|c| c.life() == Life::Open && c.input() == Input::Payload(id));
         if !receiving {
             return Then::Release(id);
         }
@@ -318,7 +314,7 @@ impl<'e> Pieces<'e> {
         let receiving = self
             .conns
             .get(conn)
-            .is_some_and(|c| c.recv == RecvOp::Direct(id));
+            .is_some_and(|c| c.recv() == RecvOp::Direct(id));
         let filling = self.slots[id].filling_piece(self.io.buf_size);
         for k in 0..self.slots[id].started {
             if receiving && k == filling {
@@ -354,7 +350,7 @@ impl<'e> Pieces<'e> {
             if self
                 .conns
                 .get(req.conn)
-                .is_none_or(|c| c.life != Life::Open)
+                .is_none_or(|c| c.life() != Life::Open)
             {
                 return;
             }
@@ -485,10 +481,10 @@ impl<'e> Pieces<'e> {
         let Some(c) = self.conns.get_mut(conn) else {
             return self.start_read(id);
         };
-        if c.turns.may_start(streamed) {
+        if c.turns().may_start(streamed) {
             return self.start_read(id);
         }
-        c.turns.wait(id);
+        c.turns_mut().wait(id);
         ReqStage::Deferred
     }
 
@@ -498,7 +494,7 @@ impl<'e> Pieces<'e> {
         let streamed = self.slots[id].streamed();
         let conn = self.slots[id].conn;
         if let Some(c) = self.conns.get_mut(conn) {
-            c.turns.start(id, streamed);
+            c.turns_mut().start(id, streamed);
         }
         if streamed {
             return ReqStage::Streaming;

@@ -14,7 +14,7 @@
 use bdev::IoResult;
 use proto::Command;
 
-use super::conn::{EndReason, Input, Life, RecvOp, SendOp};
+use super::conn_state::{EndReason, Input, Life, RecvOp, SendOp};
 use super::conns::Conns;
 use super::events::{Action, Received, Sent};
 use super::ids::{ConnId, IoToken, Part, ReqId};
@@ -112,15 +112,15 @@ impl<'e> Requests<'e> {
     fn answered(&mut self, id: ReqId) -> Option<ReqStage> {
         let conn = self.slots[id].conn;
         match self.conns.get_mut(conn) {
-            Some(c) if c.life == Life::Open => {
+            Some(c) if c.life() == Life::Open => {
                 let req = &self.slots[id];
                 let paced = req.paced && req.command == Command::Read;
                 let nvme = req.style == ReplyStyle::Nvme;
                 debug_assert!(
-                    !(paced && c.turns.stream().is_some()),
+                    !(paced && c.turns().stream().is_some()),
                     "request {id:?}: a READ's data queued beside a stream still taking buffers"
                 );
-                c.out.push(id, req.streamed());
+                c.out_mut().push(id, req.streamed());
                 if nvme {
                     nvme_data::reply(id, self.conns, self.slots);
                 } else {
@@ -148,7 +148,7 @@ impl<'e> Requests<'e> {
         let req = &self.slots[id];
         self.io.stats.record_done(&req.served(), self.io.now);
         if let Some(c) = self.conns.get_mut(req.conn) {
-            c.traffic.replies += 1;
+            c.replied();
         }
         if req.paced {
             self.io
@@ -177,17 +177,7 @@ impl<'e> Requests<'e> {
         self.io.stats.leave(ReqStage::Free.stat());
         self.slots.free(id);
         if let Some(c) = self.conns.get_mut(conn) {
-            debug_assert!(
-                c.requests > 0,
-                "connection {conn:?} releases more than it took"
-            );
-            debug_assert!(
-                c.committed >= need,
-                "connection {conn:?} uncommits too much"
-            );
-            c.requests -= 1;
-            c.committed -= need;
-            c.active_at = self.io.now;
+            c.request_ended(need, self.io.now);
         }
         if pending {
             self.read_ended(conn, id);
@@ -197,7 +187,7 @@ impl<'e> Requests<'e> {
             // An NBD connection parses its next header; an NVMe/TCP one
             // starts its next waiting command.
             match self.conns.get_mut(waiter) {
-                Some(c) if c.input == Input::WaitSlot => {
+                Some(c) if c.input() == Input::WaitSlot => {
                     c.set_input(Input::Headers);
                 }
                 _ => {}
@@ -222,7 +212,7 @@ impl<'e> Requests<'e> {
             ReqStage::Deferred => {
                 let conn = self.slots[id].conn;
                 if let Some(c) = self.conns.get_mut(conn) {
-                    c.turns.forget(id);
+                    c.turns_mut().forget(id);
                 }
                 self.release(id);
             }
@@ -232,7 +222,7 @@ impl<'e> Requests<'e> {
                 // they go once that recv is back (`h2c_received`).
                 let conn = self.slots[id].conn;
                 let landing = RecvOp::H2c(id);
-                if self.conns.get(conn).is_none_or(|c| c.recv != landing) {
+                if self.conns.get(conn).is_none_or(|c| c.recv() != landing) {
                     self.release(id);
                 }
             }
@@ -252,7 +242,7 @@ impl<'e> Requests<'e> {
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
-        if c.life == Life::Closing {
+        if c.life() == Life::Closing {
             return;
         }
         let (input, sending) = c.close();
@@ -310,12 +300,12 @@ impl<'e> Requests<'e> {
         self.io.touched.push(id);
         if let Received::Data(n) = result {
             self.io.stats.bytes_in += n as u64;
-            c.traffic.bytes_in += n as u64;
+            c.bytes_in(n);
             if matches!(op, RecvOp::Direct(_) | RecvOp::H2c(_)) {
                 self.io.stats.bytes_in_direct += n as u64;
             }
         }
-        if c.life == Life::Closing {
+        if c.life() == Life::Closing {
             match op {
                 // Its piece's buffer was kept for this recv; now it may go.
                 RecvOp::Direct(r) => self.pieces(|p| p.abort_pieces(r)),
@@ -342,7 +332,7 @@ impl<'e> Requests<'e> {
                 }
             }
             Received::Data(n) => {
-                c.active_at = now;
+                c.active(now);
                 match op {
                     RecvOp::Direct(r) => {
                         self.slots[r].filled += n as u32;
@@ -350,8 +340,7 @@ impl<'e> Requests<'e> {
                     }
                     RecvOp::H2c(r) => self.h2c_received(id, r, n),
                     _ => {
-                        c.rend += n;
-                        debug_assert!(c.rend <= c.rbuf.len());
+                        c.landed(n);
                     }
                 }
             }
@@ -367,8 +356,8 @@ impl<'e> Requests<'e> {
         if n > 0 {
             nvme_data::landed(id, r, n, self.conns, self.slots);
         }
-        let reading =
-            (self.conns.get(id)).is_some_and(|c| c.life == Life::Open && c.input == Input::Pdus);
+        let reading = (self.conns.get(id))
+            .is_some_and(|c| c.life() == Life::Open && c.input() == Input::Pdus);
         if !reading && self.slots[r].state == ReqStage::Receiving {
             self.abort(r);
         }
@@ -495,7 +484,7 @@ impl<'e> Requests<'e> {
     /// Whole READ on `conn` queued its data to send.
     fn read_queued(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(conn) {
-            c.turns.queued();
+            c.turns_mut().queued();
         }
         self.start_deferred(conn);
     }
@@ -504,7 +493,7 @@ impl<'e> Requests<'e> {
     /// stream: the READs waiting for it may start.
     fn read_ended(&mut self, conn: ConnId, id: ReqId) {
         if let Some(c) = self.conns.get_mut(conn) {
-            c.turns.ended(id);
+            c.turns_mut().ended(id);
         }
         self.start_deferred(conn);
     }
@@ -516,11 +505,11 @@ impl<'e> Requests<'e> {
                 return;
             };
             // A closing connection's waiting READs are aborted, not started.
-            if c.life != Life::Open {
+            if c.life() != Life::Open {
                 return;
             }
             let slots = &*self.slots;
-            let Some(id) = c.turns.next(|r| slots[r].streamed()) else {
+            let Some(id) = c.turns_mut().next(|r| slots[r].streamed()) else {
                 return;
             };
             let to = self.piece_ops().start_read(id);
@@ -541,9 +530,9 @@ impl<'e> Requests<'e> {
         if let Sent::Bytes(n) = result {
             self.io.stats.bytes_out += n as u64;
         }
-        if c.life == Life::Closing {
+        if c.life() == Life::Closing {
             // The replies the send covered may go now.
-            c.out.raw_sending.clear();
+            c.out_mut().raw_sending.clear();
             self.drop_replies(id);
             return;
         }
@@ -558,8 +547,8 @@ impl<'e> Requests<'e> {
             }
         };
         // A streamed READ partly sent: how far.
-        let partial = (c.out).sent(sent, self.slots.reqs(), self.io.buf_size, self.sent);
-        let more = c.out.has_more();
+        let partial = (c.out_mut()).sent(sent, self.slots.reqs(), self.io.buf_size, self.sent);
+        let more = c.out().has_more();
         self.replies_left(partial);
         if more {
             self.conns.mark_send(id);
@@ -599,8 +588,8 @@ impl<'e> Requests<'e> {
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
-        debug_assert_ne!(c.send, SendOp::InFlight);
-        c.out.drain_replies(self.sent);
+        debug_assert_ne!(c.send(), SendOp::InFlight);
+        c.out_mut().drain_replies(self.sent);
         let queued = std::mem::take(self.sent);
         for &r in &queued {
             if self.slots[r].streamed() {

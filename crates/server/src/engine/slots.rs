@@ -10,7 +10,7 @@ use pace::Nanos;
 use pool::{Alloc, BufId};
 use proto::Command;
 
-use super::conn::{Life, Phase};
+use super::conn_state::{Life, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::io::IoPath;
@@ -226,7 +226,7 @@ impl Slots {
             conn: r.conn.index,
             peer: conns
                 .get(r.conn)
-                .map(|c| c.peer.to_string())
+                .map(|c| c.peer().to_string())
                 .unwrap_or_default(),
             cookie: r.cookie,
             command: format!("{:?}", r.command),
@@ -304,7 +304,7 @@ impl Slots {
         let req = &self.reqs[id.index()];
         let export = &catalog.exports[req.export as usize];
         let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
-        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match conns.get(req.conn).map(|c| &c.phase) {
+        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match conns.get(req.conn).map(|c| c.phase()) {
             Some(Phase::Transmission { meta, .. }) => meta
                 .iter()
                 .map(|(ctx, source)| {
@@ -353,7 +353,7 @@ impl Slots {
         let req = &self.reqs[id.index()];
         let need = io.commitment(req);
         if let Some(c) = conns.get_mut(req.conn) {
-            c.committed += need;
+            c.commit(need);
         }
     }
 
@@ -401,7 +401,7 @@ impl Slots {
     /// anything else is answered.
     pub fn piece_finished(&mut self, id: ReqId, conns: &Conns) -> ReqStage {
         let conn = self.reqs[id.index()].conn;
-        let open = conns.get(conn).is_some_and(|c| c.life == Life::Open);
+        let open = conns.get(conn).is_some_and(|c| c.life() == Life::Open);
         let req = &mut self.reqs[id.index()];
         if req.error == 0 && open && req.next_piece() {
             ReqStage::Ready
