@@ -8,6 +8,11 @@ use std::process::Command;
 use crate::procs::{self, Proc};
 use crate::scenario::{render, TargetKind, TargetSpec};
 
+/// The target's embedded default config (`config::DEFAULT_CONFIG`), read
+/// from its file so that bench links no config, devices or io_uring; a
+/// test checks the two are the same text.
+const DEFAULT_CONFIG: &str = include_str!("../../config/src/default.toml");
+
 /// Where a target listens.
 #[derive(Debug, Clone)]
 pub enum Listen {
@@ -133,7 +138,7 @@ fn iopace_launch(spec: &TargetSpec, ctx: &StartCtx, args: &[String]) -> Result<L
     match (ctx.listen, ctx.port_gbps) {
         // `--tcp` would replace the config's listeners, capacity and all.
         (Listen::Tcp { addr, port }, Some(gbps)) => {
-            let base = config.as_deref().unwrap_or(config::DEFAULT_CONFIG);
+            let base = config.as_deref().unwrap_or(DEFAULT_CONFIG);
             config = Some(with_port_listener(base, &format!("{addr}:{port}"), gbps)?);
             cmd.args(["--unix", "none"]);
         }
@@ -257,6 +262,11 @@ mod tests {
     fn ports_of(text: &str) -> config::ports::WirePorts {
         let loaded = config::Config::parse(text, "written.toml").expect("the target reads it");
         config::ports::WirePorts::of(&loaded.config.server)
+    }
+
+    #[test]
+    fn the_default_config_is_the_targets() {
+        assert_eq!(DEFAULT_CONFIG, config::DEFAULT_CONFIG);
     }
 
     #[test]
