@@ -150,9 +150,10 @@ impl LatencyHist {
     }
 }
 
-/// Lifecycle of a request in the target (and in the simulator).
+/// The states the statistics count a request under: a coarse view of its
+/// life (the engine's `ReqStage` maps each of its states to one of these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum ReqState {
+pub enum StatState {
     /// Header decoded, not yet handed to the pacer.
     New,
     /// Queued in the pacer.
@@ -167,24 +168,24 @@ pub enum ReqState {
     Done,
 }
 
-impl ReqState {
-    pub const ALL: [ReqState; 6] = [
-        ReqState::New,
-        ReqState::Pacing,
-        ReqState::NeedBuffer,
-        ReqState::Executing,
-        ReqState::Transfer,
-        ReqState::Done,
+impl StatState {
+    pub const ALL: [StatState; 6] = [
+        StatState::New,
+        StatState::Pacing,
+        StatState::NeedBuffer,
+        StatState::Executing,
+        StatState::Transfer,
+        StatState::Done,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
-            ReqState::New => "NEW",
-            ReqState::Pacing => "PACING",
-            ReqState::NeedBuffer => "NEED_BUFFER",
-            ReqState::Executing => "EXECUTING",
-            ReqState::Transfer => "TRANSFER",
-            ReqState::Done => "DONE",
+            StatState::New => "NEW",
+            StatState::Pacing => "PACING",
+            StatState::NeedBuffer => "NEED_BUFFER",
+            StatState::Executing => "EXECUTING",
+            StatState::Transfer => "TRANSFER",
+            StatState::Done => "DONE",
         }
     }
 
@@ -200,31 +201,31 @@ pub struct StateCounts {
 }
 
 impl StateCounts {
-    pub fn enter(&mut self, s: ReqState) {
+    pub fn enter(&mut self, s: StatState) {
         self.counts[s.index()] += 1;
     }
 
     /// Leaving DONE is never recorded: DONE is a running total.
-    pub fn leave(&mut self, s: ReqState) {
-        if s != ReqState::Done {
+    pub fn leave(&mut self, s: StatState) {
+        if s != StatState::Done {
             let c = &mut self.counts[s.index()];
             debug_assert!(*c > 0, "leaving {} with none in it", s.name());
             *c -= 1;
         }
     }
 
-    pub fn transition(&mut self, from: ReqState, to: ReqState) {
+    pub fn transition(&mut self, from: StatState, to: StatState) {
         self.leave(from);
         self.enter(to);
     }
 
-    pub fn get(&self, s: ReqState) -> u64 {
+    pub fn get(&self, s: StatState) -> u64 {
         self.counts[s.index()]
     }
 
     /// Requests not yet done.
     pub fn in_flight(&self) -> u64 {
-        ReqState::ALL[..5].iter().map(|s| self.get(*s)).sum()
+        StatState::ALL[..5].iter().map(|s| self.get(*s)).sum()
     }
 }
 
@@ -232,7 +233,7 @@ impl Serialize for StateCounts {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut m = ser.serialize_map(Some(6))?;
-        for s in ReqState::ALL {
+        for s in StatState::ALL {
             m.serialize_entry(s.name(), &self.get(s))?;
         }
         m.end()
@@ -272,20 +273,20 @@ mod tests {
     #[test]
     fn state_counts_track_in_flight() {
         let mut c = StateCounts::default();
-        c.enter(ReqState::New);
-        c.transition(ReqState::New, ReqState::Executing);
-        c.enter(ReqState::New);
+        c.enter(StatState::New);
+        c.transition(StatState::New, StatState::Executing);
+        c.enter(StatState::New);
         assert_eq!(c.in_flight(), 2);
-        c.transition(ReqState::Executing, ReqState::Done);
+        c.transition(StatState::Executing, StatState::Done);
         assert_eq!(c.in_flight(), 1);
-        assert_eq!(c.get(ReqState::Done), 1);
+        assert_eq!(c.get(StatState::Done), 1);
         let json = serde_json_like(&c);
         assert!(json.contains("NEED_BUFFER"));
     }
 
     fn serde_json_like(c: &StateCounts) -> String {
         // Avoids a serde_json dev-dependency: Debug of the names is enough here.
-        ReqState::ALL
+        StatState::ALL
             .iter()
             .map(|s| format!("{}={}", s.name(), c.get(*s)))
             .collect()

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 pub(crate) use admin::stats::{
     BufferStats, ExportStats, OpCount, PacerStats, ReactorStats, LATENCY_BUCKETS_S, RECENT_WINDOW_S,
 };
-use pace::stats::{LatencyHist, ReqState, StateCounts, TimeAvg};
+use pace::stats::{LatencyHist, StatState, StateCounts, TimeAvg};
 use pace::Nanos;
 use pool::PoolStats;
 use proto::Command;
@@ -166,15 +166,15 @@ impl StatsCollector {
         }
     }
 
-    pub fn enter(&mut self, state: ReqState) {
+    pub fn enter(&mut self, state: StatState) {
         self.states.enter(state);
     }
 
-    pub fn leave(&mut self, state: ReqState) {
+    pub fn leave(&mut self, state: StatState) {
         self.states.leave(state);
     }
 
-    pub fn transition(&mut self, from: ReqState, to: ReqState) {
+    pub fn transition(&mut self, from: StatState, to: StatState) {
         self.states.leave(from);
         self.states.enter(to);
     }
@@ -229,9 +229,9 @@ impl StatsCollector {
             self.buffer_bytes_in_use.max(),
         );
         let max = self.buffers_in_use.max();
-        let req_states: BTreeMap<String, u64> = ReqState::ALL
+        let req_states: BTreeMap<String, u64> = StatState::ALL
             .iter()
-            .filter(|s| **s != ReqState::Done)
+            .filter(|s| **s != StatState::Done)
             .map(|s| (s.name().to_string(), self.states.get(*s)))
             .collect();
         let requests_in_flight = req_states.values().sum();

@@ -18,7 +18,7 @@
 //!  Pacing, NeedBuffers, Payload, Receiving, Answered, Reply ──► Free (connection closed)
 //! ```
 
-use pace::stats::ReqState as StatState;
+use pace::stats::StatState;
 
 /// Where a request is in its life. Waiting states name the one queue the
 /// request is in (the pacer's, the pool's, the device, the delay timers, its
