@@ -404,7 +404,7 @@ impl Engine {
 
     /// The client of a connection, as [`Engine::set_peer`] named it.
     pub fn peer(&self, id: ConnId) -> &str {
-        self.conns.get(id).map_or("", |c| &c.peer())
+        self.conns.get(id).map_or("", |c| c.peer())
     }
 
     /// Names the client of a connection just accepted, for its logs, and

@@ -111,10 +111,6 @@ impl NvmeFront {
         }
     }
 
-    /// Feeds the connection's buffered bytes to its queue: the bytes it
-    /// used, which the engine lets go once it has carried out the queue's
-    /// actions (their data ranges point into those bytes).
-
     /// The actions the connection's queue asks for; None once it is gone.
     pub fn take_actions(c: Option<&mut Conn>) -> Option<Vec<QAction>> {
         c.and_then(nvme_of).map(|n| n.queue.take_actions())

@@ -11,6 +11,8 @@
 
 mod handle;
 mod op;
+#[cfg(test)]
+mod ring_tests;
 mod socks;
 mod tls;
 mod wait;

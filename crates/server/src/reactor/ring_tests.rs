@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use config::{PollMode, SpliceMode};
 use pace::pacer::{PacedDevice, PacerGroup};
 use pool::SharedPool;
-use server::engine::Timeouts;
-use server::exports::Catalog;
-use server::reactor::{Accepted, Msg, Reactor, ReactorHandle, ReactorSettings};
+
+use super::{Accepted, Msg, Reactor, ReactorHandle, ReactorSettings};
+use crate::engine::Timeouts;
+use crate::exports::Catalog;
 
 const N: u64 = 64;
 
@@ -25,7 +26,7 @@ fn start(dir: &std::path::Path) -> (Arc<ReactorHandle>, std::thread::JoinHandle<
          [[export]]\nname = \"default\"\nbdev = \"disk\"\n",
         dir.display()
     );
-    let loaded = server::Config::parse(&text, "t.toml").expect("config");
+    let loaded = crate::Config::parse(&text, "t.toml").expect("config");
     let catalog = Arc::new(Catalog::build(&loaded).expect("catalog"));
     let pool = SharedPool::new(loaded.config.buffers.pool()).expect("pool");
     let devices: Vec<PacedDevice> = (catalog.devices.iter())
