@@ -51,9 +51,9 @@ impl Books<'_> {
         per_conn.resize_with(self.conns.slots(), ConnBooks::default);
         let bufs = self.audit_requests(&mut per_conn)?;
         ensure!(
-            self.io.bufs.in_use() == bufs,
+            self.io.bufs().in_use() == bufs,
             "buffers held {} vs. buffers counted {bufs}",
-            self.io.bufs.in_use()
+            self.io.bufs().in_use()
         );
         ensure!(
             self.slots.free_count() + self.slots.in_use() == self.slots.reqs().len(),
@@ -71,9 +71,9 @@ impl Books<'_> {
             self.slots.in_use()
         );
         ensure!(
-            self.io.stats.requests_in_flight() == live as u64,
+            self.io.stats().requests_in_flight() == live as u64,
             "state statistics vs. slot states: {} vs. {live}",
-            self.io.stats.requests_in_flight()
+            self.io.stats().requests_in_flight()
         );
         for c in self.conns.iter() {
             self.audit_conn(c, &per_conn[c.id().index as usize])?;
@@ -114,7 +114,7 @@ impl Books<'_> {
             if r.streamed() {
                 // A streamed READ's window is its own.
                 ensure!(
-                    r.pieces_live <= self.io.payload_cap,
+                    r.pieces_live <= self.io.payload_cap(),
                     "request {i} over its window"
                 );
                 ensure!(
@@ -152,7 +152,7 @@ impl Books<'_> {
         if let RecvOp::Direct(r) = c.recv() {
             // The kernel writes into that buffer: it must still be ours.
             let req = &self.slots[r];
-            let k = req.filling_piece(self.io.buf_size) as usize;
+            let k = req.filling_piece(self.io.buf_size()) as usize;
             ensure!(
                 req.state == ReqStage::Payload,
                 "{:?} receives into a dead write",
@@ -199,7 +199,7 @@ impl Books<'_> {
             books.pieces
         );
         ensure!(
-            c.payload_pieces() <= self.io.payload_cap,
+            c.payload_pieces() <= self.io.payload_cap(),
             "{:?} over its payload cap",
             c.id()
         );
@@ -274,20 +274,20 @@ impl Books<'_> {
                     PieceState::Idle | PieceState::Ready | PieceState::Done => Paced::Out,
                     _ => Paced::InFlight,
                 };
-                let len = r.piece_len(k as u32, self.io.buf_size);
+                let len = r.piece_len(k as u32, self.io.buf_size());
                 let token = IoToken::piece(id, k as u32);
                 bytes += self.audit_paced(token, want, len, &mut queued)?;
             }
         }
         ensure!(
-            self.io.pacer.queued() == queued,
+            self.io.pacer().queued() == queued,
             "IOs queued in the pacer {} vs. {queued}",
-            self.io.pacer.queued()
+            self.io.pacer().queued()
         );
         ensure!(
-            self.io.pacer.bytes_in_flight() == bytes,
+            self.io.pacer().bytes_in_flight() == bytes,
             "bytes in flight in the pacer {} vs. {bytes}",
-            self.io.pacer.bytes_in_flight()
+            self.io.pacer().bytes_in_flight()
         );
         Ok(())
     }
@@ -301,7 +301,7 @@ impl Books<'_> {
         len: u32,
         queued: &mut usize,
     ) -> Result<u64, String> {
-        let flying = self.io.pacer.in_flight(token.encode());
+        let flying = self.io.pacer().in_flight(token.encode());
         match want {
             Paced::Queued => *queued += 1,
             _ => ensure!(

@@ -193,14 +193,14 @@ impl Conns {
             c.set_send(SendOp::Idle);
             return;
         }
-        match c.out_mut().next_msg(reqs, io.buf_size) {
+        match c.out_mut().next_msg(reqs, io.buf_size()) {
             Some(msg) => {
                 c.set_send(SendOp::InFlight);
-                io.actions.push(Action::Send { conn: id, msg });
+                io.act(Action::Send { conn: id, msg });
             }
             None => {
                 c.set_send(SendOp::Idle);
-                io.touched.push(id);
+                io.touch(id);
             }
         }
     }

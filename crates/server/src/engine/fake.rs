@@ -199,7 +199,7 @@ impl Net {
                 self.complete_io(0);
                 moved = true;
             }
-            let delayed = self.engine.io.delayed.peek().map(|d| (d.0).0);
+            let delayed = self.engine.io.next_held();
             match delayed {
                 Some(t) if !moved => self.advance(t.max(self.now) - self.now),
                 _ => self.advance(1_000),
@@ -364,7 +364,9 @@ impl Net {
             self.pump();
             return;
         }
-        let dev = self.engine.io.catalog.exports[export as usize].bdev.clone();
+        let dev = self.engine.io.catalog().exports[export as usize]
+            .bdev
+            .clone();
         // As the reactor: written RAM is lent to the reply, not copied.
         if self.engine.try_lend(self.now, io, &dev, &req) {
             self.pump();

@@ -15,7 +15,7 @@ use proto::Command;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use super::ids::{IoToken, Part};
+use super::ids::{ConnId, IoToken, Part};
 use super::slot::Req;
 use super::Action;
 use crate::exports::Catalog;
@@ -23,28 +23,160 @@ use crate::stats::StatsCollector;
 
 pub struct IoPath {
     /// The reactor this engine serves, for logs.
-    pub reactor: usize,
-    pub catalog: Arc<Catalog>,
-    pub pool: Arc<SharedPool>,
-    pub buf_size: u32,
-    pub bufs: ReactorBufs,
-    pub pacer: Pacer,
+    reactor: usize,
+    catalog: Arc<Catalog>,
+    pool: Arc<SharedPool>,
+    buf_size: u32,
+    bufs: ReactorBufs,
+    pacer: Pacer,
     /// Completions held back by delay bdevs.
-    pub delayed: BinaryHeap<Reverse<(Nanos, IoToken)>>,
-    pub grants: Vec<(u64, Vec<BufId>)>,
-    pub released: Vec<u64>,
-    pub actions: Vec<Action>,
-    pub rng: SmallRng,
-    pub stats: StatsCollector,
+    delayed: BinaryHeap<Reverse<(Nanos, IoToken)>>,
+    grants: Vec<(u64, Vec<BufId>)>,
+    released: Vec<u64>,
+    actions: Vec<Action>,
+    rng: SmallRng,
+    stats: StatsCollector,
     /// WRITE pieces one connection may have waiting for their payload at
     /// once, and buffers one streamed READ may hold at once.
-    pub payload_cap: u32,
+    payload_cap: u32,
     /// This reactor's view of the exports' dirty bitmaps.
-    pub dirty: bdev::dirty::DirtyMarks,
-    pub now: Nanos,
+    dirty: bdev::dirty::DirtyMarks,
+    now: Nanos,
     /// Connections an event touched: settled (parse, recv, close) before
     /// the event returns.
-    pub touched: Vec<super::ids::ConnId>,
+    touched: Vec<ConnId>,
+}
+
+/// What the request machine and the front ends ask of the IO path: its
+/// clock, the services it holds (pacer, buffers, statistics, exports), the
+/// connections an event touched, the driver's actions, and the IOs an
+/// emulated delay holds back.
+impl IoPath {
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    /// The driver's clock at an event. It never goes back, so the engine's
+    /// time differences are exact.
+    pub fn set_now(&mut self, now: Nanos) {
+        debug_assert!(now >= self.now, "time went back: {} -> {now}", self.now);
+        self.now = now;
+    }
+
+    /// The reactor this engine serves, for logs.
+    pub fn reactor(&self) -> usize {
+        self.reactor
+    }
+
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    pub fn pool(&self) -> &Arc<SharedPool> {
+        &self.pool
+    }
+
+    pub fn buf_size(&self) -> u32 {
+        self.buf_size
+    }
+
+    /// WRITE pieces one connection may have waiting for their payload at
+    /// once, and buffers one streamed READ may hold at once.
+    pub fn payload_cap(&self) -> u32 {
+        self.payload_cap
+    }
+
+    pub fn pacer(&self) -> &Pacer {
+        &self.pacer
+    }
+
+    pub fn pacer_mut(&mut self) -> &mut Pacer {
+        &mut self.pacer
+    }
+
+    pub fn bufs(&self) -> &ReactorBufs {
+        &self.bufs
+    }
+
+    pub fn bufs_mut(&mut self) -> &mut ReactorBufs {
+        &mut self.bufs
+    }
+
+    pub fn stats(&self) -> &StatsCollector {
+        &self.stats
+    }
+
+    pub fn stats_mut(&mut self) -> &mut StatsCollector {
+        &mut self.stats
+    }
+
+    /// An event touched connection `id`: it is settled before the event
+    /// returns.
+    pub fn touch(&mut self, id: ConnId) {
+        self.touched.push(id);
+    }
+
+    /// The next touched connection to settle.
+    pub fn next_touched(&mut self) -> Option<ConnId> {
+        self.touched.pop()
+    }
+
+    pub fn all_settled(&self) -> bool {
+        self.touched.is_empty()
+    }
+
+    /// An action for the driver.
+    pub fn act(&mut self, action: Action) {
+        self.actions.push(action);
+    }
+
+    /// Moves the actions produced so far into `out` (which should be empty).
+    pub fn take_actions(&mut self, out: &mut Vec<Action>) {
+        std::mem::swap(&mut self.actions, out);
+    }
+
+    /// An emulated delay holds `io`'s completion back until `t`.
+    pub fn hold(&mut self, t: Nanos, io: IoToken) {
+        self.delayed.push(Reverse((t, io)));
+    }
+
+    /// When the first held completion is due.
+    pub fn next_held(&self) -> Option<Nanos> {
+        self.delayed.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Completions held back.
+    pub fn held(&self) -> usize {
+        self.delayed.len()
+    }
+
+    /// The next held completion whose time has come, let go.
+    pub fn due_held(&mut self) -> Option<IoToken> {
+        let Reverse((t, io)) = self.delayed.peek().copied()?;
+        if t > self.now {
+            return None;
+        }
+        self.delayed.pop();
+        Some(io)
+    }
+
+    /// The IOs the pacer releases now (in a reused list: hand it back
+    /// with `releases_done`).
+    pub fn pacer_releases(&mut self) -> Vec<u64> {
+        self.pacer.poll(self.now, &mut self.released);
+        std::mem::take(&mut self.released)
+    }
+
+    pub fn releases_done(&mut self, mut released: Vec<u64>) {
+        released.clear();
+        self.released = released;
+    }
+
+    /// Buffers the pool granted to requests that queued for them.
+    pub fn buffer_grants(&mut self) -> Vec<(u64, Vec<BufId>)> {
+        self.bufs.poll(&mut self.grants);
+        std::mem::take(&mut self.grants)
+    }
 }
 
 impl IoPath {

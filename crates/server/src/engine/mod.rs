@@ -55,7 +55,6 @@ mod states;
 mod trace;
 mod turns;
 
-use std::cmp::Reverse;
 use std::sync::Arc;
 
 use bdev::{IoRequest, IoResult};
@@ -127,17 +126,12 @@ impl Engine {
     /// The driver's clock at an event. It never goes back, so the engine's
     /// time differences are exact.
     fn set_now(&mut self, now: Nanos) {
-        debug_assert!(
-            now >= self.io.now,
-            "time went back: {} -> {now}",
-            self.io.now
-        );
-        self.io.now = now;
+        self.io.set_now(now);
     }
 
     /// Moves the actions produced so far into `out` (which should be empty).
     pub fn take_actions(&mut self, out: &mut Vec<Action>) {
-        std::mem::swap(&mut self.io.actions, out);
+        self.io.take_actions(out);
     }
 
     /// Bytes received on `conn`'s posted recv.
@@ -151,8 +145,8 @@ impl Engine {
     pub fn on_tls(&mut self, now: Nanos, conn: ConnId, outcome: TlsOutcome) {
         self.set_now(now);
         if let Some(c) = self.conns.get_mut(conn) {
-            c.tls_done(outcome, &self.io.catalog.access);
-            self.io.touched.push(conn);
+            c.tls_done(outcome, &self.io.catalog().access);
+            self.io.touch(conn);
         }
         self.settle();
     }
@@ -189,7 +183,7 @@ impl Engine {
 
     /// The IO `io` as submitted, for the driver to interpret its completion.
     pub fn io_request(&self, io: IoToken) -> Option<(u16, IoRequest)> {
-        self.slots.io_request(io, self.io.buf_size)
+        self.slots.io_request(io, self.io.buf_size())
     }
 
     /// Time passes: buffer grants, delayed completions, the pacer, timeouts;
@@ -204,9 +198,8 @@ impl Engine {
         self.check_drain();
         self.settle();
         self.flush();
-        self.io
-            .stats
-            .sample_buffers(now, self.io.bufs.in_use(), self.io.bufs.in_use_bytes());
+        let (in_use, bytes) = (self.io.bufs().in_use(), self.io.bufs().in_use_bytes());
+        self.io.stats_mut().sample_buffers(now, in_use, bytes);
     }
 
     /// Posts the sends the events since the last flush made ready. Replies
@@ -220,12 +213,12 @@ impl Engine {
     /// When the engine next needs a tick without any completion.
     pub fn next_deadline(&self) -> Option<Nanos> {
         let candidates = [
-            self.io.delayed.peek().map(|Reverse((t, _))| *t),
-            self.io.pacer.next_wakeup(self.io.now),
+            self.io.next_held(),
+            self.io.pacer().next_wakeup(self.io.now()),
             self.conns.next_timer(),
             self.nvme.deadline(),
             // Re-check the drain even when nothing completes.
-            self.draining_since.map(|_| self.io.now + 50_000_000),
+            self.draining_since.map(|_| self.io.now() + 50_000_000),
         ];
         candidates.into_iter().flatten().min()
     }
@@ -233,31 +226,32 @@ impl Engine {
     pub fn set_pacing(&mut self, cfg: PacingConfig, now: Nanos) {
         self.set_now(now);
         tracing::info!(mode = ?cfg.mode, reactor = self.id, "pacing changed");
-        self.io.pacer.reconfigure(cfg, now);
+        self.io.pacer_mut().reconfigure(cfg, now);
     }
 
     pub fn snapshot(&mut self, now: Nanos) -> ReactorStats {
         self.set_now(now);
-        let pool = self.io.bufs.stats();
-        let free = (self.io.pool.free_total(), u64::from(self.io.pool.total()));
-        let mut snap = self
-            .io
-            .stats
-            .snapshot(now, pool, free, self.io.delayed.len());
-        snap.buffers.pool_bytes = self.io.pool.map_len() as u64;
-        snap.pacer = self.io.pacer.stats(now);
+        let pool = self.io.bufs().stats();
+        let free = (
+            self.io.pool().free_total(),
+            u64::from(self.io.pool().total()),
+        );
+        let held = self.io.held();
+        let mut snap = self.io.stats_mut().snapshot(now, pool, free, held);
+        snap.buffers.pool_bytes = self.io.pool().map_len() as u64;
+        snap.pacer = self.io.pacer().stats(now);
         snap.nvme_connections = u64::from(self.nvme.open());
         snap
     }
 
     /// One more turn of the driver's loop (statistics).
     pub fn count_loop(&mut self) {
-        self.io.stats.loops += 1;
+        self.io.stats_mut().loops += 1;
     }
 
     /// Requests served (replies wholly sent) since the start.
     pub fn ios_done(&self) -> u64 {
-        self.io.stats.ios_done()
+        self.io.stats().ios_done()
     }
 
     /// Live connections.
@@ -266,17 +260,17 @@ impl Engine {
     }
 
     pub fn buffers_in_use(&self) -> u64 {
-        self.io.bufs.in_use()
+        self.io.bufs().in_use()
     }
 
     /// Bytes of the buffers held by requests (small and large ones differ).
     pub fn buffer_bytes_in_use(&self) -> u64 {
-        self.io.bufs.in_use_bytes()
+        self.io.bufs().in_use_bytes()
     }
 
     /// The pacer, read-only: its estimates for a driver's own reports.
     pub fn pacer(&self) -> &Pacer {
-        &self.io.pacer
+        self.io.pacer()
     }
 
     /// Checks every book of the engine against its second count
@@ -289,7 +283,7 @@ impl Engine {
     /// Bytes received and sent since the start, as counted: a driver
     /// checks them against what it moved.
     pub fn bytes_moved(&self) -> (u64, u64) {
-        (self.io.stats.bytes_in, self.io.stats.bytes_out)
+        (self.io.stats().bytes_in, self.io.stats().bytes_out)
     }
 
     pub fn requests_in_use(&self) -> usize {
@@ -325,19 +319,19 @@ impl Engine {
             return None;
         }
         let phase = match opening {
-            Opening::Nbd(handshake) => {
-                Phase::Handshake(handshake.unwrap_or_else(|| Box::new(self.io.catalog.handshake())))
-            }
+            Opening::Nbd(handshake) => Phase::Handshake(
+                handshake.unwrap_or_else(|| Box::new(self.io.catalog().handshake())),
+            ),
             Opening::Nvme => {
-                self.nvme.count(true, self.io.now);
-                Phase::Nvme(Box::new(NvmeConn::new(&self.io.catalog)))
+                self.nvme.count(true, self.io.now());
+                Phase::Nvme(Box::new(NvmeConn::new(self.io.catalog())))
             }
         };
         let id = self.conns.insert(phase, now);
-        self.io.stats.conns_total += 1;
-        self.io.stats.conns_now += 1;
+        self.io.stats_mut().conns_total += 1;
+        self.io.stats_mut().conns_now += 1;
         self.conns.mark_send(id);
-        self.io.touched.push(id);
+        self.io.touch(id);
         self.settle();
         Some(id)
     }
@@ -348,10 +342,10 @@ impl Engine {
     /// rounds, so what it releases is served in the same event.
     fn settle(&mut self) {
         loop {
-            while let Some(id) = self.io.touched.pop() {
+            while let Some(id) = self.io.next_touched() {
                 self.settle_conn(id);
             }
-            if !self.requests().poll_pacer() && self.io.touched.is_empty() {
+            if !self.requests().poll_pacer() && self.io.all_settled() {
                 return;
             }
         }
@@ -390,16 +384,16 @@ impl Engine {
 
     fn remove_conn(&mut self, id: ConnId) {
         let Some(c) = self.conns.get(id) else { return };
-        c.log_closed(&self.io.catalog, self.id, self.io.now);
+        c.log_closed(self.io.catalog(), self.id, self.io.now());
         if matches!(c.phase(), Phase::Nvme(_)) {
-            self.nvme.count(false, self.io.now);
+            self.nvme.count(false, self.io.now());
         }
         // Its paced IOs were cancelled or completed before it went quiet.
-        self.io.pacer.close_flow(c.flow());
+        self.io.pacer_mut().close_flow(c.flow());
         self.conns.remove(id);
-        debug_assert!(self.io.stats.conns_now > 0);
-        self.io.stats.conns_now -= 1;
-        self.io.actions.push(Action::Close { conn: id });
+        debug_assert!(self.io.stats().conns_now > 0);
+        self.io.stats_mut().conns_now -= 1;
+        self.io.act(Action::Close { conn: id });
     }
 
     /// The client of a connection, as [`Engine::set_peer`] named it.
@@ -414,20 +408,20 @@ impl Engine {
     pub fn set_peer(&mut self, id: ConnId, peer: &str, port: Option<usize>) {
         if let Some(c) = self.conns.get_mut(id) {
             if let Some(host) = c.set_peer(peer) {
-                self.io.pacer.open_flow(c.flow(), host);
+                self.io.pacer_mut().open_flow(c.flow(), host);
             }
-            port.inspect(|&p| self.io.pacer.flow_port(c.flow(), p));
+            port.inspect(|&p| self.io.pacer_mut().flow_port(c.flow(), p));
         }
     }
 
     /// Closes connections whose deadline has passed.
     fn fire_conn_timers(&mut self) {
-        while let Some(id) = self.conns.next_timed_out(self.io.now, &self.timeouts) {
+        while let Some(id) = self.conns.next_timed_out(self.io.now(), &self.timeouts) {
             let Some(c) = self.conns.get_mut(id) else {
                 continue;
             };
             tracing::info!(reactor = self.id, conn = id.index, input = ?c.input(), "connection timed out");
-            self.io.stats.timeouts += 1;
+            self.io.stats_mut().timeouts += 1;
             c.ending(EndReason::Timeout);
             self.close(id);
         }
@@ -449,7 +443,7 @@ impl Engine {
                 continue;
             }
             c.ending(EndReason::Draining);
-            self.io.actions.push(Action::Shutdown {
+            self.io.act(Action::Shutdown {
                 conn: id,
                 read_only: true,
             });
@@ -468,7 +462,7 @@ impl Engine {
         let Some(since) = self.draining_since else {
             return;
         };
-        if self.io.now - since <= self.drain_timeout {
+        if self.io.now() - since <= self.drain_timeout {
             return;
         }
         for id in self.conns.ids() {
@@ -492,7 +486,7 @@ impl Engine {
         let Some(since) = self.draining_since else {
             return false;
         };
-        self.conns.open() == 0 || self.io.now - since > 2 * self.drain_timeout
+        self.conns.open() == 0 || self.io.now() - since > 2 * self.drain_timeout
     }
 }
 
@@ -550,12 +544,12 @@ impl Engine {
     /// Posts the connection's next recv if its input can take bytes: into
     /// the receive buffer, or straight into a WRITE piece's buffer.
     fn post_recv(&mut self, id: ConnId) {
-        let (bs, cap) = (self.io.buf_size, self.conn_cap);
+        let (bs, cap) = (self.io.buf_size(), self.conn_cap);
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         if let Some((buf, len)) = c.next_recv(self.slots.reqs(), bs, cap) {
-            self.io.actions.push(Action::Recv { conn: id, buf, len });
+            self.io.act(Action::Recv { conn: id, buf, len });
         }
     }
 

@@ -27,7 +27,7 @@ pub(super) const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
 /// Asks the driver to start TLS once the STARTTLS answer is sent.
 pub(super) fn start_tls(r: &mut Requests, id: ConnId) -> Step {
     if r.conns.get_mut(id).is_some_and(|c| c.start_tls()) {
-        r.io.actions.push(Action::StartTls { conn: id });
+        r.io.act(Action::StartTls { conn: id });
     }
     Step::Stop
 }
@@ -37,7 +37,7 @@ pub(super) fn handshake_input(r: &mut Requests, id: ConnId) -> Step {
     let Some(c) = r.conns.get_mut(id) else {
         return Step::Stop;
     };
-    let (step, answered) = c.handshake_input(&r.io.catalog);
+    let (step, answered) = c.handshake_input(r.io.catalog());
     if answered {
         r.conns.mark_send(id);
     }
@@ -54,11 +54,11 @@ pub(super) fn header_input(r: &mut Requests, id: ConnId, cap: u32) -> Step {
         Header::Wait => return Step::Stop,
         Header::Bad(e) => {
             tracing::info!(
-                reactor = r.io.reactor,
+                reactor = r.io.reactor(),
                 conn = id.index,
                 "closing connection: {e:?}"
             );
-            r.io.stats.protocol_errors += 1;
+            r.io.stats_mut().protocol_errors += 1;
             r.close(id);
             return Step::Stop;
         }
@@ -80,7 +80,7 @@ pub(super) fn header_input(r: &mut Requests, id: ConnId, cap: u32) -> Step {
 
 /// WRITE `req`'s payload from the receive buffer into its filling piece.
 pub(super) fn payload_input(r: &mut Requests, id: ConnId, req: ReqId) -> Step {
-    let bs = r.io.buf_size;
+    let bs = r.io.buf_size();
     let Some(c) = r.conns.get_mut(id) else {
         return Step::Stop;
     };
@@ -99,7 +99,7 @@ pub(super) fn payload_input(r: &mut Requests, id: ConnId, req: ReqId) -> Step {
 
 /// A request header arrived on `conn`, and `slot` is free for it.
 fn accept_request(r: &mut Requests, conn: ConnId, slot: ReqId, request: proto::Request) {
-    let now = r.io.now;
+    let now = r.io.now();
     let Some(c) = r.conns.get_mut(conn) else {
         return;
     };
@@ -111,17 +111,17 @@ fn accept_request(r: &mut Requests, conn: ConnId, slot: ReqId, request: proto::R
         export: *export,
         style: ReplyStyle::of(neg),
     };
-    let info = &r.io.catalog.exports[origin.export as usize].info;
+    let info = &r.io.catalog().exports[origin.export as usize].info;
     let verdict = proto::validate(&request, info, neg);
     let payload = request.payload_len(neg.extended_headers);
     c.request_began();
-    (r.slots).begin(slot, &origin, &request, &mut r.io.stats, now);
+    (r.slots).begin(slot, &origin, &request, r.io.stats_mut(), now);
     let Err(errno) = verdict else {
         r.advance(slot);
         return;
     };
     r.slots[slot].error = errno;
-    r.io.stats.rejected += 1;
+    r.io.stats_mut().rejected += 1;
     if payload > MAX_DISCARD_PAYLOAD {
         // Discarding gigabytes of junk is not worth it: drop the client.
         if let Some(c) = r.conns.get_mut(conn) {
@@ -152,7 +152,7 @@ mod tests {
     }
 
     fn tls_client(net: &mut Net) -> ConnId {
-        let infos = net.engine.io.catalog.infos.clone();
+        let infos = net.engine.io.catalog().infos.clone();
         let hs = proto::Handshake::new(infos, Some(0)).with_tls(proto::Tls::Required);
         let c = net.connect_with(Some(Box::new(hs)));
         net.write(c, &starttls_bytes());

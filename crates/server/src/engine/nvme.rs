@@ -39,8 +39,8 @@ const CHECK_EVERY: pace::Nanos = 100_000_000;
 /// Requests an Abort or a reset ended (held by this queue, the
 /// controller's admin queue), come back to the queue.
 fn admin(id: ConnId, cid: u16, cntlid: u16, sqe: &Sqe, conns: &mut Conns, io: &IoPath) {
-    let now = io.now;
-    let Some(t) = io.catalog.nvme.as_ref() else {
+    let now = io.now();
+    let Some(t) = io.catalog().nvme.as_ref() else {
         return;
     };
     let Some((d, aers)) = t.with(|target| {
@@ -155,7 +155,7 @@ impl NvmeFront {
     ) -> Next {
         match a {
             QAction::Connect { cid, sqe, data } => {
-                let since = io.now;
+                let since = io.now();
                 self.connect(
                     id,
                     Connect {
@@ -181,7 +181,7 @@ impl NvmeFront {
             } => data(id, cid, datao, at, len, conns, slots),
             QAction::DataIn { cid, ok } => return data_in(id, cid, ok, conns, slots, io),
             QAction::DropAer { cid, cntlid } => {
-                if let Some(t) = io.catalog.nvme.as_ref() {
+                if let Some(t) = io.catalog().nvme.as_ref() {
                     t.with(|t| t.drop_async_event(cntlid, cid));
                 }
             }
@@ -189,7 +189,7 @@ impl NvmeFront {
                 if let Some(c) = conns.get_mut(id) {
                     c.ending(EndReason::ProtocolError);
                 }
-                io.stats.protocol_errors += 1;
+                io.stats_mut().protocol_errors += 1;
                 return Next::InputEnded;
             }
         }
@@ -201,7 +201,7 @@ impl NvmeFront {
     /// I/O queue's QID in use is checked again until `QID_WAIT` after the
     /// Connect came.
     fn connect(&mut self, id: ConnId, cmd: Connect, conns: &mut Conns, io: &mut IoPath) {
-        let now = io.now;
+        let now = io.now();
         let Some(c) = conns.get_mut(id) else {
             return;
         };
@@ -210,7 +210,7 @@ impl NvmeFront {
             .parse::<std::net::SocketAddr>()
             .ok()
             .map(|a| a.ip());
-        let access = &io.catalog.access;
+        let access = &io.catalog().access;
         let allowed = |i: usize, host: &str| {
             let client = crate::access::Client {
                 addr,
@@ -219,7 +219,7 @@ impl NvmeFront {
             };
             (access.exports.get(i)).map_or(proto::Access::ReadWrite, |(_, r)| r.access(&client))
         };
-        let Some(t) = io.catalog.nvme.as_ref() else {
+        let Some(t) = io.catalog().nvme.as_ref() else {
             return;
         };
         let Ok(mut target) = t.target.lock() else {
@@ -244,7 +244,7 @@ impl NvmeFront {
             Ok(b) => {
                 let export = b.subsys.and_then(|s| u16::try_from(s).ok());
                 n.bound = Some((b.cntlid, b.qid, export));
-                io.pacer.open_flow(flow, host.unwrap_or(flow));
+                io.pacer_mut().open_flow(flow, host.unwrap_or(flow));
                 tracing::info!(reactor = self.reactor, peer = %peer, cntlid = b.cntlid, qid = b.qid, "nvme/tcp: connected");
             }
             Err((s, dw0)) => {
@@ -271,7 +271,7 @@ impl NvmeFront {
         }
         for (id, cmd) in due {
             self.connect(id, cmd, conns, io);
-            io.touched.push(id);
+            io.touch(id);
         }
     }
 
@@ -307,7 +307,8 @@ impl NvmeFront {
                 export,
                 style: ReplyStyle::Nvme,
             };
-            let req = (r.slots).begin(slot, &origin, &request, &mut r.io.stats, r.io.now);
+            let now = r.io.now();
+            let req = (r.slots).begin(slot, &origin, &request, r.io.stats_mut(), now);
             req.ranges = ranges;
             return Some(slot);
         }
@@ -326,7 +327,7 @@ impl NvmeFront {
     /// count moved: the ends of parked admin commands for its admin
     /// queues, the Aborts of commands on its IO queues.
     pub fn take_mail(&mut self, conns: &mut Conns, io: &IoPath) -> Option<Mail> {
-        let t = io.catalog.nvme.as_ref().filter(|_| self.open > 0)?;
+        let t = io.catalog().nvme.as_ref().filter(|_| self.open > 0)?;
         let seen = t.mail();
         if seen == self.mail_seen {
             return None;
@@ -360,7 +361,7 @@ impl NvmeFront {
         };
         for (id, cid, d) in mail.done {
             Self::admin_ended(id, cid, d, r.conns);
-            r.io.touched.push(id);
+            r.io.touch(id);
         }
         let answers: Vec<(u16, u16, bool)> = (mail.aborts.into_iter())
             .map(|(id, a)| (a.cntlid, a.abort_cid, Self::abort(id, a.cid, r)))
@@ -376,7 +377,7 @@ impl NvmeFront {
     /// that data is in (the host sends it regardless); one at its device,
     /// or answered, is not aborted.
     fn abort(id: ConnId, cid: u16, r: &mut Requests) -> bool {
-        r.io.touched.push(id);
+        r.io.touch(id);
         let slot = match Self::find(id, cid, r.conns) {
             Found::Aborted => return true,
             Found::Missing => return false,
@@ -435,7 +436,7 @@ impl NvmeFront {
     /// Aborts the engine looked for, answered: (controller, the Abort's
     /// command id, whether its command was aborted).
     pub fn aborts_answered(answers: &[(u16, u16, bool)], io: &IoPath) {
-        if let Some(t) = io.catalog.nvme.as_ref().filter(|_| !answers.is_empty()) {
+        if let Some(t) = io.catalog().nvme.as_ref().filter(|_| !answers.is_empty()) {
             t.with(|t| {
                 for &(cntlid, abort_cid, aborted) in answers {
                     t.io_abort_done(cntlid, abort_cid, aborted);
@@ -473,14 +474,14 @@ impl NvmeFront {
     /// The queues whose controller (or IO queue) is gone, once it is time
     /// to check; Connects waiting for a QID are decided again first.
     fn gone_queues(&mut self, conns: &mut Conns, io: &mut IoPath) -> Option<Vec<ConnId>> {
-        if self.open == 0 || io.now < self.check_at {
+        if self.open == 0 || io.now() < self.check_at {
             return None;
         }
-        self.check_at = io.now + CHECK_EVERY;
-        let t = io.catalog.nvme.clone()?;
+        self.check_at = io.now() + CHECK_EVERY;
+        let t = io.catalog().nvme.clone()?;
         self.rechecks(conns, io);
         let mut target = t.target.lock().ok()?;
-        target.tick(io.now);
+        target.tick(io.now());
         // Each engine checks its own queues below; the list is not needed.
         target.take_dropped();
         let mut gone = Vec::new();

@@ -72,7 +72,7 @@ fn an_abort_ends_a_read_in_the_pacer_and_not_one_at_the_device() {
     q.send(&mut net, Pdu::CapsuleCmd(rw(io::READ, 6, 4096, 4096), &[]));
     net.deliver(q.conn, usize::MAX);
     assert_eq!(net.ios.len(), 1, "READ 5 at the device, READ 6 paced");
-    assert_eq!(net.engine.io.pacer.queued(), 1);
+    assert_eq!(net.engine.io.pacer().queued(), 1);
     // Abort both: READ 6 is aborted; READ 5, at the device, is not.
     a.send(&mut net, Pdu::CapsuleCmd(abort(20, 1, 6), &[]));
     a.send(&mut net, Pdu::CapsuleCmd(abort(21, 1, 5), &[]));
@@ -81,7 +81,7 @@ fn an_abort_ends_a_read_in_the_pacer_and_not_one_at_the_device() {
         net.advance(1_000);
         net.take_sent(a.conn, usize::MAX);
     }
-    assert_eq!(net.engine.io.pacer.queued(), 0);
+    assert_eq!(net.engine.io.pacer().queued(), 0);
     assert_eq!(
         resps(&a.drain(&net)),
         [(20, 0, ABORTED_DW0), (21, 0, NOT_ABORTED)]
@@ -115,7 +115,7 @@ fn a_namespace_change_completes_a_held_async_event_request() {
     assert!(a.drain(&net).is_empty(), "held");
     // The change comes from outside any queue (another thread's): the
     // engine takes it from the target's mail at its next tick.
-    let t = net.engine.io.catalog.nvme.clone().expect("a target");
+    let t = net.engine.io.catalog().nvme.clone().expect("a target");
     t.with(|t| t.namespace_changed(0, 1));
     net.advance(1_000);
     net.run_to_quiet();

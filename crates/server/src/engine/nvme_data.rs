@@ -111,7 +111,8 @@ pub(super) fn data_in(
         req.fault = Some(Status::DATA_SGL_LENGTH_INVALID);
         ReqStage::Answered
     };
-    slots.set_state(slot, next, &mut io.stats, io.now);
+    let now = io.now();
+    slots.set_state(slot, next, io.stats_mut(), now);
     Next::Advance(slot)
 }
 
@@ -235,7 +236,7 @@ pub(super) fn data_wanted(
         }
         DataStart::Requested => {
             // The R2T is in the queue's output.
-            io.touched.push(conn);
+            io.touch(conn);
             ReqStage::Receiving
         }
         DataStart::Gone => {
@@ -316,7 +317,7 @@ pub(super) fn closed(id: ConnId, conns: &mut Conns, slots: &mut Slots, io: &IoPa
     n.recheck = None;
     let bound = n.bound.take();
     slots.forget_waiter(id);
-    if let (Some((cntlid, qid, _)), Some(t)) = (bound, io.catalog.nvme.as_ref()) {
+    if let (Some((cntlid, qid, _)), Some(t)) = (bound, io.catalog().nvme.as_ref()) {
         // Aborts parked for its commands complete: mail.
         t.with(|t| t.queue_closed(cntlid, qid));
     }

@@ -349,7 +349,7 @@ fn nvme_writes_and_write_zeroes_mark_the_exports_dirty_bitmap() {
     z.set_cdw(10, (65536 / 512) as u32);
     z.set_cdw(12, 1); // two 512-byte blocks
     assert_eq!(q.command(&mut net, z, &[]), 0, "write zeroes");
-    let b = net.engine.io.catalog.exports[0]
+    let b = net.engine.io.catalog().exports[0]
         .dirty
         .get("backup")
         .expect("kept");

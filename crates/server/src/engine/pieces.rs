@@ -88,12 +88,18 @@ impl<'e> Pieces<'e> {
         Pieces { slots, conns, io }
     }
 
+    fn set_state(&mut self, id: ReqId, to: ReqStage) {
+        let now = self.io.now();
+        (self.slots).set_state(id, to, self.io.stats_mut(), now);
+    }
+
     /// Queues piece or request `token` in the pacer, as its connection's flow.
     pub fn enqueue(&mut self, token: IoToken, kind: IoKind) {
         let req = &self.slots[token.req];
         let flow = self.conns.get(req.conn).map_or(0, |c| c.flow());
         let paced = self.io.paced_io(req, token, flow, kind);
-        self.io.pacer.enqueue(paced, self.io.now);
+        let now = self.io.now();
+        self.io.pacer_mut().enqueue(paced, now);
     }
 
     /// Starts the next pieces of `id`'s payload while its connection has room.
@@ -105,7 +111,7 @@ impl<'e> Pieces<'e> {
             if k as usize >= req.pieces.len() || req.state != ReqStage::Payload {
                 return;
             }
-            let cap = self.io.payload_cap;
+            let cap = self.io.payload_cap();
             let Some(c) = self.conns.get_mut(conn) else {
                 return;
             };
@@ -125,14 +131,18 @@ impl<'e> Pieces<'e> {
     /// True as `piece_granted`.
     pub fn piece_released(&mut self, id: ReqId, k: u32) -> bool {
         self.slots.set_piece(id, k, PieceState::NeedBuffer);
-        let len = self.slots[id].piece_len(k, self.io.buf_size);
-        match self.io.bufs.alloc(len, IoToken::piece(id, k).encode()) {
+        let len = self.slots[id].piece_len(k, self.io.buf_size());
+        match self
+            .io
+            .bufs_mut()
+            .alloc(len, IoToken::piece(id, k).encode())
+        {
             Alloc::Ready(bufs) => {
                 debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
                 self.piece_granted(id, k, bufs[0])
             }
             Alloc::Queued => {
-                self.io.stats.buffer_waits += 1;
+                self.io.stats_mut().buffer_waits += 1;
                 false
             }
         }
@@ -150,19 +160,19 @@ impl<'e> Pieces<'e> {
             return c.map(|c| c.turns_mut().buffered(id)).is_some();
         }
         self.slots.set_piece(id, k, PieceState::Filling);
-        let len = self.slots[id].piece_len(k, self.io.buf_size);
+        let len = self.slots[id].piece_len(k, self.io.buf_size());
         let req = &mut self.slots[id];
         req.pieces[k as usize].buf = Some(buf);
         req.iov[k as usize] = libc::iovec {
-            iov_base: self.io.pool.ptr(buf).cast(),
+            iov_base: self.io.pool().ptr(buf).cast(),
             iov_len: len as usize,
         };
         let conn = req.conn;
         if let Some(c) = self.conns.get_mut(conn) {
             // The stall clock runs only while the client's bytes can land.
-            c.active(self.io.now);
+            c.active(self.io.now());
         }
-        self.io.touched.push(conn);
+        self.io.touch(conn);
         false
     }
 
@@ -170,7 +180,7 @@ impl<'e> Pieces<'e> {
     /// them already): a full piece goes to the device, and a full payload
     /// returns the connection to headers.
     pub fn payload_received(&mut self, id: ReqId, n: usize) {
-        let bs = self.io.buf_size;
+        let bs = self.io.buf_size();
         let req = &self.slots[id];
         debug_assert!(n > 0 && req.filled <= req.len);
         // The bytes all went into one piece: fills never cross a piece's end.
@@ -197,14 +207,13 @@ impl<'e> Pieces<'e> {
         // QD 32 to this machine's disk ran at 0.37 MiB in flight under none.
         self.release_payload_slot(self.slots[id].conn);
         let req = &mut self.slots[id];
-        req.pieces[k as usize].t_submit = self.io.now;
-        self.io
-            .pacer
-            .on_device_start(IoToken::piece(id, k).encode(), self.io.now);
+        req.pieces[k as usize].t_submit = self.io.now();
+        let now = self.io.now();
+        (self.io.pacer_mut()).on_device_start(IoToken::piece(id, k).encode(), now);
         let request = req.io_request(
             bdev::IoOp::Write { fua: req.fua() },
             Some(k),
-            self.io.buf_size,
+            self.io.buf_size(),
         );
         let export = req.export;
         self.io.submit(IoToken::piece(id, k), export, request);
@@ -231,7 +240,7 @@ impl<'e> Pieces<'e> {
         };
         self.slots.set_piece(id, k, PieceState::Delayed);
         let token = IoToken::piece(id, k);
-        self.io.delayed.push(std::cmp::Reverse((release, token)));
+        self.io.hold(release, token);
         true
     }
 
@@ -239,7 +248,8 @@ impl<'e> Pieces<'e> {
     pub fn piece_done(&mut self, id: ReqId, k: u32) -> Then {
         let token = IoToken::piece(id, k);
         self.io.device_finished(&self.slots[id], token);
-        self.io.pacer.on_complete(token.encode(), self.io.now);
+        let now = self.io.now();
+        self.io.pacer_mut().on_complete(token.encode(), now);
         self.drop_piece(id, k);
         self.write_progress(id)
     }
@@ -254,19 +264,20 @@ impl<'e> Pieces<'e> {
         self.slots.set_piece(id, k, PieceState::Done);
         let req = &mut self.slots[id];
         if let Some(buf) = req.pieces[k as usize].buf.take() {
-            self.io.bufs.free(&[buf]);
+            self.io.bufs_mut().free(&[buf]);
         }
         debug_assert!(req.pieces_live > 0);
         req.pieces_live -= 1;
         let conn = req.conn;
-        self.io.touched.push(conn);
+        self.io.touch(conn);
         if req.streamed() {
             // A READ's window is its own, not the connection's.
             let token = IoToken::piece(id, k).encode();
             if req.state == ReqStage::Dropping {
-                self.io.pacer.cancel(token);
+                self.io.pacer_mut().cancel(token);
             } else {
-                self.io.pacer.on_complete(token, self.io.now);
+                let now = self.io.now();
+                self.io.pacer_mut().on_complete(token, now);
             }
             return;
         }
@@ -280,7 +291,7 @@ impl<'e> Pieces<'e> {
         if let Some(c) = self.conns.get_mut(conn) {
             c.payload_piece_done();
         }
-        self.io.touched.push(conn);
+        self.io.touch(conn);
     }
 
     /// A WRITE whose pieces are all written is answered; one whose payload
@@ -291,8 +302,7 @@ impl<'e> Pieces<'e> {
             return Then::Done;
         }
         if req.filled == req.len {
-            self.slots
-                .set_state(id, ReqStage::Answered, &mut self.io.stats, self.io.now);
+            self.set_state(id, ReqStage::Answered);
             return Then::Advance(id);
         }
         let receiving = self
@@ -315,7 +325,7 @@ impl<'e> Pieces<'e> {
             .conns
             .get(conn)
             .is_some_and(|c| c.recv() == RecvOp::Direct(id));
-        let filling = self.slots[id].filling_piece(self.io.buf_size);
+        let filling = self.slots[id].filling_piece(self.io.buf_size());
         for k in 0..self.slots[id].started {
             if receiving && k == filling {
                 continue;
@@ -323,11 +333,11 @@ impl<'e> Pieces<'e> {
             let token = IoToken::piece(id, k);
             match self.slots[id].pieces[k as usize].state {
                 PieceState::Pacing | PieceState::Filling => {
-                    self.io.pacer.cancel(token.encode());
+                    self.io.pacer_mut().cancel(token.encode());
                 }
                 PieceState::NeedBuffer => {
-                    self.io.pacer.cancel(token.encode());
-                    self.io.bufs.cancel(token.encode());
+                    self.io.pacer_mut().cancel(token.encode());
+                    self.io.bufs_mut().cancel(token.encode());
                 }
                 _ => continue,
             }
@@ -365,16 +375,16 @@ impl<'e> Pieces<'e> {
     /// Piece `k` of a streamed READ holds its buffer: to the device.
     fn read_piece_granted(&mut self, id: ReqId, k: u32, buf: BufId) {
         self.slots.set_piece(id, k, PieceState::Device);
-        let len = self.slots[id].piece_len(k, self.io.buf_size);
+        let len = self.slots[id].piece_len(k, self.io.buf_size());
         let req = &mut self.slots[id];
         let piece = &mut req.pieces[k as usize];
         piece.buf = Some(buf);
-        piece.t_submit = self.io.now;
+        piece.t_submit = self.io.now();
         req.iov[k as usize] = libc::iovec {
-            iov_base: self.io.pool.ptr(buf).cast(),
+            iov_base: self.io.pool().ptr(buf).cast(),
             iov_len: len as usize,
         };
-        let request = req.io_request(bdev::IoOp::Read, Some(k), self.io.buf_size);
+        let request = req.io_request(bdev::IoOp::Read, Some(k), self.io.buf_size());
         let export = req.export;
         self.io.submit(IoToken::piece(id, k), export, request);
     }
@@ -401,7 +411,7 @@ impl<'e> Pieces<'e> {
         self.slots.set_piece(id, k, PieceState::Ready);
         let req = &mut self.slots[id];
         if req.chunked() {
-            req.encode_piece_chunk(k, self.io.buf_size);
+            req.encode_piece_chunk(k, self.io.buf_size());
             if req.pieces[k as usize].error != 0 {
                 req.stream_end = req.stream_end.min(k + 1);
             }
@@ -412,8 +422,7 @@ impl<'e> Pieces<'e> {
             return Then::Close(conn);
         }
         if state == ReqStage::Streaming && k == 0 {
-            self.slots
-                .set_state(id, ReqStage::Answered, &mut self.io.stats, self.io.now);
+            self.set_state(id, ReqStage::Answered);
             return Then::Advance(id);
         } else if state == ReqStage::Reply {
             self.conns.mark_send(conn);
@@ -431,7 +440,7 @@ impl<'e> Pieces<'e> {
             // (a failed piece still in its emulated delay has an error but
             // no error chunk yet, so its end is the end of the one before).
             let ready = req.pieces.get(k as usize).map(|p| p.state) == Some(PieceState::Ready);
-            if k >= req.stream_end || !ready || req.piece_end(k, self.io.buf_size) > sent {
+            if k >= req.stream_end || !ready || req.piece_end(k, self.io.buf_size()) > sent {
                 break;
             }
             self.drop_piece(id, k);
@@ -444,19 +453,18 @@ impl<'e> Pieces<'e> {
     /// covers it): pieces not at the device end now, the rest as they come
     /// back; then the slot frees.
     pub fn abandon_stream(&mut self, id: ReqId) -> Then {
-        self.slots
-            .set_state(id, ReqStage::Dropping, &mut self.io.stats, self.io.now);
+        self.set_state(id, ReqStage::Dropping);
         let req = &self.slots[id];
         for k in req.sent_pieces..req.started {
             let token = IoToken::piece(id, k).encode();
             match self.slots[id].pieces[k as usize].state {
                 PieceState::Ready => {}
                 PieceState::Pacing => {
-                    self.io.pacer.cancel(token);
+                    self.io.pacer_mut().cancel(token);
                 }
                 PieceState::NeedBuffer => {
-                    self.io.pacer.cancel(token);
-                    self.io.bufs.cancel(token);
+                    self.io.pacer_mut().cancel(token);
+                    self.io.bufs_mut().cancel(token);
                 }
                 _ => continue,
             }
@@ -507,7 +515,7 @@ impl<'e> Pieces<'e> {
     /// turn around streams has come, a WRITE takes its payload piece by
     /// piece, other commands go to the device.
     pub fn start(&mut self, id: ReqId) -> Option<ReqStage> {
-        let buf_size = self.io.buf_size;
+        let buf_size = self.io.buf_size();
         let req = &self.slots[id];
         // An NVMe/TCP command is at most MDTS, which the pool holds at once.
         let nvme = req.style == ReplyStyle::Nvme;
@@ -538,7 +546,7 @@ impl<'e> Pieces<'e> {
                     c.set_input(Input::Payload(id));
                 }
                 // Settling the connection starts the first pieces.
-                self.io.touched.push(conn);
+                self.io.touch(conn);
                 Some(ReqStage::Payload)
             }
             // A zero-length WRITE has nothing to do but answer.

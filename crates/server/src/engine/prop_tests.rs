@@ -243,8 +243,8 @@ fn wind_down(w: &mut World, drain: bool) {
     assert_eq!(w.net.engine.conns_open(), 0);
     assert_eq!(w.net.engine.buffers_in_use(), 0);
     assert_eq!(w.net.engine.requests_in_use(), 0);
-    assert_eq!(w.net.engine.io.pacer.queued(), 0);
-    assert_eq!(w.net.engine.io.pacer.bytes_in_flight(), 0);
+    assert_eq!(w.net.engine.io.pacer().queued(), 0);
+    assert_eq!(w.net.engine.io.pacer().bytes_in_flight(), 0);
     assert_eq!(w.net.engine.drained(), drain);
 }
 

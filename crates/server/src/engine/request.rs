@@ -51,8 +51,8 @@ impl<'e> Requests<'e> {
     }
 
     pub(super) fn set_state(&mut self, id: ReqId, to: ReqStage) {
-        self.slots
-            .set_state(id, to, &mut self.io.stats, self.io.now);
+        let now = self.io.now();
+        (self.slots).set_state(id, to, self.io.stats_mut(), now);
     }
 
     /// Every request transition: moves `id` until it waits for something.
@@ -146,14 +146,14 @@ impl<'e> Requests<'e> {
     /// Sent: count it, tell the pacer its data has left, free the slot.
     fn finish(&mut self, id: ReqId) {
         let req = &self.slots[id];
-        self.io.stats.record_done(&req.served(), self.io.now);
+        let now = self.io.now();
+        self.io.stats_mut().record_done(&req.served(), now);
         if let Some(c) = self.conns.get_mut(req.conn) {
             c.replied();
         }
         if req.paced {
-            self.io
-                .pacer
-                .on_complete(IoToken::whole(id).encode(), self.io.now);
+            let now = self.io.now();
+            (self.io.pacer_mut()).on_complete(IoToken::whole(id).encode(), now);
         }
         self.release(id);
     }
@@ -164,25 +164,25 @@ impl<'e> Requests<'e> {
         let req = &self.slots[id];
         debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
         if req.paced && !matches!(req.state, ReqStage::Sent | ReqStage::Deferred) {
-            self.io.pacer.cancel(IoToken::whole(id).encode());
+            self.io.pacer_mut().cancel(IoToken::whole(id).encode());
         }
         let (conn, need) = (req.conn, self.io.commitment(&self.slots[id]));
         let pending = self.slots[id].read_pending();
         let req = &mut self.slots[id];
         if !req.bufs.is_empty() {
-            self.io.bufs.free(&req.bufs);
+            self.io.bufs_mut().free(&req.bufs);
             req.bufs.clear();
         }
         self.set_state(id, ReqStage::Free);
-        self.io.stats.leave(ReqStage::Free.stat());
+        self.io.stats_mut().leave(ReqStage::Free.stat());
         self.slots.free(id);
         if let Some(c) = self.conns.get_mut(conn) {
-            c.request_ended(need, self.io.now);
+            c.request_ended(need, self.io.now());
         }
         if pending {
             self.read_ended(conn, id);
         }
-        self.io.touched.push(conn);
+        self.io.touch(conn);
         if let Some(waiter) = self.slots.next_waiter() {
             // An NBD connection parses its next header; an NVMe/TCP one
             // starts its next waiting command.
@@ -192,7 +192,7 @@ impl<'e> Requests<'e> {
                 }
                 _ => {}
             }
-            self.io.touched.push(waiter);
+            self.io.touch(waiter);
         }
     }
 
@@ -202,11 +202,11 @@ impl<'e> Requests<'e> {
         let token = IoToken::whole(id).encode();
         match self.slots[id].state {
             ReqStage::Pacing => {
-                self.io.pacer.cancel(token);
+                self.io.pacer_mut().cancel(token);
                 self.release(id);
             }
             ReqStage::NeedBuffers => {
-                self.io.bufs.cancel(token);
+                self.io.bufs_mut().cancel(token);
                 self.release(id);
             }
             ReqStage::Deferred => {
@@ -246,7 +246,7 @@ impl<'e> Requests<'e> {
             return;
         }
         let (input, sending) = c.close();
-        self.io.actions.push(Action::Shutdown {
+        self.io.act(Action::Shutdown {
             conn: id,
             read_only: false,
         });
@@ -263,7 +263,7 @@ impl<'e> Requests<'e> {
             }
         }
         nvme_data::closed(id, self.conns, self.slots, self.io);
-        self.io.touched.push(id);
+        self.io.touch(id);
     }
 
     /// No more input from this connection: serve what is in flight, then close.
@@ -286,23 +286,23 @@ impl<'e> Requests<'e> {
             }
             _ => {}
         }
-        self.io.touched.push(id);
+        self.io.touch(id);
     }
 
     /// `conn`'s posted recv finished: bytes into its receive buffer or a
     /// WRITE piece, its end, or an error.
     pub(super) fn received(&mut self, id: ConnId, result: Received) {
-        let now = self.io.now;
+        let now = self.io.now();
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         let op = c.set_recv(RecvOp::Idle);
-        self.io.touched.push(id);
+        self.io.touch(id);
         if let Received::Data(n) = result {
-            self.io.stats.bytes_in += n as u64;
+            self.io.stats_mut().bytes_in += n as u64;
             c.bytes_in(n);
             if matches!(op, RecvOp::Direct(_) | RecvOp::H2c(_)) {
-                self.io.stats.bytes_in_direct += n as u64;
+                self.io.stats_mut().bytes_in_direct += n as u64;
             }
         }
         if c.life() == Life::Closing {
@@ -317,7 +317,7 @@ impl<'e> Requests<'e> {
         match result {
             Received::Error(errno) => {
                 let e = std::io::Error::from_raw_os_error(errno);
-                tracing::debug!(reactor = self.io.reactor, conn = id.index, "recv: {e}");
+                tracing::debug!(reactor = self.io.reactor(), conn = id.index, "recv: {e}");
                 c.ending(EndReason::RecvError);
                 self.close(id);
                 if let RecvOp::H2c(r) = op {
@@ -367,11 +367,10 @@ impl<'e> Requests<'e> {
 
     /// The pacer releases IOs it holds.
     pub(super) fn poll_pacer(&mut self) -> bool {
-        if self.io.pacer.queued() == 0 {
+        if self.io.pacer().queued() == 0 {
             return false;
         }
-        self.io.pacer.poll(self.io.now, &mut self.io.released);
-        let released = std::mem::take(&mut self.io.released);
+        let released = self.io.pacer_releases();
         for &v in &released {
             let io = IoToken::decode(v);
             match io.part {
@@ -387,15 +386,13 @@ impl<'e> Requests<'e> {
             }
         }
         let any = !released.is_empty();
-        self.io.released = released;
-        self.io.released.clear();
+        self.io.releases_done(released);
         any
     }
 
     /// Buffers granted to requests that queued for them.
     pub(super) fn poll_grants(&mut self) {
-        self.io.bufs.poll(&mut self.io.grants);
-        let grants = std::mem::take(&mut self.io.grants);
+        let grants = self.io.buffer_grants();
         for (token, bufs) in grants {
             let io = IoToken::decode(token);
             match io.part {
@@ -422,7 +419,7 @@ impl<'e> Requests<'e> {
         // a bitmap cleared while it was at the device must not lose it.
         if let Some((export, r)) = self
             .slots
-            .io_request(io, self.io.buf_size)
+            .io_request(io, self.io.buf_size())
             .filter(|(_, r)| r.op.is_write())
         {
             self.io.mark_dirty(export, &r);
@@ -450,18 +447,14 @@ impl<'e> Requests<'e> {
 
     /// Completions whose emulated delay (and fault stall) has passed.
     pub(super) fn fire_delayed(&mut self) {
-        while let Some(std::cmp::Reverse((t, io))) = self.io.delayed.peek().copied() {
-            if t > self.io.now {
-                break;
-            }
-            self.io.delayed.pop();
+        while let Some(io) = self.io.due_held() {
             let export = self.slots[io.req].export as usize;
-            if let Some(later) = self.io.catalog.exports[export]
+            if let Some(later) = self.io.catalog().exports[export]
                 .bdev
-                .still_stalled(self.io.now)
+                .still_stalled(self.io.now())
             {
                 // A fault layer's stall still holds it.
-                self.io.delayed.push(std::cmp::Reverse((later, io)));
+                self.io.hold(later, io);
                 continue;
             }
             match io.part {
@@ -526,9 +519,9 @@ impl<'e> Requests<'e> {
             return;
         };
         c.send_done(result);
-        self.io.touched.push(id);
+        self.io.touch(id);
         if let Sent::Bytes(n) = result {
-            self.io.stats.bytes_out += n as u64;
+            self.io.stats_mut().bytes_out += n as u64;
         }
         if c.life() == Life::Closing {
             // The replies the send covered may go now.
@@ -540,14 +533,14 @@ impl<'e> Requests<'e> {
             Sent::Bytes(n) => n,
             Sent::Error(errno) => {
                 let e = std::io::Error::from_raw_os_error(errno);
-                tracing::debug!(reactor = self.io.reactor, conn = id.index, "send: {e}");
+                tracing::debug!(reactor = self.io.reactor(), conn = id.index, "send: {e}");
                 c.ending(EndReason::SendError);
                 self.close(id);
                 return;
             }
         };
         // A streamed READ partly sent: how far.
-        let partial = (c.out_mut()).sent(sent, self.slots.reqs(), self.io.buf_size, self.sent);
+        let partial = (c.out_mut()).sent(sent, self.slots.reqs(), self.io.buf_size(), self.sent);
         let more = c.out().has_more();
         self.replies_left(partial);
         if more {
@@ -565,9 +558,8 @@ impl<'e> Requests<'e> {
                 if self.slots[r].pieces_live > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
-                    self.io
-                        .stats
-                        .record_done(&self.slots[r].served(), self.io.now);
+                    let now = self.io.now();
+                    (self.io.stats_mut()).record_done(&self.slots[r].served(), now);
                     self.pieces(|p| p.abandon_stream(r));
                     continue;
                 }

@@ -329,13 +329,13 @@ impl Slots {
     /// them in the pool.
     pub fn take_buffers(&mut self, id: ReqId, io: &mut IoPath) -> bool {
         let len = self.reqs[id.index()].len;
-        match io.bufs.alloc(len, IoToken::whole(id).encode()) {
+        match io.bufs_mut().alloc(len, IoToken::whole(id).encode()) {
             Alloc::Ready(bufs) => {
                 self.attach(id, bufs, io);
                 true
             }
             Alloc::Queued => {
-                io.stats.buffer_waits += 1;
+                io.stats_mut().buffer_waits += 1;
                 false
             }
         }
@@ -343,8 +343,8 @@ impl Slots {
 
     /// Request `id` holds `bufs`: its data segments point into them.
     pub fn attach(&mut self, id: ReqId, bufs: Vec<BufId>, io: &IoPath) {
-        let pool = &io.pool;
-        self.reqs[id.index()].attach_buffers(bufs, io.buf_size, |b| pool.ptr(b));
+        let pool = io.pool();
+        self.reqs[id.index()].attach_buffers(bufs, io.buf_size(), |b| pool.ptr(b));
     }
 
     /// Request `id` commits its connection to the buffers it will hold
@@ -359,12 +359,12 @@ impl Slots {
 
     /// Ready: to the device, or answered here (BLOCK_STATUS, unknown).
     pub fn execute(&mut self, id: ReqId, conns: &Conns, io: &mut IoPath) -> Option<ReqStage> {
-        let now = io.now;
+        let now = io.now();
         let req = &mut self.reqs[id.index()];
         let export = req.export;
         let Some(op) = req.io_op() else {
             if req.command == Command::BlockStatus {
-                self.answer_block_status(id, conns, &io.catalog);
+                self.answer_block_status(id, conns, io.catalog());
             } else {
                 req.error = proto::EINVAL;
             }
@@ -374,10 +374,11 @@ impl Slots {
         if req.paced && req.command == Command::Write {
             // Its data is in: it goes to its device now (a READ is at its
             // device from its release).
-            io.pacer.on_device_start(IoToken::whole(id).encode(), now);
+            io.pacer_mut()
+                .on_device_start(IoToken::whole(id).encode(), now);
         }
         let req = &self.reqs[id.index()];
-        let request = req.io_request(op, None, io.buf_size);
+        let request = req.io_request(op, None, io.buf_size());
         io.submit(IoToken::whole(id), export, request);
         Some(ReqStage::Device)
     }
@@ -388,7 +389,7 @@ impl Slots {
         let (export, t_submit) = (req.export, req.t_submit);
         if let Some(t) = (req.io_op()).and_then(|op| io.delay_until(export, op, t_submit)) {
             let held = IoToken::whole(id);
-            io.delayed.push(std::cmp::Reverse((t, held)));
+            io.hold(t, held);
             return Some(ReqStage::Delayed);
         }
         io.device_finished(&self.reqs[id.index()], IoToken::whole(id));

@@ -87,7 +87,7 @@ fn stalled_writer_holds_at_most_its_cap_and_times_out() {
     b.extend([7u8; 100]);
     net.write(stalled, &b);
     serve(&mut net, stalled);
-    let payload_cap = net.engine.io.payload_cap as u64;
+    let payload_cap = net.engine.io.payload_cap() as u64;
     assert!(net.engine.buffers_in_use() <= payload_cap);
     // Another client's write then read are answered meanwhile.
     let other = ready_client(&mut net);
@@ -106,7 +106,7 @@ fn stalled_writer_holds_at_most_its_cap_and_times_out() {
         "{:?}",
         net.engine.conn_state(stalled)
     );
-    assert_eq!(net.engine.io.stats.timeouts, 1);
+    assert_eq!(net.engine.io.stats().timeouts, 1);
     assert_eq!(net.engine.buffers_in_use(), 0);
     assert!(!net.clients[&other].closed);
 }
@@ -123,7 +123,7 @@ fn handshake_and_idle_timeouts_close() {
     assert!(!net.clients[&idle].closed);
     net.advance(300_000_000_000);
     assert!(net.clients[&idle].closed, "idle timeout");
-    assert_eq!(net.engine.io.stats.timeouts, 2);
+    assert_eq!(net.engine.io.stats().timeouts, 2);
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn large_read_streams_through_its_window() {
     b.extend(request_bytes(Command::Read, 3, 8192, len));
     b.extend(request_bytes(Command::Read, 4, 8192, 100));
     net.write(c, &b);
-    let cap = u64::from(net.engine.io.payload_cap);
+    let cap = u64::from(net.engine.io.payload_cap());
     for _ in 0..10_000 {
         let mut moved = net.deliver(c, 3000) | net.take_sent(c, 5000);
         if !net.ios.is_empty() {
@@ -227,7 +227,7 @@ fn hang_up_mid_stream_returns_every_buffer() {
         assert!(net.clients[&c].closed, "{:?}", net.engine.conn_state(c));
         assert_eq!(net.engine.buffers_in_use(), 0);
         assert_eq!(net.engine.requests_in_use(), 0);
-        assert_eq!(net.engine.io.pacer.queued(), 0);
+        assert_eq!(net.engine.io.pacer().queued(), 0);
     }
 }
 
@@ -465,7 +465,7 @@ fn a_stalled_fault_bdev_holds_completions_until_released() {
     let fault = net
         .engine
         .io
-        .catalog
+        .catalog()
         .bdevs
         .fault("flaky")
         .expect("fault layer");
@@ -551,7 +551,7 @@ fn a_piece_failing_mid_stream_ends_a_chunked_reply_with_its_error() {
     assert!(!net.clients[&c].closed, "the connection goes on");
     assert_eq!(net.engine.buffers_in_use(), 0);
     assert_eq!(net.engine.requests_in_use(), 0);
-    assert_eq!(net.engine.io.pacer.queued(), 0);
+    assert_eq!(net.engine.io.pacer().queued(), 0);
 }
 
 /// A 1 MiB RAM export keeping a dirty bitmap of 4 KiB granularity.
@@ -612,7 +612,7 @@ fn writes_zeroes_and_trims_mark_the_dirty_bitmap_failed_or_not() {
         (508 * k, 0),
     ];
     assert_eq!(dirty, want);
-    let bitmap = net.engine.io.catalog.exports[0]
+    let bitmap = net.engine.io.catalog().exports[0]
         .dirty
         .get("backup")
         .expect("kept");
