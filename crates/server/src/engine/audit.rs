@@ -63,7 +63,7 @@ impl Books<'_> {
             .slots
             .reqs()
             .iter()
-            .filter(|r| r.state != ReqStage::Free)
+            .filter(|r| r.state() != ReqStage::Free)
             .count();
         ensure!(
             self.slots.in_use() == live,
@@ -86,25 +86,25 @@ impl Books<'_> {
     fn audit_requests(&self, per_conn: &mut [ConnBooks]) -> Result<u64, String> {
         let mut bufs = 0u64;
         for (i, r) in self.slots.reqs().iter().enumerate() {
-            if r.state == ReqStage::Free {
+            if r.state() == ReqStage::Free {
                 ensure!(
-                    r.bufs.is_empty() && r.pieces.is_empty(),
+                    r.bufs().is_empty() && r.pieces().is_empty(),
                     "free slot {i} holds data"
                 );
                 continue;
             }
-            let held = r.pieces.iter().filter(|p| p.buf.is_some()).count();
-            bufs += (r.bufs.len() + held) as u64;
+            let held = r.pieces().iter().filter(|p| p.buf.is_some()).count();
+            bufs += (r.bufs().len() + held) as u64;
             ensure!(
-                self.conns.get(r.conn).is_some(),
+                self.conns.get(r.conn()).is_some(),
                 "request {i} outlived {:?}",
-                r.conn
+                r.conn()
             );
             let id = ReqId(i as u32);
-            let books = &mut per_conn[r.conn.index as usize];
+            let books = &mut per_conn[r.conn().index as usize];
             books.requests += 1;
             books.committed += self.io.commitment(r);
-            books.deferred += u32::from(r.state == ReqStage::Deferred);
+            books.deferred += u32::from(r.state() == ReqStage::Deferred);
             if r.read_pending() {
                 books.pending += 1;
                 if r.streamed() {
@@ -114,19 +114,19 @@ impl Books<'_> {
             if r.streamed() {
                 // A streamed READ's window is its own.
                 ensure!(
-                    r.pieces_live <= self.io.payload_cap(),
+                    r.pieces_live() <= self.io.payload_cap(),
                     "request {i} over its window"
                 );
                 ensure!(
-                    r.sent_pieces <= r.started && r.started as usize <= r.pieces.len(),
+                    r.sent_pieces() <= r.started() && r.started() as usize <= r.pieces().len(),
                     "request {i}: pieces sent {} started {} of {}",
-                    r.sent_pieces,
-                    r.started,
-                    r.pieces.len()
+                    r.sent_pieces(),
+                    r.started(),
+                    r.pieces().len()
                 );
             } else {
                 // Under the payload cap: pieces still waiting for their payload.
-                let awaiting = r.pieces.iter().filter(|p| {
+                let awaiting = r.pieces().iter().filter(|p| {
                     matches!(
                         p.state,
                         PieceState::Pacing | PieceState::NeedBuffer | PieceState::Filling
@@ -144,7 +144,7 @@ impl Books<'_> {
             // The kernel writes into its buffers: they must still be ours.
             let req = &self.slots[r];
             ensure!(
-                req.state == ReqStage::Receiving && !req.bufs.is_empty(),
+                req.state() == ReqStage::Receiving && !req.bufs().is_empty(),
                 "{:?} receives H2CData into a dead write",
                 c.id()
             );
@@ -154,12 +154,12 @@ impl Books<'_> {
             let req = &self.slots[r];
             let k = req.filling_piece(self.io.buf_size()) as usize;
             ensure!(
-                req.state == ReqStage::Payload,
+                req.state() == ReqStage::Payload,
                 "{:?} receives into a dead write",
                 c.id()
             );
             ensure!(
-                req.pieces.get(k).is_some_and(|p| p.buf.is_some()),
+                req.pieces().get(k).is_some_and(|p| p.buf.is_some()),
                 "{:?} receives into a freed buffer",
                 c.id()
             );
@@ -220,7 +220,7 @@ impl Books<'_> {
         for r in c.turns().waiting() {
             let req = &self.slots[*r];
             ensure!(
-                req.state == ReqStage::Deferred && req.conn == c.id(),
+                req.state() == ReqStage::Deferred && req.conn() == c.id(),
                 "{:?}: {r:?} queued for its turn, not deferred",
                 c.id()
             );
@@ -258,15 +258,15 @@ impl Books<'_> {
         let (mut queued, mut bytes) = (0usize, 0u64);
         for (i, r) in self.slots.reqs().iter().enumerate() {
             let id = ReqId(i as u32);
-            if r.paced {
-                let want = match r.state {
+            if r.paced() {
+                let want = match r.state() {
                     ReqStage::Free | ReqStage::Deferred => Paced::Out,
                     ReqStage::Pacing => Paced::Queued,
                     _ => Paced::InFlight,
                 };
-                bytes += self.audit_paced(IoToken::whole(id), want, r.len, &mut queued)?;
+                bytes += self.audit_paced(IoToken::whole(id), want, r.len(), &mut queued)?;
             }
-            for (k, p) in r.pieces.iter().enumerate() {
+            for (k, p) in r.pieces().iter().enumerate() {
                 let want = match p.state {
                     PieceState::Pacing => Paced::Queued,
                     // A streamed READ's piece leaves the pacer when sent.

@@ -75,14 +75,10 @@ pub struct Conn {
 /// What the engine's other parts read of a connection, and the counts they
 /// move as its requests, pieces and bytes come and go.
 impl Conn {
-    pub fn id(&self) -> ConnId {
-        self.id
-    }
-
-    /// The pacer's flow id.
-    pub fn flow(&self) -> u64 {
-        self.flow
-    }
+    readers!(
+        id: ConnId, flow: u64, input: Input, recv: RecvOp, send: SendOp, life: Life,
+        requests: u32, committed: u32, payload_pieces: u32;
+    );
 
     pub fn peer(&self) -> &str {
         &self.peer
@@ -94,22 +90,6 @@ impl Conn {
 
     pub fn phase_mut(&mut self) -> &mut Phase {
         &mut self.phase
-    }
-
-    pub fn input(&self) -> Input {
-        self.input
-    }
-
-    pub fn recv(&self) -> RecvOp {
-        self.recv
-    }
-
-    pub fn send(&self) -> SendOp {
-        self.send
-    }
-
-    pub fn life(&self) -> Life {
-        self.life
     }
 
     pub fn out(&self) -> &Outbox {
@@ -126,21 +106,6 @@ impl Conn {
 
     pub fn turns_mut(&mut self) -> &mut Turns {
         &mut self.turns
-    }
-
-    /// Requests of this connection holding a slot.
-    pub fn requests(&self) -> u32 {
-        self.requests
-    }
-
-    /// Buffers this connection's requests hold or will take.
-    pub fn committed(&self) -> u32 {
-        self.committed
-    }
-
-    /// WRITE pieces started and not yet written.
-    pub fn payload_pieces(&self) -> u32 {
-        self.payload_pieces
     }
 
     /// A request of this connection took a slot.
@@ -498,10 +463,10 @@ impl Conn {
             (Input::Payload(r), _) => {
                 let req = &reqs[r.index()];
                 let k = req.filling_piece(bs) as usize;
-                if req.pieces[k].state != PieceState::Filling {
+                if req.pieces()[k].state != PieceState::Filling {
                     return None;
                 }
-                let direct = c.buffered() == 0 && req.len - req.filled >= DIRECT_RECV_MIN;
+                let direct = c.buffered() == 0 && req.len() - req.filled() >= DIRECT_RECV_MIN;
                 direct
                     .then(|| req.payload_target(bs))
                     .flatten()

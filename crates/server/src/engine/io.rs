@@ -52,9 +52,7 @@ pub struct IoPath {
 /// connections an event touched, the driver's actions, and the IOs an
 /// emulated delay holds back.
 impl IoPath {
-    pub fn now(&self) -> Nanos {
-        self.now
-    }
+    readers!(now: Nanos, reactor: usize, buf_size: u32, payload_cap: u32;);
 
     /// The driver's clock at an event. It never goes back, so the engine's
     /// time differences are exact.
@@ -63,27 +61,12 @@ impl IoPath {
         self.now = now;
     }
 
-    /// The reactor this engine serves, for logs.
-    pub fn reactor(&self) -> usize {
-        self.reactor
-    }
-
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog
     }
 
     pub fn pool(&self) -> &Arc<SharedPool> {
         &self.pool
-    }
-
-    pub fn buf_size(&self) -> u32 {
-        self.buf_size
-    }
-
-    /// WRITE pieces one connection may have waiting for their payload at
-    /// once, and buffers one streamed READ may hold at once.
-    pub fn payload_cap(&self) -> u32 {
-        self.payload_cap
     }
 
     pub fn pacer(&self) -> &Pacer {
@@ -241,23 +224,23 @@ impl IoPath {
     /// Buffers a request commits its connection to: a READ's whole length,
     /// a streamed READ's window, a WRITE's pieces held at once.
     pub fn commitment(&self, req: &Req) -> u32 {
-        if req.paced {
-            self.bufs.buffers_for(req.len)
+        if req.paced() {
+            self.bufs.buffers_for(req.len())
         } else if req.streamed() {
             self.stream_window()
         } else {
-            (req.pieces.len() as u32).min(self.payload_cap)
+            (req.pieces().len() as u32).min(self.payload_cap)
         }
     }
 
     /// The pacer's view of `io` of `req`: its device, tenant, size and
     /// flow (its connection's).
     pub fn paced_io(&self, req: &Req, io: IoToken, flow: u64, kind: IoKind) -> PacedIo {
-        let export = &self.catalog.exports[req.export as usize];
+        let export = &self.catalog.exports[req.export() as usize];
         let (offset, bytes) = match io.part {
-            Part::Whole => (req.offset, req.len),
+            Part::Whole => (req.offset(), req.len()),
             Part::Piece(k) => (
-                req.offset + u64::from(k) * u64::from(self.buf_size),
+                req.offset() + u64::from(k) * u64::from(self.buf_size),
                 req.piece_len(k, self.buf_size),
             ),
         };
@@ -276,13 +259,13 @@ impl IoPath {
     /// the device feeds the pacer's estimates and latency targets.
     pub fn device_finished(&mut self, req: &Req, io: IoToken) {
         let (kind, t_submit) = match io.part {
-            Part::Whole if req.paced && req.command == Command::Write => {
-                (IoKind::Write, req.t_submit)
+            Part::Whole if req.paced() && req.command() == Command::Write => {
+                (IoKind::Write, req.t_submit())
             }
-            Part::Whole if req.paced => (IoKind::Read, req.t_submit),
+            Part::Whole if req.paced() => (IoKind::Read, req.t_submit()),
             Part::Whole => return,
-            Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces[k as usize].t_submit),
-            Part::Piece(k) => (IoKind::Write, req.pieces[k as usize].t_submit),
+            Part::Piece(k) if req.streamed() => (IoKind::Read, req.pieces()[k as usize].t_submit),
+            Part::Piece(k) => (IoKind::Write, req.pieces()[k as usize].t_submit),
         };
         let latency = self.now - t_submit;
         self.pacer

@@ -35,11 +35,21 @@
 //! over the parts (`slots.rs`, `conns.rs`, `conn.rs`, `io.rs`); no file
 //! calls up.
 
+/// Read-only accessors, one per field: by value, or as a slice.
+/// (The engine's components use it for fields others only read.)
+macro_rules! readers {
+    ($($f:ident: $t:ty),* ; $($v:ident: [$e:ty]),*) => {
+        $(pub fn $f(&self) -> $t { self.$f })*
+        $(pub fn $v(&self) -> &[$e] { &self.$v })*
+    };
+}
+
 mod audit;
 mod conn;
 mod conn_state;
 mod conns;
 mod events;
+mod framing;
 mod ids;
 mod io;
 mod nbd;

@@ -15,9 +15,10 @@
 
 use super::conn_state::{EndReason, Header, Input, Phase, Step};
 use super::events::Action;
+use super::framing::ReplyStyle;
+use super::framing::ReqOrigin;
 use super::ids::{ConnId, ReqId};
 use super::request::Requests;
-use super::slot::{ReplyStyle, ReqOrigin};
 use super::states::ReqStage;
 
 /// Rejected WRITE payloads up to this size are read and discarded, as the
@@ -120,7 +121,7 @@ fn accept_request(r: &mut Requests, conn: ConnId, slot: ReqId, request: proto::R
         r.advance(slot);
         return;
     };
-    r.slots[slot].error = errno;
+    r.slots[slot].set_error(errno);
     r.io.stats_mut().rejected += 1;
     if payload > MAX_DISCARD_PAYLOAD {
         // Discarding gigabytes of junk is not worth it: drop the client.

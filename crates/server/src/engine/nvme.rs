@@ -22,12 +22,13 @@ use proto::nvme::{Sqe, Status};
 use super::conn::Conn;
 use super::conn_state::{EndReason, Life, Phase, Step};
 use super::conns::Conns;
+use super::framing::ReplyStyle;
+use super::framing::ReqOrigin;
 use super::ids::{ConnId, ReqId};
 use super::io::IoPath;
 use super::nvme_conn::{Connect, Waiting, QID_IN_USE, QID_RECHECK, QID_WAIT};
 use super::nvme_data::{data, data_in, nvme_command, nvme_of, wait, Next};
 use super::request::Requests;
-use super::slot::{ReplyStyle, ReqOrigin};
 use super::slots::Slots;
 use super::states::ReqStage;
 
@@ -309,7 +310,7 @@ impl NvmeFront {
             };
             let now = r.io.now();
             let req = (r.slots).begin(slot, &origin, &request, r.io.stats_mut(), now);
-            req.ranges = ranges;
+            req.set_ranges(ranges);
             return Some(slot);
         }
     }
@@ -384,14 +385,14 @@ impl NvmeFront {
             Found::Slot(slot) => slot,
         };
         let req = &mut r.slots[slot];
-        match req.state {
+        match req.state() {
             ReqStage::Pacing | ReqStage::NeedBuffers | ReqStage::Deferred => {
                 Self::aborted(id, cid, slot, r.conns);
                 r.abort(slot);
                 true
             }
-            ReqStage::Receiving if req.fault.is_none() => {
-                req.fault = Some(Status::ABORT_REQUESTED);
+            ReqStage::Receiving if req.fault().is_none() => {
+                req.set_fault(Status::ABORT_REQUESTED);
                 true
             }
             _ => false,

@@ -133,7 +133,10 @@ fn waiting_commands_of_a_closed_queue_are_let_go_oldest_first() {
     net.run_to_quiet();
     assert_eq!(q.drain(&net).len(), 3, "three R2Ts");
     let order = super::nvme_data::requests_of(q.conn, &mut net.engine.conns);
-    let cids: Vec<u64> = order.iter().map(|r| net.engine.slots[*r].cookie).collect();
+    let cids: Vec<u64> = order
+        .iter()
+        .map(|r| net.engine.slots[*r].cookie())
+        .collect();
     assert_eq!(cids, [9, 3, 7], "in arrival order");
     net.clients.get_mut(&q.conn).expect("client").eof = true;
     net.run_to_quiet();

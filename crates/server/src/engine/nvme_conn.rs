@@ -125,7 +125,7 @@ impl NvmeConn {
         let (cid, at, due) = self.queue.inflow()?;
         let slot = self.slots.get(cid)?;
         let req = reqs.get(slot.index())?;
-        if due < min || req.state != ReqStage::Receiving || req.fault.is_some() {
+        if due < min || req.state() != ReqStage::Receiving || req.fault().is_some() {
             return None;
         }
         let (buf, room) = req.data_at(at)?;
@@ -142,10 +142,13 @@ impl NvmeConn {
         self.slots.in_order().any(|r| {
             let q = &reqs[r.index()];
             let waits = matches!(
-                q.state,
+                q.state(),
                 ReqStage::Pacing | ReqStage::NeedBuffers | ReqStage::Receiving
             );
-            waits && q.command == Command::Write && q.fault.is_none() && q.filled + min <= q.len
+            waits
+                && q.command() == Command::Write
+                && q.fault().is_none()
+                && q.filled() + min <= q.len()
         })
     }
 

@@ -69,12 +69,12 @@ pub(super) fn data(
         return;
     };
     let req = &mut slots[slot];
-    if req.state != ReqStage::Receiving || req.fault.is_some() {
+    if req.state() != ReqStage::Receiving || req.fault().is_some() {
         // Aborted while its data came: the data is not wanted.
         return;
     }
-    if copy_into(&req.iov, datao as usize, src) {
-        req.filled += len;
+    if copy_into(req.iov(), datao as usize, src) {
+        req.payload_in(len);
     }
 }
 
@@ -96,19 +96,19 @@ pub(super) fn data_in(
         return Next::Done;
     };
     let req = &mut slots[slot];
-    if req.state != ReqStage::Receiving {
+    if req.state() != ReqStage::Receiving {
         return Next::Done;
     }
-    let next = if req.fault.is_some() {
+    let next = if req.fault().is_some() {
         // An Abort came while its data did: answered as it says.
         ReqStage::Answered
     } else if !ok {
-        req.fault = Some(Status::TRANSIENT_TRANSPORT_ERROR);
+        req.set_fault(Status::TRANSIENT_TRANSPORT_ERROR);
         ReqStage::Answered
-    } else if req.filled == req.len {
+    } else if req.filled() == req.len() {
         ReqStage::Ready
     } else {
-        req.fault = Some(Status::DATA_SGL_LENGTH_INVALID);
+        req.set_fault(Status::DATA_SGL_LENGTH_INVALID);
         ReqStage::Answered
     };
     let now = io.now();
@@ -211,13 +211,13 @@ pub(super) fn data_wanted(
     io: &mut IoPath,
 ) -> ReqStage {
     let req = &slots[id];
-    let (conn, cid) = (req.conn, req.cookie as u16);
+    let (conn, cid) = (req.conn(), req.cookie() as u16);
     let Some(c) = conns.get_mut(conn) else {
         return ReqStage::Answered;
     };
     if c.input() != Input::Pdus {
         // Input ended: no data will come.
-        slots[id].fault = Some(Status::ABORTED_SQ_DELETED);
+        slots[id].set_fault(Status::ABORTED_SQ_DELETED);
         return ReqStage::Answered;
     }
     let Some(n) = nvme_of(c) else {
@@ -226,11 +226,11 @@ pub(super) fn data_wanted(
     match n.queue.request_data(cid) {
         DataStart::InCapsule(data) => {
             let req = &mut slots[id];
-            if copy_into(&req.iov, 0, &data) {
-                req.filled = data.len() as u32;
+            if copy_into(req.iov(), 0, &data) {
+                req.set_filled(data.len() as u32);
                 ReqStage::Ready
             } else {
-                req.fault = Some(Status::DATA_SGL_LENGTH_INVALID);
+                req.set_fault(Status::DATA_SGL_LENGTH_INVALID);
                 ReqStage::Answered
             }
         }
@@ -240,7 +240,7 @@ pub(super) fn data_wanted(
             ReqStage::Receiving
         }
         DataStart::Gone => {
-            slots[id].fault = Some(Status::ABORTED_SQ_DELETED);
+            slots[id].set_fault(Status::ABORTED_SQ_DELETED);
             ReqStage::Answered
         }
     }
@@ -251,7 +251,7 @@ pub(super) fn data_wanted(
 /// it at the host (SPDK perf, randrw with -H -I), so such a READ is
 /// copied into its buffers instead.
 pub(super) fn digests_read_data(id: ReqId, conns: &mut Conns, slots: &Slots) -> bool {
-    let Some(conn) = slots.get(id).map(|r| r.conn) else {
+    let Some(conn) = slots.get(id).map(|r| r.conn()) else {
         return false;
     };
     conns
@@ -264,35 +264,34 @@ pub(super) fn digests_read_data(id: ReqId, conns: &mut Conns, slots: &Slots) -> 
 /// its data, then its data digest and completion.
 pub(super) fn reply(id: ReqId, conns: &mut Conns, slots: &mut Slots) {
     let req = &mut slots[id];
-    let (conn, cid) = (req.conn, req.cookie as u16);
-    let status = match (req.fault, req.error) {
+    let (conn, cid) = (req.conn(), req.cookie() as u16);
+    let status = match (req.fault(), req.error()) {
         (Some(s), _) => s,
         (None, 0) => Status::SUCCESS,
         (None, e) => status_of(e),
     };
-    req.hdr.clear();
-    req.trailer.clear();
+    req.clear_reply();
     let Some(n) = conns.get_mut(conn).and_then(nvme_of) else {
         return;
     };
     n.slots.remove(cid);
-    if req.command == Command::Read && status.is_success() && req.len > 0 {
+    if req.command() == Command::Read && status.is_success() && req.len() > 0 {
         // The data PDU completes it (SUCCESS flag, as SPDK's target
         // sends by default): no CapsuleResp follows.
-        n.queue.c2h_head(cid, req.len, true, &mut req.hdr);
-        req.data_reply = true;
-        if n.queue.data_digest() {
-            let crc = req.iov.iter().fold(0u32, |crc, v| {
+        let len = req.len();
+        n.queue.c2h_head(cid, len, true, req.hdr_mut());
+        let digest = n.queue.data_digest().then(|| {
+            req.iov().iter().fold(0u32, |crc, v| {
                 // SAFETY: the iovecs cover the READ's data, in buffers
                 // (or a bdev's memory) it holds until its reply is sent.
                 let b = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
                 proto::nvme::pdu::crc32c_append(crc, b)
-            });
-            req.trailer.extend_from_slice(&crc.to_le_bytes());
-        }
+            })
+        });
+        req.data_reply_with(digest);
         n.queue.finish_silently(cid);
     } else {
-        n.queue.finish_external(cid, status, &mut req.hdr);
+        n.queue.finish_external(cid, status, req.hdr_mut());
     }
 }
 
@@ -344,5 +343,5 @@ pub(super) fn landed(id: ConnId, r: ReqId, n: usize, conns: &mut Conns, slots: &
     // request holds (its release waits for the recv).
     let data = unsafe { std::slice::from_raw_parts(buf.cast_const(), n) };
     q.queue.landed(data);
-    req.filled += n as u32;
+    req.payload_in(n as u32);
 }

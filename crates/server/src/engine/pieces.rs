@@ -44,19 +44,20 @@ use proto::Command;
 
 use super::conn_state::{EndReason, Input, Life, RecvOp};
 use super::conns::Conns;
+use super::framing::ReplyStyle;
 use super::ids::{ConnId, IoToken, ReqId};
 use super::io::IoPath;
 use super::nvme_data;
-use super::slot::{ReplyStyle, Req};
+use super::slot::Req;
 use super::slots::Slots;
 use super::states::{PieceState, ReqStage};
 
 /// Whether streamed READ `req` holds every buffer it will take: each piece
 /// up to its end has started, and none waits for the pacer or a buffer.
 pub(super) fn all_buffered(req: &Req) -> bool {
-    let end = req.stream_end as usize;
-    req.started as usize >= end
-        && req.pieces[..end]
+    let end = req.stream_end() as usize;
+    req.started() as usize >= end
+        && req.pieces()[..end]
             .iter()
             .all(|p| !matches!(p.state, PieceState::Pacing | PieceState::NeedBuffer))
 }
@@ -96,7 +97,7 @@ impl<'e> Pieces<'e> {
     /// Queues piece or request `token` in the pacer, as its connection's flow.
     pub fn enqueue(&mut self, token: IoToken, kind: IoKind) {
         let req = &self.slots[token.req];
-        let flow = self.conns.get(req.conn).map_or(0, |c| c.flow());
+        let flow = self.conns.get(req.conn()).map_or(0, |c| c.flow());
         let paced = self.io.paced_io(req, token, flow, kind);
         let now = self.io.now();
         self.io.pacer_mut().enqueue(paced, now);
@@ -104,11 +105,11 @@ impl<'e> Pieces<'e> {
 
     /// Starts the next pieces of `id`'s payload while its connection has room.
     pub fn start_pieces(&mut self, id: ReqId) {
-        let conn = self.slots[id].conn;
+        let conn = self.slots[id].conn();
         loop {
             let req = &self.slots[id];
-            let k = req.started;
-            if k as usize >= req.pieces.len() || req.state != ReqStage::Payload {
+            let k = req.started();
+            if k as usize >= req.pieces().len() || req.state() != ReqStage::Payload {
                 return;
             }
             let cap = self.io.payload_cap();
@@ -120,8 +121,7 @@ impl<'e> Pieces<'e> {
             }
             c.payload_piece_started();
             let req = &mut self.slots[id];
-            req.started += 1;
-            req.pieces_live += 1;
+            req.piece_started();
             self.slots.set_piece(id, k, PieceState::Pacing);
             self.enqueue(IoToken::piece(id, k), IoKind::Write);
         }
@@ -156,18 +156,14 @@ impl<'e> Pieces<'e> {
         if self.slots[id].streamed() {
             self.read_piece_granted(id, k, buf);
             let req = &self.slots[id];
-            let c = self.conns.get_mut(req.conn).filter(|_| all_buffered(req));
+            let c = self.conns.get_mut(req.conn()).filter(|_| all_buffered(req));
             return c.map(|c| c.turns_mut().buffered(id)).is_some();
         }
         self.slots.set_piece(id, k, PieceState::Filling);
         let len = self.slots[id].piece_len(k, self.io.buf_size());
         let req = &mut self.slots[id];
-        req.pieces[k as usize].buf = Some(buf);
-        req.iov[k as usize] = libc::iovec {
-            iov_base: self.io.pool().ptr(buf).cast(),
-            iov_len: len as usize,
-        };
-        let conn = req.conn;
+        req.piece_buffer(k, buf, self.io.pool().ptr(buf), len);
+        let conn = req.conn();
         if let Some(c) = self.conns.get_mut(conn) {
             // The stall clock runs only while the client's bytes can land.
             c.active(self.io.now());
@@ -182,15 +178,15 @@ impl<'e> Pieces<'e> {
     pub fn payload_received(&mut self, id: ReqId, n: usize) {
         let bs = self.io.buf_size();
         let req = &self.slots[id];
-        debug_assert!(n > 0 && req.filled <= req.len);
+        debug_assert!(n > 0 && req.filled() <= req.len());
         // The bytes all went into one piece: fills never cross a piece's end.
-        let k = (req.filled - 1) / bs;
-        if req.filled == k * bs + req.piece_len(k, bs) {
+        let k = (req.filled() - 1) / bs;
+        if req.filled() == k * bs + req.piece_len(k, bs) {
             self.submit_piece(id, k);
         }
         let req = &self.slots[id];
-        if req.filled == req.len {
-            let conn = req.conn;
+        if req.filled() == req.len() {
+            let conn = req.conn();
             if let Some(c) = self.conns.get_mut(conn) {
                 debug_assert_eq!(c.input(), Input::Payload(id));
                 c.set_input(Input::Headers);
@@ -205,9 +201,9 @@ impl<'e> Pieces<'e> {
         // windows bound what is at the device). Held until written, the cap
         // kept one connection's writes to 4 at the device: 128 KiB writes at
         // QD 32 to this machine's disk ran at 0.37 MiB in flight under none.
-        self.release_payload_slot(self.slots[id].conn);
+        self.release_payload_slot(self.slots[id].conn());
         let req = &mut self.slots[id];
-        req.pieces[k as usize].t_submit = self.io.now();
+        req.piece_mut(k).t_submit = self.io.now();
         let now = self.io.now();
         (self.io.pacer_mut()).on_device_start(IoToken::piece(id, k).encode(), now);
         let request = req.io_request(
@@ -215,7 +211,7 @@ impl<'e> Pieces<'e> {
             Some(k),
             self.io.buf_size(),
         );
-        let export = req.export;
+        let export = req.export();
         self.io.submit(IoToken::piece(id, k), export, request);
     }
 
@@ -234,8 +230,8 @@ impl<'e> Pieces<'e> {
     /// if it has one still to run: true when it did.
     pub fn delay_piece(&mut self, id: ReqId, k: u32, op: bdev::IoOp) -> bool {
         let req = &self.slots[id];
-        let t_submit = req.pieces[k as usize].t_submit;
-        let Some(release) = self.io.delay_until(req.export, op, t_submit) else {
+        let t_submit = req.pieces()[k as usize].t_submit;
+        let Some(release) = self.io.delay_until(req.export(), op, t_submit) else {
             return false;
         };
         self.slots.set_piece(id, k, PieceState::Delayed);
@@ -258,22 +254,21 @@ impl<'e> Pieces<'e> {
     /// streamed READ's piece leaves the pacer here: sent, or abandoned.
     pub fn drop_piece(&mut self, id: ReqId, k: u32) {
         let awaited_payload = matches!(
-            self.slots[id].pieces[k as usize].state,
+            self.slots[id].pieces()[k as usize].state,
             PieceState::Pacing | PieceState::NeedBuffer | PieceState::Filling
         );
         self.slots.set_piece(id, k, PieceState::Done);
         let req = &mut self.slots[id];
-        if let Some(buf) = req.pieces[k as usize].buf.take() {
+        if let Some(buf) = req.piece_mut(k).buf.take() {
             self.io.bufs_mut().free(&[buf]);
         }
-        debug_assert!(req.pieces_live > 0);
-        req.pieces_live -= 1;
-        let conn = req.conn;
+        req.piece_ended();
+        let conn = req.conn();
         self.io.touch(conn);
         if req.streamed() {
             // A READ's window is its own, not the connection's.
             let token = IoToken::piece(id, k).encode();
-            if req.state == ReqStage::Dropping {
+            if req.state() == ReqStage::Dropping {
                 self.io.pacer_mut().cancel(token);
             } else {
                 let now = self.io.now();
@@ -298,16 +293,16 @@ impl<'e> Pieces<'e> {
     /// will never arrive is released once its pieces are off the device.
     pub fn write_progress(&mut self, id: ReqId) -> Then {
         let req = &self.slots[id];
-        if req.state != ReqStage::Payload || req.pieces_live > 0 {
+        if req.state() != ReqStage::Payload || req.pieces_live() > 0 {
             return Then::Done;
         }
-        if req.filled == req.len {
+        if req.filled() == req.len() {
             self.set_state(id, ReqStage::Answered);
             return Then::Advance(id);
         }
         let receiving = self
             .conns
-            .get(req.conn)
+            .get(req.conn())
             .is_some_and(|c| c.life() == Life::Open && c.input() == Input::Payload(id));
         if !receiving {
             return Then::Release(id);
@@ -318,7 +313,7 @@ impl<'e> Pieces<'e> {
     /// The connection will not deliver the rest of `id`'s payload: pieces
     /// not at the device end now; the rest end as the device finishes.
     pub fn abort_pieces(&mut self, id: ReqId) -> Then {
-        let conn = self.slots[id].conn;
+        let conn = self.slots[id].conn();
         // A recv in flight writes into the filling piece: it keeps its
         // buffer until that recv completes (recv_done aborts again).
         let receiving = self
@@ -326,12 +321,12 @@ impl<'e> Pieces<'e> {
             .get(conn)
             .is_some_and(|c| c.recv() == RecvOp::Direct(id));
         let filling = self.slots[id].filling_piece(self.io.buf_size());
-        for k in 0..self.slots[id].started {
+        for k in 0..self.slots[id].started() {
             if receiving && k == filling {
                 continue;
             }
             let token = IoToken::piece(id, k);
-            match self.slots[id].pieces[k as usize].state {
+            match self.slots[id].pieces()[k as usize].state {
                 PieceState::Pacing | PieceState::Filling => {
                     self.io.pacer_mut().cancel(token.encode());
                 }
@@ -352,21 +347,20 @@ impl<'e> Pieces<'e> {
         let window = self.io.stream_window();
         loop {
             let req = &self.slots[id];
-            let k = req.started;
-            let serving = matches!(req.state, ReqStage::Streaming | ReqStage::Reply);
-            if !serving || k >= req.stream_end || req.pieces_live >= window {
+            let k = req.started();
+            let serving = matches!(req.state(), ReqStage::Streaming | ReqStage::Reply);
+            if !serving || k >= req.stream_end() || req.pieces_live() >= window {
                 return;
             }
             if self
                 .conns
-                .get(req.conn)
+                .get(req.conn())
                 .is_none_or(|c| c.life() != Life::Open)
             {
                 return;
             }
             let req = &mut self.slots[id];
-            req.started += 1;
-            req.pieces_live += 1;
+            req.piece_started();
             self.slots.set_piece(id, k, PieceState::Pacing);
             self.enqueue(IoToken::piece(id, k), IoKind::Read);
         }
@@ -377,15 +371,10 @@ impl<'e> Pieces<'e> {
         self.slots.set_piece(id, k, PieceState::Device);
         let len = self.slots[id].piece_len(k, self.io.buf_size());
         let req = &mut self.slots[id];
-        let piece = &mut req.pieces[k as usize];
-        piece.buf = Some(buf);
-        piece.t_submit = self.io.now();
-        req.iov[k as usize] = libc::iovec {
-            iov_base: self.io.pool().ptr(buf).cast(),
-            iov_len: len as usize,
-        };
+        req.piece_buffer(k, buf, self.io.pool().ptr(buf), len);
+        req.piece_mut(k).t_submit = self.io.now();
         let request = req.io_request(bdev::IoOp::Read, Some(k), self.io.buf_size());
-        let export = req.export;
+        let export = req.export();
         self.io.submit(IoToken::piece(id, k), export, request);
     }
 
@@ -403,7 +392,7 @@ impl<'e> Pieces<'e> {
         self.io
             .device_finished(&self.slots[id], IoToken::piece(id, k));
         let req = &self.slots[id];
-        let (conn, state, failed) = (req.conn, req.state, req.error != 0);
+        let (conn, state, failed) = (req.conn(), req.state(), req.error() != 0);
         if state == ReqStage::Dropping {
             self.drop_piece(id, k);
             return self.release_dropped(id);
@@ -412,8 +401,8 @@ impl<'e> Pieces<'e> {
         let req = &mut self.slots[id];
         if req.chunked() {
             req.encode_piece_chunk(k, self.io.buf_size());
-            if req.pieces[k as usize].error != 0 {
-                req.stream_end = req.stream_end.min(k + 1);
+            if req.pieces()[k as usize].error != 0 {
+                req.end_stream_at(k);
             }
         } else if failed {
             if let Some(c) = self.conns.get_mut(conn) {
@@ -435,16 +424,16 @@ impl<'e> Pieces<'e> {
     pub fn stream_sent(&mut self, id: ReqId, sent: usize) {
         loop {
             let req = &self.slots[id];
-            let k = req.sent_pieces;
+            let k = req.sent_pieces();
             // A piece not yet read has not been sent, whatever its end says
             // (a failed piece still in its emulated delay has an error but
             // no error chunk yet, so its end is the end of the one before).
-            let ready = req.pieces.get(k as usize).map(|p| p.state) == Some(PieceState::Ready);
-            if k >= req.stream_end || !ready || req.piece_end(k, self.io.buf_size()) > sent {
+            let ready = req.pieces().get(k as usize).map(|p| p.state) == Some(PieceState::Ready);
+            if k >= req.stream_end() || !ready || req.piece_end(k, self.io.buf_size()) > sent {
                 break;
             }
             self.drop_piece(id, k);
-            self.slots[id].sent_pieces += 1;
+            self.slots[id].piece_sent();
         }
         self.start_stream_pieces(id);
     }
@@ -455,9 +444,9 @@ impl<'e> Pieces<'e> {
     pub fn abandon_stream(&mut self, id: ReqId) -> Then {
         self.set_state(id, ReqStage::Dropping);
         let req = &self.slots[id];
-        for k in req.sent_pieces..req.started {
+        for k in req.sent_pieces()..req.started() {
             let token = IoToken::piece(id, k).encode();
-            match self.slots[id].pieces[k as usize].state {
+            match self.slots[id].pieces()[k as usize].state {
                 PieceState::Ready => {}
                 PieceState::Pacing => {
                     self.io.pacer_mut().cancel(token);
@@ -475,7 +464,7 @@ impl<'e> Pieces<'e> {
 
     /// A dropping READ frees its slot once no piece is at the device.
     fn release_dropped(&self, id: ReqId) -> Then {
-        if self.slots[id].pieces_live == 0 {
+        if self.slots[id].pieces_live() == 0 {
             return Then::Release(id);
         }
         Then::Done
@@ -485,7 +474,7 @@ impl<'e> Pieces<'e> {
     /// its turn has come, else waits for it.
     pub fn read_turn(&mut self, id: ReqId) -> ReqStage {
         let streamed = self.slots[id].streamed();
-        let conn = self.slots[id].conn;
+        let conn = self.slots[id].conn();
         let Some(c) = self.conns.get_mut(conn) else {
             return self.start_read(id);
         };
@@ -500,7 +489,7 @@ impl<'e> Pieces<'e> {
     /// READ goes to the pacer.
     pub fn start_read(&mut self, id: ReqId) -> ReqStage {
         let streamed = self.slots[id].streamed();
-        let conn = self.slots[id].conn;
+        let conn = self.slots[id].conn();
         if let Some(c) = self.conns.get_mut(conn) {
             c.turns_mut().start(id, streamed);
         }
@@ -518,28 +507,28 @@ impl<'e> Pieces<'e> {
         let buf_size = self.io.buf_size();
         let req = &self.slots[id];
         // An NVMe/TCP command is at most MDTS, which the pool holds at once.
-        let nvme = req.style == ReplyStyle::Nvme;
-        let streams = !nvme && self.io.streams(req.len);
+        let nvme = req.style() == ReplyStyle::Nvme;
+        let streams = !nvme && self.io.streams(req.len());
         let req = &mut self.slots[id];
-        let conn = req.conn;
-        match req.command {
-            Command::Write if nvme && req.len > 0 => {
+        let conn = req.conn();
+        match req.command() {
+            Command::Write if nvme && req.len() > 0 => {
                 // Paced whole, as a READ: its R2T goes once its buffers are in.
-                req.paced = true;
+                req.set_paced();
                 self.slots.commit(id, self.conns, self.io);
                 self.enqueue(IoToken::whole(id), IoKind::Write);
                 Some(ReqStage::Pacing)
             }
-            Command::Read if req.len > 0 => {
+            Command::Read if req.len() > 0 => {
                 if streams {
                     req.plan_pieces(buf_size);
                 } else {
-                    req.paced = true;
+                    req.set_paced();
                 }
                 self.slots.commit(id, self.conns, self.io);
                 Some(self.read_turn(id))
             }
-            Command::Write if req.len > 0 => {
+            Command::Write if req.len() > 0 => {
                 req.plan_pieces(buf_size);
                 self.slots.commit(id, self.conns, self.io);
                 if let Some(c) = self.conns.get_mut(conn) {
@@ -568,7 +557,7 @@ impl<'e> Pieces<'e> {
     /// WRITE) its data comes first.
     pub fn holds_buffers(&mut self, id: ReqId) -> ReqStage {
         let req = &self.slots[id];
-        if req.style == ReplyStyle::Nvme && req.command == Command::Write {
+        if req.style() == ReplyStyle::Nvme && req.command() == Command::Write {
             nvme_data::data_wanted(id, self.conns, self.slots, self.io)
         } else {
             ReqStage::Ready

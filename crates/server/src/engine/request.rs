@@ -17,11 +17,11 @@ use proto::Command;
 use super::conn_state::{EndReason, Input, Life, RecvOp, SendOp};
 use super::conns::Conns;
 use super::events::{Action, Received, Sent};
+use super::framing::ReplyStyle;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::io::IoPath;
 use super::nvme_data;
 use super::pieces::{Pieces, Then};
-use super::slot::ReplyStyle;
 use super::slots::Slots;
 use super::states::ReqStage;
 
@@ -58,7 +58,7 @@ impl<'e> Requests<'e> {
     /// Every request transition: moves `id` until it waits for something.
     pub(super) fn advance(&mut self, id: ReqId) {
         loop {
-            let next = match self.slots[id].state {
+            let next = match self.slots[id].state() {
                 ReqStage::New => self.piece_ops().start(id),
                 ReqStage::Released => self.piece_ops().take_buffers(id),
                 ReqStage::Ready => (self.slots).execute(id, self.conns, self.io),
@@ -110,12 +110,12 @@ impl<'e> Requests<'e> {
 
     /// Answered: queue the reply, or drop it if the client is gone.
     fn answered(&mut self, id: ReqId) -> Option<ReqStage> {
-        let conn = self.slots[id].conn;
+        let conn = self.slots[id].conn();
         match self.conns.get_mut(conn) {
             Some(c) if c.life() == Life::Open => {
                 let req = &self.slots[id];
-                let paced = req.paced && req.command == Command::Read;
-                let nvme = req.style == ReplyStyle::Nvme;
+                let paced = req.paced() && req.command() == Command::Read;
+                let nvme = req.style() == ReplyStyle::Nvme;
                 debug_assert!(
                     !(paced && c.turns().stream().is_some()),
                     "request {id:?}: a READ's data queued beside a stream still taking buffers"
@@ -148,10 +148,10 @@ impl<'e> Requests<'e> {
         let req = &self.slots[id];
         let now = self.io.now();
         self.io.stats_mut().record_done(&req.served(), now);
-        if let Some(c) = self.conns.get_mut(req.conn) {
+        if let Some(c) = self.conns.get_mut(req.conn()) {
             c.replied();
         }
-        if req.paced {
+        if req.paced() {
             let now = self.io.now();
             (self.io.pacer_mut()).on_complete(IoToken::whole(id).encode(), now);
         }
@@ -162,16 +162,16 @@ impl<'e> Requests<'e> {
     /// READ that did not reach `finish` leaves the pacer here.
     fn release(&mut self, id: ReqId) {
         let req = &self.slots[id];
-        debug_assert!(req.pieces.iter().all(|p| p.buf.is_none()));
-        if req.paced && !matches!(req.state, ReqStage::Sent | ReqStage::Deferred) {
+        debug_assert!(req.pieces().iter().all(|p| p.buf.is_none()));
+        if req.paced() && !matches!(req.state(), ReqStage::Sent | ReqStage::Deferred) {
             self.io.pacer_mut().cancel(IoToken::whole(id).encode());
         }
-        let (conn, need) = (req.conn, self.io.commitment(&self.slots[id]));
+        let (conn, need) = (req.conn(), self.io.commitment(&self.slots[id]));
         let pending = self.slots[id].read_pending();
         let req = &mut self.slots[id];
-        if !req.bufs.is_empty() {
-            self.io.bufs_mut().free(&req.bufs);
-            req.bufs.clear();
+        if !req.bufs().is_empty() {
+            self.io.bufs_mut().free(req.bufs());
+            req.clear_bufs();
         }
         self.set_state(id, ReqStage::Free);
         self.io.stats_mut().leave(ReqStage::Free.stat());
@@ -200,7 +200,7 @@ impl<'e> Requests<'e> {
     /// in. One at the device finishes first; its completion releases it.
     pub(super) fn abort(&mut self, id: ReqId) {
         let token = IoToken::whole(id).encode();
-        match self.slots[id].state {
+        match self.slots[id].state() {
             ReqStage::Pacing => {
                 self.io.pacer_mut().cancel(token);
                 self.release(id);
@@ -210,7 +210,7 @@ impl<'e> Requests<'e> {
                 self.release(id);
             }
             ReqStage::Deferred => {
-                let conn = self.slots[id].conn;
+                let conn = self.slots[id].conn();
                 if let Some(c) = self.conns.get_mut(conn) {
                     c.turns_mut().forget(id);
                 }
@@ -220,7 +220,7 @@ impl<'e> Requests<'e> {
             ReqStage::Receiving => {
                 // Its data may be landing in its buffers (`RecvOp::H2c`):
                 // they go once that recv is back (`h2c_received`).
-                let conn = self.slots[id].conn;
+                let conn = self.slots[id].conn();
                 let landing = RecvOp::H2c(id);
                 if self.conns.get(conn).is_none_or(|c| c.recv() != landing) {
                     self.release(id);
@@ -258,7 +258,7 @@ impl<'e> Requests<'e> {
         }
         for i in 0..self.slots.total() {
             let req = &self.slots[ReqId(i)];
-            if req.conn == id && req.state != ReqStage::Free {
+            if req.conn() == id && req.state() != ReqStage::Free {
                 self.abort(ReqId(i));
             }
         }
@@ -279,7 +279,7 @@ impl<'e> Requests<'e> {
             // NVMe/TCP: WRITEs waiting for their data never get it.
             Input::Pdus => {
                 for r in nvme_data::requests_of(id, self.conns) {
-                    if self.slots[r].state == ReqStage::Receiving {
+                    if self.slots[r].state() == ReqStage::Receiving {
                         self.abort(r);
                     }
                 }
@@ -335,7 +335,7 @@ impl<'e> Requests<'e> {
                 c.active(now);
                 match op {
                     RecvOp::Direct(r) => {
-                        self.slots[r].filled += n as u32;
+                        self.slots[r].payload_in(n as u32);
                         self.piece_ops().payload_received(r, n);
                     }
                     RecvOp::H2c(r) => self.h2c_received(id, r, n),
@@ -358,7 +358,7 @@ impl<'e> Requests<'e> {
         }
         let reading = (self.conns.get(id))
             .is_some_and(|c| c.life() == Life::Open && c.input() == Input::Pdus);
-        if !reading && self.slots[r].state == ReqStage::Receiving {
+        if !reading && self.slots[r].state() == ReqStage::Receiving {
             self.abort(r);
         }
     }
@@ -380,7 +380,7 @@ impl<'e> Requests<'e> {
                 }
                 Part::Piece(k) => {
                     if self.piece_ops().piece_released(io.req, k) {
-                        self.start_deferred(self.slots[io.req].conn);
+                        self.start_deferred(self.slots[io.req].conn());
                     }
                 }
             }
@@ -397,7 +397,7 @@ impl<'e> Requests<'e> {
             let io = IoToken::decode(token);
             match io.part {
                 Part::Whole => {
-                    debug_assert_eq!(self.slots[io.req].state, ReqStage::NeedBuffers);
+                    debug_assert_eq!(self.slots[io.req].state(), ReqStage::NeedBuffers);
                     self.slots.attach(io.req, bufs, self.io);
                     let next = self.piece_ops().holds_buffers(io.req);
                     self.set_state(io.req, next);
@@ -406,7 +406,7 @@ impl<'e> Requests<'e> {
                 Part::Piece(k) => {
                     debug_assert_eq!(bufs.len(), 1, "a piece takes one buffer");
                     if self.piece_ops().piece_granted(io.req, k, bufs[0]) {
-                        self.start_deferred(self.slots[io.req].conn);
+                        self.start_deferred(self.slots[io.req].conn());
                     }
                 }
             }
@@ -426,12 +426,11 @@ impl<'e> Requests<'e> {
         }
         if let IoResult::Err(errno) = result {
             let req = &mut self.slots[io.req];
-            if req.error == 0 {
-                req.error = errno;
-            }
-            if let Part::Piece(k) = io.part {
-                req.pieces[k as usize].error = errno;
-            }
+            let piece = match io.part {
+                Part::Piece(k) => Some(k),
+                Part::Whole => None,
+            };
+            req.io_failed(piece, errno);
         }
         match io.part {
             Part::Whole => {
@@ -448,7 +447,7 @@ impl<'e> Requests<'e> {
     /// Completions whose emulated delay (and fault stall) has passed.
     pub(super) fn fire_delayed(&mut self) {
         while let Some(io) = self.io.due_held() {
-            let export = self.slots[io.req].export as usize;
+            let export = self.slots[io.req].export() as usize;
             if let Some(later) = self.io.catalog().exports[export]
                 .bdev
                 .still_stalled(self.io.now())
@@ -555,7 +554,7 @@ impl<'e> Requests<'e> {
         for &r in &sent {
             if self.slots[r].streamed() {
                 self.piece_ops().stream_sent(r, usize::MAX);
-                if self.slots[r].pieces_live > 0 {
+                if self.slots[r].pieces_live() > 0 {
                     // A chunked reply ended early by a failed piece: the
                     // pieces past it are dropped as they come back.
                     let now = self.io.now();

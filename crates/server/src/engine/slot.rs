@@ -7,98 +7,65 @@ use pace::Nanos;
 use pool::BufId;
 use proto::Command;
 
-use super::ids::ConnId;
-use super::states::{PieceState, ReqStage};
-
-/// How a connection's replies are framed, as its handshake settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplyStyle {
-    /// Simple replies only.
-    Simple,
-    /// Structured replies: chunks for READs, simple replies for the rest.
-    Structured,
-    /// Extended headers: every reply is extended chunks.
-    Extended,
-    /// NVMe/TCP: the front end encodes the reply (`engine/nvme.rs`).
-    Nvme,
-}
-
-impl ReplyStyle {
-    pub fn of(neg: &proto::Negotiated) -> ReplyStyle {
-        if neg.extended_headers {
-            ReplyStyle::Extended
-        } else if neg.structured_replies {
-            ReplyStyle::Structured
-        } else {
-            ReplyStyle::Simple
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct Piece {
-    pub state: PieceState,
-    pub buf: Option<BufId>,
-    pub t_submit: Nanos,
-    /// NBD errno the device failed it with, 0 for success.
-    pub error: u32,
-}
+use super::framing::{data_chunk_hdr_len, push_skipping, ReplyStyle, ReqOrigin};
+use super::ids::{ConnId, Part};
+use super::states::{Piece, PieceState, ReqStage};
 
 pub struct Req {
-    pub conn: ConnId,
-    pub export: u16,
-    pub cookie: u64,
-    pub command: Command,
-    pub flags: u16,
-    pub offset: u64,
+    conn: ConnId,
+    export: u16,
+    cookie: u64,
+    command: Command,
+    flags: u16,
+    offset: u64,
     /// Bytes of the IO: a READ's or WRITE's whole length; for TRIM,
     /// WRITE_ZEROES and CACHE the piece at the device (see `span`).
-    pub len: u32,
+    len: u32,
     /// The request's whole length as the client sent it (64 bits with
     /// extended headers). TRIM, WRITE_ZEROES and CACHE longer than a device
     /// takes go to it in pieces of at most [`proto::MAX_EFFECT_LEN`], one
     /// after the other; `done` bytes of them are finished.
-    pub span: u64,
-    pub done: u64,
+    span: u64,
+    done: u64,
     /// NBD errno of the reply, 0 for success.
-    pub error: u32,
-    pub state: ReqStage,
-    pub style: ReplyStyle,
+    error: u32,
+    state: ReqStage,
+    style: ReplyStyle,
     /// A READ's buffers.
-    pub bufs: Vec<BufId>,
+    bufs: Vec<BufId>,
     /// Data segments: a READ's across `bufs`, a WRITE's one per piece.
-    pub iov: Vec<libc::iovec>,
+    iov: Vec<libc::iovec>,
     /// A WRITE's pieces (empty for other commands).
-    pub pieces: Vec<Piece>,
+    pieces: Vec<Piece>,
     /// Reply header bytes (and the whole reply when it carries no data).
-    pub hdr: Vec<u8>,
+    hdr: Vec<u8>,
     /// Reply bytes after the data (NVMe/TCP: a data digest, the completion).
-    pub trailer: Vec<u8>,
+    trailer: Vec<u8>,
     /// Byte ranges still to go to the device after this one (an NVMe
     /// Dataset Management's), last first.
-    pub ranges: Vec<(u64, u64)>,
+    ranges: Vec<(u64, u64)>,
     /// The reply's NVMe status when the front end, not the device, decided
     /// it (a data digest failed).
-    pub fault: Option<proto::nvme::Status>,
+    fault: Option<proto::nvme::Status>,
     /// WRITE payload bytes received so far.
-    pub filled: u32,
+    filled: u32,
     /// Pieces started (the next one to start is `started`).
-    pub started: u32,
+    started: u32,
     /// Pieces started and not yet done.
-    pub pieces_live: u32,
+    pieces_live: u32,
     /// A streamed READ's pieces whose data has wholly left (in order).
-    pub sent_pieces: u32,
+    sent_pieces: u32,
     /// Pieces in a streamed READ's reply: all, or up to the first failed
     /// one, whose error chunk ends a chunked reply.
-    pub stream_end: u32,
+    stream_end: u32,
     /// A chunked streamed READ's chunk header per piece (see `chunked`).
-    pub chunk_hdrs: Vec<Vec<u8>>,
-    pub t_start: Nanos,
-    pub t_submit: Nanos,
+    chunk_hdrs: Vec<Vec<u8>>,
+    t_start: Nanos,
+    t_submit: Nanos,
     /// A READ that went through the pacer: it leaves it when its reply is sent.
-    pub paced: bool,
+    paced: bool,
     /// The reply carries `len` bytes of data after the header.
-    pub data_reply: bool,
+    data_reply: bool,
 }
 
 impl Default for Req {
@@ -137,14 +104,146 @@ impl Default for Req {
     }
 }
 
-/// What a connection knows about the request it hands to a slot.
-pub struct ReqOrigin {
-    pub conn: ConnId,
-    pub export: u16,
-    pub style: ReplyStyle,
-}
-
+/// What the engine's other parts read of a request slot, and the changes
+/// they make to it as its IOs, pieces and reply move on.
 impl Req {
+    readers!(
+        conn: ConnId, export: u16, cookie: u64, command: Command, flags: u16,
+        offset: u64, len: u32, span: u64, error: u32, state: ReqStage,
+        style: ReplyStyle, fault: Option<proto::nvme::Status>, filled: u32,
+        started: u32, pieces_live: u32, sent_pieces: u32, stream_end: u32,
+        t_start: Nanos, t_submit: Nanos, paced: bool;
+        bufs: [BufId], iov: [libc::iovec], pieces: [Piece]
+    );
+
+    /// Moves the slot to `to` (`Slots::set_state` checks the arrow).
+    pub fn enter(&mut self, to: ReqStage) {
+        self.state = to;
+    }
+
+    /// The reply's NBD errno.
+    pub fn set_error(&mut self, errno: u32) {
+        self.error = errno;
+    }
+
+    /// The device failed an IO of it (piece `piece`, or the whole): the
+    /// reply's error is the first one seen.
+    pub fn io_failed(&mut self, piece: Option<u32>, errno: u32) {
+        if self.error == 0 {
+            self.error = errno;
+        }
+        if let Some(k) = piece {
+            self.pieces[k as usize].error = errno;
+        }
+    }
+
+    /// The front end, not the device, decides the reply's NVMe status.
+    pub fn set_fault(&mut self, status: proto::nvme::Status) {
+        self.fault = Some(status);
+    }
+
+    pub fn set_ranges(&mut self, ranges: Vec<(u64, u64)>) {
+        self.ranges = ranges;
+    }
+
+    /// `n` more payload bytes arrived.
+    pub fn payload_in(&mut self, n: u32) {
+        self.filled += n;
+    }
+
+    /// The whole payload, `n` bytes, arrived with the command.
+    pub fn set_filled(&mut self, n: u32) {
+        self.filled = n;
+    }
+
+    /// The next piece starts.
+    pub fn piece_started(&mut self) {
+        self.started += 1;
+        self.pieces_live += 1;
+    }
+
+    /// A started piece is done.
+    pub fn piece_ended(&mut self) {
+        debug_assert!(self.pieces_live > 0);
+        self.pieces_live -= 1;
+    }
+
+    pub fn piece_mut(&mut self, k: u32) -> &mut Piece {
+        &mut self.pieces[k as usize]
+    }
+
+    /// Piece `k` holds `buf`, whose `len` bytes at `base` are its data.
+    pub fn piece_buffer(&mut self, k: u32, buf: BufId, base: *mut u8, len: u32) {
+        self.pieces[k as usize].buf = Some(buf);
+        self.iov[k as usize] = libc::iovec {
+            iov_base: base.cast(),
+            iov_len: len as usize,
+        };
+    }
+
+    /// A streamed READ's reply ends after piece `k` (it failed).
+    pub fn end_stream_at(&mut self, k: u32) {
+        self.stream_end = self.stream_end.min(k + 1);
+    }
+
+    /// A streamed READ's next piece has wholly left.
+    pub fn piece_sent(&mut self) {
+        self.sent_pieces += 1;
+    }
+
+    /// It goes through the pacer.
+    pub fn set_paced(&mut self) {
+        self.paced = true;
+    }
+
+    /// It went to the device at `now`.
+    pub fn submitted(&mut self, now: Nanos) {
+        self.t_submit = now;
+    }
+
+    /// Its READ buffers went back to the pool.
+    pub fn clear_bufs(&mut self) {
+        self.bufs.clear();
+    }
+
+    /// A READ IO (`part` of it) sends `data`, a bdev's own memory, instead
+    /// of its buffer; false when the lengths do not match.
+    pub fn lend(&mut self, part: Part, data: libc::iovec) -> bool {
+        match part {
+            Part::Whole if !self.streamed() && data.iov_len == self.len as usize => {
+                self.iov.clear();
+                self.iov.push(data);
+                true
+            }
+            Part::Piece(k) => match self.iov.get_mut(k as usize) {
+                Some(seg) if seg.iov_len == data.iov_len => {
+                    *seg = data;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Empties the reply's header and trailer for the front end to encode.
+    pub fn clear_reply(&mut self) {
+        self.hdr.clear();
+        self.trailer.clear();
+    }
+
+    pub fn hdr_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.hdr
+    }
+
+    /// The reply carries the data, with this data digest after it if any.
+    pub fn data_reply_with(&mut self, digest: Option<u32>) {
+        self.data_reply = true;
+        if let Some(crc) = digest {
+            self.trailer.extend_from_slice(&crc.to_le_bytes());
+        }
+    }
+
     pub fn reset(&mut self, origin: &ReqOrigin, request: &proto::Request, now: Nanos) {
         debug_assert_eq!(self.state, ReqStage::Free, "slot reused while live");
         debug_assert!(self.bufs.is_empty() && self.pieces.is_empty());
@@ -567,9 +666,7 @@ impl Req {
             _ => self.paced && self.command == Command::Read,
         }
     }
-}
 
-impl Req {
     /// [`Req::push_reply_iov`] of a chunked streamed READ: each piece read
     /// so far, in order, as its chunk header and (unless failed) its data.
     fn push_chunks(&self, out: &mut Vec<libc::iovec>, skip: usize, buf_size: u32) -> bool {
@@ -594,35 +691,6 @@ impl Req {
         let segs: Vec<libc::iovec> = segs.collect();
         push_skipping(out, segs.iter(), skip - before);
         first as usize + ready == end
-    }
-}
-
-/// Bytes of an OFFSET_DATA chunk before its data: the chunk header (20
-/// bytes, 32 extended) and the offset.
-fn data_chunk_hdr_len(framing: proto::Framing) -> usize {
-    match framing {
-        proto::Framing::Structured => 20 + 8,
-        proto::Framing::Extended { .. } => 32 + 8,
-    }
-}
-
-/// Adds `segs` to `out`, leaving out their first `skip` bytes.
-fn push_skipping<'a>(
-    out: &mut Vec<libc::iovec>,
-    segs: impl Iterator<Item = &'a libc::iovec>,
-    mut skip: usize,
-) {
-    for seg in segs {
-        if skip >= seg.iov_len {
-            skip -= seg.iov_len;
-            continue;
-        }
-        out.push(libc::iovec {
-            // SAFETY: skip < iov_len keeps the pointer inside the segment.
-            iov_base: unsafe { seg.iov_base.cast::<u8>().add(skip).cast() },
-            iov_len: seg.iov_len - skip,
-        });
-        skip = 0;
     }
 }
 

@@ -12,9 +12,10 @@ use proto::Command;
 
 use super::conn_state::{Life, Phase};
 use super::conns::Conns;
+use super::framing::ReqOrigin;
 use super::ids::{ConnId, IoToken, Part, ReqId};
 use super::io::IoPath;
-use super::slot::{Req, ReqOrigin};
+use super::slot::Req;
 use super::states::{PieceState, ReqStage};
 use super::trace::{self, TraceQuery, TracedReq, TracedState};
 use crate::exports::Catalog;
@@ -154,7 +155,7 @@ impl Slots {
     /// Request `id` is over (`Free`, its buffers gone): its slot goes back
     /// on the free list.
     pub fn free(&mut self, id: ReqId) {
-        debug_assert_eq!(self.reqs[id.index()].state, ReqStage::Free);
+        debug_assert_eq!(self.reqs[id.index()].state(), ReqStage::Free);
         self.reqs[id.index()].clear();
         self.free.push(id);
     }
@@ -174,16 +175,16 @@ impl Slots {
         // On in release builds too: a request past a broken arrow would
         // free or reuse memory the kernel may still write.
         assert!(
-            legal(req.state, to),
+            legal(req.state(), to),
             "request {id:?}: {:?} -> {to:?}",
-            req.state
+            req.state()
         );
-        let (from, into) = (req.state.stat(), to.stat());
+        let (from, into) = (req.state().stat(), to.stat());
         if from != into {
             stats.transition(from, into);
         }
-        req.state = to;
-        self.trace.record(now, id, req.cookie, to);
+        req.enter(to);
+        self.trace.record(now, id, req.cookie(), to);
     }
 
     /// The requests in flight that `q` names, oldest first, with their
@@ -196,12 +197,12 @@ impl Slots {
         conns: &Conns,
     ) -> Vec<TracedReq> {
         let mut live: Vec<(ReqId, Nanos)> = (self.reqs.iter().enumerate())
-            .filter(|(_, r)| r.state != ReqStage::Free)
+            .filter(|(_, r)| r.state() != ReqStage::Free)
             .filter(|(_, r)| match q {
-                TraceQuery::Conn(c) => r.conn.index == c,
+                TraceQuery::Conn(c) => r.conn().index == c,
                 TraceQuery::Oldest(_) => true,
             })
-            .map(|(i, r)| (ReqId(i as u32), r.t_start))
+            .map(|(i, r)| (ReqId(i as u32), r.t_start()))
             .collect();
         live.sort_by_key(|&(_, t)| t);
         if let TraceQuery::Oldest(n) = q {
@@ -215,33 +216,33 @@ impl Slots {
     fn traced(&self, id: ReqId, now: Nanos, reactor: usize, conns: &Conns) -> TracedReq {
         let r = &self.reqs[id.index()];
         let states = (self.trace.in_order())
-            .filter(|e| e.req == id && e.cookie == r.cookie && e.t >= r.t_start)
+            .filter(|e| e.req == id && e.cookie == r.cookie() && e.t >= r.t_start())
             .map(|e| TracedState {
                 state: format!("{:?}", e.to),
-                at_us: trace::us(e.t - r.t_start),
+                at_us: trace::us(e.t - r.t_start()),
             })
             .collect();
         TracedReq {
             reactor,
-            conn: r.conn.index,
+            conn: r.conn().index,
             peer: conns
-                .get(r.conn)
+                .get(r.conn())
                 .map(|c| c.peer().to_string())
                 .unwrap_or_default(),
-            cookie: r.cookie,
-            command: format!("{:?}", r.command),
-            offset: r.offset,
-            len: r.span.max(u64::from(r.len)),
-            state: format!("{:?}", r.state),
-            age_us: trace::us(now.saturating_sub(r.t_start)),
+            cookie: r.cookie(),
+            command: format!("{:?}", r.command()),
+            offset: r.offset(),
+            len: r.span().max(u64::from(r.len())),
+            state: format!("{:?}", r.state()),
+            age_us: trace::us(now.saturating_sub(r.t_start())),
             states,
-            cut: self.trace.since().is_some_and(|t| t > r.t_start),
+            cut: self.trace.since().is_some_and(|t| t > r.t_start()),
         }
     }
 
     pub fn set_piece(&mut self, id: ReqId, k: u32, to: PieceState) {
         use PieceState::*;
-        let piece = &mut self.reqs[id.index()].pieces[k as usize];
+        let piece = self.reqs[id.index()].piece_mut(k);
         // On in release builds too, as a request's (`set_state`).
         assert!(
             matches!(
@@ -268,24 +269,7 @@ impl Slots {
         let Some(req) = self.reqs.get_mut(io.req.index()) else {
             return false;
         };
-        if req.command != proto::Command::Read {
-            return false;
-        }
-        match io.part {
-            Part::Whole if !req.streamed() && data.iov_len == req.len as usize => {
-                req.iov.clear();
-                req.iov.push(data);
-                true
-            }
-            Part::Piece(k) => match req.iov.get_mut(k as usize) {
-                Some(seg) if seg.iov_len == data.iov_len => {
-                    *seg = data;
-                    true
-                }
-                _ => false,
-            },
-            _ => false,
-        }
+        req.command() == proto::Command::Read && req.lend(io.part, data)
     }
 
     /// The IO `io` as submitted, for the driver to interpret its completion.
@@ -296,19 +280,19 @@ impl Slots {
             Part::Whole => None,
             Part::Piece(k) => Some(k),
         };
-        Some((req.export, req.io_request(op, piece, buf_size)))
+        Some((req.export(), req.io_request(op, piece, buf_size)))
     }
 
     /// BLOCK_STATUS: one chunk per metadata context the client selected.
     pub fn answer_block_status(&mut self, id: ReqId, conns: &Conns, catalog: &Catalog) {
         let req = &self.reqs[id.index()];
-        let export = &catalog.exports[req.export as usize];
-        let one = req.flags & proto::CMD_FLAG_REQ_ONE != 0;
-        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match conns.get(req.conn).map(|c| c.phase()) {
+        let export = &catalog.exports[req.export() as usize];
+        let one = req.flags() & proto::CMD_FLAG_REQ_ONE != 0;
+        let chunks: Vec<(u32, Vec<(u32, u32)>)> = match conns.get(req.conn()).map(|c| c.phase()) {
             Some(Phase::Transmission { meta, .. }) => meta
                 .iter()
                 .map(|(ctx, source)| {
-                    let mut extents = source.extents(&export.bdev, req.offset, req.len);
+                    let mut extents = source.extents(&export.bdev, req.offset(), req.len());
                     if one {
                         extents.truncate(1);
                     }
@@ -319,7 +303,7 @@ impl Slots {
         };
         let req = &mut self.reqs[id.index()];
         if chunks.is_empty() || chunks.iter().any(|(_, e)| e.is_empty()) {
-            req.error = proto::EINVAL;
+            req.set_error(proto::EINVAL);
         } else {
             req.block_status(&chunks);
         }
@@ -328,7 +312,7 @@ impl Slots {
     /// Released: a whole request takes its buffers (true), or queues for
     /// them in the pool.
     pub fn take_buffers(&mut self, id: ReqId, io: &mut IoPath) -> bool {
-        let len = self.reqs[id.index()].len;
+        let len = self.reqs[id.index()].len();
         match io.bufs_mut().alloc(len, IoToken::whole(id).encode()) {
             Alloc::Ready(bufs) => {
                 self.attach(id, bufs, io);
@@ -352,7 +336,7 @@ impl Slots {
     pub fn commit(&self, id: ReqId, conns: &mut Conns, io: &IoPath) {
         let req = &self.reqs[id.index()];
         let need = io.commitment(req);
-        if let Some(c) = conns.get_mut(req.conn) {
+        if let Some(c) = conns.get_mut(req.conn()) {
             c.commit(need);
         }
     }
@@ -361,17 +345,17 @@ impl Slots {
     pub fn execute(&mut self, id: ReqId, conns: &Conns, io: &mut IoPath) -> Option<ReqStage> {
         let now = io.now();
         let req = &mut self.reqs[id.index()];
-        let export = req.export;
+        let export = req.export();
         let Some(op) = req.io_op() else {
-            if req.command == Command::BlockStatus {
+            if req.command() == Command::BlockStatus {
                 self.answer_block_status(id, conns, io.catalog());
             } else {
-                req.error = proto::EINVAL;
+                req.set_error(proto::EINVAL);
             }
             return Some(ReqStage::Answered);
         };
-        req.t_submit = now;
-        if req.paced && req.command == Command::Write {
+        req.submitted(now);
+        if req.paced() && req.command() == Command::Write {
             // Its data is in: it goes to its device now (a READ is at its
             // device from its release).
             io.pacer_mut()
@@ -386,7 +370,7 @@ impl Slots {
     /// Executed: hold the completion for an emulated delay, or answer.
     pub fn executed(&mut self, id: ReqId, conns: &Conns, io: &mut IoPath) -> Option<ReqStage> {
         let req = &self.reqs[id.index()];
-        let (export, t_submit) = (req.export, req.t_submit);
+        let (export, t_submit) = (req.export(), req.t_submit());
         if let Some(t) = (req.io_op()).and_then(|op| io.delay_until(export, op, t_submit)) {
             let held = IoToken::whole(id);
             io.hold(t, held);
@@ -401,10 +385,10 @@ impl Slots {
     /// piece failed (the first error is the reply's) or the client is gone;
     /// anything else is answered.
     pub fn piece_finished(&mut self, id: ReqId, conns: &Conns) -> ReqStage {
-        let conn = self.reqs[id.index()].conn;
+        let conn = self.reqs[id.index()].conn();
         let open = conns.get(conn).is_some_and(|c| c.life() == Life::Open);
         let req = &mut self.reqs[id.index()];
-        if req.error == 0 && open && req.next_piece() {
+        if req.error() == 0 && open && req.next_piece() {
             ReqStage::Ready
         } else {
             ReqStage::Answered

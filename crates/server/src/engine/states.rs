@@ -19,6 +19,8 @@
 //! ```
 
 use pace::stats::StatState;
+use pace::Nanos;
+use pool::BufId;
 
 /// Where a request is in its life. Waiting states name the one queue the
 /// request is in (the pacer's, the pool's, the device, the delay timers, its
@@ -110,4 +112,14 @@ pub enum PieceState {
     Ready,
     /// Written, sent (or failed, or abandoned); its buffer is back in the pool.
     Done,
+}
+
+/// One piece of a request: its state and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Piece {
+    pub state: PieceState,
+    pub buf: Option<BufId>,
+    pub t_submit: Nanos,
+    /// NBD errno the device failed it with, 0 for success.
+    pub error: u32,
 }
