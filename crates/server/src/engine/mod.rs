@@ -535,10 +535,7 @@ impl Engine {
                 Input::StartTls => nbd::start_tls(&mut r, id),
                 Input::Headers => nbd::header_input(&mut r, id, cap),
                 Input::Payload(req) => nbd::payload_input(&mut r, id, req),
-                Input::Discard(left) => r
-                    .conns
-                    .get_mut(id)
-                    .map_or(Step::Stop, |c| c.discard_input(left)),
+                Input::Discard(left) => r.conn(id).map_or(Step::Stop, |c| c.discard_input(left)),
                 Input::Pdus => nvme.input(id, cap, &mut r),
                 Input::WaitSlot | Input::Ended => Step::Stop,
             };

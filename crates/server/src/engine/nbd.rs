@@ -27,20 +27,22 @@ pub(super) const MAX_DISCARD_PAYLOAD: u64 = 128 << 20;
 
 /// Asks the driver to start TLS once the STARTTLS answer is sent.
 pub(super) fn start_tls(r: &mut Requests, id: ConnId) -> Step {
-    if r.conns.get_mut(id).is_some_and(|c| c.start_tls()) {
-        r.io.act(Action::StartTls { conn: id });
+    let (_, conns, io) = r.parts();
+    if conns.get_mut(id).is_some_and(|c| c.start_tls()) {
+        io.act(Action::StartTls { conn: id });
     }
     Step::Stop
 }
 
 /// Handshake bytes: the handshake's answer goes out.
 pub(super) fn handshake_input(r: &mut Requests, id: ConnId) -> Step {
-    let Some(c) = r.conns.get_mut(id) else {
+    let (_, conns, io) = r.parts();
+    let Some(c) = conns.get_mut(id) else {
         return Step::Stop;
     };
-    let (step, answered) = c.handshake_input(r.io.catalog());
+    let (step, answered) = c.handshake_input(io.catalog());
     if answered {
-        r.conns.mark_send(id);
+        conns.mark_send(id);
     }
     step
 }
@@ -48,18 +50,19 @@ pub(super) fn handshake_input(r: &mut Requests, id: ConnId) -> Step {
 /// The next request header, given a slot while the connection's requests
 /// commit less than `cap` buffers; it waits in line when none is free.
 pub(super) fn header_input(r: &mut Requests, id: ConnId, cap: u32) -> Step {
-    let Some(c) = r.conns.get_mut(id) else {
+    let (slots, conns, io) = r.parts();
+    let Some(c) = conns.get_mut(id) else {
         return Step::Stop;
     };
     let (request, header_len) = match c.next_header(cap) {
         Header::Wait => return Step::Stop,
         Header::Bad(e) => {
             tracing::info!(
-                reactor = r.io.reactor(),
+                reactor = io.reactor(),
                 conn = id.index,
                 "closing connection: {e:?}"
             );
-            r.io.stats_mut().protocol_errors += 1;
+            io.stats_mut().protocol_errors += 1;
             r.close(id);
             return Step::Stop;
         }
@@ -69,9 +72,9 @@ pub(super) fn header_input(r: &mut Requests, id: ConnId, cap: u32) -> Step {
         }
         Header::Request(request, header_len) => (request, header_len),
     };
-    let Some(slot) = r.slots.claim() else {
+    let Some(slot) = slots.claim() else {
         c.set_input(Input::WaitSlot);
-        r.slots.wait_for_slot(id);
+        slots.wait_for_slot(id);
         return Step::Stop;
     };
     c.consume(header_len);
@@ -81,14 +84,15 @@ pub(super) fn header_input(r: &mut Requests, id: ConnId, cap: u32) -> Step {
 
 /// WRITE `req`'s payload from the receive buffer into its filling piece.
 pub(super) fn payload_input(r: &mut Requests, id: ConnId, req: ReqId) -> Step {
-    let bs = r.io.buf_size();
-    let Some(c) = r.conns.get_mut(id) else {
+    let (slots, conns, io) = r.parts();
+    let bs = io.buf_size();
+    let Some(c) = conns.get_mut(id) else {
         return Step::Stop;
     };
     if c.buffered() == 0 {
         return Step::Stop;
     }
-    let n = r.slots[req].fill_from(c.unparsed(), bs);
+    let n = slots[req].fill_from(c.unparsed(), bs);
     if n == 0 {
         // The filling piece waits for the pacer or a buffer.
         return Step::Stop;
@@ -100,8 +104,9 @@ pub(super) fn payload_input(r: &mut Requests, id: ConnId, req: ReqId) -> Step {
 
 /// A request header arrived on `conn`, and `slot` is free for it.
 fn accept_request(r: &mut Requests, conn: ConnId, slot: ReqId, request: proto::Request) {
-    let now = r.io.now();
-    let Some(c) = r.conns.get_mut(conn) else {
+    let (slots, conns, io) = r.parts();
+    let now = io.now();
+    let Some(c) = conns.get_mut(conn) else {
         return;
     };
     let Phase::Transmission { export, neg, .. } = &c.phase() else {
@@ -112,25 +117,25 @@ fn accept_request(r: &mut Requests, conn: ConnId, slot: ReqId, request: proto::R
         export: *export,
         style: ReplyStyle::of(neg),
     };
-    let info = &r.io.catalog().exports[origin.export as usize].info;
+    let info = &io.catalog().exports[origin.export as usize].info;
     let verdict = proto::validate(&request, info, neg);
     let payload = request.payload_len(neg.extended_headers);
     c.request_began();
-    (r.slots).begin(slot, &origin, &request, r.io.stats_mut(), now);
+    slots.begin(slot, &origin, &request, io.stats_mut(), now);
     let Err(errno) = verdict else {
         r.advance(slot);
         return;
     };
-    r.slots[slot].set_error(errno);
-    r.io.stats_mut().rejected += 1;
+    slots[slot].set_error(errno);
+    io.stats_mut().rejected += 1;
     if payload > MAX_DISCARD_PAYLOAD {
         // Discarding gigabytes of junk is not worth it: drop the client.
-        if let Some(c) = r.conns.get_mut(conn) {
+        if let Some(c) = conns.get_mut(conn) {
             c.ending(EndReason::RejectedWrite);
         }
         r.close(conn);
     } else if payload > 0 {
-        if let Some(c) = r.conns.get_mut(conn) {
+        if let Some(c) = conns.get_mut(conn) {
             c.set_input(Input::Discard(payload));
         }
     }

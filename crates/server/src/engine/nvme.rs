@@ -121,17 +121,18 @@ impl NvmeFront {
     /// carries out what the queue asks: every whole PDU is consumed at
     /// once. `cap` is a connection's share of the pool (`start_waiting`).
     pub fn input(&mut self, id: ConnId, cap: u32, r: &mut Requests) -> Step {
-        let Some(used) = r.conns.get_mut(id).and_then(Conn::nvme_receive) else {
+        let Some(used) = r.conn(id).and_then(Conn::nvme_receive) else {
             return Step::Stop;
         };
         // The data ranges point into the bytes just given: act on them
         // before those bytes are let go.
-        while let Some(actions) = Self::take_actions(r.conns.get_mut(id)) {
+        while let Some(actions) = Self::take_actions(r.conn(id)) {
             if actions.is_empty() {
                 break;
             }
             for a in actions {
-                match self.act(id, a, r.conns, r.slots, r.io) {
+                let (slots, conns, io) = r.parts();
+                match self.act(id, a, conns, slots, io) {
                     Next::Done => {}
                     Next::StartWaiting => Self::start_waiting(id, cap, r),
                     Next::Advance(slot) => r.advance(slot),
@@ -139,7 +140,7 @@ impl NvmeFront {
                 }
             }
         }
-        if let Some(c) = r.conns.get_mut(id) {
+        if let Some(c) = r.conn(id) {
             c.consume(used);
         }
         Step::Stop
@@ -281,8 +282,9 @@ impl NvmeFront {
     /// pool. One at a time: the engine advances it (which commits its
     /// buffers) before it asks for the next.
     fn start_next(id: ConnId, cap: u32, r: &mut Requests) -> Option<ReqId> {
+        let (slots, conns, io) = r.parts();
         loop {
-            let c = r.conns.get_mut(id)?;
+            let c = conns.get_mut(id)?;
             if c.life() != Life::Open || c.committed() >= cap {
                 return None;
             }
@@ -290,8 +292,8 @@ impl NvmeFront {
             if n.waiting.is_empty() {
                 return None;
             }
-            if !r.slots.has_free() {
-                r.slots.wait_for_slot(id);
+            if !slots.has_free() {
+                slots.wait_for_slot(id);
                 return None;
             }
             let w = n.waiting.pop_front()?;
@@ -299,7 +301,7 @@ impl NvmeFront {
             let Some((cid, request, ranges)) = nvme_command(&n.queue, w) else {
                 continue;
             };
-            let slot = r.slots.claim()?;
+            let slot = slots.claim()?;
             let export = n.export().unwrap_or(0);
             n.slots.insert(cid, slot);
             c.request_began();
@@ -308,8 +310,8 @@ impl NvmeFront {
                 export,
                 style: ReplyStyle::Nvme,
             };
-            let now = r.io.now();
-            let req = (r.slots).begin(slot, &origin, &request, r.io.stats_mut(), now);
+            let now = io.now();
+            let req = slots.begin(slot, &origin, &request, io.stats_mut(), now);
             req.set_ranges(ranges);
             return Some(slot);
         }
@@ -357,17 +359,18 @@ impl NvmeFront {
     /// that ended complete on their admin queues; Aborts of commands on
     /// its IO queues are looked into and answered. False: none came.
     pub fn mail(&mut self, r: &mut Requests) -> bool {
-        let Some(mail) = self.take_mail(r.conns, r.io) else {
+        let (_, conns, io) = r.parts();
+        let Some(mail) = self.take_mail(conns, io) else {
             return false;
         };
         for (id, cid, d) in mail.done {
-            Self::admin_ended(id, cid, d, r.conns);
-            r.io.touch(id);
+            Self::admin_ended(id, cid, d, conns);
+            io.touch(id);
         }
         let answers: Vec<(u16, u16, bool)> = (mail.aborts.into_iter())
             .map(|(id, a)| (a.cntlid, a.abort_cid, Self::abort(id, a.cid, r)))
             .collect();
-        Self::aborts_answered(&answers, r.io);
+        Self::aborts_answered(&answers, r.parts().2);
         true
     }
 
@@ -378,16 +381,17 @@ impl NvmeFront {
     /// that data is in (the host sends it regardless); one at its device,
     /// or answered, is not aborted.
     fn abort(id: ConnId, cid: u16, r: &mut Requests) -> bool {
-        r.io.touch(id);
-        let slot = match Self::find(id, cid, r.conns) {
+        let (slots, conns, io) = r.parts();
+        io.touch(id);
+        let slot = match Self::find(id, cid, conns) {
             Found::Aborted => return true,
             Found::Missing => return false,
             Found::Slot(slot) => slot,
         };
-        let req = &mut r.slots[slot];
+        let req = &mut slots[slot];
         match req.state() {
             ReqStage::Pacing | ReqStage::NeedBuffers | ReqStage::Deferred => {
-                Self::aborted(id, cid, slot, r.conns);
+                Self::aborted(id, cid, slot, conns);
                 r.abort(slot);
                 true
             }
@@ -460,11 +464,12 @@ impl NvmeFront {
     /// queues whose controller (or IO queue) is gone close. False when it
     /// is not time yet (or there is no target): nothing changed.
     pub fn check(&mut self, r: &mut Requests) -> bool {
-        let Some(gone) = self.gone_queues(r.conns, r.io) else {
+        let (_, conns, io) = r.parts();
+        let Some(gone) = self.gone_queues(conns, io) else {
             return false;
         };
         for id in gone {
-            if let Some(c) = r.conns.get_mut(id) {
+            if let Some(c) = r.conn(id) {
                 c.ending(EndReason::ControllerGone);
             }
             r.close(id);

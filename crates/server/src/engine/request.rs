@@ -14,6 +14,7 @@
 use bdev::IoResult;
 use proto::Command;
 
+use super::conn::Conn;
 use super::conn_state::{EndReason, Input, Life, RecvOp, SendOp};
 use super::conns::Conns;
 use super::events::{Action, Received, Sent};
@@ -27,9 +28,9 @@ use super::states::ReqStage;
 
 /// The request machine over the engine's parts (it owns no state).
 pub struct Requests<'e> {
-    pub slots: &'e mut Slots,
-    pub conns: &'e mut Conns,
-    pub io: &'e mut IoPath,
+    slots: &'e mut Slots,
+    conns: &'e mut Conns,
+    io: &'e mut IoPath,
     /// Scratch list of requests whose replies a send finished (the
     /// engine's, kept for its capacity).
     sent: &'e mut Vec<ReqId>,
@@ -48,6 +49,18 @@ impl<'e> Requests<'e> {
             io,
             sent,
         }
+    }
+
+    /// The parts the front ends (`nbd.rs`, `nvme.rs`) read a connection's
+    /// input into and start its requests on, beside the machine: the
+    /// slots, the connections and the IO path.
+    pub(super) fn parts(&mut self) -> (&mut Slots, &mut Conns, &mut IoPath) {
+        (self.slots, self.conns, self.io)
+    }
+
+    /// Connection `id`, if it is still there.
+    pub(super) fn conn(&mut self, id: ConnId) -> Option<&mut Conn> {
+        self.conns.get_mut(id)
     }
 
     pub(super) fn set_state(&mut self, id: ReqId, to: ReqStage) {
