@@ -181,7 +181,7 @@ fn shape(cost: [f64; 6], latency_us: u64, channels: u32, knee: (u32, u64)) -> Mo
 }
 
 /// The shapes of tests/probe_model.rs (with the knee QD they must show),
-/// of tests/probe_iocost.rs and of docs/results/probe-peak-qd-2026-11-28.
+/// of tests/probe_iocost.rs and of docs/evidence.md#probe-peak-qd.
 /// A knee: the smallest power-of-two QD whose 4 KiB random read IOPS,
 /// min(QD / (service + latency + growth), 1 / service), reach 95% of
 /// 1 / service (service = 1/rrandiops + 4096/rbps): fast 2 (220 us + 100

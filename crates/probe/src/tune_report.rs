@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn isolation_takes_the_isolating_point_with_most_bandwidth() {
-        // 2026-11-23b's sweep of this disk: every point isolates, the
+        // docs/evidence.md#probe-tune-disk's sweep of this disk: every point isolates, the
         // plateau is noisy and the disk dipped at 100-115%. The knee is
         // 110%; the isolation solution was capped there (max 109.7%), below
         // the 35.9k IOPS measured at 160% within the target.

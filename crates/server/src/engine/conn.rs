@@ -29,7 +29,7 @@ pub const DIRECT_RECV_MIN: u32 = 16 << 10;
 /// commands before it and its H2CData header, so that the rest of its data
 /// is received straight into its buffers. A 256 KiB recv took most of a
 /// 128 KiB PDU's data with its header: 8-12% of SPDK perf's written bytes
-/// landed in buffers without it (BENCHMARKS.md, 2026-11-28, H2CData).
+/// landed in buffers without it (docs/evidence.md#nvme-h2c-direct).
 pub const H2C_HEAD_RECV: usize = 4 << 10;
 
 /// One client connection: its protocol phase, input parser, receive

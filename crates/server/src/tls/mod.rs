@@ -7,7 +7,7 @@
 //! ciphertext into the session's buffer, decrypts into the engine's receive
 //! buffers, and encrypts the engine's replies into the session's output,
 //! all on the reactor's thread (`reactor::tls`). No thread or socketpair
-//! per connection; see docs/results/tls-reactor-2026-11-28/.
+//! per connection; see docs/evidence.md#tls-reactor.
 //!
 //! This module builds the rustls configuration from `[tls]`; the session
 //! knows no protocol, so NVMe/TCP TLS (TP 8011, with PSKs) can use it with
