@@ -8,7 +8,7 @@ use super::conn::Conn;
 use super::conn_state::RecvOp;
 use super::conns::Conns;
 use super::ids::{IoToken, ReqId};
-use super::io::IoPath;
+use super::io_path::IoPath;
 use super::pieces::all_buffered;
 use super::slots::Slots;
 use super::states::{PieceState, ReqStage};

@@ -11,7 +11,7 @@ use pace::Nanos;
 use super::conn::Conn;
 use super::conn_state::{Life, Phase, SendOp};
 use super::ids::{ConnId, GEN_MASK};
-use super::io::IoPath;
+use super::io_path::IoPath;
 use super::slot::Req;
 use super::{Action, Timeouts};
 

@@ -5,12 +5,14 @@
 //! their fields, and calls them with the parts they need:
 //!
 //! - `conns.rs` `Conns`: the connection table, send list and timeouts;
-//!   `conn.rs` `Conn`: one connection (its state enums, receive buffer,
-//!   `Outbox` send side in `outbox.rs`, READ `Turns` in `turns.rs`).
-//! - `slots.rs` `Slots`: the request slots (`Req`, `slot.rs`), free list
-//!   and the connections waiting for a slot, their checked states
-//!   (`states.rs`), trace ring (`trace.rs`) and device steps.
-//! - `io.rs` `IoPath`: the clock, pacer, pool, devices, statistics, actions.
+//!   `conn.rs` `Conn`: one connection (its state enums in `conn_state.rs`,
+//!   receive buffer, `Outbox` send side in `outbox.rs`, READ `Turns` in
+//!   `turns.rs`).
+//! - `slots.rs` `Slots`: the request slots (`Req`, `slot.rs`, its reply's
+//!   framing in `framing.rs`), free list and the connections waiting for a
+//!   slot, their checked states (`states.rs`), trace ring (`trace.rs`) and
+//!   device steps.
+//! - `io_path.rs` `IoPath`: the clock, pacer, pool, devices, statistics, actions.
 //! - `request.rs` `Requests`: the request machine ([`Requests::advance`],
 //!   release, abort; the pacer's, the pool's and the devices' events;
 //!   READ turns; replies sent; a connection's close, end of input and
@@ -32,11 +34,11 @@
 //!
 //! Files layer: `Engine` (here) over the front ends (`nbd.rs`, `nvme.rs`)
 //! over the request machine (`request.rs`, `pieces.rs`, `nvme_data.rs`)
-//! over the parts (`slots.rs`, `conns.rs`, `conn.rs`, `io.rs`); no file
+//! over the parts (`slots.rs`, `conns.rs`, `conn.rs`, `io_path.rs`); no file
 //! calls up.
 
-/// Read-only accessors, one per field: by value, or as a slice.
-/// (The engine's components use it for fields others only read.)
+/// Read-only accessors, one per field: by value, or as a slice. The
+/// engine's components use it for the fields the other parts only read.
 macro_rules! readers {
     ($($f:ident: $t:ty),* ; $($v:ident: [$e:ty]),*) => {
         $(pub fn $f(&self) -> $t { self.$f })*
@@ -51,7 +53,7 @@ mod conns;
 mod events;
 mod framing;
 mod ids;
-mod io;
+mod io_path;
 mod nbd;
 mod nvme;
 mod nvme_conn;
@@ -82,7 +84,7 @@ pub use events::{
     Action, EngineSettings, Opening, Received, Sent, Timeouts, TlsOutcome, PAYLOAD_CAP,
 };
 pub use ids::{ConnId, IoToken, Part, ReqId, GEN_MASK, MAX_PIECES};
-use io::IoPath;
+use io_path::IoPath;
 use nvme::NvmeFront;
 use nvme_conn::NvmeConn;
 use request::Requests;

@@ -25,7 +25,7 @@ use super::conns::Conns;
 use super::framing::ReplyStyle;
 use super::framing::ReqOrigin;
 use super::ids::{ConnId, ReqId};
-use super::io::IoPath;
+use super::io_path::IoPath;
 use super::nvme_conn::{Connect, Waiting, QID_IN_USE, QID_RECHECK, QID_WAIT};
 use super::nvme_data::{data, data_in, nvme_command, nvme_of, wait, Next};
 use super::request::Requests;

@@ -15,7 +15,7 @@ use super::conn::Conn;
 use super::conn_state::{Input, Phase};
 use super::conns::Conns;
 use super::ids::{ConnId, ReqId};
-use super::io::IoPath;
+use super::io_path::IoPath;
 use super::nvme_conn::{NvmeConn, Waiting};
 use super::slots::Slots;
 use super::states::ReqStage;

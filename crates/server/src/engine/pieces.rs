@@ -46,7 +46,7 @@ use super::conn_state::{EndReason, Input, Life, RecvOp};
 use super::conns::Conns;
 use super::framing::ReplyStyle;
 use super::ids::{ConnId, IoToken, ReqId};
-use super::io::IoPath;
+use super::io_path::IoPath;
 use super::nvme_data;
 use super::slot::Req;
 use super::slots::Slots;

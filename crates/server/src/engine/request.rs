@@ -20,7 +20,7 @@ use super::conns::Conns;
 use super::events::{Action, Received, Sent};
 use super::framing::ReplyStyle;
 use super::ids::{ConnId, IoToken, Part, ReqId};
-use super::io::IoPath;
+use super::io_path::IoPath;
 use super::nvme_data;
 use super::pieces::{Pieces, Then};
 use super::slots::Slots;

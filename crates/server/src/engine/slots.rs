@@ -14,7 +14,7 @@ use super::conn_state::{Life, Phase};
 use super::conns::Conns;
 use super::framing::ReqOrigin;
 use super::ids::{ConnId, IoToken, Part, ReqId};
-use super::io::IoPath;
+use super::io_path::IoPath;
 use super::slot::Req;
 use super::states::{PieceState, ReqStage};
 use super::trace::{self, TraceQuery, TracedReq, TracedState};
