@@ -164,17 +164,14 @@ impl Books<'_> {
                 c.id()
             );
         }
-        let streams = c
-            .out()
-            .replies
-            .iter()
-            .filter(|&&r| self.slots[r].streamed())
+        let streams = (c.out().replies())
+            .filter(|&r| self.slots[r].streamed())
             .count();
         ensure!(
-            c.out().streams as usize == streams,
+            c.out().streams() as usize == streams,
             "{:?} streams queued {} vs. {streams}",
             c.id(),
-            c.out().streams
+            c.out().streams()
         );
         self.audit_turns(c, books)?;
         ensure!(

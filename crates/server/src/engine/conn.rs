@@ -200,7 +200,7 @@ impl Conn {
         };
         let mut out = Outbox::new();
         if let Phase::Handshake(h) = &mut phase {
-            out.raw = h.take_output();
+            out.push_raw(&h.take_output());
         }
         Conn {
             id,
@@ -374,7 +374,7 @@ impl Conn {
         if !n.queue.has_output() {
             return false;
         }
-        self.out.raw.extend_from_slice(&n.queue.take_output());
+        self.out.push_raw(&n.queue.take_output());
         true
     }
 
@@ -530,7 +530,7 @@ impl Conn {
         self.rstart += consumed;
         let out = h.take_output();
         let has_output = !out.is_empty();
-        self.out.raw.extend_from_slice(&out);
+        self.out.push_raw(&out);
         let status = h.status().clone();
         let step = match status {
             HandshakeStatus::Negotiating => Step::Stop,

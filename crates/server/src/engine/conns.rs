@@ -81,7 +81,7 @@ impl Conns {
         debug_assert_eq!(c.committed(), 0, "{id:?} freed holding buffer commitments");
         debug_assert_eq!(c.payload_pieces(), 0, "{id:?} freed holding payload pieces");
         debug_assert!(
-            c.out().replies.is_empty(),
+            c.out().replies().next().is_none(),
             "{id:?} freed with replies queued"
         );
         self.table[id.index as usize] = None;

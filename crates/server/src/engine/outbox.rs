@@ -12,13 +12,13 @@ pub const MAX_SEND_IOV: usize = 512;
 
 pub struct Outbox {
     /// Raw bytes waiting to be sent, and those in the current send.
-    pub raw: Vec<u8>,
-    pub raw_sending: Vec<u8>,
+    raw: Vec<u8>,
+    raw_sending: Vec<u8>,
     /// Requests whose replies are ready, in send order. While a send is in
     /// flight it covers a prefix of this queue.
-    pub replies: VecDeque<ReqId>,
+    replies: VecDeque<ReqId>,
     /// Streamed READs in `replies`.
-    pub streams: u32,
+    streams: u32,
     /// Bytes of `replies[0]`'s reply already sent (partial sends).
     skip: usize,
     iov: Vec<libc::iovec>,
@@ -38,6 +38,28 @@ impl Outbox {
             iov: Vec::with_capacity(MAX_SEND_IOV),
             msg: Box::new(msg),
         }
+    }
+
+    /// Queues raw bytes (handshake answers, NVMe/TCP PDUs) behind the
+    /// others.
+    pub fn push_raw(&mut self, bytes: &[u8]) {
+        self.raw.extend_from_slice(bytes);
+    }
+
+    /// The connection closed under a send: the raw bytes it carried are
+    /// dropped.
+    pub fn drop_raw_sending(&mut self) {
+        self.raw_sending.clear();
+    }
+
+    /// The requests whose replies are queued, in send order.
+    pub fn replies(&self) -> impl Iterator<Item = ReqId> + '_ {
+        self.replies.iter().copied()
+    }
+
+    /// Streamed READs among the queued replies.
+    pub fn streams(&self) -> u32 {
+        self.streams
     }
 
     /// Queues `id`'s reply (its header encoded) behind the others.

@@ -537,7 +537,7 @@ impl<'e> Requests<'e> {
         }
         if c.life() == Life::Closing {
             // The replies the send covered may go now.
-            c.out_mut().raw_sending.clear();
+            c.out_mut().drop_raw_sending();
             self.drop_replies(id);
             return;
         }
