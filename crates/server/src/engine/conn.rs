@@ -362,7 +362,7 @@ impl Conn {
         let Phase::Nvme(n) = &mut self.phase else {
             return None;
         };
-        Some(n.queue.receive(&self.rbuf[self.rstart..self.rend]).0)
+        Some(n.queue_mut().receive(&self.rbuf[self.rstart..self.rend]).0)
     }
 
     /// Moves what the NVMe/TCP queue wrote (ICResp, R2Ts, admin
@@ -371,10 +371,10 @@ impl Conn {
         let Phase::Nvme(n) = &mut self.phase else {
             return false;
         };
-        if !n.queue.has_output() {
+        if !n.queue().has_output() {
             return false;
         }
-        self.out.push_raw(&n.queue.take_output());
+        self.out.push_raw(&n.queue_mut().take_output());
         true
     }
 
@@ -423,7 +423,7 @@ impl Conn {
             Input::Pdus => match &c.phase {
                 Phase::Nvme(n) if !n.initialized() => Some(c.accepted_at + t.handshake),
                 // Part of a PDU buffered, or an H2CData's data still due.
-                Phase::Nvme(n) if n.queue.mid_pdu() => Some(c.active_at + t.payload),
+                Phase::Nvme(n) if n.queue().mid_pdu() => Some(c.active_at + t.payload),
                 _ if c.buffered() > 0 => Some(c.active_at + t.payload),
                 _ => None,
             },

@@ -53,9 +53,9 @@ fn admin(id: ConnId, cid: u16, cntlid: u16, sqe: &Sqe, conns: &mut Conns, io: &I
         return;
     };
     if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
-        n.queue.admin_done(cid, d);
+        n.queue_mut().admin_done(cid, d);
         for (aer, end) in aers {
-            n.queue.aer_end(aer, end);
+            n.queue_mut().aer_end(aer, end);
         }
     }
 }
@@ -114,7 +114,7 @@ impl NvmeFront {
 
     /// The actions the connection's queue asks for; None once it is gone.
     pub fn take_actions(c: Option<&mut Conn>) -> Option<Vec<QAction>> {
-        c.and_then(nvme_of).map(|n| n.queue.take_actions())
+        c.and_then(nvme_of).map(|n| n.queue_mut().take_actions())
     }
 
     /// Feeds the connection's buffered bytes to its NVMe/TCP queue and
@@ -238,14 +238,14 @@ impl NvmeFront {
         let Some(n) = nvme_of(c) else { return };
         let io_queue = cmd.sqe.cdw(10) >> 16 != 0;
         if io_queue && now < cmd.since + QID_WAIT && matches!(r, Err((_, QID_IN_USE))) {
-            n.recheck = Some(cmd);
+            n.recheck_later(cmd);
             self.check_at = self.check_at.min(now + QID_RECHECK);
             return;
         }
         match &r {
             Ok(b) => {
                 let export = b.subsys.and_then(|s| u16::try_from(s).ok());
-                n.bound = Some((b.cntlid, b.qid, export));
+                n.bind(b.cntlid, b.qid, export);
                 io.pacer_mut().open_flow(flow, host.unwrap_or(flow));
                 tracing::info!(reactor = self.reactor, peer = %peer, cntlid = b.cntlid, qid = b.qid, "nvme/tcp: connected");
             }
@@ -253,7 +253,7 @@ impl NvmeFront {
                 tracing::info!(reactor = self.reactor, peer = %peer, status = ?s, dw0, "nvme/tcp: connect refused");
             }
         }
-        n.queue.connected(cmd.cid, r);
+        n.queue_mut().connected(cmd.cid, r);
     }
 
     /// Connects whose QID was in use are decided again: the old queue's
@@ -266,7 +266,7 @@ impl NvmeFront {
                 continue;
             };
             if open {
-                if let Some(cmd) = n.recheck.take() {
+                if let Some(cmd) = n.take_recheck() {
                     due.push((id, cmd));
                 }
             }
@@ -289,21 +289,21 @@ impl NvmeFront {
                 return None;
             }
             let n = nvme_of(c)?;
-            if n.waiting.is_empty() {
+            if !n.has_waiting() {
                 return None;
             }
             if !slots.has_free() {
                 slots.wait_for_slot(id);
                 return None;
             }
-            let w = n.waiting.pop_front()?;
+            let w = n.next_waiting()?;
             // None: the queue forgot it (closing), nothing to serve.
-            let Some((cid, request, ranges)) = nvme_command(&n.queue, w) else {
+            let Some((cid, request, ranges)) = nvme_command(n.queue(), w) else {
                 continue;
             };
             let slot = slots.claim()?;
             let export = n.export().unwrap_or(0);
-            n.slots.insert(cid, slot);
+            n.slots_mut().insert(cid, slot);
             c.request_began();
             let origin = ReqOrigin {
                 conn: id,
@@ -340,7 +340,7 @@ impl NvmeFront {
         let mut mail = Mail::default();
         for c in conns.iter_mut() {
             let Phase::Nvme(n) = &c.phase() else { continue };
-            match n.bound {
+            match n.bound() {
                 Some((cntlid, 0, _)) => {
                     let done = target.take_events_of(cntlid).into_iter();
                     mail.done.extend(done.map(|(cid, d)| (c.id(), cid, d)));
@@ -406,7 +406,7 @@ impl NvmeFront {
     /// A parked admin command of admin queue `id` ended.
     pub fn admin_ended(id: ConnId, cid: u16, d: Option<AdminDone>, conns: &mut Conns) {
         if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
-            n.queue.aer_end(cid, d);
+            n.queue_mut().aer_end(cid, d);
         }
     }
 
@@ -416,13 +416,12 @@ impl NvmeFront {
         let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
             return Found::Missing;
         };
-        if let Some(at) = n.waiting.iter().position(|w| w.cid() == cid) {
-            n.waiting.remove(at);
-            let aborted = n.queue.abort_cmd(cid);
+        if n.forget_waiting(cid) {
+            let aborted = n.queue_mut().abort_cmd(cid);
             debug_assert!(aborted, "a waiting command {cid} the queue lacks");
             return Found::Aborted;
         }
-        n.slots.get(cid).map_or(Found::Missing, Found::Slot)
+        n.slots().get(cid).map_or(Found::Missing, Found::Slot)
     }
 
     /// Command `cid`, holding request slot `slot` not yet at its device,
@@ -432,9 +431,9 @@ impl NvmeFront {
         let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
             return;
         };
-        let held = n.slots.remove(cid);
+        let held = n.slots_mut().remove(cid);
         debug_assert_eq!(held, Some(slot));
-        let aborted = n.queue.abort_cmd(cid);
+        let aborted = n.queue_mut().abort_cmd(cid);
         debug_assert!(aborted, "command {cid} the queue lacks, or receiving");
     }
 
@@ -493,7 +492,7 @@ impl NvmeFront {
         let mut gone = Vec::new();
         for c in conns.iter_mut() {
             let Phase::Nvme(n) = &c.phase() else { continue };
-            match n.bound {
+            match n.bound() {
                 Some((cntlid, qid, _)) if !target.queue_live(cntlid, qid) => {
                     gone.push((c.id(), cntlid))
                 }

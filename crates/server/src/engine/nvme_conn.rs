@@ -33,17 +33,17 @@ pub(super) struct Connect {
 
 /// One NVMe/TCP connection (one queue of a controller).
 pub struct NvmeConn {
-    pub(super) queue: Queue,
+    queue: Queue,
     /// (cntlid, qid, export) once its Connect succeeded; the discovery
     /// controller has no export.
-    pub(super) bound: Option<(u16, u16, Option<u16>)>,
+    bound: Option<(u16, u16, Option<u16>)>,
     /// Commands holding a request slot, in arrival order.
-    pub(super) slots: CidSlots,
+    slots: CidSlots,
     /// Commands waiting for a slot or for the connection's share of the
     /// pool, in arrival order.
-    pub(super) waiting: VecDeque<Waiting>,
+    waiting: VecDeque<Waiting>,
     /// A Connect whose QID was in use, decided again at the next check.
-    pub(super) recheck: Option<Connect>,
+    recheck: Option<Connect>,
 }
 
 /// A command that needs a request slot.
@@ -109,6 +109,75 @@ impl NvmeConn {
             waiting: VecDeque::new(),
             recheck: None,
         }
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    pub fn queue_mut(&mut self) -> &mut Queue {
+        &mut self.queue
+    }
+
+    pub(super) fn slots(&self) -> &CidSlots {
+        &self.slots
+    }
+
+    pub(super) fn slots_mut(&mut self) -> &mut CidSlots {
+        &mut self.slots
+    }
+
+    /// (cntlid, qid, export) once its Connect succeeded.
+    pub fn bound(&self) -> Option<(u16, u16, Option<u16>)> {
+        self.bound
+    }
+
+    /// Its Connect succeeded: controller `cntlid`, queue `qid`, serving
+    /// `export` (none for the discovery controller).
+    pub fn bind(&mut self, cntlid: u16, qid: u16, export: Option<u16>) {
+        self.bound = Some((cntlid, qid, export));
+    }
+
+    /// A Connect whose QID was in use waits for the next check.
+    pub(super) fn recheck_later(&mut self, cmd: Connect) {
+        self.recheck = Some(cmd);
+    }
+
+    pub(super) fn take_recheck(&mut self) -> Option<Connect> {
+        self.recheck.take()
+    }
+
+    /// A command waits for a slot (or for the connection's share).
+    pub(super) fn wait(&mut self, w: Waiting) {
+        self.waiting.push_back(w);
+    }
+
+    pub(super) fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The oldest waiting command, taken.
+    pub(super) fn next_waiting(&mut self) -> Option<Waiting> {
+        self.waiting.pop_front()
+    }
+
+    /// Forgets waiting command `cid`; false if none waits.
+    pub(super) fn forget_waiting(&mut self, cid: u16) -> bool {
+        let Some(at) = self.waiting.iter().position(|w| w.cid() == cid) else {
+            return false;
+        };
+        self.waiting.remove(at);
+        true
+    }
+
+    /// The connection closed: its queue aborts every command, its waiting
+    /// commands, slots and recheck are dropped; returns its binding.
+    pub(super) fn close(&mut self) -> Option<(u16, u16, Option<u16>)> {
+        self.queue.abort_all();
+        self.waiting.clear();
+        self.slots.clear();
+        self.recheck = None;
+        self.bound.take()
     }
 
     /// Past ICReq.

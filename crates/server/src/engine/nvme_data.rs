@@ -44,7 +44,7 @@ pub(super) fn nvme_of(c: &mut Conn) -> Option<&mut NvmeConn> {
 /// starts what may start).
 pub(super) fn wait(id: ConnId, w: Waiting, conns: &mut Conns) -> Next {
     if let Some(n) = conns.get_mut(id).and_then(nvme_of) {
-        n.waiting.push_back(w);
+        n.wait(w);
     }
     Next::StartWaiting
 }
@@ -62,7 +62,7 @@ pub(super) fn data(
     let Some(c) = conns.get_mut(id) else {
         return;
     };
-    let Some(slot) = nvme_of(c).and_then(|n| n.slots.get(cid)) else {
+    let Some(slot) = nvme_of(c).and_then(|n| n.slots().get(cid)) else {
         return;
     };
     let Some(src) = c.unparsed_at(at, len as usize) else {
@@ -91,7 +91,7 @@ pub(super) fn data_in(
     let Some(slot) = conns
         .get_mut(id)
         .and_then(nvme_of)
-        .and_then(|n| n.slots.get(cid))
+        .and_then(|n| n.slots().get(cid))
     else {
         return Next::Done;
     };
@@ -223,7 +223,7 @@ pub(super) fn data_wanted(
     let Some(n) = nvme_of(c) else {
         return ReqStage::Answered;
     };
-    match n.queue.request_data(cid) {
+    match n.queue_mut().request_data(cid) {
         DataStart::InCapsule(data) => {
             let req = &mut slots[id];
             if copy_into(req.iov(), 0, &data) {
@@ -257,7 +257,7 @@ pub(super) fn digests_read_data(id: ReqId, conns: &mut Conns, slots: &Slots) -> 
     conns
         .get_mut(conn)
         .and_then(nvme_of)
-        .is_some_and(|n| n.queue.data_digest())
+        .is_some_and(|n| n.queue().data_digest())
 }
 
 /// Encodes an answered request's reply: a READ's C2HData head before
@@ -274,13 +274,13 @@ pub(super) fn reply(id: ReqId, conns: &mut Conns, slots: &mut Slots) {
     let Some(n) = conns.get_mut(conn).and_then(nvme_of) else {
         return;
     };
-    n.slots.remove(cid);
+    n.slots_mut().remove(cid);
     if req.command() == Command::Read && status.is_success() && req.len() > 0 {
         // The data PDU completes it (SUCCESS flag, as SPDK's target
         // sends by default): no CapsuleResp follows.
         let len = req.len();
-        n.queue.c2h_head(cid, len, true, req.hdr_mut());
-        let digest = n.queue.data_digest().then(|| {
+        n.queue().c2h_head(cid, len, true, req.hdr_mut());
+        let digest = n.queue().data_digest().then(|| {
             req.iov().iter().fold(0u32, |crc, v| {
                 // SAFETY: the iovecs cover the READ's data, in buffers
                 // (or a bdev's memory) it holds until its reply is sent.
@@ -289,9 +289,9 @@ pub(super) fn reply(id: ReqId, conns: &mut Conns, slots: &mut Slots) {
             })
         });
         req.data_reply_with(digest);
-        n.queue.finish_silently(cid);
+        n.queue_mut().finish_silently(cid);
     } else {
-        n.queue.finish_external(cid, status, req.hdr_mut());
+        n.queue_mut().finish_external(cid, status, req.hdr_mut());
     }
 }
 
@@ -301,7 +301,7 @@ pub(super) fn requests_of(id: ConnId, conns: &mut Conns) -> Vec<ReqId> {
     let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
         return Vec::new();
     };
-    n.slots.in_order().collect()
+    n.slots().in_order().collect()
 }
 
 /// The connection closed: its queue leaves its controller, its waiting
@@ -310,11 +310,7 @@ pub(super) fn closed(id: ConnId, conns: &mut Conns, slots: &mut Slots, io: &IoPa
     let Some(n) = conns.get_mut(id).and_then(nvme_of) else {
         return;
     };
-    n.queue.abort_all();
-    n.waiting.clear();
-    n.slots.clear();
-    n.recheck = None;
-    let bound = n.bound.take();
+    let bound = n.close();
     slots.forget_waiter(id);
     if let (Some((cntlid, qid, _)), Some(t)) = (bound, io.catalog().nvme.as_ref()) {
         // Aborts parked for its commands complete: mail.
@@ -331,8 +327,8 @@ pub(super) fn landed(id: ConnId, r: ReqId, n: usize, conns: &mut Conns, slots: &
     };
     // The recv was posted for this PDU's data (`NvmeConn::h2c_target`),
     // and nothing else read the connection while it was out.
-    let (cid, at, due) = q.queue.inflow().expect("an H2CData arriving");
-    debug_assert_eq!(q.slots.get(cid), Some(r));
+    let (cid, at, due) = q.queue().inflow().expect("an H2CData arriving");
+    debug_assert_eq!(q.slots().get(cid), Some(r));
     let req = &mut slots[r];
     let (buf, room) = req.data_at(at).expect("inside the WRITE's data");
     assert!(
@@ -342,6 +338,6 @@ pub(super) fn landed(id: ConnId, r: ReqId, n: usize, conns: &mut Conns, slots: &
     // SAFETY: the recv wrote `n` bytes at `buf`, inside a buffer the
     // request holds (its release waits for the recv).
     let data = unsafe { std::slice::from_raw_parts(buf.cast_const(), n) };
-    q.queue.landed(data);
+    q.queue_mut().landed(data);
     req.payload_in(n as u32);
 }
