@@ -4,6 +4,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::Nanos;
+pub use types::StatState;
 
 /// Time-weighted average of a gauge (e.g. buffers in flight), with time injected.
 #[derive(Debug, Clone)]
@@ -147,50 +148,6 @@ impl LatencyHist {
                 self.h.max() as f64 / 1e3
             },
         }
-    }
-}
-
-/// The states the statistics count a request under: a coarse view of its
-/// life (the engine's `ReqStage` maps each of its states to one of these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum StatState {
-    /// Header decoded, not yet handed to the pacer.
-    New,
-    /// Queued in the pacer.
-    Pacing,
-    /// Released by the pacer, waiting for data buffers.
-    NeedBuffer,
-    /// At the bdev.
-    Executing,
-    /// Data moving over the socket: WRITE payload in, or reply out.
-    Transfer,
-    /// Finished; its slot is free.
-    Done,
-}
-
-impl StatState {
-    pub const ALL: [StatState; 6] = [
-        StatState::New,
-        StatState::Pacing,
-        StatState::NeedBuffer,
-        StatState::Executing,
-        StatState::Transfer,
-        StatState::Done,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            StatState::New => "NEW",
-            StatState::Pacing => "PACING",
-            StatState::NeedBuffer => "NEED_BUFFER",
-            StatState::Executing => "EXECUTING",
-            StatState::Transfer => "TRANSFER",
-            StatState::Done => "DONE",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
     }
 }
 
