@@ -113,8 +113,10 @@ impl IoPath {
         self.actions.push(action);
     }
 
-    /// Moves the actions produced so far into `out` (which should be empty).
+    /// Moves the actions produced so far into `out`, an empty list the
+    /// driver lends (a swap: anything in it would be sent again).
     pub fn take_actions(&mut self, out: &mut Vec<Action>) {
+        debug_assert!(out.is_empty(), "{} actions not yet carried out", out.len());
         std::mem::swap(&mut self.actions, out);
     }
 
