@@ -155,12 +155,6 @@ mod tests {
         assert_eq!(out, [0, 1], "the slot freed on reactor 0 serves reactor 1");
     }
 
-    // Found by `iopace sim --faults`: a pacer built for `auto` with tenants
-    // shares a device gate that counts each tenant's IOs in flight. After a
-    // `set_pacing` to a mode that bypasses the pacer (`none`, `buffers`),
-    // IOs were released without the gate counting them, and landed with it
-    // counting them down: "tenant 0: lands more than it released" (a debug
-    // assert; in release builds a tenant's count went wrong).
     fn tenants_config(mode: Mode) -> PacingConfig {
         PacingConfig {
             mode,
@@ -169,6 +163,12 @@ mod tests {
         }
     }
 
+    // Found by `iopace sim --faults`: a pacer built for `auto` with tenants
+    // shares a device gate that counts each tenant's IOs in flight. After a
+    // `set_pacing` to a mode that bypasses the pacer (`none`, `buffers`),
+    // IOs were released without the gate counting them, and landed with it
+    // counting them down: "tenant 0: lands more than it released" (a debug
+    // assert; in release builds a tenant's count went wrong).
     #[test]
     fn ios_released_past_the_pacer_land_on_the_gate_in_balance() {
         let device = PacedDevice {
