@@ -94,6 +94,29 @@ struct BenchArgs {
     vars: Vec<(String, String)>,
 }
 
+/// `iopace sim`: scenario files, the fuzzer or the fault cases, with the
+/// mechanisms `--ablate` names taken out of the pacer first.
+fn sim(args: SimArgs) -> ExitCode {
+    let taken = pace::pacer::ablate::take_out(&args.ablate);
+    debug_assert!(taken, "mechanisms are taken out once per process");
+    if args.faults.is_some() {
+        return sim_faults(args);
+    }
+    if args.fuzz.is_some() {
+        let fuzz = sim::fuzz::FuzzArgs {
+            cases: sim_cases(&args, args.fuzz),
+            out: args.out,
+            mode: args.mode,
+        };
+        return ExitCode::from(sim::fuzz::fuzz(&fuzz) as u8);
+    }
+    let out = sim::Output {
+        json: args.json,
+        trace: args.trace,
+    };
+    ExitCode::from(sim::run(&args.scenarios, out) as u8)
+}
+
 /// `iopace sim --faults SEED ...`.
 fn sim_faults(args: SimArgs) -> ExitCode {
     let faults = sim_cases(&args, args.faults);
@@ -147,6 +170,11 @@ struct SimArgs {
     /// With --fuzz: write each failing case's scenario file here.
     #[arg(long, value_name = "DIR", requires = "fuzz")]
     out: Option<PathBuf>,
+    /// Take these mechanisms out of the pacer, to measure what each one
+    /// wins (comma-separated): depth, gate, latency-probe, drain-probe,
+    /// stall, ports, light, hold-ratio, device-queue. See docs/pacer.md.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    ablate: Vec<pace::pacer::ablate::Mechanism>,
     /// With --fuzz or --faults: worker threads (default: one per core).
     #[arg(long)]
     jobs: Option<usize>,
@@ -261,22 +289,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Sim(args) if args.faults.is_some() => sim_faults(args),
-        Cmd::Sim(args) if args.fuzz.is_some() => {
-            let fuzz = sim::fuzz::FuzzArgs {
-                cases: sim_cases(&args, args.fuzz),
-                out: args.out,
-                mode: args.mode,
-            };
-            ExitCode::from(sim::fuzz::fuzz(&fuzz) as u8)
-        }
-        Cmd::Sim(args) => {
-            let out = sim::Output {
-                json: args.json,
-                trace: args.trace,
-            };
-            ExitCode::from(sim::run(&args.scenarios, out) as u8)
-        }
+        Cmd::Sim(args) => sim(args),
         Cmd::Bench(args) => bench(args),
         Cmd::Probe(args) => probe_cli::probe_or_db(args),
         Cmd::Tune(args) => probe_cli::tune(args),

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use super::ablate::{self, Mechanism};
 use super::depth::{Sample, SharedDepth};
 use super::drr::{Device, FAST_HOLD_RATIO};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
@@ -63,6 +64,7 @@ impl Pacer {
             for (d, dev) in self.devices.iter_mut().enumerate() {
                 dev.held = self.depth.held(d, now);
                 let deep = weighed
+                    && !ablate::out(Mechanism::DrainProbe)
                     && dev.probe.due(now)
                     && dev.in_flight_work > 4 * dev.largest_work(dev.largest_io.max(1));
                 dev.probe.tick(deep, now);
@@ -79,7 +81,7 @@ impl Pacer {
     /// The factor `auto`'s windows take now (see [`depth`](super::depth)):
     /// 1 in the other modes.
     pub(super) fn depth_factor(&self) -> f64 {
-        if self.cfg.mode == Mode::Auto {
+        if self.cfg.mode == Mode::Auto && !ablate::out(Mechanism::Depth) {
             self.depth_now.now
         } else {
             1.0
@@ -198,7 +200,7 @@ impl Pacer {
     /// reactor reads the same clock, so they drain together and the queue
     /// they share empties.
     pub(super) fn probing_latency(&self, now: Nanos) -> bool {
-        self.probe_end(now).is_some()
+        !ablate::out(Mechanism::LatencyProbe) && self.probe_end(now).is_some()
     }
 
     /// When the latency probe under way ends (None: none is under way, or
@@ -357,6 +359,9 @@ impl Pacer {
     /// How much longer than the fastest device this device holds its
     /// buffers (the reactor's min latency is the fastest device's).
     pub(super) fn hold_ratio(&self, d: usize) -> f64 {
+        if ablate::out(Mechanism::HoldRatio) {
+            return 1.0;
+        }
         ratio_of(&self.devices[d], self.latency.get())
     }
 

@@ -3,6 +3,7 @@
 //! `auto`, fast devices serve their turns oldest IO first (see
 //! `turn_server`). A device that cannot go passes its turn on.
 
+use super::ablate::{self, Mechanism};
 use super::drain_probe::DrainProbe;
 use super::filter::{rate_filter, LargeIoMin, WindowedMax, WindowedMin, LATENCY_WINDOW_NS};
 use super::queues::{DeviceQueue, Slot};
@@ -87,6 +88,9 @@ impl Device {
     /// latency. The device itself then bounds its IOs, not the links or
     /// the windows.
     pub fn queues_at_device(&self, largest_work: u64) -> bool {
+        if ablate::out(Mechanism::DeviceQueue) {
+            return false;
+        }
         match (self.wait_mean, self.wait_min.get()) {
             (Some(mean), Some(min)) => mean > (2 * min + largest_work) as f64,
             _ => false,

@@ -38,6 +38,7 @@
 
 use rustc_hash::FxHashMap;
 
+use super::ablate::{self, Mechanism};
 use super::filter::{
     rate_filter, WindowedMax, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_IOS, RATE_SAMPLE_NS,
 };
@@ -400,6 +401,9 @@ impl Flows {
     /// stalled: their IO leaves their hosts' and the reactor's windows.
     /// True if one did.
     pub fn mark_stalls(&mut self, now: Nanos) -> bool {
+        if ablate::out(Mechanism::Stall) {
+            return false;
+        }
         let mut any = false;
         for f in self.map.values_mut() {
             if f.drain == Drain::Draining && f.piped > 0 && now > f.progress_at + STALL_NS {

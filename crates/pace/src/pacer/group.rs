@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use super::ablate::{self, Mechanism};
 use super::TenantClock;
 use super::{
     CostModel, DeviceGate, DeviceOps, DeviceQos, LinkWindow, Mode, Pacer, PacingConfig, PortLoad,
@@ -45,8 +46,8 @@ fn gate(cfg: &PacingConfig, devices: &[PacedDevice]) -> Option<Arc<DeviceGate>> 
         .map(|d| d.qos.and_then(|q| q.light_depth).unwrap_or(0))
         .collect();
     let capped = depths.iter().any(|&n| n > 0);
-    (cfg.tenants.len() > 1 && (cfg.mode == Mode::Auto || capped))
-        .then(|| DeviceGate::new(&depths, cfg.tenants.len()))
+    let wanted = cfg.tenants.len() > 1 && (cfg.mode == Mode::Auto || capped);
+    (wanted && !ablate::out(Mechanism::Gate)).then(|| DeviceGate::new(&depths, cfg.tenants.len()))
 }
 
 impl PacerGroup {

@@ -42,6 +42,7 @@ use std::sync::Arc;
 
 use crate::Nanos;
 
+pub mod ablate;
 mod admit;
 mod auto_window;
 mod config;
@@ -64,6 +65,7 @@ mod report;
 mod tenant_clock;
 mod tenants;
 
+use ablate::Mechanism;
 use admit::Verdict;
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 use depth::Factors;
@@ -335,7 +337,9 @@ impl Pacer {
 
     /// Measures the target's ports, shared with the other reactors' pacers.
     pub fn share_ports(&mut self, load: Arc<PortLoad>, now: Nanos) {
-        self.ports = Some(ports::PortMeter::new(load, now));
+        if !ablate::out(Mechanism::Ports) {
+            self.ports = Some(ports::PortMeter::new(load, now));
+        }
     }
 
     /// Flow `flow` came in on port `port` (see [`PortLoad`]).

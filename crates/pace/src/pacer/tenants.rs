@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 
+use super::ablate::{self, Mechanism};
 use super::{Pacer, TenantConfig, Verdict};
 use crate::Nanos;
 
@@ -105,7 +106,10 @@ impl Pacer {
     /// tenant's to complete. This adds at most one IO per light tenant.
     pub(super) fn light(&self, t: usize) -> bool {
         let tenant = &self.tenants[t];
-        tenant.in_flight == 0 && tenant.queued <= 1 && self.tenants.len() > 1
+        tenant.in_flight == 0
+            && tenant.queued <= 1
+            && self.tenants.len() > 1
+            && !ablate::out(Mechanism::Light)
     }
 
     /// The queued tenant with the least virtual time (weighted fair queuing).

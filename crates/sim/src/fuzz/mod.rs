@@ -229,11 +229,18 @@ fn worst(c: &Case) -> f64 {
 }
 
 fn line(c: &Case, wrote: bool) -> String {
+    let ablated = pace::pacer::ablate::taken_out();
+    let ablate = match ablated.is_empty() {
+        true => String::new(),
+        false => format!(" --ablate {}", ablated.join(",")),
+    };
     let repro = match wrote {
-        true => format!("`iopace sim fuzz-{}-{}.toml`", c.seed, c.index),
-        false if c.mode == "auto" => format!("`iopace sim --fuzz {} --index {}`", c.seed, c.index),
+        true => format!("`iopace sim fuzz-{}-{}.toml{ablate}`", c.seed, c.index),
+        false if c.mode == "auto" => {
+            format!("`iopace sim --fuzz {} --index {}{ablate}`", c.seed, c.index)
+        }
         false => format!(
-            "`iopace sim --fuzz {} --index {} --mode {}`",
+            "`iopace sim --fuzz {} --index {} --mode {}{ablate}`",
             c.seed, c.index, c.mode
         ),
     };
