@@ -41,6 +41,11 @@ impl Mechanism {
         (Mechanism::HoldRatio, "hold-ratio"),
         (Mechanism::DeviceQueue, "device-queue"),
     ];
+
+    /// Its bit in the set taken out.
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
 }
 
 impl std::str::FromStr for Mechanism {
@@ -61,12 +66,6 @@ impl std::str::FromStr for Mechanism {
 /// The mechanisms taken out, one bit each: one load and a mask on the
 /// paths that ask per IO.
 static OFF: OnceLock<u16> = OnceLock::new();
-
-impl Mechanism {
-    fn bit(self) -> u16 {
-        1 << self as u16
-    }
-}
 
 /// Takes `mechanisms` out for the rest of the process. False if a set was
 /// already taken out (it stays as it was).
