@@ -272,6 +272,10 @@ impl Pacer {
         self.bytes_in_flight
     }
 
+    pub fn stats(&self, now: Nanos) -> PacerStats {
+        PacerStats::of(self, now)
+    }
+
     fn bypass(&self, io: &PacedIo) -> bool {
         match self.cfg.mode {
             Mode::None | Mode::Buffers => true,

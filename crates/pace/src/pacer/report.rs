@@ -53,56 +53,55 @@ pub struct PacerStats {
     pub tenants: Vec<TenantStats>,
 }
 
-impl Pacer {
-    pub fn stats(&self, now: Nanos) -> PacerStats {
-        let vtimes: Vec<f64> = (0..self.tenants.len())
-            .map(|t| self.clock.vtime(t))
-            .collect();
+impl PacerStats {
+    /// What pacer `p` reports of itself at `now`.
+    pub(super) fn of(p: &Pacer, now: Nanos) -> PacerStats {
+        let vtimes: Vec<f64> = (0..p.tenants.len()).map(|t| p.clock.vtime(t)).collect();
         let max_v = vtimes.iter().copied().fold(0.0, f64::max);
-        let vrates: Vec<f64> = (0..self.devices.len())
-            .map(|d| self.qos.as_ref().map_or(1.0, |q| q.vrate(d)))
+        let vrates: Vec<f64> = (0..p.devices.len())
+            .map(|d| p.qos.as_ref().map_or(1.0, |q| q.vrate(d)))
             .collect();
-        let total = self.released_total.max(1) as f64;
-        let rate = self.rate.get().unwrap_or(0.0);
-        let period_us = match self.cfg.mode {
-            Mode::Rate => self.rate_credit.period_ns() / 1000.0,
-            Mode::Auto if rate > 0.0 => self.max_io as f64 / rate * 1e6,
+        let total = p.released_total.max(1) as f64;
+        let rate = p.rate.get().unwrap_or(0.0);
+        let period_us = match p.cfg.mode {
+            Mode::Rate => p.rate_credit.period_ns() / 1000.0,
+            Mode::Auto if rate > 0.0 => p.max_io as f64 / rate * 1e6,
             _ => 0.0,
         };
         PacerStats {
-            mode: self.cfg.mode,
-            calls: self.calls,
-            polls: self.polls,
-            ios: self.ios,
+            mode: p.cfg.mode,
+            calls: p.calls,
+            polls: p.polls,
+            ios: p.ios,
             period_us,
             rate_bps: rate,
-            window_bytes: if self.cfg.mode == Mode::Auto {
-                self.window
+            window_bytes: if p.cfg.mode == Mode::Auto {
+                p.window
             } else {
                 0
             },
-            queued: self.queued(),
-            queue_lengths: self.devices.iter().map(|d| d.queue.len()).collect(),
-            bytes_in_flight: self.bytes_in_flight,
-            bytes_in_flight_avg: self.in_flight_avg.avg(now),
-            bytes_in_flight_max: self.in_flight_avg.max(),
-            min_latency_us: self.latency.get().map_or(0.0, |l| l as f64 / 1e3),
-            depth: if self.cfg.mode == Mode::Auto {
-                self.depth_now.learned
+            queued: p.queued(),
+            queue_lengths: p.devices.iter().map(|d| d.queue.len()).collect(),
+            bytes_in_flight: p.bytes_in_flight,
+            bytes_in_flight_avg: p.in_flight_avg.avg(now),
+            bytes_in_flight_max: p.in_flight_avg.max(),
+            min_latency_us: p.latency.get().map_or(0.0, |l| l as f64 / 1e3),
+            depth: if p.cfg.mode == Mode::Auto {
+                p.depth_now.learned
             } else {
                 1.0
             },
-            depth_in_effect: self.depth_factor(),
-            held_devices: self.devices.iter().filter(|d| d.held).count(),
+            depth_in_effect: p.depth_factor(),
+            held_devices: p.devices.iter().filter(|d| d.held).count(),
             // Of the devices with targets: a vrate above 1 (an underrated
             // cost model corrected) shows, where a fold from 1.0 hid it.
-            vrate: (0..self.devices.len())
-                .filter(|&d| self.qos.as_ref().is_some_and(|q| q.has_targets(d)))
+            vrate: (0..p.devices.len())
+                .filter(|&d| p.qos.as_ref().is_some_and(|q| q.has_targets(d)))
                 .map(|d| vrates[d])
                 .reduce(f64::min)
                 .unwrap_or(1.0),
             vrates,
-            tenants: self
+            tenants: p
                 .tenants
                 .iter()
                 .zip(&vtimes)
