@@ -49,12 +49,12 @@ impl Pacer {
     /// `link_waiter` is the least virtual time of a tenant waiting for the
     /// shared window in this poll.
     pub(super) fn admit(&mut self, t: usize, link_waiter: Option<f64>, now: Nanos) -> Verdict {
-        if let Some(v) = self.tenant_gate(t, link_waiter) {
+        if let Some(v) = self.sched.tenants.gate(t, link_waiter, self.reactor()) {
             return v;
         }
         // The device whose DRR turn it is (`front`), and the one that
         // serves it (`d`: the same, or the fast device with the oldest IO).
-        let Some(front) = self.front_device(t) else {
+        let Some(front) = self.sched.front_device(t) else {
             return Verdict::Skip;
         };
         let Some((d, slot)) = self.turn_server(t, front, now) else {
@@ -79,7 +79,7 @@ impl Pacer {
             }
             return self.next_device_or(t, front, waits, |p| p.all_windows_closed(t, now));
         };
-        let io = self.devices[d].queue.io(slot);
+        let io = self.sched.devices[d].queue.io(slot);
         let bytes = u64::from(io.bytes);
         // One hold ratio per release: the shared window, the charge and
         // the flight all use it.
@@ -88,7 +88,8 @@ impl Pacer {
         if let Some(v) = self.mode_gate(t, d, &io, paced, now) {
             return v;
         }
-        let ready = self.light(t) || (self.qos_ready(d, now) && self.gate_ready(d, now));
+        let ready =
+            self.sched.tenants.light(t) || (self.qos_ready(d, now) && self.gate_ready(d, now));
         if !ready {
             // This device waits for budget (its latency target) or for
             // its cap (beside a light tenant); the tenant's other devices
@@ -104,7 +105,7 @@ impl Pacer {
             }
             None => false,
         };
-        if self.cfg.mode == Mode::Auto && !self.drr_turn(t, front, now) {
+        if self.cfg.mode == Mode::Auto && !self.sched.drr_turn(t, front, self.max_io as i64, now) {
             return Verdict::NextDevice;
         }
         Verdict::Release(Grant {
@@ -132,14 +133,13 @@ impl Pacer {
             !self.own_link(io.flow) && !self.flows.at_pool_cap(io.flow, u64::from(io.bytes), deepen)
         };
         let own = self.cfg.mode == Mode::Auto
-            && self.tenants[t]
-                .active
-                .iter()
-                .all(|&d| !self.device_bound(d) && self.devices[d].queue.head(t, shared).is_none());
+            && self.sched.tenants[t].active.iter().all(|&d| {
+                !self.device_bound(d) && self.sched.devices[d].queue.head(t, shared).is_none()
+            });
         if !own {
             return Verdict::WaitForLink;
         }
-        self.clock.lift(t);
+        self.sched.tenants.clock.lift(t);
         Verdict::Skip
     }
 
@@ -153,7 +153,7 @@ impl Pacer {
     /// flows' windows are full because the device is slow to serve them,
     /// not because their links are.
     pub(super) fn device_bound(&self, d: usize) -> bool {
-        let dev = &self.devices[d];
+        let dev = &self.sched.devices[d];
         dev.queues_at_device(dev.largest_work(self.max_io))
     }
 
@@ -210,7 +210,7 @@ impl Pacer {
             // reactor has IOs at the device, their completions poll
             // again, and a timer would cut the reactor's gathering wait
             // short for nothing (and on a VM, arming one is an exit).
-            Err(_) if g.configured(d) && self.devices[d].in_flight_ios > 0 => false,
+            Err(_) if g.configured(d) && self.sched.devices[d].in_flight_ios > 0 => false,
             Err(at) => {
                 self.qos_wake = Some(self.qos_wake.map_or(at, |w| w.min(at)));
                 false
@@ -233,49 +233,145 @@ impl Pacer {
     pub(super) fn release(&mut self, t: usize, g: Grant, now: Nanos) {
         let (d, front, io) = (g.device, g.front, g.io);
         let bytes = u64::from(io.bytes);
-        let quantum = self.max_io as i64;
         // A device's bytes are charged by how long they hold buffers, so
         // when the link is short each device's share falls as 1/latency,
         // what Little's law gives devices at equal queue depth: a slow
         // device neither starves nor crowds fast ones off the link.
         let charge = (bytes as f64 * g.ratio) as i64;
         // Deficit round robin by cost between this tenant's devices.
-        let cost =
-            self.devices[d]
-                .cost
-                .cost(io.kind, io.bytes, io.offset == self.devices[d].last_offset);
+        let dev = &self.sched.devices[d];
+        let cost = dev
+            .cost
+            .cost(io.kind, io.bytes, io.offset == dev.last_offset);
         if let Some(q) = &self.qos {
             q.charge(d, cost, now);
         }
         if let Some(g) = &self.gate {
-            g.released(t, self.light(t), now);
+            g.released(t, self.sched.tenants.light(t), now);
         }
-        let dev = &mut self.devices[d];
-        dev.queue.take(g.slot);
-        dev.last_offset = io.offset + bytes;
-        if d != front && !dev.queue.has(t) {
-            self.tenants[t].active.retain(|&x| x != d);
-        }
-        let dev = &mut self.devices[front];
-        dev.deficit -= charge;
-        let tenant = &mut self.tenants[t];
-        self.clock.advance(t, cost / tenant.weight);
-        self.clock.dequeued(t);
-        tenant.usage_bytes += bytes;
-        tenant.unqueue(bytes);
-        if dev.deficit <= 0 || !dev.queue.has(t) {
-            if self.cfg.mode != Mode::Auto {
-                dev.deficit += quantum;
-            }
-            let still = dev.queue.has(t);
-            tenant.active.pop_front();
-            if still {
-                tenant.active.push_back(front);
-            }
-        }
+        self.sched.take(t, d, front, g.slot, &io);
+        // `auto` refills a spent turn when the device's next turn comes
+        // (see `drr_turn`).
+        let refill = (self.cfg.mode != Mode::Auto).then_some(self.max_io as i64);
+        self.sched.charge(t, front, bytes, charge, cost, refill);
         if self.cfg.mode == Mode::Rate {
             self.rate_credit.spend(bytes);
         }
         self.take_flight(io, g.took_op, g.paced, now);
+    }
+
+    /// Which device serves tenant `t`'s turn at `front`, and the position of
+    /// its IO there. In `auto`, a fast device's turn goes to the fast device
+    /// (one holding buffers under twice the fastest's time) whose oldest IO
+    /// of this tenant has waited longest and that may take it now: fast
+    /// devices then drain as one FIFO queue. With turns kept per device,
+    /// random arrivals leave some queues much deeper than others while each
+    /// gets the same rate, and their IOs wait several times longer. Slow
+    /// devices keep their own turns and charges.
+    pub(super) fn turn_server(
+        &mut self,
+        t: usize,
+        front: usize,
+        now: Nanos,
+    ) -> Option<(usize, Slot)> {
+        let front_slot = self.head(front, t);
+        if self.cfg.mode != Mode::Auto || self.hold_ratio(front) >= FAST_HOLD_RATIO {
+            return front_slot.map(|s| (front, s));
+        }
+        let mut best = (front_slot.map(|s| (front, s)), Nanos::MAX);
+        // By index: `qos_ready` notes when a device waiting for budget may
+        // go, as the front's own check would.
+        for i in 0..self.sched.tenants[t].active.len() {
+            let d = self.sched.tenants[t].active[i];
+            let Some(slot) = self.head(d, t) else {
+                continue;
+            };
+            let q = &self.sched.devices[d].queue;
+            let arrived = q.arrived(slot);
+            if arrived >= best.1
+                || self.hold_ratio(d) >= FAST_HOLD_RATIO
+                || !self.device_window_open(d, &q.io(slot))
+                || !self.qos_ready(d, now)
+                || !(self.sched.tenants.light(t) || self.gate_ready(d, now))
+            {
+                continue;
+            }
+            best = (Some((d, slot)), arrived);
+        }
+        best.0
+    }
+
+    /// Tenant `t`'s oldest IO at device `d` whose flow may take it now.
+    pub(super) fn head(&self, d: usize, t: usize) -> Option<Slot> {
+        self.sched.devices[d].queue.head(t, |io| self.flow_open(io))
+    }
+
+    /// The IO's flow has room in its window (in `auto`; a light tenant's IO
+    /// goes past full windows, see `light`).
+    pub(super) fn flow_open(&self, io: &PacedIo) -> bool {
+        self.cfg.mode != Mode::Auto
+            || self.sched.tenants.light(io.tenant)
+            || self.flows.open(
+                io.flow,
+                u64::from(io.bytes),
+                |window| self.deepen_at(io.device, window),
+                |host, own| {
+                    self.link
+                        .as_ref()
+                        .map_or(own, |(link, r)| link.host_share(*r, host, own))
+                },
+            )
+    }
+
+    /// Device `d` cannot take tenant `t`'s IO now: its turn goes to the
+    /// tenant's next device if another has IO and `others_blocked` says one
+    /// of them may go; otherwise `otherwise`.
+    pub(super) fn next_device_or(
+        &mut self,
+        t: usize,
+        d: usize,
+        otherwise: Verdict,
+        others_blocked: impl FnOnce(&mut Self) -> bool,
+    ) -> Verdict {
+        if self.sched.tenant_has_other_device(t, d) && !others_blocked(self) {
+            Verdict::NextDevice
+        } else {
+            otherwise
+        }
+    }
+
+    /// No device of tenant `t` can take its next IO now: its windows (in
+    /// `auto`) are full or it waits for budget.
+    pub(super) fn all_windows_closed(&mut self, t: usize, now: Nanos) -> bool {
+        // By index: `qos_ready` notes wakeups, and this runs on every poll
+        // that finds a window full, so no copy of the list is made.
+        for i in 0..self.sched.tenants[t].active.len() {
+            let d = self.sched.tenants[t].active[i];
+            let Some(slot) = self.head(d, t) else {
+                continue;
+            };
+            let io = self.sched.devices[d].queue.io(slot);
+            let bytes = u64::from(io.bytes);
+            let windows = self.cfg.mode != Mode::Auto
+                || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
+                    && self.device_window_open(d, &io));
+            if windows
+                && self.qos_ready(d, now)
+                && (self.sched.tenants.light(t) || self.gate_ready(d, now))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub(super) fn all_ops_exhausted(&self, t: usize) -> bool {
+        let Some(ops) = &self.device_ops else {
+            return false;
+        };
+        self.sched.tenants[t]
+            .active
+            .iter()
+            .all(|&d| ops.exhausted(d))
     }
 }

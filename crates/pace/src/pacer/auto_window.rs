@@ -57,11 +57,12 @@ impl Pacer {
             // order: two tenants busy, and a device holding more than twice
             // its own floor.
             let tenants = self
+                .sched
                 .tenants
                 .iter()
                 .filter(|t| t.in_flight > 0 || t.queued > 0);
             let weighed = tenants.count() > 1;
-            for (d, dev) in self.devices.iter_mut().enumerate() {
+            for (d, dev) in self.sched.devices.iter_mut().enumerate() {
                 dev.held = self.depth.held(d, now);
                 let deep = weighed
                     && !ablate::out(Mechanism::DrainProbe)
@@ -98,7 +99,7 @@ impl Pacer {
     /// A window for IO to device `d`: deepened, unless a lone client holds
     /// the device at depth 1.
     pub(super) fn deepen_at(&self, d: usize, window: u64) -> u64 {
-        if self.devices[d].held {
+        if self.sched.devices[d].held {
             window
         } else {
             self.deepen(window)
@@ -122,7 +123,7 @@ impl Pacer {
             backlogged: self.queued() > 0 || self.filling > 0,
             probing: self.probing_latency(now),
             lone: f.lone,
-            device_held: self.devices[f.device].held,
+            device_held: self.sched.devices[f.device].held,
         };
         self.depth_now = self.depth.completed(sample);
     }
@@ -148,7 +149,8 @@ impl Pacer {
         // by their device's hold time, not by the port (pooled, fast
         // tenants beside 32 slow 1 ms drives held 14-16 MiB where they
         // had held 6, `tenants_slow_devices`).
-        let (ports, devices, fastest) = (self.ports.as_ref(), &self.devices, self.latency.get());
+        let (ports, devices, fastest) =
+            (self.ports.as_ref(), &self.sched.devices, self.latency.get());
         let fast = |d: usize| {
             devices
                 .get(d)
@@ -223,16 +225,16 @@ impl Pacer {
     pub(super) fn shared_window_open(&self, t: usize, paced: u64, bytes: u64) -> bool {
         let piped = self.flows.paced_total();
         piped == 0
-            || self.light(t)
+            || self.sched.tenants.light(t)
             || (piped + paced <= self.window_now
                 && self.bytes_in_flight + bytes <= self.cfg.max_window)
     }
 
     /// Device `d`'s own window has room for `io`.
     pub(super) fn device_window_open(&self, d: usize, io: &PacedIo) -> bool {
-        let dev = &self.devices[d];
+        let dev = &self.sched.devices[d];
         if let Some(open) = dev.probe.admits(dev.in_flight_ios) {
-            return open || self.light(io.tenant);
+            return open || self.sched.tenants.light(io.tenant);
         }
         // Behind a full port a device that keeps no queue of its own is
         // not what binds: its window, sized from what its flows drain
@@ -242,7 +244,7 @@ impl Pacer {
         // flows instead.
         let port_bound = || self.flows.pooled(io.flow) && !self.device_bound(d);
         dev.in_flight_work == 0
-            || self.light(io.tenant)
+            || self.sched.tenants.light(io.tenant)
             || dev.in_flight_work + dev.work(io.kind, u64::from(io.bytes)) <= self.device_window(d)
             || port_bound()
     }
@@ -257,7 +259,7 @@ impl Pacer {
     /// and their hosts, waiting on that drive, left slow drives idle
     /// (`slow_devices_open_link`: 29 of 47 Gb/s at QD 128).
     pub(super) fn device_window(&self, d: usize) -> u64 {
-        let dev = &self.devices[d];
+        let dev = &self.sched.devices[d];
         let max_io = dev.largest_work(self.max_io);
         // A drained device has room for two of the largest IO it was sent,
         // not of the reactor's: two 128 KiB buffers' device time held 64
@@ -295,14 +297,15 @@ impl Pacer {
     pub(super) fn publish_link(&self) {
         if let Some((link, r)) = &self.link {
             let backlog = self
+                .sched
                 .tenants
                 .iter()
                 .filter(|t| !t.held)
                 .map(|t| t.queued_bytes)
                 .sum();
             link.publish(*r, self.window, backlog, self.flows.paced_total());
-            if self.tenants.len() > 1 {
-                let queued = self.tenants.iter();
+            if self.sched.tenants.len() > 1 {
+                let queued = self.sched.tenants.iter();
                 link.publish_tenants(*r, queued.map(|t| if t.held { 0 } else { t.queued_bytes }));
             }
         }
@@ -341,7 +344,7 @@ impl Pacer {
     /// behind a slow wire never sees its unqueued latency; without the bound,
     /// its window would grow with the queue it makes.
     pub(super) fn hold_time(&self, d: usize) -> Option<u64> {
-        hold_of(&self.devices[d], self.latency.get())
+        hold_of(&self.sched.devices[d], self.latency.get())
     }
 
     /// How long device `d` holds an IO, for sizing its window: its hold
@@ -349,7 +352,7 @@ impl Pacer {
     /// the hold time measured is its own queue.
     fn device_hold(&self, d: usize) -> Option<Nanos> {
         let held = self.hold_time(d)?;
-        let dev = &self.devices[d];
+        let dev = &self.sched.devices[d];
         match (dev.probe.latency_alone(dev.largest_io), self.latency.get()) {
             (Some(alone), Some(fastest)) => Some(held.min(alone + fastest)),
             _ => Some(held),
@@ -362,7 +365,7 @@ impl Pacer {
         if ablate::out(Mechanism::HoldRatio) {
             return 1.0;
         }
-        ratio_of(&self.devices[d], self.latency.get())
+        ratio_of(&self.sched.devices[d], self.latency.get())
     }
 
     /// How long an IO to device `d` holds its flow's window, for sizing
@@ -394,18 +397,18 @@ impl Pacer {
         }
         let fast = |e: usize| self.hold_ratio(e) < FAST_HOLD_RATIO;
         let wants_link = |e: usize| {
-            let dev = &self.devices[e];
+            let dev = &self.sched.devices[e];
             let max_io = dev.largest_work(self.max_io);
             dev.queue.len() > 0
                 && dev.in_flight_work + max_io <= self.device_window(e)
                 && !dev.queues_at_device(max_io)
-                && (0..self.tenants.len())
+                && (0..self.sched.tenants.len())
                     .any(|t| dev.queue.head(t, |io| !self.own_link(io.flow)).is_some())
         };
         if fast(d) {
             return None;
         }
-        let yielding = (0..self.devices.len()).any(|e| fast(e) && wants_link(e))
+        let yielding = (0..self.sched.devices.len()).any(|e| fast(e) && wants_link(e))
             && !self.flows.host_also_on(flow, fast);
         if yielding {
             return None;
@@ -428,7 +431,7 @@ impl Pacer {
     /// machine's disk where it had held 2.2-6.4
     /// (`docs/evidence.md#queued-hold`).
     pub(super) fn queued_hold(&self, d: usize) -> Option<Nanos> {
-        let dev = &self.devices[d];
+        let dev = &self.sched.devices[d];
         if !dev.queues_at_device(dev.largest_work(self.max_io)) {
             return None;
         }
@@ -449,10 +452,10 @@ impl Pacer {
     }
 
     pub(super) fn sample_rates(&mut self, now: Nanos) {
-        for d in &mut self.devices {
+        for d in &mut self.sched.devices {
             d.rate.offer(now, d.delivered_work, RATE_SAMPLE_NS);
         }
-        let delivered: u64 = self.devices.iter().map(|d| d.delivered).sum();
+        let delivered: u64 = self.sched.devices.iter().map(|d| d.delivered).sum();
         self.rate.offer(now, delivered, RATE_SAMPLE_NS);
     }
 }

@@ -1,13 +1,16 @@
-//! Devices within a tenant share its turns by deficit round robin, each
-//! IO charged by its bytes times how long its device holds buffers; in
-//! `auto`, fast devices serve their turns oldest IO first (see
-//! `turn_server`). A device that cannot go passes its turn on.
+//! The scheduler: each release opportunity goes to a tenant by weighted
+//! fair queuing (see [`tenants`](super::tenants)), and devices within a
+//! tenant share its turns by deficit round robin, each IO charged by its
+//! bytes times how long its device holds buffers; in `auto`, fast devices
+//! serve their turns oldest IO first (see `Pacer::turn_server`). A device
+//! that cannot go passes its turn on.
 
 use super::ablate::{self, Mechanism};
 use super::drain_probe::DrainProbe;
 use super::filter::{rate_filter, LargeIoMin, WindowedMax, WindowedMin, LATENCY_WINDOW_NS};
 use super::queues::{DeviceQueue, Slot};
-use super::{CostModel, IoKind, Mode, PacedIo, Pacer, Verdict};
+use super::tenants::Tenants;
+use super::{CostModel, IoKind, PacedIo, TenantConfig};
 use crate::Nanos;
 
 #[derive(Debug, Default, Clone)]
@@ -125,10 +128,26 @@ pub(super) const MAX_PACER_WAIT_NS: Nanos = 100_000_000;
 /// DRR turns oldest IO first (see `turn_server`).
 pub(super) const FAST_HOLD_RATIO: f64 = 2.0;
 
-impl Pacer {
+/// What each release opportunity goes to: a tenant by weighted fair
+/// queuing ([`Tenants`]), then one of its devices by deficit round robin.
+pub(super) struct Scheduler {
+    pub tenants: Tenants,
+    pub devices: Vec<Device>,
+}
+
+impl Scheduler {
+    /// The configured tenants over `devices` device queues with default
+    /// cost models; `max_io` is the largest IO expected.
+    pub fn new(tenants: &[TenantConfig], devices: usize, max_io: u64) -> Scheduler {
+        Scheduler {
+            tenants: Tenants::new(tenants),
+            devices: vec![Device::new(CostModel::default(), max_io); devices.max(1)],
+        }
+    }
+
     /// The device whose DRR turn it is for tenant `t`; devices left with
     /// no IO of `t` leave the rotation first.
-    pub(super) fn front_device(&mut self, t: usize) -> Option<usize> {
+    pub fn front_device(&mut self, t: usize) -> Option<usize> {
         loop {
             let front = self.tenants[t].active.front().copied()?;
             if self.devices[front].queue.has(t) {
@@ -138,75 +157,11 @@ impl Pacer {
         }
     }
 
-    /// Which device serves tenant `t`'s turn at `front`, and the position of
-    /// its IO there. In `auto`, a fast device's turn goes to the fast device
-    /// (one holding buffers under twice the fastest's time) whose oldest IO
-    /// of this tenant has waited longest and that may take it now: fast
-    /// devices then drain as one FIFO queue. With turns kept per device,
-    /// random arrivals leave some queues much deeper than others while each
-    /// gets the same rate, and their IOs wait several times longer. Slow
-    /// devices keep their own turns and charges.
-    pub(super) fn turn_server(
-        &mut self,
-        t: usize,
-        front: usize,
-        now: Nanos,
-    ) -> Option<(usize, Slot)> {
-        let front_slot = self.head(front, t);
-        if self.cfg.mode != Mode::Auto || self.hold_ratio(front) >= FAST_HOLD_RATIO {
-            return front_slot.map(|s| (front, s));
-        }
-        let mut best = (front_slot.map(|s| (front, s)), Nanos::MAX);
-        // By index: `qos_ready` notes when a device waiting for budget may
-        // go, as the front's own check would.
-        for i in 0..self.tenants[t].active.len() {
-            let d = self.tenants[t].active[i];
-            let Some(slot) = self.head(d, t) else {
-                continue;
-            };
-            let q = &self.devices[d].queue;
-            let arrived = q.arrived(slot);
-            if arrived >= best.1
-                || self.hold_ratio(d) >= FAST_HOLD_RATIO
-                || !self.device_window_open(d, &q.io(slot))
-                || !self.qos_ready(d, now)
-                || !(self.light(t) || self.gate_ready(d, now))
-            {
-                continue;
-            }
-            best = (Some((d, slot)), arrived);
-        }
-        best.0
-    }
-
-    /// Tenant `t`'s oldest IO at device `d` whose flow may take it now.
-    pub(super) fn head(&self, d: usize, t: usize) -> Option<Slot> {
-        self.devices[d].queue.head(t, |io| self.flow_open(io))
-    }
-
-    /// The IO's flow has room in its window (in `auto`; a light tenant's IO
-    /// goes past full windows, see `light`).
-    pub(super) fn flow_open(&self, io: &PacedIo) -> bool {
-        self.cfg.mode != Mode::Auto
-            || self.light(io.tenant)
-            || self.flows.open(
-                io.flow,
-                u64::from(io.bytes),
-                |window| self.deepen_at(io.device, window),
-                |host, own| {
-                    self.link
-                        .as_ref()
-                        .map_or(own, |(link, r)| link.host_share(*r, host, own))
-                },
-            )
-    }
-
     /// `auto`'s deficit round robin: a new turn for device `front` adds one
-    /// quantum. False: the device, still in debt from an expensive IO, gives
-    /// the turn to the tenant's next device. Unless its oldest IO has waited
-    /// too long: the debt is a share, not a stall.
-    pub(super) fn drr_turn(&mut self, t: usize, front: usize, now: Nanos) -> bool {
-        let quantum = self.max_io as i64;
+    /// `quantum`. False: the device, still in debt from an expensive IO,
+    /// gives the turn to the tenant's next device. Unless its oldest IO has
+    /// waited too long: the debt is a share, not a stall.
+    pub fn drr_turn(&mut self, t: usize, front: usize, quantum: i64, now: Nanos) -> bool {
         let dev = &mut self.devices[front];
         if dev.deficit > 0 {
             return true;
@@ -228,54 +183,73 @@ impl Pacer {
         true
     }
 
-    pub(super) fn tenant_has_other_device(&self, t: usize, d: usize) -> bool {
+    /// Takes tenant `t`'s IO `io` at `slot` of device `d`, serving device
+    /// `front`'s turn, out of its queue.
+    pub fn take(&mut self, t: usize, d: usize, front: usize, slot: Slot, io: &PacedIo) {
+        let dev = &mut self.devices[d];
+        dev.queue.take(slot);
+        dev.last_offset = io.offset + u64::from(io.bytes);
+        if d != front && !dev.queue.has(t) {
+            self.tenants[t].active.retain(|&x| x != d);
+        }
+    }
+
+    /// Charges tenant `t`'s release of `bytes`: `cost` to its virtual
+    /// time, `charge` to device `front`'s turn. A spent turn passes to the
+    /// tenant's next device, getting `refill` back if given.
+    pub fn charge(
+        &mut self,
+        t: usize,
+        front: usize,
+        bytes: u64,
+        charge: i64,
+        cost: f64,
+        refill: Option<i64>,
+    ) {
+        let weight = self.tenants[t].weight;
+        self.tenants.clock.advance(t, cost / weight);
+        self.tenants.clock.dequeued(t);
+        let tenant = &mut self.tenants[t];
+        tenant.usage_bytes += bytes;
+        tenant.unqueue(bytes);
+        let dev = &mut self.devices[front];
+        dev.deficit -= charge;
+        if dev.deficit <= 0 || !dev.queue.has(t) {
+            if let Some(quantum) = refill {
+                dev.deficit += quantum;
+            }
+            let still = dev.queue.has(t);
+            tenant.active.pop_front();
+            if still {
+                tenant.active.push_back(front);
+            }
+        }
+    }
+
+    pub fn tenant_has_other_device(&self, t: usize, d: usize) -> bool {
         self.tenants[t].active.iter().any(|&x| x != d)
     }
 
-    /// Device `d` cannot take tenant `t`'s IO now: its turn goes to the
-    /// tenant's next device if another has IO and `others_blocked` says one
-    /// of them may go; otherwise `otherwise`.
-    pub(super) fn next_device_or(
-        &mut self,
-        t: usize,
-        d: usize,
-        otherwise: Verdict,
-        others_blocked: impl FnOnce(&mut Self) -> bool,
-    ) -> Verdict {
-        if self.tenant_has_other_device(t, d) && !others_blocked(self) {
-            Verdict::NextDevice
-        } else {
-            otherwise
+    /// Publishes when each tenant's oldest IO queued here arrived, for the
+    /// reactors' shared tenant clock. Only with tenants on pooled reactors
+    /// (`reactor`: this one's index among them).
+    pub fn publish_oldest(&self, reactor: Option<usize>) {
+        let Some(r) = reactor else { return };
+        let clock = &self.tenants.clock;
+        if self.tenants.len() < 2 || clock.reactors() < 2 {
+            return;
         }
-    }
-
-    /// No device of tenant `t` can take its next IO now: its windows (in
-    /// `auto`) are full or it waits for budget.
-    pub(super) fn all_windows_closed(&mut self, t: usize, now: Nanos) -> bool {
-        // By index: `qos_ready` notes wakeups, and this runs on every poll
-        // that finds a window full, so no copy of the list is made.
-        for i in 0..self.tenants[t].active.len() {
-            let d = self.tenants[t].active[i];
-            let Some(slot) = self.head(d, t) else {
-                continue;
-            };
-            let io = self.devices[d].queue.io(slot);
-            let bytes = u64::from(io.bytes);
-            let windows = self.cfg.mode != Mode::Auto
-                || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
-                    && self.device_window_open(d, &io));
-            if windows && self.qos_ready(d, now) && (self.light(t) || self.gate_ready(d, now)) {
-                return false;
-            }
+        for (t, tenant) in self.tenants.iter().enumerate() {
+            let oldest = tenant
+                .active
+                .iter()
+                .filter_map(|&d| {
+                    let q = &self.devices[d].queue;
+                    q.head(t, |_| true).map(|s| q.arrived(s))
+                })
+                .min();
+            clock.set_oldest(t, r, oldest);
         }
-        true
-    }
-
-    pub(super) fn all_ops_exhausted(&self, t: usize) -> bool {
-        let Some(ops) = &self.device_ops else {
-            return false;
-        };
-        self.tenants[t].active.iter().all(|&d| ops.exhausted(d))
     }
 }
 

@@ -72,7 +72,7 @@ use depth::Factors;
 pub use depth::SharedDepth;
 pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
-use drr::Device;
+use drr::{Device, Scheduler};
 use filter::{rate_filter, LATENCY_WINDOW_NS};
 use filter::{LargeIoMin, WindowedMax};
 use flight::{DeviceStage, Flight};
@@ -84,7 +84,7 @@ pub use qos::{burst_ns as qos_burst_ns, DeviceQos, QosConfig};
 use rate::RateCredit;
 pub use report::{PacerStats, TenantStats};
 pub use tenant_clock::TenantClock;
-use tenants::{Tenant, HOLD_RECHECK_NS};
+use tenants::HOLD_RECHECK_NS;
 pub use types::{CostModel, IoKind};
 
 /// How often `auto` looks for flows that stopped draining (see [`flows`]).
@@ -106,8 +106,8 @@ pub struct PacedIo {
 
 pub struct Pacer {
     cfg: PacingConfig,
-    devices: Vec<Device>,
-    tenants: Vec<Tenant>,
+    /// Which tenant and device each release opportunity goes to.
+    sched: Scheduler,
     flights: FxHashMap<u64, Flight>,
     /// Each connection's drain rate and window (`auto`).
     flows: Flows,
@@ -142,10 +142,6 @@ pub struct Pacer {
     /// counts as a large IO for the latency estimate.
     max_io: u64,
     released_total: u64,
-    /// Tenants' virtual time: this pacer's own, or shared by all reactors.
-    clock: Arc<TenantClock>,
-    /// The last poll held a tenant back for one served on another reactor.
-    held: bool,
     /// Devices' latency targets and budgets, shared by all reactors.
     qos: Option<Arc<DeviceQos>>,
     /// The last poll left IO waiting for device budget until then.
@@ -169,12 +165,9 @@ impl Pacer {
         device_ops: Option<Arc<DeviceOps>>,
         now: Nanos,
     ) -> Pacer {
-        let tenants = Tenant::from_config(&cfg.tenants);
-        let clock = TenantClock::new(tenants.len());
         let max_io = u64::from(buffer_size).max(4096);
         Pacer {
-            devices: vec![Device::new(CostModel::default(), max_io); devices.max(1)],
-            tenants,
+            sched: Scheduler::new(&cfg.tenants, devices, max_io),
             flights: FxHashMap::default(),
             flows: Flows::default(),
             bypassed: Vec::new(),
@@ -195,8 +188,6 @@ impl Pacer {
             ports: None,
             max_io,
             released_total: 0,
-            clock,
-            held: false,
             qos: None,
             qos_wake: None,
             gate: None,
@@ -214,9 +205,7 @@ impl Pacer {
     /// Changes mode and parameters at run time; queued IOs stay queued.
     pub fn reconfigure(&mut self, cfg: PacingConfig, now: Nanos) {
         self.rate_credit.reconfigure(&cfg, now);
-        for (t, tc) in self.tenants.iter_mut().zip(&cfg.tenants) {
-            t.weight = tc.weight;
-        }
+        self.sched.tenants.reweight(&cfg.tenants);
         if cfg.mode != self.cfg.mode {
             self.depth.reset();
         }
@@ -226,9 +215,7 @@ impl Pacer {
     /// Shares tenants' virtual time with the other reactors' pacers (one
     /// clock for all of them, with this pacer's tenant count).
     pub fn share_tenants(&mut self, clock: Arc<TenantClock>) {
-        if clock.tenants() == self.tenants.len() {
-            self.clock = clock;
-        }
+        self.sched.tenants.share_clock(clock);
     }
 
     /// Gives this pacer the devices' latency targets (one [`DeviceQos`]
@@ -244,7 +231,7 @@ impl Pacer {
     }
 
     pub fn set_cost_model(&mut self, device: usize, model: CostModel) {
-        if let Some(d) = self.devices.get_mut(device) {
+        if let Some(d) = self.sched.devices.get_mut(device) {
             debug_assert!(
                 d.queue.len() == 0 && d.in_flight_ios == 0,
                 "a device's cost model is set before its IO"
@@ -260,7 +247,7 @@ impl Pacer {
     }
 
     pub fn queued(&self) -> usize {
-        self.tenants.iter().map(|t| t.queued).sum::<usize>() + self.bypassed.len()
+        self.sched.tenants.queued() + self.bypassed.len()
     }
 
     /// IO `id` was released and is not yet done.
@@ -287,8 +274,8 @@ impl Pacer {
     /// Queues an IO. In pass-through modes it is released by the next poll.
     pub fn enqueue(&mut self, io: PacedIo, now: Nanos) {
         self.calls += 1;
-        let t = io.tenant.min(self.tenants.len() - 1);
-        let d = io.device.min(self.devices.len() - 1);
+        let t = io.tenant.min(self.sched.tenants.len() - 1);
+        let d = io.device.min(self.sched.devices.len() - 1);
         let io = PacedIo {
             tenant: t,
             device: d,
@@ -305,21 +292,21 @@ impl Pacer {
             .queued(io.flow, (d, t), u64::from(io.bytes), self.max_io, now);
         if lone && self.cfg.mode == Mode::Auto {
             self.depth.lone_io(d, now);
-            self.devices[d].held = true;
+            self.sched.devices[d].held = true;
         }
         if self.bypass(&io) {
             self.bypassed.push(io);
             return;
         }
-        self.clock.queued(t);
-        self.tenants[t].queued_bytes += u64::from(io.bytes);
+        self.sched.tenants.clock.queued(t);
+        self.sched.tenants[t].queued_bytes += u64::from(io.bytes);
         self.publish_link();
-        let tenant = &mut self.tenants[t];
+        let tenant = &mut self.sched.tenants[t];
         tenant.queued += 1;
-        if self.devices[d].queue.len() == 0 || !tenant.active.contains(&d) {
+        if self.sched.devices[d].queue.len() == 0 || !tenant.active.contains(&d) {
             tenant.active.push_back(d);
         }
-        self.devices[d].queue.push(io, now);
+        self.sched.devices[d].queue.push(io, now);
         self.publish_hosts();
     }
 
@@ -339,6 +326,12 @@ impl Pacer {
         }
     }
 
+    /// This reactor's index among those pooling their windows (see
+    /// [`LinkWindow`]).
+    fn reactor(&self) -> Option<usize> {
+        self.link.as_ref().map(|(_, r)| *r)
+    }
+
     /// Measures the target's ports, shared with the other reactors' pacers.
     pub fn share_ports(&mut self, load: Arc<PortLoad>, now: Nanos) {
         if !ablate::out(Mechanism::Ports) {
@@ -355,11 +348,11 @@ impl Pacer {
 
     /// Removes a queued IO (its connection died). False if not queued here.
     pub fn cancel(&mut self, id: u64) -> bool {
-        for (di, d) in self.devices.iter_mut().enumerate() {
+        for (di, d) in self.sched.devices.iter_mut().enumerate() {
             if let Some(io) = d.queue.remove(id) {
-                self.clock.dequeued(io.tenant);
+                self.sched.tenants.clock.dequeued(io.tenant);
                 self.flows.unqueued(io.flow, u64::from(io.bytes));
-                let t = &mut self.tenants[io.tenant];
+                let t = &mut self.sched.tenants[io.tenant];
                 t.unqueue(u64::from(io.bytes));
                 if !d.queue.has(io.tenant) {
                     t.active.retain(|&x| x != di);
@@ -367,7 +360,7 @@ impl Pacer {
                 self.publish_link();
                 // A reactor whose last connection died may poll no more.
                 self.publish_hosts();
-                self.publish_oldest();
+                self.sched.publish_oldest(self.reactor());
                 return true;
             }
         }
@@ -389,7 +382,7 @@ impl Pacer {
     /// Releases what may go now into `out` (IO ids).
     pub fn poll(&mut self, now: Nanos, out: &mut Vec<u64>) {
         self.polls += 1;
-        self.held = false;
+        self.sched.tenants.held = false;
         self.qos_wake = None;
         if self.queued() == 0 {
             return;
@@ -412,43 +405,43 @@ impl Pacer {
         // scratch vector: poll runs on every request).
         let mut skipped = std::mem::take(&mut self.skipped);
         skipped.clear();
-        skipped.resize(self.tenants.len(), false);
-        for tenant in &mut self.tenants {
+        skipped.resize(self.sched.tenants.len(), false);
+        for tenant in self.sched.tenants.iter_mut() {
             tenant.held = false;
         }
         // The least virtual time of a tenant that waits for the shared
         // window: tenants further ahead than the slack wait with it.
         let mut link_waiter: Option<f64> = None;
-        while let Some(t) = self.pick_tenant(&skipped) {
+        while let Some(t) = self.sched.tenants.pick(&skipped) {
             match self.admit(t, link_waiter, now) {
                 Verdict::Release(grant) => {
                     self.release(t, grant, now);
                     out.push(grant.io.id);
                 }
-                Verdict::NextDevice => self.tenants[t].active.rotate_left(1),
+                Verdict::NextDevice => self.sched.tenants[t].active.rotate_left(1),
                 Verdict::Skip => skipped[t] = true,
                 Verdict::WaitForLink => {
                     skipped[t] = true;
-                    let v = self.clock.vtime(t);
+                    let v = self.sched.tenants.clock.vtime(t);
                     link_waiter = Some(link_waiter.map_or(v, |w| w.min(v)));
                 }
                 Verdict::HoldForPeers => {
                     skipped[t] = true;
-                    self.held = true;
-                    self.tenants[t].held = true;
+                    self.sched.tenants.held = true;
+                    self.sched.tenants[t].held = true;
                 }
             }
         }
         self.skipped = skipped;
         self.publish_link();
         self.publish_hosts();
-        self.publish_oldest();
+        self.sched.publish_oldest(self.reactor());
     }
 
     /// IOs that bypass pacing go at once.
     fn release_bypassed(&mut self, now: Nanos, out: &mut Vec<u64>) {
         for io in std::mem::take(&mut self.bypassed) {
-            self.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
+            self.sched.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
             // The gate counts every flight it will see land (none of
             // these is light: it bypassed the pacer).
             if let Some(g) = &self.gate {
@@ -462,7 +455,7 @@ impl Pacer {
     /// Counts a released IO as in flight until `on_complete` or `cancel`.
     fn take_flight(&mut self, io: PacedIo, took_op: bool, paced: u64, now: Nanos) {
         let bytes = u64::from(io.bytes);
-        let dev = &mut self.devices[io.device];
+        let dev = &mut self.sched.devices[io.device];
         let work = dev.work(io.kind, bytes);
         dev.largest_io = dev.largest_io.max(bytes);
         dev.probe.released(now);
@@ -471,7 +464,7 @@ impl Pacer {
         // its payload has arrived (`on_device_start`).
         let stage = match io.kind {
             IoKind::Read => {
-                self.devices[io.device].arrive(work);
+                self.sched.devices[io.device].arrive(work);
                 if let Some(g) = &self.gate {
                     g.arrive(io.device, now);
                 }
@@ -483,7 +476,7 @@ impl Pacer {
                 DeviceStage::Before
             }
         };
-        self.tenants[io.tenant].in_flight += 1;
+        self.sched.tenants[io.tenant].in_flight += 1;
         self.bytes_in_flight += bytes;
         self.in_flight_avg.update(now, self.bytes_in_flight);
         self.released_total += bytes;
@@ -518,7 +511,7 @@ impl Pacer {
         if f.enter(DeviceStage::At) {
             debug_assert!(self.filling > 0, "a piece starts that was not filling");
             self.filling -= 1;
-            self.devices[f.device].arrive(f.work);
+            self.sched.devices[f.device].arrive(f.work);
             if let Some(g) = &self.gate {
                 g.arrive(f.device, now);
             }
@@ -535,12 +528,12 @@ impl Pacer {
         let (device, work, bytes) = (f.device, f.work, f.bytes);
         f.at_device = latency_ns;
         if f.enter(DeviceStage::After) {
-            self.devices[device].leave(work);
+            self.sched.devices[device].leave(work);
             if let Some(g) = &self.gate {
                 g.completed(device, latency_ns, now);
             }
         }
-        let dev = &mut self.devices[device];
+        let dev = &mut self.sched.devices[device];
         dev.probe.landed(latency_ns, bytes, dev.in_flight_ios, now);
         dev.device_latency.update(latency_ns.max(1), now);
         dev.note_wait(latency_ns, work, now);
@@ -564,7 +557,7 @@ impl Pacer {
         // devices kept 88-92% of the link.
         let large = f.bytes >= self.max_io;
         self.latency.update(latency, large, now);
-        let dev = &mut self.devices[f.device];
+        let dev = &mut self.sched.devices[f.device];
         dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;
         dev.delivered_work += f.work;
@@ -596,12 +589,12 @@ impl Pacer {
         }
         self.flows.landed(f.flow, f.bytes);
         if f.stage == DeviceStage::At {
-            self.devices[f.device].leave(f.work);
+            self.sched.devices[f.device].leave(f.work);
             if let Some(g) = &self.gate {
                 g.leave(f.device);
             }
         }
-        let t = &mut self.tenants[f.tenant];
+        let t = &mut self.sched.tenants[f.tenant];
         debug_assert!(
             t.in_flight > 0,
             "tenant {}: lands more than it has in flight",
@@ -632,7 +625,7 @@ impl Pacer {
         }
         let mut wake = self.qos_wake;
         let mut at = |t: Nanos| wake = Some(wake.map_or(t, |w| w.min(t)));
-        if self.held {
+        if self.sched.tenants.held {
             // Nothing here completes when another reactor's tenant catches up.
             at(now + HOLD_RECHECK_NS);
         }

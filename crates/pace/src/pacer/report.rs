@@ -56,9 +56,11 @@ pub struct PacerStats {
 impl PacerStats {
     /// What pacer `p` reports of itself at `now`.
     pub(super) fn of(p: &Pacer, now: Nanos) -> PacerStats {
-        let vtimes: Vec<f64> = (0..p.tenants.len()).map(|t| p.clock.vtime(t)).collect();
+        let vtimes: Vec<f64> = (0..p.sched.tenants.len())
+            .map(|t| p.sched.tenants.clock.vtime(t))
+            .collect();
         let max_v = vtimes.iter().copied().fold(0.0, f64::max);
-        let vrates: Vec<f64> = (0..p.devices.len())
+        let vrates: Vec<f64> = (0..p.sched.devices.len())
             .map(|d| p.qos.as_ref().map_or(1.0, |q| q.vrate(d)))
             .collect();
         let total = p.released_total.max(1) as f64;
@@ -81,7 +83,7 @@ impl PacerStats {
                 0
             },
             queued: p.queued(),
-            queue_lengths: p.devices.iter().map(|d| d.queue.len()).collect(),
+            queue_lengths: p.sched.devices.iter().map(|d| d.queue.len()).collect(),
             bytes_in_flight: p.bytes_in_flight,
             bytes_in_flight_avg: p.in_flight_avg.avg(now),
             bytes_in_flight_max: p.in_flight_avg.max(),
@@ -92,16 +94,17 @@ impl PacerStats {
                 1.0
             },
             depth_in_effect: p.depth_factor(),
-            held_devices: p.devices.iter().filter(|d| d.held).count(),
+            held_devices: p.sched.devices.iter().filter(|d| d.held).count(),
             // Of the devices with targets: a vrate above 1 (an underrated
             // cost model corrected) shows, where a fold from 1.0 hid it.
-            vrate: (0..p.devices.len())
+            vrate: (0..p.sched.devices.len())
                 .filter(|&d| p.qos.as_ref().is_some_and(|q| q.has_targets(d)))
                 .map(|d| vrates[d])
                 .reduce(f64::min)
                 .unwrap_or(1.0),
             vrates,
             tenants: p
+                .sched
                 .tenants
                 .iter()
                 .zip(&vtimes)

@@ -4,9 +4,11 @@
 //! of one busy on another reactor waits for it.
 
 use std::collections::VecDeque;
+use std::ops::{Index, IndexMut};
+use std::sync::Arc;
 
 use super::ablate::{self, Mechanism};
-use super::{Pacer, TenantConfig, Verdict};
+use super::{TenantClock, TenantConfig, Verdict};
 use crate::Nanos;
 
 /// How far (cost units per unit of weight, i.e. ns of device time) a tenant
@@ -72,10 +74,70 @@ impl Tenant {
     }
 }
 
-impl Pacer {
+/// The tenants and their virtual time: which tenant each release
+/// opportunity goes to (WFQ), and which wait for peers on other reactors.
+pub(super) struct Tenants {
+    all: Vec<Tenant>,
+    /// Tenants' virtual time: this pacer's own, or shared by all reactors.
+    pub clock: Arc<TenantClock>,
+    /// The last poll held a tenant back for one served on another reactor.
+    pub held: bool,
+}
+
+impl Tenants {
+    /// One per configured tenant, or the default tenant if none is, on a
+    /// clock of their own.
+    pub fn new(tenants: &[TenantConfig]) -> Tenants {
+        let all = Tenant::from_config(tenants);
+        let clock = TenantClock::new(all.len());
+        Tenants {
+            all,
+            clock,
+            held: false,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Tenant> {
+        self.all.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Tenant> {
+        self.all.iter_mut()
+    }
+
+    /// Takes the configured weights (the tenants stay what they were).
+    pub fn reweight(&mut self, tenants: &[TenantConfig]) {
+        for (t, tc) in self.all.iter_mut().zip(tenants) {
+            t.weight = tc.weight;
+        }
+    }
+
+    /// Shares virtual time with the other reactors' pacers, if `clock` is
+    /// for as many tenants.
+    pub fn share_clock(&mut self, clock: Arc<TenantClock>) {
+        if clock.tenants() == self.all.len() {
+            self.clock = clock;
+        }
+    }
+
+    /// IOs queued, over all tenants.
+    pub fn queued(&self) -> usize {
+        self.all.iter().map(|t| t.queued).sum()
+    }
+
     /// Whether tenant `t` waits for other tenants before its devices are
-    /// looked at (None: it need not).
-    pub(super) fn tenant_gate(&self, t: usize, link_waiter: Option<f64>) -> Option<Verdict> {
+    /// looked at (None: it need not). `reactor` is this reactor's index
+    /// among those pooling their windows.
+    pub fn gate(
+        &self,
+        t: usize,
+        link_waiter: Option<f64>,
+        reactor: Option<usize>,
+    ) -> Option<Verdict> {
         // The shared window is the link's, and a tenant waiting for it
         // waits for the link; one that took the gap instead would take
         // the link from it, whatever the weights. (A slow device's IO
@@ -85,17 +147,15 @@ impl Pacer {
             let ahead = self.clock.vtime(t) > v + TENANT_SLACK;
             // Held to its share, the tenant's slots go to the reactor
             // with its oldest IO, not to whichever polls first.
-            let elsewhere = self
-                .link
-                .as_ref()
-                .is_some_and(|(_, r)| !self.clock.holds_oldest(t, *r, TENANT_FIFO_TOLERANCE_NS));
+            let elsewhere =
+                reactor.is_some_and(|r| !self.clock.holds_oldest(t, r, TENANT_FIFO_TOLERANCE_NS));
             if ahead || elsewhere {
                 return Some(Verdict::Skip);
             }
         }
         // Tenants queued here are arbitrated here; one busy only on other
         // reactors is waited for if this one runs too far ahead of it.
-        if self.clock.lead(t, |u| self.tenants[u].queued > 0) > TENANT_SLACK {
+        if self.clock.lead(t, |u| self.all[u].queued > 0) > TENANT_SLACK {
             return Some(Verdict::HoldForPeers);
         }
         None
@@ -104,41 +164,35 @@ impl Pacer {
     /// Tenant `t` has one IO here and nothing in flight (a QD 1 client): it
     /// goes past full windows and device budgets, so a light tenant's IO never waits for a heavy
     /// tenant's to complete. This adds at most one IO per light tenant.
-    pub(super) fn light(&self, t: usize) -> bool {
-        let tenant = &self.tenants[t];
+    pub fn light(&self, t: usize) -> bool {
+        let tenant = &self.all[t];
         tenant.in_flight == 0
             && tenant.queued <= 1
-            && self.tenants.len() > 1
+            && self.all.len() > 1
             && !ablate::out(Mechanism::Light)
     }
 
     /// The queued tenant with the least virtual time (weighted fair queuing).
-    pub(super) fn pick_tenant(&self, skipped: &[bool]) -> Option<usize> {
-        self.tenants
+    pub fn pick(&self, skipped: &[bool]) -> Option<usize> {
+        self.all
             .iter()
             .enumerate()
             .filter(|(i, t)| t.queued > 0 && !t.active.is_empty() && !skipped[*i])
             .map(|(i, _)| i)
             .min_by(|&a, &b| self.clock.vtime(a).total_cmp(&self.clock.vtime(b)))
     }
+}
 
-    /// Publishes when each tenant's oldest IO queued here arrived, for the
-    /// reactors' shared tenant clock. Only with tenants on pooled reactors.
-    pub(super) fn publish_oldest(&self) {
-        let Some((_, r)) = &self.link else { return };
-        if self.tenants.len() < 2 || self.clock.reactors() < 2 {
-            return;
-        }
-        for (t, tenant) in self.tenants.iter().enumerate() {
-            let oldest = tenant
-                .active
-                .iter()
-                .filter_map(|&d| {
-                    let q = &self.devices[d].queue;
-                    q.head(t, |_| true).map(|s| q.arrived(s))
-                })
-                .min();
-            self.clock.set_oldest(t, *r, oldest);
-        }
+impl Index<usize> for Tenants {
+    type Output = Tenant;
+
+    fn index(&self, t: usize) -> &Tenant {
+        &self.all[t]
+    }
+}
+
+impl IndexMut<usize> for Tenants {
+    fn index_mut(&mut self, t: usize) -> &mut Tenant {
+        &mut self.all[t]
     }
 }

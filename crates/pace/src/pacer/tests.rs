@@ -278,11 +278,11 @@ fn weights_split_bandwidth() {
     let mut out = Vec::new();
     for step in 0..30_000u64 {
         // Both tenants always have work queued.
-        while p.tenants[0].queued < 8 {
+        while p.sched.tenants[0].queued < 8 {
             p.enqueue(io(id, 0, 0, 4096), 0);
             id += 1;
         }
-        while p.tenants[1].queued < 8 {
+        while p.sched.tenants[1].queued < 8 {
             p.enqueue(io(id | 1 << 40, 0, 1, 4096), 0);
             id += 1;
         }
@@ -479,12 +479,12 @@ fn a_device_deep_in_debt_still_releases_once_its_io_waited_too_long() {
         ..cfg(Mode::Auto)
     };
     let mut p = Pacer::new(c, 9, K128, None, 0);
-    p.devices[8].deficit = -(1000 * i64::from(K128) * 64);
+    p.sched.devices[8].deficit = -(1000 * i64::from(K128) * 64);
     // Measured slow (40 ms against the others' 400 us), so its turns are
     // its own (fast devices lend theirs to the oldest IO).
     p.latency.update(400_000, true, 0);
-    p.devices[8].latency.update(40_000_000, true, 0);
-    p.devices[8].device_latency.update(40_000_000, 0);
+    p.sched.devices[8].latency.update(40_000_000, true, 0);
+    p.sched.devices[8].device_latency.update(40_000_000, 0);
     p.enqueue(io(1, 8, 0, K128), 0);
     let mut out = Vec::new();
     let mut next = 100;
@@ -493,7 +493,7 @@ fn a_device_deep_in_debt_still_releases_once_its_io_waited_too_long() {
     for step in 0..4_000u64 {
         let now = step * 50_000; // every 50 us, up to 200 ms
         for d in 0..8 {
-            while p.devices[d].queue.len() < 16 {
+            while p.sched.devices[d].queue.len() < 16 {
                 p.enqueue(io(next, d, 0, K128), now);
                 next += 1;
             }
@@ -674,7 +674,7 @@ fn a_lone_client_holds_only_its_own_device_at_depth_one() {
     }
     p.enqueue(lone(99), 150 * MS);
     p.poll(150 * MS, &mut out);
-    assert!(p.devices[1].held && !p.devices[0].held);
+    assert!(p.sched.devices[1].held && !p.sched.devices[0].held);
     // The hold lapses with no lone IO since.
     p.poll(300 * MS, &mut out);
     assert_eq!(p.stats(300 * MS).held_devices, 0);
