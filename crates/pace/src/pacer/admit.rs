@@ -49,7 +49,11 @@ impl Pacer {
     /// `link_waiter` is the least virtual time of a tenant waiting for the
     /// shared window in this poll.
     pub(super) fn admit(&mut self, t: usize, link_waiter: Option<f64>, now: Nanos) -> Verdict {
-        if let Some(v) = self.sched.tenants.gate(t, link_waiter, self.reactor()) {
+        if let Some(v) = self
+            .sched
+            .tenants
+            .gate(t, link_waiter, self.windows.reactor())
+        {
             return v;
         }
         // The device whose DRR turn it is (`front`), and the one that
@@ -58,32 +62,13 @@ impl Pacer {
             return Verdict::Skip;
         };
         let Some((d, slot)) = self.turn_server(t, front, now) else {
-            // Every flow with IO at this turn's device (and, for a fast
-            // device, at every fast device: see `turn_server`) waits for
-            // its window. A slow device's turn goes to the next device,
-            // if one may go. Otherwise the tenant waits for its flows'
-            // links, and like one waiting for the shared window holds back
-            // tenants ahead of it: a link it shares with them is theirs to
-            // take only by weight, and its slow devices take no more than
-            // their DRR turns. Unless the fast device keeps a queue of its
-            // own: its flows wait for the device, not their links, and a
-            // slow device's turn waiting with them left the slow drives
-            // idle (`slow_devices_open_link` with 4 reactors: 35 of 47
-            // Gb/s at QD 128).
-            let waits = self.link_wait(t);
-            if self.link_ratio(front) < FAST_HOLD_RATIO
-                && !self.device_bound(front)
-                && matches!(waits, Verdict::WaitForLink)
-            {
-                return waits;
-            }
-            return self.next_device_or(t, front, waits, |p| p.all_windows_closed(t, now));
+            return self.no_server(t, front, now);
         };
         let io = self.sched.devices[d].queue.io(slot);
         let bytes = u64::from(io.bytes);
         // One hold ratio per release: the shared window, the charge and
         // the flight all use it.
-        let ratio = self.link_ratio(d);
+        let ratio = self.windows.link_ratio(&self.cfg, &self.sched.devices, d);
         let paced = (bytes as f64 / ratio).ceil() as u64;
         if let Some(v) = self.mode_gate(t, d, &io, paced, now) {
             return v;
@@ -105,7 +90,11 @@ impl Pacer {
             }
             None => false,
         };
-        if self.cfg.mode == Mode::Auto && !self.sched.drr_turn(t, front, self.max_io as i64, now) {
+        if self.cfg.mode == Mode::Auto
+            && !self
+                .sched
+                .drr_turn(t, front, self.windows.max_io as i64, now)
+        {
             return Verdict::NextDevice;
         }
         Verdict::Release(Grant {
@@ -119,6 +108,30 @@ impl Pacer {
         })
     }
 
+    /// The verdict when no device may serve tenant `t`'s turn at `front`:
+    /// every flow with IO at this turn's device (and, for a fast device,
+    /// at every fast device: see `turn_server`) waits for its window. A
+    /// slow device's turn goes to the next device, if one may go.
+    /// Otherwise the tenant waits for its flows' links, and like one
+    /// waiting for the shared window holds back tenants ahead of it: a
+    /// link it shares with them is theirs to take only by weight, and its
+    /// slow devices take no more than their DRR turns. Unless the fast
+    /// device keeps a queue of its own: its flows wait for the device, not
+    /// their links, and a slow device's turn waiting with them left the
+    /// slow drives idle (`slow_devices_open_link` with 4 reactors: 35 of
+    /// 47 Gb/s at QD 128).
+    fn no_server(&mut self, t: usize, front: usize, now: Nanos) -> Verdict {
+        let waits = self.link_wait(t);
+        let devices = &self.sched.devices;
+        if self.windows.link_ratio(&self.cfg, devices, front) < FAST_HOLD_RATIO
+            && !self.windows.device_bound(devices, front)
+            && matches!(waits, Verdict::WaitForLink)
+        {
+            return waits;
+        }
+        self.next_device_or(t, front, waits, |p| p.all_windows_closed(t, now))
+    }
+
     /// How tenant `t` waits when every flow it could serve waits for its
     /// window: for a link it may share (`WaitForLink`, holding back
     /// tenants ahead of it), or, when every flow it has queued came in on
@@ -129,32 +142,26 @@ impl Pacer {
     fn link_wait(&self, t: usize) -> Verdict {
         // A flow at its cap in a full port's pool waits for its own rate.
         let shared = |io: &PacedIo| {
-            let deepen = |w| self.deepen_at(io.device, w);
-            !self.own_link(io.flow) && !self.flows.at_pool_cap(io.flow, u64::from(io.bytes), deepen)
+            let deepen = |w| {
+                self.windows
+                    .deepen_at(&self.cfg, &self.sched.devices, io.device, w)
+            };
+            !self.windows.own_link(io.flow)
+                && !self
+                    .windows
+                    .flows
+                    .at_pool_cap(io.flow, u64::from(io.bytes), deepen)
         };
         let own = self.cfg.mode == Mode::Auto
             && self.sched.tenants[t].active.iter().all(|&d| {
-                !self.device_bound(d) && self.sched.devices[d].queue.head(t, shared).is_none()
+                !self.windows.device_bound(&self.sched.devices, d)
+                    && self.sched.devices[d].queue.head(t, shared).is_none()
             });
         if !own {
             return Verdict::WaitForLink;
         }
         self.sched.tenants.clock.lift(t);
         Verdict::Skip
-    }
-
-    /// Flow `flow`'s link is its own as far as the ports tell (see
-    /// `ports.rs`): its port is known and has room.
-    pub(super) fn own_link(&self, flow: u64) -> bool {
-        self.ports.as_ref().is_some_and(|m| m.own_link(flow))
-    }
-
-    /// Device `d` keeps a queue of its own (see `queues_at_device`): its
-    /// flows' windows are full because the device is slow to serve them,
-    /// not because their links are.
-    pub(super) fn device_bound(&self, d: usize) -> bool {
-        let dev = &self.sched.devices[d];
-        dev.queues_at_device(dev.largest_work(self.max_io))
     }
 
     /// The mode's own limit on releasing `io` to device `d` (None: it
@@ -176,8 +183,25 @@ impl Pacer {
             // The shared window waits for the device whose turn it is: a
             // smaller-charged IO behind it must not take the gap, or DRR's
             // shares would not hold.
-            Mode::Auto if !self.shared_window_open(t, paced, bytes) => Some(self.link_wait(t)),
-            Mode::Auto if self.device_window_open(d, io) => None,
+            Mode::Auto
+                if !self.windows.shared_window_open(
+                    &self.cfg,
+                    &self.sched.tenants,
+                    t,
+                    paced,
+                    bytes,
+                    self.bytes_in_flight,
+                ) =>
+            {
+                Some(self.link_wait(t))
+            }
+            Mode::Auto
+                if self
+                    .windows
+                    .device_window_open(&self.cfg, &self.sched, d, io) =>
+            {
+                None
+            }
             // This device's window is full; the turn goes to the next one.
             Mode::Auto => {
                 Some(self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now)))
@@ -252,7 +276,7 @@ impl Pacer {
         self.sched.take(t, d, front, g.slot, &io);
         // `auto` refills a spent turn when the device's next turn comes
         // (see `drr_turn`).
-        let refill = (self.cfg.mode != Mode::Auto).then_some(self.max_io as i64);
+        let refill = (self.cfg.mode != Mode::Auto).then_some(self.windows.max_io as i64);
         self.sched.charge(t, front, bytes, charge, cost, refill);
         if self.cfg.mode == Mode::Rate {
             self.rate_credit.spend(bytes);
@@ -274,8 +298,10 @@ impl Pacer {
         front: usize,
         now: Nanos,
     ) -> Option<(usize, Slot)> {
-        let front_slot = self.head(front, t);
-        if self.cfg.mode != Mode::Auto || self.hold_ratio(front) >= FAST_HOLD_RATIO {
+        let front_slot = self.windows.head(&self.cfg, &self.sched, front, t);
+        if self.cfg.mode != Mode::Auto
+            || self.windows.hold_ratio(&self.sched.devices, front) >= FAST_HOLD_RATIO
+        {
             return front_slot.map(|s| (front, s));
         }
         let mut best = (front_slot.map(|s| (front, s)), Nanos::MAX);
@@ -283,14 +309,16 @@ impl Pacer {
         // go, as the front's own check would.
         for i in 0..self.sched.tenants[t].active.len() {
             let d = self.sched.tenants[t].active[i];
-            let Some(slot) = self.head(d, t) else {
+            let Some(slot) = self.windows.head(&self.cfg, &self.sched, d, t) else {
                 continue;
             };
             let q = &self.sched.devices[d].queue;
             let arrived = q.arrived(slot);
             if arrived >= best.1
-                || self.hold_ratio(d) >= FAST_HOLD_RATIO
-                || !self.device_window_open(d, &q.io(slot))
+                || self.windows.hold_ratio(&self.sched.devices, d) >= FAST_HOLD_RATIO
+                || !self
+                    .windows
+                    .device_window_open(&self.cfg, &self.sched, d, &q.io(slot))
                 || !self.qos_ready(d, now)
                 || !(self.sched.tenants.light(t) || self.gate_ready(d, now))
             {
@@ -299,28 +327,6 @@ impl Pacer {
             best = (Some((d, slot)), arrived);
         }
         best.0
-    }
-
-    /// Tenant `t`'s oldest IO at device `d` whose flow may take it now.
-    pub(super) fn head(&self, d: usize, t: usize) -> Option<Slot> {
-        self.sched.devices[d].queue.head(t, |io| self.flow_open(io))
-    }
-
-    /// The IO's flow has room in its window (in `auto`; a light tenant's IO
-    /// goes past full windows, see `light`).
-    pub(super) fn flow_open(&self, io: &PacedIo) -> bool {
-        self.cfg.mode != Mode::Auto
-            || self.sched.tenants.light(io.tenant)
-            || self.flows.open(
-                io.flow,
-                u64::from(io.bytes),
-                |window| self.deepen_at(io.device, window),
-                |host, own| {
-                    self.link
-                        .as_ref()
-                        .map_or(own, |(link, r)| link.host_share(*r, host, own))
-                },
-            )
     }
 
     /// Device `d` cannot take tenant `t`'s IO now: its turn goes to the
@@ -347,14 +353,21 @@ impl Pacer {
         // that finds a window full, so no copy of the list is made.
         for i in 0..self.sched.tenants[t].active.len() {
             let d = self.sched.tenants[t].active[i];
-            let Some(slot) = self.head(d, t) else {
+            let Some(slot) = self.windows.head(&self.cfg, &self.sched, d, t) else {
                 continue;
             };
             let io = self.sched.devices[d].queue.io(slot);
             let bytes = u64::from(io.bytes);
-            let windows = self.cfg.mode != Mode::Auto
-                || (self.shared_window_open(t, self.link_share(d, bytes), bytes)
-                    && self.device_window_open(d, &io));
+            let (w, cfg, sched) = (&self.windows, &self.cfg, &self.sched);
+            let windows = cfg.mode != Mode::Auto
+                || (w.shared_window_open(
+                    cfg,
+                    &sched.tenants,
+                    t,
+                    w.link_share(cfg, &sched.devices, d, bytes),
+                    bytes,
+                    self.bytes_in_flight,
+                ) && w.device_window_open(cfg, sched, d, &io));
             if windows
                 && self.qos_ready(d, now)
                 && (self.sched.tenants.light(t) || self.gate_ready(d, now))

@@ -10,15 +10,22 @@
 use std::sync::Arc;
 
 use super::ablate::{self, Mechanism};
-use super::depth::{Sample, SharedDepth};
-use super::drr::{Device, FAST_HOLD_RATIO};
+use super::depth::{Factors, Sample, SharedDepth};
+use super::drr::{Device, Scheduler, FAST_HOLD_RATIO};
+use super::filter::{rate_filter, LargeIoMin, WindowedMax};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
-use super::flows::{Floors, Sizing, HOST_MIN_IOS};
-use super::{Flight, LinkWindow, Mode, PacedIo, Pacer};
+use super::flows::{Floors, Flows, Sizing, HOST_MIN_IOS};
+use super::ports::PortMeter;
+use super::queues::Slot;
+use super::tenants::Tenants;
+use super::{Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
 use crate::Nanos;
 
+/// How often `auto` looks for flows that stopped draining (see [`flows`]).
+const STALL_CHECK_NS: Nanos = 1_000_000;
+
 /// A host's window floor grows with the reactors pooling it up to this
-/// many of them (see `Pacer::pooled_floor`).
+/// many of them (see `Windows::pooled_floor`).
 const FLOOR_REACTORS: u64 = 4;
 
 /// The network hosts active on all the reactors hold at least this many of
@@ -37,32 +44,207 @@ const LATENCY_PROBE_MIN_NS: Nanos = 50_000;
 
 pub(super) const LATENCY_PROBE_MAX_NS: Nanos = 2_000_000;
 
-impl Pacer {
+/// `auto`'s windows and what sizes them: the reactor's, each device's
+/// (over the [`Scheduler`]'s devices) and each connection's, pooled with
+/// the other reactors' and bounded by the ports'. Its methods take the
+/// pacer's config and scheduler, whose state they read.
+pub(super) struct Windows {
+    /// Each connection's drain rate and window.
+    pub flows: Flows,
+    /// When flows are next checked for stalls.
+    stall_check_at: Nanos,
+    /// The max delivered rate and the min release-to-done latency of the
+    /// largest IOs: the path's product.
+    pub rate: WindowedMax,
+    pub latency: LargeIoMin,
+    /// How many times its windows the pipeline wants (see
+    /// [`depth`](super::depth)):
+    /// this pacer's own or the target's, and the factors in effect.
+    depth: Arc<SharedDepth>,
+    pub depth_now: Factors,
+    pub window: u64,
+    /// The window in effect for this poll: `window`, or this reactor's part
+    /// of every reactor's (see [`LinkWindow`]).
+    window_now: u64,
+    /// All reactors' windows, and this reactor's index in them.
+    link: Option<(Arc<LinkWindow>, usize)>,
+    /// The ports' capacities and load, where the target knows them.
+    ports: Option<PortMeter>,
+    /// The largest IO seen (at least one buffer): DRR's quantum, and what
+    /// counts as a large IO for the latency estimate.
+    pub max_io: u64,
+}
+
+impl Windows {
+    /// Windows over `devices` device queues, none measured yet, with
+    /// `max_io` the largest IO expected.
+    pub fn new(devices: usize, max_io: u64, now: Nanos) -> Windows {
+        Windows {
+            flows: Flows::default(),
+            stall_check_at: now,
+            rate: rate_filter(max_io),
+            latency: LargeIoMin::new(LATENCY_WINDOW_NS),
+            depth: SharedDepth::new(devices.max(1)),
+            depth_now: Factors::default(),
+            window: 4 * max_io,
+            window_now: 4 * max_io,
+            link: None,
+            ports: None,
+            max_io,
+        }
+    }
+
+    /// This reactor's index among those pooling their windows.
+    pub fn reactor(&self) -> Option<usize> {
+        self.link.as_ref().map(|(_, r)| *r)
+    }
+
+    /// A client sending one IO at a time queued one at device `d`.
+    pub fn lone_io(&self, d: usize, now: Nanos) {
+        self.depth.lone_io(d, now);
+    }
+
+    /// The mode changed: the depth learned for the old one does not hold.
+    pub fn reset_depth(&self) {
+        self.depth.reset();
+    }
+
+    /// Measures the target's ports, shared with the other reactors' pacers.
+    pub fn share_ports(&mut self, load: Arc<PortLoad>, now: Nanos) {
+        if !ablate::out(Mechanism::Ports) {
+            self.ports = Some(PortMeter::new(load, now));
+        }
+    }
+
+    /// Flow `flow` came in on port `port` (see [`PortLoad`]).
+    pub fn flow_port(&mut self, flow: u64, port: usize) {
+        if let Some(m) = &mut self.ports {
+            m.join(flow, port);
+        }
+    }
+
+    /// Forgets flow `flow` (its connection closed).
+    pub fn close_flow(&mut self, flow: u64) {
+        self.flows.close(flow);
+        if let Some(m) = &mut self.ports {
+            m.leave(flow);
+        }
+    }
+
+    /// Takes the ports' load for this poll.
+    pub fn sample_ports(&mut self, now: Nanos) {
+        if let Some(m) = &mut self.ports {
+            m.sample(now, self.max_io);
+        }
+    }
+
+    /// In `auto`, looks for flows that stopped draining, once per
+    /// `STALL_CHECK_NS`.
+    pub fn check_stalls(&mut self, cfg: &PacingConfig, now: Nanos) {
+        if cfg.mode == Mode::Auto && now >= self.stall_check_at {
+            self.flows.mark_stalls(now);
+            self.stall_check_at = now + STALL_CHECK_NS;
+        }
+    }
+
+    /// When a flow will have stalled, freeing windows with no completion
+    /// to say so (`auto` only).
+    pub fn next_stall_check(&self, cfg: &PacingConfig) -> Option<Nanos> {
+        if cfg.mode != Mode::Auto {
+            return None;
+        }
+        self.flows.next_stall().map(|t| t.max(self.stall_check_at))
+    }
+
+    /// Flow `flow`'s link is its own as far as the ports tell (see
+    /// `ports.rs`): its port is known and has room.
+    pub fn own_link(&self, flow: u64) -> bool {
+        self.ports.as_ref().is_some_and(|m| m.own_link(flow))
+    }
+
+    /// Device `d` keeps a queue of its own (see `queues_at_device`): its
+    /// flows' windows are full because the device is slow to serve them,
+    /// not because their links are.
+    pub fn device_bound(&self, devices: &[Device], d: usize) -> bool {
+        let dev = &devices[d];
+        dev.queues_at_device(dev.largest_work(self.max_io))
+    }
+
+    /// Tenant `t`'s oldest IO at device `d` whose flow may take it now.
+    pub fn head(&self, cfg: &PacingConfig, sched: &Scheduler, d: usize, t: usize) -> Option<Slot> {
+        sched.devices[d]
+            .queue
+            .head(t, |io| self.flow_open(cfg, sched, io))
+    }
+
+    /// The IO's flow has room in its window (in `auto`; a light tenant's IO
+    /// goes past full windows, see `Tenants::light`).
+    pub fn flow_open(&self, cfg: &PacingConfig, sched: &Scheduler, io: &PacedIo) -> bool {
+        cfg.mode != Mode::Auto
+            || sched.tenants.light(io.tenant)
+            || self.flows.open(
+                io.flow,
+                u64::from(io.bytes),
+                |window| self.deepen_at(cfg, &sched.devices, io.device, window),
+                |host, own| {
+                    self.link
+                        .as_ref()
+                        .map_or(own, |(link, r)| link.host_share(*r, host, own))
+                },
+            )
+    }
+
+    /// The completed IO `f`'s port carried its bytes.
+    pub fn port_delivered(&self, f: &Flight) {
+        if let Some(m) = &self.ports {
+            m.delivered(f.flow, f.kind, f.bytes);
+        }
+    }
+
+    /// The completed IO `f`'s data has left: its flow's window is sized
+    /// anew, and with it the reactor's.
+    pub fn flow_delivered(
+        &mut self,
+        cfg: &PacingConfig,
+        sched: &Scheduler,
+        f: &Flight,
+        now: Nanos,
+    ) {
+        let sizing = Sizing {
+            hold: self.flow_hold(cfg, sched, f.device, f.flow),
+            queued: self.queued_hold(&sched.devices, f.device),
+            ..self.sizing(cfg)
+        };
+        self.flows.delivered(f.flow, f.bytes, now, sizing);
+        self.resize(cfg, sched);
+        self.publish_link(&sched.tenants);
+        self.publish_hosts();
+    }
+
     /// The window in effect for this poll: this reactor's own or its part of
     /// the pooled one, and only half the path's rate x latency during a
     /// latency probe (the standing queue that gain builds drains, and the
     /// IOs released now see the bare latency).
-    pub(super) fn set_window_now(&mut self, now: Nanos) {
-        self.resize_window();
+    pub fn set_now(&mut self, cfg: &PacingConfig, sched: &mut Scheduler, now: Nanos) {
+        self.resize(cfg, sched);
         let window = self
             .link
             .as_ref()
             .and_then(|(l, r)| l.share(*r))
-            .map_or(self.window, |w| self.clamp_window(w, 2));
-        if self.cfg.mode == Mode::Auto {
+            .map_or(self.window, |w| self.clamp_window(cfg, w, 2));
+        if cfg.mode == Mode::Auto {
             // The other reactors' trials and lone clients move it: one lock
             // per poll, and none in the modes that have no windows.
             self.depth_now = self.depth.factors();
             // Draining orders IO only where weights have something to
             // order: two tenants busy, and a device holding more than twice
             // its own floor.
-            let tenants = self
-                .sched
+            let tenants = sched
                 .tenants
                 .iter()
                 .filter(|t| t.in_flight > 0 || t.queued > 0);
             let weighed = tenants.count() > 1;
-            for (d, dev) in self.sched.devices.iter_mut().enumerate() {
+            for (d, dev) in sched.devices.iter_mut().enumerate() {
                 dev.held = self.depth.held(d, now);
                 let deep = weighed
                     && !ablate::out(Mechanism::DrainProbe)
@@ -71,9 +253,9 @@ impl Pacer {
                 dev.probe.tick(deep, now);
             }
         }
-        self.window_now = self.deepen(window);
-        if self.probing_latency(now) {
-            let bare = self.cfg.gain.max(1.0) * self.depth_factor();
+        self.window_now = self.deepen(cfg, window);
+        if self.probing_latency(cfg, now) {
+            let bare = cfg.gain.max(1.0) * self.depth_factor(cfg);
             let half_bdp = self.window_now as f64 / (2.0 * bare);
             self.window_now = (half_bdp as u64).max(self.max_io);
         }
@@ -81,8 +263,8 @@ impl Pacer {
 
     /// The factor `auto`'s windows take now (see [`depth`](super::depth)):
     /// 1 in the other modes.
-    pub(super) fn depth_factor(&self) -> f64 {
-        if self.cfg.mode == Mode::Auto && !ablate::out(Mechanism::Depth) {
+    pub fn depth_factor(&self, cfg: &PacingConfig) -> f64 {
+        if cfg.mode == Mode::Auto && !ablate::out(Mechanism::Depth) {
             self.depth_now.now
         } else {
             1.0
@@ -91,25 +273,34 @@ impl Pacer {
 
     /// `window` times the depth factor, up to `max_window` (but not below
     /// `window`).
-    pub(super) fn deepen(&self, window: u64) -> u64 {
-        let deep = (window as f64 * self.depth_factor()) as u64;
-        deep.min(self.cfg.max_window).max(window)
+    pub fn deepen(&self, cfg: &PacingConfig, window: u64) -> u64 {
+        let deep = (window as f64 * self.depth_factor(cfg)) as u64;
+        deep.min(cfg.max_window).max(window)
     }
 
     /// A window for IO to device `d`: deepened, unless a lone client holds
     /// the device at depth 1.
-    pub(super) fn deepen_at(&self, d: usize, window: u64) -> u64 {
-        if self.sched.devices[d].held {
+    pub fn deepen_at(&self, cfg: &PacingConfig, devices: &[Device], d: usize, window: u64) -> u64 {
+        if devices[d].held {
             window
         } else {
-            self.deepen(window)
+            self.deepen(cfg, window)
         }
     }
 
     /// IO `f` completed `held` after its release: the depth learns whether
-    /// more in flight delivers more.
-    pub(super) fn learn_depth(&mut self, now: Nanos, f: &Flight, held: Nanos) {
-        if self.cfg.mode != Mode::Auto {
+    /// more in flight delivers more. `backlogged`: IO waits in the pacer,
+    /// or will (a write piece's payload is arriving).
+    pub fn learn_depth(
+        &mut self,
+        cfg: &PacingConfig,
+        devices: &[Device],
+        f: &Flight,
+        held: Nanos,
+        backlogged: bool,
+        now: Nanos,
+    ) {
+        if cfg.mode != Mode::Auto {
             return;
         }
         let sample = Sample {
@@ -117,13 +308,10 @@ impl Pacer {
             bytes: f.bytes,
             held,
             at_device: f.at_device,
-            // A connection's writes come one at a time: the next header
-            // is read only after this payload, so while a piece fills,
-            // nothing waits in the pacer though the writer has more.
-            backlogged: self.queued() > 0 || self.filling > 0,
-            probing: self.probing_latency(now),
+            backlogged,
+            probing: self.probing_latency(cfg, now),
             lone: f.lone,
-            device_held: self.sched.devices[f.device].held,
+            device_held: devices[f.device].held,
         };
         self.depth_now = self.depth.completed(sample);
     }
@@ -137,8 +325,8 @@ impl Pacer {
     /// `auto`'s window: the sum of its active hosts' windows (see
     /// [`flows`]), at least four of the largest IO over all the reactors
     /// that pool their windows.
-    pub(super) fn resize_window(&mut self) {
-        if self.cfg.mode != Mode::Auto {
+    pub fn resize(&mut self, cfg: &PacingConfig, sched: &Scheduler) {
+        if cfg.mode != Mode::Auto {
             return;
         }
         let floors = Floors {
@@ -149,8 +337,7 @@ impl Pacer {
         // by their device's hold time, not by the port (pooled, fast
         // tenants beside 32 slow 1 ms drives held 14-16 MiB where they
         // had held 6, `tenants_slow_devices`).
-        let (ports, devices, fastest) =
-            (self.ports.as_ref(), &self.sched.devices, self.latency.get());
+        let (ports, devices, fastest) = (self.ports.as_ref(), &sched.devices, self.latency.get());
         let fast = |d: usize| {
             devices
                 .get(d)
@@ -162,10 +349,10 @@ impl Pacer {
         if self.flows.unpublished() {
             self.publish_hosts();
         }
-        let w = self.clamp_window(w, 4);
+        let w = self.clamp_window(cfg, w, 4);
         if w != self.window {
             self.window = w;
-            self.publish_link();
+            self.publish_link(&sched.tenants);
         }
     }
 
@@ -175,7 +362,7 @@ impl Pacer {
     /// 16 reactors held 8-10 MiB for links whose product is near 1 MiB. Up to
     /// 4 reactors they stay whole (smaller, they starve slow devices' flows
     /// beside fast ones, `mixed_sizes_slow`: 155 instead of 180 Gb/s).
-    pub(super) fn pooled_floor(&self, ios: u64) -> u64 {
+    pub fn pooled_floor(&self, ios: u64) -> u64 {
         let reactors = self.link.as_ref().map_or(1, |(l, _)| l.reactors() as u64);
         ios * self.max_io * reactors.min(FLOOR_REACTORS) / reactors
     }
@@ -183,16 +370,16 @@ impl Pacer {
     /// `ios` of the largest IO spread over the reactors that have IO queued
     /// or in flight, so the whole target holds that many, however many
     /// reactors serve its hosts.
-    pub(super) fn spread_floor(&self, ios: u64) -> u64 {
+    pub fn spread_floor(&self, ios: u64) -> u64 {
         let busy = self.link.as_ref().map_or(1, |(l, _)| l.busy_reactors());
         ios * self.max_io / busy.max(1) as u64
     }
 
     /// A window of at least `min_ios` of the largest IO and at most
     /// `max_window` (unless that is smaller than the minimum).
-    pub(super) fn clamp_window(&self, w: u64, min_ios: u64) -> u64 {
+    pub fn clamp_window(&self, cfg: &PacingConfig, w: u64, min_ios: u64) -> u64 {
         let min = min_ios * self.max_io;
-        w.clamp(min, self.cfg.max_window.max(min))
+        w.clamp(min, cfg.max_window.max(min))
     }
 
     /// `auto` is in a latency probe: the window drains for a moment so the
@@ -201,14 +388,14 @@ impl Pacer {
     /// measures that queue, and the window it sizes grows with it. Every
     /// reactor reads the same clock, so they drain together and the queue
     /// they share empties.
-    pub(super) fn probing_latency(&self, now: Nanos) -> bool {
-        !ablate::out(Mechanism::LatencyProbe) && self.probe_end(now).is_some()
+    pub fn probing_latency(&self, cfg: &PacingConfig, now: Nanos) -> bool {
+        !ablate::out(Mechanism::LatencyProbe) && self.probe_end(cfg, now).is_some()
     }
 
     /// When the latency probe under way ends (None: none is under way, or
     /// `auto` has no latency to size one with yet).
-    pub(super) fn probe_end(&self, now: Nanos) -> Option<Nanos> {
-        if self.cfg.mode != Mode::Auto {
+    pub fn probe_end(&self, cfg: &PacingConfig, now: Nanos) -> Option<Nanos> {
+        if cfg.mode != Mode::Auto {
             return None;
         }
         let lat = self.latency.get()?;
@@ -222,19 +409,32 @@ impl Pacer {
 
     /// The shared window has room for one more IO of `bytes` to device `d`.
     /// `paced` is its link share (see `link_share`).
-    pub(super) fn shared_window_open(&self, t: usize, paced: u64, bytes: u64) -> bool {
+    pub fn shared_window_open(
+        &self,
+        cfg: &PacingConfig,
+        tenants: &Tenants,
+        t: usize,
+        paced: u64,
+        bytes: u64,
+        in_flight: u64,
+    ) -> bool {
         let piped = self.flows.paced_total();
         piped == 0
-            || self.sched.tenants.light(t)
-            || (piped + paced <= self.window_now
-                && self.bytes_in_flight + bytes <= self.cfg.max_window)
+            || tenants.light(t)
+            || (piped + paced <= self.window_now && in_flight + bytes <= cfg.max_window)
     }
 
     /// Device `d`'s own window has room for `io`.
-    pub(super) fn device_window_open(&self, d: usize, io: &PacedIo) -> bool {
-        let dev = &self.sched.devices[d];
+    pub fn device_window_open(
+        &self,
+        cfg: &PacingConfig,
+        sched: &Scheduler,
+        d: usize,
+        io: &PacedIo,
+    ) -> bool {
+        let dev = &sched.devices[d];
         if let Some(open) = dev.probe.admits(dev.in_flight_ios) {
-            return open || self.sched.tenants.light(io.tenant);
+            return open || sched.tenants.light(io.tenant);
         }
         // Behind a full port a device that keeps no queue of its own is
         // not what binds: its window, sized from what its flows drain
@@ -242,10 +442,12 @@ impl Pacer {
         // tenant's device to that split as a flow's window did (see
         // `pools`; only flows at fast devices pool). The pool bounds its
         // flows instead.
-        let port_bound = || self.flows.pooled(io.flow) && !self.device_bound(d);
+        let devices = &sched.devices;
+        let port_bound = || self.flows.pooled(io.flow) && !self.device_bound(devices, d);
         dev.in_flight_work == 0
-            || self.sched.tenants.light(io.tenant)
-            || dev.in_flight_work + dev.work(io.kind, u64::from(io.bytes)) <= self.device_window(d)
+            || sched.tenants.light(io.tenant)
+            || dev.in_flight_work + dev.work(io.kind, u64::from(io.bytes))
+                <= self.device_window(cfg, devices, d)
             || port_bound()
     }
 
@@ -258,8 +460,8 @@ impl Pacer {
     /// flows waited behind them, their windows shrank to what they got,
     /// and their hosts, waiting on that drive, left slow drives idle
     /// (`slow_devices_open_link`: 29 of 47 Gb/s at QD 128).
-    pub(super) fn device_window(&self, d: usize) -> u64 {
-        let dev = &self.sched.devices[d];
+    pub fn device_window(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> u64 {
+        let dev = &devices[d];
         let max_io = dev.largest_work(self.max_io);
         // A drained device has room for two of the largest IO it was sent,
         // not of the reactor's: two 128 KiB buffers' device time held 64
@@ -271,10 +473,14 @@ impl Pacer {
             Some(_) => dev.largest_work(dev.largest_io),
             None => max_io,
         };
-        match (dev.rate.get(), self.device_hold(d)) {
+        match (dev.rate.get(), self.device_hold(devices, d)) {
             (Some(r), Some(l)) => {
-                let depth = if dev.held { 1.0 } else { self.depth_factor() };
-                let w = self.cfg.gain * depth * r * l as f64 / 1e9;
+                let depth = if dev.held {
+                    1.0
+                } else {
+                    self.depth_factor(cfg)
+                };
+                let w = cfg.gain * depth * r * l as f64 / 1e9;
                 (w as u64).max(2 * own_largest)
             }
             // Until it has delivered, a device may fill the whole window.
@@ -284,28 +490,26 @@ impl Pacer {
 
     /// Pools this pacer's window with the other reactors' (one
     /// [`LinkWindow`] for all of them; `reactor` is this one's index).
-    pub fn share_link(&mut self, link: Arc<LinkWindow>, reactor: usize) {
+    pub fn share_link(&mut self, link: Arc<LinkWindow>, reactor: usize, tenants: &Tenants) {
         // One reactor has nothing to pool with: no shared writes per IO.
         if reactor < link.reactors() && link.reactors() > 1 {
             self.link = Some((link, reactor));
-            self.publish_link();
+            self.publish_link(tenants);
         }
     }
 
     /// Publishes this reactor's window and the bytes it could release: a
     /// tenant held back for another reactor's does not claim link.
-    pub(super) fn publish_link(&self) {
+    pub fn publish_link(&self, tenants: &Tenants) {
         if let Some((link, r)) = &self.link {
-            let backlog = self
-                .sched
-                .tenants
+            let backlog = tenants
                 .iter()
                 .filter(|t| !t.held)
                 .map(|t| t.queued_bytes)
                 .sum();
             link.publish(*r, self.window, backlog, self.flows.paced_total());
-            if self.sched.tenants.len() > 1 {
-                let queued = self.sched.tenants.iter();
+            if tenants.len() > 1 {
+                let queued = tenants.iter();
                 link.publish_tenants(*r, queued.map(|t| if t.held { 0 } else { t.queued_bytes }));
             }
         }
@@ -313,7 +517,7 @@ impl Pacer {
 
     /// Publishes each host's window and queued bytes here, for pooling
     /// with the other reactors' (see [`LinkWindow::host_share`]).
-    pub(super) fn publish_hosts(&mut self) {
+    pub fn publish_hosts(&mut self) {
         if let Some((link, r)) = &self.link {
             self.flows
                 .each_host(|host, window, queued| link.publish_host(*r, host, window, queued));
@@ -325,14 +529,14 @@ impl Pacer {
     /// buffers k times longer delivers its bytes k times more slowly, and
     /// counts 1/k of them. (Its real bytes are bounded by `max_window` and
     /// its own window.)
-    pub(super) fn link_share(&self, d: usize, bytes: u64) -> u64 {
-        (bytes as f64 / self.link_ratio(d)).ceil() as u64
+    pub fn link_share(&self, cfg: &PacingConfig, devices: &[Device], d: usize, bytes: u64) -> u64 {
+        (bytes as f64 / self.link_ratio(cfg, devices, d)).ceil() as u64
     }
 
     /// The hold ratio in `auto`; 1 in the modes without windows.
-    pub(super) fn link_ratio(&self, d: usize) -> f64 {
-        if self.cfg.mode == Mode::Auto {
-            self.hold_ratio(d)
+    pub fn link_ratio(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> f64 {
+        if cfg.mode == Mode::Auto {
+            self.hold_ratio(devices, d)
         } else {
             1.0
         }
@@ -343,16 +547,16 @@ impl Pacer {
     /// release-to-done (the send path). A flow whose replies always queue
     /// behind a slow wire never sees its unqueued latency; without the bound,
     /// its window would grow with the queue it makes.
-    pub(super) fn hold_time(&self, d: usize) -> Option<u64> {
-        hold_of(&self.sched.devices[d], self.latency.get())
+    pub fn hold_time(&self, devices: &[Device], d: usize) -> Option<u64> {
+        hold_of(&devices[d], self.latency.get())
     }
 
     /// How long device `d` holds an IO, for sizing its window: its hold
     /// time, or less if its largest IO alone (see `DrainProbe`) showed that
     /// the hold time measured is its own queue.
-    fn device_hold(&self, d: usize) -> Option<Nanos> {
-        let held = self.hold_time(d)?;
-        let dev = &self.sched.devices[d];
+    fn device_hold(&self, devices: &[Device], d: usize) -> Option<Nanos> {
+        let held = self.hold_time(devices, d)?;
+        let dev = &devices[d];
         match (dev.probe.latency_alone(dev.largest_io), self.latency.get()) {
             (Some(alone), Some(fastest)) => Some(held.min(alone + fastest)),
             _ => Some(held),
@@ -361,11 +565,11 @@ impl Pacer {
 
     /// How much longer than the fastest device this device holds its
     /// buffers (the reactor's min latency is the fastest device's).
-    pub(super) fn hold_ratio(&self, d: usize) -> f64 {
+    pub fn hold_ratio(&self, devices: &[Device], d: usize) -> f64 {
         if ablate::out(Mechanism::HoldRatio) {
             return 1.0;
         }
-        ratio_of(&self.sched.devices[d], self.latency.get())
+        ratio_of(&devices[d], self.latency.get())
     }
 
     /// How long an IO to device `d` holds its flow's window, for sizing
@@ -389,31 +593,38 @@ impl Pacer {
     /// within `FAST_HOLD_RATIO` of the fastest count as the fastest: their
     /// own min latencies, each from fewer samples, sit above the
     /// reactor's, and flows on them held a third more.
-    pub(super) fn flow_hold(&self, d: usize, flow: u64) -> Option<Nanos> {
+    pub fn flow_hold(
+        &self,
+        cfg: &PacingConfig,
+        sched: &Scheduler,
+        d: usize,
+        flow: u64,
+    ) -> Option<Nanos> {
         // Only `auto` sizes flows' windows: no scan per completion in the
         // other modes.
-        if self.cfg.mode != Mode::Auto {
+        if cfg.mode != Mode::Auto {
             return None;
         }
-        let fast = |e: usize| self.hold_ratio(e) < FAST_HOLD_RATIO;
+        let devices = &sched.devices;
+        let fast = |e: usize| self.hold_ratio(devices, e) < FAST_HOLD_RATIO;
         let wants_link = |e: usize| {
-            let dev = &self.sched.devices[e];
+            let dev = &devices[e];
             let max_io = dev.largest_work(self.max_io);
             dev.queue.len() > 0
-                && dev.in_flight_work + max_io <= self.device_window(e)
+                && dev.in_flight_work + max_io <= self.device_window(cfg, devices, e)
                 && !dev.queues_at_device(max_io)
-                && (0..self.sched.tenants.len())
+                && (0..sched.tenants.len())
                     .any(|t| dev.queue.head(t, |io| !self.own_link(io.flow)).is_some())
         };
         if fast(d) {
             return None;
         }
-        let yielding = (0..self.sched.devices.len()).any(|e| fast(e) && wants_link(e))
+        let yielding = (0..devices.len()).any(|e| fast(e) && wants_link(e))
             && !self.flows.host_also_on(flow, fast);
         if yielding {
             return None;
         }
-        self.hold_time(d)
+        self.hold_time(devices, d)
     }
 
     /// A device that keeps a queue of its own holds its IOs' buffers for
@@ -430,39 +641,39 @@ impl Pacer {
     /// drained it, and a 128 KiB QD 256 reader held 12.5 MiB at this
     /// machine's disk where it had held 2.2-6.4
     /// (`docs/evidence.md#queued-hold`).
-    pub(super) fn queued_hold(&self, d: usize) -> Option<Nanos> {
-        let dev = &self.sched.devices[d];
+    pub fn queued_hold(&self, devices: &[Device], d: usize) -> Option<Nanos> {
+        let dev = &devices[d];
         if !dev.queues_at_device(dev.largest_work(self.max_io)) {
             return None;
         }
         let extra = dev.wait_mean? - dev.wait_min.get()? as f64;
         debug_assert!(extra > 0.0, "a device that queues waits past its least");
-        Some(self.hold_time(d)? + extra as Nanos)
+        Some(self.hold_time(devices, d)? + extra as Nanos)
     }
 
-    pub(super) fn sizing(&self) -> Sizing {
+    fn sizing(&self, cfg: &PacingConfig) -> Sizing {
         Sizing {
-            gain: self.cfg.gain,
+            gain: cfg.gain,
             max_io: self.max_io,
-            max_window: self.cfg.max_window,
+            max_window: cfg.max_window,
             latency: self.latency.get(),
             hold: None,
             queued: None,
         }
     }
 
-    pub(super) fn sample_rates(&mut self, now: Nanos) {
-        for d in &mut self.sched.devices {
+    pub fn sample_rates(&mut self, devices: &mut [Device], now: Nanos) {
+        for d in devices.iter_mut() {
             d.rate.offer(now, d.delivered_work, RATE_SAMPLE_NS);
         }
-        let delivered: u64 = self.sched.devices.iter().map(|d| d.delivered).sum();
+        let delivered: u64 = devices.iter().map(|d| d.delivered).sum();
         self.rate.offer(now, delivered, RATE_SAMPLE_NS);
     }
 }
 
 /// How long `dev`'s IOs need their buffers: the min release-to-done time,
 /// but no more than its time at the device plus the fastest
-/// release-to-done (`fastest`, the send path). See `Pacer::hold_time`.
+/// release-to-done (`fastest`, the send path). See `Windows::hold_time`.
 fn hold_of(dev: &Device, fastest: Option<Nanos>) -> Option<Nanos> {
     let measured = dev.latency.get()?;
     match (dev.device_latency.get(), fastest) {
@@ -472,7 +683,7 @@ fn hold_of(dev: &Device, fastest: Option<Nanos>) -> Option<Nanos> {
 }
 
 /// How much longer than the fastest device `dev` holds its buffers (see
-/// `Pacer::hold_ratio`).
+/// `Windows::hold_ratio`).
 fn ratio_of(dev: &Device, fastest: Option<Nanos>) -> f64 {
     match (hold_of(dev, fastest), fastest) {
         (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),

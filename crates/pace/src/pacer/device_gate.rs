@@ -232,7 +232,7 @@ impl DeviceGate {
     }
 
     /// Tenant `t` released an IO at `now`; `light` is whether it is light
-    /// on this reactor (see `Pacer::light`). It is light for the gate when
+    /// on this reactor (see `Tenants::light`). It is light for the gate when
     /// it had nothing in flight on any reactor either, at this release and
     /// its last: every tenant's first IO, and the first after an idle
     /// spell, finds none in flight, and heavy tenants start that way.

@@ -265,7 +265,7 @@ fn host_floors_pooled_over_many_reactors_add_up_to_four_reactors_at_most() {
         };
         let mut p = Pacer::new(cfg, 1, 128 << 10, None, 0);
         p.share_link(LinkWindow::new(reactors), 0);
-        let total = p.pooled_floor(2) * reactors as u64;
+        let total = p.windows.pooled_floor(2) * reactors as u64;
         assert_eq!(total, total_ios * k128, "{reactors} reactors");
     }
 }

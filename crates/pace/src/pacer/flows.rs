@@ -90,7 +90,7 @@ struct Flow {
     /// Bytes released and not landed: what its own window bounds.
     in_flight: u64,
     /// Of those, bytes in the pipeline, and their link share (see
-    /// `Pacer::link_share`).
+    /// `Windows::link_share`).
     piped: u64,
     piped_paced: u64,
     /// When it last delivered, or last entered the pipeline from empty.
@@ -153,10 +153,10 @@ pub(super) struct Sizing {
     pub max_window: u64,
     /// The reactor's min release-to-done latency, if measured.
     pub latency: Option<Nanos>,
-    /// The completed IO's device's hold time (see `Pacer::hold_time`).
+    /// The completed IO's device's hold time (see `Windows::hold_time`).
     pub hold: Option<Nanos>,
     /// Its device's queued hold, if it keeps a queue of its own (see
-    /// `Pacer::queued_hold`): the flow's own window allows for that
+    /// `Windows::queued_hold`): the flow's own window allows for that
     /// queue, its bandwidth-delay product (what its host's and the
     /// reactor's windows sum) does not.
     pub queued: Option<Nanos>,

@@ -65,18 +65,14 @@ mod report;
 mod tenant_clock;
 mod tenants;
 
-use ablate::Mechanism;
 use admit::Verdict;
+use auto_window::Windows;
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
-use depth::Factors;
 pub use depth::SharedDepth;
 pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
 use drr::{Device, Scheduler};
-use filter::{rate_filter, LATENCY_WINDOW_NS};
-use filter::{LargeIoMin, WindowedMax};
 use flight::{DeviceStage, Flight};
-use flows::Flows;
 pub use group::{PacedDevice, PacerGroup};
 pub use link_window::LinkWindow;
 pub use ports::PortLoad;
@@ -86,9 +82,6 @@ pub use report::{PacerStats, TenantStats};
 pub use tenant_clock::TenantClock;
 use tenants::HOLD_RECHECK_NS;
 pub use types::{CostModel, IoKind};
-
-/// How often `auto` looks for flows that stopped draining (see [`flows`]).
-const STALL_CHECK_NS: Nanos = 1_000_000;
 
 /// One IO as the pacer sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,39 +101,19 @@ pub struct Pacer {
     cfg: PacingConfig,
     /// Which tenant and device each release opportunity goes to.
     sched: Scheduler,
+    /// `auto`'s windows, each connection's among them.
+    windows: Windows,
     flights: FxHashMap<u64, Flight>,
-    /// Each connection's drain rate and window (`auto`).
-    flows: Flows,
     /// IOs that bypass pacing, released at the next poll.
     bypassed: Vec<PacedIo>,
     skipped: Vec<bool>,
     bytes_in_flight: u64,
     /// Released write pieces whose payload is still arriving.
     filling: usize,
-    /// When flows are next checked for stalls.
-    stall_check_at: Nanos,
     in_flight_avg: crate::stats::TimeAvg,
     /// `rate` mode's credit and period.
     rate_credit: RateCredit,
     device_ops: Option<Arc<DeviceOps>>,
-    // auto mode
-    rate: WindowedMax,
-    latency: LargeIoMin,
-    /// How many times its windows the pipeline wants (see [`depth`]):
-    /// this pacer's own or the target's, and the factors in effect.
-    depth: Arc<SharedDepth>,
-    depth_now: Factors,
-    window: u64,
-    /// The window in effect for this poll: `window`, or this reactor's part
-    /// of every reactor's (see [`LinkWindow`]).
-    window_now: u64,
-    /// All reactors' windows, and this reactor's index in them.
-    link: Option<(Arc<LinkWindow>, usize)>,
-    /// The ports' capacities and load, where the target knows them.
-    ports: Option<ports::PortMeter>,
-    /// The largest IO seen (at least one buffer): DRR's quantum, and what
-    /// counts as a large IO for the latency estimate.
-    max_io: u64,
     released_total: u64,
     /// Devices' latency targets and budgets, shared by all reactors.
     qos: Option<Arc<DeviceQos>>,
@@ -168,25 +141,15 @@ impl Pacer {
         let max_io = u64::from(buffer_size).max(4096);
         Pacer {
             sched: Scheduler::new(&cfg.tenants, devices, max_io),
+            windows: Windows::new(devices, max_io, now),
             flights: FxHashMap::default(),
-            flows: Flows::default(),
             bypassed: Vec::new(),
             skipped: Vec::new(),
             bytes_in_flight: 0,
             filling: 0,
-            stall_check_at: now,
             in_flight_avg: crate::stats::TimeAvg::new(now),
             rate_credit: RateCredit::new(&cfg, buffer_size, now),
             device_ops,
-            rate: rate_filter(max_io),
-            latency: LargeIoMin::new(LATENCY_WINDOW_NS),
-            depth: SharedDepth::new(devices.max(1)),
-            depth_now: Factors::default(),
-            window: 4 * max_io,
-            window_now: 4 * max_io,
-            link: None,
-            ports: None,
-            max_io,
             released_total: 0,
             qos: None,
             qos_wake: None,
@@ -207,7 +170,7 @@ impl Pacer {
         self.rate_credit.reconfigure(&cfg, now);
         self.sched.tenants.reweight(&cfg.tenants);
         if cfg.mode != self.cfg.mode {
-            self.depth.reset();
+            self.windows.reset_depth();
         }
         self.cfg = cfg;
     }
@@ -238,7 +201,7 @@ impl Pacer {
             );
             // Its rate is in device time: samples span as much of it as
             // before the model came.
-            *d = Device::new(model, self.max_io);
+            *d = Device::new(model, self.windows.max_io);
         }
     }
 
@@ -286,12 +249,13 @@ impl Pacer {
             "IO {} queued while in flight",
             io.id
         );
-        self.max_io = self.max_io.max(u64::from(io.bytes));
-        let lone = self
+        let w = &mut self.windows;
+        w.max_io = w.max_io.max(u64::from(io.bytes));
+        let lone = w
             .flows
-            .queued(io.flow, (d, t), u64::from(io.bytes), self.max_io, now);
+            .queued(io.flow, (d, t), u64::from(io.bytes), w.max_io, now);
         if lone && self.cfg.mode == Mode::Auto {
-            self.depth.lone_io(d, now);
+            w.lone_io(d, now);
             self.sched.devices[d].held = true;
         }
         if self.bypass(&io) {
@@ -300,50 +264,49 @@ impl Pacer {
         }
         self.sched.tenants.clock.queued(t);
         self.sched.tenants[t].queued_bytes += u64::from(io.bytes);
-        self.publish_link();
+        self.windows.publish_link(&self.sched.tenants);
         let tenant = &mut self.sched.tenants[t];
         tenant.queued += 1;
         if self.sched.devices[d].queue.len() == 0 || !tenant.active.contains(&d) {
             tenant.active.push_back(d);
         }
         self.sched.devices[d].queue.push(io, now);
-        self.publish_hosts();
+        self.windows.publish_hosts();
     }
 
     /// Flow `flow` (a connection) comes from `host` (an id of its peer's
     /// address): the host's connections share its link. A flow never opened
     /// is a host of its own.
     pub fn open_flow(&mut self, flow: u64, host: u64) {
-        self.flows.join(flow, host);
+        self.windows.flows.join(flow, host);
     }
 
     /// Forgets flow `flow`'s state (its connection closed). Its IOs were
     /// cancelled before.
     pub fn close_flow(&mut self, flow: u64) {
-        self.flows.close(flow);
-        if let Some(m) = &mut self.ports {
-            m.leave(flow);
-        }
+        self.windows.close_flow(flow);
     }
 
-    /// This reactor's index among those pooling their windows (see
-    /// [`LinkWindow`]).
-    fn reactor(&self) -> Option<usize> {
-        self.link.as_ref().map(|(_, r)| *r)
+    /// Learns the depth with the other reactors' pacers (one
+    /// [`SharedDepth`] for all of them).
+    pub fn share_depth(&mut self, depth: Arc<SharedDepth>) {
+        self.windows.share_depth(depth);
+    }
+
+    /// Pools this pacer's window with the other reactors' (one
+    /// [`LinkWindow`] for all of them; `reactor` is this one's index).
+    pub fn share_link(&mut self, link: Arc<LinkWindow>, reactor: usize) {
+        self.windows.share_link(link, reactor, &self.sched.tenants);
     }
 
     /// Measures the target's ports, shared with the other reactors' pacers.
     pub fn share_ports(&mut self, load: Arc<PortLoad>, now: Nanos) {
-        if !ablate::out(Mechanism::Ports) {
-            self.ports = Some(ports::PortMeter::new(load, now));
-        }
+        self.windows.share_ports(load, now);
     }
 
     /// Flow `flow` came in on port `port` (see [`PortLoad`]).
     pub fn flow_port(&mut self, flow: u64, port: usize) {
-        if let Some(m) = &mut self.ports {
-            m.join(flow, port);
-        }
+        self.windows.flow_port(flow, port);
     }
 
     /// Removes a queued IO (its connection died). False if not queued here.
@@ -351,29 +314,29 @@ impl Pacer {
         for (di, d) in self.sched.devices.iter_mut().enumerate() {
             if let Some(io) = d.queue.remove(id) {
                 self.sched.tenants.clock.dequeued(io.tenant);
-                self.flows.unqueued(io.flow, u64::from(io.bytes));
+                self.windows.flows.unqueued(io.flow, u64::from(io.bytes));
                 let t = &mut self.sched.tenants[io.tenant];
                 t.unqueue(u64::from(io.bytes));
                 if !d.queue.has(io.tenant) {
                     t.active.retain(|&x| x != di);
                 }
-                self.publish_link();
+                self.windows.publish_link(&self.sched.tenants);
                 // A reactor whose last connection died may poll no more.
-                self.publish_hosts();
-                self.sched.publish_oldest(self.reactor());
+                self.windows.publish_hosts();
+                self.sched.publish_oldest(self.windows.reactor());
                 return true;
             }
         }
         if let Some(pos) = self.bypassed.iter().position(|io| io.id == id) {
             let io = self.bypassed.swap_remove(pos);
-            self.flows.unqueued(io.flow, u64::from(io.bytes));
+            self.windows.flows.unqueued(io.flow, u64::from(io.bytes));
             return true;
         }
         if let Some(f) = self.flights.remove(&id) {
             self.land(f);
             // This reactor may poll no more (its last connection died): the
             // others must not go on counting what it held.
-            self.publish_link();
+            self.windows.publish_link(&self.sched.tenants);
             return true;
         }
         false
@@ -392,14 +355,9 @@ impl Pacer {
             let in_flight = self.bytes_in_flight;
             self.rate_credit.tune(&self.cfg, in_flight, now);
         }
-        if let Some(m) = &mut self.ports {
-            m.sample(now, self.max_io);
-        }
-        if self.cfg.mode == Mode::Auto && now >= self.stall_check_at {
-            self.flows.mark_stalls(now);
-            self.stall_check_at = now + STALL_CHECK_NS;
-        }
-        self.set_window_now(now);
+        self.windows.sample_ports(now);
+        self.windows.check_stalls(&self.cfg, now);
+        self.windows.set_now(&self.cfg, &mut self.sched, now);
         self.release_bypassed(now, out);
         // Tenants that cannot release anything more in this poll (a reused
         // scratch vector: poll runs on every request).
@@ -433,9 +391,9 @@ impl Pacer {
             }
         }
         self.skipped = skipped;
-        self.publish_link();
-        self.publish_hosts();
-        self.sched.publish_oldest(self.reactor());
+        self.windows.publish_link(&self.sched.tenants);
+        self.windows.publish_hosts();
+        self.sched.publish_oldest(self.windows.reactor());
     }
 
     /// IOs that bypass pacing go at once.
@@ -459,7 +417,7 @@ impl Pacer {
         let work = dev.work(io.kind, bytes);
         dev.largest_io = dev.largest_io.max(bytes);
         dev.probe.released(now);
-        let lone = self.flows.released(io.flow, bytes);
+        let lone = self.windows.flows.released(io.flow, bytes);
         // A read goes to its device as it is released; a write piece when
         // its payload has arrived (`on_device_start`).
         let stage = match io.kind {
@@ -468,7 +426,7 @@ impl Pacer {
                 if let Some(g) = &self.gate {
                     g.arrive(io.device, now);
                 }
-                self.flows.enter_pipe(io.flow, bytes, paced, now);
+                self.windows.flows.enter_pipe(io.flow, bytes, paced, now);
                 DeviceStage::At
             }
             IoKind::Write => {
@@ -515,7 +473,7 @@ impl Pacer {
             if let Some(g) = &self.gate {
                 g.arrive(f.device, now);
             }
-            self.flows.enter_pipe(f.flow, f.bytes, f.paced, now);
+            self.windows.flows.enter_pipe(f.flow, f.bytes, f.paced, now);
         }
     }
 
@@ -555,28 +513,24 @@ impl Pacer {
         // KiB pieces) the min latency was theirs, the windows too small
         // for the bytes the large ones move, and mixed sizes beside slow
         // devices kept 88-92% of the link.
-        let large = f.bytes >= self.max_io;
-        self.latency.update(latency, large, now);
+        let large = f.bytes >= self.windows.max_io;
+        self.windows.latency.update(latency, large, now);
         let dev = &mut self.sched.devices[f.device];
         dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;
         dev.delivered_work += f.work;
-        if let Some(m) = &self.ports {
-            m.delivered(f.flow, f.kind, f.bytes);
-        }
+        self.windows.port_delivered(&f);
         self.land(f);
-        let sizing = flows::Sizing {
-            hold: self.flow_hold(f.device, f.flow),
-            queued: self.queued_hold(f.device),
-            ..self.sizing()
-        };
-        self.flows.delivered(f.flow, f.bytes, now, sizing);
-        self.resize_window();
-        self.publish_link();
-        self.publish_hosts();
+        self.windows.flow_delivered(&self.cfg, &self.sched, &f, now);
         self.rate_credit.completed();
-        self.sample_rates(now);
-        self.learn_depth(now, &f, latency);
+        self.windows.sample_rates(&mut self.sched.devices, now);
+        // A connection's writes come one at a time: the next header is
+        // read only after this payload, so while a piece fills, nothing
+        // waits in the pacer though the writer has more.
+        let backlogged = self.queued() > 0 || self.filling > 0;
+        let devices = &self.sched.devices;
+        self.windows
+            .learn_depth(&self.cfg, devices, &f, latency, backlogged, now);
         self.in_flight_avg.update(now, self.bytes_in_flight);
     }
 
@@ -585,9 +539,9 @@ impl Pacer {
             debug_assert!(self.filling > 0, "a piece lands that was not filling");
             self.filling -= 1;
         } else {
-            self.flows.leave_pipe(f.flow, f.bytes, f.paced);
+            self.windows.flows.leave_pipe(f.flow, f.bytes, f.paced);
         }
-        self.flows.landed(f.flow, f.bytes);
+        self.windows.flows.landed(f.flow, f.bytes);
         if f.stage == DeviceStage::At {
             self.sched.devices[f.device].leave(f.work);
             if let Some(g) = &self.gate {
@@ -629,16 +583,14 @@ impl Pacer {
             // Nothing here completes when another reactor's tenant catches up.
             at(now + HOLD_RECHECK_NS);
         }
-        if let Some(end) = self.probe_end(now) {
+        if let Some(end) = self.windows.probe_end(&self.cfg, now) {
             // The window reopens when the latency probe ends.
             at(end);
         }
-        if self.cfg.mode == Mode::Auto {
-            // A flow that stalls frees its host's and the reactor's windows,
-            // with no completion to say so.
-            if let Some(t) = self.flows.next_stall() {
-                at(t.max(self.stall_check_at));
-            }
+        // A flow that stalls frees its host's and the reactor's windows,
+        // with no completion to say so.
+        if let Some(t) = self.windows.next_stall_check(&self.cfg) {
+            at(t);
         }
         if self.cfg.mode == Mode::Rate {
             match self.rate_credit.credit_at(now) {

@@ -64,10 +64,10 @@ impl PacerStats {
             .map(|d| p.qos.as_ref().map_or(1.0, |q| q.vrate(d)))
             .collect();
         let total = p.released_total.max(1) as f64;
-        let rate = p.rate.get().unwrap_or(0.0);
+        let rate = p.windows.rate.get().unwrap_or(0.0);
         let period_us = match p.cfg.mode {
             Mode::Rate => p.rate_credit.period_ns() / 1000.0,
-            Mode::Auto if rate > 0.0 => p.max_io as f64 / rate * 1e6,
+            Mode::Auto if rate > 0.0 => p.windows.max_io as f64 / rate * 1e6,
             _ => 0.0,
         };
         PacerStats {
@@ -78,7 +78,7 @@ impl PacerStats {
             period_us,
             rate_bps: rate,
             window_bytes: if p.cfg.mode == Mode::Auto {
-                p.window
+                p.windows.window
             } else {
                 0
             },
@@ -87,13 +87,13 @@ impl PacerStats {
             bytes_in_flight: p.bytes_in_flight,
             bytes_in_flight_avg: p.in_flight_avg.avg(now),
             bytes_in_flight_max: p.in_flight_avg.max(),
-            min_latency_us: p.latency.get().map_or(0.0, |l| l as f64 / 1e3),
+            min_latency_us: p.windows.latency.get().map_or(0.0, |l| l as f64 / 1e3),
             depth: if p.cfg.mode == Mode::Auto {
-                p.depth_now.learned
+                p.windows.depth_now.learned
             } else {
                 1.0
             },
-            depth_in_effect: p.depth_factor(),
+            depth_in_effect: p.windows.depth_factor(&p.cfg),
             held_devices: p.sched.devices.iter().filter(|d| d.held).count(),
             // Of the devices with targets: a vrate above 1 (an underrated
             // cost model corrected) shows, where a fold from 1.0 hid it.

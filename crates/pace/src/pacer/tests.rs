@@ -482,7 +482,7 @@ fn a_device_deep_in_debt_still_releases_once_its_io_waited_too_long() {
     p.sched.devices[8].deficit = -(1000 * i64::from(K128) * 64);
     // Measured slow (40 ms against the others' 400 us), so its turns are
     // its own (fast devices lend theirs to the oldest IO).
-    p.latency.update(400_000, true, 0);
+    p.windows.latency.update(400_000, true, 0);
     p.sched.devices[8].latency.update(40_000_000, true, 0);
     p.sched.devices[8].device_latency.update(40_000_000, 0);
     p.enqueue(io(1, 8, 0, K128), 0);
@@ -606,7 +606,7 @@ fn auto_drains_its_window_for_a_latency_probe_every_period() {
             ..cfg(Mode::Auto)
         };
         let mut p = Pacer::new(sixteen, 1, K128, None, 0);
-        p.latency.update(lat, true, 0);
+        p.windows.latency.update(lat, true, 0);
         for i in 0..64 {
             let io = PacedIo {
                 flow: i,
@@ -644,7 +644,7 @@ fn the_min_latency_is_the_largest_ios() {
     p.on_complete(1, 40_000);
     p.on_device_complete(2, IoKind::Read, 60_000, 60_000);
     p.on_complete(2, 80_000);
-    assert_eq!(p.latency.get(), Some(80_000));
+    assert_eq!(p.windows.latency.get(), Some(80_000));
 }
 
 #[test]
