@@ -1,8 +1,10 @@
-//! `admit`: the verdict on a tenant's turn. Which IO goes, or why none
-//! does: its tenant waits for others, the mode's own limit (`rate`'s credit,
-//! `auto`'s windows), the device's latency budget, `rate`'s device op limit
-//! or `auto`'s DRR debt. [`Pacer::poll`] acts on the verdict; `release`
-//! carries out a release.
+//! `admit`: the verdict on a tenant's turn, the order in which the
+//! components are asked. Which IO goes, or why none does: its tenant waits
+//! for others, no device may serve the turn (`turn_server`: its flows'
+//! windows), the mode's own limit (`rate`'s credit, `auto`'s windows), the
+//! device's latency budget or cap, `rate`'s device op limit or `auto`'s DRR
+//! debt. [`Pacer::poll`] acts on the verdict; `release` carries out a
+//! release.
 
 use super::drr::FAST_HOLD_RATIO;
 use super::queues::Slot;
@@ -73,8 +75,11 @@ impl Pacer {
         if let Some(v) = self.mode_gate(t, d, &io, paced, now) {
             return v;
         }
-        let ready =
-            self.sched.tenants.light(t) || (self.qos_ready(d, now) && self.gate_ready(d, now));
+        let ready = self.sched.tenants.light(t)
+            || (self.gates.qos_ready(d, now)
+                && self
+                    .gates
+                    .gate_ready(d, self.sched.devices[d].in_flight_ios > 0, now));
         if !ready {
             // This device waits for budget (its latency target) or for
             // its cap (beside a light tenant); the tenant's other devices
@@ -83,10 +88,12 @@ impl Pacer {
             // not wait.
             return self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now));
         }
-        let took_op = match self.take_device_op(d) {
+        let took_op = match self.gates.take_op(self.cfg.mode, d) {
             Some(true) => true,
             Some(false) => {
-                return self.next_device_or(t, d, Verdict::Skip, |p| p.all_ops_exhausted(t))
+                return self.next_device_or(t, d, Verdict::Skip, |p| {
+                    p.gates.ops_exhausted(&p.sched.tenants[t].active)
+                })
             }
             None => false,
         };
@@ -209,48 +216,6 @@ impl Pacer {
         }
     }
 
-    /// Device `d` has budget under its latency target (always, without one);
-    /// if not, the next poll is due when it will.
-    pub(super) fn qos_ready(&mut self, d: usize, now: Nanos) -> bool {
-        let Some(q) = &self.qos else { return true };
-        let at = q.ready_at(d, now);
-        if at <= now {
-            return true;
-        }
-        self.qos_wake = Some(self.qos_wake.map_or(at, |w| w.min(at)));
-        false
-    }
-
-    /// Device `d` has room under its cap, or no light tenant is about (see
-    /// [`DeviceGate`](super::DeviceGate)); if not, the next poll is due
-    /// when the gate says (the IO that frees a slot may complete on another
-    /// reactor).
-    /// Only heavy IOs ask.
-    pub(super) fn gate_ready(&mut self, d: usize, now: Nanos) -> bool {
-        let Some(g) = &self.gate else { return true };
-        match g.ready(d, now) {
-            Ok(()) => true,
-            // A configured cap frees only as IOs complete: while this
-            // reactor has IOs at the device, their completions poll
-            // again, and a timer would cut the reactor's gathering wait
-            // short for nothing (and on a VM, arming one is an exit).
-            Err(_) if g.configured(d) && self.sched.devices[d].in_flight_ios > 0 => false,
-            Err(at) => {
-                self.qos_wake = Some(self.qos_wake.map_or(at, |w| w.min(at)));
-                false
-            }
-        }
-    }
-
-    /// `rate` with a device op limit: takes one of device `d`'s op slots
-    /// (Some(false): none is free). None: no limit applies.
-    pub(super) fn take_device_op(&self, d: usize) -> Option<bool> {
-        if self.cfg.mode != Mode::Rate {
-            return None;
-        }
-        self.device_ops.as_ref().map(|ops| ops.try_take(d))
-    }
-
     /// Releases the IO `admit` granted tenant `t`: out of its queue, charged
     /// to the tenant's virtual time, the device's DRR turn and its budget,
     /// and counted in flight.
@@ -267,12 +232,8 @@ impl Pacer {
         let cost = dev
             .cost
             .cost(io.kind, io.bytes, io.offset == dev.last_offset);
-        if let Some(q) = &self.qos {
-            q.charge(d, cost, now);
-        }
-        if let Some(g) = &self.gate {
-            g.released(t, self.sched.tenants.light(t), now);
-        }
+        let light = self.sched.tenants.light(t);
+        self.gates.released(t, Some((d, cost)), light, now);
         self.sched.take(t, d, front, g.slot, &io);
         // `auto` refills a spent turn when the device's next turn comes
         // (see `drr_turn`).
@@ -319,8 +280,11 @@ impl Pacer {
                 || !self
                     .windows
                     .device_window_open(&self.cfg, &self.sched, d, &q.io(slot))
-                || !self.qos_ready(d, now)
-                || !(self.sched.tenants.light(t) || self.gate_ready(d, now))
+                || !self.gates.qos_ready(d, now)
+                || !(self.sched.tenants.light(t)
+                    || self
+                        .gates
+                        .gate_ready(d, self.sched.devices[d].in_flight_ios > 0, now))
             {
                 continue;
             }
@@ -369,22 +333,15 @@ impl Pacer {
                     self.bytes_in_flight,
                 ) && w.device_window_open(cfg, sched, d, &io));
             if windows
-                && self.qos_ready(d, now)
-                && (self.sched.tenants.light(t) || self.gate_ready(d, now))
+                && self.gates.qos_ready(d, now)
+                && (self.sched.tenants.light(t)
+                    || self
+                        .gates
+                        .gate_ready(d, self.sched.devices[d].in_flight_ios > 0, now))
             {
                 return false;
             }
         }
         true
-    }
-
-    pub(super) fn all_ops_exhausted(&self, t: usize) -> bool {
-        let Some(ops) = &self.device_ops else {
-            return false;
-        };
-        self.sched.tenants[t]
-            .active
-            .iter()
-            .all(|&d| ops.exhausted(d))
     }
 }

@@ -54,6 +54,7 @@ mod drr;
 mod filter;
 mod flight;
 mod flows;
+mod gates;
 mod group;
 mod link_window;
 mod pools;
@@ -73,6 +74,7 @@ pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
 use drr::{Device, Scheduler};
 use flight::{DeviceStage, Flight};
+use gates::Gates;
 pub use group::{PacedDevice, PacerGroup};
 pub use link_window::LinkWindow;
 pub use ports::PortLoad;
@@ -113,15 +115,9 @@ pub struct Pacer {
     in_flight_avg: crate::stats::TimeAvg,
     /// `rate` mode's credit and period.
     rate_credit: RateCredit,
-    device_ops: Option<Arc<DeviceOps>>,
     released_total: u64,
-    /// Devices' latency targets and budgets, shared by all reactors.
-    qos: Option<Arc<DeviceQos>>,
-    /// The last poll left IO waiting for device budget until then.
-    qos_wake: Option<Nanos>,
-    /// Devices' caps beside a light tenant, shared by all reactors
-    /// (`auto` with tenants).
-    gate: Option<Arc<DeviceGate>>,
+    /// Devices' budgets, caps and op limits, shared by all reactors.
+    gates: Gates,
     calls: u64,
     polls: u64,
     ios: u64,
@@ -149,11 +145,8 @@ impl Pacer {
             filling: 0,
             in_flight_avg: crate::stats::TimeAvg::new(now),
             rate_credit: RateCredit::new(&cfg, buffer_size, now),
-            device_ops,
             released_total: 0,
-            qos: None,
-            qos_wake: None,
-            gate: None,
+            gates: Gates::new(device_ops),
             calls: 0,
             polls: 0,
             ios: 0,
@@ -184,13 +177,13 @@ impl Pacer {
     /// Gives this pacer the devices' latency targets (one [`DeviceQos`]
     /// for all reactors).
     pub fn share_qos(&mut self, qos: Arc<DeviceQos>) {
-        self.qos = Some(qos);
+        self.gates.share_qos(qos);
     }
 
     /// Shares the devices' caps with the other reactors' pacers: heavy
     /// IOs wait for them while a light tenant is about.
     pub fn share_gate(&mut self, gate: Arc<DeviceGate>) {
-        self.gate = Some(gate);
+        self.gates.share_gate(gate);
     }
 
     pub fn set_cost_model(&mut self, device: usize, model: CostModel) {
@@ -346,7 +339,7 @@ impl Pacer {
     pub fn poll(&mut self, now: Nanos, out: &mut Vec<u64>) {
         self.polls += 1;
         self.sched.tenants.held = false;
-        self.qos_wake = None;
+        self.gates.wake = None;
         if self.queued() == 0 {
             return;
         }
@@ -402,9 +395,7 @@ impl Pacer {
             self.sched.tenants[io.tenant].usage_bytes += u64::from(io.bytes);
             // The gate counts every flight it will see land (none of
             // these is light: it bypassed the pacer).
-            if let Some(g) = &self.gate {
-                g.released(io.tenant, false, now);
-            }
+            self.gates.released(io.tenant, None, false, now);
             self.take_flight(io, false, u64::from(io.bytes), now);
             out.push(io.id);
         }
@@ -423,9 +414,7 @@ impl Pacer {
         let stage = match io.kind {
             IoKind::Read => {
                 self.sched.devices[io.device].arrive(work);
-                if let Some(g) = &self.gate {
-                    g.arrive(io.device, now);
-                }
+                self.gates.arrive(io.device, now);
                 self.windows.flows.enter_pipe(io.flow, bytes, paced, now);
                 DeviceStage::At
             }
@@ -470,9 +459,7 @@ impl Pacer {
             debug_assert!(self.filling > 0, "a piece starts that was not filling");
             self.filling -= 1;
             self.sched.devices[f.device].arrive(f.work);
-            if let Some(g) = &self.gate {
-                g.arrive(f.device, now);
-            }
+            self.gates.arrive(f.device, now);
             self.windows.flows.enter_pipe(f.flow, f.bytes, f.paced, now);
         }
     }
@@ -487,17 +474,13 @@ impl Pacer {
         f.at_device = latency_ns;
         if f.enter(DeviceStage::After) {
             self.sched.devices[device].leave(work);
-            if let Some(g) = &self.gate {
-                g.completed(device, latency_ns, now);
-            }
+            self.gates.device_done(device, latency_ns, now);
         }
         let dev = &mut self.sched.devices[device];
         dev.probe.landed(latency_ns, bytes, dev.in_flight_ios, now);
         dev.device_latency.update(latency_ns.max(1), now);
         dev.note_wait(latency_ns, work, now);
-        if let Some(q) = &self.qos {
-            q.record(device, kind, latency_ns, now);
-        }
+        self.gates.record(device, kind, latency_ns, now);
     }
 
     /// The IO is done and its data has left (reply sent): its window frees,
@@ -544,9 +527,7 @@ impl Pacer {
         self.windows.flows.landed(f.flow, f.bytes);
         if f.stage == DeviceStage::At {
             self.sched.devices[f.device].leave(f.work);
-            if let Some(g) = &self.gate {
-                g.leave(f.device);
-            }
+            self.gates.leave(f.device);
         }
         let t = &mut self.sched.tenants[f.tenant];
         debug_assert!(
@@ -555,19 +536,12 @@ impl Pacer {
             t.name
         );
         t.in_flight -= 1;
-        if let Some(g) = &self.gate {
-            g.landed(f.tenant);
-        }
+        self.gates.landed(f.tenant, f.device, f.took_op);
         debug_assert!(
             self.bytes_in_flight >= f.bytes,
             "lands more than is in flight"
         );
         self.bytes_in_flight -= f.bytes;
-        if f.took_op {
-            if let Some(ops) = &self.device_ops {
-                ops.give(f.device);
-            }
-        }
     }
 
     /// When the next poll could release something without a completion
@@ -577,7 +551,7 @@ impl Pacer {
         if self.queued() == 0 {
             return None;
         }
-        let mut wake = self.qos_wake;
+        let mut wake = self.gates.wake;
         let mut at = |t: Nanos| wake = Some(wake.map_or(t, |w| w.min(t)));
         if self.sched.tenants.held {
             // Nothing here completes when another reactor's tenant catches up.
@@ -597,7 +571,7 @@ impl Pacer {
                 Some(t) => at(t),
                 // Credit is there; unless a device's budget is what holds
                 // the queue (then its time is already in `wake`), poll now.
-                None if self.qos_wake.is_none() => at(now),
+                None if self.gates.wake.is_none() => at(now),
                 None => {}
             }
         }

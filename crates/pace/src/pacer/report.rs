@@ -61,7 +61,7 @@ impl PacerStats {
             .collect();
         let max_v = vtimes.iter().copied().fold(0.0, f64::max);
         let vrates: Vec<f64> = (0..p.sched.devices.len())
-            .map(|d| p.qos.as_ref().map_or(1.0, |q| q.vrate(d)))
+            .map(|d| p.gates.qos.as_ref().map_or(1.0, |q| q.vrate(d)))
             .collect();
         let total = p.released_total.max(1) as f64;
         let rate = p.windows.rate.get().unwrap_or(0.0);
@@ -98,7 +98,7 @@ impl PacerStats {
             // Of the devices with targets: a vrate above 1 (an underrated
             // cost model corrected) shows, where a fold from 1.0 hid it.
             vrate: (0..p.sched.devices.len())
-                .filter(|&d| p.qos.as_ref().is_some_and(|q| q.has_targets(d)))
+                .filter(|&d| p.gates.qos.as_ref().is_some_and(|q| q.has_targets(d)))
                 .map(|d| vrates[d])
                 .reduce(f64::min)
                 .unwrap_or(1.0),

@@ -713,7 +713,7 @@ fn a_configured_cap_holds_heavy_ios_and_sets_no_timer_while_ours_are_there() {
     assert_eq!(out, [100, 101], "held to the cap of 2");
     // Its own IOs at the device wake it: no recheck timer.
     // (auto's latency probe may set a wake of its own)
-    assert_eq!(p.qos_wake, None);
+    assert_eq!(p.gates.wake, None);
     now += 50_000;
     done(&mut p, 100, now);
     done(&mut p, 101, now);
@@ -728,5 +728,5 @@ fn a_configured_cap_holds_heavy_ios_and_sets_no_timer_while_ours_are_there() {
     out.clear();
     p.poll(now, &mut out);
     assert!(out.is_empty(), "{out:?}");
-    assert!(p.qos_wake.is_some_and(|t| t <= now + 100_000));
+    assert!(p.gates.wake.is_some_and(|t| t <= now + 100_000));
 }
