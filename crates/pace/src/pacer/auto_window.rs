@@ -21,7 +21,8 @@ use super::tenants::Tenants;
 use super::{Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
 use crate::Nanos;
 
-/// How often `auto` looks for flows that stopped draining (see [`flows`]).
+/// How often `auto` looks for flows that stopped draining (see
+/// [`flows`](super::flows)).
 const STALL_CHECK_NS: Nanos = 1_000_000;
 
 /// A host's window floor grows with the reactors pooling it up to this
@@ -323,8 +324,8 @@ impl Windows {
     }
 
     /// `auto`'s window: the sum of its active hosts' windows (see
-    /// [`flows`]), at least four of the largest IO over all the reactors
-    /// that pool their windows.
+    /// [`flows`](super::flows)), at least four of the largest IO over all
+    /// the reactors that pool their windows.
     pub fn resize(&mut self, cfg: &PacingConfig, sched: &Scheduler) {
         if cfg.mode != Mode::Auto {
             return;

@@ -29,13 +29,20 @@
 //! queuing on virtual time over IO cost, and devices within a tenant by
 //! deficit round robin.
 //!
-//! Where each part is: `poll` asks `admit` for the verdict on each
-//! tenant's turn and `admit::release` carries a release out; `tenants`
-//! picks the tenant (WFQ), `drr` the device (DRR), `rate` keeps `rate`'s
-//! credit and tuners, `auto_window` `auto`'s windows and latency probe,
-//! `flows` each connection's window, `queues` a device's per-flow FIFOs,
-//! [`qos`] the latency targets; [`PacerGroup`] builds one target's pacers
-//! over what they share, and `report` their [`PacerStats`].
+//! Where each part is: the pacer is a composition of components that own
+//! their fields, each with its `impl` in one file, and each called with
+//! the other parts it reads as arguments. `drr`'s `Scheduler` holds the
+//! devices' queues and DRR turns, and `tenants`' `Tenants` the tenants and
+//! their clock (WFQ: which goes next, which waits for peers);
+//! `auto_window`'s `Windows` holds `auto`'s estimators, depth, latency
+//! probe, reactor and link windows, ports and the connections' windows
+//! (`flows`); `gates`' `Gates` the devices' budgets ([`qos`]), caps
+//! ([`DeviceGate`]) and op limits; `rate` keeps `rate`'s credit and tuners.
+//! `impl Pacer` is in two files: here, an IO's life (enqueue, poll,
+//! completions, cancel), and `admit`, the gate order: the verdict on each
+//! tenant's turn, which device serves it, and `release`. `queues` holds a
+//! device's per-flow FIFOs; [`PacerGroup`] builds one target's pacers over
+//! what they share, and `report` their [`PacerStats`].
 
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
