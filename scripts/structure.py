@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Structure measures a reader would take: import circles between the files
 of each crate, non-test files over 700 lines, functions over 70 lines, and
-types whose inherent `impl` blocks are spread over more than one file.
+types whose inherent `impl` blocks are spread over more than two files.
 
 An edge A -> B means file A names an item of module B (`crate::b::..`,
 `super::b`, `self::b`, or a bare `b::` of a child module). Edges between a
@@ -17,6 +17,8 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates")
+# The source-tree issue's goals: no type's `impl` in more than two files.
+IMPL_FILES = 2
 LIMIT = 700
 FN_LIMIT = 70
 FN_START = re.compile(r"^\s*(pub(\([\w:]+\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\s+(\w+)")
@@ -209,7 +211,7 @@ def main():
             continue
         mods = modules(src)
         for name, files in impl_files(mods).items():
-            if len(files) > 1:
+            if len(files) > IMPL_FILES:
                 rels = sorted(os.path.relpath(f, src) for f in files)
                 spread.append(f"{crate}: {name} in {len(files)} files: " + " ".join(rels))
         for comp in sccs(edges(mods)):
@@ -233,7 +235,7 @@ def main():
     if verbose:
         for n, f in sorted(long_files, reverse=True):
             print(f"  {n:5} {f}")
-    print(f"types with inherent impls in more than one file: {len(spread)}")
+    print(f"types with inherent impls in more than {IMPL_FILES} files: {len(spread)}")
     if verbose:
         for x in sorted(spread):
             print("  " + x)
