@@ -134,6 +134,8 @@ struct Host {
     flow_floor: u64,
     /// Its window as last published to the other reactors.
     published: u64,
+    /// The most its pooled flows may hold together (see `pool_flows`).
+    pool_cap: u64,
 }
 
 /// The least windows `window_sum` gives.
@@ -445,13 +447,15 @@ impl Flows {
         let Some(f) = self.map.get(&flow) else {
             return true;
         };
+        let host = self.hosts.get(&f.host);
         if let Some(p) = f.pool {
             // Behind a full port the pool's window and the tenants' order
             // divide the port, not what TCP gave each flow (see `pools`).
             let own = f.in_flight == 0 || f.in_flight + bytes <= deepen(f.pool_cap);
-            return own && self.pools.open(p, bytes, &deepen);
+            let host_own =
+                host.is_none_or(|h| h.piped == 0 || h.piped + bytes <= deepen(h.pool_cap));
+            return own && host_own && self.pools.open(p, bytes, &deepen);
         }
-        let host = self.hosts.get(&f.host);
         let window = deepen(f.window.max(host.map_or(0, |h| h.flow_floor)));
         let own = f.in_flight == 0 || f.in_flight + bytes <= window;
         own && host.is_none_or(|h| {
@@ -510,14 +514,14 @@ impl Flows {
             h.window = h.window.max(floor);
             sum += h.window;
         }
-        self.pool_flows(shared);
+        self.pool_flows(shared, sum);
         sum
     }
 
     /// Puts each active, measured flow on a full port in its port's pool,
     /// with its own window (as its flow's and its host's would bound it),
     /// and sets each one's cap there.
-    fn pool_flows(&mut self, shared: impl Fn(u64, usize) -> Option<usize>) {
+    fn pool_flows(&mut self, shared: impl Fn(u64, usize) -> Option<usize>, reactor: u64) {
         self.pools.clear();
         for (&id, f) in self.map.iter_mut() {
             let active = f.queued > 0 || f.in_flight > 0;
@@ -535,10 +539,23 @@ impl Flows {
             };
             self.pools.join(p, f.tenant, own, rate, piped);
         }
+        // A host's pooled flows are capped together too: each flow with
+        // nothing in flight may send one IO, and a host with a flow per
+        // drive, held by its own slower link, filled the pool with IO
+        // waiting for that link (`tenants_own_link`: 15 IOs where its
+        // link needed 2, and the port's other hosts got 57% of their share).
+        let mut hosts: FxHashMap<u64, (usize, f64, u64)> = FxHashMap::default();
         for f in self.map.values_mut() {
             f.pool = f.pool.filter(|&p| self.pools.shared(p));
             if let (Some(p), Some(rate)) = (f.pool, f.rate.get()) {
-                f.pool_cap = self.pools.cap(p, rate, f.bdp.unwrap_or(0));
+                f.pool_cap = self.pools.cap(p, rate, f.bdp.unwrap_or(0), reactor);
+                let h = hosts.entry(f.host).or_insert((p, 0.0, 0));
+                (h.1, h.2) = (h.1 + rate, h.2 + f.bdp.unwrap_or(0));
+            }
+        }
+        for (id, (p, rate, bdp)) in hosts {
+            if let Some(h) = self.hosts.get_mut(&id) {
+                h.pool_cap = self.pools.cap(p, rate, bdp, reactor);
             }
         }
     }
@@ -552,7 +569,11 @@ impl Flows {
     /// what holds it back is its own rate, not the port it shares.
     pub fn at_pool_cap(&self, flow: u64, bytes: u64, deepen: impl Fn(u64) -> u64) -> bool {
         self.map.get(&flow).is_some_and(|f| {
-            f.pool.is_some() && f.in_flight > 0 && f.in_flight + bytes > deepen(f.pool_cap)
+            let host = self.hosts.get(&f.host);
+            let host_full =
+                host.is_some_and(|h| h.piped > 0 && h.piped + bytes > deepen(h.pool_cap));
+            let flow_full = f.in_flight > 0 && f.in_flight + bytes > deepen(f.pool_cap);
+            f.pool.is_some() && (flow_full || host_full)
         })
     }
 

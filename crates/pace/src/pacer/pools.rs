@@ -17,7 +17,12 @@
 //! slow devices needs more in flight for the same rate), so a flow whose
 //! own slower link binds, on a port that others fill, cannot fill the pool
 //! with IO that waits for its link: it grows only as fast as its rate does.
-//! Its host's window gives way too (a host is its flows on this reactor).
+//! Its host's window gives way too (a host is its flows on this reactor),
+//! to the same cap over all its pooled flows: a host with a flow per drive
+//! would otherwise send one IO on each, whatever its rate. A flow's part of
+//! the pool is taken of at most the reactor's window: the pool sums its
+//! flows' floors, and 48 flows of 2 IOs each made a 12 MiB pool on a
+//! reactor whose window was 2 MiB.
 
 use rustc_hash::FxHashMap;
 
@@ -73,15 +78,16 @@ impl Pools {
             .is_some_and(|p| p.tenants.count_ones() > 1)
     }
 
-    /// The most a flow of rate `rate` and bandwidth-delay product `bdp` on
-    /// `port` may hold: `POOL_CAP` times the larger of its part of the
-    /// pool by rate and its product.
-    pub fn cap(&self, port: usize, rate: f64, bdp: u64) -> u64 {
+    /// The most a flow (or a host's pooled flows) of rate `rate` and
+    /// bandwidth-delay product `bdp` on `port` may hold: `POOL_CAP` times
+    /// the larger of its product and its part by rate of the pool's
+    /// window, that window taken at most as the reactor's (`reactor`).
+    pub fn cap(&self, port: usize, rate: f64, bdp: u64, reactor: u64) -> u64 {
         let Some(p) = self.map.get(&port) else {
             return bdp;
         };
         debug_assert!(p.rate >= rate && p.rate > 0.0, "a flow's pool has its rate");
-        let part = p.window as f64 * rate / p.rate;
+        let part = p.window.min(reactor) as f64 * rate / p.rate;
         (POOL_CAP * part.max(bdp as f64)) as u64
     }
 
@@ -121,14 +127,18 @@ mod tests {
         pools.join(3, 0, 400_000, 1e6, 0);
         assert!(!pools.shared(3), "one tenant");
         pools.join(3, 1, 600_000, 3e6, 100_000);
-        assert_eq!(pools.cap(3, 1e6, 10_000), 500_000, "2 x a quarter of 1 MB");
         assert_eq!(
-            pools.cap(3, 1e6, 300_000),
+            pools.cap(3, 1e6, 10_000, u64::MAX),
+            500_000,
+            "2 x a quarter of 1 MB"
+        );
+        assert_eq!(
+            pools.cap(3, 1e6, 300_000, u64::MAX),
             600_000,
             "its own product is larger"
         );
-        assert_eq!(pools.cap(3, 3e6, 0), 1_500_000);
-        assert_eq!(pools.cap(4, 1e6, 7), 7, "no pool: its product");
+        assert_eq!(pools.cap(3, 3e6, 0, u64::MAX), 1_500_000);
+        assert_eq!(pools.cap(4, 1e6, 7, u64::MAX), 7, "no pool: its product");
         assert!(pools.shared(3) && !pools.shared(4));
         pools.join(4, 2, 1, 1.0, 0);
         pools.join(4, 2, 1, 1.0, 0);
@@ -214,5 +224,69 @@ mod tests {
             );
             assert!(!flows.at_pool_cap(1, io, same));
         }
+    }
+
+    #[test]
+    fn a_host_with_a_flow_per_drive_is_capped_as_one() {
+        use super::super::flows::{Floors, Flows, Sizing};
+        let io = 128 << 10;
+        let sizing = Sizing {
+            gain: 2.0,
+            max_io: io,
+            max_window: 1 << 30,
+            latency: Some(100_000),
+            hold: None,
+            queued: None,
+        };
+        // Host 10 (tenant 0) reads 8 drives over 8 flows behind its own
+        // slow link, 128 KiB per flow every 17.6 ms; host 20 (tenant 1)
+        // one flow, 128 KiB every 0.55 ms: a fifth of the pool's rate is
+        // host 10's.
+        let mut flows = Flows::default();
+        let slow: Vec<u64> = (1..=8).collect();
+        for &f in &slow {
+            flows.join(f, 10);
+        }
+        flows.join(20, 20);
+        for i in 0..3200u64 {
+            let now = i * 550_000;
+            let mut go = vec![(20, 1)];
+            if i % 32 == 0 {
+                go.extend(slow.iter().map(|&f| (f, 0)));
+            }
+            for (f, t) in go {
+                flows.queued(f, (0, t), io, io, now);
+                flows.released(f, io);
+                flows.enter_pipe(f, io, io, now);
+                flows.leave_pipe(f, io, io);
+                flows.landed(f, io);
+                flows.delivered(f, io, now, sizing);
+            }
+        }
+        for &f in slow.iter().chain([20].iter()) {
+            let t = usize::from(f == 20);
+            for _ in 0..4 {
+                flows.queued(f, (f as usize, t), io, io, 0);
+            }
+        }
+        let floors = Floors {
+            host: 2 * io,
+            shared: 8 * io,
+        };
+        flows.window_sum(floors, |_, _| Some(0));
+        let (same, host) = (|w| w, |_, own| own);
+        // Each of host 10's flows has nothing in flight, so each alone
+        // may send one IO; together they stop at the host's cap.
+        let mut sent = 0;
+        for &f in &slow {
+            if flows.open(f, io, same, host) {
+                flows.released(f, io);
+                flows.enter_pipe(f, io, io, 0);
+                sent += 1;
+            }
+        }
+        assert!((1..8).contains(&sent), "host 10 sent {sent} of 8");
+        assert!(flows.at_pool_cap(slow[7], io, same));
+        assert!(flows.open(20, io, same, host), "host 20 still may go");
     }
 }
