@@ -11,11 +11,6 @@ use super::queues::Slot;
 use super::{Mode, PacedIo, Pacer};
 use crate::Nanos;
 
-/// A tenant its own links held keeps counting as held by them while what
-/// it delivers stays within this factor of what it did then: less, and the
-/// port it shares holds it; more, and it was growing, not held.
-const OWN_RATE_KEPT: f64 = 0.8;
-
 /// What `poll` does with a tenant's turn (see `Pacer::admit`).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Verdict {
@@ -169,21 +164,7 @@ impl Pacer {
                 !self.windows.device_bound(&self.sched.devices, d)
                     && self.sched.devices[d].queue.head(t, shared).is_none()
             });
-        // Once its own links held it while the port had room, a tenant
-        // that delivers as much behind a full port is held by them still:
-        // the port its bursts fill with others is not what binds it (a
-        // weight-2 tenant on its own 10 GbE link, on a reactor of its own,
-        // held the weight-1 tenants' reactors each time they filled the
-        // port: `tenants_own_link`, 4 reactors).
-        let reactor = self.windows.reactor().unwrap_or(0);
-        let clock = &self.sched.tenants.clock;
-        let rate = self.windows.flows.tenant_rate(t);
-        let kept = clock
-            .own_rate(t, reactor)
-            .filter(|&r| (OWN_RATE_KEPT * r..=r / OWN_RATE_KEPT).contains(&rate));
-        let bound = if own { Some(rate) } else { kept };
-        clock.set_own_bound(t, reactor, bound);
-        if bound.is_none() {
+        if !own {
             return Verdict::WaitForLink;
         }
         self.sched.tenants.clock.lift(t);

@@ -468,16 +468,6 @@ impl Flows {
         })
     }
 
-    /// What tenant `t`'s active flows here deliver, bytes/s (each flow's
-    /// recent best).
-    pub fn tenant_rate(&self, t: usize) -> f64 {
-        self.map
-            .values()
-            .filter(|f| f.tenant == t && (f.queued > 0 || f.in_flight > 0))
-            .filter_map(|f| f.rate.get())
-            .sum()
-    }
-
     /// `flow`'s host has another flow with IO queued or in flight on a
     /// device that `fast` names.
     pub fn host_also_on(&self, flow: u64, fast: impl Fn(usize) -> bool) -> bool {

@@ -24,16 +24,10 @@ pub struct TenantClock {
     /// [tenant * reactors + reactor]: arrival (ns) of the tenant's oldest IO
     /// queued on that reactor; `NONE_QUEUED` if none.
     oldest: Vec<AtomicU64>,
-    /// [tenant * reactors + reactor]: on that reactor the tenant last
-    /// waited for links of its own, delivering this (f64 bits of bytes/s;
-    /// `NOT_OWN_BOUND` if it waits for what it shares; see
-    /// `set_own_bound`).
-    own_rate: Vec<AtomicU64>,
     reactors: usize,
 }
 
 const NONE_QUEUED: u64 = u64::MAX;
-const NOT_OWN_BOUND: u64 = u64::MAX;
 
 impl TenantClock {
     pub fn new(tenants: usize) -> Arc<TenantClock> {
@@ -48,7 +42,6 @@ impl TenantClock {
             vtime: atomics(tenants, 0),
             queued: atomics(tenants, 0),
             oldest: atomics(tenants * reactors, NONE_QUEUED),
-            own_rate: atomics(tenants * reactors, NOT_OWN_BOUND),
             reactors,
         })
     }
@@ -84,47 +77,6 @@ impl TenantClock {
         (0..self.reactors)
             .filter(|&r| r != reactor)
             .all(|r| own <= at(r).saturating_add(tolerance))
-    }
-
-    /// Tenant `t`, on `reactor`, waits for links of its own, delivering
-    /// `rate` bytes/s (None: it waits for what it shares with other
-    /// tenants). One held by its own links holds no tenant on another
-    /// reactor back (see `lead`).
-    pub fn set_own_bound(&self, t: usize, reactor: usize, rate: Option<f64>) {
-        if let Some(r) = self.own_rate.get(self.slot(t, reactor)) {
-            let v = rate.map_or(NOT_OWN_BOUND, f64::to_bits);
-            if r.load(Ordering::Relaxed) != v {
-                r.store(v, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// What tenant `t` delivered on `reactor` when it last waited for its
-    /// own links (None: it waits for what it shares).
-    pub fn own_rate(&self, t: usize, reactor: usize) -> Option<f64> {
-        let v = self
-            .own_rate
-            .get(self.slot(t, reactor))?
-            .load(Ordering::Relaxed);
-        (v != NOT_OWN_BOUND).then(|| f64::from_bits(v))
-    }
-
-    fn slot(&self, t: usize, reactor: usize) -> usize {
-        t * self.reactors + reactor.min(self.reactors - 1)
-    }
-
-    /// On every reactor where tenant `t` has IO queued (and on one at
-    /// least), it last waited for its own links.
-    fn own_bound(&self, t: usize) -> bool {
-        let reactors = 0..self.reactors;
-        reactors.clone().any(|r| self.own_rate(t, r).is_some())
-            && reactors.into_iter().all(|r| {
-                let queued = self
-                    .oldest
-                    .get(self.slot(t, r))
-                    .is_some_and(|o| o.load(Ordering::Relaxed) != NONE_QUEUED);
-                !queued || self.own_rate(t, r).is_some()
-            })
     }
 
     pub fn tenants(&self) -> usize {
@@ -186,14 +138,9 @@ impl TenantClock {
     }
 
     /// How far tenant `t` runs ahead of the slowest other busy tenant,
-    /// leaving out those `skip` names and those held by their own links
-    /// (0 when no such tenant is busy): a tenant that cannot take more
-    /// holds no one to the weights (a weight-2 tenant on its own 10 GbE
-    /// link, alone on its reactor, held the weight-1 tenants' reactors to
-    /// twice its rate: `tenants_own_link`, 4 reactors, 37-48% of their
-    /// share).
+    /// leaving out those `skip` names (0 when no such tenant is busy).
     pub fn lead(&self, t: usize, skip: impl Fn(usize) -> bool) -> f64 {
-        let floor = self.busy_min(t, |u| skip(u) || self.own_bound(u));
+        let floor = self.busy_min(t, skip);
         if floor.is_finite() {
             (self.vtime(t) - floor).max(0.0)
         } else {
@@ -245,28 +192,5 @@ mod tests {
         c.queued(9);
         c.dequeued(9);
         c.advance(9, 1.0);
-    }
-
-    #[test]
-    fn a_tenant_held_by_its_own_links_holds_no_one_back() {
-        let c = TenantClock::with_reactors(2, 2);
-        c.queued(0);
-        c.queued(1);
-        // Tenant 0 is queued on reactor 0 only, tenant 1 on reactor 1.
-        c.set_oldest(0, 0, Some(1));
-        c.set_oldest(1, 1, Some(1));
-        c.advance(1, 500.0);
-        assert_eq!(c.lead(1, |_| false), 500.0, "tenant 0 lags: 1 waits");
-        c.set_own_bound(0, 0, Some(1e9));
-        assert_eq!(c.own_rate(0, 0), Some(1e9));
-        assert_eq!(c.lead(1, |_| false), 0.0, "its own links hold tenant 0");
-        // Queued on reactor 1 too, where it waits for what it shares.
-        c.set_oldest(0, 1, Some(2));
-        assert_eq!(c.lead(1, |_| false), 500.0);
-        c.set_own_bound(0, 1, Some(1e9));
-        assert_eq!(c.lead(1, |_| false), 0.0);
-        c.set_own_bound(0, 0, None);
-        assert_eq!(c.own_rate(0, 0), None);
-        assert_eq!(c.lead(1, |_| false), 500.0);
     }
 }
