@@ -5,7 +5,7 @@
 //! look like a flow that drains at some rate. Only a port's capacity can,
 //! so where the target knows it (the simulator's ports, a NIC's link
 //! speed), a tenant whose flows all wait on ports with room waits for its
-//! own links, and holds no other tenant back (see `Pacer::own_links_bind`).
+//! own links, and holds no other tenant back (see `Pacer::link_wait` in `admit.rs`).
 //! Where a flow's port or its capacity is unknown, its link is taken to be
 //! shared, as the pacer did before it knew ports.
 
