@@ -159,29 +159,40 @@ mod tests {
     /// Flows 1 (tenant 0, host 10) and 2 (tenant 1, host 20) each deliver
     /// 128 KiB every 2.2 ms (60 MB/s) and keep IO queued; `tenant2` is
     /// flow 2's tenant.
-    fn two_flows(tenant2: usize) -> super::super::flows::Flows {
-        use super::super::flows::{Flows, Sizing};
-        let io = 128 << 10;
-        let sizing = Sizing {
+    /// The sizing the flows learn under: gain 2, 128 KiB IO, 100 us.
+    fn sizing() -> super::super::flows::Sizing {
+        super::super::flows::Sizing {
             gain: 2.0,
-            max_io: io,
+            max_io: IO,
             max_window: 1 << 30,
             latency: Some(100_000),
             hold: None,
             queued: None,
-        };
+        }
+    }
+
+    const IO: u64 = 128 << 10;
+
+    /// Flow `f` of tenant `t` queues, releases and delivers one IO at `now`.
+    fn deliver_one(flows: &mut super::super::flows::Flows, f: u64, t: usize, now: u64) {
+        flows.queued(f, (0, t), IO, IO, now);
+        flows.released(f, IO);
+        flows.enter_pipe(f, IO, IO, now);
+        flows.leave_pipe(f, IO, IO);
+        flows.landed(f, IO);
+        flows.delivered(f, IO, now, sizing());
+    }
+
+    fn two_flows(tenant2: usize) -> super::super::flows::Flows {
+        use super::super::flows::Flows;
+        let io = IO;
         let mut flows = Flows::default();
         flows.join(1, 10);
         flows.join(2, 20);
         for i in 0..200 {
             let now = i * 2_200_000;
             for (f, t) in [(1, 0), (2, tenant2)] {
-                flows.queued(f, (0, t), io, io, now);
-                flows.released(f, io);
-                flows.enter_pipe(f, io, io, now);
-                flows.leave_pipe(f, io, io);
-                flows.landed(f, io);
-                flows.delivered(f, io, now, sizing);
+                deliver_one(&mut flows, f, t, now);
             }
         }
         for (f, t) in [(1, 0), (2, tenant2)] {
@@ -228,16 +239,8 @@ mod tests {
 
     #[test]
     fn a_host_with_a_flow_per_drive_is_capped_as_one() {
-        use super::super::flows::{Floors, Flows, Sizing};
-        let io = 128 << 10;
-        let sizing = Sizing {
-            gain: 2.0,
-            max_io: io,
-            max_window: 1 << 30,
-            latency: Some(100_000),
-            hold: None,
-            queued: None,
-        };
+        use super::super::flows::{Floors, Flows};
+        let io = IO;
         // Host 10 (tenant 0) reads 8 drives over 8 flows behind its own
         // slow link, 128 KiB per flow every 17.6 ms; host 20 (tenant 1)
         // one flow, 128 KiB every 0.55 ms: a fifth of the pool's rate is
@@ -255,12 +258,7 @@ mod tests {
                 go.extend(slow.iter().map(|&f| (f, 0)));
             }
             for (f, t) in go {
-                flows.queued(f, (0, t), io, io, now);
-                flows.released(f, io);
-                flows.enter_pipe(f, io, io, now);
-                flows.leave_pipe(f, io, io);
-                flows.landed(f, io);
-                flows.delivered(f, io, now, sizing);
+                deliver_one(&mut flows, f, t, now);
             }
         }
         for &f in slow.iter().chain([20].iter()) {
