@@ -134,7 +134,9 @@ struct Host {
     flow_floor: u64,
     /// Its window as last published to the other reactors.
     published: u64,
-    /// The most its pooled flows may hold together (see `pool_flows`).
+    /// Its pooled flows' port, summed rates and products (see
+    /// `pool_flows`), and the most they may hold together.
+    pooled_sum: Option<(usize, f64, u64)>,
     pool_cap: u64,
 }
 
@@ -544,17 +546,21 @@ impl Flows {
         // drive, held by its own slower link, filled the pool with IO
         // waiting for that link (`tenants_own_link`: 15 IOs where its
         // link needed 2, and the port's other hosts got 57% of their share).
-        let mut hosts: FxHashMap<u64, (usize, f64, u64)> = FxHashMap::default();
+        for h in self.hosts.values_mut() {
+            h.pooled_sum = None;
+        }
         for f in self.map.values_mut() {
             f.pool = f.pool.filter(|&p| self.pools.shared(p));
             if let (Some(p), Some(rate)) = (f.pool, f.rate.get()) {
-                f.pool_cap = self.pools.cap(p, rate, f.bdp.unwrap_or(0), reactor);
-                let h = hosts.entry(f.host).or_insert((p, 0.0, 0));
-                (h.1, h.2) = (h.1 + rate, h.2 + f.bdp.unwrap_or(0));
+                let bdp = f.bdp.unwrap_or(0);
+                f.pool_cap = self.pools.cap(p, rate, bdp, reactor);
+                let host = self.hosts.entry(f.host).or_default();
+                let (_, r, b) = host.pooled_sum.get_or_insert((p, 0.0, 0));
+                (*r, *b) = (*r + rate, *b + bdp);
             }
         }
-        for (id, (p, rate, bdp)) in hosts {
-            if let Some(h) = self.hosts.get_mut(&id) {
+        for h in self.hosts.values_mut() {
+            if let Some((p, rate, bdp)) = h.pooled_sum {
                 h.pool_cap = self.pools.cap(p, rate, bdp, reactor);
             }
         }
