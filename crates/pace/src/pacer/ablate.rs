@@ -27,10 +27,13 @@ pub enum Mechanism {
     HoldRatio,
     /// 12: device-queue detection; no device counts as keeping a queue.
     DeviceQueue,
+    /// 14's order: flows at a device take equal device time; without it
+    /// the oldest IO of the open flows goes.
+    FlowFair,
 }
 
 impl Mechanism {
-    const ALL: [(Mechanism, &'static str); 9] = [
+    const ALL: [(Mechanism, &'static str); 10] = [
         (Mechanism::Depth, "depth"),
         (Mechanism::Gate, "gate"),
         (Mechanism::LatencyProbe, "latency-probe"),
@@ -40,6 +43,7 @@ impl Mechanism {
         (Mechanism::Light, "light"),
         (Mechanism::HoldRatio, "hold-ratio"),
         (Mechanism::DeviceQueue, "device-queue"),
+        (Mechanism::FlowFair, "flow-fair"),
     ];
 
     /// Its bit in the set taken out.

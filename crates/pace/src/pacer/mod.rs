@@ -270,7 +270,8 @@ impl Pacer {
         if self.sched.devices[d].queue.len() == 0 || !tenant.active.contains(&d) {
             tenant.active.push_back(d);
         }
-        self.sched.devices[d].queue.push(io, now);
+        let work = self.sched.devices[d].work(io.kind, u64::from(io.bytes));
+        self.sched.devices[d].queue.push(io, now, work);
         self.windows.publish_hosts();
     }
 

@@ -1,11 +1,16 @@
 //! One device's queued IO: a FIFO per (tenant, flow). A flow whose window
 //! is closed is passed over, so its IOs never hold back other flows' behind
-//! them; the oldest IO of the open flows goes first, which is the device's
-//! FIFO order while every flow is open. Lookups cost one step per flow with
-//! IO queued here, not per IO.
+//! them. Among the open flows of a tenant, the one that has had the least
+//! device time goes first (start-time fair queuing): the oracle divides a
+//! drive between hosts in equal device time, and oldest-first divided it by
+//! how much each host queued: in fuzz case 1:79, hosts of 128 KiB NBD
+//! reads and writes beside deep NVMe/TCP readers on one drive got 1-5% of
+//! their share, and 72-100% in fair order. Lookups cost one step per flow
+//! with IO queued here, not per IO.
 
 use std::collections::VecDeque;
 
+use super::ablate::{self, Mechanism};
 use super::PacedIo;
 use crate::Nanos;
 
@@ -15,11 +20,16 @@ struct Queued {
     at: Nanos,
     /// Enqueue order: ties in `at` keep arrival order.
     seq: u64,
+    /// Its device time, which advances its flow's virtual start.
+    work: u64,
 }
 
 #[derive(Debug, Clone)]
 struct FlowQueue {
     flow: u64,
+    /// The virtual device time at which its front IO starts (start-time
+    /// fair queuing): flows at one device take equal device time.
+    start: u64,
     ios: VecDeque<Queued>,
 }
 
@@ -34,8 +44,20 @@ pub(super) struct Slot {
 pub(super) struct DeviceQueue {
     /// Per tenant: the flows with IO queued here.
     lanes: Vec<Vec<FlowQueue>>,
+    /// Per tenant: the virtual start of the IO last taken.
+    vtimes: Vec<u64>,
     len: usize,
     seq: u64,
+}
+
+/// The order among open flows: by virtual start (see `FlowQueue`), or,
+/// with that taken out, by age alone.
+fn fair_key(start: u64) -> u64 {
+    if ablate::out(Mechanism::FlowFair) {
+        0
+    } else {
+        start
+    }
 }
 
 impl DeviceQueue {
@@ -43,21 +65,25 @@ impl DeviceQueue {
         self.len
     }
 
-    pub fn push(&mut self, io: PacedIo, now: Nanos) {
+    pub fn push(&mut self, io: PacedIo, now: Nanos, work: u64) {
         if self.lanes.len() <= io.tenant {
             self.lanes.resize_with(io.tenant + 1, Vec::new);
+            self.vtimes.resize(io.tenant + 1, 0);
         }
         self.seq += 1;
         let q = Queued {
             io,
             at: now,
             seq: self.seq,
+            work,
         };
+        let vtime = self.vtimes[io.tenant];
         let lane = &mut self.lanes[io.tenant];
         match lane.iter_mut().find(|f| f.flow == io.flow) {
             Some(f) => f.ios.push_back(q),
             None => lane.push(FlowQueue {
                 flow: io.flow,
+                start: vtime,
                 ios: VecDeque::from([q]),
             }),
         }
@@ -76,7 +102,7 @@ impl DeviceQueue {
             .enumerate()
             .filter_map(|(i, f)| f.ios.front().map(|q| (i, q)))
             .filter(|(_, q)| open(&q.io))
-            .min_by_key(|(_, q)| (q.at, q.seq))
+            .min_by_key(|(i, q)| (fair_key(lane[*i].start), q.at, q.seq))
             .map(|(fq, _)| Slot { tenant: t, fq })
     }
 
@@ -112,6 +138,8 @@ impl DeviceQueue {
             .ios
             .pop_front()
             .expect("a slot names a flow queue with IO");
+        self.vtimes[s.tenant] = lane[s.fq].start;
+        lane[s.fq].start += q.work;
         if lane[s.fq].ios.is_empty() {
             lane.swap_remove(s.fq);
         }
@@ -155,12 +183,29 @@ mod tests {
     }
 
     #[test]
+    fn a_flow_that_had_less_device_time_goes_before_older_io() {
+        let mut q = DeviceQueue::default();
+        // A deep flow queues three IOs, then a flow with one arrives.
+        for id in 1..=3 {
+            q.push(io(id, 7, 0), id, 100);
+        }
+        q.push(io(4, 8, 0), 10, 100);
+        let all = |_: &PacedIo| true;
+        assert_eq!(q.take(q.head(0, all).expect("io 1")).id, 1);
+        // Flow 7 has had 100 ns; flow 8 starts where the device is.
+        assert_eq!(q.take(q.head(0, all).expect("io 4")).id, 4);
+        assert_eq!(q.take(q.head(0, all).expect("io 2")).id, 2);
+        assert_eq!(q.take(q.head(0, all).expect("io 3")).id, 3);
+        assert_eq!(q.len(), 0);
+    }
+
+    #[test]
     fn fifo_across_open_flows_and_closed_flows_are_passed_over() {
         let mut q = DeviceQueue::default();
-        q.push(io(1, 7, 0), 10);
-        q.push(io(2, 8, 0), 10);
-        q.push(io(3, 7, 0), 11);
-        q.push(io(4, 9, 1), 5);
+        q.push(io(1, 7, 0), 10, 1);
+        q.push(io(2, 8, 0), 10, 1);
+        q.push(io(3, 7, 0), 11, 1);
+        q.push(io(4, 9, 1), 5, 1);
         assert_eq!(q.len(), 4);
         assert_eq!(q.oldest(), Some(5));
         let all = |_: &PacedIo| true;
