@@ -27,13 +27,16 @@ pub enum Mechanism {
     HoldRatio,
     /// 12: device-queue detection; no device counts as keeping a queue.
     DeviceQueue,
+    /// 27: each device's rate split between the reactors by their
+    /// waiting flows; each reactor sizes on its own rate.
+    DeviceShare,
     /// 14's order: flows at a device take equal device time; without it
     /// the oldest IO of the open flows goes.
     FlowFair,
 }
 
 impl Mechanism {
-    const ALL: [(Mechanism, &'static str); 10] = [
+    const ALL: [(Mechanism, &'static str); 11] = [
         (Mechanism::Depth, "depth"),
         (Mechanism::Gate, "gate"),
         (Mechanism::LatencyProbe, "latency-probe"),
@@ -43,6 +46,7 @@ impl Mechanism {
         (Mechanism::Light, "light"),
         (Mechanism::HoldRatio, "hold-ratio"),
         (Mechanism::DeviceQueue, "device-queue"),
+        (Mechanism::DeviceShare, "device-share"),
         (Mechanism::FlowFair, "flow-fair"),
     ];
 

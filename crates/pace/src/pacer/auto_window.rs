@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::ablate::{self, Mechanism};
 use super::depth::{Factors, Sample, SharedDepth};
+use super::device_share::Split;
 use super::drr::{Device, Scheduler, FAST_HOLD_RATIO};
 use super::filter::{rate_filter, LargeIoMin, WindowedMax};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
@@ -18,7 +19,7 @@ use super::flows::{Floors, Flows, Sizing, HOST_MIN_IOS};
 use super::ports::PortMeter;
 use super::queues::Slot;
 use super::tenants::Tenants;
-use super::{Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
+use super::{DeviceShares, Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
 use crate::Nanos;
 
 /// How often `auto` looks for flows that stopped draining (see
@@ -69,6 +70,8 @@ pub(super) struct Windows {
     window_now: u64,
     /// All reactors' windows, and this reactor's index in them.
     link: Option<(Arc<LinkWindow>, usize)>,
+    /// Each device's rate over all reactors (see `device_share`).
+    pub device_shares: Option<Arc<DeviceShares>>,
     /// The ports' capacities and load, where the target knows them.
     ports: Option<PortMeter>,
     /// The largest IO seen (at least one buffer): DRR's quantum, and what
@@ -90,6 +93,7 @@ impl Windows {
             window: 4 * max_io,
             window_now: 4 * max_io,
             link: None,
+            device_shares: None,
             ports: None,
             max_io,
         }
@@ -342,7 +346,7 @@ impl Windows {
         let fast = |d: usize| {
             devices
                 .get(d)
-                .is_some_and(|dev| ratio_of(dev, fastest) < FAST_HOLD_RATIO)
+                .is_some_and(|dev| dev.hold_ratio(fastest) < FAST_HOLD_RATIO)
         };
         let w = self.flows.window_sum(floors, |f, d| {
             ports.and_then(|m| m.shared_port(f)).filter(|_| fast(d))
@@ -481,7 +485,12 @@ impl Windows {
                 } else {
                     self.depth_factor(cfg)
                 };
-                let w = cfg.gain * depth * r * l as f64 / 1e9;
+                let product = |rate: f64| cfg.gain * depth * rate * l as f64 / 1e9;
+                let w = match self.device_split(d) {
+                    // Its part, and what the other reactors leave free.
+                    Some(s) => product(s.part).max(product(s.total) - s.others_in_flight as f64),
+                    None => product(r),
+                };
                 (w as u64).max(2 * own_largest)
             }
             // Until it has delivered, a device may fill the whole window.
@@ -549,7 +558,7 @@ impl Windows {
     /// behind a slow wire never sees its unqueued latency; without the bound,
     /// its window would grow with the queue it makes.
     pub fn hold_time(&self, devices: &[Device], d: usize) -> Option<u64> {
-        hold_of(&devices[d], self.latency.get())
+        devices[d].hold(self.latency.get())
     }
 
     /// How long device `d` holds an IO, for sizing its window: its hold
@@ -570,7 +579,7 @@ impl Windows {
         if ablate::out(Mechanism::HoldRatio) {
             return 1.0;
         }
-        ratio_of(&devices[d], self.latency.get())
+        devices[d].hold_ratio(self.latency.get())
     }
 
     /// How long an IO to device `d` holds its flow's window, for sizing
@@ -652,6 +661,14 @@ impl Windows {
         Some(self.hold_time(devices, d)? + extra as Nanos)
     }
 
+    /// Device `d` over all reactors, if they share it.
+    fn device_split(&self, d: usize) -> Option<Split> {
+        match (&self.device_shares, &self.link) {
+            (Some(s), Some((_, r))) if !ablate::out(Mechanism::DeviceShare) => s.split(d, *r),
+            _ => None,
+        }
+    }
+
     fn sizing(&self, cfg: &PacingConfig) -> Sizing {
         Sizing {
             gain: cfg.gain,
@@ -664,30 +681,15 @@ impl Windows {
     }
 
     pub fn sample_rates(&mut self, devices: &mut [Device], now: Nanos) {
-        for d in devices.iter_mut() {
+        let shares = self.device_shares.as_ref().zip(self.link.as_ref());
+        for (i, d) in devices.iter_mut().enumerate() {
             d.rate.offer(now, d.delivered_work, RATE_SAMPLE_NS);
+            if let Some((s, (_, r))) = shares {
+                let rate = d.rate.get().unwrap_or(0.0);
+                s.publish(i, *r, rate, d.queue.flows(), d.in_flight_work);
+            }
         }
         let delivered: u64 = devices.iter().map(|d| d.delivered).sum();
         self.rate.offer(now, delivered, RATE_SAMPLE_NS);
-    }
-}
-
-/// How long `dev`'s IOs need their buffers: the min release-to-done time,
-/// but no more than its time at the device plus the fastest
-/// release-to-done (`fastest`, the send path). See `Windows::hold_time`.
-fn hold_of(dev: &Device, fastest: Option<Nanos>) -> Option<Nanos> {
-    let measured = dev.latency.get()?;
-    match (dev.device_latency.get(), fastest) {
-        (Some(at_device), Some(fastest)) => Some(measured.min(at_device + fastest)),
-        _ => Some(measured),
-    }
-}
-
-/// How much longer than the fastest device `dev` holds its buffers (see
-/// `Windows::hold_ratio`).
-fn ratio_of(dev: &Device, fastest: Option<Nanos>) -> f64 {
-    match (hold_of(dev, fastest), fastest) {
-        (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
-        _ => 1.0,
     }
 }

@@ -100,6 +100,26 @@ impl Device {
         }
     }
 
+    /// How long its IOs need their buffers: the min release-to-done time,
+    /// but no more than its time at the device plus the fastest
+    /// release-to-done (`fastest`, the send path). See `Windows::hold_time`.
+    pub fn hold(&self, fastest: Option<Nanos>) -> Option<Nanos> {
+        let measured = self.latency.get()?;
+        match (self.device_latency.get(), fastest) {
+            (Some(at_device), Some(fastest)) => Some(measured.min(at_device + fastest)),
+            _ => Some(measured),
+        }
+    }
+
+    /// How much longer than the fastest device it holds its buffers (see
+    /// `Windows::hold_ratio`).
+    pub fn hold_ratio(&self, fastest: Option<Nanos>) -> f64 {
+        match (self.hold(fastest), fastest) {
+            (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
+            _ => 1.0,
+        }
+    }
+
     /// The device time an IO takes, by the device's cost model: its
     /// window counts this, not bytes, so small IOs (each costing the
     /// device a fixed time on top of its bytes) cannot crowd a busy

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::ablate::{self, Mechanism};
 use super::TenantClock;
 use super::{
-    CostModel, DeviceGate, DeviceOps, DeviceQos, LinkWindow, Mode, Pacer, PacingConfig, PortLoad,
-    QosConfig, SharedDepth,
+    CostModel, DeviceGate, DeviceOps, DeviceQos, DeviceShares, LinkWindow, Mode, Pacer,
+    PacingConfig, PortLoad, QosConfig, SharedDepth,
 };
 use crate::Nanos;
 
@@ -32,6 +32,8 @@ pub struct PacerGroup {
     qos: Arc<DeviceQos>,
     link: Arc<LinkWindow>,
     depth: Arc<SharedDepth>,
+    shares: Arc<DeviceShares>,
+    reactors: usize,
     /// Only tenants have light tenants to guard: in `auto`, or on a device
     /// with a configured cap (`light_depth`) in any mode.
     gate: Option<Arc<DeviceGate>>,
@@ -73,6 +75,8 @@ impl PacerGroup {
             qos: DeviceQos::new(&targets, now),
             link: LinkWindow::new(reactors),
             depth: SharedDepth::new(devices.len()),
+            shares: DeviceShares::new(devices.len(), reactors),
+            reactors,
             gate: gate(cfg, devices),
             ports: None,
         }
@@ -105,6 +109,9 @@ impl PacerGroup {
         p.share_qos(self.qos.clone());
         p.share_link(self.link.clone(), reactor);
         p.share_depth(self.depth.clone());
+        if self.reactors > 1 {
+            p.share_devices(self.shares.clone());
+        }
         if let Some(g) = &self.gate {
             p.share_gate(g.clone());
         }

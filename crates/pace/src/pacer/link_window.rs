@@ -69,7 +69,7 @@ const HOST_SLOTS: usize = 64;
 /// Stores `v` only if it changed: every reactor publishes on every request,
 /// and a store, even of the same value, takes the cache line from the
 /// reactors that read it.
-fn store_changed(a: &AtomicU64, v: u64) {
+pub(super) fn store_changed(a: &AtomicU64, v: u64) {
     if a.load(Ordering::Relaxed) != v {
         a.store(v, Ordering::Relaxed);
     }

@@ -56,6 +56,7 @@ mod config;
 mod depth;
 mod device_gate;
 mod device_ops;
+mod device_share;
 mod drain_probe;
 mod drr;
 mod filter;
@@ -79,6 +80,7 @@ pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 pub use depth::SharedDepth;
 pub use device_gate::DeviceGate;
 pub use device_ops::DeviceOps;
+pub use device_share::DeviceShares;
 use drr::{Device, Scheduler};
 use flight::{DeviceStage, Flight};
 use gates::Gates;
@@ -292,6 +294,11 @@ impl Pacer {
     /// [`SharedDepth`] for all of them).
     pub fn share_depth(&mut self, depth: Arc<SharedDepth>) {
         self.windows.share_depth(depth);
+    }
+
+    /// Splits each device's rate with the other reactors' pacers.
+    pub fn share_devices(&mut self, shares: Arc<DeviceShares>) {
+        self.windows.device_shares = Some(shares);
     }
 
     /// Pools this pacer's window with the other reactors' (one

@@ -90,6 +90,11 @@ impl DeviceQueue {
         self.len += 1;
     }
 
+    /// How many flows have IO queued here.
+    pub fn flows(&self) -> usize {
+        self.lanes.iter().map(Vec::len).sum()
+    }
+
     /// Tenant `t` has IO queued here.
     pub fn has(&self, t: usize) -> bool {
         self.lanes.get(t).is_some_and(|l| !l.is_empty())
