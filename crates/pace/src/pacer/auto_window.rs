@@ -60,8 +60,7 @@ pub(super) struct Windows {
     pub rate: WindowedMax,
     pub latency: LargeIoMin,
     /// How many times its windows the pipeline wants (see
-    /// [`depth`](super::depth)):
-    /// this pacer's own or the target's, and the factors in effect.
+    /// [`depth`](super::depth)): the target's, and the factors in effect.
     depth: Arc<SharedDepth>,
     pub depth_now: Factors,
     pub window: u64,
@@ -71,7 +70,7 @@ pub(super) struct Windows {
     /// All reactors' windows, and this reactor's index in them.
     link: Option<(Arc<LinkWindow>, usize)>,
     /// Each device's rate over all reactors (see `device_share`).
-    pub device_shares: Option<Arc<DeviceShares>>,
+    device_shares: Option<Arc<DeviceShares>>,
     /// The ports' capacities and load, where the target knows them.
     ports: Option<PortMeter>,
     /// The largest IO seen (at least one buffer): DRR's quantum, and what
@@ -112,6 +111,11 @@ impl Windows {
     /// The mode changed: the depth learned for the old one does not hold.
     pub fn reset_depth(&self) {
         self.depth.reset();
+    }
+
+    /// Splits each device's rate with the other reactors' pacers.
+    pub fn share_devices(&mut self, shares: Arc<DeviceShares>) {
+        self.device_shares = Some(shares);
     }
 
     /// Measures the target's ports, shared with the other reactors' pacers.

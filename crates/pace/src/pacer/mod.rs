@@ -298,7 +298,7 @@ impl Pacer {
 
     /// Splits each device's rate with the other reactors' pacers.
     pub fn share_devices(&mut self, shares: Arc<DeviceShares>) {
-        self.windows.device_shares = Some(shares);
+        self.windows.share_devices(shares);
     }
 
     /// Pools this pacer's window with the other reactors' (one
