@@ -60,7 +60,7 @@ pub(super) struct Windows {
     pub rate: WindowedMax,
     pub latency: LargeIoMin,
     /// How many times its windows the pipeline wants (see
-    /// [`depth`](super::depth)): the target's, and the factors in effect.
+    /// [`depth`](super::depth)): its own or the target's, and the factors.
     depth: Arc<SharedDepth>,
     pub depth_now: Factors,
     pub window: u64,
