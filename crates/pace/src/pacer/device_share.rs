@@ -60,8 +60,8 @@ impl DeviceShares {
             .flatten()
     }
 
-    /// Reactor `r` delivers `rate` of device `d`'s time a second and has
-    /// `flows` flows waiting for it.
+    /// Reactor `r` delivers `rate` of device `d`'s time a second, has
+    /// `flows` flows waiting for it and `in_flight` of its time there.
     pub fn publish(&self, d: usize, r: usize, rate: f64, flows: usize, in_flight: u64) {
         let Some(p) = self.part(d, r) else { return };
         store_changed(&p.rate, rate as u64);
