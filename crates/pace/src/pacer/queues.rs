@@ -50,16 +50,6 @@ pub(super) struct DeviceQueue {
     seq: u64,
 }
 
-/// The order among open flows: by virtual start (see `FlowQueue`), or,
-/// with that taken out, by age alone.
-fn fair_key(start: u64) -> u64 {
-    if ablate::out(Mechanism::FlowFair) {
-        0
-    } else {
-        start
-    }
-}
-
 impl DeviceQueue {
     pub fn len(&self) -> usize {
         self.len
@@ -100,15 +90,18 @@ impl DeviceQueue {
         self.lanes.get(t).is_some_and(|l| !l.is_empty())
     }
 
-    /// Tenant `t`'s oldest IO here among the flows that `open` lets go.
+    /// Tenant `t`'s next IO here among the flows that `open` lets go: the
+    /// front of the flow with the least virtual start (see `FlowQueue`),
+    /// the oldest among equals, or the oldest alone with that taken out.
     pub fn head(&self, t: usize, open: impl Fn(&PacedIo) -> bool) -> Option<Slot> {
         let lane = self.lanes.get(t)?;
+        let fair = !ablate::out(Mechanism::FlowFair);
         lane.iter()
             .enumerate()
-            .filter_map(|(i, f)| f.ios.front().map(|q| (i, q)))
-            .filter(|(_, q)| open(&q.io))
-            .min_by_key(|(i, q)| (fair_key(lane[*i].start), q.at, q.seq))
-            .map(|(fq, _)| Slot { tenant: t, fq })
+            .filter_map(|(i, f)| f.ios.front().map(|q| (i, f.start, q)))
+            .filter(|(_, _, q)| open(&q.io))
+            .min_by_key(|(_, start, q)| (if fair { *start } else { 0 }, q.at, q.seq))
+            .map(|(fq, _, _)| Slot { tenant: t, fq })
     }
 
     pub fn io(&self, s: Slot) -> PacedIo {
