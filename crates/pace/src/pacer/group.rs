@@ -33,7 +33,6 @@ pub struct PacerGroup {
     link: Arc<LinkWindow>,
     depth: Arc<SharedDepth>,
     shares: Arc<DeviceShares>,
-    reactors: usize,
     /// Only tenants have light tenants to guard: in `auto`, or on a device
     /// with a configured cap (`light_depth`) in any mode.
     gate: Option<Arc<DeviceGate>>,
@@ -76,7 +75,6 @@ impl PacerGroup {
             link: LinkWindow::new(reactors),
             depth: SharedDepth::new(devices.len()),
             shares: DeviceShares::new(devices.len(), reactors),
-            reactors,
             gate: gate(cfg, devices),
             ports: None,
         }
@@ -109,9 +107,8 @@ impl PacerGroup {
         p.share_qos(self.qos.clone());
         p.share_link(self.link.clone(), reactor);
         p.share_depth(self.depth.clone());
-        if self.reactors > 1 {
-            p.share_devices(self.shares.clone());
-        }
+        // Used only where the link window is pooled (two or more reactors).
+        p.share_devices(self.shares.clone());
         if let Some(g) = &self.gate {
             p.share_gate(g.clone());
         }
