@@ -17,7 +17,7 @@
 //! buffers; only then does a WRITE's R2T go out, so write data never waits
 //! in a socket holding a buffer. `Ready` is transient: `step` executes it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::tx::Tx;
 use super::Phase;
@@ -138,7 +138,7 @@ pub(super) struct Cmd {
 
 /// The parts of a queue a command's life moves (`Queue::life` lends them).
 pub(super) struct Life<'q> {
-    pub cmds: &'q mut HashMap<u16, Cmd>,
+    pub cmds: &'q mut FxHashMap<u16, Cmd>,
     pub phase: &'q mut Phase,
     pub tx: &'q mut Tx,
     pub actions: &'q mut Vec<Action>,

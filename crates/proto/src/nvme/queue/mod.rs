@@ -24,7 +24,7 @@ mod tests_external;
 #[cfg(test)]
 mod tests_stream;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::cmd::Status;
 use super::ctrl::{AdminDone, Connected, IoCmd, Limits, ADMIN_IN_CAPSULE};
@@ -64,7 +64,9 @@ pub struct Queue {
     rx_origin: usize,
     phase: Phase,
     decoder: Decoder,
-    cmds: HashMap<u16, Cmd>,
+    /// By command id. Hashed cheaply: a host picks its ids, but a queue
+    /// holds at most its depth of them, and a lookup runs several times per IO.
+    cmds: FxHashMap<u16, Cmd>,
     /// What goes to the host: framing, completions, data, R2Ts.
     tx: Tx,
     actions: Vec<Action>,
@@ -99,7 +101,7 @@ impl Queue {
             rx_origin: 0,
             phase: Phase::Init,
             decoder: Decoder::new(Role::Controller, max),
-            cmds: HashMap::new(),
+            cmds: FxHashMap::default(),
             tx: Tx::default(),
             actions: Vec::new(),
             inflow: None,
