@@ -226,6 +226,10 @@ pub(super) fn data_wanted(
     match n.queue_mut().request_data(cid) {
         DataStart::InCapsule(data) => {
             let req = &mut slots[id];
+            // One copy fewer: the device takes it from the capsule.
+            let Err(data) = req.lend_payload(data) else {
+                return ReqStage::Ready;
+            };
             if copy_into(req.iov(), 0, &data) {
                 req.set_filled(data.len() as u32);
                 ReqStage::Ready

@@ -38,6 +38,9 @@ pub struct Req {
     bufs: Vec<BufId>,
     /// Data segments: a READ's across `bufs`, a WRITE's one per piece.
     iov: Vec<libc::iovec>,
+    /// A WRITE's data that came in its command (NVMe/TCP in-capsule
+    /// data), when `iov` points at it (`lend_payload`).
+    payload: Vec<u8>,
     /// A WRITE's pieces (empty for other commands).
     pieces: Vec<Piece>,
     /// Reply header bytes (and the whole reply when it carries no data).
@@ -88,6 +91,7 @@ impl Default for Req {
             style: ReplyStyle::Simple,
             bufs: Vec::new(),
             iov: Vec::new(),
+            payload: Vec::new(),
             pieces: Vec::new(),
             hdr: Vec::with_capacity(64),
             trailer: Vec::new(),
@@ -229,6 +233,24 @@ impl Req {
         }
     }
 
+    /// A one-piece WRITE whose data came whole in its command goes to the
+    /// device from `data`, not copied into its buffer first (which it
+    /// keeps, as a lent READ does, so the pool's books do not change);
+    /// `data` back when it cannot.
+    pub fn lend_payload(&mut self, data: Vec<u8>) -> Result<(), Vec<u8>> {
+        if self.command != Command::Write || self.iov.len() != 1 || data.len() != self.len as usize
+        {
+            return Err(data);
+        }
+        self.iov[0] = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        self.payload = data;
+        self.filled = self.len;
+        Ok(())
+    }
+
     /// Empties the reply's header and trailer for the front end to encode.
     pub fn clear_reply(&mut self) {
         self.hdr.clear();
@@ -289,6 +311,8 @@ impl Req {
             "slot freed holding payload buffers"
         );
         self.iov.clear();
+        // Only now: the device may read it until the IO is over.
+        self.payload = Vec::new();
         self.pieces.clear();
         self.hdr.clear();
         self.state = ReqStage::Free;
