@@ -18,8 +18,10 @@ REPS=${REPS:-3}
 RUNTIME=${RUNTIME:-8}
 LOCK=${BENCH_LOCK:-/work/wt/bench.lock}
 # iopace: the default poll mode (adaptive); iopace-busy: poll = "busy", like SPDK.
+# base, base-busy: the same with $BASE_BIN (an older build), for an A/B in one run.
 TARGETS=${TARGETS:-spdk iopace iopace-busy}
 BIN=target/release/iopace
+BASE_BIN=${BASE_BIN:-}
 [ -f "$SPDK/.built" ] || { echo "no SPDK build at $SPDK: run ../shared/spdk/build.sh" >&2; exit 2; }
 [ -x "$BIN" ] || cargo build --release -p iopace
 export LD_LIBRARY_PATH=$SPDK/build/lib
@@ -45,7 +47,7 @@ start_spdk() {
   "${rpc[@]}" nvmf_subsystem_add_listener "$SPDK_NQN" -t tcp -a 127.0.0.1 -s $SPDK_PORT >/dev/null
 }
 
-start_iopace() {   # $1: the NVMe/TCP thread's poll mode
+start_iopace() {   # $1: the reactor's poll mode; $2: the binary
   cat > "$WORK/iopace.toml" <<EOF
 [server]
 reactors = 1
@@ -64,7 +66,7 @@ size = "1GiB"
 name = "default"
 bdev = "m0"
 EOF
-  taskset -c 0 "$BIN" serve --config "$WORK/iopace.toml" > "$OUT/iopace.log" 2>&1 &
+  taskset -c 0 "$2" serve --config "$WORK/iopace.toml" > "$OUT/iopace.log" 2>&1 &
   IOPACE_PID=$!; PIDS+=("$IOPACE_PID")
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$IOPACE_PORT) 2>/dev/null && break; sleep 0.1; done
 }
@@ -73,7 +75,7 @@ EOF
 perf() {
   local target=$1 name=$2 rep=$3; shift 3
   local port=$SPDK_PORT nqn=$SPDK_NQN
-  case $target in iopace*) port=$IOPACE_PORT nqn=$IOPACE_NQN ;; esac
+  case $target in iopace* | base*) port=$IOPACE_PORT nqn=$IOPACE_NQN ;; esac
   local log="$OUT/perf-$target-$name-$rep.txt"
   "$SPDK/build/bin/spdk_nvme_perf" --no-huge -s 512 -i 8 -c 0x2 "$@" \
     -r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$port subnqn:$nqn" > "$log" 2>&1
@@ -103,8 +105,10 @@ for rep in $(seq "$REPS"); do
   for t in $order; do
     case $t in
       spdk) start_spdk; pid=$SPDK_PID ;;
-      iopace) start_iopace adaptive; pid=$IOPACE_PID ;;
-      iopace-busy) start_iopace busy; pid=$IOPACE_PID ;;
+      iopace) start_iopace adaptive "$BIN"; pid=$IOPACE_PID ;;
+      iopace-busy) start_iopace busy "$BIN"; pid=$IOPACE_PID ;;
+      base) start_iopace adaptive "$BASE_BIN"; pid=$IOPACE_PID ;;
+      base-busy) start_iopace busy "$BASE_BIN"; pid=$IOPACE_PID ;;
     esac
     perf "$t" fill "$rep" -q 16 -o 131072 -w write -t 3   # no read sees a hole
     perf "$t" 4k-randread-qd32 "$rep" -q 32 -o 4096 -w randread -t "$RUNTIME"
@@ -121,16 +125,22 @@ python3 - "$OUT/results.tsv" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 work = sorted({r["workload"] for r in rows if r["workload"] != "fill"}, key=lambda w: rows.index(next(r for r in rows if r["workload"] == w)))
-targets = [t for t in ("iopace", "iopace-busy") if any(r["target"] == t for r in rows)]
+targets = [t for t in ("iopace", "iopace-busy", "base", "base-busy") if any(r["target"] == t for r in rows)]
 print("| workload | SPDK nvmf_tgt | " + " | ".join(f"{t} | {t} / SPDK" for t in targets) + " |")
 print("|---|---|" + "---|---|" * len(targets))
 for w in work:
+    def vals(t, k):
+        return [float(r[k]) for r in rows if r["workload"] == w and r["target"] == t]
     def med(t, k):
-        v = [float(r[k]) for r in rows if r["workload"] == w and r["target"] == t]
+        v = vals(t, k)
         return statistics.median(v) if v else float("nan")
     k, unit = ("mibs", "MiB/s") if "128k" in w else ("iops", "IOPS")
     s = med("spdk", k)
-    lat = lambda t: f", {med(t, 'avg_us'):.1f} us" if w.endswith("qd1") else ""
-    cells = [f"{med(t, k):,.0f} {unit}{lat(t)} | {med(t, k) / s:.2f}x" for t in targets]
-    print(f"| {w} | {s:,.0f} {unit}{lat('spdk')} | " + " | ".join(cells) + " |")
+    # The median of the reps, and their range.
+    def cell(t):
+        v = vals(t, k) or [float("nan")]
+        lat = f", {med(t, 'avg_us'):.1f} us" if w.endswith("qd1") else ""
+        return f"{med(t, k):,.0f} {unit}{lat} ({min(v):,.0f}-{max(v):,.0f})"
+    cells = [f"{cell(t)} | {med(t, k) / s:.2f}x" for t in targets]
+    print(f"| {w} | {cell('spdk')} | " + " | ".join(cells) + " |")
 PY
