@@ -58,7 +58,8 @@ pub struct ServerConfig {
     /// How long a reactor that served several requests in its last turn
     /// waits to gather more completions before it serves them: fewer
     /// wake-ups and syscalls per IO at high queue depths, for at most this
-    /// much latency. Each reactor keeps trying its clients without it and
+    /// much latency (a `busy` reactor spins through it instead of
+    /// sleeping). Each reactor keeps trying its clients without it and
     /// stops gathering while that serves clearly more. 0 turns gathering off.
     #[serde(default = "default_batch_wait_us")]
     pub batch_wait_us: u64,
@@ -126,7 +127,8 @@ pub enum PollMode {
     /// and an idle one cost no spinning.
     #[default]
     Adaptive,
-    /// Never sleep: a core per reactor for the lowest latency.
+    /// Never sleep: a core per reactor for the lowest latency. Loaded, it
+    /// still gathers as `adaptive` does (`batch_wait_us`), spinning.
     Busy,
 }
 
