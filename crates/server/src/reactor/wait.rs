@@ -316,6 +316,30 @@ fn gather_wait(
 mod tests {
     use super::*;
 
+    /// How long one busy wait takes after a turn that served `served`,
+    /// with the engine's next deadline `deadline` away.
+    fn busy_wait_after(served: u64, deadline: Option<Nanos>) -> Duration {
+        let mut ring = Ring::new(8).expect("io_uring");
+        let gather = Duration::from_millis(20);
+        let mut w = Waiter::new(PollMode::Busy, Duration::from_micros(50), gather, 0);
+        w.on_turn(1_000, served);
+        let t = Instant::now();
+        w.submit_and_wait(&mut ring, 1_000, || deadline.map(|d| 1_000 + d))
+            .expect("io_uring_enter");
+        t.elapsed()
+    }
+
+    #[test]
+    fn a_busy_reactor_spins_to_gather_only_after_a_busy_turn() {
+        let gather = Duration::from_millis(20);
+        // One request a turn (QD 1) is answered at once.
+        assert!(busy_wait_after(1, None) < gather);
+        // Several: it gathers for `batch_wait_us`.
+        assert!(busy_wait_after(8, None) >= gather);
+        // Never past the engine's next deadline.
+        assert!(busy_wait_after(8, Some(0)) < gather);
+    }
+
     #[test]
     fn only_a_busy_reactor_without_payload_gathers() {
         // One request a turn (QD 1) is answered at once.
