@@ -1,8 +1,8 @@
 //! How a reactor waits for completions: it sleeps in the kernel, spins
 //! (`adaptive` while lightly loaded, `busy` always) or, busy, gathers (a
-//! min-wait that lets one wake-up serve many requests). [`Waiter`] keeps
-//! what that choice is made from and makes the one submit-and-wait call of
-//! each loop turn.
+//! min-wait that lets one wake-up serve many requests; with `busy`, a
+//! spin between a submit and a reap). [`Waiter`] keeps what that choice is
+//! made from and makes each loop turn's submit-and-wait.
 
 use std::io;
 use std::time::{Duration, Instant};
