@@ -45,6 +45,10 @@ pub struct WindowedMax {
     max_age: Option<Nanos>,
     /// (taken at, bytes per second)
     samples: VecDeque<(Nanos, f64)>,
+    /// The max of `samples` (0 when empty), kept as each sample comes and
+    /// goes: `get` runs several times per IO, the samples change once per
+    /// sample span.
+    max: f64,
     last_t: Option<Nanos>,
     last_bytes: u64,
 }
@@ -113,14 +117,14 @@ impl WindowedMax {
                 self.samples.pop_front();
             }
         }
+        self.max = self.samples.iter().map(|&(_, r)| r).fold(0.0, f64::max);
         self.last_t = Some(now);
         self.last_bytes = cumulative;
         true
     }
 
     pub fn get(&self) -> Option<f64> {
-        let m = self.samples.iter().map(|&(_, r)| r).fold(0.0, f64::max);
-        (m > 0.0).then_some(m)
+        (self.max > 0.0).then_some(self.max)
     }
 }
 
