@@ -492,19 +492,22 @@ impl Flows {
         floors: Floors,
         shared: impl Fn(u64, usize) -> Option<usize>,
     ) -> u64 {
+        // Few passes over the maps: this runs on every completion and poll.
         for h in self.hosts.values_mut() {
             (h.window, h.flows, h.flow_floor) = (0, 0, 0);
+            h.pooled_sum = None;
         }
+        let mut network = 0;
         for f in self.map.values() {
             if f.queued > 0 || f.in_flight > 0 {
                 let h = self.hosts.entry(f.host).or_default();
                 // A flow not yet measured counts its starting window.
                 h.window += f.bdp.unwrap_or(f.window);
                 h.flows += 1;
+                network += u64::from(h.flows == 1 && h.pooled);
             }
         }
-        let network = self.hosts.values().filter(|h| h.flows > 0 && h.pooled);
-        let shared_part = floors.shared / network.count().max(1) as u64;
+        let shared_part = floors.shared / network.max(1);
         let mut sum = 0;
         for h in self.hosts.values_mut().filter(|h| h.flows > 0) {
             let mut floor = floors.host;
@@ -524,7 +527,10 @@ impl Flows {
     /// with its own window (as its flow's and its host's would bound it),
     /// and sets each one's cap there.
     fn pool_flows(&mut self, shared: impl Fn(u64, usize) -> Option<usize>, reactor: u64) {
-        self.pools.clear();
+        if !self.pools.is_empty() {
+            self.pools.clear();
+        }
+        let mut any = false;
         for (&id, f) in self.map.iter_mut() {
             let active = f.queued > 0 || f.in_flight > 0;
             let rate = f.rate.get().filter(|_| active);
@@ -532,6 +538,7 @@ impl Flows {
             let (Some(p), Some(rate)) = (f.pool, rate) else {
                 continue;
             };
+            any = true;
             let h = &self.hosts[&f.host];
             let own = f.window.max(h.flow_floor).min(h.window);
             let piped = if f.drain == Drain::Draining {
@@ -541,14 +548,19 @@ impl Flows {
             };
             self.pools.join(p, f.tenant, own, rate, piped);
         }
-        // A host's pooled flows are capped together too: each flow with
-        // nothing in flight may send one IO, and a host with a flow per
-        // drive, held by its own slower link, filled the pool with IO
-        // waiting for that link (`tenants_own_link`: 15 IOs where its
-        // link needed 2, and the port's other hosts got 57% of their share).
-        for h in self.hosts.values_mut() {
-            h.pooled_sum = None;
+        // No flow pooled: nothing below would change (every host's
+        // `pooled_sum` was reset in `window_sum`).
+        if any {
+            self.cap_pooled(reactor);
         }
+    }
+
+    /// A host's pooled flows are capped together too: each flow with
+    /// nothing in flight may send one IO, and a host with a flow per
+    /// drive, held by its own slower link, filled the pool with IO
+    /// waiting for that link (`tenants_own_link`: 15 IOs where its link
+    /// needed 2, and the port's other hosts got 57% of their share).
+    fn cap_pooled(&mut self, reactor: u64) {
         for f in self.map.values_mut() {
             f.pool = f.pool.filter(|&p| self.pools.shared(p));
             if let (Some(p), Some(rate)) = (f.pool, f.rate.get()) {

@@ -56,6 +56,10 @@ impl Pools {
         self.map.clear();
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     /// A flow of tenant `tenant` on port `port` with window `window`, rate
     /// `rate` and `piped` bytes in the pipeline (0 if it has stalled) joins
     /// its pool.
