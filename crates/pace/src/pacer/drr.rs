@@ -229,9 +229,8 @@ impl Scheduler {
         let weight = self.tenants[t].weight;
         self.tenants.clock.advance(t, cost / weight);
         self.tenants.clock.dequeued(t);
-        let tenant = &mut self.tenants[t];
-        tenant.usage_bytes += bytes;
-        tenant.unqueue(bytes);
+        self.tenants[t].usage_bytes += bytes;
+        self.tenants.unqueue(t, bytes);
         let dev = &mut self.devices[front];
         dev.deficit -= charge;
         if dev.deficit <= 0 || !dev.queue.has(t) {
@@ -239,6 +238,7 @@ impl Scheduler {
                 dev.deficit += quantum;
             }
             let still = dev.queue.has(t);
+            let tenant = &mut self.tenants[t];
             tenant.active.pop_front();
             if still {
                 tenant.active.push_back(front);

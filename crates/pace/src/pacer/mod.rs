@@ -267,8 +267,8 @@ impl Pacer {
         self.sched.tenants.clock.queued(t);
         self.sched.tenants[t].queued_bytes += u64::from(io.bytes);
         self.windows.publish_link(&self.sched.tenants);
+        self.sched.tenants.queue(t);
         let tenant = &mut self.sched.tenants[t];
-        tenant.queued += 1;
         if self.sched.devices[d].queue.len() == 0 || !tenant.active.contains(&d) {
             tenant.active.push_back(d);
         }
@@ -323,8 +323,9 @@ impl Pacer {
             if let Some(io) = d.queue.remove(id) {
                 self.sched.tenants.clock.dequeued(io.tenant);
                 self.windows.flows.unqueued(io.flow, u64::from(io.bytes));
-                let t = &mut self.sched.tenants[io.tenant];
-                t.unqueue(u64::from(io.bytes));
+                let tenants = &mut self.sched.tenants;
+                tenants.unqueue(io.tenant, u64::from(io.bytes));
+                let t = &mut tenants[io.tenant];
                 if !d.queue.has(io.tenant) {
                     t.active.retain(|&x| x != di);
                 }

@@ -78,6 +78,9 @@ impl Tenant {
 /// opportunity goes to (WFQ), and which wait for peers on other reactors.
 pub(super) struct Tenants {
     all: Vec<Tenant>,
+    /// IOs queued over all tenants, kept as each joins and leaves: `queued`
+    /// runs several times per IO.
+    queued: usize,
     /// Tenants' virtual time: this pacer's own, or shared by all reactors.
     pub clock: Arc<TenantClock>,
     /// The last poll held a tenant back for one served on another reactor.
@@ -92,6 +95,7 @@ impl Tenants {
         let clock = TenantClock::new(all.len());
         Tenants {
             all,
+            queued: 0,
             clock,
             held: false,
         }
@@ -126,7 +130,21 @@ impl Tenants {
 
     /// IOs queued, over all tenants.
     pub fn queued(&self) -> usize {
-        self.all.iter().map(|t| t.queued).sum()
+        debug_assert_eq!(self.queued, self.all.iter().map(|t| t.queued).sum::<usize>());
+        self.queued
+    }
+
+    /// One IO of tenant `t` joined its queue.
+    pub fn queue(&mut self, t: usize) {
+        self.all[t].queued += 1;
+        self.queued += 1;
+    }
+
+    /// One IO of tenant `t`, `bytes` long, left its queue (released or
+    /// cancelled).
+    pub fn unqueue(&mut self, t: usize, bytes: u64) {
+        self.all[t].unqueue(bytes);
+        self.queued -= 1;
     }
 
     /// Whether tenant `t` waits for other tenants before its devices are
