@@ -63,6 +63,14 @@ impl CostModel {
     /// Device nanoseconds for one IO. `sequential`: it starts where the
     /// previous one ended.
     pub fn cost(&self, kind: IoKind, bytes: u32, sequential: bool) -> f64 {
+        let (per_io, per_byte) = self.units(kind, sequential);
+        per_io + f64::from(bytes) * per_byte
+    }
+
+    /// Device nanoseconds per IO and per byte: `cost` is the first plus
+    /// the second times the bytes, so a caller that costs many IOs can
+    /// keep these and skip the divisions.
+    pub fn units(&self, kind: IoKind, sequential: bool) -> (f64, f64) {
         let (bps, seq, rand) = match kind {
             IoKind::Read => (self.rbps, self.rseqiops, self.rrandiops),
             IoKind::Write => (self.wbps, self.wseqiops, self.wrandiops),
@@ -70,7 +78,7 @@ impl CostModel {
         let iops = if sequential { seq } else { rand };
         let per_io = if iops > 0.0 { 1e9 / iops } else { 0.0 };
         let per_byte = if bps > 0.0 { 1e9 / bps } else { 0.0 };
-        per_io + f64::from(bytes) * per_byte
+        (per_io, per_byte)
     }
 }
 

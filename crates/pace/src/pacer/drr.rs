@@ -29,6 +29,10 @@ pub(super) struct Device {
     /// Min time at the device alone (submit to device completion).
     pub device_latency: WindowedMin,
     pub cost: CostModel,
+    /// `cost`'s units (see `CostModel::units`) of a random read and a
+    /// random write: `work` runs several times per IO, and each `cost`
+    /// divided twice.
+    units: [(f64, f64); 2],
     pub last_offset: u64,
     /// `auto`: a client sending one IO at a time holds this device's
     /// windows at depth 1 (see [`depth`](super::depth)).
@@ -51,6 +55,10 @@ impl Device {
     pub fn new(cost: CostModel, max_io: u64) -> Device {
         let mut d = Device {
             cost,
+            units: [
+                cost.units(IoKind::Read, false),
+                cost.units(IoKind::Write, false),
+            ],
             latency: LargeIoMin::new(LATENCY_WINDOW_NS),
             device_latency: WindowedMin::new(LATENCY_WINDOW_NS),
             wait_min: WindowedMin::new(LATENCY_WINDOW_NS),
@@ -126,7 +134,14 @@ impl Device {
     /// device past what the window means.
     pub fn work(&self, kind: IoKind, bytes: u64) -> u64 {
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        (self.cost.cost(kind, bytes, false).ceil() as u64).max(1)
+        let (per_io, per_byte) = match kind {
+            IoKind::Read => self.units[0],
+            IoKind::Write => self.units[1],
+        };
+        // As `self.cost.cost(kind, bytes, false)`, without its divisions.
+        let cost = per_io + f64::from(bytes) * per_byte;
+        debug_assert_eq!(cost.to_bits(), self.cost.cost(kind, bytes, false).to_bits());
+        (cost.ceil() as u64).max(1)
     }
 
     /// The device time of the costlier of a read and a write of `bytes`.
