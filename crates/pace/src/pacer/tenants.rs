@@ -130,7 +130,10 @@ impl Tenants {
 
     /// IOs queued, over all tenants.
     pub fn queued(&self) -> usize {
-        debug_assert_eq!(self.queued, self.all.iter().map(|t| t.queued).sum::<usize>());
+        debug_assert_eq!(
+            self.queued,
+            self.all.iter().map(|t| t.queued).sum::<usize>()
+        );
         self.queued
     }
 
