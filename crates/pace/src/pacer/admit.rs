@@ -230,7 +230,7 @@ impl Pacer {
         // Deficit round robin by cost between this tenant's devices.
         let dev = &self.sched.devices[d];
         let cost = dev
-            .cost
+            .cost()
             .cost(io.kind, io.bytes, io.offset == dev.last_offset);
         let light = self.sched.tenants.light(t);
         self.gates.released(t, Some((d, cost)), light, now);

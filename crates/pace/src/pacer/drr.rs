@@ -28,7 +28,8 @@ pub(super) struct Device {
     pub latency: LargeIoMin,
     /// Min time at the device alone (submit to device completion).
     pub device_latency: WindowedMin,
-    pub cost: CostModel,
+    /// Private: `units` is derived from it (a new model is a new `Device`).
+    cost: CostModel,
     /// `cost`'s units (see `CostModel::units`) of a random read and a
     /// random write: `work` runs several times per IO, and each `cost`
     /// divided twice.
@@ -126,6 +127,10 @@ impl Device {
             (Some(l), Some(fastest)) => (l as f64 / fastest as f64).clamp(1.0, 1000.0),
             _ => 1.0,
         }
+    }
+
+    pub fn cost(&self) -> &CostModel {
+        &self.cost
     }
 
     /// The device time an IO takes, by the device's cost model: its
