@@ -123,7 +123,8 @@ pub enum PollMode {
     /// A lightly loaded reactor polls for `poll_spin_us` after the last
     /// completion, then sleeps: a client's next request, when it follows at
     /// once, finds the reactor awake; a wait for a slow device (completions
-    /// further apart than the spin), a busy reactor (it gathers instead)
+    /// further apart than the spin), for clients whose requests mostly come
+    /// further apart than the spin, a busy reactor (it gathers instead)
     /// and an idle one cost no spinning.
     #[default]
     Adaptive,

@@ -21,6 +21,11 @@ const DEVICE_GAP_CAP: Nanos = 1_000_000;
 /// A loop turn that served this many requests makes the next wait gather:
 /// one request at a time (QD 1) never waits longer than it must.
 const BATCH_MIN_SERVED: u64 = 2;
+/// How sure an `adaptive` reactor is that its spin catches the next
+/// receive: an EWMA, out of `CATCH_ONE`, of the receives that came within
+/// `poll_spin` of the completion before. It spins while at least half did.
+const CATCH_ONE: u32 = 1 << 10;
+
 /// A turn that received more than this carried payload: gathering would
 /// let the clients' socket buffers fill and stall them, so it does not.
 const BATCH_MAX_RECEIVED: usize = 4 << 10;
@@ -46,6 +51,12 @@ pub(super) struct Waiter {
     /// (a disk at QD 32), the spin still catches each without a wake-up.
     device_gap: Nanos,
     last_device_done: Nanos,
+    /// How many of the recent receives (out of `CATCH_ONE`) came within
+    /// `poll_spin` of the completion before them, where a spin catches
+    /// them. The others it does not: it ends in a sleep anyway, `poll_spin`
+    /// of CPU per request for nothing (a client decrypting 64 KiB TLS
+    /// replies, or across a real network).
+    recv_catch: u32,
     /// Microseconds a busy reactor's wait gathers completions; zero when
     /// off or when the kernel cannot (no `IORING_FEAT_MIN_TIMEOUT`).
     batch_wait_us: u32,
@@ -76,6 +87,7 @@ impl Waiter {
             device_ios: 0,
             device_gap: 0,
             last_device_done: now,
+            recv_catch: CATCH_ONE,
             batch_wait_us: batch_wait.as_micros().min(u128::from(u32::MAX)) as u32,
             served: 0,
             batch: 0,
@@ -88,11 +100,14 @@ impl Waiter {
     /// some were receives (whose bytes then count anew; a turn with only
     /// sends completing keeps the last one's).
     pub(super) fn on_completions(&mut self, now: Nanos, any: bool, recvs: bool) {
-        if any {
-            self.last_completion = now;
-        }
         if recvs {
             self.received = 0;
+            // Within the spin that followed the completion before: caught.
+            let caught = now <= self.last_completion + self.poll_spin;
+            self.recv_catch = ewma_toward(self.recv_catch, if caught { CATCH_ONE } else { 0 });
+        }
+        if any {
+            self.last_completion = now;
         }
     }
 
@@ -135,9 +150,11 @@ impl Waiter {
             // Only a lightly loaded reactor spins: its next request is one
             // client's next, which a sleep would delay by a wake-up. A busy
             // one gathers instead, and spinning would take the core its
-            // clients need.
+            // clients need. Nor does one whose requests come further apart
+            // than the spin lasts: it would sleep before the next anyway.
             PollMode::Adaptive => {
                 (self.device_ios == 0 || self.device_gap < self.poll_spin)
+                    && self.recv_catch >= CATCH_ONE / 2
                     && self.batch < BATCH_MIN_SERVED
                     && now < self.last_completion + self.poll_spin
             }
@@ -255,6 +272,11 @@ impl Waiter {
     }
 }
 
+/// One step of an EWMA (weight 1/8) from `from` toward `to`.
+fn ewma_toward(from: u32, to: u32) -> u32 {
+    (from * 7 + to) / 8
+}
+
 /// Submits the queued SQEs without running the ring's deferred work: a
 /// recv whose bytes have not come stays armed, and completes (with every
 /// byte come by then) only at the next enter that reaps.
@@ -338,6 +360,34 @@ mod tests {
         assert!(busy_wait_after(8, None) >= gather);
         // Never past the engine's next deadline.
         assert!(busy_wait_after(8, Some(0)) < gather);
+    }
+
+    #[test]
+    fn an_adaptive_reactor_spins_only_while_its_spin_catches_requests() {
+        let spin = 50_000;
+        let mut w = Waiter::new(
+            PollMode::Adaptive,
+            Duration::from_nanos(spin),
+            Duration::ZERO,
+            0,
+        );
+        let mut now = 0;
+        let mut receive_after = |w: &mut Waiter, gap: Nanos| {
+            now += gap;
+            w.on_completions(now, true, true);
+            w.on_turn(now, 1);
+            w.polling(now)
+        };
+        // Requests close together (QD 1 on loopback): it spins.
+        assert!((0..20).all(|_| receive_after(&mut w, spin / 2)));
+        // One late request (after a pause) does not stop it.
+        assert!(receive_after(&mut w, 10 * spin));
+        // Requests that keep coming later than the spin lasts do.
+        assert!(!(0..10).all(|_| receive_after(&mut w, 2 * spin)));
+        assert!(!receive_after(&mut w, 2 * spin));
+        // Close together again: it spins again.
+        assert!((0..10).any(|_| receive_after(&mut w, spin / 2)));
+        assert!(receive_after(&mut w, spin / 2));
     }
 
     #[test]
