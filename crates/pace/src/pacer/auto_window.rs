@@ -15,24 +15,18 @@ use super::device_share::Split;
 use super::drr::{Device, Scheduler, FAST_HOLD_RATIO};
 use super::filter::{rate_filter, LargeIoMin, WindowedMax};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
-use super::flows::{Floors, Flows, Sizing, HOST_MIN_IOS};
+use super::flows::{Flows, Sizing};
 use super::ports::PortMeter;
 use super::queues::Slot;
 use super::tenants::Tenants;
 use super::{DeviceShares, Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
 use crate::Nanos;
 
+mod resize;
+
 /// How often `auto` looks for flows that stopped draining (see
 /// [`flows`](super::flows)).
 const STALL_CHECK_NS: Nanos = 1_000_000;
-
-/// A host's window floor grows with the reactors pooling it up to this
-/// many of them (see `Windows::pooled_floor`).
-const FLOOR_REACTORS: u64 = 4;
-
-/// The network hosts active on all the reactors hold at least this many of
-/// the largest IO between them (see [`flows`](super::flows)).
-const SHARED_MIN_IOS: u64 = 8;
 
 /// How often `auto` drains its window to re-measure the unqueued latency:
 /// twice per min-latency window, so every window holds a drained sample.
@@ -76,6 +70,9 @@ pub(super) struct Windows {
     /// The largest IO seen (at least one buffer): DRR's quantum, and what
     /// counts as a large IO for the latency estimate.
     pub max_io: u64,
+    /// What `window` was last summed from, while nothing else it reads
+    /// can change unseen (see `resize`).
+    sum_key: Option<resize::SumKey>,
 }
 
 impl Windows {
@@ -95,6 +92,7 @@ impl Windows {
             device_shares: None,
             ports: None,
             max_io,
+            sum_key: None,
         }
     }
 
@@ -329,66 +327,6 @@ impl Windows {
     /// [`SharedDepth`] for all of them).
     pub fn share_depth(&mut self, depth: Arc<SharedDepth>) {
         self.depth = depth;
-    }
-
-    /// `auto`'s window: the sum of its active hosts' windows (see
-    /// [`flows`](super::flows)), at least four of the largest IO over all
-    /// the reactors that pool their windows.
-    pub fn resize(&mut self, cfg: &PacingConfig, sched: &Scheduler) {
-        if cfg.mode != Mode::Auto {
-            return;
-        }
-        let floors = Floors {
-            host: self.pooled_floor(HOST_MIN_IOS),
-            shared: self.spread_floor(SHARED_MIN_IOS),
-        };
-        // Only flows at fast devices pool: a slow device's flows are held
-        // by their device's hold time, not by the port (pooled, fast
-        // tenants beside 32 slow 1 ms drives held 14-16 MiB where they
-        // had held 6, `tenants_slow_devices`).
-        let (ports, devices, fastest) = (self.ports.as_ref(), &sched.devices, self.latency.get());
-        let fast = |d: usize| {
-            devices
-                .get(d)
-                .is_some_and(|dev| dev.hold_ratio(fastest) < FAST_HOLD_RATIO)
-        };
-        let w = self.flows.window_sum(floors, |f, d| {
-            ports.and_then(|m| m.shared_port(f)).filter(|_| fast(d))
-        });
-        if self.flows.unpublished() {
-            self.publish_hosts();
-        }
-        let w = self.clamp_window(cfg, w, 4);
-        if w != self.window {
-            self.window = w;
-            self.publish_link(&sched.tenants);
-        }
-    }
-
-    /// A host's least window here: `ios` of the largest IO on each reactor
-    /// that pools its windows (see [`LinkWindow`]), up to `FLOOR_REACTORS`
-    /// of them, spread over all of them. Pooled, per-reactor floors add up:
-    /// 16 reactors held 8-10 MiB for links whose product is near 1 MiB. Up to
-    /// 4 reactors they stay whole (smaller, they starve slow devices' flows
-    /// beside fast ones, `mixed_sizes_slow`: 155 instead of 180 Gb/s).
-    pub fn pooled_floor(&self, ios: u64) -> u64 {
-        let reactors = self.link.as_ref().map_or(1, |(l, _)| l.reactors() as u64);
-        ios * self.max_io * reactors.min(FLOOR_REACTORS) / reactors
-    }
-
-    /// `ios` of the largest IO spread over the reactors that have IO queued
-    /// or in flight, so the whole target holds that many, however many
-    /// reactors serve its hosts.
-    pub fn spread_floor(&self, ios: u64) -> u64 {
-        let busy = self.link.as_ref().map_or(1, |(l, _)| l.busy_reactors());
-        ios * self.max_io / busy.max(1) as u64
-    }
-
-    /// A window of at least `min_ios` of the largest IO and at most
-    /// `max_window` (unless that is smaller than the minimum).
-    pub fn clamp_window(&self, cfg: &PacingConfig, w: u64, min_ios: u64) -> u64 {
-        let min = min_ios * self.max_io;
-        w.clamp(min, cfg.max_window.max(min))
     }
 
     /// `auto` is in a latency probe: the window drains for a moment so the

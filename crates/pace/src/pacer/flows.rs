@@ -181,6 +181,12 @@ pub(super) struct Flows {
     unpublished: bool,
     /// The windows of flows that share a full port.
     pools: Pools,
+    /// Something `window_sum` reads changed since it last ran: a flow
+    /// came, went, became active or idle, or took a rate sample (see
+    /// `Windows::resize`, which sums again only then). What only pooled
+    /// flows read (bytes in the pipe, drain) is not tracked: a sum with a
+    /// flow on a full port is not kept.
+    stale: bool,
 }
 
 /// A flow never opened gets a host id of its own, apart from peer ids.
@@ -193,35 +199,47 @@ impl Flows {
     pub fn join(&mut self, flow: u64, host: u64) {
         debug_assert!(!self.map.contains_key(&flow), "flow {flow} opened twice");
         self.host_of.insert(flow, host & !(1 << 63));
+        self.stale = true;
+    }
+
+    /// Something `window_sum` reads changed since it last ran.
+    pub fn stale(&self) -> bool {
+        self.stale
     }
 
     fn flow(&mut self, flow: u64, max_io: u64, now: Nanos) -> &mut Flow {
         let host = self.host_of.get(&flow).copied();
         if let Some(h) = host {
-            self.hosts.entry(h).or_default().pooled = true;
+            let h = self.hosts.entry(h).or_default();
+            self.stale |= !h.pooled;
+            h.pooled = true;
         }
-        self.map.entry(flow).or_insert_with(|| Flow {
-            host: host.unwrap_or_else(|| own_host(flow)),
-            tenant: 0,
-            device: 0,
-            drain: Drain::Draining,
-            queued: 0,
-            in_flight: 0,
-            piped: 0,
-            piped_paced: 0,
-            progress_at: now,
-            delivered: 0,
-            rate: rate_filter(0).with_max_span(FLOW_SAMPLE_MAX_NS),
-            largest: 0,
-            lone_run: 0,
-            window: FLOW_START_IOS * max_io,
-            bdp: None,
-            samples: 0,
-            hold_sum: 0.0,
-            hold_bytes: 0,
-            hold: None,
-            pool: None,
-            pool_cap: 0,
+        let stale = &mut self.stale;
+        self.map.entry(flow).or_insert_with(|| {
+            *stale = true;
+            Flow {
+                host: host.unwrap_or_else(|| own_host(flow)),
+                tenant: 0,
+                device: 0,
+                drain: Drain::Draining,
+                queued: 0,
+                in_flight: 0,
+                piped: 0,
+                piped_paced: 0,
+                progress_at: now,
+                delivered: 0,
+                rate: rate_filter(0).with_max_span(FLOW_SAMPLE_MAX_NS),
+                largest: 0,
+                lone_run: 0,
+                window: FLOW_START_IOS * max_io,
+                bdp: None,
+                samples: 0,
+                hold_sum: 0.0,
+                hold_bytes: 0,
+                hold: None,
+                pool: None,
+                pool_cap: 0,
+            }
         })
     }
 
@@ -239,6 +257,8 @@ impl Flows {
         now: Nanos,
     ) -> bool {
         let f = self.flow(flow, max_io, now);
+        let empty = f.queued == 0 && f.in_flight == 0;
+        let moved = (f.device, f.tenant) != (device, tenant);
         (f.device, f.tenant) = (device, tenant);
         if bytes > f.largest {
             // Its rate samples span RATE_SAMPLE_IOS of its own largest IO:
@@ -248,7 +268,6 @@ impl Flows {
             f.largest = bytes;
             f.rate.set_min_bytes(RATE_SAMPLE_IOS * bytes);
         }
-        let empty = f.queued == 0 && f.in_flight == 0;
         f.lone_run = if empty {
             (f.lone_run + 1).min(LONE_RUN)
         } else {
@@ -257,6 +276,7 @@ impl Flows {
         let lone = empty && f.lone_run >= LONE_RUN;
         f.queued += 1;
         let host = f.host;
+        self.stale |= empty || moved;
         self.hosts.entry(host).or_default().queued += bytes;
         lone
     }
@@ -275,7 +295,10 @@ impl Flows {
 
     /// One queued IO of `flow`, `bytes` long, was cancelled.
     pub fn unqueued(&mut self, flow: u64, bytes: u64) {
-        self.dequeued(flow, bytes);
+        let idle = self
+            .dequeued(flow, bytes)
+            .is_some_and(|f| f.queued == 0 && f.in_flight == 0);
+        self.stale |= idle;
     }
 
     /// One IO of `flow`, `bytes` long, was released. True: the flow has
@@ -286,6 +309,9 @@ impl Flows {
         };
         let lone = f.queued == 0 && f.in_flight == 0;
         f.in_flight += bytes;
+        // Idle only when the IO had no bytes.
+        let idle = lone && f.in_flight == 0;
+        self.stale |= idle;
         lone
     }
 
@@ -346,6 +372,7 @@ impl Flows {
                 "flow {flow}: landed more than it held"
             );
             f.in_flight -= bytes;
+            self.stale |= f.queued == 0 && f.in_flight == 0;
         }
     }
 
@@ -368,6 +395,7 @@ impl Flows {
         f.progress_at = now;
         if f.drain == Drain::Stalled {
             f.drain = Drain::Draining;
+            self.stale = true;
             self.hosts.entry(f.host).or_default().piped += f.piped;
             self.paced_total += f.piped_paced;
             self.pools.enter(f.pool, f.piped);
@@ -376,6 +404,8 @@ impl Flows {
         if !f.rate.offer(now, f.delivered, RATE_SAMPLE_NS) {
             return;
         }
+        // Its rate, and with it its window, may change.
+        self.stale = true;
         f.samples += 1;
         if f.hold_bytes > 0 {
             let mean = f.hold_sum / f.hold_bytes as f64;
@@ -420,6 +450,7 @@ impl Flows {
                 any = true;
             }
         }
+        self.stale |= any;
         any
     }
 
@@ -507,6 +538,7 @@ impl Flows {
                 network += u64::from(h.flows == 1 && h.pooled);
             }
         }
+        self.stale = false;
         let shared_part = floors.shared / network.max(1);
         let mut sum = 0;
         for h in self.hosts.values_mut().filter(|h| h.flows > 0) {
@@ -604,6 +636,7 @@ impl Flows {
 
     /// Forgets `flow` (its connection closed, its IOs cancelled before).
     pub fn close(&mut self, flow: u64) {
+        self.stale = true;
         self.host_of.remove(&flow);
         if let Some(f) = self.map.remove(&flow) {
             debug_assert!(
@@ -619,111 +652,4 @@ impl Flows {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A flow's window after 20 ms of 128 KiB IOs delivered every 10 us
-    /// (13 GB/s), each from a device holding it `hold` (None: as long as
-    /// the reactor's min latency, 50 us).
-    fn window_after(hold: Option<Nanos>) -> u64 {
-        let max_io = 128 << 10;
-        let sizing = Sizing {
-            gain: 2.0,
-            max_io,
-            max_window: 1 << 30,
-            latency: Some(50_000),
-            hold,
-            queued: None,
-        };
-        let mut flows = Flows::default();
-        for i in 0..2_000 {
-            let now = i * 10_000;
-            flows.queued(1, (0, 0), max_io, max_io, now);
-            flows.released(1, max_io);
-            flows.delivered(1, max_io, now, sizing);
-            flows.landed(1, max_io);
-        }
-        flows.map[&1].window
-    }
-
-    #[test]
-    fn a_flow_is_lone_after_a_run_of_ios_that_find_it_empty() {
-        let mut flows = Flows::default();
-        let io = 4096;
-        // One IO at a time: lone from the LONE_RUN-th on.
-        let lone: Vec<bool> = (0..6)
-            .map(|_| {
-                let lone = flows.queued(1, (0, 0), io, io, 0);
-                flows.released(1, io);
-                flows.landed(1, io);
-                lone
-            })
-            .collect();
-        let run = LONE_RUN as usize;
-        assert!(lone[..run - 1].iter().all(|l| !l) && lone[run - 1..].iter().all(|&l| l));
-        // Eight at a time, emptying between bunches: never lone.
-        for _ in 0..10 {
-            for _ in 0..8 {
-                assert!(!flows.queued(2, (0, 0), io, io, 0));
-            }
-            for _ in 0..8 {
-                flows.released(2, io);
-                flows.landed(2, io);
-            }
-        }
-    }
-
-    #[test]
-    fn a_host_is_on_a_device_while_one_of_its_flows_has_io_there() {
-        let mut flows = Flows::default();
-        let io = 4096;
-        // Host 7 has a connection to device 0 and one to device 1.
-        flows.join(1, 7);
-        flows.join(2, 7);
-        flows.queued(1, (0, 0), io, io, 0);
-        let on = |flows: &Flows, d: usize| flows.host_also_on(1, |e| e == d);
-        assert!(!on(&flows, 1), "flow 2 has no IO yet");
-        flows.queued(2, (1, 0), io, io, 0);
-        assert!(on(&flows, 1));
-        assert!(!on(&flows, 0), "only flow 1 itself is on device 0");
-        flows.released(2, io);
-        assert!(on(&flows, 1), "in flight counts");
-        flows.landed(2, io);
-        assert!(!on(&flows, 1));
-    }
-
-    #[test]
-    fn a_flow_of_small_ios_is_measured_beside_large_ones() {
-        // 16 KiB IOs every 100 us (164 MB/s) on a reactor whose largest IO
-        // is 1 MiB: sampled by 16 of that, its first rate came after 100 ms.
-        let max_io = 1 << 20;
-        let sizing = Sizing {
-            gain: 2.0,
-            max_io,
-            max_window: 1 << 30,
-            latency: Some(50_000),
-            hold: None,
-            queued: None,
-        };
-        let mut flows = Flows::default();
-        for i in 0..200 {
-            let now = i * 100_000;
-            flows.queued(1, (0, 0), 16 << 10, max_io, now);
-            flows.released(1, 16 << 10);
-            flows.delivered(1, 16 << 10, now, sizing);
-            flows.landed(1, 16 << 10);
-        }
-        let rate = flows.map[&1].rate.get().expect("measured within 20 ms");
-        assert!((1.5e8..1.8e8).contains(&rate), "{rate}");
-    }
-
-    #[test]
-    fn a_flow_on_slow_devices_gets_the_window_its_hold_time_needs() {
-        let fast = window_after(None);
-        let slow = window_after(Some(500_000));
-        // gain x 13.1 GB/s x 50 us = 1.3 MB; x 500 us, ten times that.
-        assert!((1_000_000..2_000_000).contains(&fast), "{fast}");
-        let ratio = slow as f64 / fast as f64;
-        assert!((9.0..11.0).contains(&ratio), "{slow} against {fast}");
-    }
-}
+mod tests;

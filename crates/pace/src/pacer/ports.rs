@@ -113,6 +113,9 @@ pub(super) struct PortMeter {
     full: Vec<bool>,
     /// Each port has been sampled once (before, its `full` is a guess).
     measured: Vec<bool>,
+    /// Counts changes to which flows are on a full port, so a window summed
+    /// from them knows when to sum again (see `Windows::resize`).
+    generation: u64,
 }
 
 impl PortMeter {
@@ -127,6 +130,7 @@ impl PortMeter {
             // Until measured, every port may be shared (as without ports).
             full: vec![true; ports],
             measured: vec![false; ports],
+            generation: 0,
         }
     }
 
@@ -134,11 +138,13 @@ impl PortMeter {
     pub fn join(&mut self, flow: u64, port: usize) {
         if port < self.full.len() {
             self.port_of.insert(flow, port);
+            self.generation += 1;
         }
     }
 
     pub fn leave(&mut self, flow: u64) {
         self.port_of.remove(&flow);
+        self.generation += 1;
     }
 
     /// `bytes` of `flow`'s data crossed its port.
@@ -174,7 +180,9 @@ impl PortMeter {
                 FULL_SHARE
             };
             self.measured[p] = true;
-            self.full[p] = carried >= share * capacity;
+            let full = carried >= share * capacity;
+            self.generation += u64::from(full != self.full[p]);
+            self.full[p] = full;
             self.last[p] = (sent, received);
             self.sampled_at[p] = now;
         }
@@ -190,6 +198,11 @@ impl PortMeter {
     /// it (see [`pools`](super::pools)).
     pub fn shared_port(&self, flow: u64) -> Option<usize> {
         self.port_of.get(&flow).copied().filter(|&p| self.full[p])
+    }
+
+    /// Changes with any flow's `shared_port`.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 }
 
