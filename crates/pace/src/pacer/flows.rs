@@ -36,6 +36,8 @@
 //! that has stopped draining (a stalled client, one that reads no replies),
 //! hold only their own flow's window.
 
+use std::collections::hash_map::Entry;
+
 use rustc_hash::FxHashMap;
 
 use super::ablate::{self, Mechanism};
@@ -207,39 +209,40 @@ impl Flows {
         self.stale
     }
 
+    /// `flow`'s books, opened on its first IO. Its host is looked up only
+    /// then: a host's entry lives as long as one of its flows (see `close`).
     fn flow(&mut self, flow: u64, max_io: u64, now: Nanos) -> &mut Flow {
+        let e = match self.map.entry(flow) {
+            Entry::Occupied(e) => return e.into_mut(),
+            Entry::Vacant(e) => e,
+        };
+        self.stale = true;
         let host = self.host_of.get(&flow).copied();
         if let Some(h) = host {
-            let h = self.hosts.entry(h).or_default();
-            self.stale |= !h.pooled;
-            h.pooled = true;
+            self.hosts.entry(h).or_default().pooled = true;
         }
-        let stale = &mut self.stale;
-        self.map.entry(flow).or_insert_with(|| {
-            *stale = true;
-            Flow {
-                host: host.unwrap_or_else(|| own_host(flow)),
-                tenant: 0,
-                device: 0,
-                drain: Drain::Draining,
-                queued: 0,
-                in_flight: 0,
-                piped: 0,
-                piped_paced: 0,
-                progress_at: now,
-                delivered: 0,
-                rate: rate_filter(0).with_max_span(FLOW_SAMPLE_MAX_NS),
-                largest: 0,
-                lone_run: 0,
-                window: FLOW_START_IOS * max_io,
-                bdp: None,
-                samples: 0,
-                hold_sum: 0.0,
-                hold_bytes: 0,
-                hold: None,
-                pool: None,
-                pool_cap: 0,
-            }
+        e.insert(Flow {
+            host: host.unwrap_or_else(|| own_host(flow)),
+            tenant: 0,
+            device: 0,
+            drain: Drain::Draining,
+            queued: 0,
+            in_flight: 0,
+            piped: 0,
+            piped_paced: 0,
+            progress_at: now,
+            delivered: 0,
+            rate: rate_filter(0).with_max_span(FLOW_SAMPLE_MAX_NS),
+            largest: 0,
+            lone_run: 0,
+            window: FLOW_START_IOS * max_io,
+            bdp: None,
+            samples: 0,
+            hold_sum: 0.0,
+            hold_bytes: 0,
+            hold: None,
+            pool: None,
+            pool_cap: 0,
         })
     }
 
