@@ -71,7 +71,7 @@ impl Pacer {
         // One hold ratio per release: the shared window, the charge and
         // the flight all use it.
         let ratio = self.windows.link_ratio(&self.cfg, &self.sched.devices, d);
-        let paced = (bytes as f64 / ratio).ceil() as u64;
+        let paced = super::ceil_u64(bytes as f64 / ratio);
         if let Some(v) = self.mode_gate(t, d, &io, paced, now) {
             return v;
         }

@@ -482,7 +482,7 @@ impl Windows {
     /// counts 1/k of them. (Its real bytes are bounded by `max_window` and
     /// its own window.)
     pub fn link_share(&self, cfg: &PacingConfig, devices: &[Device], d: usize, bytes: u64) -> u64 {
-        (bytes as f64 / self.link_ratio(cfg, devices, d)).ceil() as u64
+        super::ceil_u64(bytes as f64 / self.link_ratio(cfg, devices, d))
     }
 
     /// The hold ratio in `auto`; 1 in the modes without windows.

@@ -146,7 +146,7 @@ impl Device {
         // As `self.cost.cost(kind, bytes, false)`, without its divisions.
         let cost = per_io + f64::from(bytes) * per_byte;
         debug_assert_eq!(cost.to_bits(), self.cost.cost(kind, bytes, false).to_bits());
-        (cost.ceil() as u64).max(1)
+        super::ceil_u64(cost).max(1)
     }
 
     /// The device time of the costlier of a read and a write of `bytes`.

@@ -49,6 +49,20 @@ use std::sync::Arc;
 
 use crate::Nanos;
 
+/// `x.ceil() as u64` for every f64, without the call to libm's `ceil`
+/// (the baseline x86-64 target has no rounding instruction, and this runs
+/// several times per IO). Truncation is exact below 2^53, every f64 above
+/// is whole, NaN and negatives give 0, and too large saturates, as `as`.
+#[inline]
+pub(crate) fn ceil_u64(x: f64) -> u64 {
+    let t = x as u64;
+    if (t as f64) < x {
+        t.saturating_add(1)
+    } else {
+        t
+    }
+}
+
 pub mod ablate;
 mod admit;
 mod auto_window;
@@ -599,3 +613,37 @@ impl Pacer {
 mod flow_tests;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod ceil_tests {
+    use super::ceil_u64;
+
+    #[test]
+    fn ceil_u64_is_ceil_as_u64() {
+        let edges = [
+            0.0,
+            -0.0,
+            0.3,
+            -0.5,
+            -3.7,
+            1.0,
+            1.5,
+            4_096.000_000_1,
+            (1u64 << 52) as f64 + 0.5,
+            (1u64 << 53) as f64,
+            (1u64 << 53) as f64 + 2.0,
+            1.5e19,
+            u64::MAX as f64,
+            1e30,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MIN_POSITIVE,
+        ];
+        // And a spread of magnitudes, whole and not.
+        let spread = (0..2_000).map(|i| 1.37f64.powi(i % 140) * (1.0 + f64::from(i) * 1e-3));
+        for x in edges.into_iter().chain(spread) {
+            assert_eq!(ceil_u64(x), x.ceil() as u64, "{x}");
+        }
+    }
+}
