@@ -48,7 +48,13 @@ pub(super) struct DeviceQueue {
     vtimes: Vec<u64>,
     len: usize,
     seq: u64,
+    /// Emptied flow queues' buffers, for the next flows: a flow whose one
+    /// IO is released at once empties its queue on every IO.
+    spare: Vec<VecDeque<Queued>>,
 }
+
+/// At most this many emptied flow queues' buffers are kept.
+const SPARE_QUEUES: usize = 8;
 
 impl DeviceQueue {
     pub fn len(&self) -> usize {
@@ -71,11 +77,15 @@ impl DeviceQueue {
         let lane = &mut self.lanes[io.tenant];
         match lane.iter_mut().find(|f| f.flow == io.flow) {
             Some(f) => f.ios.push_back(q),
-            None => lane.push(FlowQueue {
-                flow: io.flow,
-                start: vtime,
-                ios: VecDeque::from([q]),
-            }),
+            None => {
+                let mut ios = self.spare.pop().unwrap_or_default();
+                ios.push_back(q);
+                lane.push(FlowQueue {
+                    flow: io.flow,
+                    start: vtime,
+                    ios,
+                });
+            }
         }
         self.len += 1;
     }
@@ -139,7 +149,10 @@ impl DeviceQueue {
         self.vtimes[s.tenant] = lane[s.fq].start;
         lane[s.fq].start += q.work;
         if lane[s.fq].ios.is_empty() {
-            lane.swap_remove(s.fq);
+            let emptied = lane.swap_remove(s.fq);
+            if self.spare.len() < SPARE_QUEUES {
+                self.spare.push(emptied.ios);
+            }
         }
         debug_assert!(self.len > 0, "took from an empty device queue");
         self.len -= 1;
