@@ -382,9 +382,9 @@ impl SharedPool {
     }
 
     /// Returns buffers of one class to its shared list and serves waiters.
-    fn give_back(&self, class: usize, bufs: Vec<BufId>) {
+    fn give_back(&self, class: usize, bufs: &[BufId]) {
         let ((), wake) = self.lock().run(class, &self.waiting, |p, cached, out| {
-            p.give_back(bufs, cached, out)
+            p.give_back(bufs.iter().copied(), cached, out)
         });
         wake_all(wake);
     }
@@ -505,7 +505,7 @@ impl ReactorBufs {
         let rest = self.caches[class].keep(bufs, self.pool.nobody_waits());
         self.set_cached(class);
         if !rest.is_empty() {
-            self.pool.give_back(class, rest.to_vec());
+            self.pool.give_back(class, rest);
         }
     }
 
@@ -517,7 +517,7 @@ impl ReactorBufs {
             if self.caches[class].must_drain(asked, !self.pool.nobody_waits()) {
                 let cache = self.caches[class].drain();
                 self.set_cached(class);
-                self.pool.give_back(class, cache);
+                self.pool.give_back(class, &cache);
             }
         }
         if self.me.has_grants.swap(false, Ordering::AcqRel) {
