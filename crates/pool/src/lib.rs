@@ -23,7 +23,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use policy::{BufCache, PoolEvent, PoolPolicy};
+pub use policy::{BufCache, BufRequest, PoolEvent, PoolPolicy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolConfig {
@@ -451,37 +451,50 @@ impl ReactorBufs {
     /// Buffers for `len` bytes: from the cache, then the shared pool, else
     /// `token` is queued FIFO and its buffers arrive through [`Self::poll`].
     pub fn alloc(&mut self, len: u32, token: u64) -> Alloc {
+        let mut bufs = Vec::new();
+        if self.alloc_into(len, token, &mut bufs) {
+            Alloc::Ready(bufs)
+        } else {
+            Alloc::Queued
+        }
+    }
+
+    /// As [`Self::alloc`], the buffers appended to `out` (true) or queued
+    /// (false, `out` unchanged). The engine passes the vector its request
+    /// slot keeps, so a served IO allocates no vector of its own.
+    pub fn alloc_into(&mut self, len: u32, token: u64, out: &mut Vec<BufId>) -> bool {
         let (class, n) = self.class_for(len);
         if n == 0 {
-            return Alloc::Ready(Vec::new());
+            return true;
         }
-        if let Some(bufs) = self.caches[class].take(n as usize, self.pool.nobody_waits()) {
+        if self.caches[class].take(n as usize, self.pool.nobody_waits(), out) {
             self.set_cached(class);
             self.hold(class, u64::from(n));
-            return Alloc::Ready(bufs);
+            return true;
         }
         let (id, cache) = (self.id, &mut self.caches[class]);
+        let req = BufRequest {
+            reactor: id,
+            token,
+            count: n,
+        };
         // This reactor's cache is pooled first, so it is empty while the
         // policy looks at who caches (its own atomic is stale until below).
         let (ready, wake) = self
             .pool
             .lock()
-            .run(class, &self.pool.waiting, |p, cached, out| {
-                p.alloc(cache, id, n, token, |r| r != id && cached(r), out)
+            .run(class, &self.pool.waiting, |p, cached, events| {
+                p.alloc(cache, req, |r| r != id && cached(r), events, out)
             });
         self.set_cached(class);
         wake_all(wake);
-        match ready {
-            Some(bufs) => {
-                self.hold(class, u64::from(n));
-                Alloc::Ready(bufs)
-            }
-            None => {
-                self.waits += 1;
-                self.queued += 1;
-                Alloc::Queued
-            }
+        if ready {
+            self.hold(class, u64::from(n));
+        } else {
+            self.waits += 1;
+            self.queued += 1;
         }
+        ready
     }
 
     /// Returns a request's buffers (one class): to the cache while nobody

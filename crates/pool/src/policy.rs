@@ -50,12 +50,14 @@ impl BufCache {
         self.bufs.is_empty()
     }
 
-    /// The fast path: `n` buffers straight from the cache, while nobody waits.
-    pub fn take(&mut self, n: usize, nobody_waits: bool) -> Option<Vec<BufId>> {
+    /// The fast path: `n` buffers straight from the cache onto `out`,
+    /// while nobody waits; false leaves both as they were.
+    pub fn take(&mut self, n: usize, nobody_waits: bool, out: &mut Vec<BufId>) -> bool {
         if !nobody_waits || self.bufs.len() < n {
-            return None;
+            return false;
         }
-        Some(self.bufs.split_off(self.bufs.len() - n))
+        out.extend(self.bufs.drain(self.bufs.len() - n..));
+        true
     }
 
     /// Keeps what fits of freed `bufs` while nobody waits; returns the rest,
@@ -83,16 +85,18 @@ impl BufCache {
     }
 }
 
-struct Waiter {
-    reactor: usize,
-    token: u64,
-    count: u32,
+/// A request for buffers: whose, and how many it takes at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufRequest {
+    pub reactor: usize,
+    pub token: u64,
+    pub count: u32,
 }
 
 /// The shared free list and the FIFO of requests waiting for buffers.
 pub struct PoolPolicy {
     free: Vec<BufId>,
-    waiters: VecDeque<Waiter>,
+    waiters: VecDeque<BufRequest>,
     cache_size: usize,
     reactors: usize,
 }
@@ -131,37 +135,32 @@ impl PoolPolicy {
         self.free.len()
     }
 
-    /// The slow path of an allocation of `n` buffers for request `token` of
-    /// `reactor`, after its cache could not serve it: pools the cache so the
-    /// request is served as one set, then takes from the shared list and
-    /// refills the cache (as SPDK does), or queues the request. `cached(r)`
+    /// The slow path of an allocation for `req`, after its reactor's cache
+    /// could not serve it: pools the cache so the request is served as one
+    /// set, then takes from the shared list onto `bufs` (true) and refills
+    /// the cache (as SPDK does), or queues the request (false). `cached(r)`
     /// says whether reactor `r` holds idle buffers.
     pub fn alloc(
         &mut self,
         cache: &mut BufCache,
-        reactor: usize,
-        n: u32,
-        token: u64,
+        req: BufRequest,
         cached: impl Fn(usize) -> bool,
         out: &mut Vec<PoolEvent>,
-    ) -> Option<Vec<BufId>> {
-        debug_assert!(reactor < self.reactors);
-        let n = n as usize;
+        bufs: &mut Vec<BufId>,
+    ) -> bool {
+        debug_assert!(req.reactor < self.reactors);
+        let n = req.count as usize;
         self.free.append(&mut cache.bufs);
         if self.waiters.is_empty() && self.free.len() >= n {
-            let bufs = self.free.split_off(self.free.len() - n);
+            bufs.extend(self.free.drain(self.free.len() - n..));
             let keep = self.cache_size.min(self.free.len()) / 2;
             let at = self.free.len() - keep;
             cache.bufs.extend(self.free.drain(at..));
-            return Some(bufs);
+            return true;
         }
-        self.waiters.push_back(Waiter {
-            reactor,
-            token,
-            count: n as u32,
-        });
+        self.waiters.push_back(req);
         self.serve_waiters(cached, out);
-        None
+        false
     }
 
     /// Returns buffers to the shared list and serves waiters.
@@ -227,6 +226,24 @@ impl PoolPolicy {
 mod tests {
     use super::*;
 
+    /// `PoolPolicy::alloc` of `count` buffers for `token` of `reactor`:
+    /// them, or None when it queued.
+    fn alloc(
+        p: &mut PoolPolicy,
+        cache: &mut BufCache,
+        (reactor, count, token): (usize, u32, u64),
+        cached: impl Fn(usize) -> bool,
+        out: &mut Vec<PoolEvent>,
+    ) -> Option<Vec<BufId>> {
+        let req = BufRequest {
+            reactor,
+            token,
+            count,
+        };
+        let mut bufs = Vec::new();
+        p.alloc(cache, req, cached, out, &mut bufs).then_some(bufs)
+    }
+
     fn grants(events: &[PoolEvent]) -> Vec<u64> {
         events
             .iter()
@@ -242,13 +259,16 @@ mod tests {
         let mut p = PoolPolicy::new(100, 8);
         let (r, mut cache) = p.add_reactor();
         let mut out = Vec::new();
-        let bufs = p.alloc(&mut cache, r, 2, 1, |_| false, &mut out);
+        let bufs = alloc(&mut p, &mut cache, (r, 2, 1), |_| false, &mut out);
         assert_eq!(bufs.map(|b| b.len()), Some(2));
         assert_eq!(cache.len(), 4);
         assert_eq!(p.free_len(), 94);
         // The next one comes from the cache, without the shared list.
-        assert_eq!(cache.take(3, true).map(|b| b.len()), Some(3));
-        assert!(cache.take(3, true).is_none(), "one left");
+        let mut taken = Vec::new();
+        assert!(cache.take(3, true, &mut taken));
+        assert_eq!(taken.len(), 3);
+        assert!(!cache.take(3, true, &mut taken), "one left");
+        assert_eq!(taken.len(), 3, "a failed take adds nothing");
     }
 
     #[test]
@@ -257,10 +277,8 @@ mod tests {
         let (a, mut ca) = p.add_reactor();
         let (b, mut cb) = p.add_reactor();
         let mut out = Vec::new();
-        let held = p
-            .alloc(&mut ca, a, 2, 1, |_| false, &mut out)
-            .expect("free");
-        assert_eq!(p.alloc(&mut cb, b, 1, 2, |_| false, &mut out), None);
+        let held = alloc(&mut p, &mut ca, (a, 2, 1), |_| false, &mut out).expect("free");
+        assert_eq!(alloc(&mut p, &mut cb, (b, 1, 2), |_| false, &mut out), None);
         assert_eq!(p.waiting(), 1);
         let rest = ca.keep(&held, p.waiting() == 0);
         assert_eq!(rest.len(), 2, "nothing cached while b waits");
@@ -276,12 +294,10 @@ mod tests {
         let (a, mut ca) = p.add_reactor();
         let (b, mut cb) = p.add_reactor();
         let mut out = Vec::new();
-        let held = p
-            .alloc(&mut ca, a, 4, 1, |_| false, &mut out)
-            .expect("free");
+        let held = alloc(&mut p, &mut ca, (a, 4, 1), |_| false, &mut out).expect("free");
         assert!(ca.keep(&held, true).is_empty(), "all four cached");
         let cached = |r: usize| r == a;
-        assert_eq!(p.alloc(&mut cb, b, 2, 7, cached, &mut out), None);
+        assert_eq!(alloc(&mut p, &mut cb, (b, 2, 7), cached, &mut out), None);
         assert_eq!(out, vec![PoolEvent::Drain { reactor: a }]);
         assert!(ca.must_drain(false, p.waiting() > 0));
         out.clear();
@@ -294,11 +310,9 @@ mod tests {
         let mut p = PoolPolicy::new(2, 0);
         let (a, mut ca) = p.add_reactor();
         let mut out = Vec::new();
-        let held = p
-            .alloc(&mut ca, a, 1, 1, |_| false, &mut out)
-            .expect("free");
-        assert_eq!(p.alloc(&mut ca, a, 2, 2, |_| false, &mut out), None);
-        assert_eq!(p.alloc(&mut ca, a, 1, 3, |_| false, &mut out), None);
+        let held = alloc(&mut p, &mut ca, (a, 1, 1), |_| false, &mut out).expect("free");
+        assert_eq!(alloc(&mut p, &mut ca, (a, 2, 2), |_| false, &mut out), None);
+        assert_eq!(alloc(&mut p, &mut ca, (a, 1, 3), |_| false, &mut out), None);
         assert!(p.cancel(a, 2, |_| false, &mut out));
         assert_eq!(grants(&out), vec![3], "the head needing 2 blocked it");
         assert!(!p.cancel(a, 2, |_| false, &mut out));

@@ -335,16 +335,31 @@ impl Req {
         self.flags & proto::CMD_FLAG_FUA != 0
     }
 
-    /// Takes ownership of a READ's `bufs` and lays `len` bytes across them.
+    /// Takes ownership of a READ's granted `bufs` and lays `len` bytes
+    /// across them.
     pub fn attach_buffers(
         &mut self,
         bufs: Vec<BufId>,
         buf_size: u32,
         ptr: impl Fn(BufId) -> *mut u8,
     ) {
+        self.bufs = bufs;
+        self.lay_out_buffers(buf_size, ptr);
+    }
+
+    /// The empty vector a READ's buffers are allocated into
+    /// (`ReactorBufs::alloc_into`): kept with its capacity between requests,
+    /// so taking buffers allocates nothing.
+    pub fn bufs_mut(&mut self) -> &mut Vec<BufId> {
+        debug_assert!(self.bufs.is_empty(), "buffers taken twice");
+        &mut self.bufs
+    }
+
+    /// Lays `len` bytes across the buffers the READ holds.
+    pub fn lay_out_buffers(&mut self, buf_size: u32, ptr: impl Fn(BufId) -> *mut u8) {
         let mut left = self.len as usize;
         self.iov.clear();
-        for &id in &bufs {
+        for &id in &self.bufs {
             let n = left.min(buf_size as usize);
             self.iov.push(libc::iovec {
                 iov_base: ptr(id).cast(),
@@ -352,7 +367,6 @@ impl Req {
             });
             left -= n;
         }
-        self.bufs = bufs;
     }
 
     /// A READ served piece by piece.

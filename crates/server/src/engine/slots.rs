@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use bdev::IoRequest;
 use pace::Nanos;
-use pool::{Alloc, BufId};
+use pool::BufId;
 use proto::Command;
 
 use super::conn_state::{Life, Phase};
@@ -312,17 +312,15 @@ impl Slots {
     /// Released: a whole request takes its buffers (true), or queues for
     /// them in the pool.
     pub fn take_buffers(&mut self, id: ReqId, io: &mut IoPath) -> bool {
-        let len = self.reqs[id.index()].len();
-        match io.bufs_mut().alloc(len, IoToken::whole(id).encode()) {
-            Alloc::Ready(bufs) => {
-                self.attach(id, bufs, io);
-                true
-            }
-            Alloc::Queued => {
-                io.stats_mut().buffer_waits += 1;
-                false
-            }
+        let req = &mut self.reqs[id.index()];
+        let (len, token) = (req.len(), IoToken::whole(id).encode());
+        if !io.bufs_mut().alloc_into(len, token, req.bufs_mut()) {
+            io.stats_mut().buffer_waits += 1;
+            return false;
         }
+        let pool = io.pool();
+        req.lay_out_buffers(io.buf_size(), |b| pool.ptr(b));
+        true
     }
 
     /// Request `id` holds `bufs`: its data segments point into them.
