@@ -205,12 +205,20 @@ impl Net {
                 _ => self.advance(1_000),
             }
             // The advance may have started work (a timer, a grant): quiet
-            // only if it left no device IO pending.
-            if !moved && delayed.is_none() && self.ios.is_empty() {
+            // only if it left no device IO pending and no recv or send a
+            // client could complete (a grant it polled posts the recv of the
+            // WRITE piece that waited for the buffer).
+            if !moved && delayed.is_none() && self.ios.is_empty() && !self.can_move() {
                 return;
             }
         }
         panic!("no quiet after 10000 rounds");
+    }
+
+    /// Whether some client's posted recv or send could complete now.
+    fn can_move(&self) -> bool {
+        (self.clients.values())
+            .any(|c| c.send.is_some() || (c.recv.is_some() && (c.eof || !c.to_server.is_empty())))
     }
 
     /// As the kernel does on shutdown: a pending recv ends (EOF), and on a

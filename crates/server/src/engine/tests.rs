@@ -111,6 +111,39 @@ fn stalled_writer_holds_at_most_its_cap_and_times_out() {
     assert!(!net.clients[&other].closed);
 }
 
+/// A timeout that frees buffers leaves their grant for the next tick, and
+/// that grant posts the waiting writer's recv: `run_to_quiet` must not stop
+/// there, though its last round moved nothing before that tick.
+#[test]
+fn writer_waiting_for_buffers_is_served_after_a_timeout_frees_them() {
+    let mut net = Net::new(engine("none", 2, TIMEOUTS));
+    let stalled = ready_client(&mut net);
+    let mut b = request_bytes(Command::Write, 1, 0, 64 << 10);
+    b.extend([7u8; 100]);
+    net.write(stalled, &b);
+    serve(&mut net, stalled);
+    let waiter = ready_client(&mut net);
+    let mut b = request_bytes(Command::Write, 2, 0, 8192);
+    b.extend([9u8; 8192]);
+    net.write(waiter, &b);
+    // Its header alone: its payload waits for a buffer to land in.
+    net.deliver(waiter, 28);
+    net.advance(1_000);
+    assert_eq!(
+        net.engine.buffers_in_use(),
+        2,
+        "the stalled writer holds both"
+    );
+    assert!(net.clients[&waiter].recv.is_none(), "no buffer, no recv");
+    net.advance(31_000_000_000);
+    assert!(net.clients[&stalled].closed, "payload timeout");
+    net.clients.get_mut(&waiter).expect("a client").eof = true;
+    net.run_to_quiet();
+    assert_eq!(answered(&net, waiter, |_| 0), vec![(0, 2)]);
+    assert!(net.clients[&waiter].closed);
+    assert_eq!(net.engine.buffers_in_use(), 0);
+}
+
 #[test]
 fn handshake_and_idle_timeouts_close() {
     let mut net = Net::new(engine("none", 24, TIMEOUTS));
