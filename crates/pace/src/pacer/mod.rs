@@ -73,6 +73,7 @@ mod device_ops;
 mod device_share;
 mod drain_probe;
 mod drr;
+mod fair;
 mod filter;
 mod flight;
 mod flows;
