@@ -6,6 +6,7 @@
 //! debt. [`Pacer::poll`] acts on the verdict; `release` carries out a
 //! release.
 
+use super::ablate::{self, Mechanism};
 use super::drr::FAST_HOLD_RATIO;
 use super::queues::Slot;
 use super::{Mode, PacedIo, Pacer};
@@ -202,18 +203,31 @@ impl Pacer {
             {
                 Some(self.link_wait(t))
             }
-            Mode::Auto
-                if self
-                    .windows
-                    .device_window_open(&self.cfg, &self.sched, d, io) =>
-            {
-                None
-            }
-            // This device's window is full; the turn goes to the next one.
             Mode::Auto => {
-                Some(self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now)))
+                // This device's window is full; the turn goes to the next one.
+                let open = self.device_turn(t, d, io);
+                (!open).then(|| {
+                    self.next_device_or(t, d, Verdict::Skip, |p| p.all_windows_closed(t, now))
+                })
             }
         }
+    }
+
+    /// Device `d`'s window has room for tenant `t`'s `io`, and no tenant
+    /// behind `t` in virtual time waits for that room in this poll. Else
+    /// `t` waits for it too. A large IO needs a large gap: while the gaps
+    /// went to whoever fitted, a weight-2 tenant's 256 KiB writes beside a
+    /// 4 KiB reader on one drive got 9-47% of their share (fuzz 1:16).
+    fn device_turn(&mut self, t: usize, d: usize, io: &PacedIo) -> bool {
+        let vtime = self.sched.tenants.clock.vtime(t);
+        let open = (ablate::out(Mechanism::FairPart) || self.device_waiters[d] > vtime)
+            && self
+                .windows
+                .device_window_open(&self.cfg, &self.sched, d, io);
+        if !open {
+            self.device_waiters[d] = self.device_waiters[d].min(vtime);
+        }
+        open
     }
 
     /// Releases the IO `admit` granted tenant `t`: out of its queue, charged

@@ -133,6 +133,9 @@ pub struct Pacer {
     /// IOs that bypass pacing, released at the next poll.
     bypassed: Vec<PacedIo>,
     skipped: Vec<bool>,
+    /// Per device, the least virtual time of a tenant whose IO its full
+    /// window held back in this poll (see `admit::device_turn`).
+    device_waiters: Vec<f64>,
     bytes_in_flight: u64,
     /// Released write pieces whose payload is still arriving.
     filling: usize,
@@ -165,6 +168,7 @@ impl Pacer {
             flights: FxHashMap::default(),
             bypassed: Vec::new(),
             skipped: Vec::new(),
+            device_waiters: Vec::new(),
             bytes_in_flight: 0,
             filling: 0,
             in_flight_avg: crate::stats::TimeAvg::new(now),
@@ -391,6 +395,9 @@ impl Pacer {
         for tenant in self.sched.tenants.iter_mut() {
             tenant.held = false;
         }
+        self.device_waiters.clear();
+        self.device_waiters
+            .resize(self.sched.devices.len(), f64::INFINITY);
         // The least virtual time of a tenant that waits for the shared
         // window: tenants further ahead than the slack wait with it.
         let mut link_waiter: Option<f64> = None;
