@@ -283,7 +283,6 @@ impl Pacer {
             self.bypassed.push(io);
             return;
         }
-        self.sched.tenants.clock.queued(t);
         self.sched.tenants[t].queued_bytes += u64::from(io.bytes);
         self.windows.publish_link(&self.sched.tenants);
         self.sched.tenants.queue(t);
