@@ -18,13 +18,12 @@
 
 use rustc_hash::FxHashMap;
 
+use super::filter::SAMPLE_WEIGHT;
 use crate::Nanos;
 
 /// A flow is bound by its device when at least this part of its IOs' time
 /// (release to done) was spent at the device.
 const DEVICE_BOUND_SHARE: f64 = 0.5;
-/// Each rate sample's means move a flow's by this part of the difference.
-const SPLIT_WEIGHT: f64 = 0.25;
 
 /// Where a flow's IOs spent their time, and what they cost the device.
 #[derive(Debug, Clone, Copy, Default)]
@@ -64,7 +63,7 @@ impl Landing {
 }
 
 fn ewma(old: Option<f64>, new: f64) -> f64 {
-    old.map_or(new, |o| o + (new - o) * SPLIT_WEIGHT)
+    old.map_or(new, |o| o + (new - o) * SAMPLE_WEIGHT)
 }
 
 impl DeviceSplit {

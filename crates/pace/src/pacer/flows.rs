@@ -44,6 +44,7 @@ use super::ablate::{self, Mechanism};
 use super::fair::{DeviceSplit, FairParts, Landing, Member};
 use super::filter::{
     rate_filter, WindowedMax, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_IOS, RATE_SAMPLE_NS,
+    SAMPLE_WEIGHT,
 };
 use super::pools::Pools;
 use crate::Nanos;
@@ -56,9 +57,6 @@ pub(super) const HOST_MIN_IOS: u64 = 2;
 /// A new flow starts with this many IOs of window, and grows from there as
 /// its completions show the rate.
 const FLOW_START_IOS: u64 = 4;
-/// Each rate sample's mean hold time moves a flow's by this part of the
-/// difference.
-const HOLD_WEIGHT: f64 = 0.25;
 /// A flow's rate sample spans at most this long, however few bytes it
 /// holds (see `WindowedMax::with_max_span`).
 const FLOW_SAMPLE_MAX_NS: Nanos = 10 * RATE_SAMPLE_NS;
@@ -421,7 +419,7 @@ impl Flows {
         f.split.sample();
         if f.hold_bytes > 0 {
             let mean = f.hold_sum / f.hold_bytes as f64;
-            f.hold = Some(f.hold.map_or(mean, |h| h + (mean - h) * HOLD_WEIGHT));
+            f.hold = Some(f.hold.map_or(mean, |h| h + (mean - h) * SAMPLE_WEIGHT));
             (f.hold_sum, f.hold_bytes) = (0.0, 0);
         }
         let hold = f.hold.map(|h| h as Nanos);
