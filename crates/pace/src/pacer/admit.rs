@@ -219,15 +219,26 @@ impl Pacer {
     /// went to whoever fitted, a weight-2 tenant's 256 KiB writes beside a
     /// 4 KiB reader on one drive got 9-47% of their share (fuzz 1:16).
     fn device_turn(&mut self, t: usize, d: usize, io: &PacedIo) -> bool {
-        let vtime = self.sched.tenants.clock.vtime(t);
-        let open = (ablate::out(Mechanism::FairPart) || self.device_waiters[d] > vtime)
-            && self
-                .windows
-                .device_window_open(&self.cfg, &self.sched, d, io);
+        let open = self.device_open(t, d, io);
         if !open {
-            self.device_waiters[d] = self.device_waiters[d].min(vtime);
+            let vtime = self.sched.tenants.clock.vtime(t);
+            if let Some(w) = self.device_waiters.get_mut(d) {
+                *w = w.min(vtime);
+            }
         }
         open
+    }
+
+    /// Device `d`'s window has room for tenant `t`'s `io` in this poll
+    /// (see `device_turn`).
+    fn device_open(&self, t: usize, d: usize, io: &PacedIo) -> bool {
+        let vtime = self.sched.tenants.clock.vtime(t);
+        // (Sized at each poll; a device added since has no waiter.)
+        let waiter = self.device_waiters.get(d).copied();
+        (ablate::out(Mechanism::FairPart) || waiter.is_none_or(|w| w > vtime))
+            && self
+                .windows
+                .device_window_open(&self.cfg, &self.sched, d, io)
     }
 
     /// Releases the IO `admit` granted tenant `t`: out of its queue, charged
@@ -291,9 +302,7 @@ impl Pacer {
             let arrived = q.arrived(slot);
             if arrived >= best.1
                 || self.windows.hold_ratio(&self.sched.devices, d) >= FAST_HOLD_RATIO
-                || !self
-                    .windows
-                    .device_window_open(&self.cfg, &self.sched, d, &q.io(slot))
+                || !self.device_open(t, d, &q.io(slot))
                 || !self.gates.qos_ready(d, now)
                 || !(self.sched.tenants.light(t)
                     || self
@@ -345,7 +354,7 @@ impl Pacer {
                     w.link_share(cfg, &sched.devices, d, bytes),
                     bytes,
                     self.bytes_in_flight,
-                ) && w.device_window_open(cfg, sched, d, &io));
+                ) && self.device_open(t, d, &io));
             if windows
                 && self.gates.qos_ready(d, now)
                 && (self.sched.tenants.light(t)
