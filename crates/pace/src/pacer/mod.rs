@@ -400,13 +400,25 @@ impl Pacer {
         // The least virtual time of a tenant that waits for the shared
         // window: tenants further ahead than the slack wait with it.
         let mut link_waiter: Option<f64> = None;
+        // Turns passed on since the last release: a verdict that never
+        // ends would hang the reactor (a turn passes only to a device that
+        // may go, or adds a DRR quantum, so this bound is never reached).
+        let mut turns = 0u32;
         while let Some(t) = self.sched.tenants.pick(&skipped) {
             match self.admit(t, link_waiter, now) {
                 Verdict::Release(grant) => {
                     self.release(t, grant, now);
                     out.push(grant.io.id);
+                    turns = 0;
                 }
-                Verdict::NextDevice => self.sched.tenants[t].active.rotate_left(1),
+                Verdict::NextDevice if turns >= 1 << 20 => {
+                    debug_assert!(false, "tenant {t}: its turns pass on without end");
+                    skipped[t] = true;
+                }
+                Verdict::NextDevice => {
+                    turns += 1;
+                    self.sched.tenants[t].active.rotate_left(1);
+                }
                 Verdict::Skip => skipped[t] = true,
                 Verdict::WaitForLink => {
                     skipped[t] = true;
