@@ -35,10 +35,12 @@ pub enum Mechanism {
     FlowFair,
     /// 28: device-bound flows' weighted parts of their device's window.
     FairPart,
+    /// 29: a tenant held by a device's full window keeps its gap.
+    DeviceWaiter,
 }
 
 impl Mechanism {
-    const ALL: [(Mechanism, &'static str); 12] = [
+    const ALL: [(Mechanism, &'static str); 13] = [
         (Mechanism::Depth, "depth"),
         (Mechanism::Gate, "gate"),
         (Mechanism::LatencyProbe, "latency-probe"),
@@ -51,6 +53,7 @@ impl Mechanism {
         (Mechanism::DeviceShare, "device-share"),
         (Mechanism::FlowFair, "flow-fair"),
         (Mechanism::FairPart, "fair-part"),
+        (Mechanism::DeviceWaiter, "device-waiter"),
     ];
 
     /// Its bit in the set taken out.

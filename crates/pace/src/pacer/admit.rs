@@ -235,7 +235,7 @@ impl Pacer {
         let vtime = self.sched.tenants.clock.vtime(t);
         // (Sized at each poll; a device added since has no waiter.)
         let waiter = self.device_waiters.get(d).copied();
-        (ablate::out(Mechanism::FairPart) || waiter.is_none_or(|w| w > vtime))
+        (ablate::out(Mechanism::DeviceWaiter) || waiter.is_none_or(|w| w > vtime))
             && self
                 .windows
                 .device_window_open(&self.cfg, &self.sched, d, io)

@@ -199,7 +199,7 @@ impl Windows {
                         .as_ref()
                         .map_or(own, |(link, r)| link.host_share(*r, host, own))
                 },
-                |d| self.device_window(cfg, &sched.devices, d),
+                |d| (self.device_window(cfg, &sched.devices, d), self.window_now),
             )
     }
 

@@ -486,7 +486,7 @@ impl Flows {
         bytes: u64,
         deepen: impl Fn(u64) -> u64,
         host_window: impl Fn(u64, u64) -> u64,
-        device_window: impl Fn(usize) -> u64,
+        device_window: impl Fn(usize) -> (u64, u64),
     ) -> bool {
         let Some(f) = self.map.get(&flow) else {
             return true;
@@ -512,10 +512,12 @@ impl Flows {
                 h.piped == 0 || h.piped + bytes <= deepen(window)
             });
         // A device-bound flow may hold its part of its device's window
-        // (device-ns), whatever its own and its host's (see `fair`).
+        // (device-ns) and of the reactor's (bytes), whatever its own and
+        // its host's (see `fair`).
         let fair = |part: f64| {
-            f.split
-                .bytes((part * device_window(f.device) as f64) as u64)
+            let (device, reactor) = device_window(f.device);
+            let bytes = f.split.bytes((part * device as f64) as u64)?;
+            Some(bytes.min((part * reactor as f64) as u64))
         };
         windows || (self.fair.part(flow).and_then(fair)).is_some_and(|b| f.in_flight + bytes <= b)
     }
