@@ -33,10 +33,14 @@ pub enum Mechanism {
     /// 14's order: flows at a device take equal device time; without it
     /// the oldest IO of the open flows goes.
     FlowFair,
+    /// 28: device-bound flows' weighted parts of their device's window.
+    FairPart,
+    /// 29: a tenant held by a device's full window keeps its gap.
+    DeviceWaiter,
 }
 
 impl Mechanism {
-    const ALL: [(Mechanism, &'static str); 11] = [
+    const ALL: [(Mechanism, &'static str); 13] = [
         (Mechanism::Depth, "depth"),
         (Mechanism::Gate, "gate"),
         (Mechanism::LatencyProbe, "latency-probe"),
@@ -48,6 +52,8 @@ impl Mechanism {
         (Mechanism::DeviceQueue, "device-queue"),
         (Mechanism::DeviceShare, "device-share"),
         (Mechanism::FlowFair, "flow-fair"),
+        (Mechanism::FairPart, "fair-part"),
+        (Mechanism::DeviceWaiter, "device-waiter"),
     ];
 
     /// Its bit in the set taken out.

@@ -13,6 +13,7 @@ use super::ablate::{self, Mechanism};
 use super::depth::{Factors, Sample, SharedDepth};
 use super::device_share::Split;
 use super::drr::{Device, Scheduler, FAST_HOLD_RATIO};
+use super::fair::Landing;
 use super::filter::{rate_filter, LargeIoMin, WindowedMax};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
 use super::flows::{Flows, Sizing};
@@ -198,6 +199,7 @@ impl Windows {
                         .as_ref()
                         .map_or(own, |(link, r)| link.host_share(*r, host, own))
                 },
+                |d| (self.device_window(cfg, &sched.devices, d), self.window_now),
             )
     }
 
@@ -222,7 +224,15 @@ impl Windows {
             queued: self.queued_hold(&sched.devices, f.device),
             ..self.sizing(cfg)
         };
-        self.flows.delivered(f.flow, f.bytes, now, sizing);
+        // The device's clock and ours may differ by a tick.
+        let total = now - f.released_at;
+        let landing = Landing {
+            bytes: f.bytes,
+            work: f.work,
+            at_device: f.at_device.min(total),
+            total,
+        };
+        self.flows.delivered(f.flow, landing, now, sizing);
         self.resize(cfg, sched);
         self.publish_link(&sched.tenants);
         self.publish_hosts();

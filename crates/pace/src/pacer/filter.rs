@@ -20,6 +20,9 @@ pub(super) const PROBE_EVERY: u64 = 8;
 
 /// ...by this factor.
 pub(super) const PROBE_GAIN: f64 = 1.25;
+/// Each rate sample moves a flow's moving means (its hold time, where its
+/// time went) by this part of the difference.
+pub(super) const SAMPLE_WEIGHT: f64 = 0.25;
 
 /// Min-latency window: how long an old minimum is trusted.
 pub(super) const LATENCY_WINDOW_NS: Nanos = 200_000_000;

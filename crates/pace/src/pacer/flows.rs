@@ -41,8 +41,10 @@ use std::collections::hash_map::Entry;
 use rustc_hash::FxHashMap;
 
 use super::ablate::{self, Mechanism};
+use super::fair::{DeviceSplit, FairParts, Landing, Member};
 use super::filter::{
     rate_filter, WindowedMax, PROBE_EVERY, PROBE_GAIN, RATE_SAMPLE_IOS, RATE_SAMPLE_NS,
+    SAMPLE_WEIGHT,
 };
 use super::pools::Pools;
 use crate::Nanos;
@@ -55,9 +57,6 @@ pub(super) const HOST_MIN_IOS: u64 = 2;
 /// A new flow starts with this many IOs of window, and grows from there as
 /// its completions show the rate.
 const FLOW_START_IOS: u64 = 4;
-/// Each rate sample's mean hold time moves a flow's by this part of the
-/// difference.
-const HOLD_WEIGHT: f64 = 0.25;
 /// A flow's rate sample spans at most this long, however few bytes it
 /// holds (see `WindowedMax::with_max_span`).
 const FLOW_SAMPLE_MAX_NS: Nanos = 10 * RATE_SAMPLE_NS;
@@ -118,6 +117,8 @@ struct Flow {
     /// and the most it may hold there.
     pool: Option<usize>,
     pool_cap: u64,
+    /// Where its IOs spend their time (see [`fair`](super::fair)).
+    split: DeviceSplit,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -183,6 +184,8 @@ pub(super) struct Flows {
     unpublished: bool,
     /// The windows of flows that share a full port.
     pools: Pools,
+    /// Device-bound flows' parts of their devices.
+    fair: FairParts,
     /// Something `window_sum` reads changed since it last ran: a flow
     /// came, went, became active or idle, or took a rate sample (see
     /// `Windows::resize`, which sums again only then). What only pooled
@@ -243,6 +246,7 @@ impl Flows {
             hold: None,
             pool: None,
             pool_cap: 0,
+            split: DeviceSplit::default(),
         })
     }
 
@@ -387,10 +391,12 @@ impl Flows {
 
     /// A released IO's data has left (after `landed`): the flow's rate
     /// and window learn it, and a stalled flow drains again.
-    pub fn delivered(&mut self, flow: u64, bytes: u64, now: Nanos, sizing: Sizing) {
+    pub fn delivered(&mut self, flow: u64, landing: Landing, now: Nanos, sizing: Sizing) {
         let Some(f) = self.map.get_mut(&flow) else {
             return;
         };
+        let bytes = landing.bytes;
+        f.split.add(landing);
         if let Some(h) = sizing.hold.or(sizing.latency) {
             f.hold_sum += bytes as f64 * h as f64;
             f.hold_bytes += bytes;
@@ -410,9 +416,10 @@ impl Flows {
         // Its rate, and with it its window, may change.
         self.stale = true;
         f.samples += 1;
+        f.split.sample();
         if f.hold_bytes > 0 {
             let mean = f.hold_sum / f.hold_bytes as f64;
-            f.hold = Some(f.hold.map_or(mean, |h| h + (mean - h) * HOLD_WEIGHT));
+            f.hold = Some(f.hold.map_or(mean, |h| h + (mean - h) * SAMPLE_WEIGHT));
             (f.hold_sum, f.hold_bytes) = (0.0, 0);
         }
         let hold = f.hold.map(|h| h as Nanos);
@@ -479,6 +486,7 @@ impl Flows {
         bytes: u64,
         deepen: impl Fn(u64) -> u64,
         host_window: impl Fn(u64, u64) -> u64,
+        device_window: impl Fn(usize) -> (u64, u64),
     ) -> bool {
         let Some(f) = self.map.get(&flow) else {
             return true;
@@ -494,14 +502,24 @@ impl Flows {
         }
         let window = deepen(f.window.max(host.map_or(0, |h| h.flow_floor)));
         let own = f.in_flight == 0 || f.in_flight + bytes <= window;
-        own && host.is_none_or(|h| {
-            let window = if h.pooled {
-                host_window(f.host, h.window)
-            } else {
-                h.window
-            };
-            h.piped == 0 || h.piped + bytes <= deepen(window)
-        })
+        let windows = own
+            && host.is_none_or(|h| {
+                let window = if h.pooled {
+                    host_window(f.host, h.window)
+                } else {
+                    h.window
+                };
+                h.piped == 0 || h.piped + bytes <= deepen(window)
+            });
+        // A device-bound flow may hold its part of its device's window
+        // (device-ns) and of the reactor's (bytes), whatever its own and
+        // its host's (see `fair`).
+        let fair = |part: f64| {
+            let (device, reactor) = device_window(f.device);
+            let bytes = f.split.bytes((part * device as f64) as u64)?;
+            Some(bytes.min((part * reactor as f64) as u64))
+        };
+        windows || (self.fair.part(flow).and_then(fair)).is_some_and(|b| f.in_flight + bytes <= b)
     }
 
     /// `flow`'s host has another flow with IO queued or in flight on a
@@ -525,6 +543,7 @@ impl Flows {
         &mut self,
         floors: Floors,
         shared: impl Fn(u64, usize) -> Option<usize>,
+        weight: impl Fn(usize) -> f64,
     ) -> u64 {
         // Few passes over the maps: this runs on every completion and poll.
         for h in self.hosts.values_mut() {
@@ -555,7 +574,24 @@ impl Flows {
             sum += h.window;
         }
         self.pool_flows(shared, sum);
+        self.divide_devices(weight);
         sum
+    }
+
+    /// Each active, device-bound flow's part of its device (see
+    /// [`fair`](super::fair)); pooled flows take the port pool's instead.
+    fn divide_devices(&mut self, weight: impl Fn(usize) -> f64) {
+        let on = !ablate::out(Mechanism::FairPart);
+        let members = self.map.iter().filter(|(_, f)| {
+            on && (f.queued > 0 || f.in_flight > 0) && f.pool.is_none() && f.split.device_bound()
+        });
+        let members = members.map(|(&flow, f)| Member {
+            flow,
+            device: f.device,
+            tenant: f.tenant,
+            host: f.host,
+        });
+        self.fair.divide(members, weight);
     }
 
     /// Puts each active, measured flow on a full port in its port's pool,

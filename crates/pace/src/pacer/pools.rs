@@ -122,6 +122,7 @@ impl Pools {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fair::Landing;
     use super::*;
 
     #[test]
@@ -184,7 +185,7 @@ mod tests {
         flows.enter_pipe(f, IO, IO, now);
         flows.leave_pipe(f, IO, IO);
         flows.landed(f, IO);
-        flows.delivered(f, IO, now, sizing());
+        flows.delivered(f, Landing::bytes(IO), now, sizing());
     }
 
     fn two_flows(tenant2: usize) -> super::super::flows::Flows {
@@ -220,7 +221,7 @@ mod tests {
         let host = |_, own| own;
         for (port, tenant2, pooled) in [(Some(0), 1, true), (None, 1, false), (Some(0), 0, false)] {
             let mut flows = two_flows(tenant2);
-            flows.window_sum(floors, |_, _| port);
+            flows.window_sum(floors, |_, _| port, |_| 1.0);
             assert_eq!(flows.pooled(1), pooled, "port {port:?}, tenant {tenant2}");
             // Flow 1 has 5 IOs in the pipeline: past its own window (4),
             // within the pool (8) and its cap (2 x half of 8).
@@ -228,13 +229,13 @@ mod tests {
                 flows.released(1, io);
                 flows.enter_pipe(1, io, io, 0);
             }
-            assert_eq!(flows.open(1, io, same, host), pooled);
+            assert_eq!(flows.open(1, io, same, host, |_| (0, 0)), pooled);
             for _ in 0..3 {
                 flows.released(2, io);
                 flows.enter_pipe(2, io, io, 0);
             }
             assert!(
-                !flows.open(1, io, same, host),
+                !flows.open(1, io, same, host, |_| (0, 0)),
                 "the pool (or its window) is full"
             );
             assert!(!flows.at_pool_cap(1, io, same));
@@ -275,13 +276,13 @@ mod tests {
             host: 2 * io,
             shared: 8 * io,
         };
-        flows.window_sum(floors, |_, _| Some(0));
+        flows.window_sum(floors, |_, _| Some(0), |_| 1.0);
         let (same, host) = (|w| w, |_, own| own);
         // Each of host 10's flows has nothing in flight, so each alone
         // may send one IO; together they stop at the host's cap.
         let mut sent = 0;
         for &f in &slow {
-            if flows.open(f, io, same, host) {
+            if flows.open(f, io, same, host, |_| (0, 0)) {
                 flows.released(f, io);
                 flows.enter_pipe(f, io, io, 0);
                 sent += 1;
@@ -289,6 +290,9 @@ mod tests {
         }
         assert!((1..8).contains(&sent), "host 10 sent {sent} of 8");
         assert!(flows.at_pool_cap(slow[7], io, same));
-        assert!(flows.open(20, io, same, host), "host 20 still may go");
+        assert!(
+            flows.open(20, io, same, host, |_| (0, 0)),
+            "host 20 still may go"
+        );
     }
 }

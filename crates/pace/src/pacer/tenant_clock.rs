@@ -102,11 +102,12 @@ impl TenantClock {
         self.update(t, |v| v + dv);
     }
 
-    /// One IO of tenant `t` was queued in some pacer.
-    pub fn queued(&self, t: usize) {
+    /// One IO of tenant `t` was queued in some pacer. Waking, it may lag
+    /// the busy tenants' least virtual time by at most `credit`.
+    pub fn queued(&self, t: usize, credit: f64) {
         let Some(q) = self.queued.get(t) else { return };
         if q.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.lift(t);
+            self.lift_to(t, credit);
         }
     }
 
@@ -114,9 +115,13 @@ impl TenantClock {
     /// tenant waking from idle, it keeps no lead over the busy tenants'
     /// least virtual time, so it later claims no credit for the wait.
     pub fn lift(&self, t: usize) {
+        self.lift_to(t, 0.0);
+    }
+
+    fn lift_to(&self, t: usize, credit: f64) {
         let floor = self.busy_min(t, |_| false);
         if floor.is_finite() {
-            self.update(t, |v| v.max(floor));
+            self.update(t, |v| v.max(floor - credit));
         }
     }
 
@@ -171,11 +176,11 @@ mod tests {
     #[test]
     fn lead_counts_only_busy_tenants_and_waking_tenants_start_level() {
         let c = TenantClock::new(2);
-        c.queued(0);
+        c.queued(0, 0.0);
         c.advance(0, 100.0);
         // Tenant 1 is idle: tenant 0 leads nobody.
         assert_eq!(c.lead(0, |_| false), 0.0);
-        c.queued(1);
+        c.queued(1, 0.0);
         // Tenant 1 woke at tenant 0's time, not at 0.
         assert_eq!(c.vtime(1), 100.0);
         c.advance(0, 50.0);
@@ -189,7 +194,7 @@ mod tests {
         c.dequeued(1);
         assert_eq!(c.lead(0, |_| false), 0.0);
         // Out-of-range tenants are ignored, not a panic.
-        c.queued(9);
+        c.queued(9, 0.0);
         c.dequeued(9);
         c.advance(9, 1.0);
     }

@@ -137,8 +137,20 @@ impl Tenants {
         self.queued
     }
 
-    /// One IO of tenant `t` joined its queue.
+    /// One IO of tenant `t` joined its queue. A tenant that had none
+    /// queued but IO in flight here has not been idle: its client sends the
+    /// next request only as the last one moves (an NBD writer's next header
+    /// follows the last payload, read only once released), and lifted to
+    /// the busy tenants' time at each one, a weight-2 writer tenant took
+    /// the same share as a weight-1 reader (fuzz 1:16). It keeps up to
+    /// `TENANT_SLACK` of lag, which bounds what it may bank.
     pub fn queue(&mut self, t: usize) {
+        let credit = if self.all[t].in_flight > 0 {
+            TENANT_SLACK
+        } else {
+            0.0
+        };
+        self.clock.queued(t, credit);
         self.all[t].queued += 1;
         self.queued += 1;
     }

@@ -88,11 +88,13 @@ impl Windows {
                 .is_some_and(|dev| dev.hold_ratio(fastest) < FAST_HOLD_RATIO)
         };
         let on_full_port = Cell::new(false);
-        let w = self.flows.window_sum(floors, |f, d| {
+        let weight = |t: usize| sched.tenants.iter().nth(t).map_or(1.0, |t| t.weight);
+        let shared = |f, d| {
             let port = ports.and_then(|m| m.shared_port(f));
             on_full_port.set(on_full_port.get() || port.is_some());
             port.filter(|_| fast(d))
-        });
+        };
+        let w = self.flows.window_sum(floors, shared, weight);
         (self.clamp_window(cfg, w, 4), on_full_port.get())
     }
 

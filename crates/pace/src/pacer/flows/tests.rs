@@ -20,7 +20,7 @@ fn window_after(hold: Option<Nanos>) -> u64 {
         let now = i * 10_000;
         flows.queued(1, (0, 0), max_io, max_io, now);
         flows.released(1, max_io);
-        flows.delivered(1, max_io, now, sizing);
+        flows.delivered(1, Landing::bytes(max_io), now, sizing);
         flows.landed(1, max_io);
     }
     flows.map[&1].window
@@ -90,7 +90,7 @@ fn a_flow_of_small_ios_is_measured_beside_large_ones() {
         let now = i * 100_000;
         flows.queued(1, (0, 0), 16 << 10, max_io, now);
         flows.released(1, 16 << 10);
-        flows.delivered(1, 16 << 10, now, sizing);
+        flows.delivered(1, Landing::bytes(16 << 10), now, sizing);
         flows.landed(1, 16 << 10);
     }
     let rate = flows.map[&1].rate.get().expect("measured within 20 ms");
