@@ -198,4 +198,19 @@ mod tests {
         c.dequeued(9);
         c.advance(9, 1.0);
     }
+
+    /// A tenant that queues again with IO in flight keeps up to its credit
+    /// of lag behind the busy tenants; no more, and never a lead it lacked.
+    #[test]
+    fn waking_with_credit_keeps_bounded_lag() {
+        let c = TenantClock::new(2);
+        c.queued(0, 0.0);
+        c.advance(0, 1000.0);
+        c.queued(1, 300.0);
+        assert_eq!(c.vtime(1), 700.0, "lifted to 1000 less its credit");
+        c.dequeued(1);
+        c.advance(1, 900.0);
+        c.queued(1, 300.0);
+        assert_eq!(c.vtime(1), 1600.0, "ahead already: not moved back");
+    }
 }
