@@ -479,14 +479,17 @@ impl Flows {
     /// host has nothing in the pipeline.
     /// `host_window` gives a host's window here from its own (pooled with
     /// the other reactors'), and `deepen` the window in effect from one
-    /// sized as a pipe's (see [`depth`](super::depth)).
+    /// sized as a pipe's (see [`depth`](super::depth)). Failing those, a
+    /// device-bound flow may go within its fair part (see `fair`) of the
+    /// two windows `fair_windows` gives for its device: the device's
+    /// (device-ns) and the reactor's (bytes).
     pub fn open(
         &self,
         flow: u64,
         bytes: u64,
         deepen: impl Fn(u64) -> u64,
         host_window: impl Fn(u64, u64) -> u64,
-        device_window: impl Fn(usize) -> (u64, u64),
+        fair_windows: impl Fn(usize) -> (u64, u64),
     ) -> bool {
         let Some(f) = self.map.get(&flow) else {
             return true;
@@ -515,7 +518,7 @@ impl Flows {
         // (device-ns) and of the reactor's (bytes), whatever its own and
         // its host's (see `fair`).
         let fair = |part: f64| {
-            let (device, reactor) = device_window(f.device);
+            let (device, reactor) = fair_windows(f.device);
             let bytes = f.split.bytes((part * device as f64) as u64)?;
             Some(bytes.min((part * reactor as f64) as u64))
         };
