@@ -231,7 +231,7 @@ impl Pacer {
 
     /// Device `d`'s window has room for tenant `t`'s `io` in this poll
     /// (see `device_turn`).
-    fn device_open(&self, t: usize, d: usize, io: &PacedIo) -> bool {
+    pub(super) fn device_open(&self, t: usize, d: usize, io: &PacedIo) -> bool {
         let vtime = self.sched.tenants.clock.vtime(t);
         // (Sized at each poll; a device added since has no waiter.)
         let waiter = self.device_waiters.get(d).copied();

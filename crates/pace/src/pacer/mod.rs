@@ -66,6 +66,7 @@ pub(crate) fn ceil_u64(x: f64) -> u64 {
 pub mod ablate;
 mod admit;
 mod auto_window;
+mod census;
 mod config;
 mod depth;
 mod device_gate;
@@ -91,6 +92,7 @@ mod tenants;
 
 use admit::Verdict;
 use auto_window::Windows;
+pub use census::Held;
 pub use config::{Mode, PacingConfig, TenantConfig, Tuner};
 pub use depth::SharedDepth;
 pub use device_gate::DeviceGate;

@@ -3,6 +3,7 @@
 //! read-only view of the world, and `--trace` lines.
 
 use pace::stats::{LatencyHist, TimeAvg};
+use pace::pacer::Held;
 use pace::Nanos;
 
 use super::SLOT_NS;
@@ -134,6 +135,7 @@ impl Meter {
                 mib(s.bytes_in_flight as f64),
                 s.queued
             );
+            line += &held_field(&e.pacer().census());
         }
         eprintln!("{line}");
     }
@@ -213,4 +215,17 @@ fn vrate(devs: usize, target: &Target) -> f64 {
     } else {
         targeted.iter().sum::<f64>() / targeted.len() as f64
     }
+}
+
+/// A trace line's `held=` field: per tenant with IO queued, on how many
+/// devices its next IO waits for its flows' windows (f), the reactor's
+/// shared window (r), the device's window (d), or none of these (o).
+fn held_field(census: &[Held]) -> String {
+    let tenants: Vec<String> = census
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| **h != Held::default())
+        .map(|(t, h)| format!("t{t}:f{}r{}d{}o{}", h.flows, h.reactor, h.device, h.open))
+        .collect();
+    format!(" held={}", tenants.join(","))
 }
