@@ -131,6 +131,13 @@ impl Windows {
         }
     }
 
+    /// Flow `flow` carries tenant `tenant`'s IO (see `PortMeter::tenant`).
+    pub fn flow_tenant(&mut self, flow: u64, tenant: usize) {
+        if let Some(m) = &mut self.ports {
+            m.tenant(flow, tenant);
+        }
+    }
+
     /// Forgets flow `flow` (its connection closed).
     pub fn close_flow(&mut self, flow: u64) {
         self.flows.close(flow);

@@ -61,7 +61,7 @@ struct ReactorPart {
 
 /// Tenant slots in a [`LinkWindow`]: tenant `t` is slot `t % TENANT_SLOTS`
 /// (two tenants in one slot split the windows as one).
-const TENANT_SLOTS: usize = 8;
+pub(super) const TENANT_SLOTS: usize = 8;
 
 /// Host slots in a [`LinkWindow`].
 const HOST_SLOTS: usize = 64;

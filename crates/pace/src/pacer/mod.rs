@@ -273,6 +273,7 @@ impl Pacer {
             io.id
         );
         let w = &mut self.windows;
+        w.flow_tenant(io.flow, t);
         w.max_io = w.max_io.max(u64::from(io.bytes));
         let lone = w
             .flows

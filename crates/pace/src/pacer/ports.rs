@@ -7,14 +7,19 @@
 //! speed), a tenant whose flows all wait on ports with room waits for its
 //! own links, and holds no other tenant back (see `Pacer::link_wait` in `admit.rs`).
 //! Where a flow's port or its capacity is unknown, its link is taken to be
-//! shared, as the pacer did before it knew ports.
+//! shared, as the pacer did before it knew ports. A full port whose flows
+//! all belong to one tenant is that tenant's own link too: it shares it
+//! with no one, so waiting for it must not hold other tenants back (fuzz
+//! 1:36: a weight-8 tenant alone behind a 9.2 Gb/s port held two tenants
+//! on a 370 Gb/s port to a third of their share).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use super::filter::RATE_SAMPLE_IOS;
+use super::link_window::TENANT_SLOTS;
 use super::IoKind;
 use crate::Nanos;
 
@@ -50,6 +55,9 @@ pub struct PortLoad {
     /// Read data sent to hosts, and write data received from them.
     sent: Vec<AtomicU64>,
     received: Vec<AtomicU64>,
+    /// Per port, the flows of each tenant slot (tenant `t % TENANT_SLOTS`)
+    /// that came in on it, over every reactor.
+    flows: Vec<[AtomicU32; TENANT_SLOTS]>,
 }
 
 impl PortLoad {
@@ -63,6 +71,7 @@ impl PortLoad {
                 .collect(),
             sent: counters(),
             received: counters(),
+            flows: gbps.iter().map(|_| Default::default()).collect(),
         })
     }
 
@@ -89,6 +98,16 @@ impl PortLoad {
         f64::from_bits(self.capacity[port].load(Ordering::Relaxed))
     }
 
+    /// The one tenant slot with flows on `port`, if only one has any.
+    fn sole_tenant(&self, port: usize) -> Option<usize> {
+        let mut with_flows = self.flows[port]
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.load(Ordering::Relaxed) > 0);
+        let first = with_flows.next().map(|(slot, _)| slot);
+        first.filter(|_| with_flows.next().is_none())
+    }
+
     fn totals(&self, port: usize) -> (u64, u64) {
         (
             self.sent[port].load(Ordering::Relaxed),
@@ -101,16 +120,25 @@ fn bytes_per_s(gbps: f64) -> u64 {
     (gbps * 1e9 / 8.0).to_bits()
 }
 
+/// A flow's port, and its tenant's slot once its first IO tells it.
+#[derive(Debug, Clone, Copy)]
+struct PortFlow {
+    port: usize,
+    slot: Option<usize>,
+}
+
 /// One pacer's view of the ports: which port each of its flows came in on,
 /// and which ports were full at the last sample.
 #[derive(Debug)]
 pub(super) struct PortMeter {
     load: Arc<PortLoad>,
-    port_of: FxHashMap<u64, usize>,
+    port_of: FxHashMap<u64, PortFlow>,
     /// When each port was last sampled, and its totals then.
     sampled_at: Vec<Nanos>,
     last: Vec<(u64, u64)>,
     full: Vec<bool>,
+    /// The one tenant slot with flows on each port, at the last sample.
+    sole: Vec<Option<usize>>,
     /// Each port has been sampled once (before, its `full` is a guess).
     measured: Vec<bool>,
     /// Counts changes to which flows are on a full port, so a window summed
@@ -129,6 +157,7 @@ impl PortMeter {
             last,
             // Until measured, every port may be shared (as without ports).
             full: vec![true; ports],
+            sole: vec![None; ports],
             measured: vec![false; ports],
             generation: 0,
         }
@@ -137,19 +166,46 @@ impl PortMeter {
     /// Flow `flow` came in on `port` (ignored if the port is unknown).
     pub fn join(&mut self, flow: u64, port: usize) {
         if port < self.full.len() {
-            self.port_of.insert(flow, port);
+            let old = self.port_of.insert(flow, PortFlow { port, slot: None });
+            self.forget(old);
             self.generation += 1;
         }
     }
 
+    /// `flow` carries tenant `tenant`'s IO (its first IO tells; a
+    /// connection serves one export, so one tenant).
+    pub fn tenant(&mut self, flow: u64, tenant: usize) {
+        let Some(f) = self.port_of.get_mut(&flow) else {
+            return;
+        };
+        if f.slot.is_none() {
+            let slot = tenant % TENANT_SLOTS;
+            f.slot = Some(slot);
+            self.load.flows[f.port][slot].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn leave(&mut self, flow: u64) {
-        self.port_of.remove(&flow);
+        let old = self.port_of.remove(&flow);
+        self.forget(old);
         self.generation += 1;
+    }
+
+    /// A flow that left no longer counts for its tenant on its port.
+    fn forget(&self, flow: Option<PortFlow>) {
+        if let Some(PortFlow {
+            port,
+            slot: Some(slot),
+        }) = flow
+        {
+            let before = self.load.flows[port][slot].fetch_sub(1, Ordering::Relaxed);
+            debug_assert!(before > 0, "port {port}: a flow left that never came");
+        }
     }
 
     /// `bytes` of `flow`'s data crossed its port.
     pub fn delivered(&self, flow: u64, kind: IoKind, bytes: u64) {
-        let Some(&p) = self.port_of.get(&flow) else {
+        let Some(&PortFlow { port: p, .. }) = self.port_of.get(&flow) else {
             return;
         };
         let way = match kind {
@@ -181,23 +237,34 @@ impl PortMeter {
             };
             self.measured[p] = true;
             let full = carried >= share * capacity;
-            self.generation += u64::from(full != self.full[p]);
+            let sole = self.load.sole_tenant(p);
+            self.generation += u64::from(full != self.full[p] || sole != self.sole[p]);
             self.full[p] = full;
+            self.sole[p] = sole;
             self.last[p] = (sent, received);
             self.sampled_at[p] = now;
         }
     }
 
     /// `flow`'s link is its own, as far as the ports tell: its port is
-    /// known and has room.
+    /// known and has room, or carries only its tenant's flows.
     pub fn own_link(&self, flow: u64) -> bool {
-        self.port_of.get(&flow).is_some_and(|&p| !self.full[p])
+        self.port_of.get(&flow).is_some_and(|f| !self.shared(f))
     }
 
     /// The port `flow` came in on, if it is known and full: its flows share
     /// it (see [`pools`](super::pools)).
     pub fn shared_port(&self, flow: u64) -> Option<usize> {
-        self.port_of.get(&flow).copied().filter(|&p| self.full[p])
+        self.port_of
+            .get(&flow)
+            .filter(|f| self.shared(f))
+            .map(|f| f.port)
+    }
+
+    /// `f`'s port is full and carries other tenants' flows too (or may:
+    /// its tenant is not known yet).
+    fn shared(&self, f: &PortFlow) -> bool {
+        self.full[f.port] && (f.slot.is_none() || f.slot != self.sole[f.port])
     }
 
     /// Changes with any flow's `shared_port`.
@@ -261,6 +328,41 @@ mod tests {
         a.delivered(1, IoKind::Read, 1_500_000);
         a.sample(6 * PORT_SAMPLE_NS, IO);
         assert!(a.own_link(1), "1.5 MB of 2 MB is room");
+    }
+
+    #[test]
+    fn a_full_port_with_one_tenants_flows_is_that_tenants_own_link() {
+        // 8 Gb/s = 1e9 bytes/s: 4 MB in a 4 ms sample fills it.
+        let load = PortLoad::new(&[8.0]);
+        let (mut a, mut b) = (PortMeter::new(load.clone(), 0), PortMeter::new(load, 0));
+        a.join(1, 0);
+        b.join(2, 0);
+        a.tenant(1, 3);
+        b.tenant(2, 3);
+        a.delivered(1, IoKind::Read, 4_000_000);
+        a.sample(PORT_SAMPLE_NS, IO);
+        assert!(a.own_link(1), "full, but only tenant 3's flows are on it");
+        assert_eq!(a.shared_port(1), None);
+        // A flow whose tenant is not known yet may be anyone's.
+        b.join(5, 0);
+        a.delivered(1, IoKind::Read, 4_000_000);
+        a.sample(2 * PORT_SAMPLE_NS, IO);
+        assert!(a.own_link(1), "a flow without IO yet counts for no tenant");
+        b.tenant(5, 4);
+        a.delivered(1, IoKind::Read, 4_000_000);
+        a.sample(3 * PORT_SAMPLE_NS, IO);
+        assert!(
+            !a.own_link(1),
+            "tenant 4 came onto the port on the other reactor"
+        );
+        assert_eq!(a.shared_port(1), Some(0));
+        b.leave(5);
+        a.delivered(1, IoKind::Read, 4_000_000);
+        a.sample(4 * PORT_SAMPLE_NS, IO);
+        assert!(a.own_link(1), "tenant 4's flow left");
+        b.leave(2);
+        a.leave(1);
+        assert_eq!(load_of(&a).sole_tenant(0), None, "no flows: no tenant");
     }
 
     #[test]

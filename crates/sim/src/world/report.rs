@@ -2,8 +2,8 @@
 //! buffer gauge, IOs issued and completed), one row of the report over a
 //! read-only view of the world, and `--trace` lines.
 
-use pace::stats::{LatencyHist, TimeAvg};
 use pace::pacer::Held;
+use pace::stats::{LatencyHist, TimeAvg};
 use pace::Nanos;
 
 use super::SLOT_NS;
