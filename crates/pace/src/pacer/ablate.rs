@@ -37,10 +37,14 @@ pub enum Mechanism {
     FairPart,
     /// 29: a tenant held by a device's full window keeps its gap.
     DeviceWaiter,
+    /// 16: tenants ahead of one waiting for the shared window go on.
+    LinkWaiter,
+    /// 17: a tenant ahead of one busy only on other reactors goes on.
+    HoldPeers,
 }
 
 impl Mechanism {
-    const ALL: [(Mechanism, &'static str); 13] = [
+    const ALL: [(Mechanism, &'static str); 15] = [
         (Mechanism::Depth, "depth"),
         (Mechanism::Gate, "gate"),
         (Mechanism::LatencyProbe, "latency-probe"),
@@ -54,6 +58,8 @@ impl Mechanism {
         (Mechanism::FlowFair, "flow-fair"),
         (Mechanism::FairPart, "fair-part"),
         (Mechanism::DeviceWaiter, "device-waiter"),
+        (Mechanism::LinkWaiter, "link-waiter"),
+        (Mechanism::HoldPeers, "hold-peers"),
     ];
 
     /// Its bit in the set taken out.

@@ -52,10 +52,13 @@ impl Pacer {
     /// `link_waiter` is the least virtual time of a tenant waiting for the
     /// shared window in this poll.
     pub(super) fn admit(&mut self, t: usize, link_waiter: Option<f64>, now: Nanos) -> Verdict {
+        let windows = &self.windows;
         if let Some(v) = self
             .sched
             .tenants
-            .gate(t, link_waiter, self.windows.reactor())
+            .gate(t, link_waiter, windows.reactor(), |u| {
+                windows.may_share_link(t, u)
+            })
         {
             return v;
         }

@@ -131,6 +131,13 @@ impl Windows {
         }
     }
 
+    /// Tenants `t` and `u` may share a full link: both have flows on a
+    /// full port, or the ports are not known (then every link may be
+    /// shared, as before the pacer knew ports).
+    pub fn may_share_link(&self, t: usize, u: usize) -> bool {
+        self.ports.as_ref().is_none_or(|m| m.share_full_port(t, u))
+    }
+
     /// Flow `flow` carries tenant `tenant`'s IO (see `PortMeter::tenant`).
     pub fn flow_tenant(&mut self, flow: u64, tenant: usize) {
         if let Some(m) = &mut self.ports {

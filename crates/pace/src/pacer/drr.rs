@@ -270,8 +270,9 @@ impl Scheduler {
         self.tenants[t].active.iter().any(|&x| x != d)
     }
 
-    /// Publishes when each tenant's oldest IO queued here arrived, for the
-    /// reactors' shared tenant clock. Only with tenants on pooled reactors
+    /// Publishes when each tenant's oldest IO queued here arrived, and at
+    /// which devices it has IO queued, for the reactors' shared tenant
+    /// clock. Only with tenants on pooled reactors
     /// (`reactor`: this one's index among them).
     pub fn publish_oldest(&self, reactor: Option<usize>) {
         let Some(r) = reactor else { return };
@@ -289,6 +290,8 @@ impl Scheduler {
                 })
                 .min();
             clock.set_oldest(t, r, oldest);
+            let mask = tenant.active.iter().fold(0u64, |m, &d| m | 1 << (d % 64));
+            clock.set_devices(t, r, mask);
         }
     }
 }

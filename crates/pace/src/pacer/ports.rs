@@ -267,6 +267,14 @@ impl PortMeter {
         self.full[f.port] && (f.slot.is_none() || f.slot != self.sole[f.port])
     }
 
+    /// Tenants `t` and `u` both have flows on a port that was full at the
+    /// last sample.
+    pub fn share_full_port(&self, t: usize, u: usize) -> bool {
+        let (t, u) = (t % TENANT_SLOTS, u % TENANT_SLOTS);
+        let on = |p: usize, slot: usize| self.load.flows[p][slot].load(Ordering::Relaxed) > 0;
+        (0..self.full.len()).any(|p| self.full[p] && on(p, t) && on(p, u))
+    }
+
     /// Changes with any flow's `shared_port`.
     pub fn generation(&self) -> u64 {
         self.generation

@@ -24,6 +24,9 @@ pub struct TenantClock {
     /// [tenant * reactors + reactor]: arrival (ns) of the tenant's oldest IO
     /// queued on that reactor; `NONE_QUEUED` if none.
     oldest: Vec<AtomicU64>,
+    /// Per tenant and reactor, the devices it has IO queued at there, as
+    /// bits `d % 64` (see `devices_elsewhere`).
+    devices: Vec<AtomicU64>,
     reactors: usize,
 }
 
@@ -42,6 +45,7 @@ impl TenantClock {
             vtime: atomics(tenants, 0),
             queued: atomics(tenants, 0),
             oldest: atomics(tenants * reactors, NONE_QUEUED),
+            devices: atomics(tenants * reactors, 0),
             reactors,
         })
     }
@@ -63,6 +67,28 @@ impl TenantClock {
                 }
             }
         }
+    }
+
+    /// Tenant `t` has IO queued on `reactor` at the devices of `mask`
+    /// (bits `d % 64`).
+    pub fn set_devices(&self, t: usize, reactor: usize, mask: u64) {
+        if reactor < self.reactors {
+            if let Some(m) = self.devices.get(t * self.reactors + reactor) {
+                // Published at every poll, as `set_oldest`.
+                if m.load(Ordering::Relaxed) != mask {
+                    m.store(mask, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// The devices (bits `d % 64`) tenant `t` has IO queued at on the
+    /// reactors other than `reactor`.
+    pub fn devices_elsewhere(&self, t: usize, reactor: usize) -> u64 {
+        (0..self.reactors)
+            .filter(|&r| r != reactor)
+            .filter_map(|r| self.devices.get(t * self.reactors + r))
+            .fold(0, |all, m| all | m.load(Ordering::Relaxed))
     }
 
     /// Tenant `t`'s oldest IO on `reactor` is no more than `tolerance` ns
@@ -171,6 +197,24 @@ mod tests {
         assert!(c.holds_oldest(0, 2, 0), "tenant 0 queued nowhere");
         c.set_oldest(1, 9, Some(0)); // an unknown reactor is ignored
         assert!(c.holds_oldest(1, 0, 0));
+    }
+
+    #[test]
+    fn a_tenants_devices_elsewhere_are_those_other_reactors_published() {
+        let c = TenantClock::with_reactors(2, 3);
+        c.set_devices(1, 0, 0b0011);
+        c.set_devices(1, 2, 0b1000);
+        assert_eq!(c.devices_elsewhere(1, 0), 0b1000);
+        assert_eq!(c.devices_elsewhere(1, 1), 0b1011);
+        c.set_devices(1, 2, 0);
+        assert_eq!(
+            c.devices_elsewhere(1, 1),
+            0b0011,
+            "reactor 2 has none queued now"
+        );
+        assert_eq!(c.devices_elsewhere(0, 1), 0);
+        c.set_devices(1, 9, u64::MAX); // an unknown reactor is ignored
+        assert_eq!(c.devices_elsewhere(1, 1), 0b0011);
     }
 
     #[test]

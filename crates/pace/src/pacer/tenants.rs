@@ -164,18 +164,21 @@ impl Tenants {
 
     /// Whether tenant `t` waits for other tenants before its devices are
     /// looked at (None: it need not). `reactor` is this reactor's index
-    /// among those pooling their windows.
+    /// among those pooling their windows; `share_link(u)` says whether
+    /// tenant `u` may share a full link with `t` (see `competes`).
     pub fn gate(
         &self,
         t: usize,
         link_waiter: Option<f64>,
         reactor: Option<usize>,
+        share_link: impl Fn(usize) -> bool,
     ) -> Option<Verdict> {
         // The shared window is the link's, and a tenant waiting for it
         // waits for the link; one that took the gap instead would take
         // the link from it, whatever the weights. (A slow device's IO
         // counts a fraction of its bytes in the window, so a tenant of
         // slow devices always finds a gap.)
+        let link_waiter = link_waiter.filter(|_| !ablate::out(Mechanism::LinkWaiter));
         if let Some(v) = link_waiter.filter(|_| !self.light(t)) {
             let ahead = self.clock.vtime(t) > v + TENANT_SLACK;
             // Held to its share, the tenant's slots go to the reactor
@@ -188,10 +191,32 @@ impl Tenants {
         }
         // Tenants queued here are arbitrated here; one busy only on other
         // reactors is waited for if this one runs too far ahead of it.
-        if self.clock.lead(t, |u| self.all[u].queued > 0) > TENANT_SLACK {
+        let apart = |u: usize| self.all[u].queued > 0 || !self.competes(t, u, reactor, &share_link);
+        if !ablate::out(Mechanism::HoldPeers) && self.clock.lead(t, apart) > TENANT_SLACK {
             return Some(Verdict::HoldForPeers);
         }
         None
+    }
+
+    /// Tenant `u`, busy on other reactors, competes with `t` here for
+    /// something weights divide: one of the devices `t` has IO queued at,
+    /// or a full link (`share_link`). A tenant held to its share by one
+    /// that shares nothing with it only idles what it could use: fuzz
+    /// 1:34, a link-bound tenant on its own drives held at 31% of its
+    /// share by a tenant on slow drives on another reactor.
+    fn competes(
+        &self,
+        t: usize,
+        u: usize,
+        reactor: Option<usize>,
+        share_link: impl Fn(usize) -> bool,
+    ) -> bool {
+        let Some(r) = reactor else { return true };
+        let here = self.all[t]
+            .active
+            .iter()
+            .fold(0u64, |m, &d| m | 1 << (d % 64));
+        here & self.clock.devices_elsewhere(u, r) != 0 || share_link(u)
     }
 
     /// Tenant `t` has one IO here and nothing in flight (a QD 1 client): it
