@@ -254,3 +254,52 @@ impl IndexMut<usize> for Tenants {
         &mut self.all[t]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_tenants_on_two_reactors() -> Tenants {
+        let config = |name: &str| TenantConfig {
+            name: name.into(),
+            weight: 1.0,
+            exports: vec![],
+        };
+        let mut tenants = Tenants::new(&[config("a"), config("b")]);
+        tenants.share_clock(TenantClock::with_reactors(2, 2));
+        tenants
+    }
+
+    #[test]
+    fn a_tenant_waits_only_for_a_peer_it_competes_with() {
+        let mut tenants = two_tenants_on_two_reactors();
+        // Tenant 0 has IO queued here (reactor 0) at device 3, far ahead
+        // of tenant 1, which is busy only on reactor 1, at device 5.
+        tenants.all[0].queued = 1;
+        tenants.all[0].active.push_back(3);
+        tenants.clock.queued(0, 0.0);
+        tenants.clock.queued(1, 0.0);
+        tenants.clock.advance(0, 10.0 * TENANT_SLACK);
+        tenants.clock.set_devices(1, 1, 1 << 5);
+        let gate =
+            |tenants: &Tenants, share_link: bool| tenants.gate(0, None, Some(0), |_| share_link);
+        assert!(
+            gate(&tenants, false).is_none(),
+            "no device and no link in common"
+        );
+        assert!(
+            matches!(gate(&tenants, true), Some(Verdict::HoldForPeers)),
+            "a full link in common"
+        );
+        tenants.clock.set_devices(1, 1, 1 << 5 | 1 << 3);
+        assert!(
+            matches!(gate(&tenants, false), Some(Verdict::HoldForPeers)),
+            "device 3 in common"
+        );
+        tenants.all[1].queued = 1;
+        assert!(
+            gate(&tenants, false).is_none(),
+            "queued here: arbitrated here"
+        );
+    }
+}
