@@ -18,6 +18,7 @@
 use proto::nvme::ctrl::{AdminDone, IoAbort};
 use proto::nvme::queue::Action as QAction;
 use proto::nvme::{Sqe, Status};
+use proto::Command;
 
 use super::conn::Conn;
 use super::conn_state::{EndReason, Life, Phase, Step};
@@ -311,7 +312,8 @@ impl NvmeFront {
             };
             let slot = slots.claim()?;
             let export = n.export().unwrap_or(0);
-            n.slots_mut().insert(cid, slot);
+            n.slots_mut()
+                .insert(cid, slot, request.command == Command::Write);
             c.request_began();
             let origin = ReqOrigin {
                 conn: id,
