@@ -32,6 +32,9 @@ struct ExportCounters {
     ios: u64,
     bytes: u64,
     errors: u64,
+    /// Every IO's latency before the window being filled (merged in as
+    /// each window closes): with `window`, the latency since start. An IO
+    /// is recorded once, into `window`.
     latency: LatencyHist,
     /// The window being filled and the one before it.
     window: LatencyHist,
@@ -60,6 +63,7 @@ impl ExportCounters {
         if now < self.window_start + window {
             return;
         }
+        self.latency.merge(&self.window);
         std::mem::swap(&mut self.previous, &mut self.window);
         self.window.reset();
         if now >= self.window_start + 2 * window {
@@ -70,7 +74,6 @@ impl ExportCounters {
 
     fn record(&mut self, now: Nanos, latency: Nanos) {
         self.roll(now);
-        self.latency.record(latency);
         self.window.record(latency);
     }
 
@@ -78,18 +81,20 @@ impl ExportCounters {
         self.roll(now);
         let mut recent = self.previous.clone();
         recent.merge(&self.window);
+        let mut all = self.latency.clone();
+        all.merge(&self.window);
         ExportStats {
             name: self.name.clone(),
             ios: self.ios,
             bytes: self.bytes,
             errors: self.errors,
-            latency: self.latency.summary(),
+            latency: all.summary(),
             recent: recent.summary(),
             buckets: LATENCY_BUCKETS_S
                 .iter()
-                .map(|s| self.latency.count_at_or_below((s * 1e9) as u64))
+                .map(|s| all.count_at_or_below((s * 1e9) as u64))
                 .collect(),
-            latency_sum_s: self.latency.mean() * self.latency.count() as f64 / 1e9,
+            latency_sum_s: all.mean() * all.count() as f64 / 1e9,
         }
     }
 }
@@ -300,6 +305,49 @@ mod tests {
         assert_eq!(snap.latency.count, 3);
         // Nothing for two whole windows: nothing recent.
         assert_eq!(e.snapshot(5 * RECENT_WINDOW_S * s).recent.count, 0);
+    }
+
+    /// The latency since start, kept as closed windows plus the open one,
+    /// reads as a histogram every IO was recorded into: the same summary
+    /// and buckets, across window rolls, gaps and large values.
+    #[test]
+    fn latency_since_start_is_every_io_recorded_once() {
+        let s = 1_000_000_000;
+        let mut e = ExportCounters::new("a".into());
+        let mut reference = LatencyHist::new();
+        let mut now = 0;
+        let mut x: u64 = 12345;
+        for i in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Mostly microseconds, now and then seconds (auto-resizing).
+            let lat = if i % 997 == 0 {
+                (x >> 20) % (30 * s)
+            } else {
+                (x >> 40) % 5_000_000
+            };
+            now += (x >> 50) % (s / 100)
+                + if i % 4000 == 0 {
+                    3 * RECENT_WINDOW_S * s
+                } else {
+                    0
+                };
+            e.record(now, lat);
+            reference.record(lat);
+            if i % 3001 == 0 {
+                let snap = e.snapshot(now);
+                assert_eq!(snap.latency, reference.summary());
+            }
+        }
+        let snap = e.snapshot(now + s);
+        assert_eq!(snap.latency, reference.summary());
+        let buckets: Vec<u64> = (LATENCY_BUCKETS_S.iter())
+            .map(|b| reference.count_at_or_below((b * 1e9) as u64))
+            .collect();
+        assert_eq!(snap.buckets, buckets);
+        let sum = reference.mean() * reference.count() as f64 / 1e9;
+        assert_eq!(snap.latency_sum_s, sum);
     }
 
     /// The reply crosses the RPC as JSON and comes back typed, pacer included.

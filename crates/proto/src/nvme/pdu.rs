@@ -344,24 +344,47 @@ impl Pdu<'_> {
 /// Appends a C2HData header for `len` bytes of data the sender gathers from
 /// elsewhere (then, with data digests, `crc32c` of that data).
 pub fn encode_c2h_data_head(out: &mut Vec<u8>, framing: Framing, hdr: DataHdr, len: usize) {
-    encode_data_head(out, framing, Pdu::C2HData(hdr, &[]), len);
+    encode_data_head(out, framing, Pdu::C2HData(hdr, &[]), hdr, len);
 }
 
 /// Appends an H2CData header for `len` bytes of data a host sends from
 /// elsewhere: the host's side of [`encode_c2h_data_head`].
 pub fn encode_h2c_data_head(out: &mut Vec<u8>, framing: Framing, hdr: DataHdr, len: usize) {
-    encode_data_head(out, framing, Pdu::H2CData(hdr, &[]), len);
+    encode_data_head(out, framing, Pdu::H2CData(hdr, &[]), hdr, len);
 }
 
-/// A data PDU's head (`pdu` with empty data) for `len` bytes of data.
-fn encode_data_head(out: &mut Vec<u8>, framing: Framing, pdu: Pdu<'_>, len: usize) {
-    // The data slice only gives DATAL; an empty one stands in for it here.
+/// A data PDU's head (`pdu`, whose header is `hdr`, with empty data) for
+/// `len` bytes of data: the bytes `Pdu::encode_head` writes for that PDU
+/// with its DATAL set to `len`, laid out in one go (every READ's reply
+/// has one).
+fn encode_data_head(out: &mut Vec<u8>, f: Framing, pdu: Pdu<'_>, hdr: DataHdr, len: usize) {
+    let hd = f.digests.header_len();
+    let (pdo, plen) = if len == 0 {
+        (0, DATA_HLEN + hd)
+    } else {
+        let pdo = f.pdo(DATA_HLEN);
+        (pdo, pdo + len + f.digests.data_len(len))
+    };
+    let mut flags = pdu.flags();
+    if f.digests.header {
+        flags |= flag::HDGST;
+    }
+    if f.digests.data && len > 0 {
+        flags |= flag::DDGST;
+    }
+    let mut h = [0u8; DATA_HLEN];
+    h[..4].copy_from_slice(&[pdu.type_code(), flags, DATA_HLEN as u8, pdo as u8]);
+    h[4..8].copy_from_slice(&(plen as u32).to_le_bytes());
+    h[8..10].copy_from_slice(&hdr.cccid.to_le_bytes());
+    h[10..12].copy_from_slice(&hdr.ttag.to_le_bytes());
+    h[12..16].copy_from_slice(&hdr.datao.to_le_bytes());
+    h[16..20].copy_from_slice(&(len as u32).to_le_bytes());
     let start = out.len();
-    pdu.encode_head(out, framing, len);
-    let datal = (len as u32).to_le_bytes();
-    out[start + 16..start + 20].copy_from_slice(&datal);
-    if framing.digests.header {
-        let d = crc32c(&out[start..start + DATA_HLEN]);
-        out[start + DATA_HLEN..start + DATA_HLEN + 4].copy_from_slice(&d.to_le_bytes());
+    out.extend_from_slice(&h);
+    if f.digests.header {
+        out.extend_from_slice(&crc32c(&h).to_le_bytes());
+    }
+    if len > 0 {
+        out.resize(start + pdo, 0);
     }
 }

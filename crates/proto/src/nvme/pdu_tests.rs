@@ -116,6 +116,45 @@ fn c2h_head_matches_whole_encoding() {
     assert_eq!(&whole[..head.len()], &head[..], "the host's side");
 }
 
+/// The data heads, laid out by hand, are the heads the whole-PDU encoder
+/// writes, in every framing.
+#[test]
+fn data_heads_match_whole_pdus_in_every_framing() {
+    let data = [0x5Au8; 4100];
+    for (header, ddgst) in [(false, false), (true, false), (false, true), (true, true)] {
+        for pda in 0..32u8 {
+            let f = Framing {
+                digests: Digests {
+                    header,
+                    data: ddgst,
+                },
+                pda,
+            };
+            for len in [0, 1, 3, 100, 4096, 4100] {
+                for (last, success) in [(false, false), (true, false), (true, true)] {
+                    let h = DataHdr {
+                        cccid: 0x1234,
+                        ttag: 0xBEEF,
+                        datao: 0x0102_0304,
+                        last,
+                        success,
+                    };
+                    let whole = enc(&Pdu::C2HData(h, &data[..len]), f);
+                    let mut head = Vec::new();
+                    encode_c2h_data_head(&mut head, f, h, len);
+                    assert_eq!(&whole[..head.len()], &head[..], "{f:?} {len} {h:?}");
+                    assert_eq!(head.len() + len + f.digests.data_len(len), whole.len());
+                    let whole = enc(&Pdu::H2CData(h, &data[..len]), f);
+                    head.clear();
+                    encode_h2c_data_head(&mut head, f, h, len);
+                    assert_eq!(&whole[..head.len()], &head[..], "{f:?} {len} {h:?}");
+                    assert_eq!(head.len() + len + f.digests.data_len(len), whole.len());
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn partial_input_asks_for_more() {
     let b = enc(&icreq(), Framing::default());

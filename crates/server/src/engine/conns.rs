@@ -125,10 +125,19 @@ impl Conns {
     /// false when none was marked. Sends posted may mark more (a send
     /// with nothing left touches its connection): the caller settles and
     /// goes again.
+    #[inline]
     pub fn send_round(&mut self, reqs: &[Req], io: &mut IoPath) -> bool {
+        // The engine flushes after every event; most have marked nothing.
         if self.send_ready.is_empty() {
             return false;
         }
+        self.send_marked(reqs, io);
+        true
+    }
+
+    /// `send_round`'s sends, once some connection is marked.
+    #[inline(never)]
+    fn send_marked(&mut self, reqs: &[Req], io: &mut IoPath) {
         let mut ready = std::mem::take(&mut self.send_ready);
         for &conn in &ready {
             self.start_send(conn, reqs, io);
@@ -137,7 +146,6 @@ impl Conns {
         if self.send_ready.is_empty() {
             self.send_ready = ready; // keeps its capacity
         }
-        true
     }
 
     /// When the next connection timer is due.

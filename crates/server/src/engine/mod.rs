@@ -224,15 +224,17 @@ impl Engine {
 
     /// When the engine next needs a tick without any completion.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        let candidates = [
-            self.io.next_held(),
-            self.io.pacer().next_wakeup(self.io.now()),
-            self.conns.next_timer(),
-            self.nvme.deadline(),
-            // Re-check the drain even when nothing completes.
-            self.draining_since.map(|_| self.io.now() + 50_000_000),
-        ];
-        candidates.into_iter().flatten().min()
+        // The earliest of these, folded by hand: it runs after every event.
+        let earlier = |a: Option<Nanos>, b: Option<Nanos>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            _ => a.or(b),
+        };
+        let mut t = self.io.next_held();
+        t = earlier(t, self.io.pacer().next_wakeup(self.io.now()));
+        t = earlier(t, self.conns.next_timer());
+        t = earlier(t, self.nvme.deadline());
+        // Re-check the drain even when nothing completes.
+        earlier(t, self.draining_since.map(|_| self.io.now() + 50_000_000))
     }
 
     pub fn set_pacing(&mut self, cfg: PacingConfig, now: Nanos) {

@@ -18,6 +18,7 @@
 use proto::nvme::ctrl::{AdminDone, IoAbort};
 use proto::nvme::queue::Action as QAction;
 use proto::nvme::{Sqe, Status};
+use proto::Command;
 
 use super::conn::Conn;
 use super::conn_state::{EndReason, Life, Phase, Step};
@@ -81,6 +82,9 @@ pub struct NvmeFront {
     check_at: pace::Nanos,
     /// The target's mail count last looked at (`NvmeTarget::mail`).
     mail_seen: u64,
+    /// The list a queue's actions are moved into (`input`), kept for its
+    /// capacity.
+    actions: Vec<QAction>,
 }
 
 /// What the target holds for this engine's queues (`NvmeFront::take_mail`).
@@ -109,12 +113,18 @@ impl NvmeFront {
             open: 0,
             check_at: 0,
             mail_seen: 0,
+            actions: Vec::new(),
         }
     }
 
-    /// The actions the connection's queue asks for; None once it is gone.
-    pub fn take_actions(c: Option<&mut Conn>) -> Option<Vec<QAction>> {
-        c.and_then(nvme_of).map(|n| n.queue_mut().take_actions())
+    /// Moves the actions the connection's queue asks for into `out`
+    /// (empty); false when there are none, or the connection is gone.
+    fn take_actions(c: Option<&mut Conn>, out: &mut Vec<QAction>) -> bool {
+        let Some(n) = c.and_then(nvme_of) else {
+            return false;
+        };
+        n.queue_mut().move_actions(out);
+        !out.is_empty()
     }
 
     /// Feeds the connection's buffered bytes to its NVMe/TCP queue and
@@ -126,11 +136,9 @@ impl NvmeFront {
         };
         // The data ranges point into the bytes just given: act on them
         // before those bytes are let go.
-        while let Some(actions) = Self::take_actions(r.conn(id)) {
-            if actions.is_empty() {
-                break;
-            }
-            for a in actions {
+        let mut actions = std::mem::take(&mut self.actions);
+        while Self::take_actions(r.conn(id), &mut actions) {
+            for a in actions.drain(..) {
                 let (slots, conns, io) = r.parts();
                 match self.act(id, a, conns, slots, io) {
                     Next::Done => {}
@@ -140,6 +148,7 @@ impl NvmeFront {
                 }
             }
         }
+        self.actions = actions;
         if let Some(c) = r.conn(id) {
             c.consume(used);
         }
@@ -303,7 +312,8 @@ impl NvmeFront {
             };
             let slot = slots.claim()?;
             let export = n.export().unwrap_or(0);
-            n.slots_mut().insert(cid, slot);
+            n.slots_mut()
+                .insert(cid, slot, request.command == Command::Write);
             c.request_began();
             let origin = ReqOrigin {
                 conn: id,

@@ -67,31 +67,47 @@ impl Waiting {
 /// aborted when its input ends goes in that order, the same every run.
 /// At most the queue's depth (128): a scan of a few cache lines costs less
 /// than hashing, and a reply, mostly of the oldest, removes near the front.
+/// Each entry says whether its command is a WRITE, and the WRITEs are
+/// counted: a queue with none has no data due (`NvmeConn::data_due`)
+/// without a scan.
 #[derive(Debug, Default)]
-pub(super) struct CidSlots(VecDeque<(u16, ReqId)>);
+pub(super) struct CidSlots {
+    held: VecDeque<(u16, ReqId, bool)>,
+    writes: usize,
+}
 
 impl CidSlots {
-    pub(super) fn insert(&mut self, cid: u16, slot: ReqId) {
+    /// Command `cid` (a WRITE if `write`) holds `slot`.
+    pub(super) fn insert(&mut self, cid: u16, slot: ReqId, write: bool) {
         debug_assert!(self.get(cid).is_none(), "command {cid} holds two slots");
-        self.0.push_back((cid, slot));
+        self.held.push_back((cid, slot, write));
+        self.writes += usize::from(write);
     }
 
     pub(super) fn get(&self, cid: u16) -> Option<ReqId> {
-        self.0.iter().find(|e| e.0 == cid).map(|e| e.1)
+        self.held.iter().find(|e| e.0 == cid).map(|e| e.1)
     }
 
     pub(super) fn remove(&mut self, cid: u16) -> Option<ReqId> {
-        let at = self.0.iter().position(|e| e.0 == cid)?;
-        self.0.remove(at).map(|e| e.1)
+        let at = self.held.iter().position(|e| e.0 == cid)?;
+        let (_, slot, write) = self.held.remove(at)?;
+        self.writes -= usize::from(write);
+        Some(slot)
     }
 
     /// The slots, oldest command first.
     pub(super) fn in_order(&self) -> impl Iterator<Item = ReqId> + '_ {
-        self.0.iter().map(|e| e.1)
+        self.held.iter().map(|e| e.1)
+    }
+
+    /// Whether a WRITE holds a slot.
+    pub(super) fn any_write(&self) -> bool {
+        self.writes > 0
     }
 
     pub(super) fn clear(&mut self) {
-        self.0.clear();
+        self.held.clear();
+        self.writes = 0;
     }
 }
 
@@ -208,6 +224,9 @@ impl NvmeConn {
     /// in its buffers (`h2c_target`). A recv is posted before the R2T goes
     /// out, so the WRITEs still pacing count too.
     pub fn data_due(&self, reqs: &[Req], min: u32) -> bool {
+        if !self.slots.any_write() {
+            return false;
+        }
         self.slots.in_order().any(|r| {
             let q = &reqs[r.index()];
             let waits = matches!(
@@ -224,5 +243,29 @@ impl NvmeConn {
     /// The export its subsystem serves, once connected.
     pub fn export(&self) -> Option<u16> {
         self.bound.and_then(|(_, _, e)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cid_slots_count_the_writes_they_hold() {
+        let mut s = CidSlots::default();
+        assert!(!s.any_write());
+        s.insert(1, ReqId(0), false);
+        s.insert(2, ReqId(1), true);
+        s.insert(3, ReqId(2), true);
+        assert!(s.any_write());
+        assert_eq!(s.remove(2), Some(ReqId(1)));
+        assert!(s.any_write());
+        assert_eq!(s.remove(9), None);
+        assert_eq!(s.remove(3), Some(ReqId(2)));
+        assert!(!s.any_write());
+        assert_eq!(s.in_order().collect::<Vec<_>>(), vec![ReqId(0)]);
+        s.insert(4, ReqId(3), true);
+        s.clear();
+        assert!(!s.any_write());
     }
 }

@@ -378,11 +378,16 @@ impl<'e> Requests<'e> {
 
     // Events of the pacer, the pool and the devices.
 
-    /// The pacer releases IOs it holds.
+    /// The pacer releases IOs it holds. The engine asks after every
+    /// round of settling, mostly with nothing queued: that check is inline.
+    #[inline]
     pub(super) fn poll_pacer(&mut self) -> bool {
-        if self.io.pacer().queued() == 0 {
-            return false;
-        }
+        self.io.pacer().queued() != 0 && self.release_paced()
+    }
+
+    /// `poll_pacer` with IOs queued: those the pacer releases now go on.
+    #[inline(never)]
+    fn release_paced(&mut self) -> bool {
         let released = self.io.pacer_releases();
         for &v in &released {
             let io = IoToken::decode(v);

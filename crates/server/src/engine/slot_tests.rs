@@ -72,6 +72,51 @@ fn partial_send_skips_sent_bytes() {
     assert_eq!(lens, vec![4, 8]);
 }
 
+/// A reply nothing of which was sent yet is every non-empty segment whole,
+/// as `push_skipping` gives with no skip: header, data, trailer.
+#[test]
+fn an_unsent_reply_is_its_non_empty_segments() {
+    let mut segs = [vec![7u8; 8], Vec::new(), vec![9u8; 8]];
+    for trailer in [Vec::new(), vec![1u8, 2, 3, 4]] {
+        let mut r = Req {
+            len: 16,
+            command: Command::Read,
+            ..Default::default()
+        };
+        for s in segs.iter_mut() {
+            r.iov.push(libc::iovec {
+                iov_base: s.as_mut_ptr().cast(),
+                iov_len: s.len(),
+            });
+        }
+        r.hdr.extend_from_slice(&[0u8; 24]);
+        r.data_reply_with(None);
+        r.trailer = trailer;
+        let mut got = vec![libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 1,
+        }];
+        assert!(r.push_reply_iov(&mut got, 0, 4096));
+        let mut want = got[..1].to_vec();
+        let hdr = libc::iovec {
+            iov_base: r.hdr.as_ptr() as *mut libc::c_void,
+            iov_len: r.hdr.len(),
+        };
+        let tr = libc::iovec {
+            iov_base: r.trailer.as_ptr() as *mut libc::c_void,
+            iov_len: r.trailer.len(),
+        };
+        let all = std::iter::once(&hdr).chain(&r.iov).chain(Some(&tr));
+        crate::engine::framing::push_skipping(&mut want, all, 0);
+        let pairs = |v: &[libc::iovec]| -> Vec<(usize, usize)> {
+            v.iter().map(|v| (v.iov_base as usize, v.iov_len)).collect()
+        };
+        assert_eq!(pairs(&got), pairs(&want));
+        // The entry before it, the header, two data segments, the trailer if any.
+        assert_eq!(got.len(), 4 + usize::from(!r.trailer.is_empty()));
+    }
+}
+
 #[test]
 fn a_large_write_reply_is_one_iovec() {
     let mut r = Req {

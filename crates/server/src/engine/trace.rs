@@ -22,32 +22,41 @@ pub(super) struct TraceEntry {
 }
 
 pub struct TraceRing {
-    entries: Vec<TraceEntry>,
-    /// Where the next entry goes once the ring is full.
+    /// Every entry, written in turn; those past `next` are real only once
+    /// the ring has `wrapped`.
+    entries: Box<[TraceEntry; TRACE_LEN]>,
+    /// Where the next entry goes.
     next: usize,
+    wrapped: bool,
 }
+
+const NO_ENTRY: TraceEntry = TraceEntry {
+    t: 0,
+    req: ReqId(0),
+    cookie: 0,
+    to: ReqStage::Free,
+};
 
 impl TraceRing {
     pub fn new() -> TraceRing {
         TraceRing {
-            entries: Vec::with_capacity(TRACE_LEN),
+            entries: Box::new([NO_ENTRY; TRACE_LEN]),
             next: 0,
+            wrapped: false,
         }
     }
 
+    /// One store: it runs on every state change of every request.
     pub fn record(&mut self, t: Nanos, req: ReqId, cookie: u64, to: ReqStage) {
-        let e = TraceEntry { t, req, cookie, to };
-        if self.entries.len() < TRACE_LEN {
-            self.entries.push(e);
-        } else {
-            self.entries[self.next] = e;
-        }
+        self.entries[self.next % TRACE_LEN] = TraceEntry { t, req, cookie, to };
         self.next = (self.next + 1) % TRACE_LEN;
+        self.wrapped |= self.next == 0;
     }
 
     /// Oldest first.
     pub(super) fn in_order(&self) -> impl Iterator<Item = &TraceEntry> {
-        let (newer, older) = self.entries.split_at(self.next.min(self.entries.len()));
+        let (newer, older) = self.entries.split_at(self.next);
+        let older = if self.wrapped { older } else { &older[..0] };
         older.iter().chain(newer)
     }
 
@@ -116,5 +125,23 @@ mod tests {
         assert_eq!(times[0], 10);
         assert!(times.windows(2).all(|w| w[0] + 1 == w[1]));
         assert_eq!(ring.since(), Some(10));
+    }
+
+    #[test]
+    fn a_ring_not_yet_full_holds_what_was_recorded() {
+        let mut ring = TraceRing::new();
+        assert_eq!(ring.since(), None);
+        for i in 0..5 {
+            ring.record(100 + i, ReqId(2), 7, ReqStage::New);
+        }
+        let times: Vec<Nanos> = ring.in_order().map(|e| e.t).collect();
+        assert_eq!(times, vec![100, 101, 102, 103, 104]);
+        assert_eq!(ring.since(), Some(100));
+        for i in 0..(TRACE_LEN as u64 - 5) {
+            ring.record(200 + i, ReqId(2), 7, ReqStage::New);
+        }
+        // Exactly full: every entry, the first one oldest.
+        assert_eq!(ring.in_order().count(), TRACE_LEN);
+        assert_eq!(ring.since(), Some(100));
     }
 }

@@ -210,20 +210,19 @@ impl Life<'_> {
         let depth = self.depth();
         self.tx.consumed(depth);
         let cid = sqe.cid();
-        if self
-            .cmds
-            .get(&cid)
-            .is_some_and(|c| c.state == State::Parked)
-        {
-            // A host that reuses a parked Async Event Request's id gave it
-            // up (SPDK's host does at shutdown): the new command takes it.
-            self.cmds.remove(&cid);
-            let cntlid = self.bound().map_or(0, |b| b.cntlid);
-            self.actions.push(Action::DropAer { cid, cntlid });
-        }
-        if self.cmds.contains_key(&cid) {
-            self.respond(cid, Status::CID_CONFLICT, 0);
-            return Ok(());
+        match self.cmds.get(&cid).map(|c| c.state) {
+            None => {}
+            Some(State::Parked) => {
+                // A host that reuses a parked Async Event Request's id gave
+                // it up (SPDK's host does at shutdown): the new command takes it.
+                self.cmds.remove(&cid);
+                let cntlid = self.bound().map_or(0, |b| b.cntlid);
+                self.actions.push(Action::DropAer { cid, cntlid });
+            }
+            Some(_) => {
+                self.respond(cid, Status::CID_CONFLICT, 0);
+                return Ok(());
+            }
         }
         if self.cmds.len() >= depth {
             // More commands than the queue holds: the host broke flow control.
@@ -346,7 +345,7 @@ impl Life<'_> {
     /// command changes state. Events for commands no longer here (after an
     /// abort) or out of turn are ignored.
     pub(super) fn step(&mut self, cid: u16, ev: Ev) {
-        let Some(c) = self.cmds.get(&cid) else {
+        let Some(c) = self.cmds.get_mut(&cid) else {
             return;
         };
         let pacing =
@@ -363,9 +362,7 @@ impl Life<'_> {
                 State::Admitting
             }
             (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) if wants_data => {
-                if let Some(c) = self.cmds.get_mut(&cid) {
-                    c.data.reserve_exact(xfer as usize);
-                }
+                c.data.reserve_exact(xfer as usize);
                 let ttag = self.tx.send_r2t(cid, xfer);
                 State::Receiving { ttag, got: 0 }
             }
@@ -388,9 +385,7 @@ impl Life<'_> {
             }
             _ => return,
         };
-        if let Some(c) = self.cmds.get_mut(&cid) {
-            c.state = next;
-        }
+        c.state = next;
         if next == State::Ready {
             self.execute(cid);
         }

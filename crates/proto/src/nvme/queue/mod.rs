@@ -165,6 +165,14 @@ impl Queue {
         std::mem::take(&mut self.actions)
     }
 
+    /// Moves the actions asked for so far into `out`, an empty list the
+    /// driver lends (a swap: the queue keeps `out`'s capacity, so a PDU's
+    /// actions need no new list each time).
+    pub fn move_actions(&mut self, out: &mut Vec<Action>) {
+        debug_assert!(out.is_empty(), "{} actions not yet carried out", out.len());
+        std::mem::swap(&mut self.actions, out);
+    }
+
     /// Consumes whole PDUs from `buf`, and an H2CData PDU's data as it
     /// comes; returns how many bytes it used. The rest (part of a PDU) must
     /// be offered again with more behind it. `want` says how many bytes
