@@ -7,6 +7,7 @@
 //! release.
 
 use super::ablate::{self, Mechanism};
+use super::census::Held;
 use super::drr::FAST_HOLD_RATIO;
 use super::queues::Slot;
 use super::{Mode, PacedIo, Pacer};
@@ -234,7 +235,7 @@ impl Pacer {
 
     /// Device `d`'s window has room for tenant `t`'s `io` in this poll
     /// (see `device_turn`).
-    pub(super) fn device_open(&self, t: usize, d: usize, io: &PacedIo) -> bool {
+    fn device_open(&self, t: usize, d: usize, io: &PacedIo) -> bool {
         let vtime = self.sched.tenants.clock.vtime(t);
         // (Sized at each poll; a device added since has no waiter.)
         let waiter = self.device_waiters.get(d).copied();
@@ -369,5 +370,45 @@ impl Pacer {
             }
         }
         true
+    }
+
+    /// Where each tenant's queued IO waits now (`auto` only; other modes
+    /// have no windows, and every tenant counts as `open`).
+    pub fn census(&self) -> Vec<Held> {
+        let mut out = vec![Held::default(); self.sched.tenants.len()];
+        for (d, dev) in self.sched.devices.iter().enumerate() {
+            for (t, held) in out.iter_mut().enumerate() {
+                if !dev.queue.has(t) {
+                    continue;
+                }
+                if self.cfg.mode != Mode::Auto {
+                    held.open += 1;
+                    continue;
+                }
+                let Some(slot) = self.windows.head(&self.cfg, &self.sched, d, t) else {
+                    held.flows += 1;
+                    continue;
+                };
+                let io = dev.queue.io(slot);
+                let bytes = u64::from(io.bytes);
+                let paced = self
+                    .windows
+                    .link_share(&self.cfg, &self.sched.devices, d, bytes);
+                let shared = self.windows.shared_window_open(
+                    &self.cfg,
+                    &self.sched.tenants,
+                    t,
+                    paced,
+                    bytes,
+                    self.bytes_in_flight,
+                );
+                match (shared, self.device_open(t, d, &io)) {
+                    (false, _) => held.reactor += 1,
+                    (true, false) => held.device += 1,
+                    (true, true) => held.open += 1,
+                }
+            }
+        }
+        out
     }
 }
