@@ -184,6 +184,14 @@ impl Windows {
         self.ports.as_ref().is_some_and(|m| m.own_link(flow))
     }
 
+    /// No other tenant shares `flow`'s link (see
+    /// `PortMeter::tenants_own_link`).
+    pub fn tenants_own_link(&self, flow: u64) -> bool {
+        self.ports
+            .as_ref()
+            .is_some_and(|m| m.tenants_own_link(flow))
+    }
+
     /// Device `d` keeps a queue of its own (see `queues_at_device`): its
     /// flows' windows are full because the device is slow to serve them,
     /// not because their links are.

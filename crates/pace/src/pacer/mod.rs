@@ -422,7 +422,7 @@ impl Pacer {
                     turns += 1;
                     self.sched.tenants[t].active.rotate_left(1);
                 }
-                Verdict::Skip => skipped[t] = true,
+                Verdict::Skip | Verdict::WaitForOwnPorts => skipped[t] = true,
                 Verdict::WaitForLink => {
                     skipped[t] = true;
                     let v = self.sched.tenants.clock.vtime(t);
