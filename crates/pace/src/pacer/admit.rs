@@ -137,7 +137,12 @@ impl Pacer {
     /// slow drives idle (`slow_devices_open_link` with 4 reactors: 35 of
     /// 47 Gb/s at QD 128).
     fn no_server(&mut self, t: usize, front: usize, now: Nanos) -> Verdict {
-        let waits = self.link_wait(t);
+        // Its flows' windows, not the reactor's shared one, hold it: a full
+        // port only its flows use is its own (see `shared_or_own_ports`).
+        let waits = match self.link_wait(t) {
+            Verdict::WaitForLink => self.shared_or_own_ports(t),
+            waits => waits,
+        };
         let devices = &self.sched.devices;
         if self.windows.link_ratio(&self.cfg, devices, front) < FAST_HOLD_RATIO
             && !self.windows.device_bound(devices, front)
@@ -174,7 +179,7 @@ impl Pacer {
                     && self.sched.devices[d].queue.head(t, shared).is_none()
             });
         if !own {
-            return self.shared_or_own_ports(t);
+            return Verdict::WaitForLink;
         }
         self.sched.tenants.clock.lift(t);
         Verdict::Skip
