@@ -290,8 +290,7 @@ impl Scheduler {
                 })
                 .min();
             clock.set_oldest(t, r, oldest);
-            let mask = tenant.active.iter().fold(0u64, |m, &d| m | 1 << (d % 64));
-            clock.set_devices(t, r, mask);
+            clock.set_devices(t, r, tenant.queued_devices());
         }
     }
 }

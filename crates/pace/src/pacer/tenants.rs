@@ -38,6 +38,12 @@ pub(super) struct Tenant {
 }
 
 impl Tenant {
+    /// The devices it has IO queued at here, as bits `d % 64` (what the
+    /// tenant clock shares with the other reactors, see `competes`).
+    pub fn queued_devices(&self) -> u64 {
+        self.active.iter().fold(0, |m, &d| m | 1 << (d % 64))
+    }
+
     pub fn new(name: &str, weight: f64) -> Tenant {
         Tenant {
             name: name.into(),
@@ -191,31 +197,30 @@ impl Tenants {
         }
         // Tenants queued here are arbitrated here; one busy only on other
         // reactors is waited for if this one runs too far ahead of it.
-        let apart = |u: usize| self.all[u].queued > 0 || !self.competes(t, u, reactor, &share_link);
+        let here = self.all[t].queued_devices();
+        let apart =
+            |u: usize| self.all[u].queued > 0 || !self.competes(here, u, reactor, &share_link);
         if !ablate::out(Mechanism::HoldPeers) && self.clock.lead(t, apart) > TENANT_SLACK {
             return Some(Verdict::HoldForPeers);
         }
         None
     }
 
-    /// Tenant `u`, busy on other reactors, competes with `t` here for
-    /// something weights divide: one of the devices `t` has IO queued at,
-    /// or a full link (`share_link`). A tenant held to its share by one
+    /// Tenant `u`, busy on other reactors, competes with a tenant here for
+    /// something weights divide: one of the devices it has IO queued at
+    /// (`here`, see `Tenant::queued_devices`), or a full link
+    /// (`share_link`). A tenant held to its share by one
     /// that shares nothing with it only idles what it could use: fuzz
     /// 1:34, a link-bound tenant on its own drives held at 31% of its
     /// share by a tenant on slow drives on another reactor.
     fn competes(
         &self,
-        t: usize,
+        here: u64,
         u: usize,
         reactor: Option<usize>,
         share_link: impl Fn(usize) -> bool,
     ) -> bool {
         let Some(r) = reactor else { return true };
-        let here = self.all[t]
-            .active
-            .iter()
-            .fold(0u64, |m, &d| m | 1 << (d % 64));
         here & self.clock.devices_elsewhere(u, r) != 0 || share_link(u)
     }
 
