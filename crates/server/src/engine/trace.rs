@@ -22,12 +22,12 @@ pub(super) struct TraceEntry {
 }
 
 pub struct TraceRing {
-    /// Every entry, written in turn; those past `next` are real only once
-    /// the ring has `wrapped`.
+    /// Every entry, written in turn; those past the next one's place are
+    /// real only once `written` reached `TRACE_LEN`.
     entries: Box<[TraceEntry; TRACE_LEN]>,
-    /// Where the next entry goes.
-    next: usize,
-    wrapped: bool,
+    /// Entries recorded since the start: one count gives both where the
+    /// next goes and whether the ring wrapped, one store per record.
+    written: u64,
 }
 
 const NO_ENTRY: TraceEntry = TraceEntry {
@@ -41,22 +41,22 @@ impl TraceRing {
     pub fn new() -> TraceRing {
         TraceRing {
             entries: Box::new([NO_ENTRY; TRACE_LEN]),
-            next: 0,
-            wrapped: false,
+            written: 0,
         }
     }
 
     /// One store: it runs on every state change of every request.
     pub fn record(&mut self, t: Nanos, req: ReqId, cookie: u64, to: ReqStage) {
-        self.entries[self.next % TRACE_LEN] = TraceEntry { t, req, cookie, to };
-        self.next = (self.next + 1) % TRACE_LEN;
-        self.wrapped |= self.next == 0;
+        self.entries[self.written as usize % TRACE_LEN] = TraceEntry { t, req, cookie, to };
+        self.written += 1;
     }
 
     /// Oldest first.
     pub(super) fn in_order(&self) -> impl Iterator<Item = &TraceEntry> {
-        let (newer, older) = self.entries.split_at(self.next);
-        let older = if self.wrapped { older } else { &older[..0] };
+        let next = self.written as usize % TRACE_LEN;
+        let (newer, older) = self.entries.split_at(next);
+        let wrapped = self.written >= TRACE_LEN as u64;
+        let older = if wrapped { older } else { &older[..0] };
         older.iter().chain(newer)
     }
 
