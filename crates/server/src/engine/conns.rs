@@ -39,17 +39,25 @@ impl Conns {
         }
     }
 
-    /// The live connection `id`.
+    /// The live connection `id`. Only its generation is compared: the
+    /// connection in slot `i` has index `i` (`insert`), and the engine
+    /// looks a connection up several times per event.
     pub fn get(&self, id: ConnId) -> Option<&Conn> {
         match self.table.get(id.index as usize) {
-            Some(Some(c)) if c.id() == id => Some(c),
+            Some(Some(c)) if c.id().gen == id.gen => {
+                debug_assert_eq!(c.id().index, id.index);
+                Some(c)
+            }
             _ => None,
         }
     }
 
     pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
         match self.table.get_mut(id.index as usize) {
-            Some(Some(c)) if c.id() == id => Some(c),
+            Some(Some(c)) if c.id().gen == id.gen => {
+                debug_assert_eq!(c.id().index, id.index);
+                Some(c)
+            }
             _ => None,
         }
     }
