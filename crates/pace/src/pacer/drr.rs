@@ -5,6 +5,8 @@
 //! serve their turns oldest IO first (see `Pacer::turn_server`). A device
 //! that cannot go passes its turn on.
 
+use std::cell::Cell;
+
 use super::ablate::{self, Mechanism};
 use super::drain_probe::DrainProbe;
 use super::filter::{rate_filter, LargeIoMin, WindowedMax, WindowedMin, LATENCY_WINDOW_NS};
@@ -47,6 +49,10 @@ pub(super) struct Device {
     pub probe: DrainProbe,
     /// The largest IO sent to it (bytes; 0 before the first).
     pub largest_io: u64,
+    /// The last two `largest_work` answers, (bytes, work): asked several
+    /// times per IO, nearly always of the reactor's largest IO or this
+    /// device's.
+    largest_memo: Cell<[Option<(u64, u64)>; 2]>,
 }
 
 impl Device {
@@ -151,6 +157,18 @@ impl Device {
 
     /// The device time of the costlier of a read and a write of `bytes`.
     pub fn largest_work(&self, bytes: u64) -> u64 {
+        let memo = self.largest_memo.get();
+        if let Some(work) = memo.iter().flatten().find(|m| m.0 == bytes).map(|m| m.1) {
+            debug_assert_eq!(work, self.largest_work_of(bytes));
+            return work;
+        }
+        let work = self.largest_work_of(bytes);
+        // The newer answer stays, the older goes.
+        self.largest_memo.set([Some((bytes, work)), memo[0]]);
+        work
+    }
+
+    fn largest_work_of(&self, bytes: u64) -> u64 {
         self.work(IoKind::Read, bytes)
             .max(self.work(IoKind::Write, bytes))
     }
