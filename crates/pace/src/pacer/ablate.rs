@@ -41,10 +41,12 @@ pub enum Mechanism {
     LinkWaiter,
     /// 17: a tenant ahead of one busy only on other reactors goes on.
     HoldPeers,
+    /// 30: no IO goes past the tenants' order uncharged.
+    Uncontended,
 }
 
 impl Mechanism {
-    const ALL: [(Mechanism, &'static str); 15] = [
+    const ALL: [(Mechanism, &'static str); 16] = [
         (Mechanism::Depth, "depth"),
         (Mechanism::Gate, "gate"),
         (Mechanism::LatencyProbe, "latency-probe"),
@@ -60,6 +62,7 @@ impl Mechanism {
         (Mechanism::DeviceWaiter, "device-waiter"),
         (Mechanism::LinkWaiter, "link-waiter"),
         (Mechanism::HoldPeers, "hold-peers"),
+        (Mechanism::Uncontended, "uncontended"),
     ];
 
     /// Its bit in the set taken out.

@@ -11,6 +11,7 @@ use super::ablate::{self, Mechanism};
 use super::drain_probe::DrainProbe;
 use super::filter::{rate_filter, LargeIoMin, WindowedMax, WindowedMin, LATENCY_WINDOW_NS};
 use super::queues::{DeviceQueue, Slot};
+use super::tenant_clock::DeviceMask;
 use super::tenants::Tenants;
 use super::{CostModel, IoKind, PacedIo, TenantConfig};
 use crate::Nanos;
@@ -308,7 +309,7 @@ impl Scheduler {
                 })
                 .min();
             clock.set_oldest(t, r, oldest);
-            clock.set_devices(t, r, tenant.queued_devices());
+            clock.set_devices(DeviceMask::Queued, t, r, tenant.queued_devices());
         }
     }
 }

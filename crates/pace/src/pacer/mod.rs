@@ -436,6 +436,7 @@ impl Pacer {
             }
         }
         self.skipped = skipped;
+        self.publish_ready();
         self.windows.publish_link(&self.sched.tenants);
         self.windows.publish_hosts();
         self.sched.publish_oldest(self.windows.reactor());

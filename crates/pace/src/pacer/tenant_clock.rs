@@ -27,7 +27,20 @@ pub struct TenantClock {
     /// Per tenant and reactor, the devices it has IO queued at there, as
     /// bits `d % 64` (see `devices_elsewhere`).
     devices: Vec<AtomicU64>,
+    /// Per tenant and reactor, the devices where its IO's flow may go
+    /// there (bits `d % 64`, see `ready_elsewhere`).
+    ready: Vec<AtomicU64>,
     reactors: usize,
+}
+
+/// Which of a tenant's per-reactor device masks (see `TenantClock`).
+#[derive(Debug, Clone, Copy)]
+pub enum DeviceMask {
+    /// Devices it has IO queued at.
+    Queued,
+    /// Devices where its IO's flow may go: what it would take from a
+    /// tenant that sends IO there (see `Pacer::contended`).
+    Ready,
 }
 
 const NONE_QUEUED: u64 = u64::MAX;
@@ -46,6 +59,7 @@ impl TenantClock {
             queued: atomics(tenants, 0),
             oldest: atomics(tenants * reactors, NONE_QUEUED),
             devices: atomics(tenants * reactors, 0),
+            ready: atomics(tenants * reactors, 0),
             reactors,
         })
     }
@@ -69,11 +83,18 @@ impl TenantClock {
         }
     }
 
-    /// Tenant `t` has IO queued on `reactor` at the devices of `mask`
+    fn masks(&self, kind: DeviceMask) -> &[AtomicU64] {
+        match kind {
+            DeviceMask::Queued => &self.devices,
+            DeviceMask::Ready => &self.ready,
+        }
+    }
+
+    /// Tenant `t`'s devices of `kind` on `reactor` are those of `mask`
     /// (bits `d % 64`).
-    pub fn set_devices(&self, t: usize, reactor: usize, mask: u64) {
+    pub fn set_devices(&self, kind: DeviceMask, t: usize, reactor: usize, mask: u64) {
         if reactor < self.reactors {
-            if let Some(m) = self.devices.get(t * self.reactors + reactor) {
+            if let Some(m) = self.masks(kind).get(t * self.reactors + reactor) {
                 // Published at every poll, as `set_oldest`.
                 if m.load(Ordering::Relaxed) != mask {
                     m.store(mask, Ordering::Relaxed);
@@ -82,12 +103,13 @@ impl TenantClock {
         }
     }
 
-    /// The devices (bits `d % 64`) tenant `t` has IO queued at on the
-    /// reactors other than `reactor`.
-    pub fn devices_elsewhere(&self, t: usize, reactor: usize) -> u64 {
+    /// Tenant `t`'s devices of `kind` (bits `d % 64`) on the reactors
+    /// other than `reactor`.
+    pub fn devices_elsewhere(&self, kind: DeviceMask, t: usize, reactor: usize) -> u64 {
+        let masks = self.masks(kind);
         (0..self.reactors)
             .filter(|&r| r != reactor)
-            .filter_map(|r| self.devices.get(t * self.reactors + r))
+            .filter_map(|r| masks.get(t * self.reactors + r))
             .fold(0, |all, m| all | m.load(Ordering::Relaxed))
     }
 
@@ -202,19 +224,24 @@ mod tests {
     #[test]
     fn a_tenants_devices_elsewhere_are_those_other_reactors_published() {
         let c = TenantClock::with_reactors(2, 3);
-        c.set_devices(1, 0, 0b0011);
-        c.set_devices(1, 2, 0b1000);
-        assert_eq!(c.devices_elsewhere(1, 0), 0b1000);
-        assert_eq!(c.devices_elsewhere(1, 1), 0b1011);
-        c.set_devices(1, 2, 0);
+        let q = DeviceMask::Queued;
+        c.set_devices(q, 1, 0, 0b0011);
+        c.set_devices(q, 1, 2, 0b1000);
+        assert_eq!(c.devices_elsewhere(q, 1, 0), 0b1000);
+        assert_eq!(c.devices_elsewhere(q, 1, 1), 0b1011);
+        c.set_devices(q, 1, 2, 0);
         assert_eq!(
-            c.devices_elsewhere(1, 1),
+            c.devices_elsewhere(q, 1, 1),
             0b0011,
             "reactor 2 has none queued now"
         );
-        assert_eq!(c.devices_elsewhere(0, 1), 0);
-        c.set_devices(1, 9, u64::MAX); // an unknown reactor is ignored
-        assert_eq!(c.devices_elsewhere(1, 1), 0b0011);
+        assert_eq!(c.devices_elsewhere(q, 0, 1), 0);
+        c.set_devices(q, 1, 9, u64::MAX); // an unknown reactor is ignored
+        assert_eq!(c.devices_elsewhere(q, 1, 1), 0b0011);
+        // The masks of each kind are apart.
+        c.set_devices(DeviceMask::Ready, 1, 0, 0b0100);
+        assert_eq!(c.devices_elsewhere(DeviceMask::Ready, 1, 1), 0b0100);
+        assert_eq!(c.devices_elsewhere(q, 1, 1), 0b0011);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
 use super::ablate::{self, Mechanism};
+use super::tenant_clock::DeviceMask;
 use super::{TenantClock, TenantConfig, Verdict};
 use crate::Nanos;
 
@@ -35,6 +36,9 @@ pub(super) struct Tenant {
     pub queued_bytes: u64,
     /// The last poll held it back for a tenant served on another reactor.
     pub held: bool,
+    /// The devices where its IO's flow may go, as bits `d % 64`, at the
+    /// end of the last poll (see `Pacer::contended`).
+    pub ready_devices: u64,
 }
 
 impl Tenant {
@@ -54,6 +58,7 @@ impl Tenant {
             in_flight: 0,
             queued_bytes: 0,
             held: false,
+            ready_devices: 0,
         }
     }
 
@@ -221,7 +226,7 @@ impl Tenants {
         share_link: impl Fn(usize) -> bool,
     ) -> bool {
         let Some(r) = reactor else { return true };
-        here & self.clock.devices_elsewhere(u, r) != 0 || share_link(u)
+        here & self.clock.devices_elsewhere(DeviceMask::Queued, u, r) != 0 || share_link(u)
     }
 
     /// Tenant `t` has one IO here and nothing in flight (a QD 1 client): it
@@ -285,7 +290,7 @@ mod tests {
         tenants.clock.queued(0, 0.0);
         tenants.clock.queued(1, 0.0);
         tenants.clock.advance(0, 10.0 * TENANT_SLACK);
-        tenants.clock.set_devices(1, 1, 1 << 5);
+        tenants.clock.set_devices(DeviceMask::Queued, 1, 1, 1 << 5);
         let gate =
             |tenants: &Tenants, share_link: bool| tenants.gate(0, None, Some(0), |_| share_link);
         assert!(
@@ -296,7 +301,9 @@ mod tests {
             matches!(gate(&tenants, true), Some(Verdict::HoldForPeers)),
             "a full link in common"
         );
-        tenants.clock.set_devices(1, 1, 1 << 5 | 1 << 3);
+        tenants
+            .clock
+            .set_devices(DeviceMask::Queued, 1, 1, 1 << 5 | 1 << 3);
         assert!(
             matches!(gate(&tenants, false), Some(Verdict::HoldForPeers)),
             "device 3 in common"
