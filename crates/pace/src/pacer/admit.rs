@@ -10,7 +10,7 @@ use super::ablate::{self, Mechanism};
 use super::census::Held;
 use super::drr::FAST_HOLD_RATIO;
 use super::queues::Slot;
-use super::tenant_clock::DeviceMask;
+use super::tenant_clock::{device_bits, DeviceMask};
 use super::{Mode, PacedIo, Pacer};
 use crate::Nanos;
 
@@ -221,11 +221,10 @@ impl Pacer {
         for t in 0..self.sched.tenants.len() {
             let tenant = &self.sched.tenants[t];
             let ready = |&d: &usize| self.windows.head(&self.cfg, &self.sched, d, t).is_some();
-            let mask = (tenant.queued > 0)
-                .then(|| tenant.active.iter().filter(|d| ready(d)))
-                .into_iter()
-                .flatten()
-                .fold(0u64, |m, &d| m | 1 << (d % 64));
+            let mask = match tenant.queued {
+                0 => 0,
+                _ => device_bits(tenant.active.iter().copied().filter(ready)),
+            };
             self.sched.tenants[t].ready_devices = mask;
             if let Some(r) = self.windows.reactor() {
                 let clock = &self.sched.tenants.clock;

@@ -33,6 +33,11 @@ pub struct TenantClock {
     reactors: usize,
 }
 
+/// Devices as the tenant clock's masks hold them: bits `d % 64`.
+pub fn device_bits(devices: impl IntoIterator<Item = usize>) -> u64 {
+    devices.into_iter().fold(0, |m, d| m | 1 << (d % 64))
+}
+
 /// Which of a tenant's per-reactor device masks (see `TenantClock`).
 #[derive(Debug, Clone, Copy)]
 pub enum DeviceMask {

@@ -8,7 +8,7 @@ use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
 use super::ablate::{self, Mechanism};
-use super::tenant_clock::DeviceMask;
+use super::tenant_clock::{device_bits, DeviceMask};
 use super::{TenantClock, TenantConfig, Verdict};
 use crate::Nanos;
 
@@ -45,7 +45,7 @@ impl Tenant {
     /// The devices it has IO queued at here, as bits `d % 64` (what the
     /// tenant clock shares with the other reactors, see `competes`).
     pub fn queued_devices(&self) -> u64 {
-        self.active.iter().fold(0, |m, &d| m | 1 << (d % 64))
+        device_bits(self.active.iter().copied())
     }
 
     pub fn new(name: &str, weight: f64) -> Tenant {
