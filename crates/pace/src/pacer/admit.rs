@@ -151,9 +151,13 @@ impl Pacer {
         if self.cfg.mode != Mode::Auto || ablate::out(Mechanism::Uncontended) {
             return None;
         }
+        let contended = self.others_ready(t);
         // By index: the budgets and the gate note their wakeups.
         for i in 0..self.sched.tenants[t].active.len() {
             let d = self.sched.tenants[t].active[i];
+            if contended & device_bits([d]) != 0 {
+                continue;
+            }
             let Some((slot, io, ratio, paced)) = self.uncontended_head(t, d) else {
                 continue;
             };
@@ -174,12 +178,13 @@ impl Pacer {
         None
     }
 
-    /// Tenant `t`'s oldest uncontended IO at device `d` (see
-    /// `uncontended_io`) if the shared and device windows have room for
-    /// it, with its hold ratio and link share.
+    /// Tenant `t`'s oldest IO at device `d` on its tenant's own link, if
+    /// the device keeps no queue and the shared and device windows have
+    /// room for it (see `uncontended_io`), with its hold ratio and link
+    /// share.
     fn uncontended_head(&self, t: usize, d: usize) -> Option<(Slot, PacedIo, f64, u64)> {
         let (w, cfg, sched) = (&self.windows, &self.cfg, &self.sched);
-        if w.device_bound(&sched.devices, d) || self.contended(t, d) {
+        if w.device_bound(&sched.devices, d) {
             return None;
         }
         let queue = &sched.devices[d].queue;
@@ -195,21 +200,21 @@ impl Pacer {
         room.then_some((slot, io, ratio, paced))
     }
 
-    /// Another tenant has IO at device `d` whose flow may go, here or on
-    /// another reactor (at the end of each one's last poll).
-    fn contended(&self, t: usize, d: usize) -> bool {
-        let bit = 1u64 << (d % 64);
+    /// The devices where another tenant than `t` has IO whose flow may
+    /// go, here or on another reactor (at the end of each one's last
+    /// poll): what `t` would contend for there.
+    fn others_ready(&self, t: usize) -> u64 {
         let tenants = &self.sched.tenants;
         let reactor = self.windows.reactor();
-        (0..tenants.len()).filter(|&u| u != t).any(|u| {
+        (0..tenants.len()).filter(|&u| u != t).fold(0, |mask, u| {
             let elsewhere = reactor.map_or(0, |r| {
                 (tenants.clock).devices_elsewhere(DeviceMask::Ready, u, r)
             });
-            (tenants[u].ready_devices | elsewhere) & bit != 0
+            mask | tenants[u].ready_devices | elsewhere
         })
     }
 
-    /// Each tenant's devices where its IO's flow may go, for `contended`
+    /// Each tenant's devices where its IO's flow may go, for `others_ready`
     /// here and on the other reactors (`auto`, 2 or more tenants).
     pub(super) fn publish_ready(&mut self) {
         if self.cfg.mode != Mode::Auto

@@ -44,7 +44,7 @@ pub enum DeviceMask {
     /// Devices it has IO queued at.
     Queued,
     /// Devices where its IO's flow may go: what it would take from a
-    /// tenant that sends IO there (see `Pacer::contended`).
+    /// tenant that sends IO there (see `Pacer::others_ready`).
     Ready,
 }
 

@@ -37,7 +37,7 @@ pub(super) struct Tenant {
     /// The last poll held it back for a tenant served on another reactor.
     pub held: bool,
     /// The devices where its IO's flow may go, as bits `d % 64`, at the
-    /// end of the last poll (see `Pacer::contended`).
+    /// end of the last poll (see `Pacer::others_ready`).
     pub ready_devices: u64,
 }
 
