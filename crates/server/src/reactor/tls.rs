@@ -330,10 +330,27 @@ impl TlsConns {
                 out.push(TlsOut::Sent(conn, Sent::Bytes(plain)));
             }
         }
+        let pending = t.session.output();
+        if !t.sending && t.output_error.is_none() && !pending.is_empty() {
+            t.sending = true;
+            out.push(TlsOut::Send {
+                conn,
+                fd: t.fd,
+                buf: pending.as_ptr(),
+                len: pending.len(),
+            });
+        }
+        // No request is received while a reply's ciphertext waits in the
+        // kernel for room (the send is posted first, for this): a client
+        // that decrypts slower than the reactor encrypts (64 KiB READs, a
+        // few MB of replies queued) would otherwise wake the reactor for
+        // each request it sends as it reads one reply. Its requests wait
+        // in the socket and come in one receive once the send is done, and
+        // their replies go in one send. NBD clients read while they write.
         let phase = t.session.phase();
         let wants_input = match phase {
             Phase::Handshaking => true,
-            Phase::Up => t.recv.is_some() && !t.session.readable(),
+            Phase::Up => t.recv.is_some() && !t.session.readable() && !t.sending,
             Phase::PeerClosed | Phase::Failed => false,
         };
         if wants_input && !t.receiving && t.input_end.is_none() {
@@ -344,16 +361,6 @@ impl TlsConns {
                 fd: t.fd,
                 buf: space.as_mut_ptr(),
                 len: space.len(),
-            });
-        }
-        let pending = t.session.output();
-        if !t.sending && t.output_error.is_none() && !pending.is_empty() {
-            t.sending = true;
-            out.push(TlsOut::Send {
-                conn,
-                fd: t.fd,
-                buf: pending.as_ptr(),
-                len: pending.len(),
             });
         }
     }

@@ -183,3 +183,30 @@ fn a_refused_certificate_is_reported_after_its_alert_has_left() {
     }
     panic!("no alert: {:?}", r.events);
 }
+
+#[test]
+fn no_request_is_received_while_a_reply_waits_in_the_kernel() {
+    let mut r = Ring::new();
+    r.run();
+    let reply = pattern(20_000, 4);
+    let mut iov = [libc::iovec {
+        iov_base: reply.as_ptr() as *mut libc::c_void,
+        iov_len: reply.len(),
+    }];
+    // SAFETY: a zeroed msghdr is valid; only its iovecs are read.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = 1;
+    let mut buf = vec![0u8; 100];
+    let mut out = Vec::new();
+    assert!(r.tls.send(CONN, &msg, &mut out));
+    assert!(r.tls.recv(CONN, buf.as_mut_ptr(), buf.len(), &mut out));
+    r.take(out);
+    assert!(r.send.is_some());
+    assert!(r.recv.is_none(), "the receive waits for the send");
+    r.client.writer().write_all(b"next").expect("write");
+    r.run();
+    assert_eq!(r.events[1..], ["Bytes(20000)", "Data(4)"]);
+    assert_eq!(&buf[..4], b"next");
+    assert_eq!(r.at_client, reply);
+}
