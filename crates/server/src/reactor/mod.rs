@@ -294,6 +294,7 @@ impl Reactor {
             }
             Action::StartTls { conn } => {
                 let fd = self.socks.fd(conn).unwrap_or(-1);
+                self.socks.tls_started(conn);
                 let peer = self.engine.peer(conn);
                 self.tls.start(conn, fd, peer, &mut self.tls_out);
                 self.run_tls();

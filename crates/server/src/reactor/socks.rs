@@ -40,6 +40,10 @@ pub struct SendBuffers {
     pub tcp_notsent_lowat: usize,
 }
 
+/// TCP_NOTSENT_LOWAT of TLS connections whose configuration sets none
+/// (see [`Socks::tls_started`]).
+const TLS_NOTSENT_LOWAT: usize = 1 << 20;
+
 /// What draining a connection's pipe came to.
 pub(super) enum Drained {
     /// The splicing send is over: report it to the engine.
@@ -128,6 +132,22 @@ impl Socks {
             pipe: None,
             pipe_send: 0,
         });
+    }
+
+    /// The connection `conn` starts TLS. A TCP socket whose configuration
+    /// sets no `tcp_notsent_lowat` gets [`TLS_NOTSENT_LOWAT`]: a
+    /// ciphertext send then waits in the kernel while the socket holds
+    /// that much the client has not taken, and the TLS session receives
+    /// no requests meanwhile (`super::tls`), so a client slower than the
+    /// reactor has its requests read, answered and sent in batches, not
+    /// one wake-up each.
+    pub(super) fn tls_started(&self, conn: ConnId) {
+        let Some(Some(s)) = self.socks.get(conn.index as usize) else {
+            return;
+        };
+        if s.conn == conn && self.send_buffers.tcp_notsent_lowat == 0 && !is_unix(&s.fd) {
+            set_notsent_lowat(&s.fd, TLS_NOTSENT_LOWAT);
+        }
     }
 
     /// Closes the connection's socket if it is still in its slot.
