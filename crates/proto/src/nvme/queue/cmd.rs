@@ -90,11 +90,13 @@ pub enum DevOp {
     },
 }
 
-/// What a command is, for where it executes.
+/// What a command is, for where it executes. Only a Connect's and an
+/// admin command's SQE is needed again (their actions carry it), so only
+/// they keep it, boxed: an IO command's `Cmd` stays small.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Kind {
-    Connect,
-    Admin,
+    Connect(Box<Sqe>),
+    Admin(Box<Sqe>),
     Io(IoCmd),
 }
 
@@ -122,7 +124,6 @@ pub(super) enum Ev {
 
 #[derive(Debug)]
 pub(super) struct Cmd {
-    sqe: Sqe,
     kind: Kind,
     /// Bytes of data the command moves.
     pub(super) xfer: u32,
@@ -247,7 +248,6 @@ impl Life<'_> {
                     && matches!(&kind, Kind::Io(io) if matches!(io.op, IoOp::Read | IoOp::Write));
                 let c = Cmd {
                     external,
-                    sqe,
                     kind,
                     xfer,
                     h2c,
@@ -269,7 +269,7 @@ impl Life<'_> {
         let connect = fabrics && sqe.fctype() == fctype::CONNECT;
         let sgl_len = sqe.sgl().length;
         match &*self.phase {
-            Phase::Unbound if connect => Ok((Kind::Connect, sgl_len, true)),
+            Phase::Unbound if connect => Ok((Kind::Connect(Box::new(*sqe)), sgl_len, true)),
             Phase::Bound(b) if b.qid == 0 && !connect => {
                 let dir = if fabrics { sqe.fctype() } else { opc };
                 let h2c = h2c_opcode(dir);
@@ -277,7 +277,7 @@ impl Life<'_> {
                 if h2c && xfer > 0 && sqe.sgl().id != sgl::DATA_BLOCK_OFFSET {
                     return Err(Status::INVALID_FIELD); // no admin command needs it
                 }
-                Ok((Kind::Admin, xfer, h2c))
+                Ok((Kind::Admin(Box::new(*sqe)), xfer, h2c))
             }
             Phase::Bound(b) if !fabrics => {
                 let io = check_io(sqe, &b.namespaces, self.limits)?;
@@ -432,17 +432,18 @@ impl Life<'_> {
         };
         c.state = State::Executing;
         let action = match &c.kind {
-            Kind::Connect => {
+            Kind::Connect(sqe) => {
+                let sqe = **sqe;
                 *self.phase = Phase::Connecting;
                 Action::Connect {
                     cid,
-                    sqe: c.sqe,
+                    sqe,
                     data: std::mem::take(&mut c.data),
                 }
             }
-            Kind::Admin => {
+            Kind::Admin(sqe) => {
+                let sqe = **sqe;
                 let cntlid = self.bound().map_or(0, |b| b.cntlid);
-                let sqe = self.cmds[&cid].sqe;
                 Action::Admin { cid, cntlid, sqe }
             }
             Kind::Io(io) => {
