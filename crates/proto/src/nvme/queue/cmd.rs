@@ -1,5 +1,5 @@
-//! A command's life on its queue. `State` is where it is; `Life::step` is
-//! the one function that moves it. `Life` holds what a command's life
+//! A command's life on its queue. `State` is where it is; `Cmd::advance`
+//! is the one function that moves it (`Life::step` finds the command). `Life` holds what a command's life
 //! moves: the queue's commands, its phase (a Connect binds it), its send
 //! side (`tx.rs`) and the actions for its driver:
 //!
@@ -16,6 +16,8 @@
 //! A data command waits in `Admitting` until the driver's pacer admits its
 //! buffers; only then does a WRITE's R2T go out, so write data never waits
 //! in a socket holding a buffer. `Ready` is transient: `step` executes it.
+
+use std::collections::hash_map::Entry;
 
 use rustc_hash::FxHashMap;
 
@@ -137,6 +139,17 @@ pub(super) struct Cmd {
     state: State,
 }
 
+/// What a command's move leaves to its queue (`Cmd::advance`).
+enum After {
+    Wait,
+    /// It is Ready: hand it to the target or the device.
+    Execute,
+    /// Send its data and completion; it is gone.
+    Finish(Status, u64, Vec<u8>),
+    /// It is gone, with no completion.
+    Remove,
+}
+
 /// The parts of a queue a command's life moves (`Queue::life` lends them).
 pub(super) struct Life<'q> {
     pub cmds: &'q mut FxHashMap<u16, Cmd>,
@@ -151,6 +164,22 @@ pub(super) struct Life<'q> {
 }
 
 impl Cmd {
+    /// A new command, with its in-capsule data if it came with some; its
+    /// READ or WRITE is the driver's on an `external` queue.
+    fn new(kind: Kind, xfer: u32, h2c: bool, data: Option<&[u8]>, external: bool) -> Cmd {
+        let external =
+            external && matches!(&kind, Kind::Io(io) if matches!(io.op, IoOp::Read | IoOp::Write));
+        Cmd {
+            external,
+            kind,
+            xfer,
+            h2c,
+            data: data.map_or_else(Vec::new, <[u8]>::to_vec),
+            bad_digest: false,
+            state: State::New,
+        }
+    }
+
     /// (TTAG, bytes so far) while an R2T's data is coming.
     pub(super) fn receiving(&self) -> Option<(u16, u32)> {
         match self.state {
@@ -175,6 +204,57 @@ impl Cmd {
 
     pub(super) fn at_device(&self) -> bool {
         self.state == State::Executing && matches!(self.kind, Kind::Io(_))
+    }
+
+    /// Moves command `cid` on by `ev`: the one place a command changes
+    /// state. What needs the queue's map (executing a Ready command,
+    /// finishing or dropping one) is left to the caller (`Life::after`).
+    fn advance(
+        &mut self,
+        cid: u16,
+        ev: Ev,
+        auto_admit: bool,
+        actions: &mut Vec<Action>,
+        tx: &mut Tx,
+    ) -> After {
+        let pacing =
+            self.external || (!auto_admit && self.xfer > 0 && matches!(self.kind, Kind::Io(_)));
+        let wants_data = self.h2c && self.data.len() < self.xfer as usize;
+        let (xfer, h2c, bad, external) = (self.xfer, self.h2c, self.bad_digest, self.external);
+        let next = match (self.state, ev) {
+            (State::New, Ev::Start) if pacing => {
+                actions.push(Action::Admit {
+                    cid,
+                    len: xfer,
+                    write: h2c,
+                });
+                State::Admitting
+            }
+            (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) if wants_data => {
+                self.data.reserve_exact(xfer as usize);
+                let ttag = tx.send_r2t(cid, xfer);
+                State::Receiving { ttag, got: 0 }
+            }
+            (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) => State::Ready,
+            (State::Receiving { .. }, Ev::DataIn) if external => {
+                actions.push(Action::DataIn { cid, ok: !bad });
+                State::Executing
+            }
+            (State::Receiving { .. }, Ev::DataIn) if bad => {
+                return After::Finish(Status::TRANSIENT_TRANSPORT_ERROR, 0, Vec::new());
+            }
+            (State::Receiving { .. }, Ev::DataIn) => State::Ready,
+            (State::Executing, Ev::Park) => State::Parked,
+            (State::Executing | State::Parked, Ev::Done(s, r, d)) => return After::Finish(s, r, d),
+            (State::Parked, Ev::Release) => return After::Remove,
+            _ => return After::Wait,
+        };
+        self.state = next;
+        if next == State::Ready {
+            After::Execute
+        } else {
+            After::Wait
+        }
     }
 }
 
@@ -206,57 +286,64 @@ impl Life<'_> {
         self.tx.respond(cid, status, result, qid);
     }
 
-    /// A command capsule arrived.
+    /// A command capsule arrived. The command is checked before the map
+    /// is probed (the checks read nothing of it), so an id is looked up
+    /// once: the vacant entry takes the new command, already started.
     pub(super) fn capsule(&mut self, sqe: Sqe, data: &[u8], digest_ok: bool) -> Result<(), Fatal> {
         let depth = self.depth();
         self.tx.consumed(depth);
         let cid = sqe.cid();
-        match self.cmds.get(&cid).map(|c| c.state) {
-            None => {}
-            Some(State::Parked) => {
+        let checked = self.classify(&sqe).and_then(|(k, x, h)| {
+            let icd = self.check_sgl(&sqe, &k, x, h, data)?;
+            Ok((k, x, h, icd))
+        });
+        let mut held = self.cmds.len();
+        let slot = match self.cmds.entry(cid) {
+            Entry::Vacant(v) => Some(v),
+            Entry::Occupied(o) if o.get().state == State::Parked => {
                 // A host that reuses a parked Async Event Request's id gave
                 // it up (SPDK's host does at shutdown): the new command takes it.
-                self.cmds.remove(&cid);
-                let cntlid = self.bound().map_or(0, |b| b.cntlid);
-                self.actions.push(Action::DropAer { cid, cntlid });
+                o.remove();
+                held -= 1;
+                None
             }
-            Some(_) => {
+            Entry::Occupied(_) => {
                 self.respond(cid, Status::CID_CONFLICT, 0);
                 return Ok(());
             }
+        };
+        if slot.is_none() {
+            // The phase, not `bound()`: the map stays borrowed for `slot`.
+            let cntlid = match &*self.phase {
+                Phase::Bound(b) => b.cntlid,
+                _ => 0,
+            };
+            self.actions.push(Action::DropAer { cid, cntlid });
         }
-        if self.cmds.len() >= depth {
+        if held >= depth {
             // More commands than the queue holds: the host broke flow control.
             return Err(Fatal {
                 fes: fes::PDU_SEQUENCE_ERROR,
                 fei: 0,
             });
         }
-        match self.classify(&sqe).and_then(|(k, x, h)| {
-            let icd = self.check_sgl(&sqe, &k, x, h, data)?;
-            Ok((k, x, h, icd))
-        }) {
+        match checked {
             Err(s) => self.respond(cid, s, 0),
             Ok(_) if !digest_ok => self.respond(cid, Status::TRANSIENT_TRANSPORT_ERROR, 0),
             Ok((kind, xfer, h2c, in_capsule)) => {
-                let data = if in_capsule {
-                    data.to_vec()
-                } else {
-                    Vec::new()
-                };
-                let external = self.external
-                    && matches!(&kind, Kind::Io(io) if matches!(io.op, IoOp::Read | IoOp::Write));
-                let c = Cmd {
-                    external,
-                    kind,
-                    xfer,
-                    h2c,
-                    data,
-                    bad_digest: false,
-                    state: State::New,
-                };
-                self.cmds.insert(cid, c);
-                self.step(cid, Ev::Start);
+                let data = in_capsule.then_some(data);
+                let mut c = Cmd::new(kind, xfer, h2c, data, self.external);
+                let (actions, tx) = (&mut *self.actions, &mut *self.tx);
+                let after = c.advance(cid, Ev::Start, self.auto_admit, actions, tx);
+                match slot {
+                    Some(v) => {
+                        v.insert(c);
+                    }
+                    None => {
+                        self.cmds.insert(cid, c);
+                    }
+                }
+                self.after(cid, after);
             }
         }
         Ok(())
@@ -341,53 +428,26 @@ impl Life<'_> {
         }
     }
 
-    /// Moves command `cid` on by `ev` until it waits; the one place a
-    /// command changes state. Events for commands no longer here (after an
-    /// abort) or out of turn are ignored.
+    /// Moves command `cid` on by `ev` until it waits (`Cmd::advance`).
+    /// Events for commands no longer here (after an abort) or out of turn
+    /// are ignored.
     pub(super) fn step(&mut self, cid: u16, ev: Ev) {
         let Some(c) = self.cmds.get_mut(&cid) else {
             return;
         };
-        let pacing =
-            c.external || (!self.auto_admit && c.xfer > 0 && matches!(c.kind, Kind::Io(_)));
-        let wants_data = c.h2c && c.data.len() < c.xfer as usize;
-        let (xfer, h2c, bad, external) = (c.xfer, c.h2c, c.bad_digest, c.external);
-        let next = match (c.state, ev) {
-            (State::New, Ev::Start) if pacing => {
-                self.actions.push(Action::Admit {
-                    cid,
-                    len: xfer,
-                    write: h2c,
-                });
-                State::Admitting
-            }
-            (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) if wants_data => {
-                c.data.reserve_exact(xfer as usize);
-                let ttag = self.tx.send_r2t(cid, xfer);
-                State::Receiving { ttag, got: 0 }
-            }
-            (State::New, Ev::Start) | (State::Admitting, Ev::Admitted) => State::Ready,
-            (State::Receiving { .. }, Ev::DataIn) if external => {
-                self.actions.push(Action::DataIn { cid, ok: !bad });
-                State::Executing
-            }
-            (State::Receiving { .. }, Ev::DataIn) if bad => {
-                return self.finish(cid, Status::TRANSIENT_TRANSPORT_ERROR, 0, Vec::new());
-            }
-            (State::Receiving { .. }, Ev::DataIn) => State::Ready,
-            (State::Executing, Ev::Park) => State::Parked,
-            (State::Executing | State::Parked, Ev::Done(s, r, d)) => {
-                return self.finish(cid, s, r, d);
-            }
-            (State::Parked, Ev::Release) => {
+        let after = c.advance(cid, ev, self.auto_admit, self.actions, self.tx);
+        self.after(cid, after);
+    }
+
+    /// What a move of command `cid` left to do.
+    fn after(&mut self, cid: u16, after: After) {
+        match after {
+            After::Wait => {}
+            After::Execute => self.execute(cid),
+            After::Finish(s, r, d) => self.finish(cid, s, r, d),
+            After::Remove => {
                 self.cmds.remove(&cid);
-                return;
             }
-            _ => return,
-        };
-        c.state = next;
-        if next == State::Ready {
-            self.execute(cid);
         }
     }
 
