@@ -112,13 +112,15 @@ pub(super) enum State {
     Parked,
 }
 
-/// Events that move a command.
-#[derive(Debug)]
+/// Events that move a command. A completion's data for the host does not
+/// ride in its event: it goes straight to `Life::finish` (`Life::step_data`),
+/// so the events and `After` stay small and are passed in registers.
+#[derive(Debug, Clone, Copy)]
 pub(super) enum Ev {
     Start,
     Admitted,
     DataIn,
-    Done(Status, u64, Vec<u8>),
+    Done(Status, u64),
     Park,
     /// A parked command let go with no completion (a controller reset).
     Release,
@@ -140,12 +142,13 @@ pub(super) struct Cmd {
 }
 
 /// What a command's move leaves to its queue (`Cmd::advance`).
+#[derive(Debug, Clone, Copy)]
 enum After {
     Wait,
     /// It is Ready: hand it to the target or the device.
     Execute,
     /// Send its data and completion; it is gone.
-    Finish(Status, u64, Vec<u8>),
+    Finish(Status, u64),
     /// It is gone, with no completion.
     Remove,
 }
@@ -241,11 +244,11 @@ impl Cmd {
                 State::Executing
             }
             (State::Receiving { .. }, Ev::DataIn) if bad => {
-                return After::Finish(Status::TRANSIENT_TRANSPORT_ERROR, 0, Vec::new());
+                return After::Finish(Status::TRANSIENT_TRANSPORT_ERROR, 0);
             }
             (State::Receiving { .. }, Ev::DataIn) => State::Ready,
             (State::Executing, Ev::Park) => State::Parked,
-            (State::Executing | State::Parked, Ev::Done(s, r, d)) => return After::Finish(s, r, d),
+            (State::Executing | State::Parked, Ev::Done(s, r)) => return After::Finish(s, r),
             (State::Parked, Ev::Release) => return After::Remove,
             _ => return After::Wait,
         };
@@ -343,7 +346,7 @@ impl Life<'_> {
                         self.cmds.insert(cid, c);
                     }
                 }
-                self.after(cid, after);
+                self.after(cid, after, Vec::new());
             }
         }
         Ok(())
@@ -432,19 +435,24 @@ impl Life<'_> {
     /// Events for commands no longer here (after an abort) or out of turn
     /// are ignored.
     pub(super) fn step(&mut self, cid: u16, ev: Ev) {
+        self.step_data(cid, ev, Vec::new());
+    }
+
+    /// `step`, with the data for the host that a `Done` completes with.
+    pub(super) fn step_data(&mut self, cid: u16, ev: Ev, data: Vec<u8>) {
         let Some(c) = self.cmds.get_mut(&cid) else {
             return;
         };
         let after = c.advance(cid, ev, self.auto_admit, self.actions, self.tx);
-        self.after(cid, after);
+        self.after(cid, after, data);
     }
 
-    /// What a move of command `cid` left to do.
-    fn after(&mut self, cid: u16, after: After) {
+    /// What a move of command `cid` left to do (`data`: a `Done`'s).
+    fn after(&mut self, cid: u16, after: After, data: Vec<u8>) {
         match after {
             After::Wait => {}
             After::Execute => self.execute(cid),
-            After::Finish(s, r, d) => self.finish(cid, s, r, d),
+            After::Finish(s, r) => self.finish(cid, s, r, data),
             After::Remove => {
                 self.cmds.remove(&cid);
             }

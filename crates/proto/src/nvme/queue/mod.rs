@@ -503,7 +503,7 @@ impl Queue {
                 (s, u64::from(dw0))
             }
         };
-        self.step(cid, Ev::Done(done.0, done.1, Vec::new()));
+        self.step(cid, Ev::Done(done.0, done.1));
     }
 
     /// The target finished an admin command (or a parked AER's event came).
@@ -511,7 +511,8 @@ impl Queue {
         if d.parked {
             self.step(cid, Ev::Park);
         } else {
-            self.step(cid, Ev::Done(d.status, d.result, d.data));
+            self.life()
+                .step_data(cid, Ev::Done(d.status, d.result), d.data);
         }
     }
 
@@ -531,11 +532,12 @@ impl Queue {
 
     /// The device finished an IO: a READ's data, or an error status.
     pub fn io_done(&mut self, cid: u16, r: Result<Vec<u8>, Status>) {
-        let ev = match r {
-            Ok(data) => Ev::Done(Status::SUCCESS, 0, data),
-            Err(s) => Ev::Done(s, 0, Vec::new()),
-        };
-        self.step(cid, ev);
+        match r {
+            Ok(data) => self
+                .life()
+                .step_data(cid, Ev::Done(Status::SUCCESS, 0), data),
+            Err(s) => self.step(cid, Ev::Done(s, 0)),
+        }
     }
 
     /// The negotiated digests (after ICReq).
