@@ -13,6 +13,7 @@
 # Needs SPDK from ../shared/spdk/build.sh ($SPDK_DIR). Holds
 # /work/wt/bench.lock (or $BENCH_LOCK) exclusively while it measures.
 set -euo pipefail
+. "$(dirname "$0")/nvmf_config.sh"
 cd "$(dirname "$0")/.."
 A=$1 B=$2 OUT=${3:-bench-out/nvme-write-ab}
 SPDK=${SPDK_DIR:-$HOME/.cache/iopace-spdk-v26.05}
@@ -25,23 +26,7 @@ WORK=$(mktemp -d /tmp/nvme-write-ab.XXXXXX)
 PID=
 cleanup() { [ -n "$PID" ] && { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }; rm -rf "$WORK"; }
 trap cleanup EXIT
-cat > "$WORK/iopace.toml" <<TOML
-[server]
-reactors = 1
-tcp = []
-unix = []
-rpc = "$WORK/rpc.sock"
-nvme_tcp = ["127.0.0.1:$PORT"]
-
-[[bdev]]
-name = "m0"
-kind = "malloc"
-size = "1GiB"
-
-[[export]]
-name = "default"
-bdev = "m0"
-TOML
+nvmf_config "" "$WORK/rpc.sock" "$PORT" > "$WORK/iopace.toml"
 
 # The target's CPU time so far (utime + stime), in ms.
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$PID/stat"; }

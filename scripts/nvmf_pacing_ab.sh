@@ -13,6 +13,7 @@
 #
 # Does not take the bench lock itself: run it under flock.
 set -uo pipefail
+. "$(dirname "$0")/nvmf_config.sh"
 OUT=$1; shift
 SPDK=${SPDK_DIR:-$HOME/.cache/iopace-spdk-v26.05}
 export LD_LIBRARY_PATH=$SPDK/build/lib
@@ -26,28 +27,7 @@ for rep in $(seq $REPS); do
   for spec in $order; do
     full=${spec%%:*}; bin=$BIN; [ "$spec" != "$full" ] && bin=${spec#*:}; mode=${full%%+*}; extra=""; [ "$full" != "$mode" ] && extra=$(echo "${full#*+}" | tr "+" "\n")
     tag=$(echo "$spec" | tr '/:' '__')
-    cat > "$WORK/c.toml" <<T
-[server]
-reactors = 1
-poll = "adaptive"
-tcp = []
-unix = []
-rpc = "$WORK/rpc.sock"
-nvme_tcp = ["127.0.0.1:$PORT"]
-
-[[bdev]]
-name = "m0"
-kind = "malloc"
-size = "1GiB"
-
-[[export]]
-name = "default"
-bdev = "m0"
-
-[pacing]
-mode = "$mode"
-$extra
-T
+    nvmf_config adaptive "$WORK/rpc.sock" "$PORT" "$(printf '[pacing]\nmode = "%s"\n%s' "$mode" "$extra")" > "$WORK/c.toml"
     taskset -c 0 "$bin" serve --config "$WORK/c.toml" > "$OUT/srv-$tag-$rep.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done

@@ -11,6 +11,7 @@
 # ~/.cache/iopace-spdk-v26.05) and target/release/iopace. Holds
 # /work/wt/bench.lock (or $BENCH_LOCK) exclusively while it measures.
 set -euo pipefail
+. "$(dirname "$0")/nvmf_config.sh"
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out/nvmf-peers}
 SPDK=${SPDK_DIR:-$HOME/.cache/iopace-spdk-v26.05}
@@ -48,24 +49,7 @@ start_spdk() {
 }
 
 start_iopace() {   # $1: the reactor's poll mode; $2: the binary
-  cat > "$WORK/iopace.toml" <<EOF
-[server]
-reactors = 1
-poll = "$1"
-tcp = []
-unix = []
-rpc = ""
-nvme_tcp = ["127.0.0.1:$IOPACE_PORT"]
-
-[[bdev]]
-name = "m0"
-kind = "malloc"
-size = "1GiB"
-
-[[export]]
-name = "default"
-bdev = "m0"
-EOF
+  nvmf_config "$1" "" "$IOPACE_PORT" > "$WORK/iopace.toml"
   taskset -c 0 "$2" serve --config "$WORK/iopace.toml" > "$OUT/iopace.log" 2>&1 &
   IOPACE_PID=$!; PIDS+=("$IOPACE_PID")
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$IOPACE_PORT) 2>/dev/null && break; sleep 0.1; done
