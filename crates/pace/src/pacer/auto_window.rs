@@ -18,7 +18,7 @@ use super::filter::{rate_filter, LargeIoMin, WindowedMax};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
 use super::flows::{Flows, Sizing};
 use super::ports::PortMeter;
-use super::queues::Slot;
+use super::queues::{OpenMemo, Slot};
 use super::tenants::Tenants;
 use super::{DeviceShares, Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
 use crate::Nanos;
@@ -74,6 +74,8 @@ pub(super) struct Windows {
     /// What `window` was last summed from, while nothing else it reads
     /// can change unseen (see `resize`).
     sum_key: Option<resize::SumKey>,
+    /// Flows' `open` answers kept within a poll (see `head`).
+    pub open_memo: OpenMemo,
 }
 
 impl Windows {
@@ -94,6 +96,7 @@ impl Windows {
             ports: None,
             max_io,
             sum_key: None,
+            open_memo: OpenMemo::default(),
         }
     }
 
@@ -201,10 +204,16 @@ impl Windows {
     }
 
     /// Tenant `t`'s oldest IO at device `d` whose flow may take it now.
+    /// Within a poll each flow's answer is kept until a release (see
+    /// `OpenMemo`).
     pub fn head(&self, cfg: &PacingConfig, sched: &Scheduler, d: usize, t: usize) -> Option<Slot> {
-        sched.devices[d]
-            .queue
-            .head(t, |io| self.flow_open(cfg, sched, io))
+        let (queue, open) = (&sched.devices[d].queue, |io: &PacedIo| {
+            self.flow_open(cfg, sched, io)
+        });
+        match self.open_memo.gen() {
+            Some(gen) => queue.head_memo(t, gen, open),
+            None => queue.head(t, open),
+        }
     }
 
     /// The IO's flow has room in its window (in `auto`; a light tenant's IO

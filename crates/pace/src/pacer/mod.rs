@@ -407,6 +407,9 @@ impl Pacer {
         // ends would hang the reactor (a turn passes only to a device that
         // may go, or adds a DRR quantum, so this bound is never reached).
         let mut turns = 0u32;
+        // Flows' answers are kept from here to `publish_ready`'s (see
+        // `OpenMemo`).
+        self.windows.open_memo.begin();
         while let Some(t) = self.sched.tenants.pick(&skipped) {
             match self.admit(t, link_waiter, now) {
                 Verdict::Release(grant) => {
@@ -437,6 +440,7 @@ impl Pacer {
         }
         self.skipped = skipped;
         self.publish_ready();
+        self.windows.open_memo.end();
         self.windows.publish_link(&self.sched.tenants);
         self.windows.publish_hosts();
         self.sched.publish_oldest(self.windows.reactor());
@@ -505,6 +509,7 @@ impl Pacer {
         );
         debug_assert!(earlier.is_none(), "IO {} released twice", io.id);
         self.ios += 1;
+        self.windows.open_memo.changed();
     }
 
     /// Released IO `id` (a write piece whose payload has arrived) goes to

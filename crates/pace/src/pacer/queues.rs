@@ -8,6 +8,7 @@
 //! their share, and 72-100% in fair order. Lookups cost one step per flow
 //! with IO queued here, not per IO.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 use super::ablate::{self, Mechanism};
@@ -31,6 +32,17 @@ struct FlowQueue {
     /// fair queuing): flows at one device take equal device time.
     start: u64,
     ios: VecDeque<Queued>,
+    /// Whether its front IO (by id) might go, asked in memo generation
+    /// `gen` (see `head_memo`; 0: never asked).
+    open: Cell<Memo>,
+}
+
+/// A flow's answer to `open`, kept while nothing it reads changes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Memo {
+    gen: u64,
+    io: u64,
+    open: bool,
 }
 
 /// Where an IO sits: tenant `t`'s lane, flow queue `fq`, at its front.
@@ -51,6 +63,41 @@ pub(super) struct DeviceQueue {
     /// Emptied flow queues' buffers, for the next flows: a flow whose one
     /// IO is released at once empties its queue on every IO.
     spare: Vec<VecDeque<Queued>>,
+}
+
+/// The generation of the flows' `open` answers that `head_memo` keeps:
+/// a poll begins one, each release (which changes what the answers read:
+/// its flow's, host's, pool's and device's books, its tenant's queue)
+/// begins the next, and between polls none is kept.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct OpenMemo {
+    last: u64,
+    on: bool,
+}
+
+impl OpenMemo {
+    /// A poll starts asking.
+    pub fn begin(&mut self) {
+        self.last += 1;
+        self.on = true;
+    }
+
+    /// What the answers read changed: those kept are stale.
+    pub fn changed(&mut self) {
+        if self.on {
+            self.last += 1;
+        }
+    }
+
+    /// The poll is over: the answers read state that changes between polls.
+    pub fn end(&mut self) {
+        self.on = false;
+    }
+
+    /// The generation under way, if any.
+    pub fn gen(&self) -> Option<u64> {
+        self.on.then_some(self.last)
+    }
 }
 
 /// At most this many emptied flow queues' buffers are kept.
@@ -84,6 +131,7 @@ impl DeviceQueue {
                     flow: io.flow,
                     start: vtime,
                     ios,
+                    open: Cell::default(),
                 });
             }
         }
@@ -104,6 +152,34 @@ impl DeviceQueue {
     /// front of the flow with the least virtual start (see `FlowQueue`),
     /// the oldest among equals, or the oldest alone with that taken out.
     pub fn head(&self, t: usize, open: impl Fn(&PacedIo) -> bool) -> Option<Slot> {
+        self.find(t, |_, io| open(io))
+    }
+
+    /// As `head`, with each flow's answer kept for memo generation `gen`
+    /// (at least 1): a poll asks the same flows again and again (each
+    /// turn, each device a fast turn may go to, and each tenant's devices
+    /// at its end), and nothing `open` reads changes until the caller
+    /// starts a new generation. The answer is kept for the front IO it
+    /// was asked about (by id), which its bytes and device are.
+    pub fn head_memo(&self, t: usize, gen: u64, open: impl Fn(&PacedIo) -> bool) -> Option<Slot> {
+        debug_assert!(gen > 0, "generation 0 is a queue's never-asked flows");
+        self.find(t, |f, io| {
+            let m = f.open.get();
+            if m.gen == gen && m.io == io.id {
+                debug_assert_eq!(m.open, open(io), "flow {}: a stale answer", f.flow);
+                return m.open;
+            }
+            let open = open(io);
+            f.open.set(Memo {
+                gen,
+                io: io.id,
+                open,
+            });
+            open
+        })
+    }
+
+    fn find(&self, t: usize, open: impl Fn(&FlowQueue, &PacedIo) -> bool) -> Option<Slot> {
         let lane = self.lanes.get(t)?;
         // One flow queued (one host, one connection): no order to find,
         // and this runs at least once per poll.
@@ -111,15 +187,15 @@ impl DeviceQueue {
             return f
                 .ios
                 .front()
-                .filter(|q| open(&q.io))
+                .filter(|q| open(f, &q.io))
                 .map(|_| Slot { tenant: t, fq: 0 });
         }
         let fair = !ablate::out(Mechanism::FlowFair);
         lane.iter()
             .enumerate()
-            .filter_map(|(i, f)| f.ios.front().map(|q| (i, f.start, q)))
-            .filter(|(_, _, q)| open(&q.io))
-            .min_by_key(|(_, start, q)| (if fair { *start } else { 0 }, q.at, q.seq))
+            .filter_map(|(i, f)| f.ios.front().map(|q| (i, f, q)))
+            .filter(|(_, f, q)| open(f, &q.io))
+            .min_by_key(|(_, f, q)| (if fair { f.start } else { 0 }, q.at, q.seq))
             .map(|(fq, _, _)| Slot { tenant: t, fq })
     }
 
