@@ -210,10 +210,14 @@ impl Windows {
         let (queue, open) = (&sched.devices[d].queue, |io: &PacedIo| {
             self.flow_open(cfg, sched, io)
         });
-        match self.open_memo.gen() {
-            Some(gen) => queue.head_memo(t, gen, open),
-            None => queue.head(t, open),
-        }
+        let Some(gen) = self.open_memo.gen() else {
+            return queue.head(t, open);
+        };
+        let slot = queue.head_memo(t, gen, open);
+        // Alone, a stale answer is a bug; with other reactors, what they
+        // publish may move under a poll (the first answer is kept).
+        debug_assert!(self.link.is_some() || slot == queue.head(t, open));
+        slot
     }
 
     /// The IO's flow has room in its window (in `auto`; a light tenant's IO
@@ -449,6 +453,15 @@ impl Windows {
     /// and their hosts, waiting on that drive, left slow drives idle
     /// (`slow_devices_open_link`: 29 of 47 Gb/s at QD 128).
     pub fn device_window(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> u64 {
+        // Asked for each IO a poll looks at: kept as flows' answers are.
+        let window = || self.device_window_of(cfg, devices, d);
+        let w = self.open_memo.keep(&devices[d].window_memo, window);
+        debug_assert!(self.link.is_some() || w == window(), "device {d}: stale");
+        w
+    }
+
+    /// `device_window`, worked out anew.
+    fn device_window_of(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> u64 {
         let dev = &devices[d];
         let max_io = dev.largest_work(self.max_io);
         // A drained device has room for two of the largest IO it was sent,

@@ -54,6 +54,8 @@ pub(super) struct Device {
     /// times per IO, nearly always of the reactor's largest IO or this
     /// device's.
     largest_memo: Cell<[Option<(u64, u64)>; 2]>,
+    /// Its window, kept within a poll (see `Windows::device_window`).
+    pub window_memo: Cell<(u64, u64)>,
 }
 
 impl Device {

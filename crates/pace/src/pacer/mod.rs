@@ -407,8 +407,6 @@ impl Pacer {
         // ends would hang the reactor (a turn passes only to a device that
         // may go, or adds a DRR quantum, so this bound is never reached).
         let mut turns = 0u32;
-        // Flows' answers are kept from here to `publish_ready`'s (see
-        // `OpenMemo`).
         self.windows.open_memo.begin();
         while let Some(t) = self.sched.tenants.pick(&skipped) {
             match self.admit(t, link_waiter, now) {
