@@ -18,7 +18,7 @@ use super::filter::{rate_filter, LargeIoMin, WindowedMax};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
 use super::flows::{Flows, Sizing};
 use super::ports::PortMeter;
-use super::queues::{OpenMemo, Slot};
+use super::queues::{PollMemo, Slot};
 use super::tenants::Tenants;
 use super::{DeviceShares, Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
 use crate::Nanos;
@@ -75,7 +75,7 @@ pub(super) struct Windows {
     /// can change unseen (see `resize`).
     sum_key: Option<resize::SumKey>,
     /// Flows' `open` answers kept within a poll (see `head`).
-    pub open_memo: OpenMemo,
+    pub poll_memo: PollMemo,
 }
 
 impl Windows {
@@ -96,7 +96,7 @@ impl Windows {
             ports: None,
             max_io,
             sum_key: None,
-            open_memo: OpenMemo::default(),
+            poll_memo: PollMemo::default(),
         }
     }
 
@@ -205,12 +205,12 @@ impl Windows {
 
     /// Tenant `t`'s oldest IO at device `d` whose flow may take it now.
     /// Within a poll each flow's answer is kept until a release (see
-    /// `OpenMemo`).
+    /// `PollMemo`).
     pub fn head(&self, cfg: &PacingConfig, sched: &Scheduler, d: usize, t: usize) -> Option<Slot> {
         let (queue, open) = (&sched.devices[d].queue, |io: &PacedIo| {
             self.flow_open(cfg, sched, io)
         });
-        let Some(gen) = self.open_memo.gen() else {
+        let Some(gen) = self.poll_memo.gen() else {
             return queue.head(t, open);
         };
         let slot = queue.head_memo(t, gen, open);
@@ -455,7 +455,7 @@ impl Windows {
     pub fn device_window(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> u64 {
         // Asked for each IO a poll looks at: kept as flows' answers are.
         let window = || self.device_window_of(cfg, devices, d);
-        let w = self.open_memo.keep(&devices[d].window_memo, window);
+        let w = self.poll_memo.keep(&devices[d].window_memo, window);
         debug_assert!(self.link.is_some() || w == window(), "device {d}: stale");
         w
     }
@@ -575,7 +575,11 @@ impl Windows {
         if ablate::out(Mechanism::HoldRatio) {
             return 1.0;
         }
-        devices[d].hold_ratio(self.latency.get())
+        // Asked for each IO a poll looks at: kept as flows' answers are.
+        let ratio = || devices[d].hold_ratio(self.latency.get()).to_bits();
+        let r = self.poll_memo.keep(&devices[d].ratio_memo, ratio);
+        debug_assert_eq!(r, ratio(), "device {d}: a stale hold ratio");
+        f64::from_bits(r)
     }
 
     /// How long an IO to device `d` holds its flow's window, for sizing

@@ -54,8 +54,10 @@ pub(super) struct Device {
     /// times per IO, nearly always of the reactor's largest IO or this
     /// device's.
     largest_memo: Cell<[Option<(u64, u64)>; 2]>,
-    /// Its window, kept within a poll (see `Windows::device_window`).
+    /// Its window and hold ratio (as bits), kept within a poll (see
+    /// `PollMemo`).
     pub window_memo: Cell<(u64, u64)>,
+    pub ratio_memo: Cell<(u64, u64)>,
 }
 
 impl Device {

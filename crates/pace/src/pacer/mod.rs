@@ -407,7 +407,7 @@ impl Pacer {
         // ends would hang the reactor (a turn passes only to a device that
         // may go, or adds a DRR quantum, so this bound is never reached).
         let mut turns = 0u32;
-        self.windows.open_memo.begin();
+        self.windows.poll_memo.begin();
         while let Some(t) = self.sched.tenants.pick(&skipped) {
             match self.admit(t, link_waiter, now) {
                 Verdict::Release(grant) => {
@@ -438,7 +438,7 @@ impl Pacer {
         }
         self.skipped = skipped;
         self.publish_ready();
-        self.windows.open_memo.end();
+        self.windows.poll_memo.end();
         self.windows.publish_link(&self.sched.tenants);
         self.windows.publish_hosts();
         self.sched.publish_oldest(self.windows.reactor());
@@ -507,7 +507,7 @@ impl Pacer {
         );
         debug_assert!(earlier.is_none(), "IO {} released twice", io.id);
         self.ios += 1;
-        self.windows.open_memo.changed();
+        self.windows.poll_memo.changed();
     }
 
     /// Released IO `id` (a write piece whose payload has arrived) goes to

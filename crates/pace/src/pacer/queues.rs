@@ -65,17 +65,19 @@ pub(super) struct DeviceQueue {
     spare: Vec<VecDeque<Queued>>,
 }
 
-/// The generation of the flows' `open` answers that `head_memo` keeps:
-/// a poll begins one, each release (which changes what the answers read:
-/// its flow's, host's, pool's and device's books, its tenant's queue)
-/// begins the next, and between polls none is kept.
+/// The generation of the answers a poll keeps (flows' `open` in
+/// `head_memo`, devices' windows and hold ratios): a poll asks the same
+/// questions again and again, each turn and at its end. A poll begins a
+/// generation, each release (which changes what the answers read: its
+/// flow's, host's, pool's and device's books, its tenant's queue) begins
+/// the next, and between polls none is kept.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct OpenMemo {
+pub(super) struct PollMemo {
     last: u64,
     on: bool,
 }
 
-impl OpenMemo {
+impl PollMemo {
     /// A poll starts asking.
     pub fn begin(&mut self) {
         self.last += 1;
@@ -170,12 +172,10 @@ impl DeviceQueue {
         self.find(t, |_, io| open(io))
     }
 
-    /// As `head`, with each flow's answer kept for memo generation `gen`
-    /// (at least 1): a poll asks the same flows again and again (each
-    /// turn, each device a fast turn may go to, and each tenant's devices
-    /// at its end), and nothing `open` reads changes until the caller
-    /// starts a new generation. The answer is kept for the front IO it
-    /// was asked about (by id), which its bytes and device are.
+    /// As `head`, with each flow's answer kept for generation `gen` (at
+    /// least 1, see `PollMemo`): nothing `open` reads changes until the
+    /// caller starts a new one. The answer is kept for the front IO it was
+    /// asked about (by id), whose bytes and device it read.
     pub fn head_memo(&self, t: usize, gen: u64, open: impl Fn(&PacedIo) -> bool) -> Option<Slot> {
         debug_assert!(gen > 0, "generation 0 is a queue's never-asked flows");
         self.find(t, |f, io| {
