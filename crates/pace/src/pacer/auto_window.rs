@@ -74,7 +74,7 @@ pub(super) struct Windows {
     /// What `window` was last summed from, while nothing else it reads
     /// can change unseen (see `resize`).
     sum_key: Option<resize::SumKey>,
-    /// Flows' `open` answers kept within a poll (see `head`).
+    /// Which answers a poll keeps (see `PollMemo`).
     pub poll_memo: PollMemo,
 }
 
