@@ -4,9 +4,16 @@
 # and nbdkit --tls=require alternating, at 64 KiB and 256 KiB requests; with
 # iopace in plaintext beside them, and optionally a second iopace binary
 # (the one before a change, in TLS and plaintext). Server CPU is utime+stime from /proc/PID/stat
-# around each copy. Each timed copy holds /work/wt/bench.lock.
+# around each copy; client CPU (nbdcopy's, GnuTLS decrypting included) is
+# the timing shell's cutime+cstime around it. Each timed copy holds
+# /work/wt/bench.lock.
 #
-# Usage: scripts/tls_reactor_bench.sh OUT_DIR [REPS] [IOPACE] [IOPACE_BEFORE]
+# Usage: [CONNS="1 2 4"] scripts/tls_reactor_bench.sh OUT_DIR [REPS] [IOPACE] [IOPACE_BEFORE]
+# CONNS: the connection counts the timed copies alternate (default 1),
+# each run as `nbdcopy -C N -T N`: nbdcopy opens no more connections than
+# threads, and its threads default to the cores (its default -C 4 is 2
+# connections on 2 cores). It falls back to one connection where a server
+# does not advertise multi-conn, so the script prints what each advertises.
 # Writes OUT_DIR/results.csv (one line per copy) and prints a summary; the
 # data, certificates and logs stay in OUT_DIR (outside the repository).
 # Before the timed copies it checks the TLS path end to end: the data goes in
@@ -16,6 +23,7 @@ OUT=$1
 REPS=${2:-3}
 IOPACE=${3:-target/release/iopace}
 BEFORE=${4:-}
+CONNS=${CONNS:-1}
 LOCK=/work/wt/bench.lock
 PORT_TLS=10931
 PORT_PLAIN=10932
@@ -108,6 +116,9 @@ for s in $SERVERS; do
     uri=${uri#*:}
     wait_port "$uri"
     nbdcopy -C 4 --request-size=1048576 "$DATA" "$uri"
+    mc=no
+    nbdinfo --can multi-conn "$uri" && mc=yes
+    echo "${s%%:*}: multi-conn $mc"
 done
 # The TLS path both ways: in above, out here.
 nbdcopy -C 1 "$URI_TLS" "$OUT/back.raw"
@@ -116,38 +127,66 @@ rm -f "$OUT/back.raw"
 echo "data in and out through iopace's TLS: identical"
 
 CSV=$OUT/results.csv
-echo "server,request_size,rep,seconds,mib_per_s,server_cpu_s_per_gib,load1" > "$CSV"
+# New columns go last, so that readers of the old seven keep working.
+echo "server,request_size,rep,seconds,mib_per_s,server_cpu_s_per_gib,load1,conns,client_cpu_s_per_gib" > "$CSV"
 TCK=$(getconf CLK_TCK)
 for rep in $(seq "$REPS"); do
     for size in 65536 262144; do
-        for s in $SERVERS; do
-            name=${s%%:*}
-            rest=${s#*:}
-            pid=${rest%%:*}
-            uri=${rest#*:}
-            line=$(flock "$LOCK" sh -c '
-                c0=$(awk "{ print \$14 + \$15 }" /proc/'"$pid"'/stat)
-                t0=$(date +%s.%N)
-                nbdcopy -C 1 --request-size='"$size"' "'"$uri"'" null:
-                t1=$(date +%s.%N)
-                c1=$(awk "{ print \$14 + \$15 }" /proc/'"$pid"'/stat)
-                load=$(cut -d" " -f1 /proc/loadavg)
-                echo "$t0 $t1 $c0 $c1 $load"')
-            echo "$line" | awk -v n="$name" -v sz="$size" -v r="$rep" -v tck="$TCK" \
-                '{ s = $2 - $1; printf "%s,%d,%d,%.3f,%.1f,%.3f,%s\n", n, sz, r, s, 1024 / s, ($4 - $3) / tck, $5 }' \
-                >> "$CSV"
+        for conns in $CONNS; do
+            for s in $SERVERS; do
+                name=${s%%:*}
+                rest=${s#*:}
+                pid=${rest%%:*}
+                uri=${rest#*:}
+                # $$ below is the timing shell: its cutime+cstime grow by
+                # nbdcopy's CPU (all its threads) once nbdcopy is reaped.
+                line=$(flock "$LOCK" sh -c '
+                    load=$(cut -d" " -f1 /proc/loadavg)
+                    c0=$(awk "{ print \$14 + \$15 }" /proc/'"$pid"'/stat)
+                    k0=$(awk "{ print \$16 + \$17 }" /proc/$$/stat)
+                    t0=$(date +%s.%N)
+                    nbdcopy -C '"$conns"' -T '"$conns"' --request-size='"$size"' "'"$uri"'" null:
+                    t1=$(date +%s.%N)
+                    c1=$(awk "{ print \$14 + \$15 }" /proc/'"$pid"'/stat)
+                    k1=$(awk "{ print \$16 + \$17 }" /proc/$$/stat)
+                    echo "$t0 $t1 $c0 $c1 $load $k0 $k1"')
+                echo "$line" | awk -v n="$name" -v sz="$size" -v r="$rep" -v c="$conns" -v tck="$TCK" \
+                    '{ s = $2 - $1; printf "%s,%d,%d,%.3f,%.1f,%.3f,%s,%d,%.3f\n", n, sz, r, s, 1024 / s, ($4 - $3) / tck, $5, c, ($7 - $6) / tck }' \
+                    >> "$CSV"
+            done
         done
     done
 done
 cleanup
 PIDS=""
 echo
-awk -F, 'NR > 1 {
-    k = $1 " " $2 / 1024 "KiB"
-    if (!(k in lo) || $5 < lo[k]) lo[k] = $5
-    if (!(k in hi) || $5 > hi[k]) hi[k] = $5
-    if (!(k in clo) || $6 < clo[k]) clo[k] = $6
-    if (!(k in chi) || $6 > chi[k]) chi[k] = $6
+# Per server, size and connection count: median (range) over the reps;
+# then iopace TLS over nbdkit TLS within each rep, median (range).
+awk -F, '
+function add(k, v) { n[k]++; val[k, n[k]] = v }
+function med(k,   i, j, t, a) {
+    for (i = 1; i <= n[k]; i++) a[i] = val[k, i]
+    for (i = 2; i <= n[k]; i++)
+        for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    return sprintf(fmt, a[int((n[k] + 1) / 2)]) " (" sprintf(fmt, a[1]) "-" sprintf(fmt, a[n[k]]) ")"
+}
+NR > 1 {
+    k = sprintf("%-20s %3dKiB -C %d", $1, $2 / 1024, $8 == "" ? 1 : $8)
+    keys[k] = 1
+    add(k " mib", $5); add(k " cpu", $6); add(k " cli", $9)
+    r = $2 / 1024 "KiB -C " ($8 == "" ? 1 : $8)
+    if ($1 == "iopace-tls") { im[r, $3] = $5; ic[r, $3] = $6 }
+    if ($1 == "nbdkit-tls") { km[r, $3] = $5; kc[r, $3] = $6 }
+    rows[r] = 1
 } END {
-    for (k in lo) printf "%-28s %7.0f-%-7.0f MiB/s   %.3f-%.3f s CPU/GiB\n", k, lo[k], hi[k], clo[k], chi[k]
+    for (k in keys) {
+        fmt = "%.0f"; m = med(k " mib"); fmt = "%.2f"
+        printf "%s  MiB/s %-18s server s/GiB %-18s client s/GiB %s\n", k, m, med(k " cpu"), med(k " cli")
+    }
+    for (q in im) {
+        split(q, p, SUBSEP)
+        if ((q in km) && km[q] > 0 && kc[q] > 0) { add(p[1] " tput", im[q] / km[q]); add(p[1] " cpu", ic[q] / kc[q]) }
+    }
+    fmt = "%.2f"
+    for (r in rows) if (n[r " tput"]) printf "ratio iopace/nbdkit %-14s MiB/s %s  server CPU/GiB %s\n", r, med(r " tput"), med(r " cpu")
 }' "$CSV" | sort
