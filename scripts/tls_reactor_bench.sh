@@ -1,5 +1,5 @@
 #!/bin/sh
-# TLS throughput and server CPU: `nbdcopy -C 1` of 1 GiB of random data from
+# TLS throughput and server CPU: `nbdcopy -C 1` (or CONNS, below) of 1 GiB of random data from
 # a RAM export to null:, over TLS (STARTTLS, no client certificates), iopace
 # and nbdkit --tls=require alternating, at 64 KiB and 256 KiB requests; with
 # iopace in plaintext beside them, and optionally a second iopace binary
