@@ -487,7 +487,7 @@ impl Windows {
                     Some(s) => product(s.part).max(product(s.total) - s.others_in_flight as f64),
                     None => product(r),
                 };
-                (w as u64).max(2 * own_largest)
+                (w as u64).max(dev.window_floor(own_largest))
             }
             // Until it has delivered, a device may fill the whole window.
             _ => (self.window_now as f64 * max_io as f64 / self.max_io as f64) as u64,

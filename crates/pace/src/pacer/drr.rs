@@ -50,6 +50,9 @@ pub(super) struct Device {
     pub probe: DrainProbe,
     /// The largest IO sent to it (bytes; 0 before the first).
     pub largest_io: u64,
+    /// The largest request whose IOs (pieces of it, or all of it) it was
+    /// sent.
+    pub largest_request: u64,
     /// The last two `largest_work` answers, (bytes, work): asked several
     /// times per IO, nearly always of the reactor's largest IO or this
     /// device's.
@@ -171,6 +174,15 @@ impl Device {
         // The newer answer stays, the older goes.
         self.largest_memo.set([Some((bytes, work)), memo[0]]);
         work
+    }
+
+    /// The least window (device time): room for two of its `largest` IO,
+    /// and for the whole of the largest request it was sent, whose pieces
+    /// come together. With two 128 KiB pieces' room an idle connection's
+    /// 1 MiB read reached its drive two pieces at a time: one host at QD 4
+    /// over 88 drives carried 69% of its link (fuzz 1:77; 100% unpaced).
+    pub fn window_floor(&self, largest: u64) -> u64 {
+        (2 * largest).max(self.largest_work(self.largest_request))
     }
 
     fn largest_work_of(&self, bytes: u64) -> u64 {
@@ -342,6 +354,20 @@ mod tests {
         // nearly a third.
         assert!(4 * small > large, "{small} against {large}");
         assert_eq!(d.largest_work(256 << 10), d.work(IoKind::Write, 256 << 10));
+    }
+
+    #[test]
+    fn a_window_floor_holds_the_largest_request_whole() {
+        let mut d = Device::new(CostModel::nvme(), 128 << 10);
+        let piece = d.largest_work(128 << 10);
+        assert_eq!(d.window_floor(piece), 2 * piece, "no request yet");
+        d.largest_request = 128 << 10;
+        assert_eq!(d.window_floor(piece), 2 * piece, "requests fit a buffer");
+        // A 1 MiB request comes as 8 pieces: all of them may be at the
+        // device, not 2.
+        d.largest_request = 1 << 20;
+        assert_eq!(d.window_floor(piece), d.largest_work(1 << 20));
+        assert!(d.window_floor(piece) > 4 * piece);
     }
 
     #[test]

@@ -70,6 +70,7 @@ impl Loop {
             device: (self.next_id % 4) as usize,
             tenant: 0,
             bytes: K128,
+            request: K128,
             kind: IoKind::Read,
             offset: self.next_id * u64::from(K128),
         };
@@ -228,6 +229,7 @@ fn a_write_waiting_for_its_payload_holds_only_its_own_flows_window() {
         device: 0,
         tenant: 0,
         bytes: K128,
+        request: K128,
         kind,
         offset: id * u64::from(K128),
     };
@@ -295,6 +297,7 @@ fn released_for_one_flow(host: Option<u64>, busy_other: bool) -> usize {
             device: 0,
             tenant: 0,
             bytes: K128,
+            request: K128,
             kind: IoKind::Read,
             offset: id * u64::from(K128),
         };

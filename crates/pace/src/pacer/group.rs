@@ -147,6 +147,7 @@ mod tests {
                 device: 0,
                 tenant: 0,
                 bytes: 4096,
+                request: 4096,
                 kind: IoKind::Read,
                 offset: 0,
             };
@@ -191,6 +192,7 @@ mod tests {
                 device: 0,
                 tenant,
                 bytes: 4096,
+                request: 4096,
                 kind: IoKind::Read,
                 offset: 0,
             };

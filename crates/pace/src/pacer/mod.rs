@@ -121,6 +121,9 @@ pub struct PacedIo {
     pub device: usize,
     pub tenant: usize,
     pub bytes: u32,
+    /// The whole request's bytes: `bytes` unless it is a piece of a
+    /// larger request, whose pieces come together.
+    pub request: u32,
     pub kind: IoKind,
     pub offset: u64,
 }
@@ -468,6 +471,7 @@ impl Pacer {
         let dev = &mut self.sched.devices[io.device];
         let work = dev.work(io.kind, bytes);
         dev.largest_io = dev.largest_io.max(bytes);
+        dev.largest_request = dev.largest_request.max(u64::from(io.request));
         dev.probe.released(now);
         let lone = self.windows.flows.released(io.flow, bytes);
         // A read goes to its device as it is released; a write piece when

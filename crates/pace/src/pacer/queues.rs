@@ -287,6 +287,7 @@ mod tests {
             device: 0,
             tenant,
             bytes: 4096,
+            request: 4096,
             kind: IoKind::Read,
             offset: 0,
         }

@@ -11,6 +11,7 @@ fn io(id: u64, device: usize, tenant: usize, bytes: u32) -> PacedIo {
         device,
         tenant,
         bytes,
+        request: bytes,
         kind: IoKind::Read,
         offset: id * u64::from(bytes),
     }

@@ -252,6 +252,7 @@ impl IoPath {
             device: export.device,
             tenant: export.tenant,
             bytes,
+            request: req.len(),
             kind,
             offset,
         }
