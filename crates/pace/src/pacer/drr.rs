@@ -182,6 +182,11 @@ impl Device {
     /// 1 MiB read reached its drive two pieces at a time: one host at QD 4
     /// over 88 drives carried 69% of its link (fuzz 1:77; 100% unpaced).
     pub fn window_floor(&self, largest: u64) -> u64 {
+        // A request no larger than its largest IO (no pieces) fits in two
+        // of them already: no third size for `largest_work`'s memo.
+        if self.largest_request <= self.largest_io {
+            return 2 * largest;
+        }
         (2 * largest).max(self.largest_work(self.largest_request))
     }
 
@@ -361,7 +366,7 @@ mod tests {
         let mut d = Device::new(CostModel::nvme(), 128 << 10);
         let piece = d.largest_work(128 << 10);
         assert_eq!(d.window_floor(piece), 2 * piece, "no request yet");
-        d.largest_request = 128 << 10;
+        (d.largest_io, d.largest_request) = (128 << 10, 128 << 10);
         assert_eq!(d.window_floor(piece), 2 * piece, "requests fit a buffer");
         // A 1 MiB request comes as 8 pieces: all of them may be at the
         // device, not 2.
