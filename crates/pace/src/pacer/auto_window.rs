@@ -54,6 +54,9 @@ pub(super) struct Windows {
     /// largest IOs: the path's product.
     pub rate: WindowedMax,
     pub latency: LargeIoMin,
+    /// The fastest device's hold, for hold ratios: as `latency`, with each
+    /// device's own largest IOs counted too (see `Pacer::on_complete`).
+    pub fastest: LargeIoMin,
     /// How many times its windows the pipeline wants (see
     /// [`depth`](super::depth)): its own or the target's, and the factors.
     depth: Arc<SharedDepth>,
@@ -87,6 +90,7 @@ impl Windows {
             stall_check_at: now,
             rate: rate_filter(max_io),
             latency: LargeIoMin::new(LATENCY_WINDOW_NS),
+            fastest: LargeIoMin::new(LATENCY_WINDOW_NS),
             depth: SharedDepth::new(devices.max(1)),
             depth_now: Factors::default(),
             window: 4 * max_io,
@@ -554,7 +558,7 @@ impl Windows {
     /// behind a slow wire never sees its unqueued latency; without the bound,
     /// its window would grow with the queue it makes.
     pub fn hold_time(&self, devices: &[Device], d: usize) -> Option<u64> {
-        devices[d].hold(self.latency.get())
+        devices[d].hold(self.fastest.get())
     }
 
     /// How long device `d` holds an IO, for sizing its window: its hold
@@ -563,7 +567,7 @@ impl Windows {
     fn device_hold(&self, devices: &[Device], d: usize) -> Option<Nanos> {
         let held = self.hold_time(devices, d)?;
         let dev = &devices[d];
-        match (dev.probe.latency_alone(dev.largest_io), self.latency.get()) {
+        match (dev.probe.latency_alone(dev.largest_io), self.fastest.get()) {
             (Some(alone), Some(fastest)) => Some(held.min(alone + fastest)),
             _ => Some(held),
         }
@@ -576,7 +580,7 @@ impl Windows {
             return 1.0;
         }
         // Asked for each IO a poll looks at: kept as flows' answers are.
-        let ratio = || devices[d].hold_ratio(self.latency.get()).to_bits();
+        let ratio = || devices[d].hold_ratio(self.fastest.get()).to_bits();
         let r = self.poll_memo.keep(&devices[d].ratio_memo, ratio);
         debug_assert_eq!(r, ratio(), "device {d}: a stale hold ratio");
         f64::from_bits(r)

@@ -564,6 +564,21 @@ impl Pacer {
         // devices kept 88-92% of the link.
         let large = f.bytes >= self.windows.max_io;
         self.windows.latency.update(latency, large, now);
+        // A device's own largest IOs tell its hold too, scaled up to the
+        // largest IO (no less than it would take for one). Without them, a
+        // reactor whose largest IOs all went to 5 ms drives took their hold
+        // as the fastest: every hold ratio 1, their queues filled
+        // `max_window`, 1 ms drives' readers got 52% of their share (1:98).
+        let own_largest = !large && f.bytes >= self.sched.devices[f.device].largest_io;
+        let fastest = if own_largest {
+            let scaled = u128::from(latency) * u128::from(self.windows.max_io);
+            u64::try_from(scaled / u128::from(f.bytes.max(1))).unwrap_or(u64::MAX)
+        } else {
+            latency
+        };
+        self.windows
+            .fastest
+            .update(fastest, large || own_largest, now);
         let dev = &mut self.sched.devices[f.device];
         dev.latency.update(latency, large, now);
         dev.delivered += f.bytes;

@@ -649,6 +649,29 @@ fn the_min_latency_is_the_largest_ios() {
 }
 
 #[test]
+fn the_fastest_hold_is_taken_at_each_devices_own_largest_io() {
+    // The largest IOs (128 KiB) go only to a slow drive (10 ms), 64 KiB
+    // ones to a fast drive (1 ms). The windows are still sized by the
+    // largest IOs' latency, but hold ratios are taken against the fast
+    // drive's, scaled to 128 KiB (2 ms): the slow drive holds 5x as long.
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    p.enqueue(io(1, 0, 0, K128), 0);
+    p.enqueue(io(2, 1, 0, K128 / 2), 0);
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    assert_eq!(out, [1, 2]);
+    p.on_device_complete(2, IoKind::Read, 900_000, 900_000);
+    p.on_complete(2, 1_000_000);
+    p.on_device_complete(1, IoKind::Read, 9_900_000, 9_900_000);
+    p.on_complete(1, 10_000_000);
+    assert_eq!(p.windows.latency.get(), Some(10_000_000));
+    assert_eq!(p.windows.fastest.get(), Some(2_000_000));
+    let devices = &p.sched.devices;
+    assert_eq!(p.windows.hold_ratio(devices, 0), 5.0);
+    assert_eq!(p.windows.hold_ratio(devices, 1), 1.0);
+}
+
+#[test]
 fn a_lone_client_holds_only_its_own_device_at_depth_one() {
     const MS: Nanos = 1_000_000;
     let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);

@@ -27,6 +27,7 @@ pub(in crate::pacer) struct SumKey {
     max_io: u64,
     max_window: u64,
     latency: Option<Nanos>,
+    fastest: Option<Nanos>,
     /// The ports' generation (see `PortMeter::generation`).
     ports: Option<u64>,
 }
@@ -39,6 +40,7 @@ impl Windows {
             max_io: self.max_io,
             max_window: cfg.max_window,
             latency: self.latency.get(),
+            fastest: self.fastest.get(),
             ports: self.ports.as_ref().map(|m| m.generation()),
         })
     }
@@ -81,7 +83,7 @@ impl Windows {
         // by their device's hold time, not by the port (pooled, fast
         // tenants beside 32 slow 1 ms drives held 14-16 MiB where they
         // had held 6, `tenants_slow_devices`).
-        let (ports, devices, fastest) = (self.ports.as_ref(), &sched.devices, self.latency.get());
+        let (ports, devices, fastest) = (self.ports.as_ref(), &sched.devices, self.fastest.get());
         let fast = |d: usize| {
             devices
                 .get(d)
