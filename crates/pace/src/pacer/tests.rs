@@ -641,11 +641,16 @@ fn the_min_latency_is_the_largest_ios() {
     let mut out = Vec::new();
     p.poll(0, &mut out);
     assert_eq!(out, [1, 2]);
-    p.on_device_complete(1, IoKind::Read, 30_000, 30_000);
-    p.on_complete(1, 40_000);
-    p.on_device_complete(2, IoKind::Read, 60_000, 60_000);
-    p.on_complete(2, 80_000);
+    land(&mut p, 1, 30_000, 40_000);
+    land(&mut p, 2, 60_000, 80_000);
     assert_eq!(p.windows.latency.get(), Some(80_000));
+}
+
+/// IO `id` leaves its device at `at_device` (its time there) and is done
+/// at `done`.
+fn land(p: &mut Pacer, id: u64, at_device: Nanos, done: Nanos) {
+    p.on_device_complete(id, IoKind::Read, at_device, at_device);
+    p.on_complete(id, done);
 }
 
 #[test]
@@ -660,10 +665,8 @@ fn the_fastest_hold_is_taken_at_each_devices_own_largest_io() {
     let mut out = Vec::new();
     p.poll(0, &mut out);
     assert_eq!(out, [1, 2]);
-    p.on_device_complete(2, IoKind::Read, 900_000, 900_000);
-    p.on_complete(2, 1_000_000);
-    p.on_device_complete(1, IoKind::Read, 9_900_000, 9_900_000);
-    p.on_complete(1, 10_000_000);
+    land(&mut p, 2, 900_000, 1_000_000);
+    land(&mut p, 1, 9_900_000, 10_000_000);
     assert_eq!(p.windows.latency.get(), Some(10_000_000));
     assert_eq!(p.windows.fastest.get(), Some(2_000_000));
     let devices = &p.sched.devices;
