@@ -635,15 +635,22 @@ fn the_min_latency_is_the_largest_ios() {
     // 64 KiB IOs done in 40 us beside 128 KiB ones done in 80 us: the
     // window is sized by the 128 KiB IOs' latency (they hold their
     // buffers longest), not by the half-size ones'.
-    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
-    p.enqueue(io(1, 0, 0, K128 / 2), 0);
-    p.enqueue(io(2, 1, 0, K128), 0);
-    let mut out = Vec::new();
-    p.poll(0, &mut out);
-    assert_eq!(out, [1, 2]);
+    let mut p = two_devices_one_io_each(K128 / 2, K128);
     land(&mut p, 1, 30_000, 40_000);
     land(&mut p, 2, 60_000, 80_000);
     assert_eq!(p.windows.latency.get(), Some(80_000));
+}
+
+/// An `auto` pacer over two devices that released IO 1 (`first` bytes)
+/// to device 0 and IO 2 (`second` bytes) to device 1.
+fn two_devices_one_io_each(first: u32, second: u32) -> Pacer {
+    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
+    p.enqueue(io(1, 0, 0, first), 0);
+    p.enqueue(io(2, 1, 0, second), 0);
+    let mut out = Vec::new();
+    p.poll(0, &mut out);
+    assert_eq!(out, [1, 2]);
+    p
 }
 
 /// IO `id` leaves its device at `at_device` (its time there) and is done
@@ -659,12 +666,7 @@ fn the_fastest_hold_is_taken_at_each_devices_own_largest_io() {
     // ones to a fast drive (1 ms). The windows are still sized by the
     // largest IOs' latency, but hold ratios are taken against the fast
     // drive's, scaled to 128 KiB (2 ms): the slow drive holds 5x as long.
-    let mut p = Pacer::new(cfg(Mode::Auto), 2, K128, None, 0);
-    p.enqueue(io(1, 0, 0, K128), 0);
-    p.enqueue(io(2, 1, 0, K128 / 2), 0);
-    let mut out = Vec::new();
-    p.poll(0, &mut out);
-    assert_eq!(out, [1, 2]);
+    let mut p = two_devices_one_io_each(K128, K128 / 2);
     land(&mut p, 2, 900_000, 1_000_000);
     land(&mut p, 1, 9_900_000, 10_000_000);
     assert_eq!(p.windows.latency.get(), Some(10_000_000));
