@@ -1,0 +1,197 @@
+use super::*;
+
+fn write(m: &MallocMem, offset: u64, data: &mut [u8]) -> IoResult {
+    let iov = [libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    }];
+    m.execute(IoOp::Write { fua: false }, offset, data.len() as u32, &iov)
+}
+
+/// Resident set of this process, in bytes.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("resident pages");
+    pages * PAGE as u64
+}
+
+#[test]
+fn a_large_sparse_disk_costs_address_space_not_ram() {
+    let before = rss();
+    let m = MallocMem::new(16 << 40, Budget::new(1 << 30)).expect("16 TiB of address space");
+    assert_eq!(m.words, (16usize << 40) / CHUNK / 64);
+    // Reading the map of untouched chunks maps no memory either.
+    let status = m.block_status(8 << 40, u32::MAX);
+    assert_eq!(status, vec![(u32::MAX, EXTENT_HOLE)]);
+    assert_eq!(write(&m, 12 << 40, &mut [1u8; 512]), IoResult::Ok);
+    assert!(rss() < before + (8 << 20), "{} -> {}", before, rss());
+}
+
+#[test]
+fn writes_past_the_budget_fail_with_enospc_until_zeroing_refunds() {
+    let m = MallocMem::new(1 << 20, Budget::new(2 * CHUNK as u64)).expect("map");
+    let mut data = vec![3u8; CHUNK + 1];
+    assert_eq!(write(&m, 0, &mut data), IoResult::Ok, "two chunks fit");
+    assert_eq!(m.budget.used(), 2 * CHUNK as u64);
+    assert_eq!(
+        write(&m, 100, &mut data),
+        IoResult::Ok,
+        "rewrites cost nothing"
+    );
+    let third = 4 * CHUNK as u64;
+    assert_eq!(
+        write(&m, third, &mut [1u8; 1]),
+        IoResult::Err(crate::ENOSPC)
+    );
+    let trim = IoOp::Trim { fua: false };
+    assert_eq!(m.execute(trim, 0, CHUNK as u32, &[]), IoResult::Ok);
+    assert_eq!(m.budget.used(), CHUNK as u64, "a whole chunk refunded");
+    assert_eq!(write(&m, third, &mut [1u8; 1]), IoResult::Ok);
+    // A partly zeroed chunk stays written and charged.
+    assert_eq!(m.execute(trim, third, 1, &[]), IoResult::Ok);
+    assert_eq!(m.budget.used(), 2 * CHUNK as u64);
+}
+
+#[test]
+fn only_wholly_written_ranges_are_lent() {
+    let m = MallocMem::new(1 << 20, Budget::new(1 << 20)).expect("map");
+    let chunk = CHUNK as u32;
+    assert!(m.lend(0, 4096).is_none(), "a hole");
+    let mut data = vec![9u8; CHUNK];
+    assert_eq!(write(&m, u64::from(chunk), &mut data), IoResult::Ok);
+    let lent = m.lend(u64::from(chunk) + 10, 100).expect("written");
+    assert_eq!(lent.iov_len, 100);
+    // SAFETY: the lent range is inside the mapping.
+    assert_eq!(unsafe { *lent.iov_base.cast::<u8>() }, 9);
+    assert!(m.lend(u64::from(chunk) - 1, 2).is_none(), "half a hole");
+    assert!(m.lend(u64::from(2 * chunk), 1).is_none());
+    assert!(m.lend(u64::from(chunk), 0).is_none(), "nothing to lend");
+    assert!(m.lend(1 << 20, 1).is_none(), "past the end");
+}
+
+#[test]
+fn written_chunks_are_data_and_the_rest_holes() {
+    let m = MallocMem::new(1 << 20, Budget::new(1 << 20)).expect("map");
+    let whole = 1u32 << 20;
+    assert_eq!(m.block_status(0, whole), vec![(whole, EXTENT_HOLE)]);
+    assert_eq!(write(&m, 100_000, &mut [7u8; 10]), IoResult::Ok);
+    let chunk = CHUNK as u32;
+    assert_eq!(
+        m.block_status(0, whole),
+        vec![
+            (chunk, EXTENT_HOLE),
+            (chunk, 0),
+            (whole - 2 * chunk, EXTENT_HOLE)
+        ]
+    );
+    // A query starting inside a chunk reports from there.
+    assert_eq!(m.block_status(70_000, 100), vec![(100, 0)]);
+}
+
+#[test]
+fn zeroing_whole_chunks_makes_holes_again_partial_ones_stay_data() {
+    let m = MallocMem::new(1 << 20, Budget::new(1 << 20)).expect("map");
+    let chunk = CHUNK as u32;
+    assert_eq!(write(&m, 0, &mut vec![1u8; 3 * CHUNK]), IoResult::Ok);
+    let zero = IoOp::WriteZeroes {
+        may_trim: true,
+        fua: false,
+        fast: false,
+    };
+    // Chunk 0 partly, chunk 1 wholly.
+    assert_eq!(m.execute(zero, 100, 2 * chunk - 100, &[]), IoResult::Ok);
+    assert_eq!(
+        m.block_status(0, 3 * chunk),
+        vec![(chunk, 0), (chunk, EXTENT_HOLE), (chunk, 0)]
+    );
+    let mut back = vec![9u8; 2 * CHUNK];
+    let iov = [libc::iovec {
+        iov_base: back.as_mut_ptr().cast(),
+        iov_len: back.len(),
+    }];
+    assert_eq!(m.execute(IoOp::Read, 0, 2 * chunk, &iov), IoResult::Ok);
+    assert!(back[..100].iter().all(|b| *b == 1));
+    assert!(back[100..].iter().all(|b| *b == 0));
+}
+
+#[test]
+fn write_zeroes_with_no_hole_leaves_provisioned_data() {
+    let m = MallocMem::new(1 << 20, Budget::new(4 * CHUNK as u64)).expect("map");
+    let chunk = CHUNK as u32;
+    assert_eq!(write(&m, 0, &mut vec![1u8; CHUNK]), IoResult::Ok);
+    let no_hole = IoOp::WriteZeroes {
+        may_trim: false,
+        fua: false,
+        fast: false,
+    };
+    // A written chunk and a hole, both wholly: both stay (become) data.
+    assert_eq!(m.execute(no_hole, 0, 2 * chunk, &[]), IoResult::Ok);
+    assert_eq!(
+        m.block_status(0, 3 * chunk),
+        vec![(2 * chunk, 0), (chunk, EXTENT_HOLE)]
+    );
+    assert_eq!(m.budget.used(), 2 * CHUNK as u64, "both chunks charged");
+    let mut back = vec![9u8; 2 * CHUNK];
+    let iov = [libc::iovec {
+        iov_base: back.as_mut_ptr().cast(),
+        iov_len: back.len(),
+    }];
+    assert_eq!(m.execute(IoOp::Read, 0, 2 * chunk, &iov), IoResult::Ok);
+    assert!(back.iter().all(|b| *b == 0), "reads as zeros");
+    // Provisioning past the budget fails as a write would.
+    assert_eq!(
+        m.execute(no_hole, 2 * u64::from(chunk), 3 * chunk, &[]),
+        IoResult::Err(crate::ENOSPC)
+    );
+    // Without NO_HOLE the same zeroing makes holes and refunds.
+    let may_trim = IoOp::WriteZeroes {
+        may_trim: true,
+        fua: false,
+        fast: false,
+    };
+    assert_eq!(m.execute(may_trim, 0, 1 << 20, &[]), IoResult::Ok);
+    assert_eq!(m.block_status(0, 1 << 20), vec![(1 << 20, EXTENT_HOLE)]);
+    assert_eq!(m.budget.used(), 0);
+}
+
+#[test]
+fn reads_across_holes_and_data_see_zeros_and_the_written_bytes() {
+    let m = MallocMem::new(1 << 20, Budget::new(1 << 20)).expect("map");
+    let at = CHUNK - 3;
+    assert_eq!(write(&m, at as u64, &mut [5u8; 6]), IoResult::Ok);
+    // Chunk 0 was never written; one that was, and was then zeroed by
+    // whole chunks, is a hole again.
+    assert_eq!(
+        write(&m, 3 * CHUNK as u64, &mut vec![4u8; CHUNK]),
+        IoResult::Ok
+    );
+    let trim = IoOp::Trim { fua: false };
+    assert_eq!(
+        m.execute(trim, 3 * CHUNK as u64, CHUNK as u32, &[]),
+        IoResult::Ok
+    );
+    let (mut a, mut b) = (vec![9u8; CHUNK], vec![9u8; 3 * CHUNK]);
+    let iov = [
+        libc::iovec {
+            iov_base: a.as_mut_ptr().cast(),
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        },
+    ];
+    assert_eq!(
+        m.execute(IoOp::Read, 0, 4 * CHUNK as u32, &iov),
+        IoResult::Ok
+    );
+    let mut back = a;
+    back.extend_from_slice(&b);
+    let mut want = vec![0u8; 4 * CHUNK];
+    want[at..at + 6].fill(5);
+    assert!(back == want, "holes read as zeros, data as written");
+}
