@@ -3,7 +3,9 @@
 # Each target gets core 0 alone (taskset / -m 0x1; one target runs at a
 # time), perf core 1, a fresh 1 GiB RAM disk written through once (so
 # neither reads holes), loopback TCP. Targets alternate (order flipped each
-# rep); REPS reps (default 3) of RUNTIME s (default 8) per workload.
+# rep); REPS reps (default 3) of RUNTIME s (default 8) per workload. The
+# fill runs FILL s (default 3): longer where first writes are slow (a huge
+# page's first fault on this VM), so the whole disk is written before reads.
 #
 #   scripts/nvmf_peers.sh [OUT]     # OUT: results directory (default bench-out/nvmf-peers)
 #
@@ -17,6 +19,7 @@ OUT=${1:-bench-out/nvmf-peers}
 SPDK=${SPDK_DIR:-$HOME/.cache/iopace-spdk-v26.05}
 REPS=${REPS:-3}
 RUNTIME=${RUNTIME:-8}
+FILL=${FILL:-3}
 LOCK=${BENCH_LOCK:-/work/wt/bench.lock}
 # iopace: the default poll mode (adaptive); iopace-busy: poll = "busy", like SPDK.
 # base, base-busy: the same with $BASE_BIN (an older build), for an A/B in one run.
@@ -81,6 +84,7 @@ exec 9>"$LOCK"
 flock -x 9
 printf 'target\tworkload\trep\tiops\tmibs\tavg_us\n' > "$OUT/results.tsv"
 : > "$OUT/idle.txt"
+: > "$OUT/memory.txt"
 uptime > "$OUT/load.txt"
 # One target runs at a time (SPDK's reactor spins on core 0 even when idle),
 # started afresh and filled once per rep, in alternating order.
@@ -94,7 +98,11 @@ for rep in $(seq "$REPS"); do
       base) start_iopace adaptive "$BASE_BIN"; pid=$IOPACE_PID ;;
       base-busy) start_iopace busy "$BASE_BIN"; pid=$IOPACE_PID ;;
     esac
-    perf "$t" fill "$rep" -q 16 -o 131072 -w write -t 3   # no read sees a hole
+    perf "$t" fill "$rep" -q 16 -o 131072 -w write -t "$FILL"   # no read sees a hole
+    # Resident after the fill (about 1 GiB more than at start if it covered
+    # the disk), and how much of it is huge pages.
+    echo "$t $rep $(grep -E '^(Rss|AnonHugePages)' "/proc/$pid/smaps_rollup" | tr -s ' ' | paste -sd ' ')" \
+      >> "$OUT/memory.txt"
     perf "$t" 4k-randread-qd32 "$rep" -q 32 -o 4096 -w randread -t "$RUNTIME"
     perf "$t" 4k-randread-qd1 "$rep" -q 1 -o 4096 -w randread -t "$RUNTIME"
     perf "$t" 4k-randwrite-qd32 "$rep" -q 32 -o 4096 -w randwrite -t "$RUNTIME"
