@@ -28,8 +28,8 @@ const REGION: usize = 2 << 20;
 
 /// Budgets below this keep 64 KiB charging and 4 KiB pages: there, a
 /// sparse writer would run out of room 32 times sooner with 2 MiB
-/// regions, which matters more than the TLB (the README's 1 MiB budget
-/// on a 64 GiB disk would hold no region at all).
+/// regions, which matters more than the TLB (a 1 MiB budget on a 64 GiB
+/// disk, as in tests/hostile.rs, would hold no region at all).
 const HUGE_MIN_BUDGET: u64 = 64 * REGION as u64;
 
 const THP: &str = "/sys/kernel/mm/transparent_hugepage";
