@@ -201,19 +201,16 @@ fn trim(m: &MallocMem, offset: u64, len: u64) -> IoResult {
     m.execute(IoOp::Trim { fua: false }, offset, len, &[])
 }
 
-/// Resident bytes of `m`'s data mapping, from /proc/self/smaps: other
-/// tests' memory in this process does not count.
+/// Resident bytes of `m`'s data mapping, page by page (`mincore`): a
+/// VMA in /proc/self/smaps may have merged with another test's mapping
+/// beside it, and then its Rss counts that one's pages too.
 fn resident(m: &MallocMem) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
-    let head = format!("\n{:x}-", m.base as usize);
-    let vma = smaps.split_once(&head).expect("the mapping").1;
-    let rss = vma.lines().find(|l| l.starts_with("Rss:")).expect("Rss");
-    let kib: u64 = rss
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("kB");
-    kib << 10
+    let mut pages = vec![0u8; m.len.div_ceil(PAGE)];
+    // SAFETY: `m.base..m.base + m.len` is `m`'s own mapping, page-aligned,
+    // and `pages` has one byte per page of it.
+    let rc = unsafe { libc::mincore(m.base.cast(), m.len, pages.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore: {}", io::Error::last_os_error());
+    pages.iter().filter(|&&p| p & 1 != 0).count() as u64 * PAGE as u64
 }
 
 const R: u64 = REGION as u64;
