@@ -5,6 +5,13 @@ and the cases that flip.
     python3 scripts/fuzz_ab.py OLD_BIN NEW_BIN [SEED] [COUNT] [JOBS]
     python3 scripts/fuzz_ab.py --compare OLD.json NEW.json
     python3 scripts/fuzz_ab.py --classes RUN.json
+    python3 scripts/fuzz_ab.py --knee RUN.json SCALED.json
+
+`--knee` takes a run and the same cases at K x QD (`iopace sim --fuzz SEED
+--qd-scale K`). A failing case whose host-share and total misses are gone
+at K x QD missed at a QD knee: its hosts' QD nearly binds, and a closed
+loop reaches the oracle's bound (QD over the unloaded round trip) only
+well past it. The rest miss those goals with QD to spare.
 
 `--classes` sorts one run's failing cases by what holds their missed
 hosts in the oracle (QD, link, port or drive; "QD knee" when every missed
@@ -61,7 +68,34 @@ def classes(cases):
         print(f"| {name} | {n} |")
 
 
+SHARES = {"host_share", "total"}
+
+
+def knee(run, scaled):
+    """Each failing case of `run`: do its share misses go at K x QD?"""
+    out = collections.defaultdict(list)
+    for a, b in zip(run, scaled):
+        assert (a["seed"], a["index"]) == (b["seed"], b["index"]), "the same cases"
+        if a.get("broken") or a["pass"]:
+            continue
+        missed = {m["kind"] for m in a.get("misses", [])} & SHARES
+        still = {m["kind"] for m in b.get("misses", [])} & SHARES
+        if not missed:
+            name = "misses no share goal (buffers, tenant ratio or QD 1 only)"
+        elif not still:
+            name = f"QD knee: shares met at {b['qd_scale']} x QD"
+        else:
+            name = f"shares missed at {b['qd_scale']} x QD too ({', '.join(sorted(still))})"
+        out[name].append(f"{a['seed']}:{a['index']}")
+    print("| class | cases | which |\n|---|---|---|")
+    for name, ids in sorted(out.items(), key=lambda kv: -len(kv[1])):
+        print(f"| {name} | {len(ids)} | {' '.join(ids)} |")
+
+
 def main():
+    if sys.argv[1] == "--knee":
+        knee(*(json.load(open(p)) for p in sys.argv[2:4]))
+        return
     if sys.argv[1] == "--classes":
         classes(json.load(open(sys.argv[2])))
         return

@@ -107,6 +107,7 @@ fn sim(args: SimArgs) -> ExitCode {
             cases: sim_cases(&args, args.fuzz),
             out: args.out,
             mode: args.mode,
+            qd_scale: args.qd_scale,
         };
         return ExitCode::from(sim::fuzz::fuzz(&fuzz) as u8);
     }
@@ -167,6 +168,14 @@ struct SimArgs {
     /// causes and which it inherits from the engine or the hardware.
     #[arg(long, default_value = "auto", requires = "fuzz")]
     mode: pace::pacer::Mode,
+    /// With --fuzz: multiply each case's QD by this (a QD 1 tenant's host
+    /// stays at 1), the hardware and load otherwise the same. A miss that
+    /// goes away at a larger QD is a QD knee: the host's QD nearly binds,
+    /// and a closed loop reaches the oracle's bound (QD over the unloaded
+    /// round trip) only well past it. See docs/pacer.md.
+    #[arg(long, default_value_t = 1, value_name = "K", requires = "fuzz",
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    qd_scale: u32,
     /// With --fuzz: write each failing case's scenario file here.
     #[arg(long, value_name = "DIR", requires = "fuzz")]
     out: Option<PathBuf>,

@@ -45,6 +45,21 @@ pub fn case(seed: u64, index: u64) -> String {
 /// The scenario of case `index` of `seed`, run under `mode`: the same
 /// hardware and load whatever the mode, so modes compare case by case.
 pub fn case_in(seed: u64, index: u64, mode: Mode) -> String {
+    case_as(seed, index, Variant { mode, qd_scale: 1 })
+}
+
+/// How a drawn case is run: its pacing mode, and a factor on its QD. The
+/// hosts, drives and links are drawn before either applies, so a case
+/// compares with itself across variants.
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    pub mode: Mode,
+    pub qd_scale: u32,
+}
+
+/// The scenario of case `index` of `seed`, as `variant` says.
+pub fn case_as(seed: u64, index: u64, variant: Variant) -> String {
+    let Variant { mode, qd_scale } = variant;
     let mut r = rng(seed, index);
     let mut body = String::new();
     let ports = r.gen_range(1..=4usize);
@@ -87,7 +102,7 @@ pub fn case_in(seed: u64, index: u64, mode: Mode) -> String {
     let draft = Header {
         seed,
         index,
-        qd,
+        qd: qd * qd_scale,
         reactors,
         warmup: WARMUP_MS,
         measured,

@@ -13,6 +13,7 @@ use rand::Rng;
 use serde::Serialize;
 
 use crate::parse;
+pub use gen::Variant;
 use score::{Miss, Score};
 
 /// One case in fifty is broken on purpose.
@@ -28,6 +29,8 @@ pub struct FuzzArgs {
     /// mode shows which misses are the pacer's and which the engine's or
     /// the hardware's).
     pub mode: Mode,
+    /// Each case's QD is multiplied by this (see [`gen::Variant`]).
+    pub qd_scale: u32,
 }
 
 /// One case's outcome.
@@ -37,6 +40,8 @@ pub struct Case {
     pub index: u64,
     /// The pacing mode it ran under.
     pub mode: &'static str,
+    /// The factor on its QD (1: the case as drawn).
+    pub qd_scale: u32,
     pub pass: bool,
     /// A broken scenario the loader had to reject.
     pub broken: bool,
@@ -59,12 +64,18 @@ pub fn run_case(seed: u64, index: u64) -> Case {
 
 /// Runs case `index` of `seed` under `mode`.
 pub fn run_case_in(seed: u64, index: u64, mode: Mode) -> Case {
-    let text = gen::case_in(seed, index, mode);
+    run_case_as(seed, index, Variant { mode, qd_scale: 1 })
+}
+
+/// Runs case `index` of `seed` as `variant` says.
+pub fn run_case_as(seed: u64, index: u64, variant: Variant) -> Case {
+    let text = gen::case_as(seed, index, variant);
     let source = format!("fuzz-{seed}-{index}.toml");
     let mut case = Case {
         seed,
         index,
-        mode: mode.name(),
+        mode: variant.mode.name(),
+        qd_scale: variant.qd_scale,
         pass: false,
         broken: false,
         score: None,
@@ -140,7 +151,16 @@ impl Features {
 /// Runs every case on `jobs` threads, in index order in the result.
 pub fn run_cases(args: &FuzzArgs) -> Vec<Case> {
     args.cases
-        .run(|seed, index| run_case_in(seed, index, args.mode))
+        .run(|seed, index| run_case_as(seed, index, args.variant()))
+}
+
+impl FuzzArgs {
+    fn variant(&self) -> Variant {
+        Variant {
+            mode: self.mode,
+            qd_scale: self.qd_scale,
+        }
+    }
 }
 
 /// `iopace sim --fuzz`: prints the report (or JSON) and writes failing

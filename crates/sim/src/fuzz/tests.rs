@@ -70,6 +70,31 @@ fn a_case_under_another_mode_differs_only_in_its_run() {
     }
 }
 
+/// A case at K x QD keeps its hosts, drives and links: only the QD (and
+/// the stretches sized from it, and the time a port steps at) change.
+#[test]
+fn a_case_at_a_larger_qd_keeps_its_hardware_and_load() {
+    for index in 0..20 {
+        let base = gen::case(11, index);
+        let variant = gen::Variant {
+            mode: pace::pacer::Mode::Auto,
+            qd_scale: 8,
+        };
+        let scaled = gen::case_as(11, index, variant);
+        let body = |t: &str| {
+            let lines = t.lines().skip_while(|l| *l != "[target]");
+            let kept = lines.filter(|l| !l.starts_with("step = "));
+            kept.collect::<Vec<_>>().join("\n")
+        };
+        assert_eq!(body(&base), body(&scaled), "case 11:{index}");
+        let qd = |t: &str| {
+            let line = t.lines().find(|l| l.starts_with("qds = ["));
+            line.and_then(|l| l[7..l.len() - 1].parse::<u32>().ok())
+        };
+        assert_eq!(qd(&scaled), qd(&base).map(|q| 8 * q), "case 11:{index}");
+    }
+}
+
 /// Cases of seed 1 that `auto` passes today (hosts 1-7, 0-4 tenants,
 /// reads and writes), each a second or so in a debug build: a change
 /// that breaks one of them breaks a class the fuzzer had seen held.
