@@ -106,8 +106,10 @@ fn sim(args: SimArgs) -> ExitCode {
         let fuzz = sim::fuzz::FuzzArgs {
             cases: sim_cases(&args, args.fuzz),
             out: args.out,
-            mode: args.mode,
-            qd_scale: args.qd_scale,
+            variant: sim::fuzz::Variant {
+                mode: args.mode,
+                qd_scale: args.qd_scale,
+            },
         };
         return ExitCode::from(sim::fuzz::fuzz(&fuzz) as u8);
     }

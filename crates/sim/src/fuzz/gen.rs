@@ -57,6 +57,16 @@ pub struct Variant {
     pub qd_scale: u32,
 }
 
+impl Default for Variant {
+    /// The case as drawn (a factor of 0 would make every QD 0).
+    fn default() -> Variant {
+        Variant {
+            mode: Mode::default(),
+            qd_scale: 1,
+        }
+    }
+}
+
 /// The scenario of case `index` of `seed`, as `variant` says.
 pub fn case_as(seed: u64, index: u64, variant: Variant) -> String {
     let Variant { mode, qd_scale } = variant;

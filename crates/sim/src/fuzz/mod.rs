@@ -27,10 +27,8 @@ pub struct FuzzArgs {
     pub out: Option<PathBuf>,
     /// The pacing mode each case runs under (`auto` for the goals; another
     /// mode shows which misses are the pacer's and which the engine's or
-    /// the hardware's).
-    pub mode: Mode,
-    /// Each case's QD is multiplied by this (see [`gen::Variant`]).
-    pub qd_scale: u32,
+    /// the hardware's), and the factor on its QD.
+    pub variant: Variant,
 }
 
 /// One case's outcome.
@@ -151,16 +149,7 @@ impl Features {
 /// Runs every case on `jobs` threads, in index order in the result.
 pub fn run_cases(args: &FuzzArgs) -> Vec<Case> {
     args.cases
-        .run(|seed, index| run_case_as(seed, index, args.variant()))
-}
-
-impl FuzzArgs {
-    fn variant(&self) -> Variant {
-        Variant {
-            mode: self.mode,
-            qd_scale: self.qd_scale,
-        }
-    }
+        .run(|seed, index| run_case_as(seed, index, args.variant))
 }
 
 /// `iopace sim --fuzz`: prints the report (or JSON) and writes failing
