@@ -48,6 +48,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::fair::DEVICE_BOUND_SHARE;
 use crate::Nanos;
 
 /// An epoch lasts at least this long (a disk's rate is noisy: this one's
@@ -58,9 +59,6 @@ const EPOCH_IOS: u64 = 32;
 /// Base epochs and trials up count if at least this part of their
 /// completions found IO waiting.
 const BACKLOGGED_MOST: f64 = 0.5;
-/// An epoch counts only if its IOs spent at least this part of their time
-/// (release to done) at their devices.
-const DEVICE_BOUND: f64 = 0.5;
 /// One depth step: large enough that a disk's response stands above the
 /// noise (this one: 4 to 8 in flight +27%, 4 to 5 a few %).
 const STEP: f64 = 1.5;
@@ -225,7 +223,7 @@ impl Depth {
 
     /// How the epoch's IO waited, if it teaches anything.
     fn backlog(&self) -> Option<Backlog> {
-        let device_bound = self.at_device as f64 >= DEVICE_BOUND * self.held as f64;
+        let device_bound = self.at_device as f64 >= DEVICE_BOUND_SHARE * self.held as f64;
         if self.probed || !device_bound {
             return None;
         }

@@ -21,9 +21,10 @@ use rustc_hash::FxHashMap;
 use super::filter::SAMPLE_WEIGHT;
 use crate::Nanos;
 
-/// A flow is bound by its device when at least this part of its IOs' time
-/// (release to done) was spent at the device.
-const DEVICE_BOUND_SHARE: f64 = 0.5;
+/// IO is bound by its device when at least this part of its time (release
+/// to done) was spent at the device: a flow's (here), and an epoch's of
+/// the learned depth (`depth`), which counts only such epochs.
+pub(super) const DEVICE_BOUND_SHARE: f64 = 0.5;
 
 /// Where a flow's IOs spent their time, and what they cost the device.
 #[derive(Debug, Clone, Copy, Default)]
