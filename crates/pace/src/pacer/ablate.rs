@@ -43,10 +43,13 @@ pub enum Mechanism {
     HoldPeers,
     /// 30: no IO goes past the tenants' order uncharged.
     Uncontended,
+    /// 31: tenants' parts of a device they share; the window alone
+    /// bounds them.
+    TenantPart,
 }
 
 impl Mechanism {
-    const ALL: [(Mechanism, &'static str); 16] = [
+    const ALL: [(Mechanism, &'static str); 17] = [
         (Mechanism::Depth, "depth"),
         (Mechanism::Gate, "gate"),
         (Mechanism::LatencyProbe, "latency-probe"),
@@ -63,11 +66,12 @@ impl Mechanism {
         (Mechanism::LinkWaiter, "link-waiter"),
         (Mechanism::HoldPeers, "hold-peers"),
         (Mechanism::Uncontended, "uncontended"),
+        (Mechanism::TenantPart, "tenant-part"),
     ];
 
     /// Its bit in the set taken out.
-    fn bit(self) -> u16 {
-        1 << self as u16
+    fn bit(self) -> u32 {
+        1 << self as u32
     }
 }
 
@@ -88,7 +92,7 @@ impl std::str::FromStr for Mechanism {
 
 /// The mechanisms taken out, one bit each: one load and a mask on the
 /// paths that ask per IO.
-static OFF: OnceLock<u16> = OnceLock::new();
+static OFF: OnceLock<u32> = OnceLock::new();
 
 /// Takes `mechanisms` out for the rest of the process. False if a set was
 /// already taken out (it stays as it was).
@@ -123,7 +127,7 @@ mod tests {
             err.contains("depth") && err.contains("device-queue"),
             "{err}"
         );
-        let bits = Mechanism::ALL.iter().fold(0u16, |bits, (m, _)| {
+        let bits = Mechanism::ALL.iter().fold(0u32, |bits, (m, _)| {
             assert_eq!(bits & m.bit(), 0, "{m:?} shares a bit");
             bits | m.bit()
         });

@@ -11,6 +11,7 @@ use super::census::Held;
 use super::drr::FAST_HOLD_RATIO;
 use super::queues::Slot;
 use super::tenant_clock::{device_bits, DeviceMask};
+use super::tenant_part;
 use super::{Mode, PacedIo, Pacer};
 use crate::Nanos;
 
@@ -367,20 +368,31 @@ impl Pacer {
     /// `t` waits for it too. A large IO needs a large gap: while the gaps
     /// went to whoever fitted, a weight-2 tenant's 256 KiB writes beside a
     /// 4 KiB reader on one drive got 9-47% of their share (fuzz 1:16).
+    /// Its tenant's part of the device (see `tenant_part`) holds only it:
+    /// the others go on to what it leaves.
     fn device_turn(&mut self, t: usize, d: usize, io: &PacedIo) -> bool {
-        let open = self.device_open(t, d, io);
+        let open = self.device_window_free(t, d, io);
         if !open {
             let vtime = self.sched.tenants.clock.vtime(t);
             if let Some(w) = self.device_waiters.get_mut(d) {
                 *w = w.min(vtime);
             }
         }
-        open
+        open && self.tenant_part_open(t, d)
     }
 
-    /// Device `d`'s window has room for tenant `t`'s `io` in this poll
-    /// (see `device_turn`).
+    /// Device `d` has room for tenant `t`'s `io` in this poll: in its
+    /// window (see `device_turn`) and in the tenant's part of it.
     fn device_open(&self, t: usize, d: usize, io: &PacedIo) -> bool {
+        self.device_window_free(t, d, io) && self.tenant_part_open(t, d)
+    }
+
+    fn tenant_part_open(&self, t: usize, d: usize) -> bool {
+        let tenants = &self.sched.tenants;
+        tenant_part::part_open(&self.sched.devices[d], |u| tenants[u].weight, t)
+    }
+
+    fn device_window_free(&self, t: usize, d: usize, io: &PacedIo) -> bool {
         let vtime = self.sched.tenants.clock.vtime(t);
         // (Sized at each poll; a device added since has no waiter.)
         let waiter = self.device_waiters.get(d).copied();

@@ -44,10 +44,12 @@ use std::sync::Arc;
 
 use crate::Nanos;
 
-/// How long after a light tenant's last IO the gate stays on: a QD 1
-/// client's next IO comes one round trip later, and a client that paused
-/// for longer than this finds the usual queues.
-const LIGHT_GUARD_NS: Nanos = 10_000_000;
+/// A client that paused for less than this still has its load: a QD 1
+/// client's next IO comes one round trip later. The gate stays on this
+/// long after a light tenant's last IO, and a tenant's demand at a device
+/// is remembered this long (see `tenant_part`); a client that paused for
+/// longer finds the usual queues.
+pub(super) const CLIENT_PAUSE_NS: Nanos = 10_000_000;
 
 /// One measurement: long enough for tens of IOs on a slow drive.
 pub(super) const GATE_EPOCH_NS: Nanos = 10_000_000;
@@ -258,7 +260,7 @@ impl DeviceGate {
     /// may be a little ahead of ours.)
     pub(super) fn guarding(&self, now: Nanos) -> bool {
         let at = self.light_at.load(Ordering::Acquire);
-        at > 0 && at + LIGHT_GUARD_NS > now
+        at > 0 && at + CLIENT_PAUSE_NS > now
     }
 
     /// An IO went to device `d` at `now`: it takes the device's channel
@@ -522,8 +524,8 @@ mod tests {
         gate.landed(0);
         assert!(!gate.guarding(4_000), "the last release was not light");
         gate.released(0, true, 5_000);
-        assert!(gate.guarding(5_000 + LIGHT_GUARD_NS - 1));
-        assert!(!gate.guarding(5_000 + LIGHT_GUARD_NS));
+        assert!(gate.guarding(5_000 + CLIENT_PAUSE_NS - 1));
+        assert!(!gate.guarding(5_000 + CLIENT_PAUSE_NS));
     }
 
     #[test]
@@ -541,7 +543,7 @@ mod tests {
         t = epoch(&gate, 100, 50_000, t, false);
         assert_eq!(gate.cap(0), 1);
         assert!(
-            gate.ready(0, t + LIGHT_GUARD_NS).is_ok(),
+            gate.ready(0, t + CLIENT_PAUSE_NS).is_ok(),
             "no light tenant: no cap"
         );
         assert!(gate.ready(0, t).is_err(), "the standing IO fills the cap");

@@ -12,6 +12,7 @@ use super::drain_probe::DrainProbe;
 use super::filter::{rate_filter, LargeIoMin, WindowedMax, WindowedMin, LATENCY_WINDOW_NS};
 use super::queues::{DeviceQueue, Slot};
 use super::tenant_clock::DeviceMask;
+use super::tenant_part::TenantLoads;
 use super::tenants::Tenants;
 use super::{CostModel, IoKind, PacedIo, TenantConfig};
 use crate::Nanos;
@@ -24,6 +25,8 @@ pub(super) struct Device {
     /// window bounds.
     pub in_flight_work: u64,
     pub in_flight_ios: u32,
+    /// `in_flight_work` by tenant, and their demands (see `tenant_part`).
+    pub tenants: TenantLoads,
     pub delivered: u64,
     /// Device time of the IOs it delivered, and its rate (ns a second).
     pub delivered_work: u64,
@@ -83,20 +86,24 @@ impl Device {
         d
     }
 
-    /// An IO taking `work` of device time is at the device.
-    pub fn arrive(&mut self, work: u64) {
+    /// An IO of tenant `t` taking `work` of device time is at the device
+    /// at `now`.
+    pub fn arrive(&mut self, work: u64, t: usize, now: Nanos) {
         self.in_flight_work += work;
         self.in_flight_ios += 1;
+        self.tenants.arrive(t, work, now);
     }
 
-    /// An IO taking `work` of device time left the device.
-    pub fn leave(&mut self, work: u64) {
+    /// An IO of tenant `t` taking `work` of device time left the device
+    /// at `now` (None: not known, a cancel).
+    pub fn leave(&mut self, work: u64, t: usize, now: Option<Nanos>) {
         debug_assert!(
             self.in_flight_ios > 0 && self.in_flight_work >= work,
             "a device lands more than it has in flight"
         );
         self.in_flight_work -= work;
         self.in_flight_ios -= 1;
+        self.tenants.leave(t, work, now);
     }
 
     /// An IO of `work` device time spent `at_device` at the device.

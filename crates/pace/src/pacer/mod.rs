@@ -88,6 +88,7 @@ mod queues;
 mod rate;
 mod report;
 mod tenant_clock;
+mod tenant_part;
 mod tenants;
 
 use admit::Verdict;
@@ -478,7 +479,7 @@ impl Pacer {
         // its payload has arrived (`on_device_start`).
         let stage = match io.kind {
             IoKind::Read => {
-                self.sched.devices[io.device].arrive(work);
+                self.sched.devices[io.device].arrive(work, io.tenant, now);
                 self.gates.arrive(io.device, now);
                 self.windows.flows.enter_pipe(io.flow, bytes, paced, now);
                 DeviceStage::At
@@ -524,7 +525,7 @@ impl Pacer {
         if f.enter(DeviceStage::At) {
             debug_assert!(self.filling > 0, "a piece starts that was not filling");
             self.filling -= 1;
-            self.sched.devices[f.device].arrive(f.work);
+            self.sched.devices[f.device].arrive(f.work, f.tenant, now);
             self.gates.arrive(f.device, now);
             self.windows.flows.enter_pipe(f.flow, f.bytes, f.paced, now);
         }
@@ -536,10 +537,10 @@ impl Pacer {
         let Some(f) = self.flights.get_mut(&id) else {
             return;
         };
-        let (device, work, bytes) = (f.device, f.work, f.bytes);
+        let (device, work, bytes, t) = (f.device, f.work, f.bytes, f.tenant);
         f.at_device = latency_ns;
         if f.enter(DeviceStage::After) {
-            self.sched.devices[device].leave(work);
+            self.sched.devices[device].leave(work, t, Some(now));
             self.gates.device_done(device, latency_ns, now);
         }
         let dev = &mut self.sched.devices[device];
@@ -607,7 +608,7 @@ impl Pacer {
         }
         self.windows.flows.landed(f.flow, f.bytes);
         if f.stage == DeviceStage::At {
-            self.sched.devices[f.device].leave(f.work);
+            self.sched.devices[f.device].leave(f.work, f.tenant, None);
             self.gates.leave(f.device);
         }
         let t = &mut self.sched.tenants[f.tenant];
@@ -666,35 +667,4 @@ mod flow_tests;
 mod tests;
 
 #[cfg(test)]
-mod ceil_tests {
-    use super::ceil_u64;
-
-    #[test]
-    fn ceil_u64_is_ceil_as_u64() {
-        let edges = [
-            0.0,
-            -0.0,
-            0.3,
-            -0.5,
-            -3.7,
-            1.0,
-            1.5,
-            4_096.000_000_1,
-            (1u64 << 52) as f64 + 0.5,
-            (1u64 << 53) as f64,
-            (1u64 << 53) as f64 + 2.0,
-            1.5e19,
-            u64::MAX as f64,
-            1e30,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            f64::MIN_POSITIVE,
-        ];
-        // And a spread of magnitudes, whole and not.
-        let spread = (0..2_000).map(|i| 1.37f64.powi(i % 140) * (1.0 + f64::from(i) * 1e-3));
-        for x in edges.into_iter().chain(spread) {
-            assert_eq!(ceil_u64(x), x.ceil() as u64, "{x}");
-        }
-    }
-}
+mod ceil_tests;

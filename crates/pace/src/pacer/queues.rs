@@ -58,6 +58,8 @@ pub(super) struct DeviceQueue {
     lanes: Vec<Vec<FlowQueue>>,
     /// Per tenant: the virtual start of the IO last taken.
     vtimes: Vec<u64>,
+    /// Per tenant: the device time queued.
+    work: Vec<u64>,
     len: usize,
     seq: u64,
     /// Emptied flow queues' buffers, for the next flows: a flow whose one
@@ -129,7 +131,9 @@ impl DeviceQueue {
         if self.lanes.len() <= io.tenant {
             self.lanes.resize_with(io.tenant + 1, Vec::new);
             self.vtimes.resize(io.tenant + 1, 0);
+            self.work.resize(io.tenant + 1, 0);
         }
+        self.work[io.tenant] += work;
         self.seq += 1;
         let q = Queued {
             io,
@@ -158,6 +162,16 @@ impl DeviceQueue {
     /// How many flows have IO queued here.
     pub fn flows(&self) -> usize {
         self.lanes.iter().map(Vec::len).sum()
+    }
+
+    /// How many tenants have had IO queued here (some may have none now).
+    pub fn tenants(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Tenant `t`'s device time queued here.
+    pub fn tenant_work(&self, t: usize) -> u64 {
+        self.work.get(t).copied().unwrap_or(0)
     }
 
     /// Tenant `t` has IO queued here.
@@ -247,6 +261,8 @@ impl DeviceQueue {
             .expect("a slot names a flow queue with IO");
         self.vtimes[s.tenant] = lane[s.fq].start;
         lane[s.fq].start += q.work;
+        debug_assert!(self.work[s.tenant] >= q.work, "took more work than queued");
+        self.work[s.tenant] -= q.work;
         if lane[s.fq].ios.is_empty() {
             let emptied = lane.swap_remove(s.fq);
             if self.spare.len() < SPARE_QUEUES {
@@ -269,9 +285,10 @@ impl DeviceQueue {
         if pos == 0 {
             return Some(self.take(Slot { tenant, fq }));
         }
-        let io = self.lanes[tenant][fq].ios.remove(pos).map(|q| q.io);
+        let q = self.lanes[tenant][fq].ios.remove(pos)?;
+        self.work[tenant] -= q.work;
         self.len -= 1;
-        io
+        Some(q.io)
     }
 }
 
