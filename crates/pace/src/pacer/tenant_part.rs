@@ -43,9 +43,13 @@ struct Load {
 }
 
 impl Load {
-    /// The mean as of `now`: `at_device` has held since `changed`.
+    /// The mean as of `now`: `at_device` has held since `changed`. A
+    /// cancel's leave is timed at the device's last event, which may be a
+    /// little after another reactor-clock reading: an earlier `now` adds
+    /// nothing.
     fn mean_at(&self, now: Nanos) -> f64 {
-        let part = (now.saturating_sub(self.changed) as f64 / CLIENT_PAUSE_NS as f64).min(1.0);
+        let held = now.max(self.changed) - self.changed;
+        let part = (held as f64 / CLIENT_PAUSE_NS as f64).min(1.0);
         self.mean + (self.at_device as f64 - self.mean) * part
     }
 
