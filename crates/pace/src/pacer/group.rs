@@ -186,17 +186,7 @@ mod tests {
         p.reconfigure(tenants_config(Mode::None), 1);
         let mut out = Vec::new();
         for (id, tenant) in [(1, 0), (2, 1)] {
-            let io = PacedIo {
-                id,
-                flow: 1,
-                device: 0,
-                tenant,
-                bytes: 4096,
-                request: 4096,
-                kind: IoKind::Read,
-                offset: 0,
-            };
-            p.enqueue(io, 2);
+            p.enqueue(PacedIo::read_4k(id, 1, tenant), 2);
         }
         p.poll(3, &mut out);
         assert_eq!(out, vec![1, 2]);

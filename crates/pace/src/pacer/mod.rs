@@ -129,6 +129,23 @@ pub struct PacedIo {
     pub offset: u64,
 }
 
+#[cfg(test)]
+impl PacedIo {
+    /// A 4 KiB read at device 0, whole (a test's).
+    pub(crate) fn read_4k(id: u64, flow: u64, tenant: usize) -> PacedIo {
+        PacedIo {
+            id,
+            flow,
+            device: 0,
+            tenant,
+            bytes: 4096,
+            request: 4096,
+            kind: IoKind::Read,
+            offset: 0,
+        }
+    }
+}
+
 pub struct Pacer {
     cfg: PacingConfig,
     /// Which tenant and device each release opportunity goes to.

@@ -295,19 +295,9 @@ impl DeviceQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacer::IoKind;
 
     fn io(id: u64, flow: u64, tenant: usize) -> PacedIo {
-        PacedIo {
-            id,
-            flow,
-            device: 0,
-            tenant,
-            bytes: 4096,
-            request: 4096,
-            kind: IoKind::Read,
-            offset: 0,
-        }
+        PacedIo::read_4k(id, flow, tenant)
     }
 
     #[test]

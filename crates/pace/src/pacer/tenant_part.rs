@@ -154,7 +154,7 @@ fn least_latency(dev: &Device) -> Option<Nanos> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacer::{CostModel, IoKind, PacedIo};
+    use crate::pacer::{CostModel, PacedIo};
 
     const MS: u64 = 1_000_000;
 
@@ -170,16 +170,7 @@ mod tests {
 
     fn queue(dev: &mut Device, tenant: usize, work: u64, n: usize) {
         for i in 0..n {
-            let io = PacedIo {
-                id: (tenant * 1000 + i) as u64,
-                flow: tenant as u64,
-                device: 0,
-                tenant,
-                bytes: 4096,
-                request: 4096,
-                kind: IoKind::Read,
-                offset: 0,
-            };
+            let io = PacedIo::read_4k((tenant * 1000 + i) as u64, tenant as u64, tenant);
             dev.queue.push(io, 0, work);
         }
     }
