@@ -387,9 +387,11 @@ impl Pacer {
         self.device_window_free(t, d, io) && self.tenant_part_open(t, d)
     }
 
+    /// (Asked for each IO a poll looks at: with one tenant, no part.)
     fn tenant_part_open(&self, t: usize, d: usize) -> bool {
         let tenants = &self.sched.tenants;
-        tenant_part::part_open(&self.sched.devices[d], |u| tenants[u].weight, t)
+        tenants.len() < 2
+            || tenant_part::part_open(&self.sched.devices[d], |u| tenants[u].weight, t)
     }
 
     fn device_window_free(&self, t: usize, d: usize, io: &PacedIo) -> bool {
