@@ -185,7 +185,7 @@ struct SimArgs {
     /// wins (comma-separated): depth, gate, latency-probe, drain-probe,
     /// stall, ports, light, hold-ratio, device-queue, device-share,
     /// flow-fair, fair-part, device-waiter, link-waiter, hold-peers,
-    /// uncontended. See docs/pacer.md.
+    /// uncontended, tenant-part. See docs/pacer.md.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     ablate: Vec<pace::pacer::ablate::Mechanism>,
     /// With --fuzz or --faults: worker threads (default: one per core).
