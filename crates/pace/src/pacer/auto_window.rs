@@ -16,10 +16,10 @@ use super::drr::{Device, Scheduler, FAST_HOLD_RATIO};
 use super::fair::Landing;
 use super::filter::{rate_filter, LargeIoMin, WindowedMax};
 use super::filter::{LATENCY_WINDOW_NS, RATE_SAMPLE_NS};
-use super::flows::{Flows, Sizing};
 use super::ports::PortMeter;
 use super::queues::{PollMemo, Slot};
 use super::tenants::Tenants;
+use super::{flows::Flows, sizing::Sizing};
 use super::{DeviceShares, Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
 use crate::Nanos;
 

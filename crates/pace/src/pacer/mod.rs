@@ -87,6 +87,7 @@ mod qos;
 mod queues;
 mod rate;
 mod report;
+mod sizing;
 mod tenant_clock;
 mod tenant_part;
 mod tenants;

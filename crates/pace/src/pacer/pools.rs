@@ -165,8 +165,8 @@ mod tests {
     /// 128 KiB every 2.2 ms (60 MB/s) and keep IO queued; `tenant2` is
     /// flow 2's tenant.
     /// The sizing the flows learn under: gain 2, 128 KiB IO, 100 us.
-    fn sizing() -> super::super::flows::Sizing {
-        super::super::flows::Sizing {
+    fn sizing() -> super::super::sizing::Sizing {
+        super::super::sizing::Sizing {
             gain: 2.0,
             max_io: IO,
             max_window: 1 << 30,
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn two_tenants_flows_on_a_full_port_share_one_window() {
-        use super::super::flows::Floors;
+        use super::super::sizing::Floors;
         let io = 128 << 10;
         // Each host's window: its part of the shared floor, 4 IOs.
         let floors = Floors {
@@ -244,7 +244,8 @@ mod tests {
 
     #[test]
     fn a_host_with_a_flow_per_drive_is_capped_as_one() {
-        use super::super::flows::{Floors, Flows};
+        use super::super::flows::Flows;
+        use super::super::sizing::Floors;
         let io = IO;
         // Host 10 (tenant 0) reads 8 drives over 8 flows behind its own
         // slow link, 128 KiB per flow every 17.6 ms; host 20 (tenant 1)

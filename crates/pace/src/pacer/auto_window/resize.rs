@@ -7,7 +7,8 @@
 use std::cell::Cell;
 
 use super::super::drr::{Scheduler, FAST_HOLD_RATIO};
-use super::super::flows::{Floors, HOST_MIN_IOS};
+use super::super::flows::HOST_MIN_IOS;
+use super::super::sizing::Floors;
 use super::super::{Mode, PacingConfig};
 use super::Windows;
 use crate::Nanos;
