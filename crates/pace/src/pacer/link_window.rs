@@ -171,7 +171,8 @@ impl LinkWindow {
 
     /// Reactor `r`'s part of all the windows: in proportion to its share of
     /// the queued bytes (its own window while nothing is queued anywhere),
-    /// and no more than the others leave free.
+    /// at least what it would use of its own window, and no more than the
+    /// others leave free.
     pub fn share(&self, r: usize) -> Option<u64> {
         let mine = self.reactors.get(r)?;
         let total_queued: u64 = self.reactors.iter().map(|p| load(&p.queued)).sum();
