@@ -317,26 +317,16 @@ impl Scheduler {
         self.tenants[t].active.iter().any(|&x| x != d)
     }
 
-    /// Publishes when each tenant's oldest IO queued here arrived, and at
-    /// which devices it has IO queued, for the reactors' shared tenant
-    /// clock. Only with tenants on pooled reactors
+    /// Publishes at which devices each tenant has IO queued, for the
+    /// reactors' shared tenant clock. Only with tenants on pooled reactors
     /// (`reactor`: this one's index among them).
-    pub fn publish_oldest(&self, reactor: Option<usize>) {
+    pub fn publish_queued(&self, reactor: Option<usize>) {
         let Some(r) = reactor else { return };
         let clock = &self.tenants.clock;
         if self.tenants.len() < 2 || clock.reactors() < 2 {
             return;
         }
         for (t, tenant) in self.tenants.iter().enumerate() {
-            let oldest = tenant
-                .active
-                .iter()
-                .filter_map(|&d| {
-                    let q = &self.devices[d].queue;
-                    q.head(t, |_| true).map(|s| q.arrived(s))
-                })
-                .min();
-            clock.set_oldest(t, r, oldest);
             clock.set_devices(DeviceMask::Queued, t, r, tenant.queued_devices());
         }
     }

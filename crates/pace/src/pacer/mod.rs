@@ -375,7 +375,8 @@ impl Pacer {
                 self.windows.publish_link(&self.sched.tenants);
                 // A reactor whose last connection died may poll no more.
                 self.windows.publish_hosts();
-                self.sched.publish_oldest(self.windows.reactor());
+                self.sched.publish_queued(self.windows.reactor());
+                self.publish_ready();
                 return true;
             }
         }
@@ -463,7 +464,7 @@ impl Pacer {
         self.windows.poll_memo.end();
         self.windows.publish_link(&self.sched.tenants);
         self.windows.publish_hosts();
-        self.sched.publish_oldest(self.windows.reactor());
+        self.sched.publish_queued(self.windows.reactor());
     }
 
     /// IOs that bypass pacing go at once.
@@ -681,6 +682,8 @@ impl Pacer {
 
 #[cfg(test)]
 mod flow_tests;
+#[cfg(test)]
+mod tenant_tests;
 #[cfg(test)]
 mod tests;
 

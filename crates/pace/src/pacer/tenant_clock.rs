@@ -9,9 +9,9 @@
 //! not waited for (work-conserving), and one waking from idle starts at the
 //! busy tenants' time, so idleness earns no credit.
 //!
-//! Each pacer also publishes when each tenant's oldest IO queued on its
-//! reactor arrived, so a tenant held to its share serves its reactors
-//! oldest first instead of whichever polls first.
+//! Each pacer also publishes when each tenant's oldest IO on its reactor
+//! whose flow may go arrived, so a tenant held to its share serves its
+//! reactors oldest first instead of whichever polls first.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,7 +22,7 @@ pub struct TenantClock {
     vtime: Vec<AtomicU64>,
     queued: Vec<AtomicU64>,
     /// [tenant * reactors + reactor]: arrival (ns) of the tenant's oldest IO
-    /// queued on that reactor; `NONE_QUEUED` if none.
+    /// queued on that reactor whose flow may go; `NONE_QUEUED` if none.
     oldest: Vec<AtomicU64>,
     /// Per tenant and reactor, the devices it has IO queued at there, as
     /// bits `d % 64` (see `devices_elsewhere`).

@@ -4,7 +4,7 @@ use super::auto_window::{LATENCY_PROBE_EVERY_NS, LATENCY_PROBE_LATENCIES, LATENC
 use super::drr::MAX_PACER_WAIT_NS;
 use super::*;
 
-fn io(id: u64, device: usize, tenant: usize, bytes: u32) -> PacedIo {
+pub(super) fn io(id: u64, device: usize, tenant: usize, bytes: u32) -> PacedIo {
     PacedIo {
         id,
         flow: 0,
@@ -24,7 +24,7 @@ fn cfg(mode: Mode) -> PacingConfig {
     }
 }
 
-const K128: u32 = 128 << 10;
+pub(super) const K128: u32 = 128 << 10;
 
 #[test]
 fn pass_through_modes_release_everything() {
@@ -386,7 +386,7 @@ fn stats_serialize_to_json() {
     assert_eq!(v["mode"], "auto");
 }
 
-fn two_tenants(mode: Mode) -> PacingConfig {
+pub(super) fn two_tenants(mode: Mode) -> PacingConfig {
     PacingConfig {
         mode,
         tenants: vec![
