@@ -27,7 +27,22 @@ pub fn require(tool: &str, package: &str) {
     );
 }
 
+/// A port free now, below Linux's ephemeral range (32768-60999 by
+/// default): a port the kernel picked as ephemeral could be taken as the
+/// source port of another test's client before the server bound it
+/// ("Address already in use" in `make test`).
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Spread the tests of each binary (a process) over the range.
+    let base = std::process::id() * 7919;
+    for _ in 0..1000 {
+        let n = base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed) * 104_729);
+        let port = 20_000 + (n % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
 }
