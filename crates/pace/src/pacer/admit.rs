@@ -220,26 +220,32 @@ impl Pacer {
     /// arrived, for `TenantClock::holds_oldest` (`auto`, 2 or more
     /// tenants). Only IO whose flow may go claims the tenant's slots first:
     /// IO held by its own flow's window waits for its own link, not the
-    /// shared window, and it held a tenant's host alone on a 100 GbE port
-    /// to 11% of its share beside the tenant's hosts behind a full 40 GbE
+    /// shared window, and it held a tenant's host alone on a 185 Gb/s port
+    /// to 11% of its share beside the tenant's hosts behind a full 37 Gb/s
     /// one (fuzz 1:15).
     pub(super) fn publish_ready(&mut self) {
+        for t in 0..self.sched.tenants.len() {
+            self.publish_ready_of(t);
+        }
+    }
+
+    /// `publish_ready` for tenant `t` alone (a cancel changes only its
+    /// queue).
+    pub(super) fn publish_ready_of(&mut self, t: usize) {
         if self.cfg.mode != Mode::Auto || self.sched.tenants.len() < 2 {
             return;
         }
         let uncontended = !ablate::out(Mechanism::Uncontended);
-        for t in 0..self.sched.tenants.len() {
-            let (mask, oldest) = self.ready_heads(t);
+        let (mask, oldest) = self.ready_heads(t);
+        if uncontended {
+            self.sched.tenants[t].ready_devices = mask;
+        }
+        if let Some(r) = self.windows.reactor() {
+            let clock = &self.sched.tenants.clock;
             if uncontended {
-                self.sched.tenants[t].ready_devices = mask;
+                clock.set_devices(DeviceMask::Ready, t, r, mask);
             }
-            if let Some(r) = self.windows.reactor() {
-                let clock = &self.sched.tenants.clock;
-                if uncontended {
-                    clock.set_devices(DeviceMask::Ready, t, r, mask);
-                }
-                clock.set_oldest(t, r, oldest);
-            }
+            clock.set_oldest(t, r, oldest);
         }
     }
 

@@ -376,7 +376,7 @@ impl Pacer {
                 // A reactor whose last connection died may poll no more.
                 self.windows.publish_hosts();
                 self.sched.publish_queued(self.windows.reactor());
-                self.publish_ready();
+                self.publish_ready_of(io.tenant);
                 return true;
             }
         }
