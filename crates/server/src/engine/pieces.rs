@@ -404,7 +404,7 @@ impl<'e> Pieces<'e> {
             if req.pieces()[k as usize].error != 0 {
                 req.end_stream_at(k);
             }
-        } else if failed {
+        } else if failed && !req.pad_failed_piece(k) {
             if let Some(c) = self.conns.get_mut(conn) {
                 c.ending(EndReason::StreamFailed);
             }

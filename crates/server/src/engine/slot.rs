@@ -576,6 +576,11 @@ impl Req {
             self.data_reply = is_read && error == 0 && self.len > 0;
             return;
         };
+        if self.streamed() {
+            // Unfragmented (DF): one data chunk, whatever its pieces do.
+            self.encode_unfragmented(framing);
+            return;
+        }
         if error != 0 {
             // ERROR_OFFSET's offset must lie within the requested range; a
             // zero-length READ has none (libnbd hangs up on such a reply).
@@ -607,9 +612,9 @@ impl Req {
     /// A streamed READ answered in chunks, one per piece, so that a piece
     /// the device fails ends the reply with its error (structured replies
     /// and extended headers); with simple replies the header promised all
-    /// the data.
+    /// the data, and with NBD_CMD_FLAG_DF the client wants one data chunk.
     pub fn chunked(&self) -> bool {
-        self.streamed() && self.framing().is_some()
+        self.streamed() && self.framing().is_some() && !self.unfragmented()
     }
 
     /// Encodes piece `k`'s chunk header: its data, or the error that ends

@@ -5,6 +5,15 @@ use super::Req;
 use crate::engine::framing::push_skipping;
 use crate::engine::states::PieceState;
 
+/// The largest piece (`[buffers] buffer_size` is at most 16 MiB).
+const MAX_PIECE: usize = 16 << 20;
+
+/// What an unfragmented READ sends for a piece the device failed: the
+/// spec has the chunk completed with padding that "SHOULD be zero", and
+/// the failed buffer may hold another client's data. Untouched, it costs
+/// no memory (the kernel's zero page backs it).
+static PADDING: [u8; MAX_PIECE] = [0; MAX_PIECE];
+
 impl Req {
     /// Most iovecs [`Req::push_reply_iov`] adds (a WRITE's piece iovecs
     /// are not part of its reply).
@@ -79,8 +88,62 @@ impl Req {
             .take_while(|&k| self.pieces[k].state == PieceState::Ready)
             .count();
         let data = &self.iov[first as usize..first as usize + ready];
-        push_skipping(out, lead.into_iter().chain(data), skip);
-        first as usize + ready == self.pieces.len()
+        let whole = first as usize + ready == self.pieces.len();
+        // An unfragmented READ's final chunk follows its data.
+        let trailer = libc::iovec {
+            iov_base: self.trailer.as_ptr() as *mut libc::c_void,
+            iov_len: self.trailer.len(),
+        };
+        let end = whole.then_some(&trailer);
+        push_skipping(out, lead.into_iter().chain(data).chain(end), skip);
+        whole
+    }
+
+    /// The READ asked for one content chunk (NBD_CMD_FLAG_DF).
+    pub fn unfragmented(&self) -> bool {
+        self.flags & proto::CMD_FLAG_DF != 0
+    }
+
+    /// A streamed READ with NBD_CMD_FLAG_DF: the spec wants "at most one
+    /// content chunk" whatever its length, so one OFFSET_DATA chunk spans
+    /// its pieces. That chunk is not final, as a piece may still fail; the
+    /// trailer ends the reply.
+    pub(super) fn encode_unfragmented(&mut self, framing: proto::Framing) {
+        let (cookie, offset, len) = (self.cookie, self.offset, self.len);
+        proto::encode_offset_data_header(&mut self.hdr, framing, cookie, offset, len, false);
+        self.data_reply = true;
+        self.encode_unfragmented_end(framing);
+    }
+
+    /// The chunk that ends an unfragmented READ: its first error, if a
+    /// piece failed, else NONE.
+    fn encode_unfragmented_end(&mut self, framing: proto::Framing) {
+        self.trailer.clear();
+        if self.error == 0 {
+            proto::encode_done(&mut self.trailer, framing, self.cookie);
+        } else {
+            let (cookie, error) = (self.cookie, self.error);
+            proto::encode_error_chunk(&mut self.trailer, framing, cookie, error, "", None, true);
+        }
+    }
+
+    /// Piece `k` of an unfragmented streamed READ is ready after the device
+    /// failed it or an earlier piece: a failed piece goes out as zeroes and
+    /// the reply ends with the error. False when the reply cannot say so
+    /// (a simple reply promised all the data: only a close can break that).
+    pub fn pad_failed_piece(&mut self, k: u32) -> bool {
+        let Some(framing) = self.framing().filter(|_| self.unfragmented()) else {
+            return false;
+        };
+        let seg = &mut self.iov[k as usize];
+        if self.pieces[k as usize].error != 0 {
+            if seg.iov_len > PADDING.len() {
+                return false;
+            }
+            seg.iov_base = PADDING.as_ptr() as *mut libc::c_void;
+        }
+        self.encode_unfragmented_end(framing);
+        true
     }
 
     /// [`Req::push_reply_iov`] of a chunked streamed READ: each piece read
