@@ -131,6 +131,16 @@ impl Policy {
             .all(|(_, r)| r.allow.is_none() && r.read_only_for.is_empty())
     }
 
+    /// Per export: an `allow` rule names a TLS client certificate, so a
+    /// client denied before TLS may be let in once it shows one.
+    pub fn tls_opens(&self) -> Vec<bool> {
+        let names_cert = |rules: &Vec<Rule>| rules.iter().any(|r| matches!(r, Rule::CertName(_)));
+        self.exports
+            .iter()
+            .map(|(_, r)| r.allow.as_ref().is_some_and(names_cert))
+            .collect()
+    }
+
     /// What `client` may do with each export; logs the restrictions with
     /// the peer and the reason, once per connection.
     pub fn for_client(&self, client: &Client, peer: &str) -> Vec<Access> {

@@ -207,6 +207,47 @@ fn access_rules_deny_and_narrow_by_address_and_certificate_name() {
     assert!(log.contains("cert_name=\"client1\""), "{log}");
 }
 
+/// SELECTIVETLS (`tls = "on"`): an export only a certificate opens is
+/// TLS-only to a plaintext client, and the spec has INFO and GO for it
+/// answer NBD_REP_ERR_TLS_REQD ("MUST"), not POLICY, so the client knows
+/// STARTTLS may open it; with the certificate, it opens.
+#[test]
+fn an_export_only_a_certificate_opens_asks_plaintext_clients_for_tls() {
+    require("nbdinfo", "libnbd-bin");
+    let certs = tempfile::tempdir().expect("tempdir");
+    make_certs(certs.path());
+    let tls = format!(
+        "\n[tls]\ncert = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nca = \"{0}/ca-cert.pem\"\n",
+        certs.path().display()
+    );
+    let body = MALLOC_EXPORTS.replace(
+        "name = \"default\"\nbdev = \"m0\"",
+        "name = \"default\"\nbdev = \"m0\"\nallow = [\"cn:client1\"]",
+    );
+    let server = Server::start_full("tls = \"on\"", &format!("{body}{tls}"), BUFFERS);
+    let s = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut c = RawClient { s };
+    c.greet();
+    for opt in [6, 7] {
+        // NBD_OPT_INFO, NBD_OPT_GO
+        let mut go = 7u32.to_be_bytes().to_vec();
+        go.extend_from_slice(b"default\0\0");
+        c.option(opt, &go);
+        let (_, typ, _) = c.option_reply();
+        assert_eq!(typ, 0x8000_0005, "option {opt}: NBD_REP_ERR_TLS_REQD");
+    }
+    // The plaintext session goes on: another export opens.
+    assert_eq!(c.go("ro"), 16 << 20);
+    let out = nbdinfo(&nbds_uri(server.port, "default", certs.path()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Sends `dir`'s client certificate as it is (rustls's client would check
 /// it), whatever it is.
 #[derive(Debug)]

@@ -81,6 +81,8 @@ pub struct Handshake {
     tls: Tls,
     /// Per export, parallel to `exports`; empty means every export is open.
     access: Vec<Access>,
+    /// Per export: a TLS client certificate may open it (empty: none may).
+    tls_opens: Vec<bool>,
     no_zeroes: bool,
     structured: bool,
     extended: bool,
@@ -119,6 +121,7 @@ impl Handshake {
             status: HandshakeStatus::Negotiating,
             tls: Tls::Off,
             access: Vec::new(),
+            tls_opens: Vec::new(),
             no_zeroes: false,
             structured: false,
             extended: false,
@@ -156,6 +159,14 @@ impl Handshake {
     pub fn set_access(&mut self, access: Vec<Access>) {
         debug_assert!(access.is_empty() || access.len() == self.exports.len());
         self.access = access;
+    }
+
+    /// The exports a TLS client certificate may open (parallel to the
+    /// exports): before TLS, such an export is TLS-only to a client it
+    /// denies.
+    pub fn set_tls_opens(&mut self, opens: Vec<bool>) {
+        debug_assert!(opens.is_empty() || opens.len() == self.exports.len());
+        self.tls_opens = opens;
     }
 
     fn access(&self, idx: usize) -> Access {
@@ -299,6 +310,14 @@ impl Handshake {
             return None;
         };
         if self.access(idx) == Access::Denied {
+            // SELECTIVETLS: INFO and GO "MUST reply with NBD_REP_ERR_TLS_REQD
+            // if that export is TLS-only" (and only they may), so the client
+            // knows STARTTLS and a certificate may open it.
+            let tls_only = self.tls == Tls::Offered && self.tls_opens.get(idx) == Some(&true);
+            if tls_only && matches!(opt, OPT_INFO | OPT_GO) {
+                self.reply(opt, REP_ERR_TLS_REQD, b"start TLS first (NBD_OPT_STARTTLS)");
+                return None;
+            }
             let why = b"this export is not open to this client";
             self.reply(opt, REP_ERR_POLICY, why);
             return None;
@@ -643,6 +662,34 @@ mod tests {
             HandshakeStatus::Done(n) => assert!(n.read_only),
             s => panic!("{s:?}"),
         }
+    }
+
+    #[test]
+    fn an_export_a_certificate_may_open_is_tls_only_before_tls() {
+        let mut h = Handshake::new(exports(), Some(0)).with_tls(Tls::Offered);
+        h.set_access(vec![Access::Denied, Access::Denied]);
+        h.set_tls_opens(vec![true, false]);
+        let _ = h.take_output();
+        let mut input = client(FLAG_C_FIXED_NEWSTYLE);
+        input.extend(option(OPT_INFO, &go_data("default", &[])));
+        input.extend(option(OPT_GO, &go_data("other", &[])));
+        input.extend(option(OPT_STRUCTURED_REPLY, &[]));
+        input.extend(option(OPT_LIST_META_CONTEXT, &meta_data("default", &[])));
+        input.extend(option(OPT_STARTTLS, &[]));
+        h.feed(&input);
+        let types: Vec<u32> = replies(&h.take_output()).iter().map(|x| x.1).collect();
+        let want = [
+            REP_ERR_TLS_REQD,
+            REP_ERR_POLICY,
+            REP_ACK,
+            REP_ERR_POLICY,
+            REP_ACK,
+        ];
+        assert_eq!(types, want, "only INFO and GO may answer TLS_REQD");
+        // Once TLS is up without a certificate that opens it: refused.
+        h.tls_started();
+        h.feed(&option(OPT_GO, &go_data("default", &[])));
+        assert_eq!(replies(&h.take_output())[0].1, REP_ERR_POLICY);
     }
 
     #[test]

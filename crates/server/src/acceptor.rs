@@ -224,6 +224,7 @@ impl Acceptors {
                 hostnqn: None,
             };
             hs.set_access(c.access.for_client(&client, peer));
+            hs.set_tls_opens(c.access.tls_opens());
         }
         reactor.send(Msg::Resume(accepted, Box::new(hs)));
     }
