@@ -562,6 +562,12 @@ impl FileLeaf {
             (IoOp::WriteZeroes { fast: true, .. }, libc::EOPNOTSUPP) => {
                 return IoResult::Err(ENOTSUP)
             }
+            // The kernel cancels the rest of a chain after a write that came
+            // up short (an earlier failure would be the IO's result): a zero
+            // write into a file whose filesystem filled up (below).
+            (IoOp::WriteZeroes { .. }, libc::ECANCELED) if !self.block_device => {
+                return IoResult::Err(ENOSPC)
+            }
             _ => {}
         }
         if res < 0 {
@@ -595,6 +601,12 @@ impl FileLeaf {
                 }
                 IoResult::Ok
             }
+            // A regular file's write comes up short when its filesystem runs
+            // out of room (or quota) part way: the rest would fail with
+            // ENOSPC (nbdkit's file plugin writes on and answers that). The
+            // spec wants ENOSPC, and qemu pauses its guest on it
+            // (werror=enospc) where EIO fails the guest's write.
+            IoOp::Write { .. } if (res as u32) < len && !self.block_device => IoResult::Err(ENOSPC),
             IoOp::Write { .. } if (res as u32) < len => IoResult::Err(EIO),
             _ => IoResult::Ok,
         }
@@ -873,6 +885,39 @@ mod tests {
         }
         let op = IoOp::Write { fua: true };
         assert_eq!(run(&f, op, 0, &mut z), IoResult::Err(EIO));
+    }
+
+    /// A write cut short by a full filesystem is ENOSPC, as the rest of it
+    /// would fail; on a block device a short write is EIO.
+    #[test]
+    fn a_short_write_to_a_file_is_enospc() {
+        let tmp = tempfile::NamedTempFile::new().expect("temp file");
+        let mut f = FileLeaf {
+            buffered: File::open(tmp.path()).expect("open"),
+            direct: None,
+            size: 1 << 20,
+            block_device: false,
+            punch_hole: false,
+            zero_range: false,
+            rotational: false,
+        };
+        let write = IoOp::Write { fua: false };
+        let zeroes = IoOp::WriteZeroes {
+            may_trim: false,
+            fua: false,
+            fast: false,
+        };
+        assert_eq!(f.complete(write, 8192, &[], 4096), IoResult::Err(ENOSPC));
+        assert_eq!(f.complete(write, 8192, &[], 8192), IoResult::Ok);
+        // The zero writes after a short one are cancelled.
+        let cancelled = -libc::ECANCELED;
+        assert_eq!(
+            f.complete(zeroes, 8192, &[], cancelled),
+            IoResult::Err(ENOSPC)
+        );
+        f.block_device = true;
+        assert_eq!(f.complete(write, 8192, &[], 4096), IoResult::Err(EIO));
+        assert_eq!(f.complete(zeroes, 8192, &[], cancelled), IoResult::Err(EIO));
     }
 
     #[test]

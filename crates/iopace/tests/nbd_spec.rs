@@ -123,3 +123,77 @@ fn a_df_read_is_one_data_chunk_even_when_it_streams_or_fails() {
     }
     server.assert_quiescent(64);
 }
+
+/// A tmpfs of `size` mounted on a temporary directory, unmounted on drop.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    /// None where this machine cannot mount one (not root).
+    fn mount(size: &str) -> Option<SmallFs> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(SmallFs { dir }),
+            other => {
+                eprintln!("SKIPPED: cannot mount a tmpfs here: {other:?}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// A thin file export whose filesystem fills up: the write the filesystem
+/// cuts short, and every one after it, gets ENOSPC (the spec's error for
+/// a full device; qemu pauses its guest on it, werror=enospc, but fails
+/// the guest's write on EIO, which the short one got), so do writes of
+/// zeroes, and a trim makes room again.
+#[test]
+fn writes_into_a_full_filesystem_get_enospc_not_eio() {
+    const CMD_TRIM: u16 = 4;
+    const CMD_WRITE_ZEROES: u16 = 6;
+    const NO_HOLE: u16 = 1 << 1;
+    let Some(fs) = SmallFs::mount("4M") else {
+        return;
+    };
+    let img = fs.dir.path().join("thin.img");
+    let body = format!(
+        "[[bdev]]\nname = \"f0\"\nkind = \"file\"\npath = \"{}\"\nsize = \"16MiB\"\n\n\
+         [[export]]\nname = \"default\"\nbdev = \"f0\"\n",
+        img.display()
+    );
+    let server = Server::start(&body);
+    let mut c = raw_unix(&server, "default");
+    let mib = vec![0x55u8; 1 << 20];
+    let mut errors = Vec::new();
+    for i in 0..8u64 {
+        // Not page aligned, so the filesystem fills part way through one.
+        c.request(CMD_WRITE, 0, i, (i << 20) + 100, 1 << 20);
+        c.s.write_all(&mib).expect("payload");
+        errors.push(c.simple_reply().0);
+    }
+    let full = errors.iter().position(|&e| e != 0).expect("the disk fills");
+    assert!(full > 0, "{errors:?}");
+    assert!(errors[full..].iter().all(|&e| e == ENOSPC), "{errors:?}");
+    c.request(CMD_WRITE_ZEROES, NO_HOLE, 20, 12 << 20, 1 << 20);
+    assert_eq!(c.simple_reply(), (ENOSPC, 20), "zeroes written");
+    c.request(CMD_TRIM, 0, 21, 0, 2 << 20);
+    assert_eq!(c.simple_reply(), (0, 21));
+    c.request(CMD_WRITE, 0, 22, 0, 1 << 20);
+    c.s.write_all(&mib).expect("payload");
+    assert_eq!(c.simple_reply(), (0, 22), "room after the trim");
+    server.assert_quiescent(256);
+    drop(server);
+}
