@@ -43,7 +43,8 @@ pub struct ServerConfig {
     /// Seconds a client may take from connecting to the end of the handshake.
     #[serde(default = "default_handshake_timeout")]
     pub handshake_timeout_s: u64,
-    /// Seconds a connection may sit with no request in flight and no bytes arriving.
+    /// Seconds a connection may sit with no request in flight and no bytes
+    /// arriving; 0 (the default): no limit.
     #[serde(default = "default_idle_timeout")]
     pub idle_timeout_s: u64,
     /// Seconds a WRITE payload may stall (no bytes while the target can take them).
@@ -261,10 +262,15 @@ fn default_drain_timeout() -> u64 {
 fn default_handshake_timeout() -> u64 {
     10
 }
-// Initiators keep idle connections open (the kernel client between
-// bursts); 5 minutes frees abandoned ones without churning live ones.
+// Initiators keep idle connections open for as long as their disk is
+// attached (the kernel client, a VM's qemu), and NBD has no keep-alive to
+// tell an idle one from an abandoned one: "The client and the server MUST
+// NOT initiate any form of disconnect other than" a violation or a
+// shutdown. A server that closed one idle for 5 minutes failed the
+// guest's next IO (qemu: "Input/output error"); nbdkit and qemu-nbd set
+// no limit either.
 fn default_idle_timeout() -> u64 {
-    300
+    0
 }
 // A payload that stalls 30 s is a dead or hostile client: TCP's own
 // retransmission gives up on a live path well before that.
@@ -320,12 +326,12 @@ impl ServerConfig {
             bounds::MAX_DRAIN_TIMEOUT_S,
         )
         .map_err(field)?;
-        for (name, value) in [
-            ("handshake_timeout_s", s.handshake_timeout_s),
-            ("idle_timeout_s", s.idle_timeout_s),
-            ("payload_timeout_s", s.payload_timeout_s),
+        for (name, value, least) in [
+            ("handshake_timeout_s", s.handshake_timeout_s, 1),
+            ("idle_timeout_s", s.idle_timeout_s, 0),
+            ("payload_timeout_s", s.payload_timeout_s, 1),
         ] {
-            bounds::in_range(name, value, 1, MAX_CONN_TIMEOUT_S).map_err(field)?;
+            bounds::in_range(name, value, least, MAX_CONN_TIMEOUT_S).map_err(field)?;
         }
         bounds::in_range("poll_spin_us", s.poll_spin_us, 0, MAX_POLL_SPIN_US).map_err(field)?;
         bounds::in_range("batch_wait_us", s.batch_wait_us, 0, MAX_BATCH_WAIT_US).map_err(field)?;

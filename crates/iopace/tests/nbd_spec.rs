@@ -1,6 +1,7 @@
 //! Corners of the NBD spec (NetworkBlockDevice/nbd `doc/proto.md`) that
-//! the everyday clients do not reach, checked on the real binary with a
-//! raw client that speaks structured replies.
+//! everyday use does not reach (an unfragmented READ, a filesystem that
+//! fills up, a client idle for long), checked on the real binary with a
+//! raw client that speaks structured replies, and with qemu-io.
 
 mod common;
 
@@ -196,4 +197,33 @@ fn writes_into_a_full_filesystem_get_enospc_not_eio() {
     assert_eq!(c.simple_reply(), (0, 22), "room after the trim");
     server.assert_quiescent(256);
     drop(server);
+}
+
+/// NBD has no keep-alive, and "the client and the server MUST NOT
+/// initiate any form of disconnect other than" a violation or a shutdown:
+/// a disk a client keeps attached may sit idle for hours (a VM's, the
+/// kernel client's). With the default config an idle connection is never
+/// closed (it was after 5 minutes, and qemu's next read failed with
+/// "Input/output error"): `serve --check` shows no idle limit, and
+/// qemu-io idle past every other timeout of the server reads on.
+#[test]
+fn an_idle_client_is_not_disconnected() {
+    require("qemu-io", "qemu-utils");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = serve_once(&["--check"], MALLOC_EXPORTS, dir.path());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("\"idle_timeout_s\": 0"), "{text}");
+    let server = Server::start_full(
+        "handshake_timeout_s = 1\npayload_timeout_s = 1",
+        MALLOC_EXPORTS,
+        "num_shared_buffers = 64",
+    );
+    let cmds = ["write -P 9 0 4k", "sleep 2500", "read -P 9 0 4k"];
+    let limit = std::time::Duration::from_secs(30);
+    let out = qemu_io(&server.unix_uri("default"), &cmds, limit);
+    assert!(out.contains("read 4096/4096"), "{out}");
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("reason=\"Timeout\""), "{log}");
 }

@@ -432,7 +432,8 @@ impl Conn {
             Input::Payload(_) | Input::Discard(_) if c.recv != RecvOp::Idle => {
                 Some(c.active_at + t.payload)
             }
-            Input::Headers if c.requests == 0 => Some(c.active_at + t.idle),
+            // 0: no idle limit (the default; see `idle_timeout_s`).
+            Input::Headers if c.requests == 0 && t.idle > 0 => Some(c.active_at + t.idle),
             _ => None,
         }
     }

@@ -21,7 +21,8 @@ pub enum Opening {
 pub struct Timeouts {
     /// From accept to the end of the handshake.
     pub handshake: Nanos,
-    /// A connection with no request in flight and no bytes arriving.
+    /// A connection with no request in flight and no bytes arriving; 0:
+    /// no limit.
     pub idle: Nanos,
     /// A WRITE payload (or a rejected one being discarded) with no bytes arriving.
     pub payload: Nanos,

@@ -157,6 +157,15 @@ fn handshake_and_idle_timeouts_close() {
     net.advance(300_000_000_000);
     assert!(net.clients[&idle].closed, "idle timeout");
     assert_eq!(net.engine.io.stats().timeouts, 2);
+    // Without an idle limit (0, the default) an idle client stays.
+    let forever = Timeouts {
+        idle: 0,
+        ..TIMEOUTS
+    };
+    let mut net = Net::new(engine("none", 24, forever));
+    let idle = ready_client(&mut net);
+    net.advance(3_600_000_000_000);
+    assert!(!net.clients[&idle].closed, "no idle limit");
 }
 
 #[test]
