@@ -557,6 +557,7 @@ impl Target {
         let page = match (lid, c.subsys) {
             (0x01, _) => pages::error_log(c.errors),
             (0x02, Some(_)) => pages::smart_log(0, 0),
+            (0x03, Some(_)) => pages::firmware_slot_log(),
             (0x04, Some(_)) => {
                 let p = pages::changed_namespaces(&c.changed_ns);
                 if !rae {

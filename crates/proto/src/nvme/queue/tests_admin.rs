@@ -71,10 +71,12 @@ fn identify_and_logs() {
     let (d, c) = get(&mut r, a, identify(2, 1, 0));
     assert_eq!(c.status, Status::SUCCESS);
     assert_eq!(d.len(), 4096);
+    let identify_ctrl = d.clone();
     assert_eq!(u16::from_le_bytes([d[78], d[79]]), cntlid);
     assert_eq!(d[77], Limits::default().mdts());
     assert_eq!(&d[768..768 + NQN.len()], NQN.as_bytes());
     assert_eq!(d[111], 1);
+    assert_eq!(d[260], 0b011, "FRMW: one slot, read-only");
     // CNS 06h, the NVM command set's controller structure (SPDK hosts ask
     // at attach): all zero, no limits beyond MDTS. Another set: refused.
     let (d, c) = get(&mut r, a, identify(10, 6, 0));
@@ -97,6 +99,10 @@ fn identify_and_logs() {
         get(&mut r, a, identify(7, 0x55, 0)).1.status,
         Status::INVALID_FIELD
     );
+    // Firmware Slot Information (mandatory): slot 1 active, with FR's revision.
+    let (d, c) = get(&mut r, a, log_page(8, 3, 512));
+    assert_eq!((c.status, d[0]), (Status::SUCCESS, 1));
+    assert_eq!(&d[8..16], &identify_ctrl[64..72]);
     for (lid, len) in [(1, 64), (2, 512), (4, 4096)] {
         let (d, c) = get(&mut r, a, log_page(8, lid, len));
         assert_eq!(
