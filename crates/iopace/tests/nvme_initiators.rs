@@ -1,13 +1,15 @@
 //! NVMe/TCP against SPDK's initiators used as `nvme_tcp.rs` does not use
 //! them: spdk_nvme_identify of every subsystem (512-byte and 4 KiB
-//! blocks, read-only) with all the log pages it reads. SPDK comes from
+//! blocks, read-only) with all the log pages it reads, spdk_nvme_perf
+//! with a short keep-alive timeout. SPDK comes from
 //! `../shared/spdk/build.sh` (cached in `$SPDK_DIR`, default
 //! `~/.cache/iopace-spdk-v26.05`); without a finished build the tests say
-//! so and skip.
+//! so and skip. The raw-protocol test (I/O keeps a controller alive)
+//! needs nothing but the binary.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::nvme::*;
 use common::{free_port, run, Server};
@@ -94,4 +96,49 @@ fn spdk_identify_reads_every_log_of_every_subsystem() {
     }
     let (st, log) = server.stop();
     assert!(st.success() && !log.contains("panicked"), "{log}");
+}
+
+/// Traffic based keep alive: a host whose I/O queue keeps taking commands
+/// stays connected though its admin queue sends no Keep Alive within the
+/// timeout (its I/O restarts the timer, as Identify's CTRATT says); once
+/// the I/O stops too, the controller goes within the timeout and a bit.
+#[test]
+fn io_traffic_keeps_a_controller_alive() {
+    let (server, port) = server();
+    let (mut a, cntlid) = admin_queue(port, 1000);
+    let mut q = io_queue(port, cntlid, 1);
+    let t = Instant::now();
+    let mut cid = 0;
+    while t.elapsed() < Duration::from_millis(2500) {
+        cid += 1;
+        assert_eq!(read_blocks(&mut q, cid, 0, BLOCK).0, 0, "read {cid}");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let log = server.log_text();
+    assert!(!log.contains("controller gone"), "{log}");
+    let t = Instant::now();
+    assert_eq!(a.recv().0, 0xFF, "admin queue not closed");
+    assert_eq!(q.recv().0, 0xFF, "IO queue not closed");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}
+
+/// spdk_nvme_perf with a 1 s keep-alive timeout sends its Keep Alive only
+/// when its admin poller wakes, once a second: late by a little each
+/// time. Its I/O keeps the controller alive (SPDK's target rounds the
+/// timeout up to 10 s instead), so no I/O fails.
+#[test]
+fn spdk_perf_with_a_short_keep_alive_timeout() {
+    let Some(spdk) = spdk() else { return };
+    let (server, port) = server();
+    let o = run(
+        tool(&spdk, "build/bin/spdk_nvme_perf", shm_id(5))
+            .args(["-c", "0x1", "-t", "4", "-k", "1000", "-q", "16"])
+            .args(["-o", "4096", "-w", "randread", "-r", &trid(port, NQN)]),
+        Duration::from_secs(60),
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(!out.contains("completed with error"), "{out}");
+    let log = server.log_text();
+    assert!(!log.contains("controller gone"), "{log}");
 }

@@ -59,7 +59,9 @@ pub fn identify_controller(v: &CtrlView<'_>) -> Vec<u8> {
     put(&mut b, 78, &v.cntlid.to_le_bytes());
     put(&mut b, 80, &VERSION.to_le_bytes());
     put(&mut b, 92, &(1u32 << 8).to_le_bytes()); // OAES: namespace attribute notices
-    put(&mut b, 96, &1u32.to_le_bytes()); // CTRATT: 128-bit host id
+                                                 // CTRATT: 128-bit host id (bit 0); traffic based keep alive (bit 6): any
+                                                 // command restarts the keep-alive timer, not only Keep Alive.
+    put(&mut b, 96, &(1u32 | 1 << 6).to_le_bytes());
     b[111] = if v.subsys.is_some() { 1 } else { 2 }; // CNTRLTYPE: IO or discovery
     b[258] = super::MAX_ABORTS - 1; // ACL, 0's based
     b[259] = super::MAX_AERS as u8 - 1; // AERL, 0's based

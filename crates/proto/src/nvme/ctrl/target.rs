@@ -330,6 +330,17 @@ impl Target {
         mine.into_iter().map(|(_, cid, d)| (cid, d)).collect()
     }
 
+    /// Controller `cntlid`'s I/O queues took commands: its keep-alive timer
+    /// restarts, as any admin command restarts it (Identify's CTRATT claims
+    /// traffic based keep alive). A host busy with I/O stays alive though
+    /// its Keep Alive comes late: SPDK's perf sends one only when its admin
+    /// poller wakes, once a second, so a KATO of 1 s expired under load.
+    pub fn traffic(&mut self, cntlid: u16, now: Nanos) {
+        if let Some(c) = self.controllers.get_mut(&cntlid) {
+            c.keep_alive(now);
+        }
+    }
+
     /// Expires controllers whose keep-alive timer ran out.
     pub fn tick(&mut self, now: Nanos) {
         let expired: Vec<u16> = self

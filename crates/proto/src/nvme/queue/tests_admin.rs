@@ -77,6 +77,11 @@ fn identify_and_logs() {
     assert_eq!(&d[768..768 + NQN.len()], NQN.as_bytes());
     assert_eq!(d[111], 1);
     assert_eq!(d[260], 0b011, "FRMW: one slot, read-only");
+    assert_eq!(
+        d[96],
+        1 | 1 << 6,
+        "CTRATT: host id, traffic based keep alive"
+    );
     // CNS 06h, the NVM command set's controller structure (SPDK hosts ask
     // at attach): all zero, no limits beyond MDTS. Another set: refused.
     let (d, c) = get(&mut r, a, identify(10, 6, 0));
@@ -173,7 +178,12 @@ fn features_keep_alive_aer_abort() {
     r.target.tick(3_400_000_000);
     assert!(r.target.alive(cntlid));
     assert_eq!(r.target.next_deadline(), Some(3_500_000_000));
-    r.target.tick(3_500_000_000);
+    // Its I/O queues' commands restart the timer too (traffic based).
+    r.target.traffic(cntlid, 3_000_000_000);
+    r.target.tick(4_900_000_000);
+    assert!(r.target.alive(cntlid));
+    assert_eq!(r.target.next_deadline(), Some(5_000_000_000));
+    r.target.tick(5_000_000_000);
     assert!(!r.target.alive(cntlid));
     assert_eq!(r.target.take_dropped(), vec![cntlid]);
 }
