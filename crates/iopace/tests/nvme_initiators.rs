@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::nvme::*;
 use common::{free_port, run, Server};
+use proto::nvme::cmd::{admin, fctype, Sqe};
 
 /// Three exports: 512-byte blocks, 4 KiB blocks, and read-only.
 const EXPORTS: &str = r#"
@@ -141,4 +142,64 @@ fn spdk_perf_with_a_short_keep_alive_timeout() {
     assert!(!out.contains("completed with error"), "{out}");
     let log = server.log_text();
     assert!(!log.contains("controller gone"), "{log}");
+}
+
+/// A Property Set or Get of CC (0x14) or CSTS (0x1C): its dword 0.
+fn property(a: &mut Host, cid: u16, set: Option<u32>, ofst: u32) -> u32 {
+    let mut p = Sqe::new(admin::FABRICS, cid);
+    p.set_cdw(11, ofst);
+    p.0[4] = match set {
+        Some(v) => {
+            p.set_cdw(12, v);
+            fctype::PROPERTY_SET
+        }
+        None => fctype::PROPERTY_GET,
+    };
+    let (st, dw0) = a.command(p, &[]);
+    assert_eq!(st, 0, "property {ofst:#x}");
+    dw0
+}
+
+/// Polls CSTS until `mask` bits read `want`.
+fn wait_csts(a: &mut Host, mask: u32, want: u32) {
+    let t = Instant::now();
+    for cid in 100.. {
+        if property(a, cid, None, 0x1C) & mask == want {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "CSTS never {want:#x}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Controller lifecycle with an I/O queue connected: a reset (CC.EN 1 to
+/// 0) is done (CSTS.RDY 0) only once that queue's connection is closed,
+/// so an I/O queue of the same id connected right after it is enabled
+/// again is the only one, and stays; a shutdown (CC.SHN) likewise reports
+/// complete once the queue is gone. Then the host leaves and connects
+/// again with the same host NQN.
+#[test]
+fn reset_and_shutdown_with_an_io_queue_connected() {
+    let (server, port) = server();
+    let (mut a, cntlid) = admin_queue(port, 0);
+    let mut q1 = io_queue(port, cntlid, 1);
+    assert_eq!(read_blocks(&mut q1, 1, 0, BLOCK).0, 0);
+    property(&mut a, 3, Some(0x0046_0000), 0x14);
+    wait_csts(&mut a, 1, 0);
+    property(&mut a, 4, Some(0x0046_0001), 0x14);
+    let mut q2 = io_queue(port, cntlid, 1);
+    // Closed by the target (not the 10 s read timeout): it served no more.
+    let t = Instant::now();
+    assert_eq!(q1.recv().0, 0xFF, "the old I/O queue is closed");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(read_blocks(&mut q2, 2, 0, BLOCK).0, 0, "the new one serves");
+    property(&mut a, 5, Some(0x0046_4001), 0x14);
+    wait_csts(&mut a, 0b1100, 0b1000);
+    assert_eq!(q2.recv().0, 0xFF, "shut down: the I/O queue is closed");
+    drop(a);
+    let (mut b, _) = admin_queue(port, 0);
+    assert_eq!(b.command(Sqe::new(admin::KEEP_ALIVE, 9), &[]).0, 0);
+    let log = server.log_text();
+    assert!(!log.contains("panicked"), "{log}");
 }

@@ -249,7 +249,7 @@ impl Target {
         if !c.enabled() {
             return Err((Status::COMMAND_SEQUENCE_ERROR, 0));
         }
-        if qid > c.io_queues || c.connected.contains(&qid) {
+        if qid > c.io_queues || c.qid_busy(qid) {
             return Err(invalid(false, 42));
         }
         if sqsize == 0 || sqsize >= max {
@@ -269,7 +269,7 @@ impl Target {
                 self.dropped.push(cntlid);
             }
         } else if let Some(c) = self.controllers.get_mut(&cntlid) {
-            c.connected.remove(&qid);
+            c.queue_gone(qid);
             let parked = c.aborts_on(qid);
             self.take_io_aborts_of(cntlid, qid);
             for a in parked {
@@ -405,9 +405,9 @@ impl Target {
         if opc == admin::FABRICS {
             let (done, teardown) = property(c, sqe, &limits);
             if teardown {
-                // Reset or shutdown: the controller's IO queues must go, and
-                // its parked Async Event Requests are let go.
-                c.connected.clear();
+                // Reset or shutdown: the controller's IO queues must go
+                // (`queue_live` says so to their drivers), and its parked
+                // Async Event Requests are let go.
                 self.dropped.push(cntlid);
                 for cid in c.take_aers().into_iter().chain(c.take_aborts()) {
                     self.post_event((cntlid, cid, None));

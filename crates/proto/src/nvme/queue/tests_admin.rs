@@ -64,6 +64,52 @@ fn properties_enable_and_shutdown() {
     assert_eq!(r.target.take_dropped(), vec![cntlid]);
 }
 
+/// Property Set CC to `cc` on queue `q`.
+fn set_cc(r: &mut Rig, q: usize, cid: u16, cc: u32) {
+    let mut s = Sqe::new(admin::FABRICS, cid);
+    s.0[4] = fctype::PROPERTY_SET;
+    s.set_cdw(11, 0x14);
+    s.set_cdw(12, cc);
+    assert_eq!(resp(&r.cmd(q, s, &[])).status, Status::SUCCESS);
+}
+
+/// A reset (CC.EN 1 to 0) or a shutdown with an IO queue connected is done
+/// (CSTS.RDY clear, SHST complete) only once that queue's connection
+/// closed, and its QID is not taken anew before: an old connection can
+/// neither serve beside a new queue of its id nor, closing, drop it.
+#[test]
+fn reset_and_shutdown_complete_once_the_io_queues_closed() {
+    let mut r = Rig::new();
+    let (a, _, cntlid) = r.io_queue(Digests::default());
+    set_cc(&mut r, a, 60, 0x0046_0000);
+    assert_eq!(prop_get(&mut r, a, 0x1C, false).result & 1, 1, "RDY held");
+    assert!(!r.target.queue_live(cntlid, 1), "the old queue must close");
+    let q2 = r.open(Digests::default());
+    let c = r.connect(q2, 1, cntlid, NQN);
+    assert_eq!(c.status, Status::COMMAND_SEQUENCE_ERROR, "disabled");
+    r.target.queue_closed(cntlid, 1);
+    assert_eq!(prop_get(&mut r, a, 0x1C, false).result & 1, 0, "reset done");
+    r.enable(a);
+    assert_eq!(r.connect(q2, 1, cntlid, NQN).status, Status::SUCCESS);
+    // A host that enables again at once: the QID waits for its old close.
+    set_cc(&mut r, a, 61, 0x0046_0000);
+    r.enable(a);
+    let q3 = r.open(Digests::default());
+    let c = r.connect(q3, 1, cntlid, NQN);
+    assert_eq!(
+        (c.status, c.result),
+        (Status::CONNECT_INVALID_PARAMETERS, 42)
+    );
+    r.target.queue_closed(cntlid, 1);
+    assert_eq!(r.connect(q3, 1, cntlid, NQN).status, Status::SUCCESS);
+    assert!(r.target.queue_live(cntlid, 1));
+    // Shutdown: occurring (01b) while the queue is connected, then complete.
+    set_cc(&mut r, a, 62, 0x0046_0001 | (1 << 14));
+    assert_eq!(prop_get(&mut r, a, 0x1C, false).result & 0b1100, 0b0100);
+    r.target.queue_closed(cntlid, 1);
+    assert_eq!(prop_get(&mut r, a, 0x1C, false).result & 0b1100, 0b1000);
+}
+
 #[test]
 fn identify_and_logs() {
     let mut r = Rig::new();
