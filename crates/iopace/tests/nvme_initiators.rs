@@ -15,7 +15,8 @@ use common::nvme::*;
 use common::{free_port, run, Server};
 use proto::nvme::cmd::{admin, fctype, Sqe};
 
-/// Three exports: 512-byte blocks, 4 KiB blocks, and read-only.
+/// Four exports: 512-byte blocks, 4 KiB blocks, read-only, and a null
+/// device (reads 0xA5).
 const EXPORTS: &str = r#"
 [[bdev]]
 name = "m0"
@@ -33,6 +34,11 @@ name = "ro0"
 kind = "malloc"
 size = "16MiB"
 
+[[bdev]]
+name = "n0"
+kind = "null"
+size = "16MiB"
+
 [[export]]
 name = "default"
 bdev = "m0"
@@ -45,6 +51,10 @@ bdev = "m4k"
 name = "ro"
 bdev = "ro0"
 read_only = true
+
+[[export]]
+name = "null"
+bdev = "n0"
 "#;
 
 fn server() -> (Server, u16) {
@@ -67,22 +77,25 @@ fn identify(spdk: &std::path::Path, port: u16, nqn: &str) -> String {
 /// Every log page spdk_nvme_identify reads of an I/O controller is
 /// there: Firmware Slot Information (03h) is mandatory (NVMe 1.4, Get Log
 /// Page; SPDK's target serves it), and Identify's FRMW names its one
-/// slot. Each namespace's size and LBA format are its export's.
+/// slot. Each namespace's size and LBA format are its export's, and DLFEAT
+/// claims zeros after a deallocate only where the device gives them.
 #[test]
 fn spdk_identify_reads_every_log_of_every_subsystem() {
     let Some(spdk) = spdk() else { return };
     let (server, port) = server();
     let disc = identify(&spdk, port, DISCOVERY);
     assert!(
-        disc.contains("Number of Records:                     3"),
+        disc.contains("Number of Records:                     4"),
         "{disc}"
     );
+    // The null device reads its pattern after a deallocate, not zeros.
     let want = [
-        ("default", "131072", "512", "No"),
-        ("b4k", "16384", "4096", "No"),
-        ("ro", "32768", "512", "Yes"),
+        ("default", "131072", "512", "No", "All 0x00"),
+        ("b4k", "16384", "4096", "No", "All 0x00"),
+        ("ro", "32768", "512", "Yes", "All 0x00"),
+        ("null", "32768", "512", "No", "Unknown"),
     ];
-    for (name, lbas, lbads, wp) in want {
+    for (name, lbas, lbads, wp, dealloc) in want {
         let nqn = format!("nqn.2026-11.io.iopace:{name}");
         let out = identify(&spdk, port, &nqn);
         assert!(!out.contains("failed"), "{nqn}:\n{out}");
@@ -94,6 +107,8 @@ fn spdk_identify_reads_every_log_of_every_subsystem() {
         assert!(out.contains(&fmt), "{nqn}:\n{out}");
         let ro = format!("Namespace Write Protected:             {wp}");
         assert!(out.contains(&ro), "{nqn}:\n{out}");
+        let dl = format!("Deallocated Read Value:                {dealloc}");
+        assert!(out.contains(&dl), "{nqn}:\n{out}");
     }
     let (st, log) = server.stop();
     assert!(st.success() && !log.contains("panicked"), "{log}");

@@ -2,7 +2,7 @@
 
 use super::tests::{resp, sqe, Got, Rig, NQN};
 use crate::nvme::cmd::{admin, fctype, Cqe, Sqe, Status};
-use crate::nvme::ctrl::{Limits, DISCOVERY_NQN, MAX_ADMIN_QUEUE, MAX_AERS, VERSION};
+use crate::nvme::ctrl::{pages, Limits, DISCOVERY_NQN, MAX_ADMIN_QUEUE, MAX_AERS, VERSION};
 use crate::nvme::pdu::Digests;
 
 fn prop_get(r: &mut Rig, q: usize, ofst: u32, eight: bool) -> Cqe {
@@ -138,6 +138,10 @@ fn identify_and_logs() {
     let (d, _) = get(&mut r, a, identify(3, 0, 1));
     assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), 8192);
     assert_eq!(d[130], 9); // LBADS
+    assert_eq!(d[33], 1, "DLFEAT: deallocated blocks read as zero");
+    let mut ns = r.target.subsystems[0].namespaces[0].clone();
+    ns.dealloc_zeroes = false;
+    assert_eq!(pages::identify_namespace(Some(&ns), false)[33], 0);
     let (d, _) = get(&mut r, a, identify(4, 2, 0));
     assert_eq!(&d[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
     let (d, _) = get(&mut r, a, identify(5, 3, 1));
