@@ -176,6 +176,16 @@ impl Bdev {
     pub fn kind(&self) -> &'static str {
         self.leaf.kind()
     }
+    /// Whether trimmed blocks read as zeros afterwards: RAM does, a null
+    /// device only with pattern 0, a file only when its trim punches holes
+    /// (else a trim does nothing and the old data stays).
+    pub fn trim_reads_zero(&self) -> bool {
+        match &*self.leaf {
+            Leaf::Null { pattern } => *pattern == 0,
+            Leaf::Malloc(_) => true,
+            Leaf::File(_) => self.caps.trim,
+        }
+    }
     pub fn has_delay(&self) -> bool {
         !self.delays.is_empty() || self.model.is_some() || !self.faults.is_empty()
     }

@@ -37,6 +37,7 @@ pub fn subsystems(loaded: &LoadedConfig, catalog: &Catalog) -> Vec<Subsystem> {
             let shift = e.bdev.block_size().max(512).ilog2().clamp(9, 12) as u8;
             let mut ns = Namespace::new(1, e.bdev.size(), shift, &nqn);
             ns.read_only = e.info.read_only;
+            ns.dealloc_zeroes = e.bdev.trim_reads_zero();
             Subsystem {
                 nqn,
                 serial: format!("IOPACE{i:014}"),

@@ -496,6 +496,19 @@ impl NvmeFront {
         let t = io.catalog().nvme.clone()?;
         self.rechecks(conns, io);
         let mut target = t.target.lock().ok()?;
+        // I/O queues that took commands keep their controllers alive
+        // (traffic based keep alive), before the timers are checked.
+        for c in conns.iter_mut() {
+            let Phase::Nvme(n) = c.phase_mut() else {
+                continue;
+            };
+            match n.bound() {
+                Some((cntlid, qid, _)) if qid != 0 && n.took_commands() => {
+                    target.traffic(cntlid, io.now())
+                }
+                _ => {}
+            }
+        }
         target.tick(io.now());
         // Each engine checks its own queues below; the list is not needed.
         target.take_dropped();

@@ -44,6 +44,9 @@ pub struct NvmeConn {
     waiting: VecDeque<Waiting>,
     /// A Connect whose QID was in use, decided again at the next check.
     recheck: Option<Connect>,
+    /// The queue's command count when the front end last looked
+    /// (`took_commands`).
+    commands_seen: u64,
 }
 
 /// A command that needs a request slot.
@@ -131,6 +134,7 @@ impl NvmeConn {
             slots: CidSlots::default(),
             waiting: VecDeque::new(),
             recheck: None,
+            commands_seen: 0,
         }
     }
 
@@ -159,6 +163,15 @@ impl NvmeConn {
     /// `export` (none for the discovery controller).
     pub fn bind(&mut self, cntlid: u16, qid: u16, export: Option<u16>) {
         self.bound = Some((cntlid, qid, export));
+    }
+
+    /// Whether its queue took commands since the last call: an I/O queue's
+    /// restart its controller's keep-alive timer (`Target::traffic`).
+    pub(super) fn took_commands(&mut self) -> bool {
+        let n = self.queue.commands();
+        let moved = n != self.commands_seen;
+        self.commands_seen = n;
+        moved
     }
 
     /// A Connect whose QID was in use waits for the next check.

@@ -33,7 +33,9 @@ pub mod feat {
 const CC_EN: u32 = 1;
 const CC_SHN: u32 = 3 << 14;
 const CSTS_RDY: u32 = 1;
+const CSTS_SHST_OCCURRING: u32 = 1 << 2;
 const CSTS_SHST_DONE: u32 = 2 << 2;
+const CSTS_SHST: u32 = 3 << 2;
 
 /// A controller, as a Connect on its admin queue created it.
 #[derive(Debug, Clone)]
@@ -53,6 +55,9 @@ pub struct Controller {
     pub(super) io_queues: u16,
     /// IO queue ids connected.
     pub(super) connected: BTreeSet<u16>,
+    /// IO queue ids a reset or shutdown dropped whose connections are not
+    /// closed yet: not reusable, and the reset or shutdown is not done.
+    pub(super) closing: BTreeSet<u16>,
     pub(super) aec: u32,
     /// Other features' values, by feature id.
     pub(super) features: [u32; 16],
@@ -89,6 +94,7 @@ impl Controller {
             ka_deadline: None,
             io_queues: limits.max_io_queues,
             connected: BTreeSet::new(),
+            closing: BTreeSet::new(),
             aec: 0,
             features,
             aers: Vec::new(),
@@ -161,21 +167,55 @@ impl Controller {
         self.cc = cc;
         let mut teardown = false;
         if cc & CC_SHN != 0 && was & CC_SHN == 0 {
-            // Normal or abrupt shutdown: nothing is cached, done at once.
-            self.csts = (self.csts & !(3 << 2)) | CSTS_SHST_DONE;
+            // Normal or abrupt shutdown: nothing is cached; done once the
+            // IO queues' connections are closed (`settle`).
+            self.csts = (self.csts & !CSTS_SHST) | CSTS_SHST_OCCURRING;
             teardown = true;
         }
         if cc & CC_EN != 0 && was & CC_EN == 0 {
             self.csts |= CSTS_RDY;
-            self.csts &= !(3 << 2);
+            self.csts &= !CSTS_SHST;
         } else if cc & CC_EN == 0 && was & CC_EN != 0 {
-            // Controller reset: IO queues are gone, features back to
-            // default; the target completes the parked AERs (teardown).
-            self.csts &= !CSTS_RDY;
-            self.connected.clear();
+            // Controller reset: the target completes the parked AERs
+            // (teardown). CSTS.RDY clears once the IO queues' connections
+            // are closed (`settle`), as SPDK's target does: the host waits
+            // for it before it enables again, so a QID it connects anew is
+            // never one an old connection still serves.
             teardown = true;
         }
+        if teardown {
+            self.closing.extend(std::mem::take(&mut self.connected));
+            self.settle();
+        }
         teardown
+    }
+
+    /// Whether IO queue id `qid` is taken: connected, or dropped by a
+    /// reset or shutdown whose connection is not closed yet.
+    pub(super) fn qid_busy(&self, qid: u16) -> bool {
+        self.connected.contains(&qid) || self.closing.contains(&qid)
+    }
+
+    /// IO queue `qid`'s connection closed.
+    pub(super) fn queue_gone(&mut self, qid: u16) {
+        self.connected.remove(&qid);
+        if self.closing.remove(&qid) {
+            self.settle();
+        }
+    }
+
+    /// A reset or shutdown is done once no IO queue it dropped is still
+    /// connected: CSTS.RDY clears (reset), SHST says complete (shutdown).
+    fn settle(&mut self) {
+        if !self.closing.is_empty() {
+            return;
+        }
+        if self.cc & CC_EN == 0 {
+            self.csts &= !CSTS_RDY;
+        }
+        if self.csts & CSTS_SHST == CSTS_SHST_OCCURRING {
+            self.csts = (self.csts & !CSTS_SHST) | CSTS_SHST_DONE;
+        }
     }
 
     /// Get Features: dword 0 of the completion.

@@ -32,6 +32,9 @@ pub struct Namespace {
     pub read_only: bool,
     /// Globally unique id, also given as the UUID.
     pub nguid: [u8; 16],
+    /// Deallocated blocks read as zeros (Identify Namespace's DLFEAT says
+    /// so only then).
+    pub dealloc_zeroes: bool,
 }
 
 impl Namespace {
@@ -51,6 +54,7 @@ impl Namespace {
             lba_shift,
             read_only: false,
             nguid,
+            dealloc_zeroes: true,
         }
     }
 

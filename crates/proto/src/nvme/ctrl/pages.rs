@@ -10,6 +10,8 @@ use super::{Limits, Listener, Namespace, Subsystem};
 pub const VERSION: u32 = 0x0001_0400;
 /// PCI vendor id field: none (the fabrics target is software).
 const VENDOR: u16 = 0;
+/// The firmware revision: Identify Controller's FR and firmware slot 1's.
+const FIRMWARE: &str = env!("CARGO_PKG_VERSION");
 
 fn put(b: &mut [u8], at: usize, v: &[u8]) {
     b[at..at + v.len()].copy_from_slice(v);
@@ -50,17 +52,23 @@ pub fn identify_controller(v: &CtrlView<'_>) -> Vec<u8> {
     };
     put_str(&mut b, 4, 20, serial);
     put_str(&mut b, 24, 40, model);
-    put_str(&mut b, 64, 8, env!("CARGO_PKG_VERSION"));
+    put_str(&mut b, 64, 8, FIRMWARE);
     b[72] = 6; // RAB: recommended arbitration burst
     b[76] = 0b011; // CMIC: several ports and controllers may share the NVM
     b[77] = v.limits.mdts();
     put(&mut b, 78, &v.cntlid.to_le_bytes());
     put(&mut b, 80, &VERSION.to_le_bytes());
     put(&mut b, 92, &(1u32 << 8).to_le_bytes()); // OAES: namespace attribute notices
-    put(&mut b, 96, &1u32.to_le_bytes()); // CTRATT: 128-bit host id
+                                                 // CTRATT: 128-bit host id (bit 0); traffic based keep alive (bit 6): any
+                                                 // command restarts the keep-alive timer, not only Keep Alive.
+    put(&mut b, 96, &(1u32 | 1 << 6).to_le_bytes());
     b[111] = if v.subsys.is_some() { 1 } else { 2 }; // CNTRLTYPE: IO or discovery
     b[258] = super::MAX_ABORTS - 1; // ACL, 0's based
     b[259] = super::MAX_AERS as u8 - 1; // AERL, 0's based
+    if v.subsys.is_some() {
+        // FRMW: one firmware slot (the spec allows 1 to 7, never 0), read-only.
+        b[260] = (1 << 1) | 1;
+    }
     b[261] = 0b0000_0100; // LPA: extended data for Get Log Page
     b[262] = 0; // ELPE: one error log entry, 0's based
     put(&mut b, 320, &10u16.to_le_bytes()); // KAS: 100 ms units -> 1 s granularity
@@ -99,7 +107,9 @@ pub fn identify_namespace(ns: Option<&Namespace>, write_protected: bool) -> Vec<
     b[24] = 0; // NSFEAT
     b[25] = 0; // NLBAF: one format, 0's based
     b[26] = 0; // FLBAS: format 0
-    b[33] = 0b001; // DLFEAT: deallocated blocks read as zero
+               // DLFEAT: deallocated blocks read as zero (001b), or not reported (000b)
+               // where the device keeps old data or reads a pattern.
+    b[33] = u8::from(ns.dealloc_zeroes);
     b[30] = 1; // NMIC: may be shared by controllers
     b[99] = u8::from(ns.read_only || write_protected); // NSATTR: write protected
     put(&mut b, 104, &ns.nguid); // NGUID
@@ -144,6 +154,15 @@ pub fn namespace_descriptors(ns: &Namespace) -> Vec<u8> {
 pub fn error_log(errors: u64) -> Vec<u8> {
     let mut b = vec![0u8; 64];
     put(&mut b, 0, &errors.to_le_bytes());
+    b
+}
+
+/// Firmware Slot Information log (512 bytes), mandatory for an I/O
+/// controller: slot 1 active, holding this build's revision.
+pub fn firmware_slot_log() -> Vec<u8> {
+    let mut b = vec![0u8; 512];
+    b[0] = 1; // AFI: slot 1 active, no other slot at the next reset
+    put_str(&mut b, 8, 8, FIRMWARE); // FRS1
     b
 }
 

@@ -249,7 +249,7 @@ impl Target {
         if !c.enabled() {
             return Err((Status::COMMAND_SEQUENCE_ERROR, 0));
         }
-        if qid > c.io_queues || c.connected.contains(&qid) {
+        if qid > c.io_queues || c.qid_busy(qid) {
             return Err(invalid(false, 42));
         }
         if sqsize == 0 || sqsize >= max {
@@ -269,7 +269,7 @@ impl Target {
                 self.dropped.push(cntlid);
             }
         } else if let Some(c) = self.controllers.get_mut(&cntlid) {
-            c.connected.remove(&qid);
+            c.queue_gone(qid);
             let parked = c.aborts_on(qid);
             self.take_io_aborts_of(cntlid, qid);
             for a in parked {
@@ -328,6 +328,17 @@ impl Target {
             .partition(|e| e.0 == cntlid);
         self.events = others;
         mine.into_iter().map(|(_, cid, d)| (cid, d)).collect()
+    }
+
+    /// Controller `cntlid`'s I/O queues took commands: its keep-alive timer
+    /// restarts, as any admin command restarts it (Identify's CTRATT claims
+    /// traffic based keep alive). A host busy with I/O stays alive though
+    /// its Keep Alive comes late: SPDK's perf sends one only when its admin
+    /// poller wakes, once a second, so a KATO of 1 s expired under load.
+    pub fn traffic(&mut self, cntlid: u16, now: Nanos) {
+        if let Some(c) = self.controllers.get_mut(&cntlid) {
+            c.keep_alive(now);
+        }
     }
 
     /// Expires controllers whose keep-alive timer ran out.
@@ -394,9 +405,9 @@ impl Target {
         if opc == admin::FABRICS {
             let (done, teardown) = property(c, sqe, &limits);
             if teardown {
-                // Reset or shutdown: the controller's IO queues must go, and
-                // its parked Async Event Requests are let go.
-                c.connected.clear();
+                // Reset or shutdown: the controller's IO queues must go
+                // (`queue_live` says so to their drivers), and its parked
+                // Async Event Requests are let go.
                 self.dropped.push(cntlid);
                 for cid in c.take_aers().into_iter().chain(c.take_aborts()) {
                     self.post_event((cntlid, cid, None));
@@ -557,6 +568,7 @@ impl Target {
         let page = match (lid, c.subsys) {
             (0x01, _) => pages::error_log(c.errors),
             (0x02, Some(_)) => pages::smart_log(0, 0),
+            (0x03, Some(_)) => pages::firmware_slot_log(),
             (0x04, Some(_)) => {
                 let p = pages::changed_namespaces(&c.changed_ns);
                 if !rae {

@@ -72,6 +72,9 @@ pub struct Queue {
     actions: Vec<Action>,
     /// An H2CData PDU whose data is arriving, taken as it comes.
     inflow: Option<Inflow>,
+    /// Command capsules received so far: the driver reports a queue that
+    /// took commands to its controller's keep-alive timer (`commands`).
+    commands: u64,
 }
 
 /// An H2CData PDU taken as its data arrives: the receive buffer never
@@ -105,6 +108,7 @@ impl Queue {
             tx: Tx::default(),
             actions: Vec::new(),
             inflow: None,
+            commands: 0,
         }
     }
 
@@ -135,6 +139,13 @@ impl Queue {
     /// Whether nothing more is read (a TermReq was sent or received).
     pub fn closing(&self) -> bool {
         self.phase == Phase::Closing
+    }
+
+    /// Command capsules received so far: an I/O queue that took commands
+    /// since its driver last looked restarts its controller's keep-alive
+    /// timer (`Target::traffic`).
+    pub fn commands(&self) -> u64 {
+        self.commands
     }
 
     /// Commands received and not yet completed.
@@ -334,7 +345,10 @@ impl Queue {
                 self.close();
                 Ok(())
             }
-            Pdu::CapsuleCmd(sqe, data) => self.life().capsule(sqe, data, digest_ok),
+            Pdu::CapsuleCmd(sqe, data) => {
+                self.commands += 1;
+                self.life().capsule(sqe, data, digest_ok)
+            }
             Pdu::H2CData(h, data) => self.h2c_data(h, data, digest_ok),
             _ => Err(Fatal {
                 fes: fes::INVALID_HEADER_FIELD,

@@ -2,7 +2,7 @@
 
 use super::tests::{resp, sqe, Got, Rig, NQN};
 use crate::nvme::cmd::{admin, fctype, Cqe, Sqe, Status};
-use crate::nvme::ctrl::{Limits, DISCOVERY_NQN, MAX_ADMIN_QUEUE, MAX_AERS, VERSION};
+use crate::nvme::ctrl::{pages, Limits, DISCOVERY_NQN, MAX_ADMIN_QUEUE, MAX_AERS, VERSION};
 use crate::nvme::pdu::Digests;
 
 fn prop_get(r: &mut Rig, q: usize, ofst: u32, eight: bool) -> Cqe {
@@ -64,6 +64,52 @@ fn properties_enable_and_shutdown() {
     assert_eq!(r.target.take_dropped(), vec![cntlid]);
 }
 
+/// Property Set CC to `cc` on queue `q`.
+fn set_cc(r: &mut Rig, q: usize, cid: u16, cc: u32) {
+    let mut s = Sqe::new(admin::FABRICS, cid);
+    s.0[4] = fctype::PROPERTY_SET;
+    s.set_cdw(11, 0x14);
+    s.set_cdw(12, cc);
+    assert_eq!(resp(&r.cmd(q, s, &[])).status, Status::SUCCESS);
+}
+
+/// A reset (CC.EN 1 to 0) or a shutdown with an IO queue connected is done
+/// (CSTS.RDY clear, SHST complete) only once that queue's connection
+/// closed, and its QID is not taken anew before: an old connection can
+/// neither serve beside a new queue of its id nor, closing, drop it.
+#[test]
+fn reset_and_shutdown_complete_once_the_io_queues_closed() {
+    let mut r = Rig::new();
+    let (a, _, cntlid) = r.io_queue(Digests::default());
+    set_cc(&mut r, a, 60, 0x0046_0000);
+    assert_eq!(prop_get(&mut r, a, 0x1C, false).result & 1, 1, "RDY held");
+    assert!(!r.target.queue_live(cntlid, 1), "the old queue must close");
+    let q2 = r.open(Digests::default());
+    let c = r.connect(q2, 1, cntlid, NQN);
+    assert_eq!(c.status, Status::COMMAND_SEQUENCE_ERROR, "disabled");
+    r.target.queue_closed(cntlid, 1);
+    assert_eq!(prop_get(&mut r, a, 0x1C, false).result & 1, 0, "reset done");
+    r.enable(a);
+    assert_eq!(r.connect(q2, 1, cntlid, NQN).status, Status::SUCCESS);
+    // A host that enables again at once: the QID waits for its old close.
+    set_cc(&mut r, a, 61, 0x0046_0000);
+    r.enable(a);
+    let q3 = r.open(Digests::default());
+    let c = r.connect(q3, 1, cntlid, NQN);
+    assert_eq!(
+        (c.status, c.result),
+        (Status::CONNECT_INVALID_PARAMETERS, 42)
+    );
+    r.target.queue_closed(cntlid, 1);
+    assert_eq!(r.connect(q3, 1, cntlid, NQN).status, Status::SUCCESS);
+    assert!(r.target.queue_live(cntlid, 1));
+    // Shutdown: occurring (01b) while the queue is connected, then complete.
+    set_cc(&mut r, a, 62, 0x0046_0001 | (1 << 14));
+    assert_eq!(prop_get(&mut r, a, 0x1C, false).result & 0b1100, 0b0100);
+    r.target.queue_closed(cntlid, 1);
+    assert_eq!(prop_get(&mut r, a, 0x1C, false).result & 0b1100, 0b1000);
+}
+
 #[test]
 fn identify_and_logs() {
     let mut r = Rig::new();
@@ -71,10 +117,17 @@ fn identify_and_logs() {
     let (d, c) = get(&mut r, a, identify(2, 1, 0));
     assert_eq!(c.status, Status::SUCCESS);
     assert_eq!(d.len(), 4096);
+    let identify_ctrl = d.clone();
     assert_eq!(u16::from_le_bytes([d[78], d[79]]), cntlid);
     assert_eq!(d[77], Limits::default().mdts());
     assert_eq!(&d[768..768 + NQN.len()], NQN.as_bytes());
     assert_eq!(d[111], 1);
+    assert_eq!(d[260], 0b011, "FRMW: one slot, read-only");
+    assert_eq!(
+        d[96],
+        1 | 1 << 6,
+        "CTRATT: host id, traffic based keep alive"
+    );
     // CNS 06h, the NVM command set's controller structure (SPDK hosts ask
     // at attach): all zero, no limits beyond MDTS. Another set: refused.
     let (d, c) = get(&mut r, a, identify(10, 6, 0));
@@ -85,6 +138,10 @@ fn identify_and_logs() {
     let (d, _) = get(&mut r, a, identify(3, 0, 1));
     assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), 8192);
     assert_eq!(d[130], 9); // LBADS
+    assert_eq!(d[33], 1, "DLFEAT: deallocated blocks read as zero");
+    let mut ns = r.target.subsystems[0].namespaces[0].clone();
+    ns.dealloc_zeroes = false;
+    assert_eq!(pages::identify_namespace(Some(&ns), false)[33], 0);
     let (d, _) = get(&mut r, a, identify(4, 2, 0));
     assert_eq!(&d[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
     let (d, _) = get(&mut r, a, identify(5, 3, 1));
@@ -97,6 +154,10 @@ fn identify_and_logs() {
         get(&mut r, a, identify(7, 0x55, 0)).1.status,
         Status::INVALID_FIELD
     );
+    // Firmware Slot Information (mandatory): slot 1 active, with FR's revision.
+    let (d, c) = get(&mut r, a, log_page(8, 3, 512));
+    assert_eq!((c.status, d[0]), (Status::SUCCESS, 1));
+    assert_eq!(&d[8..16], &identify_ctrl[64..72]);
     for (lid, len) in [(1, 64), (2, 512), (4, 4096)] {
         let (d, c) = get(&mut r, a, log_page(8, lid, len));
         assert_eq!(
@@ -167,7 +228,12 @@ fn features_keep_alive_aer_abort() {
     r.target.tick(3_400_000_000);
     assert!(r.target.alive(cntlid));
     assert_eq!(r.target.next_deadline(), Some(3_500_000_000));
-    r.target.tick(3_500_000_000);
+    // Its I/O queues' commands restart the timer too (traffic based).
+    r.target.traffic(cntlid, 3_000_000_000);
+    r.target.tick(4_900_000_000);
+    assert!(r.target.alive(cntlid));
+    assert_eq!(r.target.next_deadline(), Some(5_000_000_000));
+    r.target.tick(5_000_000_000);
     assert!(!r.target.alive(cntlid));
     assert_eq!(r.target.take_dropped(), vec![cntlid]);
 }
