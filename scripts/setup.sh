@@ -16,6 +16,8 @@ have openssl || need_pkgs+=(openssl)
 have tc || need_pkgs+=(iproute2)
 # tests/block_device.rs attaches a loop device.
 have losetup || need_pkgs+=(mount)
+# tests/file_images.rs makes an image immutable.
+have chattr || need_pkgs+=(e2fsprogs)
 # The bench's PNG plots draw text with this font.
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 

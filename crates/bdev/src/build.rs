@@ -289,8 +289,17 @@ impl Builder<'_> {
             ));
         }
         let leaf = match self.mode {
-            BuildMode::Check => file::planned_size(path, size)
-                .map(|size| (Leaf::Null { pattern: 0 }, size, MEM_CAPS)),
+            BuildMode::Check => file::planned_size(path, size).map(|size| {
+                let read_only = file::only_readable(path);
+                (
+                    Leaf::Null { pattern: 0 },
+                    size,
+                    Caps {
+                        read_only,
+                        ..MEM_CAPS
+                    },
+                )
+            }),
             BuildMode::Serve => FileLeaf::open(path, size, direct).map(|f| {
                 let (size, caps) = (f.size(), f.caps());
                 (Leaf::File(f), size, caps)
@@ -411,6 +420,7 @@ const MEM_CAPS: Caps = Caps {
     write_zeroes: true,
     fast_zero: true,
     rotational: false,
+    read_only: false,
 };
 
 fn block_size_of(geometry: &Geometry, i: usize) -> Result<u32, BuildError> {

@@ -49,6 +49,8 @@ pub(crate) struct FileLeaf {
     punch_hole: bool,
     zero_range: bool,
     rotational: bool,
+    /// Opened read-only: the image cannot be written (see [`write_refused`]).
+    read_only: bool,
 }
 
 fn ioctl_u64(fd: i32, req: libc::c_ulong) -> io::Result<u64> {
@@ -188,6 +190,27 @@ fn claimed(e: io::Error) -> io::Error {
     }
 }
 
+/// Errors of a read-write open that a read-only one may not share: a file
+/// without write permission, an immutable one, one on a read-only mount.
+/// qemu-nbd -r and nbdkit -r serve such images read-only.
+fn write_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EACCES | libc::EPERM | libc::EROFS)
+    )
+}
+
+/// Whether the existing image at `path` can only be opened read-only
+/// (for `serve --check`, which opens nothing for writing).
+pub fn only_readable(path: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: access on a NUL-terminated path.
+    let r = unsafe { libc::access(c.as_ptr(), libc::W_OK) };
+    r != 0 && write_refused(&io::Error::last_os_error())
+}
+
 /// What [`FileLeaf::open`] would serve, found without creating, extending or
 /// opening the file for writing (for `serve --check`).
 pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {
@@ -243,10 +266,50 @@ fn lock_exclusive(f: &File) -> io::Result<()> {
     }
 }
 
+/// The size a file bdev serves: a block device's own, or a regular
+/// file's, extended to a larger configured `size` (which a file opened
+/// read-only cannot be).
+fn served_size(
+    f: &File,
+    block_device: bool,
+    size: Option<u64>,
+    read_only: bool,
+) -> io::Result<u64> {
+    if block_device {
+        return block_device_size(ioctl_u64(f.as_raw_fd(), BLKGETSIZE64)?, size);
+    }
+    let cur = f.metadata()?.len();
+    let want = planned_file_size(cur, size)?;
+    if want > cur && read_only {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("cannot extend it from {cur} bytes to size = {want}: it refuses writing"),
+        ));
+    }
+    if want > cur {
+        f.set_len(want)?;
+    }
+    Ok(want)
+}
+
+/// Which of hole punching and zeroing a regular file's filesystem does,
+/// probed past its end (`size`), where they change no data.
+fn probe_fallocate(fd: i32, size: u64) -> (bool, bool) {
+    let keep = libc::FALLOC_FL_KEEP_SIZE;
+    let punch = fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN).is_ok();
+    let zero = fallocate(fd, libc::FALLOC_FL_ZERO_RANGE | keep, size, DIRECT_ALIGN).is_ok();
+    if zero && punch {
+        let _ = fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN);
+    }
+    (punch, zero)
+}
+
 impl FileLeaf {
     /// Opens (with a `size`, creates or extends) the image at `path`. A
     /// file this call created is removed again if it cannot be served, so
     /// a failed start leaves nothing behind.
+    /// An image that refuses writing is opened read-only (only read-only
+    /// exports may then serve it).
     pub fn open(path: &str, size: Option<u64>, mode: DirectMode) -> io::Result<FileLeaf> {
         let exists = std::path::Path::new(path).exists();
         let mut options = OpenOptions::new();
@@ -258,7 +321,11 @@ impl FileLeaf {
         if is_block_device(path) {
             options.custom_flags(libc::O_EXCL);
         }
-        let buffered = options.open(path).map_err(claimed)?;
+        let buffered = match options.open(path) {
+            Err(e) if exists && write_refused(&e) => options.write(false).open(path),
+            r => r,
+        };
+        let buffered = buffered.map_err(claimed)?;
         let opened = Self::open_from(buffered, path, size, mode);
         if opened.is_err() && !exists {
             let _ = std::fs::remove_file(path);
@@ -281,22 +348,16 @@ impl FileLeaf {
             ));
         }
         lock_exclusive(&buffered)?;
-        let size = if block_device {
-            block_device_size(ioctl_u64(buffered.as_raw_fd(), BLKGETSIZE64)?, size)?
-        } else {
-            let cur = buffered.metadata()?.len();
-            let want = planned_file_size(cur, size)?;
-            if want > cur {
-                buffered.set_len(want)?;
-            }
-            want
-        };
+        // SAFETY: F_GETFL on our own descriptor.
+        let flags = unsafe { libc::fcntl(buffered.as_raw_fd(), libc::F_GETFL) };
+        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY;
+        let size = served_size(&buffered, block_device, size, read_only)?;
         let direct = match mode {
             DirectMode::Off => None,
             DirectMode::Auto | DirectMode::On => {
                 let f = OpenOptions::new()
                     .read(true)
-                    .write(true)
+                    .write(!read_only)
                     .custom_flags(libc::O_DIRECT)
                     .open(path)
                     .ok()
@@ -310,19 +371,10 @@ impl FileLeaf {
                 f
             }
         };
-        let fd = buffered.as_raw_fd();
-        // Probe fallocate past the end of a regular file, where it changes no data.
-        let (punch_hole, zero_range) = if block_device {
-            (true, true)
-        } else {
-            let keep = libc::FALLOC_FL_KEEP_SIZE;
-            let punch =
-                fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN).is_ok();
-            let zero = fallocate(fd, libc::FALLOC_FL_ZERO_RANGE | keep, size, DIRECT_ALIGN).is_ok();
-            if zero && punch {
-                let _ = fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | keep, size, DIRECT_ALIGN);
-            }
-            (punch, zero)
+        let (punch_hole, zero_range) = match (read_only, block_device) {
+            (true, _) => (false, false),
+            (false, true) => (true, true),
+            (false, false) => probe_fallocate(buffered.as_raw_fd(), size),
         };
         let rotational = block_device && rotational(&buffered);
         Ok(FileLeaf {
@@ -333,6 +385,7 @@ impl FileLeaf {
             punch_hole,
             zero_range,
             rotational,
+            read_only,
         })
     }
 
@@ -348,6 +401,7 @@ impl FileLeaf {
             write_zeroes: true,
             fast_zero: self.zero_range || self.punch_hole,
             rotational: self.rotational,
+            read_only: self.read_only,
         }
     }
 
@@ -873,6 +927,7 @@ mod tests {
             punch_hole: false,
             zero_range: false,
             rotational: false,
+            read_only: false,
         };
         let mut z = vec![0u8; 64 << 10];
         for fua in [true, false] {
@@ -900,6 +955,7 @@ mod tests {
             punch_hole: false,
             zero_range: false,
             rotational: false,
+            read_only: false,
         };
         let write = IoOp::Write { fua: false };
         let zeroes = IoOp::WriteZeroes {

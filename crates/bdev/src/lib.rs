@@ -46,6 +46,9 @@ pub struct Caps {
     pub write_zeroes: bool,
     pub fast_zero: bool,
     pub rotational: bool,
+    /// Its device cannot be written (a file bdev whose image only opens
+    /// read-only): only read-only exports may serve it.
+    pub read_only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -204,6 +204,7 @@ impl Catalog {
                     format!("no bdev named `{}` (bdevs: {known})", e.bdev),
                 ));
             };
+            check_writable(cfg, i, e, &dev)?;
             let dirty = Arc::new(DirtyBitmaps::new(dev.size()));
             let persisted = crate::dirty_persist::restore(cfg, i, e, &dirty)?;
             exports.push(Export {
@@ -242,6 +243,27 @@ impl Catalog {
             tls: None,
         })
     }
+}
+
+/// A bdev that can only be read (a file bdev whose image refuses writing)
+/// is served by read-only exports alone: as qemu-nbd without -r, a
+/// writable export of it is refused, not served read-only behind the back
+/// of a config that asked for writes.
+fn check_writable(
+    cfg: &LoadedConfig,
+    i: usize,
+    e: &config::ExportConfig,
+    dev: &Bdev,
+) -> Result<(), ConfigError> {
+    if !dev.caps().read_only || e.read_only {
+        return Ok(());
+    }
+    let msg = format!(
+        "bdev `{}` can only be read (its image refuses writing: no write permission, \
+         immutable, or a read-only filesystem): set read_only = true",
+        e.bdev
+    );
+    Err(cfg.error_at("export", i, "read_only", msg))
 }
 
 /// A file image larger than its filesystem can hold is served thin, as
