@@ -203,12 +203,34 @@ fn write_refused(e: &io::Error) -> bool {
 /// Whether the existing image at `path` can only be opened read-only
 /// (for `serve --check`, which opens nothing for writing).
 pub fn only_readable(path: &str) -> bool {
+    if is_block_device(path) {
+        return File::open(path).is_ok_and(|f| device_read_only(&f));
+    }
     let Ok(c) = std::ffi::CString::new(path) else {
         return false;
     };
     // SAFETY: access on a NUL-terminated path.
     let r = unsafe { libc::access(c.as_ptr(), libc::W_OK) };
     r != 0 && write_refused(&io::Error::last_os_error())
+}
+
+/// Whether `f` was opened read-only, or is a block device set read-only
+/// (`blockdev --setro`, `losetup -r`, a write-protected disk), which
+/// opens read-write but fails every write with EPERM; qemu-nbd refuses
+/// such a device without -r ("The device is not writable").
+fn opened_read_only(f: &File, block_device: bool) -> bool {
+    // SAFETY: F_GETFL on our own descriptor.
+    let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    flags & libc::O_ACCMODE == libc::O_RDONLY || (block_device && device_read_only(f))
+}
+
+/// BLKROGET: the block device's read-only flag.
+fn device_read_only(f: &File) -> bool {
+    const BLKROGET: libc::c_ulong = 0x125e;
+    let mut ro: libc::c_int = 0;
+    // SAFETY: the ioctl writes one int into ro.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), BLKROGET, &mut ro as *mut libc::c_int) };
+    r == 0 && ro != 0
 }
 
 /// What [`FileLeaf::open`] would serve, found without creating, extending or
@@ -348,9 +370,7 @@ impl FileLeaf {
             ));
         }
         lock_exclusive(&buffered)?;
-        // SAFETY: F_GETFL on our own descriptor.
-        let flags = unsafe { libc::fcntl(buffered.as_raw_fd(), libc::F_GETFL) };
-        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY;
+        let read_only = opened_read_only(&buffered, block_device);
         let size = served_size(&buffered, block_device, size, read_only)?;
         let direct = match mode {
             DirectMode::Off => None,

@@ -23,6 +23,11 @@ struct Loop {
 impl Loop {
     /// None where this machine cannot attach one (no loop driver, not root).
     fn attach(size: u64) -> Option<Loop> {
+        Loop::attach_with(size, &[])
+    }
+
+    /// As [`Loop::attach`], with more `losetup` options (`-r`: read-only).
+    fn attach_with(size: u64, options: &[&str]) -> Option<Loop> {
         let image = tempfile::Builder::new()
             .prefix("iopace-loop")
             .tempfile_in("/var/tmp")
@@ -37,6 +42,7 @@ impl Loop {
             .expect("size image");
         let out = Command::new("losetup")
             .args(["-f", "--show"])
+            .args(options)
             .arg(&image)
             .output();
         match out {
@@ -155,6 +161,35 @@ fn a_block_device_size_must_match() {
         let extra = format!("size = \"{size}\"\n");
         assert_refused(&config(dir.path(), &lo.dev, &extra), "remove size");
     }
+}
+
+/// A block device set read-only (`losetup -r`, `blockdev --setro`, a
+/// write-protected disk) opens read-write but fails every write: it is
+/// served to read-only exports, and a writable export of it is refused,
+/// as qemu-nbd refuses it without -r ("The device is not writable").
+#[test]
+fn a_read_only_block_device_is_served_only_read_only() {
+    require("losetup", "mount");
+    require("nbdinfo", "libnbd-bin");
+    let Some(lo) = Loop::attach_with(16 << 20, &["-r"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert_refused(&config(dir.path(), &lo.dev, ""), "set read_only = true");
+    let server = Server::start(&format!(
+        "[[bdev]]\nname = \"blk\"\nkind = \"file\"\npath = \"{}\"\n\n\
+         [[export]]\nname = \"blk\"\nbdev = \"blk\"\nread_only = true\n",
+        lo.dev
+    ));
+    let out = Command::new("nbdinfo")
+        .arg(server.unix_uri("blk"))
+        .output()
+        .expect("run nbdinfo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("is_read_only: true"), "{text}");
+    assert!(text.contains("export-size: 16777216"), "{text}");
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
 }
 
 /// A config serving `dev` as one file bdev, with `extra` bdev lines.

@@ -260,7 +260,8 @@ fn check_writable(
     }
     let msg = format!(
         "bdev `{}` can only be read (its image refuses writing: no write permission, \
-         immutable, or a read-only filesystem): set read_only = true",
+         immutable, on a read-only filesystem, or a read-only block device): set \
+         read_only = true",
         e.bdev
     );
     Err(cfg.error_at("export", i, "read_only", msg))
