@@ -245,7 +245,10 @@ pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {
                 .map_err(claimed)?;
             block_device_size(ioctl_u64(f.as_raw_fd(), BLKGETSIZE64)?, size)
         }
-        Ok(m) if m.is_file() => planned_file_size(m.len(), size),
+        Ok(m) if m.is_file() => match planned_file_size(m.len(), size)? {
+            want if want > m.len() && only_readable(path) => Err(cannot_extend(m.len(), want)),
+            want => Ok(want),
+        },
         Ok(_) => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "not a regular file or block device",
@@ -303,15 +306,19 @@ fn served_size(
     let cur = f.metadata()?.len();
     let want = planned_file_size(cur, size)?;
     if want > cur && read_only {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("cannot extend it from {cur} bytes to size = {want}: it refuses writing"),
-        ));
+        return Err(cannot_extend(cur, want));
     }
     if want > cur {
         f.set_len(want)?;
     }
     Ok(want)
+}
+
+fn cannot_extend(cur: u64, want: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("cannot extend it from {cur} bytes to size = {want}: it refuses writing"),
+    )
 }
 
 /// Which of hole punching and zeroing a regular file's filesystem does,

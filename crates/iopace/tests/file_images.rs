@@ -59,7 +59,8 @@ fn config(img: &Path, read_only: bool) -> String {
 /// `qemu-nbd -r` and `nbdkit -r` serve it: every byte reads back, and
 /// nothing but reads is offered. A writable export of it is refused at
 /// start (and by `serve --check`), naming `read_only`, as qemu-nbd without
-/// -r refuses it, rather than failing every write once served.
+/// -r refuses it, rather than failing every write once served; so is a
+/// `size` that would extend it.
 #[test]
 fn an_image_that_refuses_writing_is_served_read_only() {
     require("qemu-img", "qemu-utils");
@@ -89,11 +90,20 @@ fn an_image_that_refuses_writing_is_served_read_only() {
     let (st, log) = server.stop();
     assert!(st.success(), "{st}\n{log}");
 
+    // Writable, or to be extended: refused alike by serve and --check.
     let dir = tempfile::tempdir().expect("tempdir");
-    for args in [&["--check"][..], &[]] {
-        let out = serve_once(args, &config(img.path(), false), dir.path());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains("export.read_only"), "{args:?}: {err}");
+    let larger =
+        config(img.path(), true).replace("kind = \"file\"\n", "kind = \"file\"\nsize = \"4MiB\"\n");
+    let refused = [
+        (config(img.path(), false), "export.read_only"),
+        (larger, "cannot extend"),
+    ];
+    for (body, why) in &refused {
+        for args in [&["--check"][..], &[]] {
+            let out = serve_once(args, body, dir.path());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains(why), "{args:?}: {err}");
+        }
     }
 }
