@@ -290,7 +290,7 @@ impl Builder<'_> {
         }
         let leaf = match self.mode {
             BuildMode::Check => file::planned_size(path, size).map(|size| {
-                let read_only = file::only_readable(path);
+                let read_only = crate::file_access::only_readable(path);
                 (
                     Leaf::Null { pattern: 0 },
                     size,

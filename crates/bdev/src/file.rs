@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use io_uring::{opcode, squeue, types};
 
+use crate::file_access::{cannot_extend, only_readable, opened_read_only, write_refused};
 use crate::{Caps, DirectMode, IoOp, IoResult, Prep, EIO, ENOSPC, ENOTSUP};
 
 /// O_DIRECT is used only when offset, length and every buffer are aligned to this.
@@ -190,49 +191,6 @@ fn claimed(e: io::Error) -> io::Error {
     }
 }
 
-/// Errors of a read-write open that a read-only one may not share: a file
-/// without write permission, an immutable one, one on a read-only mount.
-/// qemu-nbd -r and nbdkit -r serve such images read-only.
-fn write_refused(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EACCES | libc::EPERM | libc::EROFS)
-    )
-}
-
-/// Whether the existing image at `path` can only be opened read-only
-/// (for `serve --check`, which opens nothing for writing).
-pub fn only_readable(path: &str) -> bool {
-    if is_block_device(path) {
-        return File::open(path).is_ok_and(|f| device_read_only(&f));
-    }
-    let Ok(c) = std::ffi::CString::new(path) else {
-        return false;
-    };
-    // SAFETY: access on a NUL-terminated path.
-    let r = unsafe { libc::access(c.as_ptr(), libc::W_OK) };
-    r != 0 && write_refused(&io::Error::last_os_error())
-}
-
-/// Whether `f` was opened read-only, or is a block device set read-only
-/// (`blockdev --setro`, `losetup -r`, a write-protected disk), which
-/// opens read-write but fails every write with EPERM; qemu-nbd refuses
-/// such a device without -r ("The device is not writable").
-fn opened_read_only(f: &File, block_device: bool) -> bool {
-    // SAFETY: F_GETFL on our own descriptor.
-    let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
-    flags & libc::O_ACCMODE == libc::O_RDONLY || (block_device && device_read_only(f))
-}
-
-/// BLKROGET: the block device's read-only flag.
-fn device_read_only(f: &File) -> bool {
-    const BLKROGET: libc::c_ulong = 0x125e;
-    let mut ro: libc::c_int = 0;
-    // SAFETY: the ioctl writes one int into ro.
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), BLKROGET, &mut ro as *mut libc::c_int) };
-    r == 0 && ro != 0
-}
-
 /// What [`FileLeaf::open`] would serve, found without creating, extending or
 /// opening the file for writing (for `serve --check`).
 pub fn planned_size(path: &str, size: Option<u64>) -> io::Result<u64> {
@@ -312,13 +270,6 @@ fn served_size(
         f.set_len(want)?;
     }
     Ok(want)
-}
-
-fn cannot_extend(cur: u64, want: u64) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        format!("cannot extend it from {cur} bytes to size = {want}: it refuses writing"),
-    )
 }
 
 /// Which of hole punching and zeroing a regular file's filesystem does,

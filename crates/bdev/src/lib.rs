@@ -15,6 +15,7 @@ pub mod dirty;
 pub mod dirty_file;
 mod fault;
 mod file;
+mod file_access;
 pub mod identity;
 mod memory;
 mod model;
