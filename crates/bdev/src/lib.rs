@@ -16,6 +16,7 @@ pub mod dirty_file;
 mod fault;
 mod file;
 mod file_access;
+mod file_size;
 pub mod identity;
 mod memory;
 mod model;
