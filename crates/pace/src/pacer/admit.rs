@@ -11,7 +11,6 @@ use super::census::Held;
 use super::drr::FAST_HOLD_RATIO;
 use super::queues::Slot;
 use super::tenant_clock::{device_bits, DeviceMask};
-use super::tenant_part;
 use super::{Mode, PacedIo, Pacer};
 use crate::Nanos;
 
@@ -417,8 +416,7 @@ impl Pacer {
     /// (Asked for each IO a poll looks at: with one tenant, no part.)
     fn tenant_part_open(&self, t: usize, d: usize) -> bool {
         let tenants = &self.sched.tenants;
-        tenants.len() < 2
-            || tenant_part::part_open(&self.sched.devices[d], |u| tenants[u].weight, t)
+        tenants.len() < 2 || self.sched.devices[d].tenant_part_open(|u| tenants[u].weight, t)
     }
 
     fn device_window_free(&self, t: usize, d: usize, io: &PacedIo) -> bool {

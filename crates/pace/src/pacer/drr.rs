@@ -201,6 +201,56 @@ impl Device {
         self.work(IoKind::Read, bytes)
             .max(self.work(IoKind::Write, bytes))
     }
+
+    /// Tenant `t` may send another IO to this device (mechanism 31, see
+    /// `tenant_part`): it has under its weighted part there (`weight` gives
+    /// a tenant's weight) of the least demand per weight among the tenants
+    /// at the device that their queue depth does not hold.
+    /// A demand is a tenant's device time at the device and queued for it
+    /// here. One IO may cross the part, as one may a window: a 1 MiB read
+    /// larger than its tenant's part would otherwise go only alone.
+    pub(super) fn tenant_part_open(&self, weight: impl Fn(usize) -> f64, t: usize) -> bool {
+        let mine = self.tenants.at_device(t);
+        if mine == 0 || ablate::out(Mechanism::TenantPart) {
+            return true;
+        }
+        let Some((rate, least_latency)) = self.rate.get().zip(self.least_latency()) else {
+            return true;
+        };
+        let queued = |u: usize| self.queue.tenant_work(u) as f64;
+        let demand = |u: usize| self.tenants.mean(u) + queued(u);
+        let tenants =
+            (0..self.tenants.len().max(self.queue.tenants())).filter(|&u| demand(u) > 0.0);
+        let all_weight: f64 = tenants.clone().map(&weight).sum();
+        // The device time a tenant keeps at the device at its share of the
+        // device's rate (device ns a second), at the least latency (Little).
+        let share_depth = |u: usize| weight(u) / all_weight * rate / 1e9 * least_latency as f64;
+        // One IO at a time is always held by its depth: parts of half an IO
+        // would idle a device whose rate grows with its queue (this machine's
+        // disk), and its rate, fallen, would then hold the QD 1 tenant's next
+        // IO to a part too (bronze at QD 32 fell to 33% of its rate alone).
+        let one_io = self.largest_work(self.largest_io) as f64;
+        let held_by_depth = |u: usize| demand(u) <= one_io || demand(u) < share_depth(u);
+        if held_by_depth(t) {
+            return true;
+        }
+        let per_weight = tenants
+            .filter(|&u| u != t && !held_by_depth(u))
+            .map(|u| demand(u) / weight(u))
+            .fold(f64::INFINITY, f64::min);
+        (mine as f64) < weight(t) * per_weight
+    }
+
+    /// The device's least latency: alone (see `DrainProbe`), as a device
+    /// that never drains sees only queued latencies (710 us on a 16-channel
+    /// drive whose IOs take 240 us alone).
+    fn least_latency(&self) -> Option<Nanos> {
+        let seen = self.device_latency.get();
+        match (self.probe.latency_alone(0), seen) {
+            (Some(alone), Some(seen)) => Some(alone.min(seen)),
+            (alone, seen) => alone.or(seen),
+        }
+    }
 }
 
 /// Each IO's wait at its device moves the device's mean wait by this part

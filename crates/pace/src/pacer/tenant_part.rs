@@ -20,9 +20,7 @@
 //! IOs are away at the client part of the time, and bronze, held to half
 //! of gold's most, had 1.5-1.6 of its half of the disk.
 
-use super::ablate::{self, Mechanism};
 use super::device_gate::CLIENT_PAUSE_NS;
-use super::drr::Device;
 use crate::Nanos;
 
 /// Each tenant's device time at one device, and its mean there.
@@ -103,57 +101,10 @@ impl TenantLoads {
     }
 }
 
-/// Tenant `t` may send another IO to `dev`: it has under its weighted part
-/// there (`weight` gives a tenant's weight) of the least demand per weight
-/// among the tenants at the device that their queue depth does not hold.
-/// A demand is a tenant's device time at the device and queued for it
-/// here. One IO may cross the part, as one may a window: a 1 MiB read
-/// larger than its tenant's part would otherwise go only alone.
-pub(super) fn part_open(dev: &Device, weight: impl Fn(usize) -> f64, t: usize) -> bool {
-    let mine = dev.tenants.at_device(t);
-    if mine == 0 || ablate::out(Mechanism::TenantPart) {
-        return true;
-    }
-    let Some((rate, least_latency)) = dev.rate.get().zip(least_latency(dev)) else {
-        return true;
-    };
-    let queued = |u: usize| dev.queue.tenant_work(u) as f64;
-    let demand = |u: usize| dev.tenants.mean(u) + queued(u);
-    let tenants = (0..dev.tenants.len().max(dev.queue.tenants())).filter(|&u| demand(u) > 0.0);
-    let all_weight: f64 = tenants.clone().map(&weight).sum();
-    // The device time a tenant keeps at the device at its share of the
-    // device's rate (device ns a second), at the least latency (Little).
-    let share_depth = |u: usize| weight(u) / all_weight * rate / 1e9 * least_latency as f64;
-    // One IO at a time is always held by its depth: parts of half an IO
-    // would idle a device whose rate grows with its queue (this machine's
-    // disk), and its rate, fallen, would then hold the QD 1 tenant's next
-    // IO to a part too (bronze at QD 32 fell to 33% of its rate alone).
-    let one_io = dev.largest_work(dev.largest_io) as f64;
-    let held_by_depth = |u: usize| demand(u) <= one_io || demand(u) < share_depth(u);
-    if held_by_depth(t) {
-        return true;
-    }
-    let per_weight = tenants
-        .filter(|&u| u != t && !held_by_depth(u))
-        .map(|u| demand(u) / weight(u))
-        .fold(f64::INFINITY, f64::min);
-    (mine as f64) < weight(t) * per_weight
-}
-
-/// The device's least latency: alone (see `DrainProbe`), as a device
-/// that never drains sees only queued latencies (710 us on a 16-channel
-/// drive whose IOs take 240 us alone).
-fn least_latency(dev: &Device) -> Option<Nanos> {
-    let seen = dev.device_latency.get();
-    match (dev.probe.latency_alone(0), seen) {
-        (Some(alone), Some(seen)) => Some(alone.min(seen)),
-        (alone, seen) => alone.or(seen),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pacer::drr::Device;
     use crate::pacer::{CostModel, PacedIo};
 
     const MS: u64 = 1_000_000;
@@ -191,11 +142,11 @@ mod tests {
         // A span later, gold's mean is its 32.
         dev.leave(work, 1, Some(CLIENT_PAUSE_NS));
         dev.arrive(work, 1, CLIENT_PAUSE_NS);
-        assert!(part_open(&dev, weight, 1), "the 16th fits");
+        assert!(dev.tenant_part_open(weight, 1), "the 16th fits");
         dev.arrive(work, 1, CLIENT_PAUSE_NS);
-        assert!(!part_open(&dev, weight, 1), "the 17th does not");
+        assert!(!dev.tenant_part_open(weight, 1), "the 17th does not");
         queue(&mut dev, 0, work, 8);
-        assert!(part_open(&dev, weight, 0), "gold goes on");
+        assert!(dev.tenant_part_open(weight, 0), "gold goes on");
     }
 
     /// A tenant's demand is its mean at the device: gold's IOs away at its
@@ -212,9 +163,9 @@ mod tests {
         dev.arrive(work, 0, half);
         queue(&mut dev, 1, work, 1);
         // Half of gold's 16 and its one IO at the device.
-        assert!(!part_open(&dev, weight, 1), "bronze over half of gold");
+        assert!(!dev.tenant_part_open(weight, 1), "bronze over half of gold");
         (0..24).for_each(|_| dev.leave(work, 1, Some(half)));
-        assert!(part_open(&dev, weight, 1), "bronze under 8");
+        assert!(dev.tenant_part_open(weight, 1), "bronze under 8");
     }
 
     /// A QD 1 tenant (20 us of demand, under its 67 us share at the least
@@ -228,11 +179,11 @@ mod tests {
         queue(&mut dev, 1, work, 1);
         dev.leave(work, 1, Some(CLIENT_PAUSE_NS));
         dev.arrive(work, 1, CLIENT_PAUSE_NS);
-        assert!(part_open(&dev, weight, 1));
+        assert!(dev.tenant_part_open(weight, 1));
         // Unmeasured, nothing is held.
         let mut fresh = Device::new(CostModel::default(), 4096);
         fresh.arrive(work, 0, 0);
         fresh.arrive(work, 1, 0);
-        assert!(part_open(&fresh, weight, 1));
+        assert!(fresh.tenant_part_open(weight, 1));
     }
 }
