@@ -733,15 +733,12 @@ mod tests {
         exercise("/dev/shm");
     }
 
-    /// A chain whose first SQE fails (a full disk under a FUA zero-write:
-    /// qemu's `write -z`) still completes, with the error.
-    #[test]
-    fn a_failed_chain_completes_with_its_error() {
-        let tmp = tempfile::NamedTempFile::new().expect("temp file");
-        tmp.as_file().set_len(1 << 20).expect("size");
-        // Writes through a read-only descriptor fail (EBADF), as on a full disk.
-        let f = FileLeaf {
-            buffered: File::open(tmp.path()).expect("open read-only"),
+    /// A 1 MiB regular file served through `file`, buffered, with no
+    /// fallocate modes: writes through a read-only descriptor fail as on a
+    /// full disk.
+    fn buffered_leaf(file: File) -> FileLeaf {
+        FileLeaf {
+            buffered: file,
             direct: None,
             size: 1 << 20,
             block_device: false,
@@ -749,7 +746,17 @@ mod tests {
             zero_range: false,
             rotational: false,
             read_only: false,
-        };
+        }
+    }
+
+    /// A chain whose first SQE fails (a full disk under a FUA zero-write:
+    /// qemu's `write -z`) still completes, with the error.
+    #[test]
+    fn a_failed_chain_completes_with_its_error() {
+        let tmp = tempfile::NamedTempFile::new().expect("temp file");
+        tmp.as_file().set_len(1 << 20).expect("size");
+        // Writes through a read-only descriptor fail (EBADF), as on a full disk.
+        let f = buffered_leaf(File::open(tmp.path()).expect("open read-only"));
         let mut z = vec![0u8; 64 << 10];
         for fua in [true, false] {
             let op = IoOp::WriteZeroes {
@@ -768,16 +775,7 @@ mod tests {
     #[test]
     fn a_short_write_to_a_file_is_enospc() {
         let tmp = tempfile::NamedTempFile::new().expect("temp file");
-        let mut f = FileLeaf {
-            buffered: File::open(tmp.path()).expect("open"),
-            direct: None,
-            size: 1 << 20,
-            block_device: false,
-            punch_hole: false,
-            zero_range: false,
-            rotational: false,
-            read_only: false,
-        };
+        let mut f = buffered_leaf(File::open(tmp.path()).expect("open"));
         let write = IoOp::Write { fua: false };
         let zeroes = IoOp::WriteZeroes {
             may_trim: false,

@@ -34,11 +34,16 @@ openssl x509 -req -in client.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateseri
     );
 }
 
-fn tls_server(mode: &str, certs: &Path) -> Server {
-    let tls = format!(
+/// The `[tls]` section for the certificates `make_certs` wrote to `certs`.
+fn tls_section(certs: &Path) -> String {
+    format!(
         "\n[tls]\ncert = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nca = \"{0}/ca-cert.pem\"\n",
         certs.display()
-    );
+    )
+}
+
+fn tls_server(mode: &str, certs: &Path) -> Server {
+    let tls = tls_section(certs);
     Server::start_full(
         &format!("tls = \"{mode}\""),
         &format!("{MALLOC_EXPORTS}{tls}"),
@@ -131,11 +136,7 @@ fn require_answers_options_with_tls_reqd_and_on_serves_plaintext() {
     let certs = tempfile::tempdir().expect("tempdir");
     make_certs(certs.path());
     let server = tls_server("require", certs.path());
-    let s = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut c = RawClient { s };
-    c.greet();
+    let mut c = greeted_tcp(server.port);
     c.option(3, &[]); // NBD_OPT_LIST
     let (opt, typ, _) = c.option_reply();
     assert_eq!((opt, typ), (3, 0x8000_0005), "NBD_REP_ERR_TLS_REQD");
@@ -157,10 +158,7 @@ fn access_rules_deny_and_narrow_by_address_and_certificate_name() {
     require("nbdinfo", "libnbd-bin");
     let certs = tempfile::tempdir().expect("tempdir");
     make_certs(certs.path());
-    let tls = format!(
-        "\n[tls]\ncert = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nca = \"{0}/ca-cert.pem\"\n",
-        certs.path().display()
-    );
+    let tls = tls_section(certs.path());
     // `default`: TCP clients from 10/8 only (so not us), and Unix clients;
     // `ro`: open, but read-only for the certificate `client1`.
     let body = MALLOC_EXPORTS
@@ -174,11 +172,7 @@ fn access_rules_deny_and_narrow_by_address_and_certificate_name() {
         );
     let server = Server::start_full("tls = \"on\"", &format!("{body}{tls}"), BUFFERS);
     // Denied over TCP: GO gets NBD_REP_ERR_POLICY; the list leaves it out.
-    let s = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut c = RawClient { s };
-    c.greet();
+    let mut c = greeted_tcp(server.port);
     let mut go = 7u32.to_be_bytes().to_vec();
     go.extend_from_slice(b"default\0\0");
     c.option(7, &go);
@@ -216,20 +210,13 @@ fn an_export_only_a_certificate_opens_asks_plaintext_clients_for_tls() {
     require("nbdinfo", "libnbd-bin");
     let certs = tempfile::tempdir().expect("tempdir");
     make_certs(certs.path());
-    let tls = format!(
-        "\n[tls]\ncert = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nca = \"{0}/ca-cert.pem\"\n",
-        certs.path().display()
-    );
+    let tls = tls_section(certs.path());
     let body = MALLOC_EXPORTS.replace(
         "name = \"default\"\nbdev = \"m0\"",
         "name = \"default\"\nbdev = \"m0\"\nallow = [\"cn:client1\"]",
     );
     let server = Server::start_full("tls = \"on\"", &format!("{body}{tls}"), BUFFERS);
-    let s = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut c = RawClient { s };
-    c.greet();
+    let mut c = greeted_tcp(server.port);
     for opt in [6, 7] {
         // NBD_OPT_INFO, NBD_OPT_GO
         let mut go = 7u32.to_be_bytes().to_vec();
@@ -292,11 +279,7 @@ fn tls_error_of_client(port: u16, dir: &Path) -> rustls::Error {
         .expect("versions")
         .with_root_certificates(roots)
         .with_client_cert_resolver(Arc::new(SendsCert(Arc::new(certified))));
-    let s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut c = RawClient { s };
-    c.greet();
+    let mut c = greeted_tcp(port);
     c.option(5, &[]); // NBD_OPT_STARTTLS
     assert_eq!(c.option_reply().1, 1, "STARTTLS acknowledged");
     let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");

@@ -521,14 +521,25 @@ impl Bounded for TcpStream {
     }
 }
 
-/// A raw client on `s`, through the handshake into `export`.
-fn raw<S: Bounded>(s: S, export: &str) -> RawClient<S> {
+/// A raw client on `s`, greeted: its options come next.
+fn greeted<S: Bounded>(s: S) -> RawClient<S> {
     // A stuck server fails the test instead of hanging it.
     s.bound(Duration::from_secs(10));
     let mut c = RawClient { s };
     c.greet();
+    c
+}
+
+/// A raw client on `s`, through the handshake into `export`.
+fn raw<S: Bounded>(s: S, export: &str) -> RawClient<S> {
+    let mut c = greeted(s);
     c.go(export);
     c
+}
+
+/// A raw TCP client of the server on 127.0.0.1:`port`, greeted.
+pub fn greeted_tcp(port: u16) -> RawClient<TcpStream> {
+    greeted(TcpStream::connect(("127.0.0.1", port)).expect("connect"))
 }
 
 pub fn raw_unix(server: &Server, export: &str) -> RawClient<UnixStream> {
