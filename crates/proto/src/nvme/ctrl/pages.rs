@@ -58,9 +58,12 @@ pub fn identify_controller(v: &CtrlView<'_>) -> Vec<u8> {
     b[77] = v.limits.mdts();
     put(&mut b, 78, &v.cntlid.to_le_bytes());
     put(&mut b, 80, &VERSION.to_le_bytes());
-    put(&mut b, 92, &(1u32 << 8).to_le_bytes()); // OAES: namespace attribute notices
-                                                 // CTRATT: 128-bit host id (bit 0); traffic based keep alive (bit 6): any
-                                                 // command restarts the keep-alive timer, not only Keep Alive.
+    // OAES: namespace attribute notices (bit 8), where there are
+    // namespaces; a discovery controller has none to notice.
+    let oaes: u32 = if v.subsys.is_some() { 1 << 8 } else { 0 };
+    put(&mut b, 92, &oaes.to_le_bytes());
+    // CTRATT: 128-bit host id (bit 0); traffic based keep alive (bit 6): any
+    // command restarts the keep-alive timer, not only Keep Alive.
     put(&mut b, 96, &(1u32 | 1 << 6).to_le_bytes());
     b[111] = if v.subsys.is_some() { 1 } else { 2 }; // CNTRLTYPE: IO or discovery
     b[258] = super::MAX_ABORTS - 1; // ACL, 0's based

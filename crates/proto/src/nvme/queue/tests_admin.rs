@@ -122,6 +122,7 @@ fn identify_and_logs() {
     assert_eq!(d[77], Limits::default().mdts());
     assert_eq!(&d[768..768 + NQN.len()], NQN.as_bytes());
     assert_eq!(d[111], 1);
+    assert_eq!(d[93], 1, "OAES: namespace attribute notices (bit 8)");
     assert_eq!(d[260], 0b011, "FRMW: one slot, read-only");
     assert_eq!(
         d[96],
@@ -251,6 +252,7 @@ fn discovery_lists_what_the_host_may_see() {
     r.enable(q);
     let (d, _) = get(&mut r, q, identify(2, 1, 0));
     assert_eq!(d[111], 2); // a discovery controller
+    assert_eq!(&d[92..96], &[0; 4], "OAES: no namespaces, no notices");
     let (d, c) = get(&mut r, q, log_page(3, 0x70, 4096));
     assert_eq!(c.status, Status::SUCCESS);
     assert_eq!(u64::from_le_bytes(d[8..16].try_into().unwrap()), 1);
