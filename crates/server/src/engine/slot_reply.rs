@@ -10,9 +10,24 @@ const MAX_PIECE: usize = 16 << 20;
 
 /// What an unfragmented READ sends for a piece the device failed: the
 /// spec has the chunk completed with padding that "SHOULD be zero", and
-/// the failed buffer may hold another client's data. Untouched, it costs
-/// no memory (the kernel's zero page backs it).
-static PADDING: [u8; MAX_PIECE] = [0; MAX_PIECE];
+/// the failed buffer may hold another client's data. A read-only anonymous
+/// mapping, made on first use: the kernel's zero page backs all of it, so
+/// it costs no memory (a static array of zeros put 16 MiB into the binary).
+/// None if it cannot be mapped, or `len` is past it.
+fn padding(len: usize) -> Option<*mut libc::c_void> {
+    static ZEROS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let base = *ZEROS.get_or_init(|| {
+        let (prot, flags) = (libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
+        // SAFETY: a new anonymous mapping, never unmapped, only read.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), MAX_PIECE, prot, flags, -1, 0) };
+        if p == libc::MAP_FAILED {
+            0
+        } else {
+            p as usize
+        }
+    });
+    (base != 0 && len <= MAX_PIECE).then_some(base as *mut libc::c_void)
+}
 
 impl Req {
     /// Most iovecs [`Req::push_reply_iov`] adds (a WRITE's piece iovecs
@@ -137,10 +152,10 @@ impl Req {
         };
         let seg = &mut self.iov[k as usize];
         if self.pieces[k as usize].error != 0 {
-            if seg.iov_len > PADDING.len() {
+            let Some(zeros) = padding(seg.iov_len) else {
                 return false;
-            }
-            seg.iov_base = PADDING.as_ptr() as *mut libc::c_void;
+            };
+            seg.iov_base = zeros;
         }
         self.encode_unfragmented_end(framing);
         true
