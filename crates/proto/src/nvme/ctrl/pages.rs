@@ -110,9 +110,7 @@ pub fn identify_namespace(ns: Option<&Namespace>, write_protected: bool) -> Vec<
     b[24] = 0; // NSFEAT
     b[25] = 0; // NLBAF: one format, 0's based
     b[26] = 0; // FLBAS: format 0
-               // DLFEAT: deallocated blocks read as zero (001b), or not reported (000b)
-               // where the device keeps old data or reads a pattern.
-    b[33] = u8::from(ns.dealloc_zeroes);
+    b[33] = u8::from(ns.dealloc_zeroes); // DLFEAT: zeros after deallocate (001b), else 000b
     b[30] = 1; // NMIC: may be shared by controllers
     b[99] = u8::from(ns.read_only || write_protected); // NSATTR: write protected
     put(&mut b, 104, &ns.nguid); // NGUID
