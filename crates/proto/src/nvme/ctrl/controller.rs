@@ -81,7 +81,7 @@ impl Controller {
         let mut features = [0u32; 16];
         features[usize::from(feat::WRITE_CACHE)] = 1;
         features[usize::from(feat::ERROR_RECOVERY)] = 0;
-        features[usize::from(feat::TEMP_THRESHOLD)] = 343; // 70 C in kelvin
+        features[usize::from(feat::TEMP_THRESHOLD)] = u32::from(super::pages::WARNING_TEMP_K);
         Controller {
             cntlid,
             subsys,

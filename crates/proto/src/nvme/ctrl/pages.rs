@@ -13,6 +13,13 @@ const VENDOR: u16 = 0;
 /// The firmware revision: Identify Controller's FR and firmware slot 1's.
 const FIRMWARE: &str = env!("CARGO_PKG_VERSION");
 
+/// The warning composite temperature threshold (70 C), in kelvin: WCTEMP,
+/// and the Temperature Threshold feature's default.
+pub const WARNING_TEMP_K: u16 = 343;
+
+/// The critical composite temperature threshold (100 C): CCTEMP.
+const CRITICAL_TEMP_K: u16 = 373;
+
 fn put(b: &mut [u8], at: usize, v: &[u8]) {
     b[at..at + v.len()].copy_from_slice(v);
 }
@@ -73,6 +80,13 @@ pub fn identify_controller(v: &CtrlView<'_>) -> Vec<u8> {
         b[260] = (1 << 1) | 1;
     }
     b[261] = 0b0000_0100; // LPA: extended data for Get Log Page
+    if v.subsys.is_some() {
+        // WCTEMP and CCTEMP (kelvin): the spec asks NVMe 1.2+ controllers
+        // for non-zero thresholds; the warning one is the Temperature
+        // Threshold feature's default.
+        put(&mut b, 266, &WARNING_TEMP_K.to_le_bytes());
+        put(&mut b, 268, &CRITICAL_TEMP_K.to_le_bytes());
+    }
     b[262] = 0; // ELPE: one error log entry, 0's based
     put(&mut b, 320, &10u16.to_le_bytes()); // KAS: 100 ms units -> 1 s granularity
     b[512] = 0x66; // SQES: 64 bytes
@@ -113,8 +127,9 @@ pub fn identify_namespace(ns: Option<&Namespace>, write_protected: bool) -> Vec<
     b[33] = u8::from(ns.dealloc_zeroes); // DLFEAT: zeros after deallocate (001b), else 000b
     b[30] = 1; // NMIC: may be shared by controllers
     b[99] = u8::from(ns.read_only || write_protected); // NSATTR: write protected
-    put(&mut b, 104, &ns.nguid); // NGUID
-                                 // LBAF0: no metadata, LBADS, relative performance best.
+                                                       // NGUID
+    put(&mut b, 104, &ns.nguid);
+    // LBAF0: no metadata, LBADS, relative performance best.
     put(&mut b, 128, &(u32::from(ns.lba_shift) << 16).to_le_bytes());
     b
 }

@@ -124,6 +124,8 @@ fn identify_and_logs() {
     assert_eq!(d[111], 1);
     assert_eq!(d[93], 1, "OAES: namespace attribute notices (bit 8)");
     assert_eq!(d[260], 0b011, "FRMW: one slot, read-only");
+    let kelvin = |at: usize| u16::from_le_bytes([d[at], d[at + 1]]);
+    assert_eq!((kelvin(266), kelvin(268)), (343, 373), "WCTEMP, CCTEMP");
     assert_eq!(
         d[96],
         1 | 1 << 6,
