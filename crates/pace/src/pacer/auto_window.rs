@@ -20,7 +20,7 @@ use super::ports::PortMeter;
 use super::queues::{PollMemo, Slot};
 use super::tenants::Tenants;
 use super::{flows::Flows, sizing::Sizing};
-use super::{DeviceShares, Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
+use super::{DeviceNs, DeviceShares, Flight, LinkWindow, Mode, PacedIo, PacingConfig, PortLoad};
 use crate::Nanos;
 
 mod resize;
@@ -440,7 +440,7 @@ impl Windows {
         // flows instead.
         let devices = &sched.devices;
         let port_bound = || self.flows.pooled(io.flow) && !self.device_bound(devices, d);
-        dev.in_flight_work == 0
+        dev.in_flight_work == DeviceNs::ZERO
             || sched.tenants.light(io.tenant)
             || dev.in_flight_work + dev.work(io.kind, u64::from(io.bytes))
                 <= self.device_window(cfg, devices, d)
@@ -456,7 +456,7 @@ impl Windows {
     /// flows waited behind them, their windows shrank to what they got,
     /// and their hosts, waiting on that drive, left slow drives idle
     /// (`slow_devices_open_link`: 29 of 47 Gb/s at QD 128).
-    pub fn device_window(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> u64 {
+    pub fn device_window(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> DeviceNs {
         // Asked for each IO a poll looks at: kept as flows' answers are.
         let window = || self.device_window_of(cfg, devices, d);
         let w = self.poll_memo.keep(&devices[d].window_memo, window);
@@ -465,7 +465,7 @@ impl Windows {
     }
 
     /// `device_window`, worked out anew.
-    fn device_window_of(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> u64 {
+    fn device_window_of(&self, cfg: &PacingConfig, devices: &[Device], d: usize) -> DeviceNs {
         let dev = &devices[d];
         let max_io = dev.largest_work(self.max_io);
         // A drained device has room for two of the largest IO it was sent,
@@ -488,13 +488,13 @@ impl Windows {
                 let product = |rate: f64| cfg.gain * depth * rate * l as f64 / 1e9;
                 let w = match self.device_split(d) {
                     // Its part, and what the other reactors leave free.
-                    Some(s) => product(s.part).max(product(s.total) - s.others_in_flight as f64),
+                    Some(s) => product(s.part).max(product(s.total) - s.others_in_flight.as_f64()),
                     None => product(r),
                 };
-                (w as u64).max(dev.window_floor(own_largest))
+                DeviceNs::from_f64(w).max(dev.window_floor(own_largest))
             }
             // Until it has delivered, a device may fill the whole window.
-            _ => (self.window_now as f64 * max_io as f64 / self.max_io as f64) as u64,
+            _ => DeviceNs::from_f64(self.window_now as f64 * max_io.as_f64() / self.max_io as f64),
         }
     }
 
@@ -687,7 +687,7 @@ impl Windows {
     pub fn sample_rates(&mut self, devices: &mut [Device], now: Nanos) {
         let shares = self.device_shares.as_ref().zip(self.link.as_ref());
         for (i, d) in devices.iter_mut().enumerate() {
-            d.rate.offer(now, d.delivered_work, RATE_SAMPLE_NS);
+            d.rate.offer(now, d.delivered_work.0, RATE_SAMPLE_NS);
             if let Some((s, (_, r))) = shares {
                 let rate = d.rate.get().unwrap_or(0.0);
                 s.publish(i, *r, rate, d.queue.flows(), d.in_flight_work);

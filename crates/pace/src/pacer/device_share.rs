@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::link_window::store_changed;
+use super::DeviceNs;
 
 #[derive(Debug)]
 pub struct DeviceShares {
@@ -43,7 +44,7 @@ pub struct Split {
     /// The device's rate over all reactors.
     pub total: f64,
     /// The device time the other reactors have in flight there.
-    pub others_in_flight: u64,
+    pub others_in_flight: DeviceNs,
 }
 
 impl DeviceShares {
@@ -62,11 +63,11 @@ impl DeviceShares {
 
     /// Reactor `r` delivers `rate` of device `d`'s time a second, has
     /// `flows` flows waiting for it and `in_flight` of its time there.
-    pub fn publish(&self, d: usize, r: usize, rate: f64, flows: usize, in_flight: u64) {
+    pub fn publish(&self, d: usize, r: usize, rate: f64, flows: usize, in_flight: DeviceNs) {
         let Some(p) = self.part(d, r) else { return };
         store_changed(&p.rate, rate as u64);
         store_changed(&p.flows, flows as u64);
-        store_changed(&p.in_flight, in_flight);
+        store_changed(&p.in_flight, in_flight.0);
     }
 
     /// Reactor `r`'s view of device `d` (None: it has no flow waiting
@@ -85,7 +86,9 @@ impl DeviceShares {
         Some(Split {
             part: rate as f64 * my_flows as f64 / flows as f64,
             total: rate as f64,
-            others_in_flight: load(|p| &p.in_flight) - mine.in_flight.load(Ordering::Relaxed),
+            others_in_flight: DeviceNs(
+                load(|p| &p.in_flight) - mine.in_flight.load(Ordering::Relaxed),
+            ),
         })
     }
 }
@@ -97,17 +100,17 @@ mod tests {
     #[test]
     fn a_devices_rate_is_split_by_the_flows_waiting_on_each_reactor() {
         let s = DeviceShares::new(2, 2);
-        s.publish(0, 0, 900.0, 1, 10);
-        s.publish(0, 1, 100.0, 3, 30);
+        s.publish(0, 0, 900.0, 1, DeviceNs(10));
+        s.publish(0, 1, 100.0, 3, DeviceNs(30));
         let split = |part, others_in_flight| Split {
             part,
             total: 1000.0,
             others_in_flight,
         };
-        assert_eq!(s.split(0, 0), Some(split(250.0, 30)));
-        assert_eq!(s.split(0, 1), Some(split(750.0, 10)));
+        assert_eq!(s.split(0, 0), Some(split(250.0, DeviceNs(30))));
+        assert_eq!(s.split(0, 1), Some(split(750.0, DeviceNs(10))));
         // Nothing waiting here, or not a reactor: no split.
-        s.publish(1, 0, 50.0, 0, 0);
+        s.publish(1, 0, 50.0, 0, DeviceNs::ZERO);
         assert_eq!(s.split(1, 0), None);
         assert_eq!(s.split(0, 5), None);
     }

@@ -14,7 +14,7 @@ use super::queues::{DeviceQueue, Slot};
 use super::tenant_clock::DeviceMask;
 use super::tenant_part::TenantLoads;
 use super::tenants::Tenants;
-use super::{CostModel, IoKind, PacedIo, TenantConfig};
+use super::{CostModel, DeviceNs, IoKind, PacedIo, TenantConfig};
 use crate::Nanos;
 
 #[derive(Debug, Default, Clone)]
@@ -23,13 +23,13 @@ pub(super) struct Device {
     pub deficit: i64,
     /// Device time (ns, by its cost model) of the IOs at it: what its
     /// window bounds.
-    pub in_flight_work: u64,
+    pub in_flight_work: DeviceNs,
     pub in_flight_ios: u32,
     /// `in_flight_work` by tenant, and their demands (see `tenant_part`).
     pub tenants: TenantLoads,
     pub delivered: u64,
     /// Device time of the IOs it delivered, and its rate (ns a second).
-    pub delivered_work: u64,
+    pub delivered_work: DeviceNs,
     pub rate: WindowedMax,
     pub latency: LargeIoMin,
     /// Min time at the device alone (submit to device completion).
@@ -59,10 +59,10 @@ pub(super) struct Device {
     /// The last two `largest_work` answers, (bytes, work): asked several
     /// times per IO, nearly always of the reactor's largest IO or this
     /// device's.
-    largest_memo: Cell<[Option<(u64, u64)>; 2]>,
+    largest_memo: Cell<[Option<(u64, DeviceNs)>; 2]>,
     /// Its window and hold ratio (as bits), kept within a poll (see
     /// `PollMemo`).
-    pub window_memo: Cell<(u64, u64)>,
+    pub window_memo: Cell<(u64, DeviceNs)>,
     pub ratio_memo: Cell<(u64, u64)>,
 }
 
@@ -82,13 +82,13 @@ impl Device {
             wait_min: WindowedMin::new(LATENCY_WINDOW_NS),
             ..Device::default()
         };
-        d.rate = rate_filter(d.largest_work(max_io));
+        d.rate = rate_filter(d.largest_work(max_io).0);
         d
     }
 
     /// An IO of tenant `t` taking `work` of device time is at the device
     /// at `now`.
-    pub fn arrive(&mut self, work: u64, t: usize, now: Nanos) {
+    pub fn arrive(&mut self, work: DeviceNs, t: usize, now: Nanos) {
         self.in_flight_work += work;
         self.in_flight_ios += 1;
         self.tenants.arrive(t, work, now);
@@ -96,7 +96,7 @@ impl Device {
 
     /// An IO of tenant `t` taking `work` of device time left the device
     /// at `now` (None: not known, a cancel).
-    pub fn leave(&mut self, work: u64, t: usize, now: Option<Nanos>) {
+    pub fn leave(&mut self, work: DeviceNs, t: usize, now: Option<Nanos>) {
         debug_assert!(
             self.in_flight_ios > 0 && self.in_flight_work >= work,
             "a device lands more than it has in flight"
@@ -107,10 +107,10 @@ impl Device {
     }
 
     /// An IO of `work` device time spent `at_device` at the device.
-    pub fn note_wait(&mut self, at_device: Nanos, work: u64, now: Nanos) {
+    pub fn note_wait(&mut self, at_device: Nanos, work: DeviceNs, now: Nanos) {
         // A cost model that overrates the device gives a service longer
         // than the IO took: it waited nothing.
-        let wait = at_device.saturating_sub(work);
+        let wait = at_device.saturating_sub(work.service_ns());
         self.wait_min.update(wait.max(1), now);
         let mean = self.wait_mean.get_or_insert(wait as f64);
         *mean += (wait as f64 - *mean) * WAIT_WEIGHT;
@@ -120,12 +120,12 @@ impl Device {
     /// mean, more than one IO of `largest_work` beyond twice its fixed
     /// latency. The device itself then bounds its IOs, not the links or
     /// the windows.
-    pub fn queues_at_device(&self, largest_work: u64) -> bool {
+    pub fn queues_at_device(&self, largest_work: DeviceNs) -> bool {
         if ablate::out(Mechanism::DeviceQueue) {
             return false;
         }
         match (self.wait_mean, self.wait_min.get()) {
-            (Some(mean), Some(min)) => mean > (2 * min + largest_work) as f64,
+            (Some(mean), Some(min)) => mean > (2 * min + largest_work.service_ns()) as f64,
             _ => false,
         }
     }
@@ -158,7 +158,7 @@ impl Device {
     /// window counts this, not bytes, so small IOs (each costing the
     /// device a fixed time on top of its bytes) cannot crowd a busy
     /// device past what the window means.
-    pub fn work(&self, kind: IoKind, bytes: u64) -> u64 {
+    pub fn work(&self, kind: IoKind, bytes: u64) -> DeviceNs {
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
         let (per_io, per_byte) = match kind {
             IoKind::Read => self.units[0],
@@ -167,11 +167,11 @@ impl Device {
         // As `self.cost.cost(kind, bytes, false)`, without its divisions.
         let cost = per_io + f64::from(bytes) * per_byte;
         debug_assert_eq!(cost.to_bits(), self.cost.cost(kind, bytes, false).to_bits());
-        super::ceil_u64(cost).max(1)
+        DeviceNs(super::ceil_u64(cost).max(1))
     }
 
     /// The device time of the costlier of a read and a write of `bytes`.
-    pub fn largest_work(&self, bytes: u64) -> u64 {
+    pub fn largest_work(&self, bytes: u64) -> DeviceNs {
         let memo = self.largest_memo.get();
         if let Some(work) = memo.iter().flatten().find(|m| m.0 == bytes).map(|m| m.1) {
             debug_assert_eq!(work, self.largest_work_of(bytes));
@@ -188,7 +188,7 @@ impl Device {
     /// come together. With two 128 KiB pieces' room an idle connection's
     /// 1 MiB read reached its drive two pieces at a time: one host at QD 4
     /// over 88 drives carried 69% of its link (fuzz 1:77; 100% unpaced).
-    pub fn window_floor(&self, largest: u64) -> u64 {
+    pub fn window_floor(&self, largest: DeviceNs) -> DeviceNs {
         // A request no larger than its largest IO (no pieces) fits in two
         // of them already: no third size for `largest_work`'s memo.
         if self.largest_request <= self.largest_io {
@@ -197,7 +197,7 @@ impl Device {
         (2 * largest).max(self.largest_work(self.largest_request))
     }
 
-    fn largest_work_of(&self, bytes: u64) -> u64 {
+    fn largest_work_of(&self, bytes: u64) -> DeviceNs {
         self.work(IoKind::Read, bytes)
             .max(self.work(IoKind::Write, bytes))
     }
@@ -211,13 +211,13 @@ impl Device {
     /// larger than its tenant's part would otherwise go only alone.
     pub(super) fn tenant_part_open(&self, weight: impl Fn(usize) -> f64, t: usize) -> bool {
         let mine = self.tenants.at_device(t);
-        if mine == 0 || ablate::out(Mechanism::TenantPart) {
+        if mine == DeviceNs::ZERO || ablate::out(Mechanism::TenantPart) {
             return true;
         }
         let Some((rate, least_latency)) = self.rate.get().zip(self.least_latency()) else {
             return true;
         };
-        let queued = |u: usize| self.queue.tenant_work(u) as f64;
+        let queued = |u: usize| self.queue.tenant_work(u).as_f64();
         let demand = |u: usize| self.tenants.mean(u) + queued(u);
         let tenants =
             (0..self.tenants.len().max(self.queue.tenants())).filter(|&u| demand(u) > 0.0);
@@ -229,7 +229,7 @@ impl Device {
         // would idle a device whose rate grows with its queue (this machine's
         // disk), and its rate, fallen, would then hold the QD 1 tenant's next
         // IO to a part too (bronze at QD 32 fell to 33% of its rate alone).
-        let one_io = self.largest_work(self.largest_io) as f64;
+        let one_io = self.largest_work(self.largest_io).as_f64();
         let held_by_depth = |u: usize| demand(u) <= one_io || demand(u) < share_depth(u);
         if held_by_depth(t) {
             return true;
@@ -238,7 +238,7 @@ impl Device {
             .filter(|&u| u != t && !held_by_depth(u))
             .map(|u| demand(u) / weight(u))
             .fold(f64::INFINITY, f64::min);
-        (mine as f64) < weight(t) * per_weight
+        mine.as_f64() < weight(t) * per_weight
     }
 
     /// The device's least latency: alone (see `DrainProbe`), as a device
@@ -400,11 +400,11 @@ mod tests {
         let d = Device::new(cost, 256 << 10);
         let small = d.work(IoKind::Read, 4096);
         let large = d.work(IoKind::Read, 256 << 10);
-        assert_eq!(small, 20_683);
-        assert_eq!(large, 63_691);
+        assert_eq!(small, DeviceNs(20_683));
+        assert_eq!(large, DeviceNs(63_691));
         // By bytes a 4 KiB read is 1/64 of a 256 KiB one; by device time,
         // nearly a third.
-        assert!(4 * small > large, "{small} against {large}");
+        assert!(4 * small > large, "{small:?} against {large:?}");
         assert_eq!(d.largest_work(256 << 10), d.work(IoKind::Write, 256 << 10));
     }
 
@@ -438,19 +438,19 @@ mod tests {
         assert!(!d.queues_at_device(largest), "no IO yet");
         // Alone at the device: its service plus a fixed 10 us.
         for i in 0..64 {
-            d.note_wait(work + 10_000, work, i * 100_000);
+            d.note_wait(work.service_ns() + 10_000, work, i * 100_000);
         }
         assert!(!d.queues_at_device(largest));
         // Eight at a time from several reactors: each waits for the seven
         // ahead of it as well.
         for i in 64..128 {
-            d.note_wait(8 * work + 10_000, work, i * 100_000);
+            d.note_wait(8 * work.service_ns() + 10_000, work, i * 100_000);
         }
         assert!(d.queues_at_device(largest));
         // A cost model that overrates the device: no wait, never a queue.
         let mut fast = Device::new(cost, 128 << 10);
         for i in 0..64 {
-            fast.note_wait(work / 2, work, i * 100_000);
+            fast.note_wait(work.service_ns() / 2, work, i * 100_000);
         }
         assert!(!fast.queues_at_device(largest));
     }

@@ -19,6 +19,7 @@
 use rustc_hash::FxHashMap;
 
 use super::filter::SAMPLE_WEIGHT;
+use super::DeviceNs;
 use crate::Nanos;
 
 /// IO is bound by its device when at least this part of its time (release
@@ -34,7 +35,7 @@ pub(super) struct DeviceSplit {
     at_device: f64,
     total: f64,
     bytes: u64,
-    work: u64,
+    work: DeviceNs,
     /// Moving means: the part of the time at the device, and bytes per
     /// device nanosecond.
     device_share: Option<f64>,
@@ -45,7 +46,7 @@ pub(super) struct DeviceSplit {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Landing {
     pub bytes: u64,
-    pub work: u64,
+    pub work: DeviceNs,
     pub at_device: Nanos,
     pub total: Nanos,
 }
@@ -56,7 +57,7 @@ impl Landing {
     pub fn bytes(bytes: u64) -> Landing {
         Landing {
             bytes,
-            work: 0,
+            work: DeviceNs::ZERO,
             at_device: 0,
             total: 0,
         }
@@ -84,8 +85,8 @@ impl DeviceSplit {
         if self.total > 0.0 {
             self.device_share = Some(ewma(self.device_share, self.at_device / self.total));
         }
-        if self.work > 0 {
-            let b = self.bytes as f64 / self.work as f64;
+        if self.work > DeviceNs::ZERO {
+            let b = self.bytes as f64 / self.work.as_f64();
             self.bytes_per_ns = Some(ewma(self.bytes_per_ns, b));
         }
         *self = DeviceSplit {
@@ -100,8 +101,8 @@ impl DeviceSplit {
     }
 
     /// `work` device-ns of this flow's IO, in bytes.
-    pub fn bytes(&self, work: u64) -> Option<u64> {
-        self.bytes_per_ns.map(|b| (b * work as f64) as u64)
+    pub fn bytes(&self, work: DeviceNs) -> Option<u64> {
+        self.bytes_per_ns.map(|b| (b * work.as_f64()) as u64)
     }
 }
 
@@ -207,14 +208,14 @@ mod tests {
         assert!(!s.device_bound(), "unmeasured");
         let land = |at_device, total| Landing {
             bytes: 4096,
-            work: 2048,
+            work: DeviceNs(2048),
             at_device,
             total,
         };
         s.add(land(300, 1000));
         s.sample();
         assert!(!s.device_bound());
-        assert_eq!(s.bytes(1000), Some(2000));
+        assert_eq!(s.bytes(DeviceNs(1000)), Some(2000));
         let mut s = DeviceSplit::default();
         s.add(land(900, 1000));
         s.sample();

@@ -1,7 +1,7 @@
 //! A released IO while it is counted in flight: where it is relative to
 //! its device, and what its release charged.
 
-use super::IoKind;
+use super::{DeviceNs, IoKind};
 use crate::Nanos;
 
 /// Where a released IO is relative to its device: only IO at the device
@@ -27,7 +27,7 @@ pub(super) struct Flight {
     pub(super) tenant: usize,
     pub(super) bytes: u64,
     /// Its device time (see `Device::work`).
-    pub(super) work: u64,
+    pub(super) work: DeviceNs,
     pub(super) released_at: Nanos,
     pub(super) took_op: bool,
     /// What it counts against the shared window (see `link_share`).

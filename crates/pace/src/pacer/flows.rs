@@ -48,6 +48,7 @@ use super::filter::{
 };
 use super::pools::Pools;
 use super::sizing::{Floors, Sizing};
+use super::DeviceNs;
 use crate::Nanos;
 
 /// A flow's window holds at least this many of the largest IO: one being
@@ -464,7 +465,7 @@ impl Flows {
         bytes: u64,
         deepen: impl Fn(u64) -> u64,
         host_window: impl Fn(u64, u64) -> u64,
-        fair_windows: impl Fn(usize) -> (u64, u64),
+        fair_windows: impl Fn(usize) -> (DeviceNs, u64),
     ) -> bool {
         let Some(f) = self.map.get(&flow) else {
             return true;
@@ -494,7 +495,7 @@ impl Flows {
         // its host's (see `fair`).
         let fair = |part: f64| {
             let (device, reactor) = fair_windows(f.device);
-            let bytes = f.split.bytes((part * device as f64) as u64)?;
+            let bytes = f.split.bytes(DeviceNs::from_f64(part * device.as_f64()))?;
             Some(bytes.min((part * reactor as f64) as u64))
         };
         windows || (self.fair.part(flow).and_then(fair)).is_some_and(|b| f.in_flight + bytes <= b)

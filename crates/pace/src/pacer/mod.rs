@@ -91,6 +91,7 @@ mod sizing;
 mod tenant_clock;
 mod tenant_part;
 mod tenants;
+mod units;
 
 use admit::Verdict;
 use auto_window::Windows;
@@ -112,6 +113,7 @@ pub use report::{PacerStats, TenantStats};
 pub use tenant_clock::TenantClock;
 use tenants::HOLD_RECHECK_NS;
 pub use types::{CostModel, IoKind};
+pub use units::DeviceNs;
 
 /// One IO as the pacer sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -123,6 +123,7 @@ impl Pools {
 #[cfg(test)]
 mod tests {
     use super::super::fair::Landing;
+    use super::super::DeviceNs;
     use super::*;
 
     #[test]
@@ -229,13 +230,16 @@ mod tests {
                 flows.released(1, io);
                 flows.enter_pipe(1, io, io, 0);
             }
-            assert_eq!(flows.open(1, io, same, host, |_| (0, 0)), pooled);
+            assert_eq!(
+                flows.open(1, io, same, host, |_| (DeviceNs::ZERO, 0)),
+                pooled
+            );
             for _ in 0..3 {
                 flows.released(2, io);
                 flows.enter_pipe(2, io, io, 0);
             }
             assert!(
-                !flows.open(1, io, same, host, |_| (0, 0)),
+                !flows.open(1, io, same, host, |_| (DeviceNs::ZERO, 0)),
                 "the pool (or its window) is full"
             );
             assert!(!flows.at_pool_cap(1, io, same));
@@ -283,7 +287,7 @@ mod tests {
         // may send one IO; together they stop at the host's cap.
         let mut sent = 0;
         for &f in &slow {
-            if flows.open(f, io, same, host, |_| (0, 0)) {
+            if flows.open(f, io, same, host, |_| (DeviceNs::ZERO, 0)) {
                 flows.released(f, io);
                 flows.enter_pipe(f, io, io, 0);
                 sent += 1;
@@ -292,7 +296,7 @@ mod tests {
         assert!((1..8).contains(&sent), "host 10 sent {sent} of 8");
         assert!(flows.at_pool_cap(slow[7], io, same));
         assert!(
-            flows.open(20, io, same, host, |_| (0, 0)),
+            flows.open(20, io, same, host, |_| (DeviceNs::ZERO, 0)),
             "host 20 still may go"
         );
     }

@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 
 use super::ablate::{self, Mechanism};
-use super::PacedIo;
+use super::{DeviceNs, PacedIo};
 use crate::Nanos;
 
 #[derive(Debug, Clone, Copy)]
@@ -22,7 +22,7 @@ struct Queued {
     /// Enqueue order: ties in `at` keep arrival order.
     seq: u64,
     /// Its device time, which advances its flow's virtual start.
-    work: u64,
+    work: DeviceNs,
 }
 
 #[derive(Debug, Clone)]
@@ -30,7 +30,7 @@ struct FlowQueue {
     flow: u64,
     /// The virtual device time at which its front IO starts (start-time
     /// fair queuing): flows at one device take equal device time.
-    start: u64,
+    start: DeviceNs,
     ios: VecDeque<Queued>,
     /// Whether its front IO (by id) might go, asked in memo generation
     /// `gen` (see `head_memo`; 0: never asked).
@@ -57,9 +57,9 @@ pub(super) struct DeviceQueue {
     /// Per tenant: the flows with IO queued here.
     lanes: Vec<Vec<FlowQueue>>,
     /// Per tenant: the virtual start of the IO last taken.
-    vtimes: Vec<u64>,
+    vtimes: Vec<DeviceNs>,
     /// Per tenant: the device time queued.
-    work: Vec<u64>,
+    work: Vec<DeviceNs>,
     len: usize,
     seq: u64,
     /// Emptied flow queues' buffers, for the next flows: a flow whose one
@@ -104,7 +104,7 @@ impl PollMemo {
     }
 
     /// `value()`, kept in `memo` for the generation under way.
-    pub fn keep(&self, memo: &Cell<(u64, u64)>, value: impl FnOnce() -> u64) -> u64 {
+    pub fn keep<T: Copy>(&self, memo: &Cell<(u64, T)>, value: impl FnOnce() -> T) -> T {
         let Some(gen) = self.gen() else {
             return value();
         };
@@ -127,11 +127,11 @@ impl DeviceQueue {
         self.len
     }
 
-    pub fn push(&mut self, io: PacedIo, now: Nanos, work: u64) {
+    pub fn push(&mut self, io: PacedIo, now: Nanos, work: DeviceNs) {
         if self.lanes.len() <= io.tenant {
             self.lanes.resize_with(io.tenant + 1, Vec::new);
-            self.vtimes.resize(io.tenant + 1, 0);
-            self.work.resize(io.tenant + 1, 0);
+            self.vtimes.resize(io.tenant + 1, DeviceNs::ZERO);
+            self.work.resize(io.tenant + 1, DeviceNs::ZERO);
         }
         self.work[io.tenant] += work;
         self.seq += 1;
@@ -170,8 +170,8 @@ impl DeviceQueue {
     }
 
     /// Tenant `t`'s device time queued here.
-    pub fn tenant_work(&self, t: usize) -> u64 {
-        self.work.get(t).copied().unwrap_or(0)
+    pub fn tenant_work(&self, t: usize) -> DeviceNs {
+        self.work.get(t).copied().unwrap_or_default()
     }
 
     /// Tenant `t` has IO queued here.
@@ -223,7 +223,7 @@ impl DeviceQueue {
             .enumerate()
             .filter_map(|(i, f)| f.ios.front().map(|q| (i, f, q)))
             .filter(|(_, f, q)| open(f, &q.io))
-            .min_by_key(|(_, f, q)| (if fair { f.start } else { 0 }, q.at, q.seq))
+            .min_by_key(|(_, f, q)| (if fair { f.start } else { DeviceNs::ZERO }, q.at, q.seq))
             .map(|(fq, _, _)| Slot { tenant: t, fq })
     }
 
@@ -305,9 +305,9 @@ mod tests {
         let mut q = DeviceQueue::default();
         // A deep flow queues three IOs, then a flow with one arrives.
         for id in 1..=3 {
-            q.push(io(id, 7, 0), id, 100);
+            q.push(io(id, 7, 0), id, DeviceNs(100));
         }
-        q.push(io(4, 8, 0), 10, 100);
+        q.push(io(4, 8, 0), 10, DeviceNs(100));
         let all = |_: &PacedIo| true;
         assert_eq!(q.take(q.head(0, all).expect("io 1")).id, 1);
         // Flow 7 has had 100 ns; flow 8 starts where the device is.
@@ -320,10 +320,10 @@ mod tests {
     #[test]
     fn fifo_across_open_flows_and_closed_flows_are_passed_over() {
         let mut q = DeviceQueue::default();
-        q.push(io(1, 7, 0), 10, 1);
-        q.push(io(2, 8, 0), 10, 1);
-        q.push(io(3, 7, 0), 11, 1);
-        q.push(io(4, 9, 1), 5, 1);
+        q.push(io(1, 7, 0), 10, DeviceNs(1));
+        q.push(io(2, 8, 0), 10, DeviceNs(1));
+        q.push(io(3, 7, 0), 11, DeviceNs(1));
+        q.push(io(4, 9, 1), 5, DeviceNs(1));
         assert_eq!(q.len(), 4);
         assert_eq!(q.oldest(), Some(5));
         let all = |_: &PacedIo| true;

@@ -21,6 +21,7 @@
 //! of gold's most, had 1.5-1.6 of its half of the disk.
 
 use super::device_gate::CLIENT_PAUSE_NS;
+use super::DeviceNs;
 use crate::Nanos;
 
 /// Each tenant's device time at one device, and its mean there.
@@ -33,7 +34,7 @@ pub(super) struct TenantLoads {
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Load {
-    at_device: u64,
+    at_device: DeviceNs,
     /// The mean of `at_device` over about `CLIENT_PAUSE_NS`, as of
     /// `changed`, when `at_device` last changed.
     mean: f64,
@@ -48,7 +49,7 @@ impl Load {
     fn mean_at(&self, now: Nanos) -> f64 {
         let held = now.max(self.changed) - self.changed;
         let part = (held as f64 / CLIENT_PAUSE_NS as f64).min(1.0);
-        self.mean + (self.at_device as f64 - self.mean) * part
+        self.mean + (self.at_device.as_f64() - self.mean) * part
     }
 
     fn settle(&mut self, now: Nanos) {
@@ -59,7 +60,7 @@ impl Load {
 
 impl TenantLoads {
     /// Tenant `t`'s IO of `work` went to the device at `now`.
-    pub fn arrive(&mut self, t: usize, work: u64, now: Nanos) {
+    pub fn arrive(&mut self, t: usize, work: DeviceNs, now: Nanos) {
         if self.loads.len() <= t {
             self.loads.resize(t + 1, Load::default());
         }
@@ -71,7 +72,7 @@ impl TenantLoads {
 
     /// Tenant `t`'s IO of `work` left the device at `now` (None: when IO
     /// last came or left).
-    pub fn leave(&mut self, t: usize, work: u64, now: Option<Nanos>) {
+    pub fn leave(&mut self, t: usize, work: DeviceNs, now: Option<Nanos>) {
         let now = now.map_or(self.now, |n| n.max(self.now));
         self.now = now;
         let l = self.loads.get_mut(t);
@@ -86,8 +87,8 @@ impl TenantLoads {
     }
 
     /// Tenant `t`'s device time at the device.
-    pub fn at_device(&self, t: usize) -> u64 {
-        self.loads.get(t).map_or(0, |l| l.at_device)
+    pub fn at_device(&self, t: usize) -> DeviceNs {
+        self.loads.get(t).map_or(DeviceNs::ZERO, |l| l.at_device)
     }
 
     /// Tenant `t`'s device time at the device on the recent mean.
@@ -119,7 +120,7 @@ mod tests {
         dev
     }
 
-    fn queue(dev: &mut Device, tenant: usize, work: u64, n: usize) {
+    fn queue(dev: &mut Device, tenant: usize, work: DeviceNs, n: usize) {
         for i in 0..n {
             let io = PacedIo::read_4k((tenant * 1000 + i) as u64, tenant as u64, tenant);
             dev.queue.push(io, 0, work);
@@ -135,7 +136,7 @@ mod tests {
     #[test]
     fn a_tenant_has_at_the_device_its_weights_part_of_the_others() {
         let mut dev = device();
-        let work = 20_000;
+        let work = DeviceNs(20_000);
         (0..32).for_each(|_| dev.arrive(work, 0, 0));
         (0..15).for_each(|_| dev.arrive(work, 1, 0));
         queue(&mut dev, 1, work, 17);
@@ -154,12 +155,12 @@ mod tests {
     #[test]
     fn a_demand_is_the_mean_at_the_device() {
         let mut dev = device();
-        let work = 20_000;
+        let work = DeviceNs(20_000);
         (0..32).for_each(|_| dev.arrive(work, 0, 0));
         (0..31).for_each(|_| dev.arrive(work, 1, 0));
         let half = CLIENT_PAUSE_NS / 2;
         (0..32).for_each(|_| dev.leave(work, 0, Some(half)));
-        assert!((dev.tenants.mean(0) - 16.0 * work as f64).abs() < 1.0);
+        assert!((dev.tenants.mean(0) - 16.0 * work.as_f64()).abs() < 1.0);
         dev.arrive(work, 0, half);
         queue(&mut dev, 1, work, 1);
         // Half of gold's 16 and its one IO at the device.
@@ -173,7 +174,7 @@ mod tests {
     #[test]
     fn a_tenant_its_depth_holds_sets_no_part() {
         let mut dev = device();
-        let work = 20_000;
+        let work = DeviceNs(20_000);
         dev.arrive(work, 0, 0);
         (0..31).for_each(|_| dev.arrive(work, 1, 0));
         queue(&mut dev, 1, work, 1);
