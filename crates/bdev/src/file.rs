@@ -8,8 +8,9 @@ use std::sync::OnceLock;
 
 use io_uring::{opcode, squeue, types};
 
+use crate::file_access::is_block_device;
 use crate::file_access::{opened_read_only, write_refused};
-use crate::file_size::{claimed, is_block_device, served_size};
+use crate::file_size::{claimed, served_size};
 pub use crate::file_size::{larger_than, planned_size, thin_shortfall};
 use crate::{Caps, DirectMode, IoOp, IoResult, Prep, EIO, ENOSPC, ENOTSUP};
 

@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileTypeExt;
 
 /// Errors of a read-write open that a read-only one may not share: a file
 /// without write permission, an immutable one, one on a read-only mount.
@@ -20,7 +21,7 @@ pub(crate) fn write_refused(e: &io::Error) -> bool {
 /// Whether the existing image at `path` can only be opened read-only
 /// (for `serve --check`, which opens nothing for writing).
 pub(crate) fn only_readable(path: &str) -> bool {
-    if crate::file_size::is_block_device(path) {
+    if is_block_device(path) {
         return File::open(path).is_ok_and(|f| device_read_only(&f));
     }
     let Ok(c) = std::ffi::CString::new(path) else {
@@ -48,6 +49,10 @@ fn device_read_only(f: &File) -> bool {
     // SAFETY: the ioctl writes one int into ro.
     let r = unsafe { libc::ioctl(f.as_raw_fd(), BLKROGET, &mut ro as *mut libc::c_int) };
     r == 0 && ro != 0
+}
+
+pub(crate) fn is_block_device(path: &str) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// A `size` past the image's length, which cannot be written.

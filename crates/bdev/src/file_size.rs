@@ -88,10 +88,6 @@ pub fn thin_shortfall(path: &str, size: u64) -> Option<(u64, u64)> {
     (unwritten > free).then_some((unwritten, free))
 }
 
-pub(crate) fn is_block_device(path: &str) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
-}
-
 /// A block device opened with O_EXCL is claimed: the open fails (EBUSY)
 /// while a mounted filesystem, LVM, md or another exclusive user holds
 /// it, whose data the clients' writes would corrupt under it.
