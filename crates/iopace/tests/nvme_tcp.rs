@@ -1,7 +1,8 @@
 //! NVMe/TCP against real initiators: SPDK's spdk_nvme_identify (subsystem
 //! and discovery log), spdk_nvme_perf (reads, writes, mixed, large, with
 //! digests, several queues) and bdevperf (verify, write_zeroes, unmap,
-//! flush). SPDK comes from `../shared/spdk/build.sh` (cached in
+//! flush; and verify across a target killed and started again). SPDK
+//! comes from `../shared/spdk/build.sh` (cached in
 //! `$SPDK_DIR`, default `~/.cache/iopace-spdk-v26.05`); without a finished
 //! build those tests say so and skip. The raw-protocol tests (a host that
 //! leaves mid-write, keep-alive expiry) need nothing but the binary.
@@ -14,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::nvme::*;
-use common::{free_port, run, Server, MALLOC_EXPORTS};
+use common::{file_export, free_port, run, Server, MALLOC_EXPORTS};
 use proto::nvme::cmd::{admin, io, sgl, Sgl, Sqe};
 use proto::nvme::pdu::{DataHdr, Framing, Pdu};
 
@@ -534,4 +535,67 @@ fn bdevperf_verify_over_a_failing_device() {
     let (st, log) = server.stop();
     assert!(st.success(), "{log}");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// A target killed (SIGKILL) under bdevperf -w verify and started again
+/// on the same file and port: SPDK's bdev_nvme reconnects (a controller
+/// reset and a new Connect), retries what the kill cut off, and every read
+/// verifies. No write the old target acknowledged was lost, no IO failed,
+/// and the new target ends with every buffer back.
+#[test]
+fn bdevperf_verify_rides_out_a_target_restart() {
+    let Some(spdk) = spdk() else { return };
+    let (_img, body) = file_export("iopace-it-nvme-restart", "/var/tmp", "64MiB");
+    let port = free_port();
+    let extra = format!("nvme_tcp = [\"127.0.0.1:{port}\"]");
+    let start = || Server::start_full(&extra, &body, "num_shared_buffers = 256");
+    let server = start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("bdevperf.json");
+    // Retry without limit, reconnect each second for up to 30 s.
+    let cfg = format!(
+        r#"{{"subsystems":[{{"subsystem":"bdev","config":[
+{{"method":"bdev_nvme_set_options","params":{{"bdev_retry_count":-1}}}},
+{{"method":"bdev_nvme_attach_controller","params":{{"name":"Nvme0","trtype":"tcp","adrfam":"IPv4",
+"traddr":"127.0.0.1","trsvcid":"{port}","subnqn":"{NQN}","ctrlr_loss_timeout_sec":30,
+"reconnect_delay_sec":1}}}}]}}]}}"#
+    );
+    std::fs::write(&json, cfg).expect("write bdevperf config");
+    let mut bdevperf = tool(&spdk, "build/examples/bdevperf", shm_id(7));
+    bdevperf
+        .args(["-m", "0x1", "-r"])
+        .arg(dir.path().join("bdevperf.sock"))
+        .arg("--json")
+        .arg(&json)
+        .args(["-q", "16", "-o", "4096", "-w", "verify", "-t", "8"]);
+    let host = std::thread::spawn(move || text(&run(&mut bdevperf, Duration::from_secs(90))));
+    std::thread::sleep(Duration::from_millis(2500));
+    drop(server); // SIGKILL, with the host's IO in flight
+    std::thread::sleep(Duration::from_secs(1));
+    let server = start();
+    let out = host.join().expect("bdevperf");
+    assert!(
+        out.contains("Resetting controller successful"),
+        "no reconnect:\n{out}"
+    );
+    assert!(!out.contains("Buffer mismatch"), "{out}");
+    let total = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("Total"))
+        .unwrap_or_else(|| panic!("no Total line:\n{out}"));
+    // Total : IOPS MiB/s Fail/s TO/s ...
+    let fields: Vec<&str> = total
+        .split(':')
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(fields.get(2), Some(&"0.00"), "IO failed: {total}");
+    assert!(
+        fields[0].parse::<f64>().is_ok_and(|iops| iops > 0.0),
+        "{total}"
+    );
+    server.assert_quiescent(256);
+    let (st, log) = server.stop();
+    assert!(st.success(), "{log}");
 }
