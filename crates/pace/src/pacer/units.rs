@@ -4,7 +4,6 @@
 //! tenant's part of it count device time: what an IO costs the device,
 //! not how long it took (which includes its wait there) nor its size.
 
-use std::iter::Sum;
 use std::ops::{Add, AddAssign, Mul, Sub, SubAssign};
 
 use crate::Nanos;
@@ -69,12 +68,6 @@ impl Mul<DeviceNs> for u64 {
     }
 }
 
-impl Sum for DeviceNs {
-    fn sum<I: Iterator<Item = DeviceNs>>(iter: I) -> DeviceNs {
-        DeviceNs(iter.map(|d| d.0).sum())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,7 +77,6 @@ mod tests {
         let a = DeviceNs(7_700);
         assert_eq!(a + DeviceNs(300), DeviceNs(8_000));
         assert_eq!(2 * a, DeviceNs(15_400));
-        assert_eq!([a, a].into_iter().sum::<DeviceNs>(), DeviceNs(15_400));
         assert_eq!(DeviceNs::from_f64(1.9e3), DeviceNs(1_900));
     }
 
