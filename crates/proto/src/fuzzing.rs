@@ -26,7 +26,8 @@ pub fn run(data: &[u8]) {
         let verdict = validate(&req, export, &neg);
         // Anything accepted that addresses data lies inside the export, and
         // a READ or WRITE within the advertised maximum.
-        // (FLUSH and DISC carry no range: their offset and length are ignored.)
+        // (FLUSH and DISC address no data: a FLUSH's range must be zero, a
+        // DISC's is ignored.)
         let ranged = !matches!(req.command, crate::Command::Flush | crate::Command::Disc);
         if verdict.is_ok() && ranged && req.length > 0 {
             let end = req.offset.checked_add(req.length);

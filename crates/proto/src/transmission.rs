@@ -184,6 +184,12 @@ pub fn validate(req: &Request, export: &ExportInfo, neg: &Negotiated) -> Result<
         return Err(EINVAL);
     }
     check_flags(req, export, neg)?;
+    // "For a flush request, length and offset are reserved, and MUST be set
+    // to all-zero." A nonzero range may mean a client that expects a ranged
+    // flush, which this server would silently widen (nbdkit says EINVAL too).
+    if cmd == Command::Flush && (req.offset != 0 || req.length != 0) {
+        return Err(EINVAL);
+    }
     if matches!(cmd, Command::Flush | Command::Disc) {
         return Ok(());
     }
@@ -463,6 +469,12 @@ mod tests {
             decode_request(&b[..4], false),
             Err(DecodeError::BadMagic(_))
         ));
+    }
+
+    #[test]
+    fn flush_with_a_range_is_invalid() {
+        assert_eq!(check(req(Command::Flush, 0, 4096, 0)), Err(EINVAL));
+        assert_eq!(check(req(Command::Flush, 0, 0, 4096)), Err(EINVAL));
     }
 
     #[test]
